@@ -1,0 +1,92 @@
+"""Backend registry: the built-in backend folders (loaded lazily) and run-time registration."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+
+from fuel.dispatch.kernel import extend_global_table
+from fuel.ir.device import BackendId, Device
+from fuel.ir.errors import DeviceError
+
+# One line per built-in backend: the module whose ``BACKEND`` object implements it.
+BUILTIN_BACKENDS: dict[BackendId, str] = {
+    BackendId.CPU: "fuel.backends.cpu",
+    BackendId.OPENCL: "fuel.backends.opencl",
+}
+
+_backends: dict[BackendId, object] = {}
+_load_errors: dict[BackendId, str] = {}
+_lock = threading.RLock()
+
+
+def register_backend(backend) -> None:
+    """Make ``backend`` serve its ``backend_id`` and add its kernels to the global table."""
+    with _lock:
+        _backends[backend.backend_id] = backend
+        _load_errors.pop(backend.backend_id, None)
+        if backend.is_available():
+            extend_global_table(backend.register)
+
+
+def unregister_backend(backend_id: BackendId) -> None:
+    """Forget the backend serving ``backend_id`` (its kernels stay in the table, unreachable)."""
+    with _lock:
+        _backends.pop(backend_id, None)
+
+
+def _load_builtin(backend_id: BackendId):
+    module_name = BUILTIN_BACKENDS.get(backend_id)
+    if module_name is None:
+        _load_errors[backend_id] = f"fuel has no built-in {backend_id.value} backend"
+        return None
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # an optional dependency that fails to import
+        _load_errors[backend_id] = f"{module_name} failed to import: {error}"
+        return None
+    register_backend(module.BACKEND)
+    return module.BACKEND
+
+
+def find_backend(backend_id: BackendId):
+    """The backend object for ``backend_id`` (loading a built-in on first use), or None."""
+    backend = _backends.get(backend_id)
+    if backend is not None or backend_id in _load_errors:
+        return backend
+    with _lock:
+        backend = _backends.get(backend_id)
+        if backend is None and backend_id not in _load_errors:
+            backend = _load_builtin(backend_id)
+        return backend
+
+
+def get_backend(device: Device):
+    """The available backend serving ``device``; DeviceError naming what is missing otherwise."""
+    backend = find_backend(device.backend)
+    if backend is None:
+        reason = _load_errors.get(device.backend, "not registered")
+        raise DeviceError(f"device {device} is unavailable: {reason}")
+    if not backend.is_available():
+        raise DeviceError(f"device {device} is unavailable: {backend.unavailable_reason()}")
+    if device not in backend.devices():
+        names = ", ".join(str(d) for d in backend.devices()) or "none"
+        raise DeviceError(f"device {device} does not exist; {device.backend.value} has: {names}")
+    return backend
+
+
+def backend_rows() -> list[tuple[str, bool, str, list[tuple[str, str]]]]:
+    """(backend, available, reason, [(device, description)]) for every known backend."""
+    rows = []
+    for backend_id in BackendId:
+        backend = find_backend(backend_id)
+        if backend is None:
+            reason = _load_errors.get(backend_id, "not registered")
+            rows.append((backend_id.value, False, reason, []))
+            continue
+        available = backend.is_available()
+        devices = (
+            [(str(d), backend.describe_device(d)) for d in backend.devices()] if available else []
+        )
+        rows.append((backend_id.value, available, backend.unavailable_reason(), devices))
+    return rows

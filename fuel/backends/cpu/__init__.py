@@ -1,0 +1,69 @@
+"""The NumPy CPU backend: the embedded default and the reference for every other backend."""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+
+from fuel.backends.cpu import elementwise, indexing, structured  # noqa: F401 - register kernels
+from fuel.backends.cpu.arrays import CPU_KERNELS, view
+from fuel.dispatch.kernel import KernelBindingTable
+from fuel.ir.device import CPU, BackendId, Device
+from fuel.ir.dtype import DType
+from fuel.ir.errors import DeviceError
+from fuel.ir.layout import Layout
+from fuel.memory import Storage
+
+
+class CpuBackend:
+    """Buffers are flat NumPy arrays; every kernel finishes before it returns (Ready)."""
+
+    backend_id = BackendId.CPU
+    kernel_source = "numpy"
+
+    def is_available(self) -> bool:
+        return True
+
+    def unavailable_reason(self) -> str:
+        return ""
+
+    def devices(self) -> list[Device]:
+        return [CPU]
+
+    def describe_device(self, device: Device) -> str:
+        return f"NumPy {np.__version__} on {platform.machine() or 'host'}"
+
+    def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
+        try:
+            buffer = np.empty(size, dtype=dtype.numpy)
+        except (MemoryError, ValueError) as error:
+            raise DeviceError(
+                f"cannot allocate {size} x {dtype.name} ({size * dtype.itemsize} bytes) on cpu: "
+                f"{error}"
+            ) from None
+        return Storage(buffer, dtype, size, CPU, self)
+
+    def upload(self, device: Device, array: np.ndarray) -> Storage:
+        from fuel.ir.dtype import from_numpy
+
+        flat = np.ascontiguousarray(array).reshape(-1)
+        return Storage(flat, from_numpy(flat.dtype), flat.size, CPU, self)
+
+    def write_from_host(self, storage: Storage, array: np.ndarray) -> None:
+        storage.buffer[: array.size] = array.reshape(-1)
+
+    def download(self, storage: Storage, layout: Layout) -> np.ndarray:
+        return view(storage, layout)
+
+    def record_completion(self, storage: Storage):
+        return None
+
+    def synchronize(self, device: Device) -> None:
+        return None
+
+    def register(self, table: KernelBindingTable) -> None:
+        CPU_KERNELS.register_into(table)
+
+
+BACKEND = CpuBackend()

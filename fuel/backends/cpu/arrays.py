@@ -1,0 +1,44 @@
+"""NumPy views of Storages through Layouts, and the kernel list the CPU backend registers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuel.dispatch.kernel import KernelCaps, KernelList
+from fuel.ir import dtype as dt
+from fuel.ir.device import BackendId
+from fuel.ir.layout import Layout
+
+CPU_KERNELS = KernelList(BackendId.CPU, kernel_source="numpy")
+STRIDED = KernelCaps(strided_input=True)
+HALF_NUMPY = (dt.float16.numpy, dt.bfloat16.numpy)
+FLOAT32 = np.dtype(np.float32)
+
+
+def view(storage, layout: Layout) -> np.ndarray:
+    """The NumPy array ``layout`` describes over ``storage`` (no copy)."""
+    buffer = storage.buffer
+    shape = layout.shape
+    if layout.offset == 0 and storage.size == layout.numel and layout.is_contiguous():
+        return buffer.reshape(shape)
+    itemsize = buffer.itemsize
+    return np.ndarray(
+        shape, buffer.dtype, buffer=buffer, offset=layout.offset * itemsize,
+        strides=tuple(s * itemsize for s in layout.strides),
+    )
+
+
+def output(storage, layout: Layout) -> np.ndarray:
+    """The (contiguous, freshly allocated) output array of a kernel."""
+    return storage.buffer.reshape(layout.shape) if storage.size == layout.numel else view(
+        storage, layout)
+
+
+def compute(array: np.ndarray) -> np.ndarray:
+    """Half-precision inputs are computed in float32 and rounded once on store."""
+    return array.astype(FLOAT32) if array.dtype in HALF_NUMPY else array
+
+
+def combos(dtypes, arity: int, out=None):
+    """Dtype tuples ``(T,)*arity + (out or T,)`` for every T in ``dtypes``."""
+    return [(d,) * arity + ((out or d),) for d in dtypes]

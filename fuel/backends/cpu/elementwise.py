@@ -1,0 +1,199 @@
+"""NumPy kernels for the elementwise families (unary, binary, where, cast, copies)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, combos, compute, output, view
+from fuel.ir import dtype as dt
+from fuel.ir.ops import OpKind
+
+try:  # SciPy's erf is exact to double precision; it is optional.
+    from scipy.special import erf as _scipy_erf
+except ImportError:  # pragma: no cover - exercised where SciPy is absent
+    _scipy_erf = None
+
+_erf_exact = np.frompyfunc(math.erf, 1, 1)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Error function: SciPy when installed, else math.erf element by element."""
+    if _scipy_erf is not None:
+        return _scipy_erf(x)
+    return _erf_exact(x).astype(x.dtype)
+
+
+def _sigmoid(x):
+    # exp of a non-positive argument only: no overflow for large |x|.
+    z = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + z), z / (1.0 + z)).astype(x.dtype, copy=False)
+
+
+def _gelu(x):
+    return (0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))).astype(x.dtype, copy=False)
+
+
+def _gelu_tanh(x):
+    inner = _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
+    return (0.5 * x * (1.0 + np.tanh(inner))).astype(x.dtype, copy=False)
+
+
+def _silu(x):
+    return (x * _sigmoid(x)).astype(x.dtype, copy=False)
+
+
+def _relu(x):
+    return np.maximum(x, 0).astype(x.dtype, copy=False)
+
+
+def _rsqrt(x):
+    return (1.0 / np.sqrt(x)).astype(x.dtype, copy=False)
+
+
+def _reciprocal(x):
+    return (1.0 / x).astype(x.dtype, copy=False)
+
+
+def _integral_identity(function):
+    """floor/ceil/round keep integers as they are (NumPy would turn them into floats)."""
+
+    def apply(x):
+        return x.copy() if x.dtype.kind in "iub" else function(x)
+
+    return apply
+
+
+UNARY_FUNCTIONS = {
+    OpKind.NEG: np.negative,
+    OpKind.ABS: np.abs,
+    OpKind.EXP: np.exp,
+    OpKind.LOG: np.log,
+    OpKind.SQRT: np.sqrt,
+    OpKind.RSQRT: _rsqrt,
+    OpKind.RECIPROCAL: _reciprocal,
+    OpKind.SQUARE: np.square,
+    OpKind.SIN: np.sin,
+    OpKind.COS: np.cos,
+    OpKind.TANH: np.tanh,
+    OpKind.SIGMOID: _sigmoid,
+    OpKind.RELU: _relu,
+    OpKind.GELU: _gelu,
+    OpKind.GELU_TANH: _gelu_tanh,
+    OpKind.SILU: _silu,
+    OpKind.ERF: lambda x: erf(x).astype(x.dtype, copy=False),
+    OpKind.FLOOR: _integral_identity(np.floor),
+    OpKind.CEIL: _integral_identity(np.ceil),
+    OpKind.ROUND: _integral_identity(np.round),
+    OpKind.SIGN: np.sign,
+    OpKind.LOGICAL_NOT: np.logical_not,
+    OpKind.BITWISE_NOT: np.invert,
+    OpKind.ISNAN: np.isnan,
+}
+
+UNARY_DTYPES = {
+    **{op: combos(dt.FLOAT_DTYPES, 1) for op in (
+        OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.RSQRT, OpKind.RECIPROCAL, OpKind.SIN,
+        OpKind.COS, OpKind.TANH, OpKind.SIGMOID, OpKind.GELU, OpKind.GELU_TANH, OpKind.SILU,
+        OpKind.ERF)},
+    **{op: combos(dt.NUMERIC_DTYPES, 1) for op in (
+        OpKind.NEG, OpKind.ABS, OpKind.SQUARE, OpKind.RELU, OpKind.FLOOR, OpKind.CEIL,
+        OpKind.ROUND, OpKind.SIGN)},
+    OpKind.LOGICAL_NOT: combos(dt.ALL_DTYPES, 1, dt.bool_),
+    OpKind.ISNAN: combos(dt.ALL_DTYPES, 1, dt.bool_),
+    OpKind.BITWISE_NOT: combos((dt.bool_,) + dt.INTEGER_DTYPES, 1),
+}
+
+
+def _python_remainder(a, b):
+    return np.remainder(a, b)
+
+
+BINARY_FUNCTIONS = {
+    OpKind.ADD: np.add,
+    OpKind.SUB: np.subtract,
+    OpKind.MUL: np.multiply,
+    OpKind.DIV: np.true_divide,
+    OpKind.REMAINDER: _python_remainder,
+    OpKind.POW: np.power,
+    OpKind.MAXIMUM: np.maximum,
+    OpKind.MINIMUM: np.minimum,
+    OpKind.EQ: np.equal,
+    OpKind.NE: np.not_equal,
+    OpKind.LT: np.less,
+    OpKind.LE: np.less_equal,
+    OpKind.GT: np.greater,
+    OpKind.GE: np.greater_equal,
+    OpKind.LOGICAL_AND: np.logical_and,
+    OpKind.LOGICAL_OR: np.logical_or,
+    OpKind.LOGICAL_XOR: np.logical_xor,
+    OpKind.BITWISE_AND: np.bitwise_and,
+    OpKind.BITWISE_OR: np.bitwise_or,
+    OpKind.BITWISE_XOR: np.bitwise_xor,
+}
+
+BINARY_DTYPES = {
+    **{op: combos(dt.NUMERIC_DTYPES, 2) for op in (
+        OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.REMAINDER, OpKind.POW, OpKind.MAXIMUM,
+        OpKind.MINIMUM)},
+    OpKind.DIV: combos(dt.FLOAT_DTYPES, 2),
+    **{op: combos(dt.ALL_DTYPES, 2, dt.bool_) for op in (
+        OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE, OpKind.LOGICAL_AND,
+        OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR)},
+    **{op: combos((dt.bool_,) + dt.INTEGER_DTYPES, 2) for op in (
+        OpKind.BITWISE_AND, OpKind.BITWISE_OR, OpKind.BITWISE_XOR)},
+}
+
+
+def _make_elementwise(function):
+    """A kernel applying ``function`` to strided input views, writing the output once."""
+    is_ufunc = isinstance(function, np.ufunc)
+
+    def elementwise(inputs, outputs, layouts, params):
+        out = output(outputs[0], layouts[-1])
+        arrays = [view(s, layout) for s, layout in zip(inputs, layouts)]
+        with np.errstate(all="ignore"):
+            if is_ufunc and all(a.dtype == out.dtype for a in arrays) and out.dtype not in (
+                dt.float16.numpy, dt.bfloat16.numpy
+            ):
+                function(*arrays, out=out)
+            else:
+                out[...] = function(*[compute(a) for a in arrays])
+
+    elementwise.__qualname__ = f"elementwise[{getattr(function, '__name__', function)}]"
+    return elementwise
+
+
+for _op, _function in UNARY_FUNCTIONS.items():
+    CPU_KERNELS.add(_op, UNARY_DTYPES[_op], _make_elementwise(_function), STRIDED)
+for _op, _function in BINARY_FUNCTIONS.items():
+    CPU_KERNELS.add(_op, BINARY_DTYPES[_op], _make_elementwise(_function), STRIDED)
+
+
+@CPU_KERNELS.kernel(OpKind.WHERE, [(dt.bool_, d, d, d) for d in dt.ALL_DTYPES], STRIDED)
+def where(inputs, outputs, layouts, params):
+    condition, a, b = (view(s, layout) for s, layout in zip(inputs, layouts))
+    output(outputs[0], layouts[-1])[...] = np.where(condition, a, b)
+
+
+@CPU_KERNELS.kernel(OpKind.CAST, [(a, b) for a in dt.ALL_DTYPES for b in dt.ALL_DTYPES], STRIDED)
+def cast(inputs, outputs, layouts, params):
+    source = view(inputs[0], layouts[0])
+    with np.errstate(all="ignore"):
+        if source.dtype in (dt.float16.numpy, dt.bfloat16.numpy) and params.dtype.is_integer:
+            source = source.astype(np.float32)
+        output(outputs[0], layouts[-1])[...] = source
+
+
+@CPU_KERNELS.kernel(OpKind.CONTIGUOUS, combos(dt.ALL_DTYPES, 1), STRIDED)
+def strided_copy(inputs, outputs, layouts, params):
+    output(outputs[0], layouts[-1])[...] = view(inputs[0], layouts[0])
+
+
+@CPU_KERNELS.kernel(OpKind.COPY, combos(dt.ALL_DTYPES, 1), STRIDED)
+def copy_to_device(inputs, outputs, layouts, params):
+    """Cross-device copy from the CPU: densify on the host, then the destination uploads it."""
+    target = outputs[0]
+    target.backend.write_from_host(target, np.ascontiguousarray(view(inputs[0], layouts[0])))

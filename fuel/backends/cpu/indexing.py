@@ -1,0 +1,102 @@
+"""NumPy kernels for indexing, concatenation, padding, triangles and generators."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, output, view
+from fuel.ir import dtype as dt
+from fuel.ir.errors import IndexOutOfRange
+from fuel.ir.layout import Layout
+from fuel.ir.ops import OpKind
+
+INDEX_DTYPES = (dt.int32, dt.int64)
+
+
+def check_indices(index: np.ndarray, size: int, dim: int) -> np.ndarray:
+    """Wrap negative indices; raise IndexOutOfRange naming the first bad one."""
+    bad = (index < -size) | (index >= size)
+    if bad.any():
+        first = int(index[bad].reshape(-1)[0])
+        raise IndexOutOfRange(f"index {first} is out of range for dim {dim} of size {size}")
+    return np.where(index < 0, index + size, index)
+
+
+@CPU_KERNELS.kernel(OpKind.GATHER, [(d, i, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES],
+                    STRIDED)
+def gather(inputs, outputs, layouts, params):
+    source = view(inputs[0], layouts[0])
+    index = check_indices(view(inputs[1], layouts[1]), source.shape[params.dim], params.dim)
+    region = tuple(
+        slice(None) if axis == params.dim else slice(0, size)
+        for axis, size in enumerate(index.shape)
+    )
+    output(outputs[0], layouts[-1])[...] = np.take_along_axis(source[region], index,
+                                                              axis=params.dim)
+
+
+@CPU_KERNELS.kernel(OpKind.INDEX_SELECT,
+                    [(d, i, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
+def index_select(inputs, outputs, layouts, params):
+    source = view(inputs[0], layouts[0])
+    index = check_indices(view(inputs[1], layouts[1]), source.shape[params.dim], params.dim)
+    out = output(outputs[0], layouts[-1])
+    np.take(source, index, axis=params.dim, out=out)
+
+
+@CPU_KERNELS.kernel(OpKind.CAT, [(d, d) for d in dt.ALL_DTYPES], STRIDED)
+def cat(inputs, outputs, layouts, params):
+    parts = [view(s, layout) for s, layout in zip(inputs, layouts)]
+    np.concatenate(parts, axis=params.dim, out=output(outputs[0], layouts[-1]))
+
+
+def _triangle(lower: bool):
+    def triangle(inputs, outputs, layouts, params):
+        source = view(inputs[0], layouts[0])
+        rows, columns = source.shape[-2:]
+        keep = (np.tri(rows, columns, params.diagonal, dtype=bool) if lower
+                else ~np.tri(rows, columns, params.diagonal - 1, dtype=bool))
+        output(outputs[0], layouts[-1])[...] = np.where(keep, source, np.zeros((), source.dtype))
+
+    triangle.__qualname__ = "tril" if lower else "triu"
+    return triangle
+
+
+CPU_KERNELS.add(OpKind.TRIL, [(d, d) for d in dt.ALL_DTYPES], _triangle(True), STRIDED)
+CPU_KERNELS.add(OpKind.TRIU, [(d, d) for d in dt.ALL_DTYPES], _triangle(False), STRIDED)
+
+
+@CPU_KERNELS.kernel(OpKind.PAD, [(d, d) for d in dt.ALL_DTYPES], STRIDED)
+def pad(inputs, outputs, layouts, params):
+    source = view(inputs[0], layouts[0])
+    out = output(outputs[0], layouts[-1])
+    out[...] = np.asarray(params.value).astype(out.dtype)
+    region = tuple(slice(before, before + size)
+                   for (before, _), size in zip(params.widths, source.shape))
+    out[region] = source
+
+
+@CPU_KERNELS.kernel(OpKind.SLICE_ASSIGN, [(d, d, d) for d in dt.ALL_DTYPES], STRIDED)
+def slice_assign(inputs, outputs, layouts, params):
+    target = view(inputs[0], layouts[0])
+    value = view(inputs[1], layouts[1])
+    out = output(outputs[0], layouts[-1])
+    if not np.shares_memory(out, target):
+        out[...] = target
+    region = Layout.contiguous(out.shape).slice(params.starts, params.stops, params.steps)
+    view(outputs[0], region)[...] = value
+
+
+@CPU_KERNELS.kernel(OpKind.FULL, [(d,) for d in dt.ALL_DTYPES])
+def full(inputs, outputs, layouts, params):
+    out = output(outputs[0], layouts[-1])
+    out[...] = np.asarray(params.value).astype(out.dtype)
+
+
+@CPU_KERNELS.kernel(OpKind.ARANGE, [(d,) for d in dt.NUMERIC_DTYPES])
+def arange(inputs, outputs, layouts, params):
+    out = output(outputs[0], layouts[-1])
+    values = params.start + np.arange(params.count, dtype=np.float64) * params.step
+    if out.dtype.kind in "iu":
+        values = np.arange(params.count, dtype=np.int64) * int(params.step) + int(params.start)
+    out[...] = values

@@ -1,0 +1,151 @@
+"""NumPy kernels for reductions, scans, matmul and the row-wise normalizations."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, compute, output, view
+from fuel.ir import dtype as dt
+from fuel.ir.ops import OpKind
+
+ACCUMULATE_DTYPES = [(d, dt.int64) for d in (dt.bool_,) + dt.INTEGER_DTYPES] + [
+    (d, d) for d in dt.FLOAT_DTYPES
+]
+
+
+def _reduction(function, upcast: bool):
+    def reduce(inputs, outputs, layouts, params):
+        source = view(inputs[0], layouts[0])
+        if upcast:
+            source = compute(source)
+        out = output(outputs[0], layouts[-1])
+        with np.errstate(all="ignore"):
+            result = function(source, axis=params.dims, keepdims=params.keepdim)
+        out[...] = np.asarray(result).reshape(out.shape)
+
+    reduce.__qualname__ = f"reduce[{function.__name__}]"
+    return reduce
+
+
+def _sum(source, axis, keepdims):
+    if source.dtype.kind in "biu":
+        return np.sum(source, axis=axis, keepdims=keepdims, dtype=np.int64)
+    return np.sum(source, axis=axis, keepdims=keepdims)
+
+
+def _prod(source, axis, keepdims):
+    if source.dtype.kind in "biu":
+        return np.prod(source, axis=axis, keepdims=keepdims, dtype=np.int64)
+    return np.prod(source, axis=axis, keepdims=keepdims)
+
+
+def _mean(source, axis, keepdims):
+    return np.mean(source, axis=axis, keepdims=keepdims)
+
+
+def _max(source, axis, keepdims):
+    return np.max(source, axis=axis, keepdims=keepdims)
+
+
+def _min(source, axis, keepdims):
+    return np.min(source, axis=axis, keepdims=keepdims)
+
+
+def _all(source, axis, keepdims):
+    return np.all(source, axis=axis, keepdims=keepdims)
+
+
+def _any(source, axis, keepdims):
+    return np.any(source, axis=axis, keepdims=keepdims)
+
+
+def _arg(function):
+    def reduce_index(source, axis, keepdims):
+        if len(axis) == 1:
+            return function(source, axis=axis[0], keepdims=keepdims)
+        flat = function(source.reshape(-1))
+        return np.full((1,) * source.ndim if keepdims else (), flat, dtype=np.int64)
+
+    reduce_index.__name__ = function.__name__
+    return reduce_index
+
+
+NUMERIC_AND_BOOL = (dt.bool_,) + dt.NUMERIC_DTYPES
+CPU_KERNELS.add(OpKind.SUM, ACCUMULATE_DTYPES, _reduction(_sum, True), STRIDED)
+CPU_KERNELS.add(OpKind.PROD, ACCUMULATE_DTYPES, _reduction(_prod, True), STRIDED)
+CPU_KERNELS.add(OpKind.MEAN, [(d, d) for d in dt.FLOAT_DTYPES], _reduction(_mean, True), STRIDED)
+CPU_KERNELS.add(OpKind.MAX, [(d, d) for d in NUMERIC_AND_BOOL], _reduction(_max, False), STRIDED)
+CPU_KERNELS.add(OpKind.MIN, [(d, d) for d in NUMERIC_AND_BOOL], _reduction(_min, False), STRIDED)
+CPU_KERNELS.add(OpKind.ALL, [(d, dt.bool_) for d in dt.ALL_DTYPES], _reduction(_all, False),
+                STRIDED)
+CPU_KERNELS.add(OpKind.ANY, [(d, dt.bool_) for d in dt.ALL_DTYPES], _reduction(_any, False),
+                STRIDED)
+CPU_KERNELS.add(OpKind.ARGMAX, [(d, dt.int64) for d in NUMERIC_AND_BOOL],
+                _reduction(_arg(np.argmax), False), STRIDED)
+CPU_KERNELS.add(OpKind.ARGMIN, [(d, dt.int64) for d in NUMERIC_AND_BOOL],
+                _reduction(_arg(np.argmin), False), STRIDED)
+
+
+@CPU_KERNELS.kernel(OpKind.CUMSUM, ACCUMULATE_DTYPES, STRIDED)
+def cumsum(inputs, outputs, layouts, params):
+    source = compute(view(inputs[0], layouts[0]))
+    out = output(outputs[0], layouts[-1])
+    accumulate = np.int64 if source.dtype.kind in "biu" else None
+    out[...] = np.cumsum(source, axis=params.dim, dtype=accumulate)
+
+
+@CPU_KERNELS.kernel(OpKind.MATMUL, [(d, d, d) for d in dt.NUMERIC_DTYPES], STRIDED)
+def matmul(inputs, outputs, layouts, params):
+    a = view(inputs[0], layouts[0])
+    b = view(inputs[1], layouts[1])
+    out = output(outputs[0], layouts[-1])
+    if out.dtype.kind == "f" and out.dtype.itemsize >= 4:
+        np.matmul(a, b, out=out)
+    else:
+        out[...] = np.matmul(compute(a), compute(b))
+
+
+def _softmax_rows(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    exponent = np.exp(shifted)
+    total = np.sum(exponent, axis=axis, keepdims=True)
+    if log:
+        return shifted - np.log(total)
+    exponent /= total
+    return exponent
+
+
+@CPU_KERNELS.kernel(OpKind.SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
+def softmax(inputs, outputs, layouts, params):
+    source = compute(view(inputs[0], layouts[0]))
+    with np.errstate(all="ignore"):
+        output(outputs[0], layouts[-1])[...] = _softmax_rows(source, params.dim, log=False)
+
+
+@CPU_KERNELS.kernel(OpKind.LOG_SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
+def log_softmax(inputs, outputs, layouts, params):
+    source = compute(view(inputs[0], layouts[0]))
+    with np.errstate(all="ignore"):
+        output(outputs[0], layouts[-1])[...] = _softmax_rows(source, params.dim, log=True)
+
+
+@CPU_KERNELS.kernel(OpKind.LAYER_NORM, [(d,) * 4 for d in dt.FLOAT_DTYPES], STRIDED)
+def layer_norm(inputs, outputs, layouts, params):
+    x, weight, bias = (compute(view(s, layout)) for s, layout in zip(inputs, layouts))
+    axes = tuple(range(x.ndim - params.axes, x.ndim))
+    mean = np.mean(x, axis=axes, keepdims=True)
+    centered = x - mean
+    variance = np.mean(np.square(centered), axis=axes, keepdims=True)
+    with np.errstate(all="ignore"):
+        normalized = centered / np.sqrt(variance + np.asarray(params.eps, dtype=x.dtype))
+    output(outputs[0], layouts[-1])[...] = normalized * weight + bias
+
+
+@CPU_KERNELS.kernel(OpKind.RMS_NORM, [(d,) * 3 for d in dt.FLOAT_DTYPES], STRIDED)
+def rms_norm(inputs, outputs, layouts, params):
+    x, weight = (compute(view(s, layout)) for s, layout in zip(inputs, layouts))
+    axes = tuple(range(x.ndim - params.axes, x.ndim))
+    mean_square = np.mean(np.square(x), axis=axes, keepdims=True)
+    with np.errstate(all="ignore"):
+        scale = 1.0 / np.sqrt(mean_square + np.asarray(params.eps, dtype=x.dtype))
+    output(outputs[0], layouts[-1])[...] = x * scale * weight

@@ -1,0 +1,79 @@
+"""Tensor.explain(): the graph a realize would run, with the kernel each node dispatches to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuel.dispatch.compiled import dispatched_kernel_ident, node_lookup_dtypes
+from fuel.dispatch.kernel import global_table
+from fuel.graph import Graph
+from fuel.ir.ops import VIEW_OPS, OpKind
+
+
+@dataclass(frozen=True)
+class ExplainRow:
+    """One node: what it is and which kernel (source tag and revision) a realize would call."""
+
+    node_id: int
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+    backend: str
+    inputs: tuple[int, ...]
+    dispatch: str
+    kernel_revision_hash: int | None
+    site: str
+
+
+class Explanation:
+    """Rows of the graph; ``print`` shows them as a table."""
+
+    def __init__(self, rows: list[ExplainRow]) -> None:
+        self.rows = rows
+
+    def __str__(self) -> str:
+        header = (f"{'id':>4}  {'op':<14}{'shape':<18}{'dtype':<10}{'backend':<9}"
+                  f"{'inputs':<12}kernel")
+        lines = [header]
+        for row in self.rows:
+            revision = f" #{row.kernel_revision_hash:016x}" if row.kernel_revision_hash else ""
+            lines.append(
+                f"{row.node_id:>4}  {row.op:<14}{str(list(row.shape)):<18}{row.dtype:<10}"
+                f"{row.backend:<9}{','.join(map(str, row.inputs)) or '-':<12}"
+                f"{row.dispatch}{revision}"
+            )
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def explain(tensors) -> Explanation:
+    """Explain the realize of ``tensors`` without running it."""
+    graph = Graph.build([t._node for t in tensors])
+    table = global_table()
+    rows = []
+    for node_id, node in enumerate(graph.nodes):
+        identity = None
+        if node.buffer is not None:
+            dispatch = "realized" if node.op is not OpKind.LOAD else "leaf"
+        elif node.op in VIEW_OPS:
+            dispatch = "view"
+        else:
+            identity = dispatched_kernel_ident(graph, node_id, table)
+            if node.op is OpKind.COPY:
+                backend = node.inputs[0].device.backend
+                entries = table.lookup_alternatives(
+                    node.op, node_lookup_dtypes(graph, node_id), backend)
+                identity = (entries[0].kernel_source, entries[0].kernel_revision_hash) \
+                    if entries else None
+            dispatch = identity[0] if identity else "MISSING (NoBackendForOp at realize)"
+        file, line = node.site
+        rows.append(ExplainRow(
+            node_id, node.op.value, node.shape, node.dtype.name, node.device.backend.value
+            if node.op is not OpKind.COPY else f"->{node.device}", graph.inputs[node_id],
+            dispatch, identity[1] if identity else None, f"{file}:{line}",
+        ))
+    return Explanation(rows)

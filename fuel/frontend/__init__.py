@@ -1,0 +1,1 @@
+"""The torch-style front end: graph-building functions behind Tensor's methods."""

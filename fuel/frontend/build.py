@@ -1,0 +1,147 @@
+"""Node building: inference with errors at the user's line, constants, casts, broadcasting."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from fuel.graph.node import Node, creation_site
+from fuel.ir import dtype as dt
+from fuel.ir.device import Device
+from fuel.ir.dtype import DType
+from fuel.ir.errors import DeviceMismatch, FuelError
+from fuel.ir.layout import Layout
+from fuel.ir.ops import CastParams, OpKind, ShapeParams, infer
+from fuel.tensor import Tensor
+
+_CONSTANTS: OrderedDict = OrderedDict()
+_CONSTANT_LIMIT = 1024
+
+
+def make(op: OpKind, inputs: tuple[Node, ...], params, device: Device | None = None) -> Tensor:
+    """A new lazy node of ``op`` over ``inputs``; shape/dtype errors name the user's line.
+    ``device`` is where the node runs (its inputs' device unless it is a copy)."""
+    source_device = inputs[0].device
+    for other in inputs[1:]:
+        if other.device is not source_device and other.device != source_device:
+            site = creation_site()
+            raise DeviceMismatch(
+                f"{op.value}: operands live on {source_device} and {other.device}; move one with "
+                f".to() first (at {site[0]}:{site[1]})"
+            )
+    try:
+        shape, dtype = infer(op, params, tuple(i.shape for i in inputs),
+                             tuple(i.dtype for i in inputs))
+    except FuelError as error:
+        site = creation_site()
+        raise type(error)(f"{op.value}: {error} (at {site[0]}:{site[1]})") from None
+    return Tensor(Node(op, inputs, params, dtype, shape, device or source_device,
+                       creation_site()))
+
+
+def make_source(op: OpKind, params, device: Device) -> Tensor:
+    """A node without inputs (a generator such as FULL or ARANGE)."""
+    shape, dtype = infer(op, params, (), ())
+    return Tensor(Node(op, (), params, dtype, shape, device, creation_site()))
+
+
+def leaf(array: np.ndarray, device: Device) -> Tensor:
+    """A realized leaf holding ``array`` (uploaded to ``device``)."""
+    from fuel.backends import get_backend
+
+    storage = get_backend(device).upload(device, array)
+    node = Node(OpKind.LOAD, (), None, storage.dtype, tuple(array.shape), device, creation_site())
+    node.attach(storage, Layout.contiguous(tuple(array.shape)))
+    return Tensor(node)
+
+
+def constant(value, dtype: DType, device: Device) -> Node:
+    """A shared 0-d leaf holding ``value`` as ``dtype`` on ``device``."""
+    key = (type(value), value, dtype.name, device)
+    try:
+        found = _CONSTANTS.get(key)
+    except TypeError:
+        found = None
+    if found is not None:
+        return found
+    node = leaf(np.asarray(value).astype(dtype.numpy).reshape(()), device)._node
+    if value == value:  # NaN never matches itself as a key
+        _CONSTANTS[key] = node
+        if len(_CONSTANTS) > _CONSTANT_LIMIT:
+            _CONSTANTS.popitem(last=False)
+    return node
+
+
+def cast(node: Node, dtype: DType) -> Node:
+    """``node`` as ``dtype`` (itself when it already is)."""
+    if node.dtype is dtype:
+        return node
+    return make(OpKind.CAST, (node,), CastParams(dtype))._node
+
+
+def expand(node: Node, shape: tuple[int, ...]) -> Node:
+    """``node`` broadcast to ``shape`` as a stride-0 view (itself when shapes match)."""
+    if node.shape == shape:
+        return node
+    return make(OpKind.EXPAND, (node,), ShapeParams(shape))._node
+
+
+def operand_nodes(values, dtype: DType | None = None) -> tuple[list[Node], DType]:
+    """Tensors and Python scalars as nodes of one promoted dtype on the tensors' device."""
+    tensors = [v for v in values if isinstance(v, Tensor)]
+    if not tensors:
+        raise FuelError("at least one operand must be a fuel Tensor")
+    device = tensors[0]._node.device
+    if dtype is None:
+        dtype = tensors[0]._node.dtype
+        for t in tensors[1:]:
+            dtype = dt.promote_types(dtype, t._node.dtype)
+        for v in values:
+            if not isinstance(v, Tensor):
+                dtype = dt.promote_with_scalar(dtype, _as_scalar(v))
+    nodes = [
+        cast(v._node, dtype) if isinstance(v, Tensor) else constant(_as_scalar(v), dtype, device)
+        for v in values
+    ]
+    return nodes, dtype
+
+
+def _as_scalar(value):
+    if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+        return value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value.item()
+    dt.scalar_kind(value)  # raises a DTypeError naming the value
+    return value
+
+
+def normalize_dim(dim: int, ndim: int, what: str = "dim") -> int:
+    """A dim in ``[-ndim, ndim)`` as a non-negative index; InvalidArgument otherwise."""
+    from fuel.ir.errors import InvalidArgument
+
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+        raise InvalidArgument(f"{what} must be an integer, got {dim!r}")
+    low = -max(ndim, 1)
+    high = max(ndim, 1) - 1
+    if not low <= dim <= high:
+        raise InvalidArgument(
+            f"{what} {dim} is out of range for a tensor with {ndim} dims "
+            f"(expected between {low} and {high})"
+        )
+    return int(dim) % max(ndim, 1)
+
+
+def normalize_dims(dim, ndim: int) -> tuple[int, ...]:
+    """``None`` -> every dim; an int or a sequence -> sorted unique non-negative dims."""
+    from fuel.ir.errors import InvalidArgument
+
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, (list, tuple)):
+        dims = tuple(sorted(normalize_dim(d, ndim) for d in dim))
+        if len(set(dims)) != len(dims):
+            raise InvalidArgument(f"dim {tuple(dim)} names a dimension twice")
+        return dims if ndim else ()
+    normalize_dim(dim, ndim)
+    return (normalize_dim(dim, ndim),) if ndim else ()

@@ -1,0 +1,162 @@
+"""Tensor factories: from data, constants, ranges and seeded random numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuel.frontend.build import leaf, make_source
+from fuel.ir import dtype as dt
+from fuel.ir.device import parse_device
+from fuel.ir.errors import DTypeError, InvalidArgument
+from fuel.ir.ops import ArangeParams, FullParams, OpKind
+from fuel.tensor import Tensor
+
+_generator = np.random.default_rng()
+
+
+def manual_seed(seed: int) -> None:
+    """Seed fuel's random number generator (rand, randn, dropout) for reproducible results."""
+    global _generator
+    _generator = np.random.default_rng(int(seed))
+
+
+def _shape(size) -> tuple[int, ...]:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    shape = []
+    for s in size:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
+            raise InvalidArgument(f"sizes must be non-negative integers, got {tuple(size)}")
+        shape.append(int(s))
+    return tuple(shape)
+
+
+def tensor(data, dtype=None, device=None) -> Tensor:
+    """A tensor holding a copy of ``data`` (nested lists, scalars, NumPy arrays, Tensors)."""
+    target = parse_device(device)
+    if isinstance(data, Tensor):
+        result = data.to(dtype=dtype) if dtype is not None else data
+        return result.to(target)
+    if isinstance(data, np.ndarray):
+        array = data
+        if array.dtype == object or array.dtype.kind not in "biuf" and array.dtype != \
+                dt.bfloat16.numpy:
+            raise DTypeError(f"fuel.tensor() needs numeric data, got a {array.dtype} array")
+        if dtype is None and array.dtype not in (d.numpy for d in dt.ALL_DTYPES):
+            raise DTypeError(f"NumPy dtype {array.dtype} has no fuel equivalent")
+        array = np.array(array, copy=True)
+    else:
+        try:
+            inferred = dt.infer_from_python(data)
+        except DTypeError as error:
+            raise DTypeError(f"fuel.tensor() needs numbers or nested lists of numbers: {error}") \
+                from None
+        try:
+            array = np.array(data, dtype=inferred.numpy)
+        except (ValueError, TypeError) as error:
+            raise InvalidArgument(f"fuel.tensor() got ragged or malformed data: {error}") \
+                from None
+    if dtype is not None:
+        array = array.astype(dt.to_dtype(dtype).numpy)
+    return leaf(array, target)
+
+
+def from_numpy(array: np.ndarray, device=None) -> Tensor:
+    """A tensor over ``array`` (shared on the CPU when it is contiguous, as in torch)."""
+    if not isinstance(array, np.ndarray):
+        raise InvalidArgument(f"from_numpy() takes a NumPy array, got {type(array).__name__}")
+    dt.from_numpy(array.dtype)
+    return leaf(array, parse_device(device))
+
+
+def full(size, fill_value, dtype=None, device=None) -> Tensor:
+    """A tensor of ``size`` filled with ``fill_value`` (dtype inferred from the value)."""
+    shape = tuple(size) if isinstance(size, (tuple, list)) else _shape((size,))
+    kind = dt.scalar_kind(fill_value)
+    chosen = dt.to_dtype(dtype) if dtype is not None else {
+        "b": dt.bool_, "i": dt.DEFAULT_INT, "f": dt.DEFAULT_FLOAT}[kind]
+    return make_source(OpKind.FULL, FullParams(_shape(shape), fill_value, chosen),
+                       parse_device(device))
+
+
+def zeros(*size, dtype=None, device=None) -> Tensor:
+    return full(_shape(size), 0, dtype or dt.DEFAULT_FLOAT, device)
+
+
+def ones(*size, dtype=None, device=None) -> Tensor:
+    return full(_shape(size), 1, dtype or dt.DEFAULT_FLOAT, device)
+
+
+def empty(*size, dtype=None, device=None) -> Tensor:
+    """A tensor of ``size`` whose values are unspecified (fuel fills it with zeros)."""
+    return zeros(*size, dtype=dtype, device=device)
+
+
+def zeros_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    return full(x.shape, 0, dtype or x.dtype, device or x.device)
+
+
+def ones_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    return full(x.shape, 1, dtype or x.dtype, device or x.device)
+
+
+def full_like(x: Tensor, fill_value, dtype=None, device=None) -> Tensor:
+    return full(x.shape, fill_value, dtype or x.dtype, device or x.device)
+
+
+def empty_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    return zeros_like(x, dtype, device)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
+    """Values from ``start`` (default 0) up to ``end`` by ``step``, torch's dtype rules."""
+    if end is None:
+        start, end = 0, start
+    for value in (start, end, step):
+        dt.scalar_kind(value)
+    if step == 0:
+        raise InvalidArgument("arange step must be nonzero")
+    count = max(0, int(np.ceil((end - start) / step)))
+    integral = all(dt.scalar_kind(v) in "bi" for v in (start, end, step))
+    chosen = dt.to_dtype(dtype) if dtype is not None else (
+        dt.DEFAULT_INT if integral else dt.DEFAULT_FLOAT)
+    return make_source(OpKind.ARANGE, ArangeParams(start, step, count, chosen),
+                       parse_device(device))
+
+
+def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
+    """The identity matrix of n x m (m defaults to n)."""
+    chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
+    return leaf(np.eye(n, n if m is None else m, dtype=chosen.numpy), parse_device(device))
+
+
+def rand(*size, dtype=None, device=None) -> Tensor:
+    """Uniform samples in [0, 1) from fuel's seeded generator."""
+    chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
+    if not chosen.is_floating:
+        raise DTypeError(f"rand() makes floating-point tensors, not {chosen.name}")
+    values = _generator.random(_shape(size), dtype=np.float64).astype(chosen.numpy)
+    return leaf(values, parse_device(device))
+
+
+def randn(*size, dtype=None, device=None) -> Tensor:
+    """Standard normal samples from fuel's seeded generator."""
+    chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
+    if not chosen.is_floating:
+        raise DTypeError(f"randn() makes floating-point tensors, not {chosen.name}")
+    values = _generator.standard_normal(_shape(size)).astype(chosen.numpy)
+    return leaf(values, parse_device(device))
+
+
+def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
+    """Integers in [low, high) from fuel's seeded generator."""
+    if high is None:
+        low, high = 0, low
+    chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_INT
+    values = _generator.integers(low, high, size=_shape(tuple(size))).astype(chosen.numpy)
+    return leaf(values, parse_device(device))
+
+
+def random_uniform(shape: tuple[int, ...], device) -> Tensor:
+    """Uniform float32 samples for dropout masks."""
+    return leaf(_generator.random(shape, dtype=np.float32), parse_device(device))

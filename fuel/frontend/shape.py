@@ -1,0 +1,329 @@
+"""Views (free of copies), indexing, and the ops that move data between positions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuel.frontend.build import expand, make, normalize_dim, operand_nodes
+from fuel.ir.device import parse_device
+from fuel.ir.errors import DTypeError, IndexOutOfRange, InvalidArgument, ShapeError
+from fuel.ir.ops import (
+    AxisParams,
+    CopyParams,
+    DiagonalParams,
+    OpKind,
+    PadParams,
+    PermuteParams,
+    ShapeParams,
+    SliceParams,
+)
+from fuel.tensor import Tensor
+
+
+def _sizes(args) -> tuple:
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+def reshape(x: Tensor, *shape) -> Tensor:
+    """Same elements under a new shape (one size may be -1); a view when strides allow."""
+    shape = _sizes(shape)
+    total = x.numel()
+    if any(not isinstance(s, (int, np.integer)) for s in shape):
+        raise InvalidArgument(f"reshape sizes must be integers, got {shape}")
+    shape = tuple(int(s) for s in shape)
+    if shape.count(-1) > 1 or any(s < -1 for s in shape):
+        raise ShapeError(f"invalid shape {shape} for reshape of {x.shape}")
+    if -1 in shape:
+        known = 1
+        for s in shape:
+            if s != -1:
+                known *= s
+        if known == 0 or total % known:
+            raise ShapeError(f"cannot reshape {x.shape} ({total} elements) into {shape}")
+        shape = tuple(total // known if s == -1 else s for s in shape)
+    count = 1
+    for s in shape:
+        count *= s
+    if count != total:
+        raise ShapeError(f"cannot reshape {x.shape} ({total} elements) into {shape}")
+    if shape == x.shape:
+        return x
+    return make(OpKind.RESHAPE, (x._node,), ShapeParams(shape))
+
+
+def permute(x: Tensor, *dims) -> Tensor:
+    dims = tuple(normalize_dim(d, x.ndim) for d in _sizes(dims))
+    if sorted(dims) != list(range(x.ndim)):
+        raise InvalidArgument(f"permute dims {dims} are not a permutation of {x.ndim} dims")
+    if dims == tuple(range(x.ndim)):
+        return x
+    return make(OpKind.PERMUTE, (x._node,), PermuteParams(dims))
+
+
+def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    if x.ndim < 2 and dim0 in (0, -1) and dim1 in (0, -1):
+        return x
+    order = list(range(x.ndim))
+    a, b = normalize_dim(dim0, x.ndim), normalize_dim(dim1, x.ndim)
+    order[a], order[b] = order[b], order[a]
+    return permute(x, *order)
+
+
+def t(x: Tensor) -> Tensor:
+    if x.ndim > 2:
+        raise ShapeError(f"t() expects at most 2 dims, got shape {x.shape}; use transpose")
+    return transpose(x, 0, 1) if x.ndim == 2 else x
+
+
+def expand_to(x: Tensor, *sizes) -> Tensor:
+    """Broadcast to ``sizes`` as a stride-0 view (-1 keeps a dim)."""
+    sizes = _sizes(sizes)
+    if len(sizes) < x.ndim:
+        raise ShapeError(f"expand to {sizes} has fewer dims than the tensor {x.shape}")
+    lead = len(sizes) - x.ndim
+    target = []
+    for axis, size in enumerate(sizes):
+        own = x.shape[axis - lead] if axis >= lead else 1
+        if size == -1:
+            if axis < lead:
+                raise ShapeError(f"expand: -1 is not allowed for a new leading dim in {sizes}")
+            size = own
+        if own != 1 and own != size:
+            raise ShapeError(f"cannot expand shape {x.shape} to {tuple(sizes)}")
+        target.append(int(size))
+    return Tensor(expand(x._node, tuple(target)))
+
+
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    axis = normalize_dim(dim, x.ndim + 1)
+    return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
+
+
+def squeeze(x: Tensor, dim=None) -> Tensor:
+    if dim is None:
+        return reshape(x, tuple(s for s in x.shape if s != 1))
+    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+    drop = {normalize_dim(d, x.ndim) for d in dims} if x.ndim else set()
+    return reshape(x, tuple(s for axis, s in enumerate(x.shape) if not (axis in drop and s == 1)))
+
+
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    start, end = normalize_dim(start_dim, x.ndim), normalize_dim(end_dim, x.ndim)
+    if start > end:
+        raise InvalidArgument(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    middle = 1
+    for s in x.shape[start:end + 1]:
+        middle *= s
+    return reshape(x, x.shape[:start] + (middle,) + x.shape[end + 1:])
+
+
+def slice_view(x: Tensor, slices: list[slice]) -> Tensor:
+    """A SLICE view from one Python slice per dim (steps may be negative)."""
+    starts, stops, steps = [], [], []
+    for s, size in zip(slices, x.shape):
+        if s.step == 0:
+            raise InvalidArgument("slice step cannot be zero")
+        start, stop, step = s.indices(size)
+        starts.append(start)
+        stops.append(stop)
+        steps.append(step)
+    if all(a == 0 and b == n and c == 1 for a, b, c, n in zip(starts, stops, steps, x.shape)):
+        return x
+    return make(OpKind.SLICE, (x._node,), SliceParams(tuple(starts), tuple(stops), tuple(steps)))
+
+
+def flip(x: Tensor, *dims) -> Tensor:
+    flipped = {normalize_dim(d, x.ndim) for d in _sizes(dims)}
+    return slice_view(x, [slice(None, None, -1) if axis in flipped else slice(None)
+                          for axis in range(x.ndim)])
+
+
+def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
+    axis = normalize_dim(dim, x.ndim)
+    slices = [slice(None)] * x.ndim
+    slices[axis] = slice(start, start + length)
+    return slice_view(x, slices)
+
+
+def getitem(x: Tensor, index) -> Tensor:
+    """Ints, slices (any step), None, ``...`` and one integer tensor (or list) per index."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    if sum(1 for i in items if i is Ellipsis) > 1:
+        raise InvalidArgument("an index can only have one ellipsis")
+    consumed = sum(1 for i in items if i is not None and i is not Ellipsis)
+    if consumed > x.ndim:
+        raise IndexOutOfRange(f"too many indices ({consumed}) for a tensor of {x.ndim} dims")
+    if Ellipsis in [i if i is Ellipsis else None for i in items]:
+        at = next(k for k, i in enumerate(items) if i is Ellipsis)
+        items[at:at + 1] = [slice(None)] * (x.ndim - consumed)
+    items += [slice(None)] * (x.ndim - sum(1 for i in items if i is not None))
+    slices, out_shape, tensor_index = [], [], None
+    axis = 0
+    for item in items:
+        if item is None:
+            out_shape.append(("new", None))
+            continue
+        size = x.shape[axis]
+        if isinstance(item, (list, np.ndarray)) or isinstance(item, Tensor):
+            if tensor_index is not None:
+                raise InvalidArgument("only one dim can be indexed by a tensor")
+            tensor_index = (axis, _index_tensor(item, x))
+            slices.append(slice(None))
+            out_shape.append(("tensor", axis))
+        elif isinstance(item, slice):
+            slices.append(item)
+            out_shape.append(("keep", axis))
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            position = int(item)
+            if not -size <= position < size:
+                raise IndexOutOfRange(f"index {position} is out of range for dim {axis} of "
+                                      f"size {size}")
+            position %= size
+            slices.append(slice(position, position + 1))
+        else:
+            raise InvalidArgument(f"unsupported index {item!r} ({type(item).__name__})")
+        axis += 1
+    viewed = slice_view(x, slices)
+    if tensor_index is not None:
+        dim, index = tensor_index
+        flat = index.reshape(-1) if index.ndim != 1 else index
+        viewed = index_select(viewed, dim, flat)
+    shape = []
+    for kind, axis in out_shape:
+        if kind == "new":
+            shape.append(1)
+        elif kind == "keep":
+            shape.append(viewed.shape[axis])
+        else:
+            shape.extend(tensor_index[1].shape)
+    return reshape(viewed, tuple(shape))
+
+
+def _index_tensor(item, x: Tensor) -> Tensor:
+    from fuel.frontend.factories import tensor as make_tensor
+
+    index = item if isinstance(item, Tensor) else make_tensor(np.asarray(item), device=x.device)
+    if index.dtype.is_bool:
+        raise InvalidArgument("boolean mask indexing has a data-dependent shape; use "
+                              "where() or masked_fill() instead")
+    if not index.dtype.is_integer:
+        raise DTypeError(f"index tensors must be integers, got {index.dtype.name}")
+    return index
+
+
+def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    axis = normalize_dim(dim, x.ndim)
+    node = index._node
+    if node.dtype.name not in ("int32", "int64"):
+        node = index.long()._node
+    return make(OpKind.INDEX_SELECT, (x._node, node), AxisParams(axis))
+
+
+def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    node = index._node if index.dtype.name in ("int32", "int64") else index.long()._node
+    return make(OpKind.GATHER, (x._node, node), AxisParams(normalize_dim(dim, x.ndim)))
+
+
+def cat(tensors, dim: int = 0) -> Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise InvalidArgument("cat() needs at least one tensor")
+    nodes, _ = operand_nodes(tensors)
+    axis = normalize_dim(dim, tensors[0].ndim)
+    return make(OpKind.CAT, tuple(nodes), AxisParams(axis))
+
+
+def stack(tensors, dim: int = 0) -> Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise InvalidArgument("stack() needs at least one tensor")
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        raise ShapeError(f"stack() needs equal shapes, got {sorted(shapes)}")
+    axis = normalize_dim(dim, tensors[0].ndim + 1)
+    return cat([unsqueeze(t, axis) for t in tensors], axis)
+
+
+def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]:
+    axis = normalize_dim(dim, x.ndim)
+    size = x.shape[axis]
+    if isinstance(split_size_or_sections, int):
+        if split_size_or_sections <= 0:
+            raise InvalidArgument("split size must be positive")
+        sections = [min(split_size_or_sections, size - s)
+                    for s in range(0, size, split_size_or_sections)] or [0]
+    else:
+        sections = list(split_size_or_sections)
+        if sum(sections) != size:
+            raise ShapeError(f"split sections {sections} do not add up to dim size {size}")
+    parts, start = [], 0
+    for length in sections:
+        parts.append(narrow(x, axis, start, length))
+        start += length
+    return tuple(parts)
+
+
+def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    if chunks <= 0:
+        raise InvalidArgument("chunks must be positive")
+    size = x.shape[normalize_dim(dim, x.ndim)]
+    return split(x, max(1, -(-size // chunks)), dim)
+
+
+def triangle(op: OpKind, x: Tensor, diagonal: int = 0) -> Tensor:
+    return make(op, (x._node,), DiagonalParams(int(diagonal)))
+
+
+def pad(x: Tensor, widths, value=0) -> Tensor:
+    """torch order: ``(last_before, last_after, second_last_before, ...)``; non-negative."""
+    widths = list(widths)
+    if len(widths) % 2 or len(widths) // 2 > x.ndim:
+        raise InvalidArgument(f"pad widths {tuple(widths)} must be pairs for at most {x.ndim} dims")
+    if any(w < 0 for w in widths):
+        raise InvalidArgument("negative padding is not supported; slice instead")
+    per_dim = [(0, 0)] * x.ndim
+    for k in range(len(widths) // 2):
+        per_dim[x.ndim - 1 - k] = (int(widths[2 * k]), int(widths[2 * k + 1]))
+    return make(OpKind.PAD, (x._node,), PadParams(tuple(per_dim), value))
+
+
+def copy_to(x: Tensor, device) -> Tensor:
+    """``x`` on ``device``: a COPY node, or ``x`` itself when it already lives there."""
+    target = parse_device(device)
+    if target == x._node.device:
+        return x
+    from fuel.backends import get_backend
+
+    get_backend(target)  # fail now, at the user's line, when the device is unusable
+    return make(OpKind.COPY, (x._node,), CopyParams(target), device=target)
+
+
+def install(cls) -> None:
+    """Attach the view and indexing methods to Tensor."""
+    cls.reshape = reshape
+    cls.view = reshape
+    cls.permute = permute
+    cls.transpose = transpose
+    cls.swapaxes = transpose
+    cls.t = t
+    cls.mT = property(lambda self: transpose(self, -2, -1))
+    cls.T = property(lambda self: permute(self, *reversed(range(self.ndim))))
+    cls.expand = expand_to
+    cls.broadcast_to = lambda self, shape: expand_to(self, *shape)
+    cls.expand_as = lambda self, other: expand_to(self, *other.shape)
+    cls.unsqueeze = unsqueeze
+    cls.squeeze = squeeze
+    cls.flatten = flatten
+    cls.flip = flip
+    cls.narrow = narrow
+    cls.__getitem__ = getitem
+    cls.index_select = index_select
+    cls.gather = gather
+    cls.split = split
+    cls.chunk = chunk
+    cls.tril = lambda self, diagonal=0: triangle(OpKind.TRIL, self, diagonal)
+    cls.triu = lambda self, diagonal=0: triangle(OpKind.TRIU, self, diagonal)

@@ -1,0 +1,30 @@
+"""Storage: one backend buffer, viewable through many Layouts."""
+
+from __future__ import annotations
+
+from fuel.ir.device import Device
+from fuel.ir.dtype import DType
+
+
+class Storage:
+    """A backend buffer of ``size`` elements of ``dtype`` on ``device``.
+
+    ``backend`` is the backend object that made the buffer; kernels use it to move bytes
+    to and from the host without knowing which backend produced a foreign storage.
+    """
+
+    __slots__ = ("buffer", "dtype", "size", "device", "backend", "__weakref__")
+
+    def __init__(self, buffer, dtype: DType, size: int, device: Device, backend) -> None:
+        self.buffer = buffer
+        self.dtype = dtype
+        self.size = size
+        self.device = device
+        self.backend = backend
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return f"Storage({self.dtype.name}[{self.size}] on {self.device})"

@@ -1,0 +1,113 @@
+"""torch.nn.functional's inference ops, built from fuel's graph ops."""
+
+from __future__ import annotations
+
+import math
+
+from fuel.frontend.elementwise import gelu, unary, where
+from fuel.frontend.factories import random_uniform
+from fuel.frontend.shape import cat, chunk, gather, index_select, split, stack
+from fuel.frontend.shape import pad as _pad
+from fuel.frontend.structured import layer_norm, log_softmax, matmul, rms_norm, softmax
+from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
+from fuel.ir.ops import OpKind
+from fuel.tensor import Tensor
+
+__all__ = [
+    "cat", "chunk", "dropout", "embedding", "gather", "gelu", "index_select", "layer_norm",
+    "linear", "log_softmax", "matmul", "pad", "relu", "rms_norm", "scaled_dot_product_attention",
+    "sigmoid", "silu", "softmax", "split", "stack", "tanh",
+]
+
+
+def relu(x: Tensor) -> Tensor:
+    return unary(OpKind.RELU, x)
+
+
+def silu(x: Tensor) -> Tensor:
+    return unary(OpKind.SILU, x)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return unary(OpKind.SIGMOID, x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    return unary(OpKind.TANH, x)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight.T + bias, with ``weight`` of shape (out_features, in_features)."""
+    if weight.ndim != 2:
+        raise ShapeError(f"linear weight must be 2-D (out, in), got {weight.shape}")
+    result = matmul(x, weight.t())
+    return result + bias if bias is not None else result
+
+
+def embedding(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002 - torch's name
+    """Rows of ``weight`` picked by the integer ``input`` (any shape)."""
+    if not input.dtype.is_integer:
+        raise DTypeError(f"embedding indices must be integers, got {input.dtype.name}")
+    rows = index_select(weight, 0, input.reshape(-1))
+    return rows.reshape(input.shape + (weight.shape[1],))
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = False) -> Tensor:
+    """Identity at inference; in training zero each element with probability ``p`` and rescale."""
+    if not 0.0 <= p <= 1.0:
+        raise InvalidArgument(f"dropout probability must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0
+    keep = random_uniform(x.shape, x.device) >= p
+    return where(keep, x * (1.0 / (1.0 - p)), 0.0)
+
+
+def pad(x: Tensor, pad, mode: str = "constant", value=0) -> Tensor:  # noqa: A002
+    """Constant padding, widths in torch's order (last dim first)."""
+    if mode != "constant":
+        raise InvalidArgument(f"pad mode {mode!r} is not supported; use 'constant'")
+    return _pad(x, pad, value if value is not None else 0)
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """softmax(q k^T * scale + mask) v; a bool mask keeps True positions (torch)."""
+    if query.shape[-1] != key.shape[-1]:
+        raise ShapeError(f"query {query.shape} and key {key.shape} differ in the last dim")
+    if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        repeat = query.shape[-3] // key.shape[-3]
+        key = _repeat_heads(key, repeat)
+        value = _repeat_heads(value, repeat)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = matmul(query, key.transpose(-2, -1)) * scale
+    length, source = query.shape[-2], key.shape[-2]
+    if is_causal:
+        from fuel.frontend.factories import ones
+
+        allowed = ones(length, source, dtype="bool", device=query.device).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype.is_bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = softmax(scores, -1)
+    weights = dropout(weights, dropout_p, training=dropout_p > 0)
+    return matmul(weights, value)
+
+
+def _repeat_heads(x: Tensor, repeat: int) -> Tensor:
+    """(..., h, s, d) -> (..., h * repeat, s, d) by repeating each head (grouped-query)."""
+    lead, heads, length, width = x.shape[:-3], x.shape[-3], x.shape[-2], x.shape[-1]
+    expanded = x.unsqueeze(-3).expand(*lead, heads, repeat, length, width)
+    return expanded.reshape(*lead, heads * repeat, length, width)

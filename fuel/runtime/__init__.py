@@ -1,0 +1,5 @@
+"""The executor: the realize walk."""
+
+from fuel.runtime.executor import realize
+
+__all__ = ["realize"]

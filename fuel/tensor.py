@@ -1,0 +1,207 @@
+"""Tensor: a handle on a lazy graph Node, with torch's names and semantics.
+
+Nothing here executes by itself: ops build Nodes, and ``realize`` (or anything that needs
+values: ``numpy``, ``item``, ``tolist``, ``print`` of a realized tensor) runs the graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuel.ir import dtype as dt
+from fuel.ir.errors import InvalidArgument
+from fuel.ir.ops import OpKind
+
+
+class Tensor:
+    """A lazy n-d array on a device. Build graphs with its methods; ``realize`` runs them."""
+
+    __slots__ = ("_node", "__weakref__")
+    __array_priority__ = 1000  # NumPy defers to our reflected operators
+
+    def __init__(self, node) -> None:
+        self._node = node
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._node.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self._node.shape)
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self._node.dtype
+
+    @property
+    def device(self) -> str:
+        return str(self._node.device)
+
+    @property
+    def is_realized(self) -> bool:
+        return self._node.buffer is not None
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return self.shape
+        return self.shape[_build.normalize_dim(dim, self.ndim)]
+
+    def numel(self) -> int:
+        count = 1
+        for s in self.shape:
+            count *= s
+        return count
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise InvalidArgument("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # ------------------------------------------------------------------ execution
+    def realize(self, pipelined: bool = False) -> Tensor:
+        """Run the graph behind this tensor; returns self (now a realized leaf)."""
+        from fuel.runtime.executor import realize
+
+        realize([self._node], pipelined=pipelined)
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """The values as a new NumPy array (realizes first)."""
+        self.realize()
+        node = self._node
+        return np.array(node.buffer.backend.download(node.buffer, node.layout), copy=True)
+
+    def __array__(self, dtype=None, copy=None):
+        values = self.numpy()
+        return values if dtype is None else values.astype(dtype)
+
+    def item(self):
+        """The single value as a Python scalar."""
+        if self.numel() != 1:
+            raise InvalidArgument(f"item() needs exactly one element, this tensor has shape "
+                                  f"{self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self):
+        values = self.numpy()
+        if self.dtype is dt.bfloat16:
+            values = values.astype(np.float32)
+        return values.tolist()
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise InvalidArgument(f"the truth value of a tensor of shape {self.shape} is "
+                                  "ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.is_floating:
+            raise InvalidArgument("only integer tensors can be used as an index")
+        return int(self.item())
+
+    def __repr__(self) -> str:
+        node = self._node
+        head = f"shape={self.shape}, dtype={self.dtype.name}, device={self.device}"
+        if node.buffer is not None and node.device.backend.value == "cpu" and self.numel() <= 64:
+            values = np.array2string(self.numpy(), separator=", ", precision=4)
+            return f"Tensor({values}, {head})"
+        state = "realized" if node.buffer is not None else f"lazy {node.op.value}"
+        return f"Tensor(<{state}>, {head})"
+
+    def explain(self):
+        """The graph a realize would run: one line per node with the kernel it dispatches to."""
+        from fuel.explain import explain
+
+        return explain([self])
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    # ------------------------------------------------------------------ conversion
+    def to(self, *args, dtype=None, device=None) -> Tensor:
+        """``to(dtype)``, ``to(device)`` or both; returns self when nothing changes."""
+        for arg in args:
+            if isinstance(arg, (dt.DType, type)) or (isinstance(arg, np.dtype)):
+                dtype = arg
+            elif isinstance(arg, str) and arg.split(":")[0] in dt._BY_NAME:
+                dtype = arg
+            else:
+                device = arg
+        result = self
+        if dtype is not None:
+            result = Tensor(_build.cast(result._node, dt.to_dtype(dtype)))
+        if device is not None:
+            result = _shape.copy_to(result, device)
+        return result
+
+    def float(self) -> Tensor:
+        return self.to(dt.float32)
+
+    def half(self) -> Tensor:
+        return self.to(dt.float16)
+
+    def double(self) -> Tensor:
+        return self.to(dt.float64)
+
+    def long(self) -> Tensor:
+        return self.to(dt.int64)
+
+    def int(self) -> Tensor:
+        return self.to(dt.int32)
+
+    def bool(self) -> Tensor:
+        return self.to(dt.bool_)
+
+    def bfloat16(self) -> Tensor:
+        return self.to(dt.bfloat16)
+
+    def type(self, dtype) -> Tensor:
+        return self.to(dt.to_dtype(dtype))
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu")
+
+    def contiguous(self) -> Tensor:
+        """A dense copy when this tensor is a strided view; the copy runs at realize."""
+        return _build.make(OpKind.CONTIGUOUS, (self._node,), None)
+
+    def clone(self) -> Tensor:
+        return self.contiguous()
+
+    def detach(self) -> Tensor:
+        return self
+
+    def masked_fill(self, mask, value) -> Tensor:
+        return _elementwise.where(mask, value, self, dtype=self.dtype)
+
+    def clamp(self, min=None, max=None) -> Tensor:  # noqa: A002 - torch's names
+        return _elementwise.clamp(self, min, max)
+
+    clip = clamp
+
+    def where(self, condition, other) -> Tensor:
+        return _elementwise.where(condition, self, other)
+
+
+# Method families live beside the functions that build their graphs.
+from fuel.frontend import build as _build  # noqa: E402
+from fuel.frontend import elementwise as _elementwise  # noqa: E402
+from fuel.frontend import reduce as _reduce  # noqa: E402, F401
+from fuel.frontend import shape as _shape  # noqa: E402
+from fuel.frontend import structured as _structured  # noqa: E402
+
+_elementwise.install(Tensor)
+_reduce.install(Tensor)
+_shape.install(Tensor)
+_structured.install(Tensor)
