@@ -51,9 +51,12 @@ from fuel.ir.errors import (
     ShapeError,
 )
 from fuel.profiler import Profile, profile
+from fuel import backends as _backends
 from fuel.tensor import Tensor
 
 __version__ = "0.1.0"
+
+_backends.find_backend(BackendId.CPU)  # the embedded default registers its kernels at import
 
 
 def realize(*tensors: Tensor, pipelined: bool = False) -> tuple[Tensor, ...]:

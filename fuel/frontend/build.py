@@ -42,6 +42,9 @@ def make(op: OpKind, inputs: tuple[Node, ...], params, device: Device | None = N
 
 def make_source(op: OpKind, params, device: Device) -> Tensor:
     """A node without inputs (a generator such as FULL or ARANGE)."""
+    from fuel.backends import get_backend
+
+    get_backend(device)  # an unusable device fails here, at the user's line
     shape, dtype = infer(op, params, (), ())
     return Tensor(Node(op, (), params, dtype, shape, device, creation_site()))
 

@@ -15,6 +15,7 @@ from fuel.ir.ops import (
     PadParams,
     PermuteParams,
     ShapeParams,
+    SliceAssignParams,
     SliceParams,
 )
 from fuel.tensor import Tensor
@@ -215,6 +216,48 @@ def _index_tensor(item, x: Tensor) -> Tensor:
     return index
 
 
+def setitem(x: Tensor, index, value) -> None:
+    """``x[index] = value`` for int/slice/``...`` indices: rebinds ``x`` to the written tensor.
+
+    On a realized ``x`` the write goes into its own storage at the next realize (in place, as
+    in torch); lazy tensors built from ``x`` earlier and realized later see the new values.
+    """
+    from fuel.frontend.build import cast, constant
+
+    items = list(index) if isinstance(index, tuple) else [index]
+    if any(i is None or isinstance(i, (Tensor, list, np.ndarray)) for i in items):
+        raise InvalidArgument("assignment supports int, slice and ... indices only")
+    indexed_shape = getitem(x, index).shape  # validates every index
+    bounds = [s.indices(n) for s, n in zip(_region_slices(x, items), x.shape)]
+    region_shape = tuple(len(range(*b)) for b in bounds)
+    if isinstance(value, Tensor):
+        value_tensor = Tensor(cast(value._node, x.dtype))
+    else:
+        value_tensor = Tensor(constant(value, x.dtype, x._node.device))
+    value_tensor = reshape(expand_to(value_tensor, *indexed_shape), region_shape)
+    starts, stops, steps = (tuple(b[k] for b in bounds) for k in range(3))
+    node = x._node
+    inplace = node.buffer is not None or (
+        node.op is OpKind.SLICE_ASSIGN and node.params.inplace)
+    params = SliceAssignParams(starts, stops, steps, inplace)
+    x._node = make(OpKind.SLICE_ASSIGN, (node, value_tensor._node), params)._node
+
+
+def _region_slices(x: Tensor, items: list) -> list[slice]:
+    if sum(1 for i in items if i is Ellipsis) == 1:
+        at = items.index(Ellipsis)
+        items[at:at + 1] = [slice(None)] * (x.ndim - len(items) + 1)
+    items = items + [slice(None)] * (x.ndim - len(items))
+    slices = []
+    for item, size in zip(items, x.shape):
+        if isinstance(item, slice):
+            slices.append(item)
+        else:
+            position = int(item) % size
+            slices.append(slice(position, position + 1))
+    return slices
+
+
 def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
     axis = normalize_dim(dim, x.ndim)
     node = index._node
@@ -321,6 +364,7 @@ def install(cls) -> None:
     cls.flip = flip
     cls.narrow = narrow
     cls.__getitem__ = getitem
+    cls.__setitem__ = setitem
     cls.index_select = index_select
     cls.gather = gather
     cls.split = split

@@ -176,6 +176,17 @@ class SliceParams:
 
 
 @dataclass(frozen=True, slots=True)
+class SliceAssignParams:
+    """Write a value into a slice region of a target. ``inplace``: the output is the target's
+    own storage (``x[i] = v`` on a realized tensor), so only the region is written."""
+
+    starts: tuple[int, ...]
+    stops: tuple[int, ...]
+    steps: tuple[int, ...]
+    inplace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class FullParams:
     shape: tuple[int, ...]
     value: float | int | bool

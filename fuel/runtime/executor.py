@@ -172,7 +172,11 @@ class _Walk:
         backend = get_backend(node.device)
         self.devices.add(node.device)
         out_layout = Layout.contiguous(node.shape)
-        output = backend.allocate(node.device, node.dtype, out_layout.numel)
+        if node.op is OpKind.SLICE_ASSIGN and node.params.inplace and \
+                layouts[0].is_dense_from_zero():
+            output = inputs[0]  # x[i] = v on a realized tensor writes its own storage
+        else:
+            output = backend.allocate(node.device, node.dtype, out_layout.numel)
         layouts.append(out_layout)
         waited = node_id in self.wait_set
         if waited or op_profile.tracing():
