@@ -1,0 +1,96 @@
+"""The ``fuel`` command: inspect kernels and backends, run models (``fuel --help``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from fuel.ir.errors import FuelError
+
+# Modules that add sub-commands; each defines ``add_commands(subparsers)`` and imports its
+# optional dependencies only when a command runs.
+COMMAND_MODULES = ("fuel.models.cli", "fuel.onnx.cli")
+
+
+def _kernels(args: argparse.Namespace) -> int:
+    from fuel.dispatch.kernel import global_table
+    from fuel.ir.device import BackendId
+    from fuel.ir.ops import OpKind
+
+    _load_all_backends()
+    op = None
+    backend = None
+    try:
+        if args.op:
+            op = OpKind(args.op.lower())
+        if args.backend:
+            backend = BackendId(args.backend.lower())
+    except ValueError as error:
+        raise FuelError(f"{error}; see `fuel kernels` for the names") from None
+    rows = global_table().coverage(op, backend)
+    print(f"{'op':<16}{'backend':<9}{'dtypes':<44}{'source':<10}{'caps':<10}revision")
+    for kind, dtypes, backend_id, siblings in rows:
+        names = ", ".join(d.name for d in dtypes[:-1]) + " -> " + dtypes[-1].name
+        for entry in siblings:
+            caps = "strided" if entry.caps.strided_input else "dense"
+            if entry.caps.requires_broadcast:
+                caps += "+bcast"
+            print(f"{kind.value:<16}{backend_id.value:<9}{names:<44}{entry.kernel_source:<10}"
+                  f"{caps:<10}{entry.kernel_revision_hash:016x}")
+    print(f"{len(rows)} bindings")
+    return 0
+
+
+def _load_all_backends() -> None:
+    from fuel.backends import find_backend
+    from fuel.ir.device import BackendId
+
+    for backend_id in BackendId:
+        find_backend(backend_id)
+
+
+def _backends(args: argparse.Namespace) -> int:
+    from fuel.backends import backend_rows
+
+    for name, available, reason, devices in backend_rows():
+        state = "available" if available else f"unavailable ({reason})"
+        print(f"{name:<8}{state}")
+        for device, description in devices:
+            print(f"  {device:<12}{description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fuel", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    kernels = commands.add_parser("kernels", help="list the kernel binding table")
+    kernels.add_argument("--op", help="only this op (e.g. add, matmul)")
+    kernels.add_argument("--backend", help="only this backend (cpu, opencl, ...)")
+    kernels.set_defaults(handler=_kernels)
+    backends = commands.add_parser("backends", help="list backends and devices")
+    backends.set_defaults(handler=_backends)
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name and module_name.startswith(error.name):
+                continue
+            raise
+        module.add_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except FuelError as error:
+        print(f"fuel: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
