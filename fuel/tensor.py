@@ -140,7 +140,8 @@ class Tensor:
                 device = arg
         result = self
         if dtype is not None:
-            result = Tensor(_build.cast(result._node, dt.to_dtype(dtype)))
+            node = _build.cast(result._node, dt.to_dtype(dtype))
+            result = result if node is result._node else Tensor(node)
         if device is not None:
             result = _shape.copy_to(result, device)
         return result
