@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from fuel import backends as _backends
 from fuel import nn  # noqa: E402
+from fuel.frontend.build import at_user_line as _at_user_line
 from fuel.frontend.elementwise import where
 from fuel.frontend.factories import (
     arange,
@@ -51,7 +53,6 @@ from fuel.ir.errors import (
     ShapeError,
 )
 from fuel.profiler import Profile, profile
-from fuel import backends as _backends
 from fuel.tensor import Tensor
 
 __version__ = "0.1.0"
@@ -69,6 +70,8 @@ def realize(*tensors: Tensor, pipelined: bool = False) -> tuple[Tensor, ...]:
 
 def _elementwise_function(name: str):
     def function(x, *args, **kwargs):
+        if not isinstance(x, Tensor):
+            raise InvalidArgument(f"fuel.{name}() takes a Tensor first, got {type(x).__name__}")
         return getattr(x, name)(*args, **kwargs)
 
     function.__name__ = name
@@ -85,6 +88,14 @@ for _name in (
     "clamp masked_fill log_softmax"
 ).split():
     globals()[_name] = _elementwise_function(_name)
+del _name
+
+# Module-level ops name the user's line in their errors, like the Tensor methods do.
+for _name in ("where", "cat", "stack", "split", "chunk", "gather", "index_select", "matmul",
+              "softmax", "tensor", "from_numpy", "full", "zeros", "ones", "empty", "arange",
+              "eye", "rand", "randn", "randint", "zeros_like", "ones_like", "full_like",
+              "empty_like"):
+    globals()[_name] = _at_user_line(globals()[_name])
 del _name
 
 __all__ = [

@@ -206,3 +206,17 @@ _elementwise.install(Tensor)
 _reduce.install(Tensor)
 _shape.install(Tensor)
 _structured.install(Tensor)
+
+
+def _locate_user_errors(cls) -> None:
+    """Graph-building errors name the user's line: wrap every op method once."""
+    import types
+
+    skip = {"__init__", "__repr__", "__hash__", "__len__", "__bool__", "__array__", "__int__",
+            "__float__", "__index__", "realize", "numpy", "item", "tolist", "explain"}
+    for name, value in list(vars(cls).items()):
+        if isinstance(value, types.FunctionType) and name not in skip:
+            setattr(cls, name, _build.at_user_line(value))
+
+
+_locate_user_errors(Tensor)

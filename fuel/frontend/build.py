@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 
 import numpy as np
@@ -19,23 +20,43 @@ _CONSTANTS: OrderedDict = OrderedDict()
 _CONSTANT_LIMIT = 1024
 
 
+def at_user_line(function):
+    """Re-raise a FuelError from graph building with the user's file and line appended."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except FuelError as error:
+            if getattr(error, "located", False):
+                raise
+            raise _located(error) from None
+
+    return wrapper
+
+
+def _located(error: FuelError) -> FuelError:
+    file, line = creation_site()
+    located = type(error)(f"{error} (at {file}:{line})")
+    located.located = True
+    return located
+
+
 def make(op: OpKind, inputs: tuple[Node, ...], params, device: Device | None = None) -> Tensor:
     """A new lazy node of ``op`` over ``inputs``; shape/dtype errors name the user's line.
     ``device`` is where the node runs (its inputs' device unless it is a copy)."""
     source_device = inputs[0].device
     for other in inputs[1:]:
         if other.device is not source_device and other.device != source_device:
-            site = creation_site()
-            raise DeviceMismatch(
+            raise _located(DeviceMismatch(
                 f"{op.value}: operands live on {source_device} and {other.device}; move one with "
-                f".to() first (at {site[0]}:{site[1]})"
-            )
+                ".to() first"
+            ))
     try:
         shape, dtype = infer(op, params, tuple(i.shape for i in inputs),
                              tuple(i.dtype for i in inputs))
     except FuelError as error:
-        site = creation_site()
-        raise type(error)(f"{op.value}: {error} (at {site[0]}:{site[1]})") from None
+        raise _located(type(error)(f"{op.value}: {error}")) from None
     return Tensor(Node(op, inputs, params, dtype, shape, device or source_device,
                        creation_site()))
 

@@ -111,3 +111,13 @@ def _repeat_heads(x: Tensor, repeat: int) -> Tensor:
     lead, heads, length, width = x.shape[:-3], x.shape[-3], x.shape[-2], x.shape[-1]
     expanded = x.unsqueeze(-3).expand(*lead, heads, repeat, length, width)
     return expanded.reshape(*lead, heads * repeat, length, width)
+
+
+def _locate_user_errors() -> None:
+    from fuel.frontend.build import at_user_line
+
+    for name in __all__:
+        globals()[name] = at_user_line(globals()[name])
+
+
+_locate_user_errors()
