@@ -39,21 +39,40 @@ class BindingEntry:
 
 
 def revision_hash(kernel: Kernel, extra: str = "") -> int:
-    """A stable 64-bit identity of a kernel's code (and of the values a template closed over)."""
-    code = getattr(kernel, "__code__", None)
-    parts = [getattr(kernel, "__module__", ""), getattr(kernel, "__qualname__", repr(kernel))]
-    if code is not None:
-        parts.append(code.co_code.hex())
-        parts.append(repr(code.co_consts))
-    for cell in getattr(kernel, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:
-            continue
-        parts.append(getattr(value, "__qualname__", None) or repr(value))
-    parts.append(extra)
+    """A stable 64-bit identity of a kernel's code and of the values a template closed over:
+    the same in every process, different when the code or a closed-over value changes."""
+    parts: list[str] = [extra]
+    _fingerprint(kernel, parts, depth=0)
     digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+def _fingerprint(value, parts: list[str], depth: int) -> None:
+    if depth > 4:
+        parts.append(type(value).__name__)
+        return
+    code = getattr(value, "__code__", None)
+    if isinstance(value, type(_fingerprint.__code__)):
+        code = value
+    if code is None:
+        # Not Python code (a ufunc, a number, a dtype, ...): its repr is stable.
+        parts.append(getattr(value, "__qualname__", None) or repr(value))
+        return
+    parts.append(getattr(value, "__module__", "") or "")
+    parts.append(getattr(value, "__qualname__", "") or code.co_name)
+    parts.append(code.co_code.hex())
+    parts.append(" ".join(sorted(code.co_names)))
+    for constant in code.co_consts:
+        if isinstance(constant, type(code)):
+            _fingerprint(constant, parts, depth + 1)
+        else:
+            parts.append(repr(constant))
+    for cell in getattr(value, "__closure__", None) or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:
+            continue
+        _fingerprint(contents, parts, depth + 1)
 
 
 def _describe_dtypes(dtypes: Iterable[DType]) -> str:

@@ -144,3 +144,17 @@ def test_coverage_lists_every_key():
     rows = global_table().coverage(OpKind.MATMUL, BackendId.CPU)
     assert {r[1][0].name for r in rows} >= {"float32", "int64", "float16"}
     assert all(r[0] is OpKind.MATMUL and r[2] is BackendId.CPU for r in rows)
+
+
+def test_revision_hash_is_the_same_in_a_fresh_process():
+    import subprocess
+    import sys
+
+    code = ("import fuel; from fuel.dispatch import global_table; from fuel.ir.ops import OpKind;"
+            "from fuel.ir.device import BackendId; import fuel.ir.dtype as d;"
+            "print(global_table().lookup_entry(OpKind.GELU, (d.float32,)*2, BackendId.CPU)"
+            ".kernel_revision_hash)")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout for _ in range(2)}
+    here = global_table().lookup_entry(OpKind.GELU, (dt.float32,) * 2, BackendId.CPU)
+    assert runs == {f"{here.kernel_revision_hash}\n"}
