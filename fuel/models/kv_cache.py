@@ -1,0 +1,43 @@
+"""A preallocated key/value cache whose new entries are written in place at their position."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import fuel
+from fuel.ir.errors import InvalidArgument
+from fuel.tensor import Tensor
+
+
+class KVCache:
+    """Per layer, keys and values of shape ``(kv_heads, capacity, head_dim)``: realized
+    tensors that each decode step updates with ``cache[:, pos:pos + n, :] = new`` (no
+    concatenation, no reallocation). ``length`` counts the positions written so far."""
+
+    def __init__(self, num_layers: int, kv_heads: int, capacity: int, head_dim: int,
+                 device=None) -> None:
+        if capacity < 1:
+            raise InvalidArgument(f"KV cache capacity must be positive, got {capacity}")
+        self.capacity = capacity
+        self.length = 0
+        shape = (kv_heads, capacity, head_dim)
+        self.keys = [fuel.from_numpy(np.zeros(shape, np.float32), device=device)
+                     for _ in range(num_layers)]
+        self.values = [fuel.from_numpy(np.zeros(shape, np.float32), device=device)
+                       for _ in range(num_layers)]
+
+    def write(self, layer: int, position: int, keys: Tensor, values: Tensor
+              ) -> tuple[Tensor, Tensor]:
+        """Record ``keys``/``values`` (``(kv_heads, n, head_dim)``) at ``position`` of
+        ``layer``; returns the layer's whole (lazy, updated) key and value tensors."""
+        stop = position + keys.shape[1]
+        if stop > self.capacity:
+            raise InvalidArgument(f"KV cache overflow: positions up to {stop} do not fit its "
+                                  f"capacity of {self.capacity}")
+        self.keys[layer][:, position:stop, :] = keys
+        self.values[layer][:, position:stop, :] = values
+        return self.keys[layer], self.values[layer]
+
+    def tensors(self) -> list[Tensor]:
+        """Every cache tensor: realize them with the step's logits so the writes land."""
+        return self.keys + self.values

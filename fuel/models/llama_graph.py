@@ -1,0 +1,146 @@
+"""The Llama decoder as a fuel graph: one call builds the graph of one step (a prompt chunk or
+one decoded token) over a KVCache.
+
+Node economy matters more than flops here (a decode step is a few hundred nodes, each costing
+host time): q, k and v come from one fused matmul, gate and up from another; the attention
+scale is folded into the q weights; RoPE for q and k together is one batched matmul with
+per-position rotation matrices; grouped-query attention groups each kv head's query heads into
+one matmul (no repeated keys); attention always spans the whole preallocated cache, with an
+additive mask built from the position, so every decode step has the same graph structure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import fuel
+from fuel.models.gguf_loader import LlamaConfig
+from fuel.models.kv_cache import KVCache
+from fuel.nn.functional import rms_norm, silu, softmax
+from fuel.tensor import Tensor
+
+
+@dataclass
+class LayerWeights:
+    """One decoder layer; matrices are stored transposed, ``(in, out)``, for ``x @ w``."""
+
+    attn_norm: Tensor
+    qkv_t: Tensor
+    o_t: Tensor
+    ffn_norm: Tensor
+    gate_up_t: Tensor
+    down_t: Tensor
+
+
+@dataclass
+class LlamaWeights:
+    """All weights as realized fuel tensors."""
+
+    embed_t: Tensor
+    output_t: Tensor
+    norm: Tensor
+    layers: list[LayerWeights]
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, num_layers: int, device=None) -> LlamaWeights:
+        def leaf(name: str) -> Tensor:
+            return fuel.from_numpy(arrays[name], device=device)
+
+        embed = leaf("embed_t")
+        layers = [
+            LayerWeights(*(leaf(f"layers.{i}.{part}") for part in (
+                "attn_norm", "qkv_t", "o_t", "ffn_norm", "gate_up_t", "down_t")))
+            for i in range(num_layers)
+        ]
+        output = leaf("output_t") if "output_t" in arrays else embed
+        return cls(embed, output, leaf("norm"), layers)
+
+
+def rope_inverse_frequencies(config: LlamaConfig) -> np.ndarray:
+    """``1 / base^(2i/d)`` in float32, computed as Hugging Face computes it."""
+    dim = config.head_dim
+    exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    return (np.float32(1.0) / np.power(np.float32(config.rope_base), exponents)).astype(
+        np.float32)
+
+
+def rope_matrices(inverse_frequencies: np.ndarray, start: int, count: int) -> np.ndarray:
+    """``(count, d, d)`` matrices R with ``x @ R`` = rotate-half RoPE of ``x`` at positions
+    ``start .. start + count - 1``."""
+    half = inverse_frequencies.size
+    positions = np.arange(start, start + count, dtype=np.int64).astype(np.float32)
+    angles = positions[:, None] * inverse_frequencies[None, :]
+    cos, sin = np.cos(angles), np.sin(angles)
+    rotation = np.zeros((count, 2 * half, 2 * half), np.float32)
+    first, second = np.arange(half), np.arange(half, 2 * half)
+    rotation[:, first, first] = cos
+    rotation[:, second, second] = cos
+    rotation[:, second, first] = -sin
+    rotation[:, first, second] = sin
+    return rotation
+
+
+def attention_mask(start: int, count: int, group: int, capacity: int) -> np.ndarray:
+    """Additive ``(count * group, capacity)`` mask: row ``i * group + g`` (query position
+    ``start + i``) sees cache positions ``<= start + i``."""
+    positions = np.repeat(np.arange(start, start + count), group)
+    allowed = np.arange(capacity)[None, :] <= positions[:, None]
+    return np.where(allowed, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
+
+
+class StepInputs:
+    """The per-step leaves: token ids, rotation matrices and the attention mask."""
+
+    def __init__(self, ids: np.ndarray, start: int, config: LlamaConfig,
+                 inverse_frequencies: np.ndarray, capacity: int, device) -> None:
+        count = ids.size
+        group = config.num_heads // config.num_kv_heads
+        self.start = start
+        self.count = count
+        self.ids = fuel.from_numpy(ids.astype(np.int64), device=device)
+        self.rope = fuel.from_numpy(rope_matrices(inverse_frequencies, start, count),
+                                    device=device)
+        self.mask = fuel.from_numpy(attention_mask(start, count, group, capacity),
+                                    device=device)
+
+
+def attention(x: Tensor, layer: LayerWeights, index: int, step: StepInputs, cache: KVCache,
+              config: LlamaConfig) -> Tensor:
+    """Grouped-query self-attention of ``x`` (n, hidden) over the cache; returns (n, hidden)."""
+    n, d = step.count, config.head_dim
+    heads, kv_heads = config.num_heads, config.num_kv_heads
+    group = heads // kv_heads
+    h = rms_norm(x, (config.hidden_size,), layer.attn_norm, config.rms_eps)
+    qkv = h @ layer.qkv_t
+    rotated = qkv[:, :(heads + kv_heads) * d].reshape(n, heads + kv_heads, d) @ step.rope
+    q = rotated[:, :heads].reshape(n, kv_heads, group, d).permute(1, 0, 2, 3)
+    q = q.reshape(kv_heads, n * group, d)
+    k = rotated[:, heads:].permute(1, 0, 2)
+    v = qkv[:, (heads + kv_heads) * d:].reshape(n, kv_heads, d).permute(1, 0, 2)
+    keys, values = cache.write(index, step.start, k, v)
+    scores = q @ keys.transpose(1, 2) + step.mask
+    out = softmax(scores, -1) @ values
+    out = out.reshape(kv_heads, n, group, d).permute(1, 0, 2, 3).reshape(n, heads * d)
+    return out @ layer.o_t
+
+
+def feed_forward(x: Tensor, layer: LayerWeights, config: LlamaConfig) -> Tensor:
+    """SwiGLU: down(silu(gate(h)) * up(h)) with gate and up from one matmul."""
+    h = rms_norm(x, (config.hidden_size,), layer.ffn_norm, config.rms_eps)
+    gate_up = h @ layer.gate_up_t
+    width = config.intermediate_size
+    return (silu(gate_up[:, :width]) * gate_up[:, width:]) @ layer.down_t
+
+
+def decoder_step(weights: LlamaWeights, config: LlamaConfig, step: StepInputs,
+                 cache: KVCache, all_logits: bool) -> Tensor:
+    """The lazy logits of one step: ``(n, vocab)`` with ``all_logits``, else the last row's
+    ``(1, vocab)``. Building it queues the cache writes; realize it with ``cache.tensors()``."""
+    x = weights.embed_t.index_select(1, step.ids).t()
+    for index, layer in enumerate(weights.layers):
+        x = x + attention(x, layer, index, step, cache, config)
+        x = x + feed_forward(x, layer, config)
+    if not all_logits:
+        x = x[step.count - 1:]
+    return rms_norm(x, (config.hidden_size,), weights.norm, config.rms_eps) @ weights.output_t
