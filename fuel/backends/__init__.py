@@ -45,8 +45,12 @@ def _load_builtin(backend_id: BackendId):
     except Exception as error:  # an optional dependency that fails to import
         _load_errors[backend_id] = f"{module_name} failed to import: {error}"
         return None
-    register_backend(module.BACKEND)
-    return module.BACKEND
+    backend = getattr(module, "BACKEND", None)
+    if backend is None:
+        _load_errors[backend_id] = f"{module_name} defines no BACKEND"
+        return None
+    register_backend(backend)
+    return backend
 
 
 def find_backend(backend_id: BackendId):
