@@ -1,0 +1,208 @@
+"""OpenClBackend: storage on cl.Buffer, host transfers with events, completions and drain."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from fuel.backends.opencl import runtime
+from fuel.backends.opencl.runtime import DeviceContext, cl, wrap_errors
+from fuel.dispatch.kernel import KernelBindingTable
+from fuel.ir import dtype as dt
+from fuel.ir.device import BackendId, Device
+from fuel.ir.dtype import DType
+from fuel.ir.errors import DeviceError
+from fuel.ir.layout import Layout
+from fuel.memory import Storage
+
+MINIMUM_BUFFER_BYTES = 8  # OpenCL rejects empty buffers
+
+
+class OpenClCompletion:
+    """A marker event on a device's in-order queue: done when all earlier work is done."""
+
+    __slots__ = ("device", "event", "context")
+
+    def __init__(self, device: Device, event, context: DeviceContext) -> None:
+        self.device = device
+        self.event = event
+        self.context = context
+
+    def wait(self) -> None:
+        """Block until the marker completes; raise DeviceError (or an index fault) on error."""
+        with wrap_errors(f"OpenCL work on {self.device} failed"):
+            self.event.wait()
+            status = self.event.command_execution_status
+        if status < 0:
+            raise DeviceError(f"OpenCL work on {self.device} failed with status {status}")
+        self.context.check_faults()
+
+
+class OpenClBackend:
+    """The OpenCL backend: devices ``opencl:0..n``, one in-order queue each."""
+
+    backend_id = BackendId.OPENCL
+    kernel_source = "opencl"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._detected = False
+        self._contexts: list[DeviceContext] = []
+        self._devices: list[Device] = []
+        self._reason = ""
+        self._offline = ""
+
+    # ------------------------------------------------------------------ detection
+
+    def _detect(self) -> None:
+        if self._detected:
+            return
+        with self._lock:
+            if self._detected:
+                return
+            try:
+                candidates, reason = runtime.detect()
+                contexts = [DeviceContext(c) for c in candidates]
+            except Exception as error:  # detection must never raise
+                contexts, reason = [], f"OpenCL detection failed: {error}"
+            self._contexts = contexts
+            self._devices = [Device(BackendId.OPENCL, i) for i in range(len(contexts))]
+            self._reason = reason
+            self._detected = True
+
+    def is_available(self) -> bool:
+        """Whether at least one OpenCL device works (and the backend is online)."""
+        try:
+            self._detect()
+        except Exception:
+            return False
+        return bool(self._contexts) and not self._offline
+
+    def unavailable_reason(self) -> str:
+        self._detect()
+        return self._offline or ("" if self._contexts else self._reason)
+
+    def take_offline(self, reason: str) -> None:
+        """Make the backend unavailable, as when its devices disappear: every later use of an
+        OpenCL device or storage raises DeviceError with ``reason``."""
+        self._offline = reason or "taken offline"
+
+    def bring_online(self) -> None:
+        """Undo ``take_offline``."""
+        self._offline = ""
+
+    def devices(self) -> list[Device]:
+        self._detect()
+        return list(self._devices)
+
+    def context(self, device: Device) -> DeviceContext:
+        """The DeviceContext of ``device``; DeviceError when it is gone or unknown."""
+        if self._offline:
+            raise DeviceError(f"device {device} is unavailable: {self._offline}")
+        self._detect()
+        if device.backend is not BackendId.OPENCL or not 0 <= device.index < len(self._contexts):
+            names = ", ".join(str(d) for d in self._devices) or "none"
+            raise DeviceError(f"device {device} does not exist; opencl has: {names}")
+        return self._contexts[device.index]
+
+    def describe_device(self, device: Device) -> str:
+        return self.context(device).describe()
+
+    def supports_fp64(self) -> bool:
+        """Whether every device runs float64 kernels (cl_khr_fp64)."""
+        self._detect()
+        return bool(self._contexts) and all(c.fp64 for c in self._contexts)
+
+    # ------------------------------------------------------------------ storage
+
+    def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
+        context = self.context(device)
+        nbytes = size * dtype.itemsize
+        if nbytes > context.max_allocation:
+            raise DeviceError(
+                f"cannot allocate {size} x {dtype.name} ({nbytes} bytes) on {device}: the "
+                f"device's largest single allocation is {context.max_allocation} bytes"
+            )
+        with wrap_errors(f"cannot allocate {nbytes} bytes on {device}"):
+            buffer = cl.Buffer(context.context, cl.mem_flags.READ_WRITE,
+                               max(nbytes, MINIMUM_BUFFER_BYTES))
+        storage = Storage(buffer, dtype, size, device, self)
+        _account(context, storage, nbytes)
+        return storage
+
+    def upload(self, device: Device, array: np.ndarray) -> Storage:
+        flat = np.ascontiguousarray(array).reshape(-1)
+        storage = self.allocate(device, dt.from_numpy(flat.dtype), flat.size)
+        self.write_from_host(storage, flat)
+        return storage
+
+    def write_from_host(self, storage: Storage, array: np.ndarray) -> None:
+        """Enqueue a non-blocking copy of ``array`` into ``storage``; the event keeps the host
+        array alive until the copy is done."""
+        host = np.ascontiguousarray(array).reshape(-1)
+        if host.size == 0:
+            return
+        context = self.context(storage.device)
+        with wrap_errors(f"upload to {storage.device} failed"), context.lock:
+            event = cl.enqueue_copy(context.queue, storage.buffer, host, is_blocking=False)
+            context.keep_host_transfer(event)
+
+    def download(self, storage: Storage, layout: Layout) -> np.ndarray:
+        """The elements ``layout`` views, as a host array (waits for the queued work)."""
+        context = self.context(storage.device)
+        if layout.numel == 0:
+            return np.empty(layout.shape, storage.dtype.numpy)
+        if not layout.is_contiguous():
+            from fuel.backends.opencl.movement import strided_copy
+
+            dense = self.allocate(storage.device, storage.dtype, layout.numel)
+            strided_copy(storage, layout, dense, Layout.contiguous(layout.shape))
+            storage, layout = dense, Layout.contiguous(layout.shape)
+        host = np.empty(layout.numel, storage.dtype.numpy)
+        with wrap_errors(f"download from {storage.device} failed"):
+            with context.lock:
+                event = cl.enqueue_copy(context.queue, host, storage.buffer,
+                                        src_offset=layout.offset * storage.dtype.itemsize,
+                                        is_blocking=False)
+            event.wait()
+        context.check_faults()
+        return host.reshape(layout.shape)
+
+    def record_completion(self, storage: Storage) -> OpenClCompletion:
+        """A marker after the work enqueued so far on the storage's queue."""
+        context = self.context(storage.device)
+        with wrap_errors(f"cannot record an event on {storage.device}"), context.lock:
+            event = cl.enqueue_marker(context.queue)
+        return OpenClCompletion(storage.device, event, context)
+
+    def synchronize(self, device: Device) -> None:
+        """The realize-end drain: ``finish()`` the device's queue, then report index faults."""
+        self.context(device).finish()
+
+    def memory_stats(self, device: Device) -> dict[str, int]:
+        """Live buffers and bytes fuel holds on ``device``, and the peak of live bytes."""
+        context = self.context(device)
+        return {"live_buffers": context.live_buffers, "live_bytes": context.live_bytes,
+                "peak_bytes": context.peak_bytes}
+
+    def register(self, table: KernelBindingTable) -> None:
+        """Add the OpenCL kernels whose dtypes every detected device supports."""
+        from fuel.backends.opencl.kernels import register_kernels
+
+        register_kernels(table, fp64=self.supports_fp64())
+
+
+def _account(context: DeviceContext, storage: Storage, nbytes: int) -> None:
+    with context.lock:
+        context.live_buffers += 1
+        context.live_bytes += nbytes
+        context.peak_bytes = max(context.peak_bytes, context.live_bytes)
+    weakref.finalize(storage, _release, context, nbytes)
+
+
+def _release(context: DeviceContext, nbytes: int) -> None:
+    with context.lock:
+        context.live_buffers -= 1
+        context.live_bytes -= nbytes

@@ -1,0 +1,92 @@
+"""The OpenCL kernel list and the pieces every kernel family shares: ClKernel (a registered
+callable bound to its generated program) and 1-D / per-row launch helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from fuel.backends.opencl.codegen import ProgramSpec
+from fuel.dispatch.kernel import KernelCaps, KernelList
+from fuel.ir.device import BackendId
+
+STRIDED = KernelCaps(strided_input=True)
+DENSE = KernelCaps()
+
+Host = Callable[["ClKernel", Sequence, Sequence, Sequence, object], None]
+
+
+class ClKernel:
+    """A registered OpenCL kernel: the host function that prepares and enqueues a launch of
+    ``name`` from ``spec``. Its ``__qualname__`` carries the program digest, so the binding
+    table's revision hash changes whenever the generated OpenCL source does."""
+
+    def __init__(self, host: Host, spec: ProgramSpec | None, name: str, **settings) -> None:
+        self.host = host
+        self.spec = spec
+        self.name = name
+        self.settings = settings
+        digest = spec.digest if spec is not None else "host"
+        self.__qualname__ = f"opencl.{name}#{digest}"
+
+    def __call__(self, inputs, outputs, layouts, params) -> None:
+        self.host(self, inputs, outputs, layouts, params)
+
+    def __repr__(self) -> str:
+        return f"ClKernel({self.__qualname__})"
+
+    def bind(self, storage):
+        """(DeviceContext, cl.Kernel) for a launch on ``storage``'s device."""
+        context = storage.backend.context(storage.device)
+        return context, context.kernel(self.spec, self.name)
+
+
+def new_kernel_list() -> KernelList:
+    """An empty list of OpenCL kernels (each family adds its rows with ``register_*``)."""
+    return KernelList(BackendId.OPENCL, kernel_source="opencl")
+
+
+def round_up(count: int, multiple: int) -> int:
+    return max(multiple, (count + multiple - 1) // multiple * multiple)
+
+
+def launch_1d(context, kernel, count: int, *args) -> None:
+    """One work-item per element (``count`` of them), in groups of the device's size."""
+    if count <= 0:
+        return
+    local = context.work_group
+    context.launch(kernel, (round_up(count, local),), (local,), *args)
+
+
+def group_size(context, kernel, work: int) -> int:
+    """A power-of-two work-group size for a per-row tree reduction over ``work`` elements."""
+    limit = min(context.work_group, kernel_max_group(context, kernel))
+    size = 1
+    while size * 2 <= limit and size < work:
+        size *= 2
+    return size
+
+
+_GROUP_LIMITS: dict = {}
+
+
+def kernel_max_group(context, kernel) -> int:
+    key = (id(context), id(kernel))  # kernels live as long as their context
+    found = _GROUP_LIMITS.get(key)
+    if found is None:
+        from fuel.backends.opencl.runtime import cl
+
+        found = int(kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE,
+                                               context.device))
+        _GROUP_LIMITS[key] = found
+    return found
+
+
+def use_groups(rows: int, length: int) -> bool:
+    """A work-group per row for long rows; one work-item per row otherwise."""
+    return length >= 64 and rows <= 65536
+
+
+def int64(value: int) -> np.int64:
+    return np.int64(value)

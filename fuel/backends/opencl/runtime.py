@@ -1,0 +1,301 @@
+"""OpenCL devices: detection by probing, one context + in-order queue per device, the program
+cache, launches, deferred fault reporting and buffer accounting.
+
+Detection never raises: pyopencl may be missing, an ICD may list a platform whose compiler
+cannot build for this CPU (the PoCL bundled in the pyopencl wheel on some AVX-512 parts), so
+every device is probed by building and running a trivial kernel, and only working ones are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fuel.backends.opencl.codegen import ProgramSpec
+from fuel.ir.errors import DeviceError, FuelError, KernelError, KernelIndexError
+
+try:  # optional dependency: the backend reports itself unavailable without it
+    import pyopencl as cl
+except Exception as _error:  # ImportError, or an OSError from a broken libOpenCL
+    cl = None
+    IMPORT_ERROR = f"pyopencl is not importable ({_error}); install it with pip install " \
+                   "'pyfuel[opencl]'"
+else:
+    IMPORT_ERROR = ""
+
+DEVICE_ENVIRONMENT = "FUEL_OPENCL_DEVICE"
+_PROBE_SOURCE = "__kernel void fuel_probe(__global int* out) { out[get_global_id(0)] = 7; }"
+_TYPE_RANK = {"GPU": 0, "ACCELERATOR": 1, "CPU": 2}
+FAULT_WORDS = 4
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if "error" in line.lower()]
+    return (useful[-1] if useful else lines[0] if lines else type(error).__name__)[:200]
+
+
+def _kind(device) -> str:
+    for name in ("GPU", "ACCELERATOR", "CPU"):
+        if device.type & getattr(cl.device_type, name):
+            return name
+    return "OTHER"
+
+
+@dataclass
+class Candidate:
+    """One (platform, device) pair seen at detection, working or not."""
+
+    platform: object
+    device: object
+    platform_index: int
+    device_index: int
+    error: str = ""
+
+    @property
+    def label(self) -> str:
+        return (f"{self.platform.name.strip()} [{self.platform.version.strip()}] / "
+                f"{self.device.name.strip()}")
+
+    @property
+    def sort_key(self) -> tuple:
+        return (_TYPE_RANK.get(_kind(self.device), 3), self.platform.name, self.platform.version,
+                self.platform_index, self.device_index)
+
+
+def probe(candidate: Candidate) -> str:
+    """Build and run a trivial kernel; '' when the device works, else why not."""
+    try:
+        context = cl.Context([candidate.device])
+        queue = cl.CommandQueue(context)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = cl.Program(context, _PROBE_SOURCE).build()
+        buffer = cl.Buffer(context, cl.mem_flags.READ_WRITE, 4)
+        cl.Kernel(program, "fuel_probe")(queue, (1,), None, buffer)
+        host = np.zeros(1, np.int32)
+        cl.enqueue_copy(queue, host, buffer, is_blocking=True)
+        queue.finish()
+        return "" if host[0] == 7 else f"probe kernel returned {host[0]}, expected 7"
+    except Exception as error:  # any failure only disqualifies this device
+        return _first_line(error)
+
+
+def detect() -> tuple[list[Candidate], str]:
+    """(working devices in a stable order, reason when there is none). Never raises."""
+    if cl is None:
+        return [], IMPORT_ERROR
+    try:
+        platforms = cl.get_platforms()
+    except Exception as error:
+        return [], f"no OpenCL platform found ({_first_line(error)}); install an ICD such as " \
+                   "Debian's pocl-opencl-icd, or pip install pocl-binary-distribution"
+    seen: list[Candidate] = []
+    for platform_index, platform in enumerate(platforms):
+        try:
+            devices = platform.get_devices()
+        except Exception:
+            continue
+        for device_index, device in enumerate(devices):
+            candidate = Candidate(platform, device, platform_index, device_index)
+            candidate.error = probe(candidate)
+            seen.append(candidate)
+    seen.sort(key=lambda c: c.sort_key)
+    working = [c for c in seen if not c.error]
+    if not seen:
+        return [], "no OpenCL device found on any platform"
+    if not working:
+        return [], "no working OpenCL device: " + "; ".join(f"{c.label}: {c.error}" for c in seen)
+    return _choose(working)
+
+
+def _choose(working: list[Candidate]) -> tuple[list[Candidate], str]:
+    choice = os.environ.get(DEVICE_ENVIRONMENT, "").strip()
+    if not choice:
+        return working, ""
+    if choice.isdigit():
+        index = int(choice)
+        if index < len(working):
+            return [working[index]], ""
+    else:
+        matches = [c for c in working if choice.lower() in c.label.lower()]
+        if matches:
+            return matches[:1], ""
+    listed = "; ".join(f"{i}: {c.label}" for i, c in enumerate(working))
+    return [], f"{DEVICE_ENVIRONMENT}={choice!r} matches no working device (by index or by " \
+               f"name): {listed}"
+
+
+@dataclass
+class Fault:
+    """What a fault code means: which kind of launch raised it, for the error message."""
+
+    what: str
+    dim: int
+    size: int
+
+
+@dataclass
+class DeviceContext:
+    """Everything fuel keeps for one OpenCL device."""
+
+    candidate: Candidate
+    context: object = None
+    queue: object = None
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    programs: dict = field(default_factory=dict)
+    kernels: dict = field(default_factory=dict)
+    host_transfers: list = field(default_factory=list)
+    faults: dict = field(default_factory=dict)
+    fault_buffer: object = None
+    live_buffers: int = 0
+    live_bytes: int = 0
+    peak_bytes: int = 0
+    build_options: tuple = ()
+
+    def __post_init__(self) -> None:
+        device = self.candidate.device
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(self.context)
+        self.fault_buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 4 * FAULT_WORDS)
+        cl.enqueue_fill_buffer(self.queue, self.fault_buffer, np.zeros(1, np.int32), 0,
+                               4 * FAULT_WORDS)
+        rounded = getattr(cl.device_fp_config, "CORRECTLY_ROUNDED_DIVIDE_SQRT", 0)
+        if device.single_fp_config & rounded:
+            self.build_options = ("-cl-fp32-correctly-rounded-divide-sqrt",)
+
+    @property
+    def device(self):
+        return self.candidate.device
+
+    @property
+    def fp64(self) -> bool:
+        return bool(getattr(self.device, "double_fp_config", 0)) or \
+            "cl_khr_fp64" in self.device.extensions
+
+    @property
+    def max_allocation(self) -> int:
+        return int(self.device.max_mem_alloc_size)
+
+    @property
+    def work_group(self) -> int:
+        return int(min(256, self.device.max_work_group_size))
+
+    def describe(self) -> str:
+        device = self.device
+        memory = device.global_mem_size / 2**30
+        return (f"{device.name.strip()} ({_kind(device)}, {device.max_compute_units} compute "
+                f"units, {memory:.1f} GiB) on {self.candidate.platform.name.strip()} "
+                f"{self.candidate.platform.version.strip()}")
+
+    # ------------------------------------------------------------------ programs and launches
+
+    def kernel(self, spec: ProgramSpec, name: str):
+        """The cl.Kernel ``name`` of ``spec``, building the program once for this device."""
+        key = (spec.digest, name)
+        found = self.kernels.get(key)
+        if found is not None:
+            return found
+        with self.lock:
+            program = self.programs.get(spec.digest)
+            if program is None:
+                program = self.build(spec)
+                self.programs[spec.digest] = program
+            found = self.kernels.get(key)
+            if found is None:
+                found = cl.Kernel(program, name)
+                self.kernels[key] = found
+            return found
+
+    def build(self, spec: ProgramSpec):
+        """Compile ``spec``; a failure is a KernelError carrying the compiler log."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return cl.Program(self.context, spec.full_source).build(
+                    options=list(self.build_options))
+        except cl.Error as error:
+            raise KernelError(
+                f"OpenCL program {spec.name} failed to build for {self.device.name.strip()}:\n"
+                f"{error}"
+            ) from error
+
+    def launch(self, kernel, global_size, local_size, *args) -> None:
+        """Set the arguments and enqueue (one lock: kernels are shared between threads)."""
+        with self.lock:
+            try:
+                kernel.set_args(*args)
+                cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+            except cl.Error as error:
+                raise DeviceError(f"OpenCL launch of {kernel.function_name} failed: "
+                                  f"{error}") from error
+
+    def fault_code(self, what: str, dim: int, size: int) -> int:
+        """A code an index kernel writes on an out-of-range index, checked at the next wait."""
+        with self.lock:
+            code = len(self.faults) + 1
+            self.faults[code] = Fault(what, dim, size)
+            return code
+
+    def check_faults(self) -> None:
+        """After a finished wait: raise the first index fault recorded since the last check."""
+        if not self.faults:
+            return
+        words = np.zeros(FAULT_WORDS, np.int32)
+        with self.lock:
+            cl.enqueue_copy(self.queue, words, self.fault_buffer, is_blocking=True)
+            faults, self.faults = self.faults, {}
+            if words[0] == 0:
+                return
+            cl.enqueue_fill_buffer(self.queue, self.fault_buffer, np.zeros(1, np.int32), 0,
+                                   4 * FAULT_WORDS)
+        fault = faults.get(int(words[0]), Fault("index kernel", -1, -1))
+        value = int(words[1:3].view(np.int64)[0])
+        raise KernelIndexError(f"{fault.what}: index {value} is out of range for dim "
+                               f"{fault.dim} of size {fault.size}")
+
+    def keep_host_transfer(self, event) -> None:
+        """Keep a non-blocking host transfer (and the host array it reads) alive until done."""
+        with self.lock:
+            self.host_transfers.append(event)
+            if len(self.host_transfers) > 256:
+                oldest, self.host_transfers = self.host_transfers[:128], self.host_transfers[128:]
+                for item in oldest:
+                    item.wait()
+
+    def finish(self) -> None:
+        """Block until the queue is empty; then release host transfers and check faults."""
+        try:
+            self.queue.finish()
+        except cl.Error as error:
+            raise DeviceError(f"OpenCL queue on {self.device.name.strip()} failed: "
+                              f"{error}") from error
+        with self.lock:
+            self.host_transfers.clear()
+        self.check_faults()
+
+
+def wrap_errors(what: str):
+    """Context manager turning pyopencl errors into DeviceError naming ``what``."""
+    return _ErrorWrapper(what)
+
+
+class _ErrorWrapper:
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if error is None or isinstance(error, FuelError):
+            return False
+        if cl is not None and isinstance(error, (cl.Error, MemoryError)):
+            raise DeviceError(f"{self.what}: {error}") from error
+        return False
