@@ -102,6 +102,30 @@ class OpKind(enum.Enum):
     TRIU = "triu"
     PAD = "pad"
     SLICE_ASSIGN = "slice_assign"
+    # ops added for ONNX (params and inference in fuel/ir/ops_nn.py)
+    TAN = "tan"
+    ASIN = "asin"
+    ACOS = "acos"
+    ATAN = "atan"
+    SINH = "sinh"
+    COSH = "cosh"
+    ASINH = "asinh"
+    ACOSH = "acosh"
+    ATANH = "atanh"
+    FMOD = "fmod"
+    INT_DIV = "int_div"
+    BITSHIFT_LEFT = "bitshift_left"
+    BITSHIFT_RIGHT = "bitshift_right"
+    CONV = "conv"
+    CONV_TRANSPOSE = "conv_transpose"
+    MAX_POOL = "max_pool"
+    MAX_POOL_INDICES = "max_pool_indices"
+    AVG_POOL = "avg_pool"
+    ARGSORT = "argsort"
+    CUMPROD = "cumprod"
+    SCATTER_ELEMENTS = "scatter_elements"
+    SCATTER_ND = "scatter_nd"
+    EINSUM = "einsum"
 
     def __repr__(self) -> str:
         return f"OpKind.{self.name}"
@@ -516,3 +540,6 @@ def lookup_dtypes(op: OpKind, input_dtypes: tuple[DType, ...], output: DType):
     if op is OpKind.CAT:
         return (input_dtypes[0], output)
     return input_dtypes + (output,)
+
+
+from fuel.ir import ops_nn  # noqa: E402, F401 - registers the ONNX ops' inference rules

@@ -121,3 +121,5 @@ def _locate_user_errors() -> None:
 
 
 _locate_user_errors()
+
+from fuel.nn.extended import *  # noqa: E402, F401, F403 - conv, pooling, sort, scatter, einsum

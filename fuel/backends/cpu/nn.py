@@ -1,0 +1,186 @@
+"""NumPy kernels for convolution, transposed convolution and pooling (N-d, any padding)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, compute, output, view
+from fuel.ir import dtype as dt
+from fuel.ir.ops import OpKind
+
+CONV_DTYPES = dt.FLOAT_DTYPES + (dt.int32, dt.int64)
+POOL_DTYPES = dt.FLOAT_DTYPES + dt.INTEGER_DTYPES
+
+
+def windows(x: np.ndarray, kernel, strides, dilations, counts=None) -> np.ndarray:
+    """A view of shape ``x.shape[:lead] + out + kernel`` over the trailing ``len(kernel)``
+    dims of an already padded ``x`` (no copy); ``counts`` trims each output dim."""
+    rank = len(kernel)
+    lead = x.ndim - rank
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    axes = tuple(range(lead, x.ndim))
+    view_ = np.lib.stride_tricks.sliding_window_view(x, spans, axis=axes)
+    index = (slice(None),) * lead
+    index += tuple(slice(None, None if counts is None else (c - 1) * s + 1, s)
+                   for c, s in zip(counts or [None] * rank, strides))
+    index += tuple(slice(None, None, d) for d in dilations)
+    return view_[index]
+
+
+def pad_spatial(x: np.ndarray, begin, end, value) -> np.ndarray:
+    """Pad the trailing dims (``begin``/``end`` per dim, non-negative) with ``value``."""
+    rank = len(begin)
+    widths = [(0, 0)] * (x.ndim - rank) + [(b, e) for b, e in zip(begin, end)]
+    if not any(b or e for b, e in widths):
+        return x
+    return np.pad(x, widths, mode="constant", constant_values=value)
+
+
+def _letters(count: int, start: int = 0) -> str:
+    return "".join(chr(ord("p") + start + i) for i in range(count))
+
+
+@CPU_KERNELS.kernel(OpKind.CONV, [(d, d, d) for d in CONV_DTYPES], STRIDED)
+def conv(inputs, outputs, layouts, params):
+    x = compute(view(inputs[0], layouts[0]))
+    w = compute(view(inputs[1], layouts[1]))
+    out = output(outputs[0], layouts[-1])
+    rank = x.ndim - 2
+    padded = pad_spatial(x, params.pads_begin, params.pads_end, 0)
+    counts = list(out.shape[2:])
+    patches = windows(padded, w.shape[2:], params.strides, params.dilations, counts)
+    groups = params.groups
+    n, channels = x.shape[:2]
+    if groups == 1:
+        result = np.tensordot(patches, w, axes=([1] + list(range(2 + rank, 2 + 2 * rank)),
+                                                list(range(1, 2 + rank))))
+        out[...] = np.moveaxis(result, -1, 1)
+        return
+    spatial = _letters(rank)
+    window = _letters(rank, rank)
+    grouped = patches.reshape((n, groups, channels // groups) + patches.shape[2:])
+    weight = w.reshape((groups, w.shape[0] // groups) + w.shape[1:])
+    result = np.einsum(f"ngc{spatial}{window},gmc{window}->ngm{spatial}", grouped, weight,
+                       optimize=True)
+    out[...] = result.reshape(out.shape)
+
+
+@CPU_KERNELS.kernel(OpKind.CONV_TRANSPOSE, [(d, d, d) for d in CONV_DTYPES], STRIDED)
+def conv_transpose(inputs, outputs, layouts, params):
+    x = compute(view(inputs[0], layouts[0]))
+    w = compute(view(inputs[1], layouts[1]))
+    out = output(outputs[0], layouts[-1])
+    rank = x.ndim - 2
+    groups = params.groups
+    n, channels = x.shape[:2]
+    per_group_in = channels // groups
+    per_group_out = w.shape[1]
+    kernel = w.shape[2:]
+    sizes = x.shape[2:]
+    padding = params.output_padding or (0,) * rank
+    full_shape = tuple(
+        params.strides[i] * (sizes[i] - 1) + (kernel[i] - 1) * params.dilations[i] + 1
+        + padding[i] for i in range(rank))
+    full = np.zeros((n, per_group_out * groups) + full_shape, dtype=np.result_type(x, w))
+    for position in itertools.product(*(range(k) for k in kernel)):
+        tap = w[(slice(None), slice(None)) + position]  # (C, M/groups)
+        region = tuple(
+            slice(p * d, p * d + s * (size - 1) + 1, s)
+            for p, d, s, size in zip(position, params.dilations, params.strides, sizes))
+        for g in range(groups):
+            source = x[:, g * per_group_in:(g + 1) * per_group_in]
+            weights = tap[g * per_group_in:(g + 1) * per_group_in]
+            contribution = np.moveaxis(np.tensordot(source, weights, axes=([1], [0])), -1, 1)
+            target = (slice(None), slice(g * per_group_out, (g + 1) * per_group_out)) + region
+            full[target] += contribution
+    crop = tuple(slice(b, b + size) for b, size in zip(params.pads_begin, out.shape[2:]))
+    out[...] = full[(slice(None), slice(None)) + crop]
+
+
+def _pool_input(x: np.ndarray, params, out_shape, value):
+    """``x`` padded for the windows of ``out_shape`` (ceil mode may need extra end padding)."""
+    rank = len(params.kernel)
+    sizes = x.shape[x.ndim - rank:]
+    ends = []
+    for i in range(rank):
+        span = (params.kernel[i] - 1) * params.dilations[i] + 1
+        needed = (out_shape[i] - 1) * params.strides[i] + span if out_shape[i] else 0
+        ends.append(max(params.pads_end[i], needed - sizes[i] - params.pads_begin[i], 0))
+    return pad_spatial(x, params.pads_begin, ends, value), ends
+
+
+def _lowest(dtype: np.dtype):
+    if dtype.kind == "f":
+        return -np.inf
+    return np.iinfo(dtype).min
+
+
+@CPU_KERNELS.kernel(OpKind.MAX_POOL, [(d, d) for d in POOL_DTYPES], STRIDED)
+def max_pool(inputs, outputs, layouts, params):
+    x = view(inputs[0], layouts[0])
+    out = output(outputs[0], layouts[-1])
+    rank = len(params.kernel)
+    spatial_out = out.shape[out.ndim - rank:]
+    if out.size == 0:
+        return
+    padded, _ = _pool_input(x, params, spatial_out, _lowest(x.dtype))
+    patches = windows(padded, params.kernel, params.strides, params.dilations, spatial_out)
+    out[...] = patches.max(axis=tuple(range(patches.ndim - rank, patches.ndim)))
+
+
+@CPU_KERNELS.kernel(OpKind.MAX_POOL_INDICES, [(d, dt.int64) for d in POOL_DTYPES], STRIDED)
+def max_pool_indices(inputs, outputs, layouts, params):
+    """Flat positions of the maxima within each spatial plane (row-major, or column-major
+    when ``storage_order`` is 1); padding never wins."""
+    x = view(inputs[0], layouts[0])
+    out = output(outputs[0], layouts[-1])
+    rank = len(params.kernel)
+    spatial_in = x.shape[x.ndim - rank:]
+    spatial_out = out.shape[out.ndim - rank:]
+    if out.size == 0:
+        return
+    padded, ends = _pool_input(x, params, spatial_out, _lowest(x.dtype))
+    positions = np.arange(int(np.prod(spatial_in)), dtype=np.int64).reshape(spatial_in)
+    if params.storage_order == 1:
+        positions = np.arange(positions.size, dtype=np.int64).reshape(
+            tuple(reversed(spatial_in))).transpose()
+    positions = pad_spatial(positions, params.pads_begin, ends, -1)
+    patches = windows(padded, params.kernel, params.strides, params.dilations, spatial_out)
+    flat = patches.reshape(patches.shape[:patches.ndim - rank] + (-1,))
+    choice = np.argmax(flat, axis=-1)
+    position_windows = windows(positions, params.kernel, params.strides, params.dilations,
+                               spatial_out)
+    position_windows = position_windows.reshape(spatial_out + (-1,))
+    spatial_index = tuple(np.indices(spatial_out))
+    out[...] = position_windows[spatial_index + (choice,)]
+
+
+@CPU_KERNELS.kernel(OpKind.AVG_POOL, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
+def avg_pool(inputs, outputs, layouts, params):
+    x = compute(view(inputs[0], layouts[0]))
+    out = output(outputs[0], layouts[-1])
+    rank = len(params.kernel)
+    spatial_in = x.shape[x.ndim - rank:]
+    spatial_out = out.shape[out.ndim - rank:]
+    if out.size == 0:
+        return
+    padded, ends = _pool_input(x, params, spatial_out, 0)
+    axes = tuple(range(padded.ndim, padded.ndim + rank))
+    patches = windows(padded, params.kernel, params.strides, params.dilations, spatial_out)
+    sums = patches.sum(axis=tuple(a - rank + (patches.ndim - padded.ndim) for a in axes))
+    if not params.divide:
+        out[...] = sums
+        return
+    ones = np.ones(spatial_in, dtype=x.dtype)
+    if params.count_include_pad:
+        ones = pad_spatial(ones, params.pads_begin, params.pads_end, 1)
+        extra = [e - p for e, p in zip(ends, params.pads_end)]
+        mask = pad_spatial(ones, (0,) * rank, [max(e, 0) for e in extra], 0)
+    else:
+        mask = pad_spatial(ones, params.pads_begin, ends, 0)
+    counts = windows(mask, params.kernel, params.strides, params.dilations, spatial_out)
+    counts = counts.sum(axis=tuple(range(rank, 2 * rank)))
+    with np.errstate(all="ignore"):
+        out[...] = sums / counts

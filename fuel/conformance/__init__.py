@@ -1,0 +1,1 @@
+"""Conformance harnesses that measure fuel against external test suites (``fuel.conformance.onnx``)."""

@@ -1,0 +1,233 @@
+"""The ONNX backend test cases: node cases generated from the installed onnx into a cache
+directory, plus the model folders its wheel ships (pytorch-converted, pytorch-operator,
+simple, light)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NODE_SUITE = "node"
+MODEL_SUITES = ("pytorch-converted", "pytorch-operator", "simple")
+LIGHT_SUITE = "light"
+ALL_SUITES = (NODE_SUITE,) + MODEL_SUITES + (LIGHT_SUITE,)
+DEFAULT_RTOL = 1e-3
+DEFAULT_ATOL = 1e-5
+_COMPLETE = ".complete"
+_FLOAT32, _INT64 = 1, 7
+# rtol of the light CNNs as onnx's own runner uses them.
+LIGHT_RTOL = {"densenet121": 2e-3}
+
+
+@dataclass
+class Case:
+    """One test: a model file, one data set of inputs/outputs (or generated light inputs)."""
+
+    name: str
+    suite: str
+    op: str
+    path: str
+    rtol: float = DEFAULT_RTOL
+    atol: float = DEFAULT_ATOL
+    float32_int64_inputs: bool = False
+    expected_path: str = field(default="", repr=False)
+
+    @property
+    def model_path(self) -> str:
+        return self.path if self.suite == LIGHT_SUITE else os.path.join(self.path, "model.onnx")
+
+
+def cache_dir() -> str:
+    """Where node cases are generated: $FUEL_ONNX_CASES, else ~/.cache/fuel/onnx-node-cases."""
+    import onnx
+
+    root = os.environ.get("FUEL_ONNX_CASES") or os.path.join(
+        os.path.expanduser("~"), ".cache", "fuel", "onnx-node-cases")
+    return os.path.join(root, f"onnx-{onnx.__version__}")
+
+
+def onnx_data_dir() -> str:
+    import onnx.backend.test
+
+    return os.path.join(os.path.dirname(onnx.backend.test.__file__), "data")
+
+
+def ensure_node_cases(directory: str | None = None, progress=None) -> str:
+    """Generate the node cases into ``directory`` once (deterministic, no network)."""
+    directory = directory or cache_dir()
+    if os.path.exists(os.path.join(directory, _COMPLETE)):
+        return directory
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with np.errstate(all="ignore"):
+            cases = collect_testcases(None)
+    ops = primary_ops(cases)
+    os.makedirs(directory, exist_ok=True)
+    iterator = progress(cases, "generating node cases") if progress else cases
+    for case in iterator:
+        _write_case(os.path.join(directory, case.name), case, ops[case.name])
+    with open(os.path.join(directory, _COMPLETE), "w", encoding="utf-8") as handle:
+        handle.write(f"{len(cases)}\n")
+    return directory
+
+
+def primary_ops(cases) -> dict[str, str]:
+    """The op each node case tests: the single node's op, or the op of the case an
+    ``_expanded`` variant expands."""
+    single = {c.name: c.model.graph.node[0].op_type for c in cases
+              if len(c.model.graph.node) == 1}
+    ops = {}
+    for case in cases:
+        if case.name in single:
+            ops[case.name] = single[case.name]
+            continue
+        base = re.sub(r"_expanded.*$", "", case.name)
+        found = single.get(base)
+        if found is None:
+            types = [n.op_type for n in case.model.graph.node if n.op_type != "Constant"]
+            found = types[0] if types else "Constant"
+        ops[case.name] = found
+    return ops
+
+
+def _write_case(path: str, case, op: str) -> None:
+    from onnx import TensorProto, numpy_helper
+
+    data_dir = os.path.join(path, "test_data_set_0")
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(path, "model.onnx"), "wb") as handle:
+        handle.write(case.model.SerializeToString())
+    graph = case.model.graph
+    inputs, outputs = case.data_sets[0]
+    for prefix, values, infos in (("input", inputs, graph.input),
+                                  ("output", outputs, graph.output)):
+        for index, value in enumerate(values):
+            kind = infos[index].type.WhichOneof("value")
+            if isinstance(value, TensorProto):
+                message = value
+            elif kind == "sequence_type":
+                message = numpy_helper.from_list(value, infos[index].name)
+            elif kind == "optional_type":
+                message = numpy_helper.from_optional(value, infos[index].name)
+            elif kind == "map_type":
+                message = numpy_helper.from_dict(value, infos[index].name)
+            else:
+                message = numpy_helper.from_array(np.asarray(value), infos[index].name)
+            with open(os.path.join(data_dir, f"{prefix}_{index}.pb"), "wb") as handle:
+                handle.write(message.SerializeToString())
+    meta = {"op": op, "rtol": case.rtol, "atol": case.atol}
+    with open(os.path.join(path, "meta.json"), "w", encoding="utf-8") as handle:
+        json.dump(meta, handle)
+
+
+def _only_float32_int64(model) -> bool:
+    initializers = {t.name for t in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        if value.type.WhichOneof("value") != "tensor_type":
+            return False
+        if value.type.tensor_type.elem_type not in (_FLOAT32, _INT64):
+            return False
+    return True
+
+
+def load_cases(suites=ALL_SUITES, pattern: str | None = None, progress=None) -> list[Case]:
+    """Every case of ``suites`` whose name matches ``pattern`` (a regular expression)."""
+    import onnx
+
+    matcher = re.compile(pattern) if pattern else None
+    found: list[Case] = []
+    if NODE_SUITE in suites:
+        root = ensure_node_cases(progress=progress)
+        for name in sorted(os.listdir(root)):
+            path = os.path.join(root, name)
+            if not os.path.isdir(path) or (matcher and not matcher.search(name)):
+                continue
+            with open(os.path.join(path, "meta.json"), encoding="utf-8") as handle:
+                meta = json.load(handle)
+            model = onnx.load(os.path.join(path, "model.onnx"), load_external_data=False)
+            found.append(Case(name, NODE_SUITE, meta["op"], path,
+                              max(DEFAULT_RTOL, meta["rtol"]), max(DEFAULT_ATOL, meta["atol"]),
+                              _only_float32_int64(model)))
+    data = onnx_data_dir()
+    for suite in MODEL_SUITES:
+        if suite not in suites:
+            continue
+        folder = os.path.join(data, suite)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            if matcher and not matcher.search(name):
+                continue
+            found.append(Case(name, suite, suite, os.path.join(folder, name)))
+    if LIGHT_SUITE in suites:
+        folder = os.path.join(data, LIGHT_SUITE)
+        for file_name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            match = re.fullmatch(r"light_(.+)\.onnx", file_name)
+            if not match or (matcher and not matcher.search(file_name)):
+                continue
+            model_name = match.group(1)
+            expected = os.path.join(folder, f"light_{model_name}_output_0.pb")
+            found.append(Case(f"light_{model_name}", LIGHT_SUITE, LIGHT_SUITE,
+                              os.path.join(folder, file_name),
+                              LIGHT_RTOL.get(model_name, DEFAULT_RTOL), DEFAULT_ATOL,
+                              expected_path=expected))
+    return found
+
+
+def read_data(case: Case, model) -> tuple[list, list]:
+    """(inputs in graph-input order without initializers, expected outputs) of ``case``."""
+    initializers = {t.name for t in model.graph.initializer}
+    formal = [v for v in model.graph.input if v.name not in initializers]
+    if case.suite == LIGHT_SUITE:
+        inputs = []
+        for value in formal:
+            shape = tuple(d.dim_value if d.HasField("dim_value") else 1
+                          for d in value.type.tensor_type.shape.dim)
+            count = int(np.prod(shape))
+            inputs.append((np.arange(count).reshape(shape) / count).astype(np.float32))
+        return inputs, [_read_proto(case.expected_path, model.graph.output[0].type)]
+    data_dir = os.path.join(case.path, "test_data_set_0")
+    inputs = []
+    index = 0
+    while os.path.exists(os.path.join(data_dir, f"input_{index}.pb")):
+        inputs.append(_read_proto(os.path.join(data_dir, f"input_{index}.pb"),
+                                  formal[index].type))
+        index += 1
+    outputs = []
+    index = 0
+    while os.path.exists(os.path.join(data_dir, f"output_{index}.pb")):
+        outputs.append(_read_proto(os.path.join(data_dir, f"output_{index}.pb"),
+                                   model.graph.output[index].type))
+        index += 1
+    return inputs, outputs
+
+
+def _read_proto(path: str, type_proto):
+    import onnx
+    from onnx import numpy_helper
+
+    with open(path, "rb") as handle:
+        data = handle.read()
+    kind = type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        message = onnx.SequenceProto()
+        message.ParseFromString(data)
+        return numpy_helper.to_list(message)
+    if kind == "optional_type":
+        message = onnx.OptionalProto()
+        message.ParseFromString(data)
+        return numpy_helper.to_optional(message)
+    if kind == "map_type":
+        message = onnx.MapProto()
+        message.ParseFromString(data)
+        return numpy_helper.to_dict(message)
+    message = onnx.TensorProto()
+    message.ParseFromString(data)
+    return numpy_helper.to_array(message)

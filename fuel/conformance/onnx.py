@@ -1,0 +1,107 @@
+"""The ONNX backend conformance harness.
+
+    python -m fuel.conformance.onnx [--device D] [--filter REGEX] [--json out.json]
+                                    [--suite node,models,light] [--markdown docs/CONFORMANCE.md]
+
+Generates the node cases from the installed onnx into a cache directory (once), runs them and
+the model folders the onnx wheel ships, and prints pass / mismatch / unsupported / error
+counts per op and per suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from fuel.conformance.cases import ALL_SUITES, LIGHT_SUITE, MODEL_SUITES, NODE_SUITE, load_cases
+from fuel.conformance.report import (
+    as_json,
+    failures_text,
+    markdown,
+    per_op_text,
+    progress,
+    totals,
+    totals_text,
+)
+from fuel.conformance.runner import Result, run_case
+
+SUITE_NAMES = {"node": (NODE_SUITE,), "models": MODEL_SUITES, "light": (LIGHT_SUITE,),
+               "all": ALL_SUITES}
+
+
+def parse_suites(text: str) -> tuple[str, ...]:
+    suites: list[str] = []
+    for name in text.split(","):
+        name = name.strip()
+        if name in SUITE_NAMES:
+            suites += SUITE_NAMES[name]
+        elif name in ALL_SUITES:
+            suites.append(name)
+        else:
+            raise SystemExit(f"unknown suite {name!r}; choose from "
+                             f"{', '.join(list(SUITE_NAMES) + list(ALL_SUITES))}")
+    return tuple(dict.fromkeys(suites))
+
+
+def run_all(cases, device: str = "cpu", runtime: str = "fuel", show_progress: bool = True,
+            label: str | None = None) -> list[Result]:
+    """Run ``cases`` in order; a progress bar on stderr when ``show_progress``."""
+    iterator = progress(cases, label or runtime) if show_progress else cases
+    return [run_case(case, device, runtime) for case in iterator]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fuel.conformance.onnx",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", help="fuel device (default cpu)")
+    parser.add_argument("--filter", help="only cases whose name matches this regex")
+    parser.add_argument("--suite", default="all",
+                        help="node, models, light, all or suite names, comma-separated")
+    parser.add_argument("--json", help="write every result to this JSON file")
+    parser.add_argument("--markdown", help="write the Markdown report (docs/CONFORMANCE.md)")
+    parser.add_argument("--runtime", default="fuel", choices=("fuel", "onnxruntime"),
+                        help="run the cases on fuel (default) or on onnxruntime")
+    parser.add_argument("--failures", action="store_true", help="list every failing case")
+    parser.add_argument("--no-ops", action="store_true", help="omit the per-op table")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        import onnx
+    except ImportError:
+        print("the conformance harness needs onnx: pip install 'pyfuel[onnx]'",
+              file=sys.stderr)
+        return 2
+    cases = load_cases(parse_suites(args.suite), args.filter,
+                       progress=lambda items, label: progress(items, label))
+    if not cases:
+        print("no case matches", file=sys.stderr)
+        return 1
+    start = time.perf_counter()
+    results = run_all(cases, args.device, args.runtime)
+    seconds = time.perf_counter() - start
+    if not args.no_ops:
+        print(per_op_text(results))
+        print()
+    if args.failures:
+        print(failures_text(results))
+        print()
+    print(totals_text(results))
+    print(f"\n{len(results)} cases in {seconds:.1f} s on {args.runtime} ({args.device})")
+    meta = {"onnx": onnx.__version__, "device": args.device, "runtime": args.runtime,
+            "filter": args.filter, "seconds": round(seconds, 2)}
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(as_json(results, meta), handle, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as handle:
+            handle.write(markdown(results, meta))
+    return 0 if all(totals(results)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

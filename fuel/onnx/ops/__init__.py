@@ -1,0 +1,10 @@
+"""ONNX op converters, one module per op family; importing this package registers them all."""
+
+from fuel.onnx.ops import (  # noqa: F401
+    activations,
+    elementwise,
+    indexing,
+    linalg,
+    reduce,
+    shape,
+)
