@@ -2,9 +2,14 @@
 
 from fuel.onnx.ops import (  # noqa: F401
     activations,
+    attention,
+    conv,
     elementwise,
     indexing,
     linalg,
+    loss,
+    normalization,
     reduce,
+    resize,
     shape,
 )
