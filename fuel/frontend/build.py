@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections import OrderedDict
 
 import numpy as np
 
-from fuel.graph.node import Node, creation_site
+from fuel.graph.node import Node, creation_site, current_user_site, is_runtime_file, set_user_site
 from fuel.ir import dtype as dt
 from fuel.ir.device import Device
 from fuel.ir.dtype import DType
@@ -21,10 +22,24 @@ _CONSTANT_LIMIT = 1024
 
 
 def at_user_line(function):
-    """Re-raise a FuelError from graph building with the user's file and line appended."""
+    """Mark an API entry point: the outermost call records the user's line once (every node
+    it builds carries it), and a FuelError from graph building gets that line appended."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
+        if current_user_site() is None:
+            frame = sys._getframe(1)
+            code = frame.f_code
+            if not is_runtime_file(code.co_filename):
+                set_user_site((code.co_filename, frame.f_lineno))
+                try:
+                    return function(*args, **kwargs)
+                except FuelError as error:
+                    if getattr(error, "located", False):
+                        raise
+                    raise _located(error) from None
+                finally:
+                    set_user_site(None)
         try:
             return function(*args, **kwargs)
         except FuelError as error:
@@ -80,9 +95,10 @@ def leaf(array: np.ndarray, device: Device) -> Tensor:
     return Tensor(node)
 
 
-def constant(value, dtype: DType, device: Device) -> Node:
-    """A shared 0-d leaf holding ``value`` as ``dtype`` on ``device``."""
-    key = (type(value), value, dtype.name, device)
+def constant(value, dtype: DType, device: Device, shape: tuple[int, ...] = ()) -> Node:
+    """A shared realized leaf holding ``value`` as ``dtype`` on ``device``, viewed at ``shape``
+    with stride 0 (one element of storage, no expand node per use)."""
+    key = (type(value), value, dtype, device, shape)
     try:
         found = _CONSTANTS.get(key)
     except TypeError:
@@ -90,6 +106,9 @@ def constant(value, dtype: DType, device: Device) -> Node:
     if found is not None:
         return found
     node = leaf(np.asarray(value).astype(dtype.numpy).reshape(()), device)._node
+    if shape:
+        node.attach(node.buffer, Layout(shape, (0,) * len(shape), 0))
+        node.shape = shape
     if value == value:  # NaN never matches itself as a key
         _CONSTANTS[key] = node
         if len(_CONSTANTS) > _CONSTANT_LIMIT:
@@ -111,8 +130,10 @@ def expand(node: Node, shape: tuple[int, ...]) -> Node:
     return make(OpKind.EXPAND, (node,), ShapeParams(shape))._node
 
 
-def operand_nodes(values, dtype: DType | None = None) -> tuple[list[Node], DType]:
-    """Tensors and Python scalars as nodes of one promoted dtype on the tensors' device."""
+def operand_nodes(values, dtype: DType | None = None, shape: tuple[int, ...] = ()
+                  ) -> tuple[list[Node], DType]:
+    """Tensors and Python scalars as nodes of one promoted dtype on the tensors' device;
+    scalars become stride-0 constants of ``shape``."""
     tensors = [v for v in values if isinstance(v, Tensor)]
     if not tensors:
         raise FuelError("at least one operand must be a fuel Tensor")
@@ -125,7 +146,8 @@ def operand_nodes(values, dtype: DType | None = None) -> tuple[list[Node], DType
             if not isinstance(v, Tensor):
                 dtype = dt.promote_with_scalar(dtype, _as_scalar(v))
     nodes = [
-        cast(v._node, dtype) if isinstance(v, Tensor) else constant(_as_scalar(v), dtype, device)
+        cast(v._node, dtype) if isinstance(v, Tensor) else constant(_as_scalar(v), dtype, device,
+                                                                    shape)
         for v in values
     ]
     return nodes, dtype

@@ -56,7 +56,8 @@ _BITWISE_ON_BOOL = {
 
 def binary(op: OpKind, a, b) -> Tensor:
     """Apply a binary op with promotion (scalars are weak) and NumPy broadcasting."""
-    (left, right), dtype = operand_nodes([a, b])
+    shape = _tensor_shape(a, b)
+    (left, right), dtype = operand_nodes([a, b], shape=shape)
     if op is OpKind.DIV and not dtype.is_floating:
         dtype = dt.DEFAULT_FLOAT
         left, right = cast(left, dtype), cast(right, dtype)
@@ -71,6 +72,14 @@ def binary(op: OpKind, a, b) -> Tensor:
     return make(op, (expand(left, shape), expand(right, shape)), NO_PARAMS)
 
 
+def _tensor_shape(*values) -> tuple[int, ...]:
+    """The broadcast shape of the tensor operands (scalars take it on)."""
+    shapes = [v._node.shape for v in values if isinstance(v, Tensor)]
+    if len(shapes) == 1 or all(s == shapes[0] for s in shapes):
+        return shapes[0]
+    return broadcast_shapes(*shapes)
+
+
 def where(condition, a, b, dtype: dt.DType | None = None) -> Tensor:
     """``a`` where ``condition`` holds, else ``b`` (broadcast together); ``dtype`` forces the
     result type (masked_fill keeps the tensor's own)."""
@@ -80,8 +89,8 @@ def where(condition, a, b, dtype: dt.DType | None = None) -> Tensor:
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         dtype = dtype or dt.promote_with_scalar(dt.promote_with_scalar(dt.bool_, a), b)
         a = Tensor(constant(a, dtype, cond.device))
-    (a_node, b_node), dtype = operand_nodes([a, b], dtype)
-    shape = broadcast_shapes(cond.shape, a_node.shape, b_node.shape)
+    shape = broadcast_shapes(cond.shape, _tensor_shape(a, b))
+    (a_node, b_node), dtype = operand_nodes([a, b], dtype, shape)
     return make(OpKind.WHERE, (expand(cond, shape), expand(a_node, shape), expand(b_node, shape)),
                 NO_PARAMS)
 

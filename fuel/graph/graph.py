@@ -13,13 +13,28 @@ class Graph:
     last node that reads node i (or i itself when nothing reads it).
     """
 
-    __slots__ = ("nodes", "inputs", "last_use", "roots", "_index")
+    __slots__ = ("nodes", "inputs", "roots", "leaves", "_last_use")
 
-    def __init__(self, nodes: list[Node], inputs: list[tuple[int, ...]], roots: list[int]):
+    def __init__(self, nodes: list[Node], inputs: list[tuple[int, ...]], roots: list[int],
+                 leaves: list[int] | None = None):
         self.nodes = nodes
         self.inputs = inputs
         self.roots = roots
-        self.last_use = _last_uses(inputs)
+        self.leaves = leaves if leaves is not None else [
+            i for i, node in enumerate(nodes) if node.buffer is not None]
+        self._last_use: list[int] | None = None
+
+    @property
+    def last_use(self) -> list[int]:
+        if self._last_use is None:
+            self._last_use = _last_uses(self.inputs)
+        return self._last_use
+
+    def structure_key(self) -> tuple:
+        """The roots' incremental keys plus what identifies the leaves: equal for graphs that
+        differ only in leaf data (the node count catches keys made stale by a later realize)."""
+        return (tuple(self.nodes[r].key for r in self.roots), len(self.nodes),
+                tuple(self.nodes[i].key for i in self.leaves))
 
     @classmethod
     def build(cls, roots: list[Node]) -> Graph:
@@ -27,6 +42,7 @@ class Graph:
         index: dict[int, int] = {}
         nodes: list[Node] = []
         inputs: list[tuple[int, ...]] = []
+        leaves: list[int] = []
         for root in roots:
             if id(root) in index:
                 continue
@@ -36,17 +52,22 @@ class Graph:
                 key = id(node)
                 if key in index:
                     continue
-                if expanded or node.buffer is not None or not node.inputs:
+                if node.buffer is not None:
+                    index[key] = len(nodes)
+                    leaves.append(len(nodes))
+                    nodes.append(node)
+                    inputs.append(())
+                    continue
+                if expanded or not node.inputs:
                     index[key] = len(nodes)
                     nodes.append(node)
-                    inputs.append(tuple(index[id(i)] for i in node.inputs)
-                                  if node.buffer is None else ())
+                    inputs.append(tuple([index[id(i)] for i in node.inputs]))
                     continue
                 stack.append((node, True))
                 for child in reversed(node.inputs):
                     if id(child) not in index:
                         stack.append((child, False))
-        return cls(nodes, inputs, [index[id(r)] for r in roots])
+        return cls(nodes, inputs, [index[id(r)] for r in roots], leaves)
 
     def __len__(self) -> int:
         return len(self.nodes)

@@ -4,18 +4,45 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 from fuel.ir.device import Device
 from fuel.ir.dtype import DType
 from fuel.ir.ops import OpKind
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# Code in these sub-packages uses the runtime like a user would: their lines are the sites.
+_USER_SUBPACKAGES = tuple(_PACKAGE_DIR + name + os.sep for name in ("models", "onnx",
+                                                                     "conformance"))
+_is_runtime: dict[str, bool] = {}
+_local = threading.local()
+
+
+def is_runtime_file(filename: str) -> bool:
+    """Whether ``filename`` is fuel's own runtime code (not a user of it)."""
+    known = _is_runtime.get(filename)
+    if known is None:
+        known = filename.startswith(_PACKAGE_DIR) and not filename.startswith(_USER_SUBPACKAGES)
+        _is_runtime[filename] = known
+    return known
+
+
+def current_user_site():
+    """The site set by the outermost API call in progress on this thread, if any."""
+    return getattr(_local, "site", None)
+
+
+def set_user_site(site) -> None:
+    _local.site = site
 
 
 def creation_site() -> tuple[str, int]:
-    """(file, line) of the first caller outside the fuel package: the user's source line."""
+    """(file, line) of the first caller outside the fuel runtime: the user's source line."""
+    site = getattr(_local, "site", None)
+    if site is not None:
+        return site
     frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame is not None and is_runtime_file(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return ("<fuel>", 0)
@@ -30,7 +57,7 @@ class Node:
     """
 
     __slots__ = (
-        "op", "inputs", "params", "dtype", "shape", "device", "site", "buffer", "layout",
+        "op", "inputs", "params", "dtype", "shape", "device", "site", "buffer", "layout", "key",
         "__weakref__",
     )
 
@@ -53,6 +80,11 @@ class Node:
         self.site = site
         self.buffer = None
         self.layout = None
+        # Structural key, built incrementally: equal keys mean equal graphs up to leaf data.
+        try:
+            self.key = hash((op, params, dtype, shape, device, tuple([i.key for i in inputs])))
+        except TypeError:  # unhashable params: this node never matches a cached plan
+            self.key = id(self)
 
     @property
     def realized(self) -> bool:
@@ -63,6 +95,8 @@ class Node:
         self.buffer = buffer
         self.layout = layout
         self.inputs = ()
+        self.key = hash(("leaf", self.dtype, self.shape, layout.strides, layout.offset,
+                         self.device))
 
     def describe(self) -> str:
         """``op`` with dtypes, shape and device, plus the user's line: for error messages."""

@@ -1,0 +1,214 @@
+"""Plan: everything a realize decides before running anything, cached for identical graphs.
+
+A plan maps every graph node to a buffer slot and a Layout, resolves each kernel once
+(CompiledNode), inserts auto-contiguize steps, marks the wait-set and schedules every free.
+Executing it needs only the leaves' storages, so a structurally identical graph replays it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from fuel.backends import get_backend
+from fuel.dispatch.compiled import CompiledNode, compile_node, node_lookup_dtypes
+from fuel.dispatch.kernel import KernelBindingTable
+from fuel.graph import Graph
+from fuel.ir.errors import FuelError
+from fuel.ir.layout import Layout
+from fuel.ir.ops import VIEW_OPS, OpKind
+from fuel.memory.pool import pool_for
+
+
+@dataclass(slots=True)
+class Step:
+    """One kernel launch: read ``sources`` slots, write slot ``target``, then free ``frees``."""
+
+    node_id: int
+    compiled: CompiledNode
+    sources: tuple[int, ...]
+    layouts: list[Layout]
+    target: int
+    device: object
+    backend: object
+    pool: object
+    dtype: object
+    size: int
+    alias: bool = False  # write into the first source's storage (in-place assignment)
+    waited: bool = False  # a later step waits this launch individually (the wait-set)
+    wait_slot: int = -1  # >= 0: first wait the pending work on this slot (cross-device copy)
+    frees: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class Plan:
+    """Steps (and bare free tuples) in launch order, plus what binds leaves and roots."""
+
+    leaf_count: int
+    node_values: list
+    steps: list = field(default_factory=list)
+    devices: set = field(default_factory=set)
+
+
+def node_label(graph: Graph, node_id: int) -> str:
+    """``node 7 (add float32,float32 -> float32 on cpu) created at model.py:12``."""
+    node = graph.nodes[node_id]
+    dtypes = ",".join(i.dtype.name for i in node.inputs)
+    file, line = node.site
+    return (f"node {node_id} ({node.op.value} {dtypes} -> {node.dtype.name} on {node.device}) "
+            f"created at {file}:{line}")
+
+
+def compile_graph_node(graph: Graph, node_id: int, table: KernelBindingTable) -> CompiledNode:
+    """compile_node for one graph node; a miss names the node and the user's line."""
+    node = graph.nodes[node_id]
+    backend = node.device.backend
+    if node.op is OpKind.COPY:  # the copy kernel is keyed at the source backend
+        backend = node.inputs[0].device.backend
+    try:
+        return compile_node(node.op, node_lookup_dtypes(graph, node_id), backend, node.params,
+                            table)
+    except FuelError as error:
+        raise type(error)(f"{error} [{node_label(graph, node_id)}]") from None
+
+
+def _wait_set(graph: Graph) -> set[int]:
+    """Nodes whose launches a cross-device copy waits: each copy's source, through views."""
+    waited: set[int] = set()
+    for node_id, node in enumerate(graph.nodes):
+        if node.op is OpKind.COPY and node.buffer is None:
+            source = graph.inputs[node_id][0]
+            while True:
+                waited.add(source)
+                if graph.nodes[source].op not in VIEW_OPS or graph.nodes[source].buffer:
+                    break
+                source = graph.inputs[source][0]
+    return waited
+
+
+class PlanBuilder:
+    """Decides slots, layouts, kernels and frees node by node; ``steps()`` yields each Step
+    (or a tuple of slots to free) as soon as it is decided, so execution can start early."""
+
+    def __init__(self, graph: Graph, table: KernelBindingTable) -> None:
+        self.graph = graph
+        self.table = table
+        self.plan = Plan(len(graph.leaves), [None] * len(graph.nodes))
+        self.slot_device: list = []
+        self.slot_dtype: list = []
+        self.slot_last: list[int] = []
+        self.by_last: dict[int, list[int]] = {}
+        self.keep: set[int] = set()
+        self.root_ids = set(graph.roots)
+        self.waited = _wait_set(graph)
+        self.contiguous: dict = {}
+
+    def _slot(self, device, dtype) -> int:
+        self.slot_device.append(device)
+        self.slot_dtype.append(dtype)
+        self.slot_last.append(-1)
+        return len(self.slot_last) - 1
+
+    def _use(self, slot: int, until: int) -> None:
+        if until > self.slot_last[slot]:
+            self.slot_last[slot] = until
+            self.by_last.setdefault(until, []).append(slot)
+
+    def steps(self) -> Iterator:
+        graph = self.graph
+        values = self.plan.node_values
+        for node_id in graph.leaves:  # leaves take slots 0..L-1, bound before anything runs
+            node = graph.nodes[node_id]
+            slot = self._slot(node.device, node.dtype)
+            self.keep.add(slot)
+            values[node_id] = (slot, node.layout)
+        last_use = graph.last_use
+        for node_id, node in enumerate(graph.nodes):
+            if node.buffer is not None:
+                launches = []
+            elif node.op in VIEW_OPS:
+                launches = self._view(node_id, node)
+            else:
+                launches = self._kernel(node_id, node)
+            slot = values[node_id][0]
+            if node_id in self.root_ids:
+                self.keep.add(slot)
+            self._use(slot, last_use[node_id])
+            frees = tuple(s for s in self.by_last.pop(node_id, ())
+                          if self.slot_last[s] == node_id and s not in self.keep)
+            if launches:
+                launches[-1].frees = frees
+                yield from launches
+            elif frees:
+                yield frees
+
+    def _contiguous_kernel(self, dtype, device) -> CompiledNode:
+        compiled = self.contiguous.get((dtype, device.backend))
+        if compiled is None:
+            compiled = compile_node(OpKind.CONTIGUOUS, (dtype, dtype), device.backend, None,
+                                    self.table)
+            self.contiguous[(dtype, device.backend)] = compiled
+        return compiled
+
+    def _contiguize(self, node_id: int, slot: int, layout: Layout) -> tuple[Step, int]:
+        device, dtype = self.slot_device[slot], self.slot_dtype[slot]
+        target = self._slot(device, dtype)
+        backend = get_backend(device)
+        step = Step(node_id, self._contiguous_kernel(dtype, device), (slot,),
+                    [layout, Layout.contiguous(layout.shape)], target, device, backend,
+                    pool_for(device), dtype, layout.numel, waited=node_id in self.waited)
+        return step, target
+
+    def _view(self, node_id: int, node) -> list[Step]:
+        slot, layout = self.plan.node_values[self.graph.inputs[node_id][0]]
+        params = node.params
+        launches = []
+        if node.op is OpKind.RESHAPE:
+            reshaped = layout.reshape(params.shape)
+            if reshaped is None:
+                contiguize, slot = self._contiguize(node_id, slot, layout)
+                launches.append(contiguize)
+                reshaped = Layout.contiguous(params.shape)
+            layout = reshaped
+        elif node.op is OpKind.PERMUTE:
+            layout = layout.permute(params.dims)
+        elif node.op is OpKind.EXPAND:
+            layout = layout.broadcast_to(params.shape)
+        else:
+            layout = layout.slice(params.starts, params.stops, params.steps)
+        self.plan.node_values[node_id] = (slot, layout)
+        return launches
+
+    def _kernel(self, node_id: int, node) -> list[Step]:
+        graph = self.graph
+        compiled = compile_graph_node(graph, node_id, self.table)
+        sources = []
+        layouts = []
+        launches = []
+        for source in graph.inputs[node_id]:
+            slot, layout = self.plan.node_values[source]
+            if not compiled.caps.strided_input and not (layout.offset == 0
+                                                        and layout.is_contiguous()):
+                contiguize, slot = self._contiguize(node_id, slot, layout)
+                launches.append(contiguize)
+                layout = contiguize.layouts[-1]
+                self._use(slot, node_id)
+            sources.append(slot)
+            layouts.append(layout)
+        device = node.device
+        backend = get_backend(device)
+        self.plan.devices.add(device)
+        out_layout = Layout.contiguous(node.shape)
+        layouts.append(out_layout)
+        alias = (node.op is OpKind.SLICE_ASSIGN and node.params.inplace
+                 and layouts[0].offset == 0 and layouts[0].is_contiguous())
+        target = sources[0] if alias else self._slot(device, node.dtype)
+        wait_slot = -1
+        if node.op is OpKind.COPY:
+            wait_slot = self.plan.node_values[graph.inputs[node_id][0]][0]
+        step = Step(node_id, compiled, tuple(sources), layouts, target, device, backend,
+                    pool_for(device), node.dtype, out_layout.numel,
+                    alias=alias, waited=node_id in self.waited, wait_slot=wait_slot)
+        self.plan.node_values[node_id] = (target, out_layout)
+        launches.append(step)
+        return launches
