@@ -3,6 +3,7 @@
 from fuel.onnx.ops import (  # noqa: F401
     activations,
     attention,
+    control,
     conv,
     elementwise,
     indexing,
@@ -11,5 +12,6 @@ from fuel.onnx.ops import (  # noqa: F401
     normalization,
     reduce,
     resize,
+    sequence,
     shape,
 )
