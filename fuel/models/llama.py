@@ -116,7 +116,9 @@ class LlamaModel:
 
     def _check_ids(self, ids) -> np.ndarray:
         values = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
-        if values.ndim != 1 or values.size == 0:
+        if values.ndim != 1:
+            raise InvalidArgument(f"token ids must be a flat sequence, got shape {values.shape}")
+        if values.size == 0:
             raise InvalidArgument("the prompt is empty: give at least one token")
         if values.dtype.kind not in "iu":
             raise InvalidArgument(f"token ids must be integers, got {values.dtype}")
@@ -184,6 +186,9 @@ class LlamaModel:
             piece = decoder.push(token)
             if piece:
                 yield piece
+        rest = decoder.finish()
+        if rest:
+            yield rest
 
 
 def convert_weights(source: GGUFModelFile, config: LlamaConfig) -> dict[str, np.ndarray]:

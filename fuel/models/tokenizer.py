@@ -82,3 +82,10 @@ class StreamDecoder:
         piece = text[len(self._text):]
         self._text = text
         return piece
+
+    def finish(self) -> str:
+        """Whatever text is still pending (an incomplete character decodes as U+FFFD)."""
+        text = self._tokenizer.decode(self._ids, skip_special_tokens=True)
+        piece = text[len(self._text):]
+        self._text = text
+        return piece

@@ -1,0 +1,161 @@
+"""The Llama path on tiny random GGUF files: agreement with transformers on other shapes and
+tensor types (untied output, F16 embeddings, Q8_0 and Q4_1 matrices), the weight cache, the
+in-place KV cache, the decode graph's stable structure, streaming and sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "fuel-cache"
+    monkeypatch.setenv("FUEL_CACHE_DIR", str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("fields", [
+    {},
+    {"tied": True, "matrix_type": "Q8_0", "embedding_type": "F32", "kv_heads": 1},
+    {"heads": 2, "kv_heads": 2, "rope_base": 500.0, "matrix_type": "F16"},
+])
+def test_tiny_model_matches_transformers(tiny_gguf, oracle, cache_dir, fields):
+    from fuel.models.llama import load_gguf
+
+    torch, transformers = oracle
+    path = tiny_gguf(**fields)
+    ours = load_gguf(path)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent),
+                                                               gguf_file=path.name).eval()
+    ids = ours.encode("the cat in the hat sat on the mat")
+    with torch.no_grad():
+        expected = theirs(torch.tensor([ids])).logits[0].numpy()
+        greedy = theirs.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                 pad_token_id=2)[0, len(ids):].tolist()
+    logits = ours.forward(ids, ours.new_cache(len(ids)), all_logits=True)
+    assert np.abs(logits - expected).max() <= 1e-4
+    if 2 in greedy:  # transformers stops at EOS too, and keeps it
+        greedy = greedy[:greedy.index(2) + 1]
+    assert ours.generate_ids(ids, 12) == greedy
+
+
+def test_weight_cache_round_trip(tiny_gguf, cache_dir, monkeypatch):
+    import fuel.models.llama as llama
+
+    path = tiny_gguf()
+    first = llama.load_gguf(path)
+    entries = list(cache_dir.iterdir())
+    assert len(entries) == 1 and (entries[0] / "weights.bin").exists()
+    monkeypatch.setattr(llama, "GGUFModelFile", None)  # a cached load never opens the GGUF
+    second = llama.load_gguf(path)
+    ids = first.encode("the hat")
+    assert second.generate_ids(ids, 6) == first.generate_ids(ids, 6)
+    assert second.config == first.config
+
+
+def test_damaged_cache_is_rebuilt(tiny_gguf, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    path = tiny_gguf()
+    ids = load_gguf(path).encode("the hat")
+    expected = load_gguf(path).generate_ids(ids, 6)
+    blob = next(cache_dir.iterdir()) / "weights.bin"
+    blob.write_bytes(blob.read_bytes()[:100])
+    assert load_gguf(path).generate_ids(ids, 6) == expected
+    assert blob.stat().st_size > 100
+
+
+def test_changed_source_gets_a_new_cache_entry(tiny_gguf, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    path = tiny_gguf()
+    load_gguf(path)
+    tiny_gguf(seed=1)  # same name, new weights
+    load_gguf(path)
+    assert len(list(cache_dir.iterdir())) == 2
+
+
+def test_unwritable_cache_only_warns(tiny_gguf, tmp_path, monkeypatch):
+    from fuel.models.llama import load_gguf
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("FUEL_CACHE_DIR", str(blocker))
+    with pytest.warns(UserWarning, match="could not cache"):
+        model = load_gguf(tiny_gguf())
+    assert len(model.generate_ids(model.encode("the"), 3)) >= 1
+
+
+def test_kv_cache_is_written_in_place(tiny_gguf, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    model = load_gguf(tiny_gguf())
+    cache = model.new_cache(16)
+    storages = [t._node.buffer for t in cache.tensors()]
+    ids = model.encode("the cat")
+    model.forward(ids, cache)
+    model.forward([5], cache)
+    assert [t._node.buffer for t in cache.tensors()] == storages
+    keys = cache.keys[0].numpy()
+    written = len(ids) + 1
+    assert cache.length == written
+    assert np.abs(keys[:, :written]).min(axis=-1).max() > 0
+    assert not keys[:, written:].any()
+
+
+def test_decode_steps_build_identical_graph_structures(tiny_gguf, cache_dir):
+    from fuel.graph import Graph
+    from fuel.ir.ops import OpKind
+    from fuel.models.llama import load_gguf
+    from fuel.models.llama_graph import StepInputs, decoder_step
+
+    model = load_gguf(tiny_gguf())
+
+    def structure(position: int) -> list:
+        cache = model.new_cache(32)
+        cache.length = position
+        step = StepInputs(np.array([7]), position, model.config,
+                          model._inverse_frequencies, cache.capacity, None)
+        logits = decoder_step(model.weights, model.config, step, cache, False)
+        graph = Graph.build([logits._node] + [t._node for t in cache.tensors()])
+        return [(n.op, n.shape, n.dtype, None if n.op is OpKind.SLICE_ASSIGN else n.params)
+                for n in graph.nodes]
+
+    first, later = structure(3), structure(11)
+    assert first == later
+    # only the cache writes carry the position; everything else is the same graph
+    assert sum(1 for op, *_ in first if op is OpKind.SLICE_ASSIGN) == 2 * model.config.num_layers
+
+
+def test_streamed_text_equals_decoded_ids(tiny_gguf, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    model = load_gguf(tiny_gguf())
+    prompt = "the cat"
+    pieces = list(model.generate(prompt, max_new_tokens=30, temperature=1.5, seed=11))
+    ids = model.generate_ids(model.encode(prompt), 30, temperature=1.5, seed=11)
+    assert "".join(pieces) == model.decode(ids)
+    assert model.last_stats.new_tokens == len(ids)
+
+
+def test_generation_stops_at_eos(tiny_gguf, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    model = load_gguf(tiny_gguf())
+    ids = model.encode("the cat")
+    for seed in range(40):
+        out = model.generate_ids(ids, 40, temperature=3.0, seed=seed)
+        assert model.config.eos_token_id not in out[:-1]
+        if out[-1] == model.config.eos_token_id:
+            assert len(out) <= 40
+            return
+    pytest.fail("no sampled run reached EOS, so stopping at it was never exercised")
+
+
+def test_generation_stops_at_the_end_of_the_context(tiny_gguf, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    model = load_gguf(tiny_gguf(context=12))
+    out = model.generate_ids(list(range(3, 13)), 50, temperature=1.0, top_k=5, seed=0)
+    assert 1 <= len(out) <= 2

@@ -1,0 +1,155 @@
+"""SmolLM2-135M-Instruct (Q4_1 GGUF) on fuel against transformers loading the same file.
+
+transformers is loaded once for the module (~18 s); fuel converts the GGUF once into a
+module-private cache folder, and one test checks that loading from that cache agrees."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+PROMPTS = [
+    "Once upon a time",
+    "The capital of France is",
+    "def fibonacci(n):\n",
+    "<|im_start|>user\nWhat is the boiling point of water?<|im_end|>\n<|im_start|>assistant\n",
+]
+TEACHER_STEPS = 32
+FREE_RUN_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fuel-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FUEL_CACHE_DIR", str(folder))
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def fuel_model(smollm_path, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    return load_gguf()
+
+
+@pytest.fixture(scope="module")
+def hf(smollm_path, oracle):
+    torch, transformers = oracle
+    folder, name = str(smollm_path.parent), smollm_path.name
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    model.eval()
+    assert model.dtype == torch.float32, "the oracle must run the dequantized float32 weights"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    return torch, model, tokenizer
+
+
+def _hf_greedy(hf, ids, steps):
+    torch, model, _ = hf
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=steps, do_sample=False,
+                             output_logits=True, return_dict_in_generate=True,
+                             pad_token_id=model.config.eos_token_id)
+    new = out.sequences[0, len(ids):].tolist()
+    return new, [row[0].float().numpy() for row in out.logits]
+
+
+def test_teacher_forced_logits_match_transformers(fuel_model, hf):
+    prompt = fuel_model.encode(PROMPTS[0])
+    continuation, reference = _hf_greedy(hf, prompt, TEACHER_STEPS)
+    assert len(reference) == TEACHER_STEPS
+    cache = fuel_model.new_cache(len(prompt) + TEACHER_STEPS)
+    logits = fuel_model.forward(prompt, cache)[-1]
+    worst = []
+    for step in range(TEACHER_STEPS):
+        worst.append(float(np.abs(logits - reference[step]).max()))
+        logits = fuel_model.forward([continuation[step]], cache)[-1]
+    assert max(worst) <= 1e-3, f"max abs logit difference per step: {worst}"
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[1:])
+def test_free_running_greedy_ids_match_transformers(fuel_model, hf, prompt):
+    ids = fuel_model.encode(prompt)
+    expected, _ = _hf_greedy(hf, ids, FREE_RUN_TOKENS)
+    assert fuel_model.generate_ids(ids, FREE_RUN_TOKENS) == expected
+
+
+def test_known_greedy_continuation(fuel_model):
+    ids = fuel_model.encode("Once upon a time")
+    assert ids == [6403, 1980, 253, 655]
+    new = fuel_model.generate_ids(ids, 10)
+    assert new == [28, 260, 2240, 282, 23324, 27108, 436, 253, 15114, 39228]
+    text = "".join(fuel_model.generate("Once upon a time", max_new_tokens=10))
+    assert text == ", the city of Nova Haven was a thriving metropolis"
+    stats = fuel_model.last_stats
+    assert stats.prompt_tokens == 4 and stats.new_tokens == 10
+    assert stats.time_to_first_token_s > 0 and stats.tokens_per_second > 0
+
+
+def test_chunked_prompt_matches_transformers(fuel_model, hf, monkeypatch):
+    import fuel.models.llama as llama
+
+    torch, model, _ = hf
+    ids = fuel_model.encode("In a quiet village by the sea, an old fisherman told stories "
+                            "about the storms he had seen.")
+    monkeypatch.setattr(llama, "PREFILL_CHUNK", 7)  # several chunks and a partial one
+    ours = fuel_model.forward(ids, fuel_model.new_cache(64), all_logits=True)
+    with torch.no_grad():
+        theirs = model(torch.tensor([ids])).logits[0].float().numpy()
+    assert ours.shape == theirs.shape == (len(ids), 49152)
+    assert np.abs(ours - theirs).max() <= 1e-3
+
+
+@pytest.mark.parametrize("text", [
+    "Once upon a time", "Hello, world! How are you?", "  spaces   and\ttabs\nnewlines",
+    "<|im_start|>user\nHi<|im_end|>", "naïve café — «quotes»", "def f(x):\n    return x*x",
+])
+def test_tokenizer_matches_transformers(fuel_model, hf, text):
+    _, _, tokenizer = hf
+    assert fuel_model.encode(text) == tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert fuel_model.decode(fuel_model.encode(text)) == text.replace(
+        "<|im_start|>", "").replace("<|im_end|>", "")
+
+
+def test_digits_are_split_one_by_one(fuel_model):
+    # SmolLM2's own tokenizer (and llama.cpp's 'smollm' pre-tokenizer) isolate every digit.
+    ids = fuel_model.encode("2024")
+    assert [fuel_model.decode([i]) for i in ids] == ["2", "0", "2", "4"]
+
+
+def test_seeded_sampling_is_reproducible(fuel_model):
+    ids = fuel_model.encode("My favourite animal is")
+    first = fuel_model.generate_ids(ids, 8, temperature=0.8, top_k=40, top_p=0.95, seed=7)
+    again = fuel_model.generate_ids(ids, 8, temperature=0.8, top_k=40, top_p=0.95, seed=7)
+    assert first == again
+    greedy = fuel_model.generate_ids(ids, 8)
+    assert fuel_model.generate_ids(ids, 8, temperature=1.0, top_k=1, seed=3) == greedy
+
+
+def test_second_load_comes_from_the_disk_cache(fuel_model, cache_dir, monkeypatch):
+    import fuel.models.llama as llama
+
+    entries = [p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "weights.bin").stat().st_size > 500e6
+
+    def no_gguf(*args, **kwargs):
+        raise AssertionError("a cached load must not read the GGUF")
+
+    monkeypatch.setattr(llama, "GGUFModelFile", no_gguf)
+    started = time.perf_counter()
+    again = llama.load_gguf()
+    assert time.perf_counter() - started < 30
+    ids = fuel_model.encode("Once upon a time")
+    assert again.generate_ids(ids, 4) == fuel_model.generate_ids(ids, 4)
+
+
+def test_generate_command_streams_text(fuel_model, capsys):
+    from fuel.cli import main
+
+    assert main(["generate", "Once upon a time", "--max-new-tokens", "10", "--profile"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "Once upon a time, the city of Nova Haven was a thriving metropolis\n"
+    assert "time to first token" in captured.err and "tokens/s" in captured.err
+    assert "matmul" in captured.err  # the per-op table

@@ -1,0 +1,119 @@
+"""Writes tiny random Llama GGUF files (a few KB) for fast loader, cache and bad-input tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class TinyLlama:
+    """Hyper-parameters and tensor types of a tiny Llama written to GGUF."""
+
+    layers: int = 2
+    hidden: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    ffn: int = 96
+    context: int = 48
+    rope_base: float = 10000.0
+    matrix_type: str = "Q4_1"
+    embedding_type: str = "F16"
+    tied: bool = False
+    architecture: str = "llama"
+    tokenizer_model: str = "gpt2"
+    extra_tensors: dict = field(default_factory=dict)  # name -> (array, GGUF type name)
+
+
+def byte_tokens() -> list[str]:
+    """GPT-2's byte alphabet, one token per byte."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    mapping = {byte: chr(byte) for byte in printable}
+    extra = 0
+    for byte in range(256):
+        if byte not in mapping:
+            mapping[byte] = chr(256 + extra)
+            extra += 1
+    return [mapping[b] for b in range(256)]
+
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a"]
+MERGED = ["Ġt", "he", "Ġthe", "in", "Ġa"]
+
+
+def _permute_for_gguf(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's interleaving of q/k rows (what its HF -> GGUF converter writes)."""
+    return (weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:])
+            .swapaxes(1, 2).reshape(weight.shape))
+
+
+def write_tiny_llama(path: Path, spec: TinyLlama | None = None, seed: int = 0) -> Path:
+    """Write a random tiny Llama (and its byte-level vocabulary) to ``path``."""
+    import gguf
+
+    spec = spec or TinyLlama()
+    rng = np.random.default_rng(seed)
+    tokens = SPECIAL + byte_tokens() + MERGED
+    vocab = len(tokens)
+    head_dim = spec.hidden // spec.heads
+    writer = gguf.GGUFWriter(str(path), spec.architecture)
+    arch = spec.architecture
+    writer.add_block_count(spec.layers)
+    writer.add_context_length(spec.context)
+    writer.add_embedding_length(spec.hidden)
+    writer.add_feed_forward_length(spec.ffn)
+    writer.add_head_count(spec.heads)
+    writer.add_head_count_kv(spec.kv_heads)
+    writer.add_rope_freq_base(spec.rope_base)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_uint32(f"{arch}.vocab_size", vocab)
+    writer.add_tokenizer_model(spec.tokenizer_model)
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_merges(MERGES)
+    writer.add_token_types([3] * len(SPECIAL) + [1] * (vocab - len(SPECIAL)))
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(False)
+
+    def add(name: str, array: np.ndarray, kind: str) -> None:
+        qtype = gguf.GGMLQuantizationType[kind]
+        array = array.astype(np.float32)
+        if kind in ("F32", "F16"):
+            writer.add_tensor(name, gguf.quants.quantize(array, qtype))
+        else:
+            writer.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
+
+    def matrix(rows: int, columns: int) -> np.ndarray:
+        return rng.normal(0.0, 1.0 / np.sqrt(columns), (rows, columns))
+
+    add("token_embd.weight", rng.normal(0.0, 1.0, (vocab, spec.hidden)), spec.embedding_type)
+    add("output_norm.weight", 1.0 + 0.1 * rng.normal(size=spec.hidden), "F32")
+    if not spec.tied:
+        add("output.weight", matrix(vocab, spec.hidden), "Q8_0")
+    kv = spec.kv_heads * head_dim
+    for i in range(spec.layers):
+        add(f"blk.{i}.attn_norm.weight", 1.0 + 0.1 * rng.normal(size=spec.hidden), "F32")
+        add(f"blk.{i}.ffn_norm.weight", 1.0 + 0.1 * rng.normal(size=spec.hidden), "F32")
+        add(f"blk.{i}.attn_q.weight",
+            _permute_for_gguf(matrix(spec.hidden, spec.hidden), spec.heads), spec.matrix_type)
+        add(f"blk.{i}.attn_k.weight", _permute_for_gguf(matrix(kv, spec.hidden), spec.kv_heads),
+            spec.matrix_type)
+        add(f"blk.{i}.attn_v.weight", matrix(kv, spec.hidden), spec.matrix_type)
+        add(f"blk.{i}.attn_output.weight", matrix(spec.hidden, spec.hidden), spec.matrix_type)
+        add(f"blk.{i}.ffn_gate.weight", matrix(spec.ffn, spec.hidden), spec.matrix_type)
+        add(f"blk.{i}.ffn_up.weight", matrix(spec.ffn, spec.hidden), spec.matrix_type)
+        add(f"blk.{i}.ffn_down.weight", matrix(spec.hidden, spec.ffn), spec.matrix_type)
+    for name, (array, kind) in spec.extra_tensors.items():
+        qtype = gguf.GGMLQuantizationType[kind]
+        writer.add_tensor(name, array, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
