@@ -55,6 +55,7 @@ from fuel.ir.errors import (
 from fuel.memory.pool import empty_cache, memory_stats
 from fuel.profiler import Profile, profile
 from fuel.runtime.executor import plan_cache_stats, set_plan_cache_capacity
+from fuel.runtime.jit import jit
 from fuel.tensor import Tensor
 
 __version__ = "0.1.0"
@@ -108,5 +109,5 @@ __all__ = [
     "index_select", "int16", "int32", "int64", "int8", "manual_seed", "matmul", "nn", "ones",
     "ones_like", "profile", "promote_types", "rand", "randint", "randn", "realize", "softmax",
     "split", "stack", "tensor", "uint8", "where", "zeros", "zeros_like", "memory_stats",
-    "empty_cache", "plan_cache_stats", "set_plan_cache_capacity",
+    "empty_cache", "plan_cache_stats", "set_plan_cache_capacity", "jit",
 ]

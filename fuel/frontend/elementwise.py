@@ -56,6 +56,9 @@ _BITWISE_ON_BOOL = {
 
 def binary(op: OpKind, a, b) -> Tensor:
     """Apply a binary op with promotion (scalars are weak) and NumPy broadcasting."""
+    fast = _same_kind_operands(a, b)
+    if fast is not None and not (op is OpKind.DIV and not fast[0].dtype.is_floating):
+        return make(op, fast, NO_PARAMS)
     shape = _tensor_shape(a, b)
     (left, right), dtype = operand_nodes([a, b], shape=shape)
     if op is OpKind.DIV and not dtype.is_floating:
@@ -78,6 +81,25 @@ def _tensor_shape(*values) -> tuple[int, ...]:
     if len(shapes) == 1 or all(s == shapes[0] for s in shapes):
         return shapes[0]
     return broadcast_shapes(*shapes)
+
+
+def _same_kind_operands(a, b):
+    """The common case without promotion or broadcasting: a tensor with a tensor of the same
+    dtype and shape, or a float tensor with a Python float (None otherwise)."""
+    if a.__class__ is Tensor:
+        left = a._node
+        if b.__class__ is Tensor:
+            right = b._node
+            if left.dtype is right.dtype and left.shape == right.shape and \
+                    not left.dtype.is_bool:
+                return left, right
+            return None
+        if b.__class__ is float and left.dtype.is_floating:
+            return left, constant(b, left.dtype, left.device, left.shape)
+    elif b.__class__ is Tensor and a.__class__ is float and b._node.dtype.is_floating:
+        right = b._node
+        return constant(a, right.dtype, right.device, right.shape), right
+    return None
 
 
 def where(condition, a, b, dtype: dt.DType | None = None) -> Tensor:

@@ -18,12 +18,13 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 class Layout:
     """An immutable strided view description. Views never copy: they produce new Layouts."""
 
-    __slots__ = ("shape", "strides", "offset")
+    __slots__ = ("shape", "strides", "offset", "_contiguous")
 
     def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> None:
         self.shape = shape
         self.strides = strides
         self.offset = offset
+        self._contiguous = None
 
     @classmethod
     def contiguous(cls, shape: tuple[int, ...]) -> Layout:
@@ -52,13 +53,18 @@ class Layout:
         return len(self.shape)
 
     def is_contiguous(self) -> bool:
-        """Row-major dense (size-1 dims may carry any stride)."""
-        step = 1
-        for size, stride in zip(reversed(self.shape), reversed(self.strides)):
-            if size != 1 and stride != step:
-                return False
-            step *= size
-        return True
+        """Row-major dense (size-1 dims may carry any stride). Computed once."""
+        known = self._contiguous
+        if known is None:
+            known = True
+            step = 1
+            for size, stride in zip(reversed(self.shape), reversed(self.strides)):
+                if size != 1 and stride != step:
+                    known = False
+                    break
+                step *= size
+            self._contiguous = known
+        return known
 
     def is_dense_from_zero(self) -> bool:
         """Contiguous and starting at element 0: the storage itself, reshaped."""

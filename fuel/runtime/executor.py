@@ -6,6 +6,8 @@ import queue
 import threading
 from collections import OrderedDict
 
+import numpy as np
+
 from fuel.backends import get_backend
 from fuel.dispatch import op_profile
 from fuel.dispatch.compiled import execute_compiled_with_wait_hint
@@ -94,7 +96,7 @@ class _Walk:
         self.plan = plan
         self.storages: dict[int, object] = {}
         self.handles: dict = {}
-        self.taken: set[int] = set()
+        self.taken: dict[int, object] = {}  # id(storage) -> the pool it came from
 
     def run(self, steps, keep: bool = False):
         """Execute ``steps``; with ``keep`` return the list of what ran (pipelined build)."""
@@ -106,7 +108,7 @@ class _Walk:
         for slot, node_id in enumerate(graph.leaves):
             storages[slot] = graph.nodes[node_id].buffer
         try:
-            with op_profile.phase("realize.execute"):
+            with op_profile.phase("realize.execute"), np.errstate(all="ignore"):
                 for step in steps:
                     if keep:
                         ran.append(step)
@@ -136,7 +138,7 @@ class _Walk:
             output = inputs[0]
         else:
             output = step.pool.take(step.backend, step.device, step.dtype, step.size)
-            self.taken.add(id(output))
+            self.taken[id(output)] = step.pool
         compiled = step.compiled
         if step.waited:
             compiled.label = node_label(self.graph, step.node_id)
@@ -146,7 +148,7 @@ class _Walk:
         except Exception as error:
             if not step.alias:
                 step.pool.give_back(output)
-                self.taken.discard(id(output))
+                del self.taken[id(output)]
             label = node_label(self.graph, step.node_id)
             kind = KernelIndexError if isinstance(error, IndexOutOfRange) else KernelError
             source = compiled.entry.kernel_source if compiled.entry else "?"
@@ -167,14 +169,16 @@ class _Walk:
             handle = self.handles.pop(slot, None)
             if handle is not None:
                 handle.close()
-            if storage is not None and id(storage) in self.taken:
-                self.taken.discard(id(storage))
-                _pool_of(storage).give_back(storage)
+            if storage is not None:
+                pool = self.taken.pop(id(storage), None)
+                if pool is not None:
+                    pool.give_back(storage)
 
     def _release_all(self) -> None:
         for storage in self.storages.values():
-            if id(storage) in self.taken:
-                _pool_of(storage).give_back(storage)
+            pool = self.taken.pop(id(storage), None)
+            if pool is not None:
+                pool.give_back(storage)
         self.storages.clear()
         self.taken.clear()
 
@@ -193,16 +197,10 @@ class _Walk:
         for root in self.graph.roots:
             slot, layout = values[root]
             storage = self.storages[slot]
-            if id(storage) in self.taken:
-                self.taken.discard(id(storage))
-                _pool_of(storage).disown(storage)
+            pool = self.taken.pop(id(storage), None)
+            if pool is not None:
+                pool.disown(storage)
             self.graph.nodes[root].attach(storage, layout)
-
-
-def _pool_of(storage):
-    from fuel.memory.pool import pool_for
-
-    return pool_for(storage.device)
 
 
 def _build_ahead(builder: PlanBuilder):

@@ -102,6 +102,13 @@ class PlanBuilder:
         self.root_ids = set(graph.roots)
         self.waited = _wait_set(graph)
         self.contiguous: dict = {}
+        self.backends: dict = {}
+
+    def _backend(self, device):
+        backend = self.backends.get(device)
+        if backend is None:
+            backend = self.backends[device] = get_backend(device)
+        return backend
 
     def _slot(self, device, dtype) -> int:
         self.slot_device.append(device)
@@ -153,7 +160,7 @@ class PlanBuilder:
     def _contiguize(self, node_id: int, slot: int, layout: Layout) -> tuple[Step, int]:
         device, dtype = self.slot_device[slot], self.slot_dtype[slot]
         target = self._slot(device, dtype)
-        backend = get_backend(device)
+        backend = self._backend(device)
         step = Step(node_id, self._contiguous_kernel(dtype, device), (slot,),
                     [layout, Layout.contiguous(layout.shape)], target, device, backend,
                     pool_for(device), dtype, layout.numel, waited=node_id in self.waited)
@@ -196,7 +203,7 @@ class PlanBuilder:
             sources.append(slot)
             layouts.append(layout)
         device = node.device
-        backend = get_backend(device)
+        backend = self._backend(device)
         self.plan.devices.add(device)
         out_layout = Layout.contiguous(node.shape)
         layouts.append(out_layout)

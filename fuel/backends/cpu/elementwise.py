@@ -6,7 +6,15 @@ import math
 
 import numpy as np
 
-from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, combos, compute, output, view
+from fuel.backends.cpu.arrays import (
+    CPU_KERNELS,
+    HALF_NUMPY,
+    STRIDED,
+    combos,
+    compute,
+    output,
+    view,
+)
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
 
@@ -148,20 +156,22 @@ BINARY_DTYPES = {
 
 
 def _make_elementwise(function):
-    """A kernel applying ``function`` to strided input views, writing the output once."""
-    is_ufunc = isinstance(function, np.ufunc)
+    """A kernel applying ``function`` to strided input views, writing the output once.
+    Its ``prepare`` binds the views once and returns a launcher for replays (fuel.jit)."""
+    direct = isinstance(function, np.ufunc)
 
-    def elementwise(inputs, outputs, layouts, params):
+    def bind(inputs, outputs, layouts):
         out = output(outputs[0], layouts[-1])
         arrays = [view(s, layout) for s, layout in zip(inputs, layouts)]
-        with np.errstate(all="ignore"):
-            if is_ufunc and all(a.dtype == out.dtype for a in arrays) and out.dtype not in (
-                dt.float16.numpy, dt.bfloat16.numpy
-            ):
-                function(*arrays, out=out)
-            else:
-                out[...] = function(*[compute(a) for a in arrays])
+        if direct and out.dtype not in HALF_NUMPY and all(a.dtype not in HALF_NUMPY
+                                                          for a in arrays):
+            return lambda: function(*arrays, out=out)
+        return lambda: out.__setitem__(Ellipsis, function(*[compute(a) for a in arrays]))
 
+    def elementwise(inputs, outputs, layouts, params):
+        bind(inputs, outputs, layouts)()
+
+    elementwise.prepare = lambda inputs, outputs, layouts, params: bind(inputs, outputs, layouts)
     elementwise.__qualname__ = f"elementwise[{getattr(function, '__name__', function)}]"
     return elementwise
 
@@ -181,10 +191,9 @@ def where(inputs, outputs, layouts, params):
 @CPU_KERNELS.kernel(OpKind.CAST, [(a, b) for a in dt.ALL_DTYPES for b in dt.ALL_DTYPES], STRIDED)
 def cast(inputs, outputs, layouts, params):
     source = view(inputs[0], layouts[0])
-    with np.errstate(all="ignore"):
-        if source.dtype in (dt.float16.numpy, dt.bfloat16.numpy) and params.dtype.is_integer:
-            source = source.astype(np.float32)
-        output(outputs[0], layouts[-1])[...] = source
+    if source.dtype in (dt.float16.numpy, dt.bfloat16.numpy) and params.dtype.is_integer:
+        source = source.astype(np.float32)
+    output(outputs[0], layouts[-1])[...] = source
 
 
 @CPU_KERNELS.kernel(OpKind.CONTIGUOUS, combos(dt.ALL_DTYPES, 1), STRIDED)

@@ -1,4 +1,8 @@
-"""NumPy kernels for reductions, scans, matmul and the row-wise normalizations."""
+"""NumPy kernels for reductions, scans, matmul and the row-wise normalizations.
+
+The executor runs kernels under ``np.errstate(all="ignore")``: NaN and inf pass through
+like NumPy, without warnings.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +23,7 @@ def _reduction(function, upcast: bool):
         if upcast:
             source = compute(source)
         out = output(outputs[0], layouts[-1])
-        with np.errstate(all="ignore"):
-            result = function(source, axis=params.dims, keepdims=params.keepdim)
+        result = function(source, axis=params.dims, keepdims=params.keepdim)
         out[...] = np.asarray(result).reshape(out.shape)
 
     reduce.__qualname__ = f"reduce[{function.__name__}]"
@@ -118,15 +121,13 @@ def _softmax_rows(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
 @CPU_KERNELS.kernel(OpKind.SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
 def softmax(inputs, outputs, layouts, params):
     source = compute(view(inputs[0], layouts[0]))
-    with np.errstate(all="ignore"):
-        output(outputs[0], layouts[-1])[...] = _softmax_rows(source, params.dim, log=False)
+    output(outputs[0], layouts[-1])[...] = _softmax_rows(source, params.dim, log=False)
 
 
 @CPU_KERNELS.kernel(OpKind.LOG_SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
 def log_softmax(inputs, outputs, layouts, params):
     source = compute(view(inputs[0], layouts[0]))
-    with np.errstate(all="ignore"):
-        output(outputs[0], layouts[-1])[...] = _softmax_rows(source, params.dim, log=True)
+    output(outputs[0], layouts[-1])[...] = _softmax_rows(source, params.dim, log=True)
 
 
 @CPU_KERNELS.kernel(OpKind.LAYER_NORM, [(d,) * 4 for d in dt.FLOAT_DTYPES], STRIDED)
@@ -136,8 +137,7 @@ def layer_norm(inputs, outputs, layouts, params):
     mean = np.mean(x, axis=axes, keepdims=True)
     centered = x - mean
     variance = np.mean(np.square(centered), axis=axes, keepdims=True)
-    with np.errstate(all="ignore"):
-        normalized = centered / np.sqrt(variance + np.asarray(params.eps, dtype=x.dtype))
+    normalized = centered / np.sqrt(variance + np.asarray(params.eps, dtype=x.dtype))
     output(outputs[0], layouts[-1])[...] = normalized * weight + bias
 
 
@@ -146,6 +146,5 @@ def rms_norm(inputs, outputs, layouts, params):
     x, weight = (compute(view(s, layout)) for s, layout in zip(inputs, layouts))
     axes = tuple(range(x.ndim - params.axes, x.ndim))
     mean_square = np.mean(np.square(x), axis=axes, keepdims=True)
-    with np.errstate(all="ignore"):
-        scale = 1.0 / np.sqrt(mean_square + np.asarray(params.eps, dtype=x.dtype))
+    scale = 1.0 / np.sqrt(mean_square + np.asarray(params.eps, dtype=x.dtype))
     output(outputs[0], layouts[-1])[...] = x * scale * weight
