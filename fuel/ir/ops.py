@@ -126,6 +126,9 @@ class OpKind(enum.Enum):
     SCATTER_ELEMENTS = "scatter_elements"
     SCATTER_ND = "scatter_nd"
     EINSUM = "einsum"
+    GRID_SAMPLE = "grid_sample"
+    DET = "det"
+    BITCAST = "bitcast"
 
     def __repr__(self) -> str:
         return f"OpKind.{self.name}"

@@ -82,7 +82,19 @@ class EinsumParams:
     equation: str
 
 
+@dataclass(frozen=True, slots=True)
+class GridSampleParams:
+    """GRID_SAMPLE: ``mode`` nearest, linear or cubic; ``padding_mode`` zeros, border or
+    reflection; ``align_corners`` maps -1 and 1 to the centers of the corner elements."""
+
+    mode: str = "linear"
+    padding_mode: str = "zeros"
+    align_corners: bool = False
+
+
 SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+GRID_SAMPLE_MODES = ("nearest", "linear", "cubic")
+GRID_SAMPLE_PADDINGS = ("zeros", "border", "reflection")
 
 
 # ----------------------------------------------------------------------------- inference
@@ -257,6 +269,38 @@ def _einsum(params: EinsumParams, shapes, dtypes):
     return tuple(sizes[c] for c in output), dtypes[0]
 
 
+def _grid_sample(params: GridSampleParams, shapes, dtypes):
+    x, grid = shapes
+    if params.mode not in GRID_SAMPLE_MODES or params.padding_mode not in GRID_SAMPLE_PADDINGS:
+        raise InvalidArgument(f"grid_sample mode {params.mode!r} / padding "
+                              f"{params.padding_mode!r} is not one of {GRID_SAMPLE_MODES} / "
+                              f"{GRID_SAMPLE_PADDINGS}")
+    if len(x) < 3 or len(grid) != len(x) or grid[-1] != len(x) - 2 or grid[0] != x[0]:
+        raise ShapeError(f"grid_sample needs input (N, C, D1..Dr) and grid (N, O1..Or, r), got "
+                         f"{x} and {grid}")
+    if not dtypes[0].is_floating or dtypes[1] is not dtypes[0]:
+        raise DTypeError(f"grid_sample needs floating input and grid of one dtype, got "
+                         f"{dtypes[0].name} and {dtypes[1].name}")
+    return (x[0], x[1]) + tuple(grid[1:-1]), dtypes[0]
+
+
+def _det(params, shapes, dtypes):
+    x = shapes[0]
+    if len(x) < 2 or x[-1] != x[-2]:
+        raise ShapeError(f"det needs square matrices in the last two dims, got {x}")
+    if not dtypes[0].is_floating:
+        raise DTypeError(f"det needs a floating-point input, got {dtypes[0].name}")
+    return tuple(x[:-2]), dtypes[0]
+
+
+def _bitcast(params, shapes, dtypes):
+    if dtypes[0].itemsize != params.dtype.itemsize:
+        raise DTypeError(f"bitcast needs types of one size, got {dtypes[0].name} "
+                         f"({dtypes[0].itemsize} bytes) and {params.dtype.name} "
+                         f"({params.dtype.itemsize} bytes)")
+    return shapes[0], params.dtype
+
+
 def _integer_binary(params, shapes, dtypes):
     if not dtypes[0].is_integer:
         raise DTypeError(f"needs integer operands, got {dtypes[0].name}")
@@ -283,4 +327,7 @@ INFER_RULES.update({
     OpKind.SCATTER_ELEMENTS: _scatter_elements,
     OpKind.SCATTER_ND: _scatter_nd,
     OpKind.EINSUM: _einsum,
+    OpKind.GRID_SAMPLE: _grid_sample,
+    OpKind.DET: _det,
+    OpKind.BITCAST: _bitcast,
 })

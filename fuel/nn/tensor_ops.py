@@ -6,15 +6,17 @@ from __future__ import annotations
 from fuel.frontend.build import make, normalize_dim, operand_nodes
 from fuel.frontend.elementwise import binary, unary
 from fuel.frontend.shape import gather, narrow
+from fuel.ir import dtype as dt
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
-from fuel.ir.ops import AxisParams, OpKind
+from fuel.ir.ops import NO_PARAMS, AxisParams, CastParams, OpKind
 from fuel.ir.ops_nn import EinsumParams, ScatterParams, SortParams, parse_einsum
 from fuel.tensor import Tensor
 
 __all__ = [
-    "acos", "acosh", "argsort", "asin", "asinh", "atan", "atanh", "bitwise_left_shift",
-    "bitwise_right_shift", "cosh", "cumprod", "einsum", "fmod", "scatter", "scatter_nd",
-    "scatter_reduce", "sinh", "sort", "tan", "topk", "trunc", "trunc_divide",
+    "acos", "acosh", "argsort", "asin", "asinh", "atan", "atanh", "bitcast",
+    "bitwise_left_shift", "bitwise_right_shift", "cosh", "cumprod", "det", "einsum", "fmod",
+    "scatter", "scatter_nd", "scatter_reduce", "sinh", "sort", "tan", "topk", "trunc",
+    "trunc_divide",
 ]
 
 
@@ -36,6 +38,18 @@ cosh = _unary(OpKind.COSH, "cosh")
 asinh = _unary(OpKind.ASINH, "asinh")
 acosh = _unary(OpKind.ACOSH, "acosh")
 atanh = _unary(OpKind.ATANH, "atanh")
+
+
+def det(x: Tensor) -> Tensor:
+    """Determinants of the square matrices in the last two dims (torch.linalg.det)."""
+    if not x.dtype.is_floating:
+        x = x.float()
+    return make(OpKind.DET, (x._node,), NO_PARAMS)
+
+
+def bitcast(x: Tensor, dtype) -> Tensor:
+    """The same bits read as ``dtype`` of the same size (torch's ``Tensor.view(dtype)``)."""
+    return make(OpKind.BITCAST, (x._node,), CastParams(dt.to_dtype(dtype)))
 
 
 def fmod(a, b) -> Tensor:

@@ -6,7 +6,7 @@ import platform
 
 import numpy as np
 
-from fuel.backends.cpu import elementwise, indexing, nn, nn_misc, structured  # noqa: F401
+from fuel.backends.cpu import elementwise, indexing, nn, nn_misc, nn_sample, structured  # noqa: F401
 from fuel.backends.cpu.arrays import CPU_KERNELS, view
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.ir.device import CPU, BackendId, Device

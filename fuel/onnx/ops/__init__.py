@@ -9,9 +9,13 @@ from fuel.onnx.ops import (  # noqa: F401
     indexing,
     linalg,
     loss,
+    misc,
     normalization,
+    quantize,
     reduce,
     resize,
+    rnn,
     sequence,
     shape,
+    signal,
 )
