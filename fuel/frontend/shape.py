@@ -15,6 +15,7 @@ from fuel.ir.ops import (
     PadParams,
     PermuteParams,
     ShapeParams,
+    IndexCopyParams,
     SliceAssignParams,
     SliceParams,
 )
@@ -237,10 +238,40 @@ def setitem(x: Tensor, index, value) -> None:
     value_tensor = reshape(expand_to(value_tensor, *indexed_shape), region_shape)
     starts, stops, steps = (tuple(b[k] for b in bounds) for k in range(3))
     node = x._node
-    inplace = node.buffer is not None or (
-        node.op is OpKind.SLICE_ASSIGN and node.params.inplace)
-    params = SliceAssignParams(starts, stops, steps, inplace)
+    params = SliceAssignParams(starts, stops, steps, _writable_in_place(node))
     x._node = make(OpKind.SLICE_ASSIGN, (node, value_tensor._node), params)._node
+
+
+def _writable_in_place(node) -> bool:
+    """A realized tensor, or an in-place write into one, can take another in-place write."""
+    return node.buffer is not None or (node.op in (OpKind.SLICE_ASSIGN, OpKind.INDEX_COPY)
+                                       and node.params.inplace)
+
+
+def index_copy(x: Tensor, dim: int, index: Tensor, source, inplace: bool = False) -> Tensor:
+    """``x`` with the slices at ``index`` (1-D, int) along ``dim`` replaced by ``source``.
+    The positions are data, so a decode loop writing a new position each step keeps one graph
+    structure (and hits the plan cache)."""
+    from fuel.frontend.build import cast
+
+    axis = normalize_dim(dim, x.ndim)
+    index_node = index._node if index.dtype.name in ("int32", "int64") else index.long()._node
+    value = source if isinstance(source, Tensor) else Tensor(
+        _scalar_like(x, source, x.shape[:axis] + index.shape + x.shape[axis + 1:]))
+    params = IndexCopyParams(axis, inplace and _writable_in_place(x._node))
+    return make(OpKind.INDEX_COPY, (x._node, index_node, cast(value._node, x.dtype)), params)
+
+
+def index_copy_(x: Tensor, dim: int, index: Tensor, source) -> Tensor:
+    """In-place ``index_copy``: on a realized ``x`` the write goes into its own storage."""
+    x._node = index_copy(x, dim, index, source, inplace=True)._node
+    return x
+
+
+def _scalar_like(x: Tensor, value, shape):
+    from fuel.frontend.build import constant
+
+    return constant(value, x.dtype, x._node.device, tuple(shape))
 
 
 def _region_slices(x: Tensor, items: list) -> list[slice]:
@@ -365,6 +396,8 @@ def install(cls) -> None:
     cls.narrow = narrow
     cls.__getitem__ = getitem
     cls.__setitem__ = setitem
+    cls.index_copy = index_copy
+    cls.index_copy_ = index_copy_
     cls.index_select = index_select
     cls.gather = gather
     cls.split = split

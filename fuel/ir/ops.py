@@ -102,6 +102,7 @@ class OpKind(enum.Enum):
     TRIU = "triu"
     PAD = "pad"
     SLICE_ASSIGN = "slice_assign"
+    INDEX_COPY = "index_copy"
     # ops added for ONNX (params and inference in fuel/ir/ops_nn.py)
     TAN = "tan"
     ASIN = "asin"
@@ -210,6 +211,15 @@ class SliceAssignParams:
     starts: tuple[int, ...]
     stops: tuple[int, ...]
     steps: tuple[int, ...]
+    inplace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IndexCopyParams:
+    """Copy ``source`` into ``target`` at the positions ``index`` holds along ``dim``.
+    ``inplace``: the output is the target's own storage (``x.index_copy_(...)``)."""
+
+    dim: int
     inplace: bool = False
 
 
@@ -461,6 +471,19 @@ def _slice_assign(params, shapes, dtypes):
     return target, dtypes[0]
 
 
+def _index_copy(params, shapes, dtypes):
+    target, index, source = shapes
+    if dtypes[1] not in (dt.int32, dt.int64):
+        raise DTypeError(f"index_copy index must be int32 or int64, got {dtypes[1].name}")
+    if dtypes[0] is not dtypes[2]:
+        raise DTypeError(f"index_copy source must be {dtypes[0].name}, got {dtypes[2].name}")
+    expected = target[: params.dim] + tuple(index) + target[params.dim + 1:]
+    if len(index) != 1 or tuple(source) != expected:
+        raise ShapeError(f"index_copy: source {source} must be {expected} for a 1-D index "
+                         f"{index} into {target} along dim {params.dim}")
+    return target, dtypes[0]
+
+
 def _view_reshape(params, shapes, dtypes):
     return params.shape, dtypes[0]
 
@@ -517,6 +540,7 @@ INFER_RULES: dict[OpKind, InferRule] = {
     OpKind.TRIU: _triangle,
     OpKind.PAD: _pad,
     OpKind.SLICE_ASSIGN: _slice_assign,
+    OpKind.INDEX_COPY: _index_copy,
 }
 
 _INFER_CACHE: dict[tuple, tuple[Shape, DType]] = {}

@@ -48,7 +48,8 @@ class _Capture:
         self.inputs = [a.contiguous().realize() if isinstance(a, Tensor) else None for a in args]
         traced = function(*[c if c is not None else a for c, a in zip(self.inputs, args)])
         self.single = isinstance(traced, Tensor)
-        outputs = [traced] if self.single else list(traced)
+        outputs = [traced] if self.single else list(traced) if isinstance(
+            traced, (tuple, list)) else []
         if not outputs or not all(isinstance(o, Tensor) for o in outputs):
             raise InvalidArgument("a fuel.jit function must return a Tensor or a tuple of them")
         graph = Graph.build([o._node for o in outputs])

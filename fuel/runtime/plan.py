@@ -50,6 +50,10 @@ class Plan:
     devices: set = field(default_factory=set)
 
 
+# Ops whose ``params.inplace`` lets them write the target (their first input) in place.
+INPLACE_OPS = frozenset({OpKind.SLICE_ASSIGN, OpKind.INDEX_COPY})
+
+
 def node_label(graph: Graph, node_id: int) -> str:
     """``node 7 (add float32,float32 -> float32 on cpu) created at model.py:12``."""
     node = graph.nodes[node_id]
@@ -207,7 +211,7 @@ class PlanBuilder:
         self.plan.devices.add(device)
         out_layout = Layout.contiguous(node.shape)
         layouts.append(out_layout)
-        alias = (node.op is OpKind.SLICE_ASSIGN and node.params.inplace
+        alias = (node.op in INPLACE_OPS and node.params.inplace
                  and layouts[0].offset == 0 and layouts[0].is_contiguous())
         target = sources[0] if alias else self._slot(device, node.dtype)
         wait_slot = -1

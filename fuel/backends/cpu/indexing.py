@@ -87,6 +87,18 @@ def slice_assign(inputs, outputs, layouts, params):
     view(outputs[0], region)[...] = value
 
 
+@CPU_KERNELS.kernel(OpKind.INDEX_COPY,
+                    [(d, i, d, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
+def index_copy(inputs, outputs, layouts, params):
+    target = view(inputs[0], layouts[0])
+    source = view(inputs[2], layouts[2])
+    out = output(outputs[0], layouts[-1])
+    index = check_indices(view(inputs[1], layouts[1]), target.shape[params.dim], params.dim)
+    if not np.shares_memory(out, target):
+        out[...] = target
+    out[(slice(None),) * params.dim + (index,)] = source
+
+
 @CPU_KERNELS.kernel(OpKind.FULL, [(d,) for d in dt.ALL_DTYPES])
 def full(inputs, outputs, layouts, params):
     out = output(outputs[0], layouts[-1])
