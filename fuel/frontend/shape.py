@@ -11,11 +11,11 @@ from fuel.ir.ops import (
     AxisParams,
     CopyParams,
     DiagonalParams,
+    IndexCopyParams,
     OpKind,
     PadParams,
     PermuteParams,
     ShapeParams,
-    IndexCopyParams,
     SliceAssignParams,
     SliceParams,
 )

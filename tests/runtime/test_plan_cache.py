@@ -165,7 +165,7 @@ def test_peak_memory_stays_within_ten_percent_of_the_liveness_bound():
     x = fuel.randn(256, 256)
     h = x
     outputs = []
-    for k in range(6):
+    for _ in range(6):
         h = (h @ x).softmax(-1) * 2.0 + h.t()
         wide = fuel.cat([h, h], dim=1).relu()
         outputs.append(wide.sum(1))
