@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 
-from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, compute, output, view
+from fuel.backends.cpu.arrays import CPU_KERNELS, HALF_NUMPY, STRIDED, compute, output, view
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
 
@@ -38,14 +38,21 @@ def pad_spatial(x: np.ndarray, begin, end, value) -> np.ndarray:
     return np.pad(x, widths, mode="constant", constant_values=value)
 
 
+def _accumulated(array: np.ndarray) -> np.ndarray:
+    """Floats are accumulated in float64; integers as they are."""
+    return array.astype(np.float64) if array.dtype.kind == "f" or array.dtype in HALF_NUMPY else array
+
+
 def _letters(count: int, start: int = 0) -> str:
     return "".join(chr(ord("p") + start + i) for i in range(count))
 
 
 @CPU_KERNELS.kernel(OpKind.CONV, [(d, d, d) for d in CONV_DTYPES], STRIDED)
 def conv(inputs, outputs, layouts, params):
-    x = compute(view(inputs[0], layouts[0]))
-    w = compute(view(inputs[1], layouts[1]))
+    """float32 accumulates in float64: output channels with equal weights then round to equal
+    values whatever order the BLAS kernel sums each column in."""
+    x = _accumulated(view(inputs[0], layouts[0]))
+    w = _accumulated(view(inputs[1], layouts[1]))
     out = output(outputs[0], layouts[-1])
     rank = x.ndim - 2
     padded = pad_spatial(x, params.pads_begin, params.pads_end, 0)

@@ -96,6 +96,8 @@ def gelu_(ctx: NodeContext) -> Tensor:
 @onnx_op("PRelu")
 def prelu(ctx: NodeContext) -> Tensor:
     x, slope = ctx.input(0), ctx.input(1)
+    if ctx.opset < 7 and slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1]:
+        slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))  # one slope per channel
     return where(x < scalar(0, x), x * slope, x, dtype=x.dtype)
 
 
