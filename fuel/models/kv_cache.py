@@ -11,7 +11,7 @@ from fuel.tensor import Tensor
 
 class KVCache:
     """Per layer, keys and values of shape ``(kv_heads, capacity, head_dim)``: realized
-    tensors that each decode step updates with ``cache[:, pos:pos + n, :] = new`` (no
+    tensors that each step updates in place with ``index_copy_`` at its positions (no
     concatenation, no reallocation). ``length`` counts the positions written so far."""
 
     def __init__(self, num_layers: int, kv_heads: int, capacity: int, head_dim: int,
@@ -26,16 +26,13 @@ class KVCache:
         self.values = [fuel.from_numpy(np.zeros(shape, np.float32), device=device)
                        for _ in range(num_layers)]
 
-    def write(self, layer: int, position: int, keys: Tensor, values: Tensor
+    def write(self, layer: int, positions: Tensor, keys: Tensor, values: Tensor
               ) -> tuple[Tensor, Tensor]:
-        """Record ``keys``/``values`` (``(kv_heads, n, head_dim)``) at ``position`` of
-        ``layer``; returns the layer's whole (lazy, updated) key and value tensors."""
-        stop = position + keys.shape[1]
-        if stop > self.capacity:
-            raise InvalidArgument(f"KV cache overflow: positions up to {stop} do not fit its "
-                                  f"capacity of {self.capacity}")
-        self.keys[layer][:, position:stop, :] = keys
-        self.values[layer][:, position:stop, :] = values
+        """Record ``keys``/``values`` (``(kv_heads, n, head_dim)``) at the ``n`` cache
+        ``positions`` (an int64 tensor: positions are data, so every decode step builds the
+        same graph); returns the layer's whole (lazy, updated) key and value tensors."""
+        self.keys[layer].index_copy_(1, positions, keys)
+        self.values[layer].index_copy_(1, positions, values)
         return self.keys[layer], self.values[layer]
 
     def tensors(self) -> list[Tensor]:

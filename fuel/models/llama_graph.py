@@ -90,7 +90,8 @@ def attention_mask(start: int, count: int, group: int, capacity: int) -> np.ndar
 
 
 class StepInputs:
-    """The per-step leaves: token ids, rotation matrices and the attention mask."""
+    """The per-step leaves: token ids, their cache positions, rotation matrices and the
+    attention mask (all data, so steps of one size share one graph structure)."""
 
     def __init__(self, ids: np.ndarray, start: int, config: LlamaConfig,
                  inverse_frequencies: np.ndarray, capacity: int, device) -> None:
@@ -99,6 +100,8 @@ class StepInputs:
         self.start = start
         self.count = count
         self.ids = fuel.from_numpy(ids.astype(np.int64), device=device)
+        self.positions = fuel.from_numpy(np.arange(start, start + count, dtype=np.int64),
+                                         device=device)
         self.rope = fuel.from_numpy(rope_matrices(inverse_frequencies, start, count),
                                     device=device)
         self.mask = fuel.from_numpy(attention_mask(start, count, group, capacity),
@@ -118,7 +121,7 @@ def attention(x: Tensor, layer: LayerWeights, index: int, step: StepInputs, cach
     q = q.reshape(kv_heads, n * group, d)
     k = rotated[:, heads:].permute(1, 0, 2)
     v = qkv[:, (heads + kv_heads) * d:].reshape(n, kv_heads, d).permute(1, 0, 2)
-    keys, values = cache.write(index, step.start, k, v)
+    keys, values = cache.write(index, step.positions, k, v)
     scores = q @ keys.transpose(1, 2) + step.mask
     out = softmax(scores, -1) @ values
     out = out.reshape(kv_heads, n, group, d).permute(1, 0, 2, 3).reshape(n, heads * d)
