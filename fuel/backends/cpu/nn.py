@@ -119,7 +119,7 @@ def _pool_input(x: np.ndarray, params, out_shape, value):
 
 
 def _lowest(dtype: np.dtype):
-    if dtype.kind == "f":
+    if dtype.kind == "f" or dtype in HALF_NUMPY:
         return -np.inf
     return np.iinfo(dtype).min
 
