@@ -18,13 +18,14 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 class Layout:
     """An immutable strided view description. Views never copy: they produce new Layouts."""
 
-    __slots__ = ("shape", "strides", "offset", "_contiguous")
+    __slots__ = ("shape", "strides", "offset", "_contiguous", "_numel")
 
     def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> None:
         self.shape = shape
         self.strides = strides
         self.offset = offset
         self._contiguous = None
+        self._numel = None
 
     @classmethod
     def contiguous(cls, shape: tuple[int, ...]) -> Layout:
@@ -46,7 +47,10 @@ class Layout:
 
     @property
     def numel(self) -> int:
-        return prod(self.shape)
+        count = self._numel
+        if count is None:
+            count = self._numel = prod(self.shape)
+        return count
 
     @property
     def ndim(self) -> int:

@@ -6,22 +6,18 @@ import numpy as np
 import pytest
 
 import fuel
-from fuel.backends import register_backend, unregister_backend
 from fuel.dispatch import compile_node, execute_compiled, global_table, in_flight
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
-from tests.runtime.threaded_backend import DEVICE, ThreadedBackend
+from tests.runtime.threaded_backend import DEVICE, shared_backend
 
 
 @pytest.fixture(scope="module")
 def registered():
     # Registered once: the binding table is append-only, so the first kernels stay in force.
-    device_backend = ThreadedBackend(delay=0.005)
-    register_backend(device_backend)
-    yield device_backend
-    unregister_backend(BackendId.METAL)
+    yield shared_backend(BackendId.METAL, delay=0.005)
 
 
 @pytest.fixture

@@ -57,12 +57,9 @@ def test_pipelined_and_sequential_walks_agree():
 @pytest.fixture(scope="module")
 def partial():
     """A device backend with only a few kernels (add, mul, copy, a dense neg, ...)."""
-    from fuel.backends import register_backend
-    from tests.runtime.threaded_backend import ThreadedBackend
+    from tests.runtime.threaded_backend import shared_backend
 
-    backend = ThreadedBackend(backend_id=BackendId.VULKAN)
-    register_backend(backend)
-    return backend
+    return shared_backend(BackendId.VULKAN)
 
 
 @pytest.mark.parametrize("pipelined", [False, True])

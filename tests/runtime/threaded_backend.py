@@ -176,3 +176,23 @@ class ThreadedBackend:
 
     def _failing_at_launch(self, inputs, outputs, layouts, params):
         raise ValueError("exp kernel rejected its launch configuration")
+
+
+_SHARED: dict = {}
+
+
+def shared_backend(backend_id: BackendId, delay: float = 0.0) -> ThreadedBackend:
+    """The one test backend registered for ``backend_id`` in this process.
+
+    The binding table is append-only and the first registered kernel wins, so a second
+    backend object for the same id would never see its own kernels run: share one.
+    """
+    from fuel.backends import register_backend
+
+    backend = _SHARED.get(backend_id)
+    if backend is None:
+        backend = _SHARED[backend_id] = ThreadedBackend(delay, backend_id)
+        register_backend(backend)
+    backend.delay = delay
+    backend.available = True
+    return backend

@@ -28,6 +28,13 @@ def view(storage, layout: Layout) -> np.ndarray:
     )
 
 
+def operand(storage, layout: Layout) -> np.ndarray:
+    """Like ``view``, but a stride-0 constant may come back 0-d: for kernels that broadcast."""
+    if layout.offset < storage.size and not any(layout.strides):
+        return storage.buffer[layout.offset:layout.offset + 1].reshape(())
+    return view(storage, layout)
+
+
 def output(storage, layout: Layout) -> np.ndarray:
     """The (contiguous, freshly allocated) output array of a kernel."""
     return storage.buffer.reshape(layout.shape) if storage.size == layout.numel else view(

@@ -12,6 +12,7 @@ from fuel.backends.cpu.arrays import (
     STRIDED,
     combos,
     compute,
+    operand,
     output,
     view,
 )
@@ -162,7 +163,7 @@ def _make_elementwise(function):
 
     def bind(inputs, outputs, layouts):
         out = output(outputs[0], layouts[-1])
-        arrays = [view(s, layout) for s, layout in zip(inputs, layouts)]
+        arrays = [operand(s, layout) for s, layout in zip(inputs, layouts)]
         if direct and out.dtype not in HALF_NUMPY and all(a.dtype not in HALF_NUMPY
                                                           for a in arrays):
             return lambda: function(*arrays, out=out)
