@@ -63,17 +63,37 @@ def node_label(graph: Graph, node_id: int) -> str:
             f"created at {file}:{line}")
 
 
+_compiled_cache: dict = {}
+_compiled_table: list = [None]
+
+
 def compile_graph_node(graph: Graph, node_id: int, table: KernelBindingTable) -> CompiledNode:
-    """compile_node for one graph node; a miss names the node and the user's line."""
+    """compile_node for one graph node (memoized per table, op, dtypes, backend and params);
+    a miss names the node and the user's line."""
     node = graph.nodes[node_id]
     backend = node.device.backend
     if node.op is OpKind.COPY:  # the copy kernel is keyed at the source backend
         backend = node.inputs[0].device.backend
+    dtypes = node_lookup_dtypes(graph, node_id)
+    if _compiled_table[0] is not table:
+        _compiled_cache.clear()
+        _compiled_table[0] = table
+    key = (node.op, dtypes, backend, node.params)
     try:
-        return compile_node(node.op, node_lookup_dtypes(graph, node_id), backend, node.params,
-                            table)
+        compiled = _compiled_cache.get(key)
+    except TypeError:  # unhashable params
+        key, compiled = None, None
+    if compiled is not None:
+        return compiled
+    try:
+        compiled = compile_node(node.op, dtypes, backend, node.params, table)
     except FuelError as error:
         raise type(error)(f"{error} [{node_label(graph, node_id)}]") from None
+    if key is not None:
+        if len(_compiled_cache) > 16384:
+            _compiled_cache.clear()
+        _compiled_cache[key] = compiled
+    return compiled
 
 
 def _wait_set(graph: Graph) -> set[int]:
