@@ -139,9 +139,10 @@ class OpenClBackend:
         return storage
 
     def write_from_host(self, storage: Storage, array: np.ndarray) -> None:
-        """Enqueue a non-blocking copy of ``array`` into ``storage``; the event keeps the host
-        array alive until the copy is done."""
-        host = np.ascontiguousarray(array).reshape(-1)
+        """Enqueue a non-blocking copy of ``array`` into ``storage``. The copy reads a private
+        snapshot of ``array`` (kept alive by the transfer's event), so the caller may reuse
+        its memory at once: a pooled CPU buffer, a NumPy array the user keeps writing."""
+        host = np.array(array, copy=True, order="C").reshape(-1)
         if host.size == 0:
             return
         context = self.context(storage.device)

@@ -103,7 +103,7 @@ def accumulator(dtype: DType) -> str:
 _PRELUDE = """\
 #define MAX_DIMS {max_dims}
 typedef struct {{
-    int ndim; int nops; long n;
+    int ndim; int dense; long n;
     long shape[MAX_DIMS];
     long strides[{operands}][MAX_DIMS];
     long offsets[{operands}];
@@ -128,22 +128,6 @@ inline ushort bf16_store(float value) {{
     return (ushort)(u >> 16);
 }}
 
-/* Element offsets of the ``nops`` operands of flat index ``i`` (row-major over shape). */
-inline void walk_offsets(const walk_t* w, long i, long* o, const int nops) {{
-    for (int k = 0; k < nops; ++k) o[k] = w->offsets[k];
-    if (w->ndim == 1) {{
-        for (int k = 0; k < nops; ++k) o[k] += i * w->strides[k][0];
-        return;
-    }}
-    long rest = i;
-    for (int d = w->ndim - 1; d >= 0; --d) {{
-        long size = w->shape[d];
-        long c = rest % size;
-        rest /= size;
-        for (int k = 0; k < nops; ++k) o[k] += c * w->strides[k][d];
-    }}
-}}
-
 /* Offset of flat index ``i`` over one (shape, stride) pair of ``ndim`` dims. */
 inline long dims_offset(const long* shape, const long* stride, int ndim, long i) {{
     if (ndim == 1) return i * stride[0];
@@ -155,6 +139,29 @@ inline long dims_offset(const long* shape, const long* stride, int ndim, long i)
     }}
     return offset;
 }}
+"""
+
+
+def walk_code(count: int, index: str = "i") -> str:
+    """Statements declaring ``o0..o{count-1}``: the element offsets of flat index ``index``
+    for each operand of the kernel argument ``w`` (a ``walk_t``). Dense walks (every operand
+    contiguous) skip the index arithmetic, so the compiler can vectorize them."""
+    ks = range(count)
+    start = ", ".join(f"o{k} = w.offsets[{k}]" for k in ks)
+    dense = " ".join(f"o{k} += {index};" for k in ks)
+    line = " ".join(f"o{k} += {index} * w.strides[{k}][0];" for k in ks)
+    step = " ".join(f"o{k} += c * w.strides[{k}][d];" for k in ks)
+    return f"""    long {start};
+    if (w.dense) {{ {dense} }}
+    else if (w.ndim == 1) {{ {line} }}
+    else {{
+        long rest = {index};
+        for (int d = w.ndim - 1; d >= 0; --d) {{
+            const long size = w.shape[d], c = rest % size;
+            rest /= size;
+            {step}
+        }}
+    }}
 """
 
 
@@ -191,7 +198,7 @@ def needs_fp64(*dtypes: DType) -> bool:
 # ----------------------------------------------------------------------------- host structs
 
 WALK_DTYPE = np.dtype([
-    ("ndim", np.int32), ("nops", np.int32), ("n", np.int64),
+    ("ndim", np.int32), ("dense", np.int32), ("n", np.int64),
     ("shape", np.int64, MAX_DIMS), ("strides", np.int64, (WALK_OPERANDS, MAX_DIMS)),
     ("offsets", np.int64, WALK_OPERANDS),
 ])
@@ -240,7 +247,7 @@ def make_walk(shape, layouts: list[Layout]) -> np.ndarray:
     dims, strides = collapse(shape, [layout.strides for layout in layouts])
     walk = np.zeros((), WALK_DTYPE)
     walk["ndim"] = len(dims)
-    walk["nops"] = len(layouts)
+    walk["dense"] = len(dims) == 0 or (len(dims) == 1 and all(own[0] == 1 for own in strides))
     walk["n"] = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
     walk["shape"][: len(dims)] = dims
     for k, (own, layout) in enumerate(zip(strides, layouts)):

@@ -3,6 +3,7 @@ callable bound to its generated program) and 1-D / per-row launch helpers."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -28,7 +29,10 @@ class ClKernel:
         self.name = name
         self.settings = settings
         digest = spec.digest if spec is not None else "host"
-        self.__qualname__ = f"opencl.{name}#{digest}"
+        code = host.__code__
+        host_digest = hashlib.blake2b(code.co_code + repr(code.co_consts).encode(),
+                                      digest_size=4).hexdigest()
+        self.__qualname__ = f"opencl.{name}[{host.__qualname__}#{host_digest}]#{digest}"
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
         self.host(self, inputs, outputs, layouts, params)
@@ -55,7 +59,7 @@ def launch_1d(context, kernel, count: int, *args) -> None:
     """One work-item per element (``count`` of them), in groups of the device's size."""
     if count <= 0:
         return
-    local = context.work_group
+    local = context.launch_group
     context.launch(kernel, (round_up(count, local),), (local,), *args)
 
 

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from functools import cache
 
-from fuel.backends.opencl.codegen import CType, ProgramSpec, ctype, make_walk, needs_fp64
+from fuel.backends.opencl.codegen import (
+    CType,
+    ProgramSpec,
+    ctype,
+    make_walk,
+    needs_fp64,
+    walk_code,
+)
 from fuel.backends.opencl.common import STRIDED, ClKernel, launch_1d
 from fuel.dispatch.kernel import KernelList
 from fuel.ir import dtype as dt
@@ -168,16 +175,14 @@ def kernel_source(name: str, inputs: list[CType], out: CType, expression: str,
     names = "xyz"
     count = len(inputs) + 1
     params = ", ".join(f"__global const {t.storage}* in{k}" for k, t in enumerate(inputs))
-    loads = "\n".join(f"    const {t.compute} {names[k]} = {t.load(f'in{k}', f'o[{k}]')};"
+    loads = "\n".join(f"    const {t.compute} {names[k]} = {t.load(f'in{k}', f'o{k}')};"
                       for k, t in enumerate(inputs))
     return f"""
 __kernel void {name}(__global {out.storage}* out, {params}, const walk_t w) {{
     const long i = get_global_id(0);
     if (i >= w.n) return;
-    long o[{count}];
-    walk_offsets(&w, i, o, {count});
-{loads}
-    {out.store("out", f"o[{count - 1}]", expression, via)}
+{walk_code(count)}{loads}
+    {out.store("out", f"o{count - 1}", expression, via)}
 }}
 """
 

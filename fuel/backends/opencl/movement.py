@@ -8,7 +8,7 @@ from functools import cache
 
 import numpy as np
 
-from fuel.backends.opencl.codegen import BITS_TYPES, ProgramSpec, ctype, make_walk
+from fuel.backends.opencl.codegen import BITS_TYPES, ProgramSpec, ctype, make_walk, walk_code
 from fuel.backends.opencl.common import STRIDED, ClKernel, int64, launch_1d
 from fuel.backends.opencl.elementwise import run_walk
 from fuel.backends.opencl.runtime import cl, wrap_errors
@@ -23,27 +23,21 @@ _BITS_SOURCE = """
 __kernel void copy(__global T* dst, __global const T* src, const walk_t w) {
     const long i = get_global_id(0);
     if (i >= w.n) return;
-    long o[2];
-    walk_offsets(&w, i, o, 2);
-    dst[o[1]] = src[o[0]];
+WALK2    dst[o1] = src[o0];
 }
 __kernel void where(__global T* out, __global const uchar* condition, __global const T* a,
                     __global const T* b, const walk_t w) {
     const long i = get_global_id(0);
     if (i >= w.n) return;
-    long o[4];
-    walk_offsets(&w, i, o, 4);
-    out[o[3]] = condition[o[0]] ? a[o[1]] : b[o[2]];
+WALK4    out[o3] = condition[o0] ? a[o1] : b[o2];
 }
 __kernel void triangle(__global T* out, __global const T* src, const walk_t w, long rows,
                        long columns, long diagonal, int lower) {
     const long i = get_global_id(0);
     if (i >= w.n) return;
-    long o[2];
-    walk_offsets(&w, i, o, 2);
-    const long column = i % columns, row = (i / columns) % rows;
+WALK2    const long column = i % columns, row = (i / columns) % rows;
     const int keep = lower ? (column - row <= diagonal) : (column - row >= diagonal);
-    out[o[1]] = keep ? src[o[0]] : (T)0;
+    out[o1] = keep ? src[o0] : (T)0;
 }
 """
 
@@ -53,19 +47,33 @@ __kernel void take_{index}(__global T* out, __global const T* src,
                            long dim_size, int code, __global volatile int* fault) {{
     const long i = get_global_id(0);
     if (i >= w.n) return;
-    long o[3];
-    walk_offsets(&w, i, o, 3);
-    const long raw = (long)index[o[1]];
+WALK3    const long raw = (long)index[o1];
     const long k = raw < 0 ? raw + dim_size : raw;
     if (k < 0 || k >= dim_size) {{
         if (atomic_cmpxchg(fault, 0, code) == 0) {{
             fault[1] = (int)raw;
             fault[2] = (int)(raw >> 32);
         }}
-        out[o[2]] = (T)0;
+        out[o2] = (T)0;
         return;
     }}
-    out[o[2]] = src[o[0] + k * dim_stride];
+    out[o2] = src[o0 + k * dim_stride];
+}}
+__kernel void put_{index}(__global T* out, __global const T* src,
+                          __global const {index}* index, const walk_t w, long dim_stride,
+                          long dim_size, int code, __global volatile int* fault) {{
+    const long i = get_global_id(0);
+    if (i >= w.n) return;
+WALK3    const long raw = (long)index[o1];
+    const long k = raw < 0 ? raw + dim_size : raw;
+    if (k < 0 || k >= dim_size) {{
+        if (atomic_cmpxchg(fault, 0, code) == 0) {{
+            fault[1] = (int)raw;
+            fault[2] = (int)(raw >> 32);
+        }}
+        return;
+    }}
+    out[o2 + k * dim_stride] = src[o0];
 }}
 """
 
@@ -75,6 +83,8 @@ def bits_program(itemsize: int) -> ProgramSpec:
     """Copy, where, triangle and take kernels for elements of ``itemsize`` bytes."""
     takes = "".join(_TAKE_SOURCE.format(index=ctype(d).storage) for d in INDEX_DTYPES)
     source = f"#define T {BITS_TYPES[itemsize]}\n{_BITS_SOURCE}{takes}"
+    for count in (2, 3, 4):
+        source = source.replace(f"WALK{count}", walk_code(count))
     return ProgramSpec(f"bits{itemsize * 8}", source)
 
 
@@ -144,6 +154,31 @@ def take_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
     launch_1d(context, compiled, out_layout.numel, outputs[0].buffer, source.buffer,
               index.buffer, walk, int64(dim_stride), int64(dim_size), np.int32(code),
               context.fault_buffer)
+
+
+def index_copy_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
+    """out = target with ``out[..., index[j], ...] = source[..., j, ...]`` along ``dim``."""
+    target, index, source = inputs
+    out, out_layout = outputs[0], layouts[-1]
+    if out.buffer is not target.buffer or layouts[0] != out_layout:
+        strided_copy(target, layouts[0], out, out_layout)
+    source_layout = layouts[2]
+    if source_layout.numel == 0:
+        return
+    dim = params.dim
+    shape = source_layout.shape
+    strides = list(out_layout.strides)
+    dim_stride, dim_size = strides[dim], out_layout.shape[dim]
+    strides[dim] = 0
+    index_strides = [0] * len(shape)
+    index_strides[dim] = layouts[1].strides[0]
+    index_view = Layout(shape, tuple(index_strides), layouts[1].offset)
+    context, compiled = kernel.bind(out)
+    code = context.fault_code("index_copy", dim, dim_size)
+    walk = make_walk(shape, [source_layout, index_view,
+                             Layout(shape, tuple(strides), out_layout.offset)])
+    launch_1d(context, compiled, source_layout.numel, out.buffer, source.buffer, index.buffer,
+              walk, int64(dim_stride), int64(dim_size), np.int32(code), context.fault_buffer)
 
 
 def cat_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
@@ -250,6 +285,8 @@ def register_movement(kernels: KernelList, fp64: bool) -> None:
             add(OpKind.GATHER, [(d, index, d)], ClKernel(take_kernel, spec, name, select=False))
             add(OpKind.INDEX_SELECT, [(d, index, d)],
                 ClKernel(take_kernel, spec, name, select=True))
+            add(OpKind.INDEX_COPY, [(d, index, d, d)],
+                ClKernel(index_copy_kernel, spec, f"put_{ctype(index).storage}"))
     for d in dt.NUMERIC_DTYPES:
         uses_double = fp64 and d.is_floating
         kernels.add(OpKind.ARANGE, [(d,)], ClKernel(arange_kernel, arange_program(d, uses_double),

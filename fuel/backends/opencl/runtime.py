@@ -183,7 +183,15 @@ class DeviceContext:
 
     @property
     def work_group(self) -> int:
+        """Work-group size for per-row trees in local memory."""
         return int(min(256, self.device.max_work_group_size))
+
+    @property
+    def launch_group(self) -> int:
+        """Work-group size of one-item-per-element launches: wide on CPUs (PoCL turns a group
+        into a vectorized loop), 256 elsewhere."""
+        wide = 1024 if _kind(self.device) == "CPU" else 256
+        return int(min(wide, self.device.max_work_group_size))
 
     def describe(self) -> str:
         device = self.device

@@ -1,0 +1,256 @@
+"""Conformance cases of the elementwise family: unary, binary, where, cast, the copies and the
+generators (full, arange)."""
+
+from __future__ import annotations
+
+import ast
+import math
+
+import numpy as np
+
+from fuel.ir import dtype as dt
+from fuel.ir.device import CPU
+from fuel.ir.ops import (
+    BINARY_OPS,
+    UNARY_OPS,
+    ArangeParams,
+    CastParams,
+    CopyParams,
+    FullParams,
+    OpKind,
+)
+from tests.backends.cases import Case, broadcast, compute, is_float, operand, rng_for, values
+
+try:
+    from scipy.special import erf as _erf
+except ImportError:  # pragma: no cover - SciPy is a test dependency
+    _erf = np.vectorize(math.erf, otypes=[np.float64])
+
+K = OpKind
+
+# (operand kinds, shape) plans; "broadcast:<shape>" views a smaller array through stride 0.
+UNARY_PLANS = [
+    (("dense",), (3, 5)),
+    (("transposed",), (4, 6)),
+    (("stepped",), (2, 3, 4)),
+    (("flipped",), (5,)),
+    (("broadcast:(1, 4)",), (3, 4)),
+    (("dense",), ()),
+    (("dense",), (0, 3)),
+]
+BINARY_PLANS = [
+    (("dense", "dense"), (3, 5)),
+    (("transposed", "stepped"), (4, 6)),
+    (("broadcast:(1, 5)", "flipped"), (3, 5)),
+    (("dense:(3, 1)", "dense:(1, 4)"), (3, 4)),
+    (("dense", "dense:()"), (2, 3)),
+    (("transposed", "broadcast:(4,)"), (2, 3, 4)),
+    (("dense", "dense"), (0, 3)),
+]
+WHERE_PLANS = [
+    (("dense", "dense", "dense"), (3, 5)),
+    (("broadcast:(3, 1)", "transposed", "broadcast:(5,)"), (3, 5)),
+    (("flipped", "stepped", "dense:()"), (4, 2, 3)),
+]
+
+SPECIAL_OK = {
+    K.NEG, K.ABS, K.EXP, K.LOG, K.SQRT, K.RSQRT, K.RECIPROCAL, K.SQUARE, K.SIN, K.COS, K.TANH,
+    K.SIGMOID, K.RELU, K.ERF, K.FLOOR, K.CEIL, K.ROUND, K.SIGN, K.LOGICAL_NOT, K.ISNAN,
+    K.ADD, K.SUB, K.MUL, K.DIV, K.MAXIMUM, K.MINIMUM, K.EQ, K.NE, K.LT, K.LE, K.GT, K.GE,
+    K.LOGICAL_AND, K.LOGICAL_OR, K.LOGICAL_XOR,
+}
+
+
+def _shape_of(kind: str, shape):
+    if ":" in kind:
+        name, text = kind.split(":", 1)
+        return name, tuple(ast.literal_eval(text))
+    return kind, tuple(shape)
+
+
+def plan_operands(plan, dtypes, make_values):
+    """Operands for one plan: ``make_values(position, dtype, shape)`` gives the data."""
+    kinds, shape = plan
+    result = []
+    for position, (kind, dtype) in enumerate(zip(kinds, dtypes)):
+        kind, own_shape = _shape_of(kind, shape)
+        if kind == "broadcast":
+            data = make_values(position, dtype, own_shape)
+            result.append(broadcast(data, shape))
+        else:
+            result.append(operand(make_values(position, dtype, own_shape), kind))
+    return result
+
+
+def _integral(function):
+    return lambda x: x.copy() if not is_float(x) else function(x)
+
+
+def _relu(x):
+    if is_float(x):
+        return np.where(np.isnan(x) | (x > 0), x, 0.0)
+    return np.maximum(x, x.dtype.type(0))
+
+
+def _isnan(x):
+    return np.isnan(x) if is_float(x) else np.zeros(x.shape, bool)
+
+
+UNARY_REFERENCES = {
+    K.NEG: np.negative, K.ABS: np.abs, K.EXP: np.exp, K.LOG: np.log, K.SQRT: np.sqrt,
+    K.RSQRT: lambda x: 1.0 / np.sqrt(x), K.RECIPROCAL: lambda x: 1.0 / x, K.SQUARE: np.square,
+    K.SIN: np.sin, K.COS: np.cos, K.TANH: np.tanh,
+    K.SIGMOID: lambda x: 1.0 / (1.0 + np.exp(-x)), K.RELU: _relu,
+    K.GELU: lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    K.GELU_TANH: lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi)
+                                                    * (x + 0.044715 * x ** 3))),
+    K.SILU: lambda x: x / (1.0 + np.exp(-x)), K.ERF: _erf,
+    K.FLOOR: _integral(np.floor), K.CEIL: _integral(np.ceil), K.ROUND: _integral(np.round),
+    K.SIGN: np.sign, K.LOGICAL_NOT: np.logical_not, K.ISNAN: _isnan,
+    K.BITWISE_NOT: np.invert,
+}
+BINARY_REFERENCES = {
+    K.ADD: np.add, K.SUB: np.subtract, K.MUL: np.multiply, K.DIV: np.true_divide,
+    K.REMAINDER: np.remainder, K.POW: np.power, K.MAXIMUM: np.maximum, K.MINIMUM: np.minimum,
+    K.EQ: np.equal, K.NE: np.not_equal, K.LT: np.less, K.LE: np.less_equal,
+    K.GT: np.greater, K.GE: np.greater_equal, K.LOGICAL_AND: np.logical_and,
+    K.LOGICAL_OR: np.logical_or, K.LOGICAL_XOR: np.logical_xor,
+    K.BITWISE_AND: np.bitwise_and, K.BITWISE_OR: np.bitwise_or,
+    K.BITWISE_XOR: np.bitwise_xor,
+}
+
+
+def _reference(function, out_dtype):
+    def reference(arrays, params):
+        with np.errstate(all="ignore"):
+            result = function(*[compute(a) for a in arrays])
+            return np.asarray(result).astype(out_dtype.numpy)
+
+    return reference
+
+
+def _value_maker(op, rng):
+    def make(position, dtype, shape):
+        if op is K.POW:
+            if dtype.is_floating:
+                return values(dtype, shape, rng, 0.1, 3.0) if position == 0 else \
+                    values(dtype, shape, rng, -2.0, 2.0)
+            return values(dtype, shape, rng, -4, 4) if position == 0 else \
+                values(dtype, shape, rng, 0, 3)
+        return values(dtype, shape, rng, special=op in SPECIAL_OK and dtype.is_floating)
+
+    return make
+
+
+def elementwise_cases(op):
+    def generate(dtypes):
+        plans = UNARY_PLANS if op in UNARY_OPS else BINARY_PLANS
+        table = UNARY_REFERENCES if op in UNARY_OPS else BINARY_REFERENCES
+        rng = rng_for(op, dtypes)
+        reference = _reference(table[op], dtypes[-1])
+        rtol, atol = _tolerance_for(op, dtypes[0])
+        return [Case(None,
+                     plan_operands(plan, dtypes[:-1], _value_maker(op, rng)), reference,
+                     f"{op.value}#{i}", rtol, atol)
+                for i, plan in enumerate(plans)]
+
+    return generate
+
+
+def _tolerance_for(op, dtype):
+    from tests.backends.cases import tolerance
+
+    rtol, atol = tolerance(dtype)
+    if dtype is dt.float32 and op in (K.POW, K.GELU_TANH, K.GELU, K.ERF, K.SILU):
+        return 1e-5, 1e-6
+    return rtol, atol
+
+
+def where_cases(dtypes):
+    rng = rng_for("where", dtypes)
+    cases = []
+    for i, plan in enumerate(WHERE_PLANS):
+        operands = plan_operands(plan, dtypes[:-1],
+                                 lambda p, d, s: values(d, s, rng, special=d.is_floating))
+        cases.append(Case(None, operands, lambda a, p: np.where(a[0], a[1], a[2]),
+                          f"where#{i}"))
+    return cases
+
+
+def _cast_values(source, target, rng, shape):
+    if source.is_bool:
+        return values(source, shape, rng)
+    if source.is_floating:
+        low, high = (0.0, 120.0) if target.kind == "u" else (-120.0, 120.0)
+        data = values(source, shape, rng, low, high)
+        if target.is_floating and data.size > 2 and source.itemsize > target.itemsize:
+            data.reshape(-1)[:2] = (np.nan, 1e5 if source.itemsize >= 4 else 3.0e4)
+        if target.is_bool and data.size > 2:
+            data.reshape(-1)[:2] = (0.0, np.nan)
+        return data
+    info = np.iinfo(source.numpy)
+    low, high = max(info.min, -300), min(info.max, 300)
+    return rng.integers(low, high + 1, size=shape).astype(source.numpy)
+
+
+def cast_cases(dtypes):
+    source, target = dtypes
+    rng = rng_for("cast", dtypes)
+    cases = []
+    for i, plan in enumerate(UNARY_PLANS):
+        operands = plan_operands(plan, (source,), lambda p, d, s: _cast_values(d, target, rng, s))
+        cases.append(Case(CastParams(target), operands,
+                          lambda a, p: a[0].astype(p.dtype.numpy), f"cast#{i}"))
+    return cases
+
+
+def identity_cases(op):
+    def generate(dtypes):
+        rng = rng_for(op, dtypes)
+        params = CopyParams(CPU) if op is K.COPY else None
+        return [Case(params, plan_operands(plan, dtypes[:1],
+                                           lambda p, d, s: values(d, s, rng, special=True)),
+                     lambda a, p: np.array(a[0]), f"{op.value}#{i}")
+                for i, plan in enumerate(UNARY_PLANS)]
+
+    return generate
+
+
+def full_cases(dtypes):
+    (target,) = dtypes
+    fills = [True] if target.is_bool else [7] if target.is_integer else [2.5, float("nan")]
+    return [Case(FullParams(shape, value, target), [],
+                 lambda a, p: np.full(p.shape, p.value).astype(p.dtype.numpy), f"full#{i}")
+            for i, (shape, value) in enumerate(
+                (shape, value) for shape in ((3, 4), (), (0,)) for value in fills)]
+
+
+def arange_cases(dtypes):
+    (target,) = dtypes
+    if target.is_floating:
+        settings = [(0.5, 0.25, 17), (-1.0, 0.1, 50), (0.0, 1.0, 0)]
+    elif target.kind == "u":
+        settings = [(0, 3, 10), (5, 1, 1)]
+    else:
+        settings = [(-3, 2, 10), (4, -1, 9)]
+
+    def reference(arrays, params):
+        if params.dtype.is_floating:
+            return (params.start + np.arange(params.count, dtype=np.float64) * params.step
+                    ).astype(params.dtype.numpy)
+        return (np.arange(params.count, dtype=np.int64) * params.step + params.start
+                ).astype(params.dtype.numpy)
+
+    return [Case(ArangeParams(start, step, count, target), [], reference, f"arange#{i}")
+            for i, (start, step, count) in enumerate(settings)]
+
+
+CASES = {
+    **{op: elementwise_cases(op) for op in UNARY_OPS | BINARY_OPS},
+    K.WHERE: where_cases,
+    K.CAST: cast_cases,
+    K.CONTIGUOUS: identity_cases(K.CONTIGUOUS),
+    K.COPY: identity_cases(K.COPY),
+    K.FULL: full_cases,
+    K.ARANGE: arange_cases,
+}

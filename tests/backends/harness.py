@@ -1,0 +1,104 @@
+"""Runs one conformance case through one registered kernel, the way the executor would."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuel.backends import BUILTIN_BACKENDS, find_backend
+from fuel.dispatch.kernel import BindingEntry, global_table
+from fuel.ir.device import CPU, BackendId
+from fuel.ir.layout import Layout
+from fuel.ir.ops import CopyParams, OpKind, infer
+from tests.backends.cases import Case, tolerance
+
+
+def load_builtin_backends() -> dict[BackendId, object]:
+    """Every built-in backend that loads and is available, by id (CPU first)."""
+    found = {}
+    for backend_id in BUILTIN_BACKENDS:
+        backend = find_backend(backend_id)
+        if backend is not None and backend.is_available():
+            found[backend_id] = backend
+    return found
+
+
+def builtin_keys(table=None) -> list[tuple]:
+    """(op, dtypes, backend) keys that built-in backends registered with their own source tag
+    (kernels tests add at run time under other tags or test backends are left out)."""
+    table = table or global_table()
+    tags = {}
+    for backend_id in BUILTIN_BACKENDS:
+        backend = find_backend(backend_id)
+        if backend is not None:
+            tags[backend_id] = backend.kernel_source
+    return [(op, dtypes, backend_id) for op, dtypes, backend_id, siblings in table.coverage()
+            if backend_id in tags and any(e.kernel_source == tags[backend_id] for e in siblings)]
+
+
+def key_id(key) -> str:
+    op, dtypes, backend_id = key
+    return f"{op.value}-{','.join(d.name for d in dtypes)}-{backend_id.value}"
+
+
+def _contiguize(backend, device, storage, layout: Layout):
+    entry = global_table().lookup_entry(OpKind.CONTIGUOUS, (storage.dtype, storage.dtype),
+                                        backend.backend_id)
+    target = backend.allocate(device, storage.dtype, layout.numel)
+    dense = Layout.contiguous(layout.shape)
+    entry.kernel([storage], [target], [layout, dense], None)
+    return target, dense
+
+
+def run_case(backend, entry: BindingEntry, op: OpKind, dtypes, case: Case, params=None,
+             destination=None) -> np.ndarray:
+    """Upload the operands to ``backend``'s first device, call the kernel on a pre-allocated
+    output (on ``destination``'s first device for copies), wait, and download the output."""
+    device = backend.devices()[0]
+    params = case.params if params is None else params
+    storages, layouts = [], []
+    for item in case.operands:
+        storage = backend.upload(device, item.base)
+        layout = item.layout
+        if not entry.caps.strided_input and not layout.is_dense_from_zero():
+            storage, layout = _contiguize(backend, device, storage, layout)
+        storages.append(storage)
+        layouts.append(layout)
+    shapes = tuple(item.layout.shape for item in case.operands)
+    in_dtypes = tuple(dtypes[:-1]) if op is not OpKind.CAT else (dtypes[0],) * len(storages)
+    out_shape, out_dtype = infer(op, params, shapes, in_dtypes)
+    assert out_dtype is dtypes[-1], (op, dtypes, out_dtype)
+    out_layout = Layout.contiguous(out_shape)
+    if case.inplace:
+        assert layouts[0].is_dense_from_zero()
+        output = storages[0]
+    else:
+        target = destination or backend
+        output = target.allocate(target.devices()[0], out_dtype, out_layout.numel)
+    entry.kernel(storages, [output], layouts + [out_layout], params)
+    backend.synchronize(device)
+    if output.backend is not backend:
+        output.backend.synchronize(output.device)
+    return np.asarray(output.backend.download(output, out_layout))
+
+
+def copy_destinations(backends: dict) -> list[tuple[object, CopyParams]]:
+    """Every available backend's first device, as (backend, CopyParams) for the Copy op."""
+    return [(backend, CopyParams(backend.devices()[0] if backend_id is not BackendId.CPU
+                                 else CPU))
+            for backend_id, backend in backends.items()]
+
+
+def assert_matches(actual, expected, dtype, case: Case, what: str) -> None:
+    """Exact for integers and bools; within the case's (or the dtype's) tolerance for floats."""
+    expected = np.asarray(expected)
+    actual = np.asarray(actual)
+    message = f"{what}: {case.description}"
+    assert actual.shape == expected.shape, f"{message}: shape {actual.shape} != {expected.shape}"
+    if dtype.is_floating:
+        rtol, atol = tolerance(dtype)
+        rtol = case.rtol if case.rtol is not None else rtol
+        atol = case.atol if case.atol is not None else atol
+        np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
+                                   rtol=rtol, atol=atol, equal_nan=True, err_msg=message)
+    else:
+        np.testing.assert_array_equal(actual, expected.astype(actual.dtype), err_msg=message)
