@@ -32,9 +32,10 @@ class Graph:
 
     def structure_key(self) -> tuple:
         """The roots' incremental keys plus what identifies the leaves: equal for graphs that
-        differ only in leaf data (the node count catches keys made stale by a later realize)."""
+        differ only in leaf data (the node count catches keys made stale by a later realize;
+        the input wiring tells apart graphs that share a node in different places)."""
         return (tuple(self.nodes[r].key for r in self.roots), len(self.nodes),
-                tuple(self.nodes[i].key for i in self.leaves))
+                tuple(self.nodes[i].key for i in self.leaves), tuple(self.inputs))
 
     @classmethod
     def build(cls, roots: list[Node]) -> Graph:

@@ -3,6 +3,7 @@
 from fuel.onnx.ops import (  # noqa: F401
     activations,
     attention,
+    attention_extra,
     control,
     conv,
     elementwise,
