@@ -88,7 +88,8 @@ def probe(candidate: Candidate) -> str:
 def detect() -> tuple[list[Candidate], str]:
     """(working devices in a stable order, reason when there is none). Never raises."""
     if cl is None:
-        return [], IMPORT_ERROR
+        return [], IMPORT_ERROR or "pyopencl is not importable; install it with pip install " \
+                                   "'pyfuel[opencl]'"
     try:
         platforms = cl.get_platforms()
     except Exception as error:
