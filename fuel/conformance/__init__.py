@@ -1,1 +1,1 @@
-"""Conformance harnesses that measure fuel against external test suites (``fuel.conformance.onnx``)."""
+"""Conformance harnesses: fuel measured against external test suites (``.onnx``)."""

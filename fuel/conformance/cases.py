@@ -170,7 +170,7 @@ def load_cases(suites=ALL_SUITES, pattern: str | None = None, progress=None) -> 
         folder = os.path.join(data, LIGHT_SUITE)
         for file_name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
             match = re.fullmatch(r"light_(.+)\.onnx", file_name)
-            if not match or (matcher and not matcher.search(file_name)):
+            if not match or (matcher and not matcher.search(f"light_{match.group(1)}")):
                 continue
             model_name = match.group(1)
             expected = os.path.join(folder, f"light_{model_name}_output_0.pb")

@@ -25,7 +25,7 @@ from fuel.conformance.report import (
     totals,
     totals_text,
 )
-from fuel.conformance.runner import Result, run_case
+from fuel.conformance.runner import PASS, Result, run_case
 
 SUITE_NAMES = {"node": (NODE_SUITE,), "models": MODEL_SUITES, "light": (LIGHT_SUITE,),
                "all": ALL_SUITES}
@@ -65,7 +65,49 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run the cases on fuel (default) or on onnxruntime")
     parser.add_argument("--failures", action="store_true", help="list every failing case")
     parser.add_argument("--no-ops", action="store_true", help="omit the per-op table")
+    parser.add_argument("--fast-list", metavar="PATH",
+                        help="write the fast subset (the first passing case of every op, every "
+                             "passing light model) for the onnx_fast tests")
     return parser
+
+
+def fast_subset(results: list[Result]) -> list[str]:
+    """One passing case per node op (the first by name), then the first passing case running
+    each op type no chosen case runs yet, and every passing light model: what the
+    ``onnx_fast`` tests run."""
+    passing = sorted((r.case for r in results if r.status == PASS), key=lambda c: c.name)
+    chosen: dict[str, str] = {}
+    for case in passing:
+        if case.suite == NODE_SUITE and case.op not in chosen:
+            chosen[case.op] = case.name
+    names = set(chosen.values())
+    covered: set[str] = set()
+    kinds = {case.name: model_op_types(case.model_path) for case in passing
+             if case.suite != LIGHT_SUITE}
+    for name in names:
+        covered |= kinds[name]
+    for case in passing:
+        if case.suite != LIGHT_SUITE and not kinds[case.name] <= covered:
+            names.add(case.name)
+            covered |= kinds[case.name]
+    lights = [case.name for case in passing if case.suite == LIGHT_SUITE]
+    return sorted(names) + lights
+
+
+def model_op_types(path: str) -> set[str]:
+    """Every op type in a model file, subgraphs included."""
+    import onnx
+
+    def walk(graph) -> set[str]:
+        found = set()
+        for node in graph.node:
+            found.add(f"{node.domain}::{node.op_type}")
+            for attribute in node.attribute:
+                if attribute.HasField("g"):
+                    found |= walk(attribute.g)
+        return found
+
+    return walk(onnx.load(path, load_external_data=False).graph)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(as_json(results, meta), handle, indent=1)
+    if args.fast_list:
+        with open(args.fast_list, "w", encoding="utf-8") as handle:
+            handle.write("# The onnx_fast subset, written by python -m fuel.conformance.onnx "
+                         "--fast-list\n")
+            handle.write("\n".join(fast_subset(results)) + "\n")
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as handle:
             handle.write(markdown(results, meta))
