@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runtime", default="fuel", choices=("fuel", "onnxruntime"),
                         help="run the cases on fuel (default) or on onnxruntime")
     parser.add_argument("--failures", action="store_true", help="list every failing case")
+    parser.add_argument("--compare", action="store_true",
+                        help="also run onnxruntime on the same cases and show its passes")
     parser.add_argument("--no-ops", action="store_true", help="omit the per-op table")
     parser.add_argument("--fast-list", metavar="PATH",
                         help="write the fast subset (the first passing case of every op, every "
@@ -144,9 +146,16 @@ def main(argv: list[str] | None = None) -> int:
             handle.write("# The onnx_fast subset, written by python -m fuel.conformance.onnx "
                          "--fast-list\n")
             handle.write("\n".join(fast_subset(results)) + "\n")
+    peer = None
+    if args.compare:
+        import onnxruntime
+
+        peer = run_all(cases, runtime="onnxruntime", label="onnxruntime")
+        meta.update(peer="onnxruntime", peer_version=onnxruntime.__version__)
+        print("\nonnxruntime on the same cases:\n" + totals_text(peer))
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as handle:
-            handle.write(markdown(results, meta))
+            handle.write(markdown(results, meta, peer))
     return 0 if all(totals(results)) else 1
 
 
