@@ -68,6 +68,28 @@ def _mask_bias(mask: Tensor | None, kv_len: int, dtype) -> Tensor | None:
     return mask
 
 
+def _attention_bias(ctx: NodeContext, q: Tensor, kv_len: int, past_key, nonpad):
+    """The additive bias: the attention mask plus the host-built causal, sliding-window and
+    key-padding masks (None when there is none)."""
+    q_len = q.shape[2]
+    left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
+    causal = bool(ctx.attr("is_causal", 0))
+    if past_key is None and nonpad is not None:
+        offset = np.asarray(nonpad, dtype=np.int64).reshape(-1) - q_len
+    else:
+        offset = past_key.shape[2] if past_key is not None else 0
+    bias = _mask_bias(ctx.optional(3), kv_len, q.dtype)
+    host = _host_masks(q_len, kv_len, offset, causal, left, right)
+    if nonpad is not None:
+        keep = np.arange(kv_len) < np.asarray(nonpad).reshape(-1, 1)
+        padding = np.where(keep, 0.0, NEG_INF).reshape(-1, 1, 1, kv_len)
+        host = padding if host is None else host + padding
+    if host is not None:
+        host_tensor = ctx.constant(host.astype(q.dtype.numpy))
+        bias = host_tensor if bias is None else bias + host_tensor
+    return bias
+
+
 @onnx_op("Attention")
 def attention(ctx: NodeContext) -> list:
     q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
@@ -88,22 +110,7 @@ def attention(ctx: NodeContext) -> list:
     if past_value is not None:
         v = fuel.cat([past_value, v], 2)
     present_key, present_value = k, v
-    q_len, kv_len = q.shape[2], k.shape[2]
-    left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
-    causal = bool(ctx.attr("is_causal", 0))
-    if past_key is None and nonpad is not None:
-        offset = np.asarray(nonpad, dtype=np.int64).reshape(-1) - q_len
-    else:
-        offset = past_key.shape[2] if past_key is not None else 0
-    bias = _mask_bias(ctx.optional(3), kv_len, q.dtype)
-    host = _host_masks(q_len, kv_len, offset, causal, left, right)
-    if nonpad is not None:
-        keep = np.arange(kv_len) < np.asarray(nonpad).reshape(-1, 1)
-        padding = np.where(keep, 0.0, NEG_INF).reshape(-1, 1, 1, kv_len)
-        host = padding if host is None else host + padding
-    if host is not None:
-        host_tensor = ctx.constant(host.astype(q.dtype.numpy))
-        bias = host_tensor if bias is None else bias + host_tensor
+    bias = _attention_bias(ctx, q, k.shape[2], past_key, nonpad)
     heads = q.shape[1]
     if heads != k.shape[1]:
         if heads % k.shape[1]:
