@@ -15,11 +15,13 @@ import os
 import platform
 import statistics
 import time
+import warnings
 
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' cache API notices
 
 import fuel  # noqa: E402
 
@@ -35,6 +37,23 @@ def median_ms(function, runs: int, warmup: int = 2) -> float:
         function()
         samples.append(time.perf_counter() - started)
     return statistics.median(samples) * 1e3
+
+
+def paired_median_ms(ours, theirs, runs: int, warmup: int = 2) -> tuple[float, float | None]:
+    """Medians of ``ours`` and ``theirs`` timed alternately, so that both see the same machine
+    load (``theirs`` may be None)."""
+    if theirs is None:
+        return median_ms(ours, runs, warmup), None
+    for _ in range(warmup):
+        ours()
+        theirs()
+    samples: tuple[list, list] = ([], [])
+    for _ in range(runs):
+        for function, bucket in ((ours, samples[0]), (theirs, samples[1])):
+            started = time.perf_counter()
+            function()
+            bucket.append(time.perf_counter() - started)
+    return statistics.median(samples[0]) * 1e3, statistics.median(samples[1]) * 1e3
 
 
 def minilm_inputs(batch: int, length: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -61,8 +80,7 @@ def bench_minilm(runs: int, with_torch: bool, rows: list, profile: bool) -> None
         def run_fuel(ids=ids, mask=mask):
             return encoder.mean_pooled(ids, mask).numpy()
 
-        fuel_ms = median_ms(run_fuel, runs)
-        torch_ms = None
+        run_torch = None
         if torch_model is not None:
             ids_t, mask_t = torch.from_numpy(ids), torch.from_numpy(mask)
 
@@ -72,8 +90,8 @@ def bench_minilm(runs: int, with_torch: bool, rows: list, profile: bool) -> None
                     weights = mask_t.unsqueeze(-1).to(hidden.dtype)
                     return ((hidden * weights).sum(1) / weights.sum(1)).numpy()
 
-            torch_ms = median_ms(run_torch, runs)
             np.testing.assert_allclose(run_fuel(), run_torch(), atol=1e-4)
+        fuel_ms, torch_ms = paired_median_ms(run_fuel, run_torch, runs)
         rows.append((f"MiniLM forward {batch} x {length}", "ms", fuel_ms, torch_ms, "time"))
         if profile and (batch, length) == (1, 12):
             with fuel.profile() as prof:
@@ -108,19 +126,18 @@ def bench_smollm(runs: int, with_torch: bool, rows: list, profile: bool) -> None
         return int(out.logits[0, -1].argmax()), out.past_key_values
 
     for length, ids in prompts.items():
-        fuel_ms = median_ms(lambda ids=ids: fuel_first(ids), runs)
-        torch_ms = median_ms(lambda ids=ids: torch_first(ids), runs) if hf else None
+        fuel_ms, torch_ms = paired_median_ms(lambda ids=ids: model.generate_ids(ids, 1),
+                                             (lambda ids=ids: torch_first(ids)) if hf else None,
+                                             runs)
         rows.append((f"SmolLM2 first token, {length}-token prompt", "ms", fuel_ms, torch_ms,
                      "time"))
 
     def fuel_decode():
-        token, cache = fuel_first(prompts[4])
-        started = time.perf_counter()
-        produced = []
-        for _ in range(DECODE_TOKENS):
-            token = int(np.argmax(model.forward([token], cache)[-1]))
-            produced.append(token)
-        return DECODE_TOKENS / (time.perf_counter() - started), produced
+        # the model's own loop: greedy, pooled KV cache, decode steps replayed (fuel.jit)
+        produced = model.generate_ids(prompts[4], DECODE_TOKENS + 1)
+        if len(produced) != DECODE_TOKENS + 1:
+            raise RuntimeError("fuel stopped early (EOS); pick another prompt")
+        return model.last_stats.tokens_per_second, produced[1:]
 
     def torch_decode():
         token, past = torch_first(prompts[4])
@@ -134,22 +151,26 @@ def bench_smollm(runs: int, with_torch: bool, rows: list, profile: bool) -> None
                 produced.append(token)
         return DECODE_TOKENS / (time.perf_counter() - started), produced
 
-    fuel_rate, fuel_ids = max((fuel_decode() for _ in range(max(1, runs // 4))),
-                              key=lambda r: r[0])
-    torch_rate = None
-    if hf is not None:
-        torch_rate, torch_ids = max((torch_decode() for _ in range(max(1, runs // 4))),
-                                    key=lambda r: r[0])
-        if torch_ids != fuel_ids:
-            print("warning: fuel and torch decoded different greedy tokens")
+    fuel_decode()  # warm-up: captures the decode step
+    rates: tuple[list, list] = ([], [])
+    for _ in range(max(1, runs // 4)):  # alternate, so that both see the same machine load
+        fuel_rate, fuel_ids = fuel_decode()
+        rates[0].append(fuel_rate)
+        if hf is not None:
+            torch_rate, torch_ids = torch_decode()
+            rates[1].append(torch_rate)
+            if torch_ids != fuel_ids:
+                print("warning: fuel and torch decoded different greedy tokens")
+    fuel_rate = statistics.median(rates[0])
+    torch_rate = statistics.median(rates[1]) if rates[1] else None
     rows.append((f"SmolLM2 decode, {DECODE_TOKENS} tokens", "tok/s", fuel_rate, torch_rate,
                  "rate"))
     if profile:
         token, cache = fuel_first(prompts[4])
-        with fuel.profile() as prof:
+        with fuel.profile() as prof:  # eager steps (no replay) so that every launch is timed
             for _ in range(16):
                 token = int(np.argmax(model.forward([token], cache)[-1]))
-        print("\nfuel op_profile, 16 SmolLM2 decode steps:")
+        print("\nfuel op_profile, 16 SmolLM2 decode steps (eager, not replayed):")
         prof.table()
 
 

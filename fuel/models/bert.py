@@ -2,13 +2,15 @@
 
 Node economy: q, k and v come from one fused matmul plus one bias add, the attention scale is
 folded into the q weights, padding is an additive mask broadcast over heads and queries, and
-mean pooling over the mask is one batched matmul.
+mean pooling over the mask is one batched matmul. A batch shape seen twice is captured with
+fuel.jit and replayed afterwards (no graph building or planning).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,8 @@ import fuel
 from fuel.models.common import ModelFormatError, require
 from fuel.nn.functional import gelu, layer_norm, softmax
 from fuel.tensor import Tensor
+
+MAX_CAPTURED_SHAPES = 8  # (batch, length) shapes whose captured plans are kept for replay
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class BertEncoder:
     def __init__(self, config: BertConfig, arrays: dict[str, np.ndarray], device=None) -> None:
         self.config = config
         self.device = device
+        self._replays: OrderedDict = OrderedDict()
         arrays = {_strip(name): value for name, value in arrays.items()}
 
         def get(name: str) -> np.ndarray:
@@ -134,25 +139,61 @@ class BertEncoder:
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> Tensor:
         """Lazy last hidden states ``(batch, length, hidden)`` for ``ids`` and its 0/1
         ``mask`` (both ``(batch, length)``)."""
-        c = self.config
+        ids_t, mask_t, _ = self._leaves(ids, mask)
+        return self._hidden(ids_t, mask_t)
+
+    def mean_pooled(self, ids: np.ndarray, mask: np.ndarray) -> Tensor:
+        """``(batch, hidden)`` means of the hidden states over the unmasked tokens. The second
+        time a (batch, length) shape comes, its plan is captured (fuel.jit) and replayed from
+        then on; the result may therefore come back already realized."""
+        leaves = self._leaves(ids, mask)
+        replay = self._replay_for(ids.shape)
+        return replay(*leaves) if replay is not None else self._pooled(*leaves)
+
+    def _leaves(self, ids: np.ndarray, mask: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
+        """Token ids (flat), the additive attention mask and the pooling weights."""
         batch, length = ids.shape
-        if length > c.max_position_embeddings:
-            raise ModelFormatError(f"{length} tokens exceed BERT's {c.max_position_embeddings} "
-                                   "positions")
-        heads, width = c.num_heads, c.hidden_size // c.num_heads
-        ids_t = fuel.from_numpy(np.ascontiguousarray(ids, dtype=np.int64).reshape(-1),
-                                device=self.device)
+        if length > self.config.max_position_embeddings:
+            raise ModelFormatError(f"{length} tokens exceed BERT's "
+                                   f"{self.config.max_position_embeddings} positions")
         additive = np.where(mask.astype(bool), np.float32(0.0), np.float32(-np.inf))
-        attention_mask = fuel.from_numpy(additive.reshape(batch, 1, 1, length)
-                                         .astype(np.float32), device=self.device)
-        x = self.word_embeddings.index_select(0, ids_t).reshape(batch, length, c.hidden_size)
+        counts = np.maximum(mask.sum(axis=1, keepdims=True), 1).astype(np.float32)
+        weights = (mask.astype(np.float32) / counts).reshape(batch, 1, length)
+        return (fuel.from_numpy(np.ascontiguousarray(ids, dtype=np.int64).reshape(-1),
+                                device=self.device),
+                fuel.from_numpy(additive.reshape(batch, 1, 1, length).astype(np.float32),
+                                device=self.device),
+                fuel.from_numpy(weights, device=self.device))
+
+    def _replay_for(self, shape: tuple[int, int]):
+        """The captured pooled forward for ``shape``, or None the first time it is seen."""
+        replays = self._replays
+        if shape not in replays:
+            replays[shape] = None
+        elif replays[shape] is None:
+            replays[shape] = fuel.jit(self._pooled)
+        replays.move_to_end(shape)
+        while len(replays) > MAX_CAPTURED_SHAPES:
+            replays.popitem(last=False)
+        return replays[shape]
+
+    def _pooled(self, ids: Tensor, mask: Tensor, weights: Tensor) -> Tensor:
+        batch, _, length = weights.shape
+        pooled = weights @ self._hidden(ids, mask)
+        return pooled.reshape(batch, self.config.hidden_size)
+
+    def _hidden(self, ids: Tensor, mask: Tensor) -> Tensor:
+        c = self.config
+        batch, length = mask.shape[0], mask.shape[-1]
+        heads, width = c.num_heads, c.hidden_size // c.num_heads
+        x = self.word_embeddings.index_select(0, ids).reshape(batch, length, c.hidden_size)
         x = x + self.position_embeddings[:length]
         x = layer_norm(x, (c.hidden_size,), *self.embedding_norm, c.layer_norm_eps)
         x = x.reshape(batch * length, c.hidden_size)
         for layer in self.layers:
             qkv = (x @ layer.qkv_t + layer.qkv_bias).reshape(batch, length, 3, heads, width)
             qkv = qkv.permute(2, 0, 3, 1, 4)
-            scores = qkv[0] @ qkv[1].transpose(-2, -1) + attention_mask
+            scores = qkv[0] @ qkv[1].transpose(-2, -1) + mask
             context = softmax(scores, -1) @ qkv[2]
             context = context.permute(0, 2, 1, 3).reshape(batch * length, c.hidden_size)
             x = layer_norm(x + (context @ layer.o_t + layer.o_bias), (c.hidden_size,),
@@ -162,11 +203,3 @@ class BertEncoder:
             x = layer_norm(x + (up @ layer.down_t + layer.down_bias), (c.hidden_size,),
                            *layer.ffn_norm, c.layer_norm_eps)
         return x.reshape(batch, length, c.hidden_size)
-
-    def mean_pooled(self, ids: np.ndarray, mask: np.ndarray) -> Tensor:
-        """Lazy ``(batch, hidden)`` means of the hidden states over the unmasked tokens."""
-        batch, length = ids.shape
-        counts = np.maximum(mask.sum(axis=1, keepdims=True), 1).astype(np.float32)
-        weights = (mask.astype(np.float32) / counts).reshape(batch, 1, length)
-        pooled = fuel.from_numpy(weights, device=self.device) @ self.forward(ids, mask)
-        return pooled.reshape(batch, self.config.hidden_size)

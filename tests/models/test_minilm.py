@@ -114,3 +114,19 @@ def test_embed_command(minilm_folder, capsys):
     assert main(["embed", "hello world", "hello there world"]) == 0
     out = capsys.readouterr().out
     assert "-0.0345" in out and "cosine similarity" in out and "1.0000" in out
+
+
+def test_repeated_shapes_replay_the_captured_plan(fuel_minilm):
+    encoder = fuel_minilm.encoder
+    batches = [fuel_minilm.tokenize(pair) for pair in (
+        ["a cat sat on the mat", "dogs bark"], ["the stock fell", "we ate lunch late"],
+        ["rain again today", "quick brown fox"])]
+    shape = batches[0][0].shape
+    assert all(ids.shape == shape for ids, _ in batches)
+    encoder._replays.pop(shape, None)
+    results = [encoder.mean_pooled(ids, mask).numpy() for ids, mask in batches * 2]
+    eager = [encoder._pooled(*encoder._leaves(ids, mask)).numpy() for ids, mask in batches]
+    assert encoder._replays[shape].replays == 4  # seen, captured, then replayed
+    for got, expected in zip(results, eager * 2):
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert np.abs(results[0] - results[1]).max() > 1e-2  # new inputs, new values
