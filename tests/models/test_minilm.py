@@ -118,11 +118,10 @@ def test_embed_command(minilm_folder, capsys):
 
 def test_repeated_shapes_replay_the_captured_plan(fuel_minilm):
     encoder = fuel_minilm.encoder
-    batches = [fuel_minilm.tokenize(pair) for pair in (
-        ["a cat sat on the mat", "dogs bark"], ["the stock fell", "we ate lunch late"],
-        ["rain again today", "quick brown fox"])]
+    ids, mask = fuel_minilm.tokenize(["a cat sat on the mat", "dogs bark", "the stock fell",
+                                      "we ate lunch late", "rain again today", "quick fox"])
+    batches = [(ids[i:i + 2], mask[i:i + 2]) for i in (0, 2, 4)]  # one padded shape
     shape = batches[0][0].shape
-    assert all(ids.shape == shape for ids, _ in batches)
     encoder._replays.pop(shape, None)
     results = [encoder.mean_pooled(ids, mask).numpy() for ids, mask in batches * 2]
     eager = [encoder._pooled(*encoder._leaves(ids, mask)).numpy() for ids, mask in batches]
