@@ -40,7 +40,8 @@ def pad_spatial(x: np.ndarray, begin, end, value) -> np.ndarray:
 
 def _accumulated(array: np.ndarray) -> np.ndarray:
     """Floats are accumulated in float64; integers as they are."""
-    return array.astype(np.float64) if array.dtype.kind == "f" or array.dtype in HALF_NUMPY else array
+    floating = array.dtype.kind == "f" or array.dtype in HALF_NUMPY
+    return array.astype(np.float64) if floating else array
 
 
 def _letters(count: int, start: int = 0) -> str:
