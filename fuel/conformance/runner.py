@@ -82,6 +82,9 @@ def classify(error: BaseException) -> str:
     while seen is not None:
         if isinstance(seen, (UnsupportedOp, UnsupportedOpset)):
             return UNSUPPORTED_OP
+        if isinstance(seen, NoBackendForOp) and ("No backend implements" in str(seen)
+                                                  or "kernel at all" in str(seen)):
+            return UNSUPPORTED_OP  # the device has no kernel for the op, whatever the dtype
         if isinstance(seen, (UnsupportedDType, NoBackendForOp)):
             return UNSUPPORTED_DTYPE
         seen = seen.__cause__
