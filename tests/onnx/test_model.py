@@ -148,3 +148,16 @@ def test_run_on_another_device_when_available():
     on_cpu = model.run({"x": x})
     on_device = model.run({"x": x}, device="opencl")
     np.testing.assert_allclose(on_device["probs"], on_cpu["probs"], rtol=1e-4, atol=1e-6)
+
+
+def test_weights_in_an_external_data_file(tmp_path):
+    import onnx
+
+    model = _mlp()
+    path = tmp_path / "mlp.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    assert (tmp_path / "weights.bin").exists()
+    x = np.ones((2, 4), np.float32)
+    expected = fuel.onnx.load(_mlp()).run({"x": x})["probs"]
+    np.testing.assert_allclose(fuel.onnx.load(path).run({"x": x})["probs"], expected)
