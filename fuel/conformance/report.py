@@ -18,8 +18,8 @@ def progress(items, label: str):
     try:
         from tqdm import tqdm
 
-        return tqdm(items, desc=label, unit="case", file=sys.stderr, leave=False,
-                    disable=not sys.stderr.isatty() and None)
+        # disable=None: a bar on a terminal, nothing when stderr is a file or a pipe
+        return tqdm(items, desc=label, unit="case", file=sys.stderr, leave=False, disable=None)
     except ImportError:
         return _simple_progress(items, label)
 
