@@ -132,3 +132,15 @@ def test_value_produced_by_no_node():
                        [("x", F, [1])], [("y", F, None)])
     with pytest.raises(OnnxError, match="'nowhere' is not produced by any earlier node"):
         fuel.onnx.load(model).run({"x": np.ones(1, np.float32)})
+
+
+def test_load_without_onnx_says_what_to_install():
+    import subprocess
+    import sys
+
+    script = ("import sys; sys.modules['onnx'] = None\n"
+              "import fuel.onnx\n"
+              "try:\n    fuel.onnx.load('model.onnx')\n"
+              "except fuel.onnx.OnnxError as error:\n    print(error)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert "pip install 'pyfuel[onnx]'" in done.stdout, done.stderr
