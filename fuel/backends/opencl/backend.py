@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import weakref
 
 import numpy as np
 
@@ -16,8 +15,6 @@ from fuel.ir.dtype import DType
 from fuel.ir.errors import DeviceError
 from fuel.ir.layout import Layout
 from fuel.memory import Storage
-
-MINIMUM_BUFFER_BYTES = 8  # OpenCL rejects empty buffers
 
 
 class OpenClCompletion:
@@ -120,16 +117,9 @@ class OpenClBackend:
     def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
         context = self.context(device)
         nbytes = size * dtype.itemsize
-        if nbytes > context.max_allocation:
-            raise DeviceError(
-                f"cannot allocate {size} x {dtype.name} ({nbytes} bytes) on {device}: the "
-                f"device's largest single allocation is {context.max_allocation} bytes"
-            )
-        with wrap_errors(f"cannot allocate {nbytes} bytes on {device}"):
-            buffer = cl.Buffer(context.context, cl.mem_flags.READ_WRITE,
-                               max(nbytes, MINIMUM_BUFFER_BYTES))
+        buffer = context.buffers.buffer(nbytes, f"{size} x {dtype.name} on {device}")
         storage = Storage(buffer, dtype, size, device, self)
-        _account(context, storage, nbytes)
+        context.buffers.track(storage, nbytes)
         return storage
 
     def upload(self, device: Device, array: np.ndarray) -> Storage:
@@ -183,10 +173,14 @@ class OpenClBackend:
         self.context(device).finish()
 
     def memory_stats(self, device: Device) -> dict[str, int]:
-        """Live buffers and bytes fuel holds on ``device``, and the peak of live bytes."""
-        context = self.context(device)
-        return {"live_buffers": context.live_buffers, "live_bytes": context.live_bytes,
-                "peak_bytes": context.peak_bytes}
+        """Live buffers and bytes fuel holds on ``device``, their peak, and the bytes of
+        released buffers kept for reuse."""
+        return self.context(device).buffers.stats()
+
+    def empty_cache(self) -> None:
+        """Give every cached (released, kept for reuse) buffer back to the driver."""
+        for context in self._contexts:
+            context.buffers.release_cached()
 
     def register(self, table: KernelBindingTable) -> None:
         """Add the OpenCL kernels whose dtypes every detected device supports."""
@@ -194,16 +188,3 @@ class OpenClBackend:
 
         register_kernels(table, fp64=self.supports_fp64())
 
-
-def _account(context: DeviceContext, storage: Storage, nbytes: int) -> None:
-    with context.lock:
-        context.live_buffers += 1
-        context.live_bytes += nbytes
-        context.peak_bytes = max(context.peak_bytes, context.live_bytes)
-    weakref.finalize(storage, _release, context, nbytes)
-
-
-def _release(context: DeviceContext, nbytes: int) -> None:
-    with context.lock:
-        context.live_buffers -= 1
-        context.live_bytes -= nbytes

@@ -103,7 +103,7 @@ def accumulator(dtype: DType) -> str:
 _PRELUDE = """\
 #define MAX_DIMS {max_dims}
 typedef struct {{
-    int ndim; int dense; long n;
+    int ndim; int pad; long n;
     long shape[MAX_DIMS];
     long strides[{operands}][MAX_DIMS];
     long offsets[{operands}];
@@ -142,26 +142,30 @@ inline long dims_offset(const long* shape, const long* stride, int ndim, long i)
 """
 
 
-def walk_code(count: int, index: str = "i") -> str:
-    """Statements declaring ``o0..o{count-1}``: the element offsets of flat index ``index``
-    for each operand of the kernel argument ``w`` (a ``walk_t``). Dense walks (every operand
-    contiguous) skip the index arithmetic, so the compiler can vectorize them."""
+def walk_kernel(count: int, body: str) -> str:
+    """A walk kernel's statements: ``body`` runs with ``o0..o{count-1}``, the element offsets
+    of flat index ``i`` for each operand of the ``walk_t w``. One-dimensional walks (the
+    contiguous case, stride-0 scalars included) take a straight-line path the compiler can
+    vectorize; others decode ``i`` dim by dim. Launches cover exactly ``w.n`` items (see
+    ``launch_1d``), so there is no bounds check."""
     ks = range(count)
+    flat = ", ".join(f"o{k} = w.offsets[{k}] + i * w.strides[{k}][0]" for k in ks)
     start = ", ".join(f"o{k} = w.offsets[{k}]" for k in ks)
-    dense = " ".join(f"o{k} += {index};" for k in ks)
-    line = " ".join(f"o{k} += {index} * w.strides[{k}][0];" for k in ks)
     step = " ".join(f"o{k} += c * w.strides[{k}][d];" for k in ks)
-    return f"""    long {start};
-    if (w.dense) {{ {dense} }}
-    else if (w.ndim == 1) {{ {line} }}
-    else {{
-        long rest = {index};
-        for (int d = w.ndim - 1; d >= 0; --d) {{
-            const long size = w.shape[d], c = rest % size;
-            rest /= size;
-            {step}
-        }}
+    return f"""    const long i = get_global_id(0);
+    if (w.ndim <= 1) {{
+        const long {flat};
+{body}
+        return;
     }}
+    long {start};
+    long rest = i;
+    for (int d = w.ndim - 1; d >= 0; --d) {{
+        const long size = w.shape[d], c = rest % size;
+        rest /= size;
+        {step}
+    }}
+{body}
 """
 
 
@@ -198,7 +202,7 @@ def needs_fp64(*dtypes: DType) -> bool:
 # ----------------------------------------------------------------------------- host structs
 
 WALK_DTYPE = np.dtype([
-    ("ndim", np.int32), ("dense", np.int32), ("n", np.int64),
+    ("ndim", np.int32), ("pad", np.int32), ("n", np.int64),
     ("shape", np.int64, MAX_DIMS), ("strides", np.int64, (WALK_OPERANDS, MAX_DIMS)),
     ("offsets", np.int64, WALK_OPERANDS),
 ])
@@ -247,7 +251,6 @@ def make_walk(shape, layouts: list[Layout]) -> np.ndarray:
     dims, strides = collapse(shape, [layout.strides for layout in layouts])
     walk = np.zeros((), WALK_DTYPE)
     walk["ndim"] = len(dims)
-    walk["dense"] = len(dims) == 0 or (len(dims) == 1 and all(own[0] == 1 for own in strides))
     walk["n"] = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
     walk["shape"][: len(dims)] = dims
     for k, (own, layout) in enumerate(zip(strides, layouts)):

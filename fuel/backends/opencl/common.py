@@ -56,11 +56,17 @@ def round_up(count: int, multiple: int) -> int:
 
 
 def launch_1d(context, kernel, count: int, *args) -> None:
-    """One work-item per element (``count`` of them), in groups of the device's size."""
+    """Exactly ``count`` work-items: the largest multiple of the device's group size in
+    full groups, then the rest as a second launch offset past them. Kernels therefore need
+    no bounds check, which keeps their loops vectorizable."""
     if count <= 0:
         return
     local = context.launch_group
-    context.launch(kernel, (round_up(count, local),), (local,), *args)
+    main = count // local * local
+    if main:
+        context.launch(kernel, (main,), (local,), *args)
+    if count > main:
+        context.launch(kernel, (count - main,), None, *args, offset=(main,))
 
 
 def group_size(context, kernel, work: int) -> int:
@@ -87,9 +93,15 @@ def kernel_max_group(context, kernel) -> int:
     return found
 
 
-def use_groups(rows: int, length: int) -> bool:
-    """A work-group per row for long rows; one work-item per row otherwise."""
-    return length >= 64 and rows <= 65536
+def use_groups(context, rows: int, length: int) -> bool:
+    """A work-group per row (a tree in local memory) for long rows when rows alone cannot
+    fill the device; one work-item per row otherwise. CPUs are filled by a few rows per
+    core, and vectorize one-row-per-work-item loops across rows."""
+    if length < 64:
+        return False
+    if context.is_cpu:
+        return rows < 4 * context.compute_units
+    return True
 
 
 def int64(value: int) -> np.int64:

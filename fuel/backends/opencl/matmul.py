@@ -1,6 +1,10 @@
-"""Tiled, batched matmul with broadcasting batch dims and any operand strides (transposed
-operands arrive as views). Each work-group computes a TILE x TILE block of one batch entry,
-staging TILE x TILE blocks of both operands in local memory."""
+"""Batched matmul with broadcasting batch dims and any strides on the left operand.
+
+Each work-item computes an 8x8 block of one batch entry's output: 8 rows of A against an
+8-wide vector slice of a B row, 64 accumulators in registers (the usual register blocking of
+CPU and GPU GEMMs). B rows must be contiguous (column stride 1): a B viewed otherwise (``x.T``)
+is first copied dense, which costs O(K*N) against the O(M*N*K) product.
+"""
 
 from __future__ import annotations
 
@@ -8,71 +12,102 @@ from functools import cache
 
 import numpy as np
 
-from fuel.backends.opencl.codegen import MAX_DIMS, ProgramSpec, accumulator, ctype, fill_dims
-from fuel.backends.opencl.common import STRIDED, ClKernel, round_up
+from fuel.backends.opencl.codegen import (
+    MAX_DIMS,
+    CType,
+    ProgramSpec,
+    accumulator,
+    ctype,
+    fill_dims,
+)
+from fuel.backends.opencl.common import STRIDED, ClKernel
 from fuel.dispatch.kernel import KernelList
 from fuel.ir import dtype as dt
+from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 
-TILE = 16
+BLOCK = 8
 
 MATMUL_DTYPE = np.dtype([
     ("M", np.int64), ("N", np.int64), ("K", np.int64), ("bndim", np.int32), ("pad", np.int32),
     ("bshape", np.int64, MAX_DIMS), ("astride", np.int64, MAX_DIMS),
     ("bstride", np.int64, MAX_DIMS), ("aoff", np.int64), ("boff", np.int64),
     ("coff", np.int64), ("arow", np.int64), ("acol", np.int64), ("brow", np.int64),
-    ("bcol", np.int64),
 ])
 
 _SOURCE = """
-#define TILE {tile}
 typedef struct {{
     long M, N, K; int bndim; int pad;
     long bshape[MAX_DIMS]; long astride[MAX_DIMS]; long bstride[MAX_DIMS];
-    long aoff, boff, coff, arow, acol, brow, bcol;
+    long aoff, boff, coff, arow, acol, brow;
 }} matmul_t;
 
-__kernel __attribute__((reqd_work_group_size(TILE, TILE, 1)))
-void matmul(__global {storage}* c, __global const {storage}* a, __global const {storage}* b,
-            const matmul_t p) {{
-    const int tx = get_local_id(0), ty = get_local_id(1);
-    const long column = get_group_id(0) * TILE + tx, row = get_group_id(1) * TILE + ty;
+__kernel void matmul(__global {storage}* c, __global const {storage}* a,
+                     __global const {storage}* b, const matmul_t p) {{
+    const long column = get_global_id(0) * 8, row = get_global_id(1) * 8;
     const long batch = get_global_id(2);
-    const long abase = p.aoff + dims_offset(p.bshape, p.astride, p.bndim, batch);
-    const long bbase = p.boff + dims_offset(p.bshape, p.bstride, p.bndim, batch);
-    __local {acc} atile[TILE][TILE];
-    __local {acc} btile[TILE][TILE + 1];
-    {acc} total = 0;
-    for (long k0 = 0; k0 < p.K; k0 += TILE) {{
-        const long ka = k0 + tx, kb = k0 + ty;
-        atile[ty][tx] = (row < p.M && ka < p.K)
-            ? ({acc}){load_a} : ({acc})0;
-        btile[ty][tx] = (kb < p.K && column < p.N)
-            ? ({acc}){load_b} : ({acc})0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < TILE; ++k) total += atile[ty][k] * btile[k][tx];
-        barrier(CLK_LOCAL_MEM_FENCE);
+    if (row >= p.M || column >= p.N) return;
+    const long abase = p.aoff + dims_offset(p.bshape, p.astride, p.bndim, batch)
+        + row * p.arow;
+    const long bbase = p.boff + dims_offset(p.bshape, p.bstride, p.bndim, batch) + column;
+    {acc}8 total[8];
+    for (int i = 0; i < 8; ++i) total[i] = ({acc}8)0;
+    if (row + 8 <= p.M && column + 8 <= p.N) {{
+        for (long k = 0; k < p.K; ++k) {{
+            const {acc}8 bv = {load_b8};
+            const long ak = abase + k * p.acol;
+            for (int i = 0; i < 8; ++i) total[i] += ({acc})({load_a}) * bv;
+        }}
+    }} else {{
+        const int rows = (int)min(8L, p.M - row), columns = (int)min(8L, p.N - column);
+        for (long k = 0; k < p.K; ++k) {{
+            {acc} bs[8];
+            for (int j = 0; j < 8; ++j)
+                bs[j] = j < columns ? ({acc}){load_b1} : ({acc})0;
+            const {acc}8 bv = vload8(0, bs);
+            const long ak = abase + k * p.acol;
+            for (int i = 0; i < rows; ++i) total[i] += ({acc})({load_a}) * bv;
+        }}
     }}
-    if (row < p.M && column < p.N) {{
-        {store}
+    const long cbase = p.coff + batch * p.M * p.N + row * p.N + column;
+    const int rows = (int)min(8L, p.M - row), columns = (int)min(8L, p.N - column);
+    for (int i = 0; i < rows; ++i) {{
+        {acc} values[8];
+        vstore8(total[i], 0, values);
+        for (int j = 0; j < columns; ++j) {{
+            {store}
+        }}
     }}
 }}
 """
 
 
+def _load_row8(t: CType, acc: str, pointer: str, index: str) -> str:
+    """Eight consecutive elements of ``pointer`` from ``index`` as an ``acc``8 vector."""
+    if t.dtype is dt.float16:
+        return f"vload_half8(0, {pointer} + {index})"
+    if t.dtype is dt.bfloat16:
+        return f"as_float8(convert_uint8(vload8(0, {pointer} + {index})) << 16)"
+    if t.storage == acc:
+        return f"vload8(0, {pointer} + {index})"
+    return f"convert_{acc}8(vload8(0, {pointer} + {index}))"
+
+
 @cache
 def matmul_program(dtype) -> ProgramSpec:
     t = ctype(dtype)
+    acc = accumulator(dtype)
     source = _SOURCE.format(
-        tile=TILE, storage=t.storage, acc=accumulator(dtype),
-        load_a=t.load("a", "abase + row * p.arow + ka * p.acol"),
-        load_b=t.load("b", "bbase + kb * p.brow + column * p.bcol"),
-        store=t.store("c", "p.coff + batch * p.M * p.N + row * p.N + column", "total"),
+        storage=t.storage, acc=acc,
+        load_a=t.load("a", "ak + i * p.arow"),
+        load_b8=_load_row8(t, acc, "b", "bbase + k * p.brow"),
+        load_b1=t.load("b", "bbase + k * p.brow + j"),
+        store=t.store("c", "cbase + i * p.N + j", "values[j]"),
     )
     return ProgramSpec(f"matmul_{dtype.name}", source, dtype is dt.float64)
 
 
-def _batch_strides(layout, batch_shape) -> list[int]:
+def _batch_strides(layout: Layout, batch_shape) -> list[int]:
     """The layout's batch strides aligned to ``batch_shape`` (0 where it broadcasts)."""
     own = layout.shape[:-2]
     lead = len(batch_shape) - len(own)
@@ -83,9 +118,19 @@ def _batch_strides(layout, batch_shape) -> list[int]:
 
 
 def matmul_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
+    from fuel.backends.opencl.movement import fill, strided_copy
+
     a, b, out = layouts[0], layouts[1], layouts[-1]
     if out.numel == 0:
         return
+    if a.shape[-1] == 0:  # an empty inner dim: the product is all zeros
+        fill(outputs[0], out, 0)
+        return
+    right = inputs[1]
+    if b.strides[-1] != 1 and b.shape[-1] > 1:
+        dense = right.backend.allocate(right.device, right.dtype, b.numel)
+        strided_copy(right, b, dense, Layout.contiguous(b.shape))
+        right, b = dense, Layout.contiguous(b.shape)
     batch_shape = out.shape[:-2]
     rows, columns = out.shape[-2:]
     record = np.zeros((), MATMUL_DTYPE)
@@ -93,17 +138,11 @@ def matmul_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
     record["bndim"] = fill_dims(record, "bshape", ["astride", "bstride"], batch_shape,
                                 [_batch_strides(a, batch_shape), _batch_strides(b, batch_shape)])
     record["aoff"], record["boff"], record["coff"] = a.offset, b.offset, out.offset
-    record["arow"], record["acol"] = a.strides[-2], a.strides[-1]
-    record["brow"], record["bcol"] = b.strides[-2], b.strides[-1]
+    record["arow"], record["acol"], record["brow"] = a.strides[-2], a.strides[-1], b.strides[-2]
     batches = int(np.prod(batch_shape, dtype=np.int64)) if batch_shape else 1
     context, compiled = kernel.bind(outputs[0])
-    if a.shape[-1] == 0:  # an empty inner dim: the product is all zeros
-        from fuel.backends.opencl.movement import fill
-
-        fill(outputs[0], out, 0)
-        return
-    context.launch(compiled, (round_up(columns, TILE), round_up(rows, TILE), batches),
-                   (TILE, TILE, 1), outputs[0].buffer, inputs[0].buffer, inputs[1].buffer,
+    grid = (-(-columns // BLOCK), -(-rows // BLOCK), batches)
+    context.launch(compiled, grid, None, outputs[0].buffer, inputs[0].buffer, right.buffer,
                    record)
 
 

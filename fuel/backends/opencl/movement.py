@@ -8,7 +8,7 @@ from functools import cache
 
 import numpy as np
 
-from fuel.backends.opencl.codegen import BITS_TYPES, ProgramSpec, ctype, make_walk, walk_code
+from fuel.backends.opencl.codegen import BITS_TYPES, ProgramSpec, ctype, make_walk, walk_kernel
 from fuel.backends.opencl.common import STRIDED, ClKernel, int64, launch_1d
 from fuel.backends.opencl.elementwise import run_walk
 from fuel.backends.opencl.runtime import cl, wrap_errors
@@ -21,70 +21,68 @@ INDEX_DTYPES = (dt.int32, dt.int64)
 
 _BITS_SOURCE = """
 __kernel void copy(__global T* dst, __global const T* src, const walk_t w) {
-    const long i = get_global_id(0);
-    if (i >= w.n) return;
-WALK2    dst[o1] = src[o0];
+WALK2(    dst[o1] = src[o0];)
 }
 __kernel void where(__global T* out, __global const uchar* condition, __global const T* a,
                     __global const T* b, const walk_t w) {
-    const long i = get_global_id(0);
-    if (i >= w.n) return;
-WALK4    out[o3] = condition[o0] ? a[o1] : b[o2];
+WALK4(    out[o3] = condition[o0] ? a[o1] : b[o2];)
 }
 __kernel void triangle(__global T* out, __global const T* src, const walk_t w, long rows,
                        long columns, long diagonal, int lower) {
-    const long i = get_global_id(0);
-    if (i >= w.n) return;
-WALK2    const long column = i % columns, row = (i / columns) % rows;
+WALK2(    const long column = i % columns, row = (i / columns) % rows;
     const int keep = lower ? (column - row <= diagonal) : (column - row >= diagonal);
-    out[o1] = keep ? src[o0] : (T)0;
+    out[o1] = keep ? src[o0] : (T)0;)
 }
 """
 
-_TAKE_SOURCE = """
-__kernel void take_{index}(__global T* out, __global const T* src,
-                           __global const {index}* index, const walk_t w, long dim_stride,
-                           long dim_size, int code, __global volatile int* fault) {{
-    const long i = get_global_id(0);
-    if (i >= w.n) return;
-WALK3    const long raw = (long)index[o1];
+# take: out[o2] = src[o0 + index[o1] * dim_stride]; put: out[o2 + index[o1] * dim_stride] =
+# src[o0]. An out-of-range index records a fault (code, value) checked at the next wait.
+_INDEXED_SOURCE = """
+__kernel void {name}_{index}(__global T* out, __global const T* src,
+                             __global const {index}* index, const walk_t w, long dim_stride,
+                             long dim_size, int code, __global volatile int* fault) {{
+WALK3(    const long raw = (long)index[o1];
     const long k = raw < 0 ? raw + dim_size : raw;
     if (k < 0 || k >= dim_size) {{
         if (atomic_cmpxchg(fault, 0, code) == 0) {{
             fault[1] = (int)raw;
             fault[2] = (int)(raw >> 32);
         }}
-        out[o2] = (T)0;
-        return;
-    }}
-    out[o2] = src[o0 + k * dim_stride];
-}}
-__kernel void put_{index}(__global T* out, __global const T* src,
-                          __global const {index}* index, const walk_t w, long dim_stride,
-                          long dim_size, int code, __global volatile int* fault) {{
-    const long i = get_global_id(0);
-    if (i >= w.n) return;
-WALK3    const long raw = (long)index[o1];
-    const long k = raw < 0 ? raw + dim_size : raw;
-    if (k < 0 || k >= dim_size) {{
-        if (atomic_cmpxchg(fault, 0, code) == 0) {{
-            fault[1] = (int)raw;
-            fault[2] = (int)(raw >> 32);
-        }}
-        return;
-    }}
-    out[o2 + k * dim_stride] = src[o0];
+        {fallback}
+    }} else {{
+        {assign}
+    }})
 }}
 """
+_INDEXED = {
+    "take": ("out[o2] = (T)0;", "out[o2] = src[o0 + k * dim_stride];"),
+    "put": ("", "out[o2 + k * dim_stride] = src[o0];"),
+}
+
+
+def _expand_walks(source: str) -> str:
+    """Replace each ``WALKn(body)`` with the walk kernel of ``n`` operands around ``body``."""
+    while "WALK" in source:
+        start = source.index("WALK")
+        count = int(source[start + 4])
+        depth, position = 0, start + 5
+        for position in range(start + 5, len(source)):
+            depth += {"(": 1, ")": -1}.get(source[position], 0)
+            if depth == 0:
+                break
+        body = source[start + 6: position]
+        source = source[:start] + walk_kernel(count, body) + source[position + 1:]
+    return source
 
 
 @cache
 def bits_program(itemsize: int) -> ProgramSpec:
     """Copy, where, triangle and take kernels for elements of ``itemsize`` bytes."""
-    takes = "".join(_TAKE_SOURCE.format(index=ctype(d).storage) for d in INDEX_DTYPES)
-    source = f"#define T {BITS_TYPES[itemsize]}\n{_BITS_SOURCE}{takes}"
-    for count in (2, 3, 4):
-        source = source.replace(f"WALK{count}", walk_code(count))
+    indexed = "".join(
+        _INDEXED_SOURCE.format(name=name, index=ctype(d).storage, fallback=fallback,
+                               assign=assign)
+        for d in INDEX_DTYPES for name, (fallback, assign) in _INDEXED.items())
+    source = _expand_walks(f"#define T {BITS_TYPES[itemsize]}\n{_BITS_SOURCE}{indexed}")
     return ProgramSpec(f"bits{itemsize * 8}", source)
 
 

@@ -208,7 +208,7 @@ def reduce_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
     record["offset"], record["out_offset"] = layout.offset, out_layout.offset
     context = outputs[0].backend.context(outputs[0].device)
     buffers = (outputs[0].buffer, inputs[0].buffer, record)
-    if use_groups(nout, nred):
+    if use_groups(context, nout, nred):
         compiled = context.kernel(kernel.spec, f"{kernel.name}_group")
         size = group_size(context, compiled, nred)
         scratch = [cl.LocalMemory(size * kernel.settings["itemsize"])]

@@ -84,6 +84,21 @@ def _frame(name: str, t: CType, group: bool, extra_args: str, body: str) -> str:
 def _softmax_body(t: CType, log: bool) -> str:
     a = accumulator(t.dtype)
     x = f"(({a}){t.load('a', 'ibase + j * r.istep')})"
+    if not log and t.storage == a:  # keep exp(x - peak) in the output: one exp per element
+        return f"""
+    {a} peak = -INFINITY;
+    FOR peak = max_nan(peak, {x});
+    peak = MAX(peak);
+    {a} total = 0;
+    FOR {{
+        const {a} e = exp({x} - peak);
+        out[obase + j * r.ostep] = e;
+        total += e;
+    }}
+    total = SUM(total);
+    const {a} scale = ({a})1 / total;
+    FOR out[obase + j * r.ostep] *= scale;
+"""
     result = "shifted - log(total)" if log else "exp(shifted) / total"
     return f"""
     {a} peak = -INFINITY;
@@ -146,7 +161,7 @@ def _launch_rows(kernel: ClKernel, outputs, record: np.ndarray, *args) -> None:
     if rows == 0:
         return
     context = outputs[0].backend.context(outputs[0].device)
-    if use_groups(rows, length):
+    if use_groups(context, rows, length):
         compiled = context.kernel(kernel.spec, f"{kernel.name}_group")
         size = group_size(context, compiled, length)
         scratch = cl.LocalMemory(size * (8 if kernel.settings["wide"] else 4))

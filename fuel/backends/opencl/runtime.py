@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fuel.backends.opencl.codegen import ProgramSpec
+from fuel.backends.opencl.memory import BufferCache
 from fuel.ir.errors import DeviceError, FuelError, KernelError, KernelIndexError
 
 try:  # optional dependency: the backend reports itself unavailable without it
@@ -153,15 +154,14 @@ class DeviceContext:
     host_transfers: list = field(default_factory=list)
     faults: dict = field(default_factory=dict)
     fault_buffer: object = None
-    live_buffers: int = 0
-    live_bytes: int = 0
-    peak_bytes: int = 0
+    buffers: BufferCache = None
     build_options: tuple = ()
 
     def __post_init__(self) -> None:
         device = self.candidate.device
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context)
+        self.buffers = BufferCache(cl, self.context, device)
         self.fault_buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 4 * FAULT_WORDS)
         cl.enqueue_fill_buffer(self.queue, self.fault_buffer, np.zeros(1, np.int32), 0,
                                4 * FAULT_WORDS)
@@ -180,7 +180,15 @@ class DeviceContext:
 
     @property
     def max_allocation(self) -> int:
-        return int(self.device.max_mem_alloc_size)
+        return self.buffers.max_allocation
+
+    @property
+    def is_cpu(self) -> bool:
+        return _kind(self.device) == "CPU"
+
+    @property
+    def compute_units(self) -> int:
+        return int(self.device.max_compute_units)
 
     @property
     def work_group(self) -> int:
@@ -191,7 +199,7 @@ class DeviceContext:
     def launch_group(self) -> int:
         """Work-group size of one-item-per-element launches: wide on CPUs (PoCL turns a group
         into a vectorized loop), 256 elsewhere."""
-        wide = 1024 if _kind(self.device) == "CPU" else 256
+        wide = 1024 if self.is_cpu else 256
         return int(min(wide, self.device.max_work_group_size))
 
     def describe(self) -> str:
@@ -233,12 +241,13 @@ class DeviceContext:
                 f"{error}"
             ) from error
 
-    def launch(self, kernel, global_size, local_size, *args) -> None:
+    def launch(self, kernel, global_size, local_size, *args, offset=None) -> None:
         """Set the arguments and enqueue (one lock: kernels are shared between threads)."""
         with self.lock:
             try:
                 kernel.set_args(*args)
-                cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+                cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size,
+                                           global_work_offset=offset)
             except cl.Error as error:
                 raise DeviceError(f"OpenCL launch of {kernel.function_name} failed: "
                                   f"{error}") from error
