@@ -35,13 +35,21 @@ class Profile:
         op_profile.set_trace(self._was_enabled[1])
 
     def table_text(self, limit: int | None = None) -> str:
-        """The per-op table (host time per (op, backend), longest first) and the phases."""
+        """The per-op table (host time per (op, backend), longest first) and the phases; a
+        ``device ms`` column where a backend's queue timestamped the launches."""
         total = sum(row[3] for row in self.ops) or 1e-12
+        device: dict[tuple[str, str], float] = {}
+        for row in self.launches:
+            if row.device_seconds is not None:
+                key = (row.op, row.backend)
+                device[key] = device.get(key, 0.0) + row.device_seconds
         lines = [f"{'op':<16}{'backend':<9}{'launches':>9}{'total ms':>11}{'mean us':>10}"
-                 f"{'share':>8}"]
+                 f"{'share':>8}" + (f"{'device ms':>11}" if device else "")]
         for op, backend, count, seconds in self.ops[:limit]:
+            on_device = device.get((op, backend))
             lines.append(f"{op:<16}{backend:<9}{count:>9}{seconds * 1e3:>11.3f}"
-                         f"{seconds / count * 1e6:>10.1f}{seconds / total:>8.1%}")
+                         f"{seconds / count * 1e6:>10.1f}{seconds / total:>8.1%}"
+                         + (f"{on_device * 1e3:>11.3f}" if on_device is not None else ""))
         lines.append(f"{'kernels total':<34}{total * 1e3:>11.3f}")
         if self.phases:
             lines.append("")
@@ -70,7 +78,9 @@ class Profile:
                 "name": row.op, "cat": row.kernel_source or row.backend, "ph": "X", "pid": 0,
                 "tid": 1, "ts": (row.start - origin) * 1e6, "dur": row.seconds * 1e6,
                 "args": {"backend": row.backend, "src": row.src, "dst": row.dst,
-                         "bytes": row.bytes, "node": row.node},
+                         "bytes": row.bytes, "node": row.node,
+                         "device_us": None if row.device_seconds is None
+                         else row.device_seconds * 1e6},
             })
         with open(path, "w", encoding="utf-8") as handle:
             json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, handle)

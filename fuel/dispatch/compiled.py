@@ -94,11 +94,13 @@ def execute_compiled_with_wait_hint(
     if not (op_profile._enabled or op_profile._trace):
         compiled.kernel(inputs, outputs, layouts, compiled.op_params)
     else:
+        timer = _device_timer(inputs, outputs) if op_profile._trace else None
         start = time.perf_counter()
         try:
             compiled.kernel(inputs, outputs, layouts, compiled.op_params)
         finally:
-            _record(compiled, inputs, outputs, start, time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            _record(compiled, inputs, outputs, start, seconds, timer() if timer else None)
     if not will_be_waited or not outputs:
         return READY
     output = outputs[0]
@@ -108,7 +110,18 @@ def execute_compiled_with_wait_hint(
     return CompletionHandle.pending(completion, compiled.label)
 
 
-def _record(compiled: CompiledNode, inputs, outputs, start: float, seconds: float) -> None:
+def _device_timer(inputs, outputs):
+    """While tracing: a backend that timestamps its device queue (``device_timer()``) times
+    the launch; the returned stop function gives a lazy device-seconds value."""
+    for storage in (outputs[0] if outputs else None, inputs[0] if inputs else None):
+        start = getattr(getattr(storage, "backend", None), "device_timer", None)
+        if start is not None:
+            return start()
+    return None
+
+
+def _record(compiled: CompiledNode, inputs, outputs, start: float, seconds: float,
+            device_seconds=None) -> None:
     first_in = inputs[0] if inputs else None
     first_out = outputs[0] if outputs else None
     op_profile.record_launch(op_profile.LaunchRow(
@@ -121,4 +134,5 @@ def _record(compiled: CompiledNode, inputs, outputs, start: float, seconds: floa
         start=start,
         kernel_source=compiled.entry.kernel_source if compiled.entry else "",
         node=compiled.label,
+        device_seconds=device_seconds,
     ))

@@ -88,11 +88,13 @@ def take() -> list[tuple[str, str, int, float]]:
 
 
 def take_trace() -> list[LaunchRow]:
-    """Drain the launch trace, in launch order."""
+    """Drain the launch trace, in launch order. A device time a backend left pending (a
+    callable over its queue's event timestamps) is resolved to seconds here."""
     global _trace_rows
     with _lock:
         drained, _trace_rows = _trace_rows, []
-    return drained
+    return [row._replace(device_seconds=row.device_seconds()) if callable(row.device_seconds)
+            else row for row in drained]
 
 
 @contextmanager

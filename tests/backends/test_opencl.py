@@ -171,3 +171,14 @@ def test_in_place_assignment_on_opencl(opencl):
     expected = a.copy()
     expected[1:3, ::2] = 7.0
     np.testing.assert_array_equal(x.numpy(), expected)
+
+
+def test_profile_shows_device_time_from_event_timestamps(opencl):
+    _, device = opencl
+    x = fuel.from_numpy(_data(64, 64)).to(device).realize()
+    with fuel.profile() as prof:
+        (x @ x).softmax(-1).to("cpu").realize()
+    rows = {row.op: row for row in prof.launches}
+    assert rows["matmul"].device_seconds is not None and rows["matmul"].device_seconds > 0
+    assert rows["copy"].device_seconds is not None  # the download's transfer event
+    assert "device ms" in prof.table_text()

@@ -138,7 +138,7 @@ class OpenClBackend:
         context = self.context(storage.device)
         with wrap_errors(f"upload to {storage.device} failed"), context.lock:
             event = cl.enqueue_copy(context.queue, storage.buffer, host, is_blocking=False)
-            context.keep_host_transfer(event)
+            context.keep_host_transfer(runtime.note_event(event))
 
     def download(self, storage: Storage, layout: Layout) -> np.ndarray:
         """The elements ``layout`` views, as a host array (waits for the queued work)."""
@@ -154,9 +154,9 @@ class OpenClBackend:
         host = np.empty(layout.numel, storage.dtype.numpy)
         with wrap_errors(f"download from {storage.device} failed"):
             with context.lock:
-                event = cl.enqueue_copy(context.queue, host, storage.buffer,
-                                        src_offset=layout.offset * storage.dtype.itemsize,
-                                        is_blocking=False)
+                event = runtime.note_event(cl.enqueue_copy(
+                    context.queue, host, storage.buffer,
+                    src_offset=layout.offset * storage.dtype.itemsize, is_blocking=False))
             event.wait()
         context.check_faults()
         return host.reshape(layout.shape)
@@ -167,6 +167,10 @@ class OpenClBackend:
         with wrap_errors(f"cannot record an event on {storage.device}"), context.lock:
             event = cl.enqueue_marker(context.queue)
         return OpenClCompletion(storage.device, event, context)
+
+    def device_timer(self):
+        """Time the OpenCL commands the current launch enqueues (see ``op_profile``)."""
+        return runtime.device_timer()
 
     def synchronize(self, device: Device) -> None:
         """The realize-end drain: ``finish()`` the device's queue, then report index faults."""

@@ -11,7 +11,7 @@ import numpy as np
 from fuel.backends.opencl.codegen import BITS_TYPES, ProgramSpec, ctype, make_walk, walk_kernel
 from fuel.backends.opencl.common import STRIDED, ClKernel, int64, launch_1d
 from fuel.backends.opencl.elementwise import run_walk
-from fuel.backends.opencl.runtime import cl, wrap_errors
+from fuel.backends.opencl.runtime import cl, note_event, wrap_errors
 from fuel.dispatch.kernel import KernelList
 from fuel.ir import dtype as dt
 from fuel.ir.layout import Layout
@@ -200,8 +200,8 @@ def fill(storage, layout: Layout, value) -> None:
     context = storage.backend.context(storage.device)
     itemsize = storage.dtype.itemsize
     with wrap_errors(f"fill on {storage.device} failed"), context.lock:
-        cl.enqueue_fill_buffer(context.queue, storage.buffer, pattern,
-                               layout.offset * itemsize, layout.numel * itemsize)
+        note_event(cl.enqueue_fill_buffer(context.queue, storage.buffer, pattern,
+                                          layout.offset * itemsize, layout.numel * itemsize))
 
 
 def full_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:

@@ -29,6 +29,7 @@ else:
     IMPORT_ERROR = ""
 
 DEVICE_ENVIRONMENT = "FUEL_OPENCL_DEVICE"
+_capture = threading.local()  # .events: the list a device timer is filling on this thread
 _PROBE_SOURCE = "__kernel void fuel_probe(__global int* out) { out[get_global_id(0)] = 7; }"
 _TYPE_RANK = {"GPU": 0, "ACCELERATOR": 1, "CPU": 2}
 FAULT_WORDS = 4
@@ -160,7 +161,8 @@ class DeviceContext:
     def __post_init__(self) -> None:
         device = self.candidate.device
         self.context = cl.Context([device])
-        self.queue = cl.CommandQueue(self.context)
+        self.queue = cl.CommandQueue(
+            self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
         self.buffers = BufferCache(cl, self.context, device)
         self.fault_buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 4 * FAULT_WORDS)
         cl.enqueue_fill_buffer(self.queue, self.fault_buffer, np.zeros(1, np.int32), 0,
@@ -246,8 +248,8 @@ class DeviceContext:
         with self.lock:
             try:
                 kernel.set_args(*args)
-                cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size,
-                                           global_work_offset=offset)
+                note_event(cl.enqueue_nd_range_kernel(self.queue, kernel, global_size,
+                                                      local_size, global_work_offset=offset))
             except cl.Error as error:
                 raise DeviceError(f"OpenCL launch of {kernel.function_name} failed: "
                                   f"{error}") from error
@@ -295,6 +297,39 @@ class DeviceContext:
         with self.lock:
             self.host_transfers.clear()
         self.check_faults()
+
+
+def note_event(event):
+    """Hand an enqueued command's event to the device timer running on this thread, if any."""
+    events = getattr(_capture, "events", None)
+    if events is not None:
+        events.append(event)
+    return event
+
+
+def device_timer():
+    """Start collecting this thread's OpenCL events; the returned stop function gives a
+    callable that sums their device time (from the queue's timestamps) once they finish."""
+    events: list = []
+    previous = getattr(_capture, "events", None)
+    _capture.events = events
+
+    def stop():
+        _capture.events = previous
+        if previous is not None:
+            previous.extend(events)
+        return lambda: _device_seconds(events) if events else None
+
+    return stop
+
+
+def _device_seconds(events) -> float | None:
+    try:
+        for event in events:
+            event.wait()
+        return sum(event.profile.end - event.profile.start for event in events) * 1e-9
+    except Exception:  # a driver without timestamps, or a failed command
+        return None
 
 
 def wrap_errors(what: str):
