@@ -5,7 +5,7 @@ excluded), SmolLM2 time to first token (4- and 128-token prompts: prompt process
 greedy pick) and greedy decode tokens/s over 64 tokens. Prints each ratio (fuel / torch for
 times, lower is better; fuel / torch for tokens/s, higher is better).
 
-    python bench/models.py [--runs N] [--profile] [--no-torch]
+    python bench/models.py [--runs N] [--threads N] [--profile] [--no-torch]
 """
 
 from __future__ import annotations
@@ -192,11 +192,23 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print fuel's op_profile tables")
     parser.add_argument("--no-torch", action="store_true", help="measure fuel only")
     parser.add_argument("--only", choices=("minilm", "smollm"), default=None)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="BLAS / torch threads for both (default: their own defaults); "
+                             "1 keeps a busy machine from distorting the comparison")
     args = parser.parse_args()
     with_torch = not args.no_torch
+    if args.threads is not None:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            raise SystemExit("--threads needs threadpoolctl (pip install threadpoolctl)") \
+                from None
+        threadpool_limits(args.threads)
     if with_torch:
         import torch
 
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
         print(f"torch {torch.__version__} with {torch.get_num_threads()} threads; ", end="")
     print(f"fuel {fuel.__version__}, NumPy {np.__version__}, {platform.machine()}, "
           f"{os.cpu_count()} CPUs")

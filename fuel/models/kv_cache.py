@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 import fuel
@@ -21,7 +23,8 @@ class KVCache:
         self.capacity = capacity
         self.length = 0
         self.in_use = False
-        self.decode_function = None  # the model's fuel.jit decode step bound to this cache
+        # the model's captured steps (fuel.jit) bound to this cache, by (tokens, all_logits)
+        self.replays: OrderedDict = OrderedDict()
         shape = (kv_heads, capacity, head_dim)
         self.keys = [fuel.from_numpy(np.zeros(shape, np.float32), device=device)
                      for _ in range(num_layers)]

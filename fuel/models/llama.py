@@ -36,6 +36,7 @@ DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PREFILL_CHUNK = 128  # prompt tokens per graph: bounds the (heads, chunk, capacity) scores
 CACHE_BUCKET = 256  # KV cache capacities are rounded up to a multiple of this
 CACHE_POOL_SIZE = 2  # KV caches (one per capacity) kept for reuse across generations
+REPLAYS_PER_CACHE = 8  # captured step shapes kept per KV cache
 
 
 @dataclass
@@ -65,8 +66,7 @@ class LlamaModel:
         self.device = device
         self.weights = LlamaWeights.from_arrays(arrays, config.num_layers, device)
         self.last_stats = GenerationStats()
-        # Decode steps replay a captured plan (fuel.jit); False builds and realizes each step.
-        # While fuel.profile() is on, steps run eagerly so that every launch is attributed.
+        # Steps replay captured plans (fuel.jit); False builds and realizes every step.
         self.use_jit = True
         self._cache_pool: dict[int, KVCache] = {}
         self._inverse_frequencies = rope_inverse_frequencies(config)
@@ -116,9 +116,9 @@ class LlamaModel:
     def _step(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> np.ndarray:
         step = StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
                                  cache.capacity, self.device)
-        if ids.size == 1 and self.use_jit and not op_profile.enabled():
-            logits = self._decode_function(cache)(step.ids, step.positions, step.rope,
-                                                  step.mask)
+        replay = self._replay_function(cache, ids.size, all_logits)
+        if replay is not None:
+            logits = replay(step.ids, step.positions, step.rope, step.mask)
         else:
             leaves = [t._node for t in cache.tensors()]
             try:
@@ -131,22 +131,38 @@ class LlamaModel:
         cache.length += ids.size
         return logits.numpy()
 
-    def _decode_function(self, cache: KVCache):
-        """The one-token step as a fuel.jit function bound to ``cache``: captured on the first
-        decode, then replayed (no graph building or planning) for every later token."""
-        if cache.decode_function is None:
-            def decode(ids: Tensor, positions: Tensor, rope: Tensor, mask: Tensor) -> Tensor:
-                leaves = [t._node for t in cache.tensors()]
-                try:
-                    step = StepInputs(ids, positions, rope, mask)
-                    return decoder_step(self.weights, self.config, step, cache, False)
-                finally:
-                    # the capture wrote the cache in place; keep its tensors realized leaves
-                    for tensor, node in zip(cache.tensors(), leaves):
-                        tensor._node = node
+    def _replay_function(self, cache: KVCache, count: int, all_logits: bool):
+        """The step of ``count`` tokens as a fuel.jit function bound to ``cache`` (captured,
+        then replayed without graph building or planning), or None to run it eagerly.
 
-            cache.decode_function = fuel.jit(decode)
-        return cache.decode_function
+        One-token decode steps are captured at once; other shapes (prompt chunks) the second
+        time they come. Nothing is replayed while fuel.profile() is on, so that every launch is
+        timed, nor when ``use_jit`` is False."""
+        if not self.use_jit or op_profile.enabled():
+            return None
+        key = (count, all_logits)
+        replays = cache.replays
+        if key not in replays and (count > 1 or all_logits):
+            replays[key] = None  # first sighting: run eagerly
+        elif replays.get(key) is None:
+            replays[key] = fuel.jit(self._traced_step(cache, all_logits))
+        replays.move_to_end(key)
+        while len(replays) > REPLAYS_PER_CACHE:
+            replays.popitem(last=False)
+        return replays[key]
+
+    def _traced_step(self, cache: KVCache, all_logits: bool):
+        def step_function(ids: Tensor, positions: Tensor, rope: Tensor, mask: Tensor) -> Tensor:
+            leaves = [t._node for t in cache.tensors()]
+            try:
+                step = StepInputs(ids, positions, rope, mask)
+                return decoder_step(self.weights, self.config, step, cache, all_logits)
+            finally:
+                # the capture writes the cache in place; keep its tensors realized leaves
+                for tensor, node in zip(cache.tensors(), leaves):
+                    tensor._node = node
+
+        return step_function
 
     def _check_ids(self, ids) -> np.ndarray:
         values = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)

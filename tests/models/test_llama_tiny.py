@@ -177,7 +177,7 @@ def test_replayed_decode_steps_match_eager_ones(tiny_gguf, cache_dir):
             logits.append(model.forward([token], cache)[-1])
         rows[use_jit] = np.stack(logits)
         if use_jit:
-            assert cache.decode_function.replays == 3  # captured once, then replayed
+            assert cache.replays[(1, False)].replays == 3  # captured once, then replayed
     np.testing.assert_allclose(rows[True], rows[False], rtol=0, atol=1e-5)
 
 
@@ -188,7 +188,7 @@ def test_generations_reuse_a_pooled_cache_and_interleave_safely(tiny_gguf, cache
     first, second = model.encode("the cat"), model.encode("in the hat")
     expected = [model.generate_ids(first, 10), model.generate_ids(second, 10)]
     pooled = list(model._cache_pool.values())
-    assert len(pooled) == 1 and pooled[0].decode_function.replays >= 16
+    assert len(pooled) == 1 and pooled[0].replays[(1, False)].replays >= 16
     a, b = model.stream_ids(first, 10), model.stream_ids(second, 10)
     interleaved = [[], []]
     for x, y in itertools.zip_longest(a, b):  # two live generations: the second gets its own
@@ -196,3 +196,16 @@ def test_generations_reuse_a_pooled_cache_and_interleave_safely(tiny_gguf, cache
         interleaved[1] += [y] if y is not None else []
     assert interleaved == expected
     assert not any(cache.in_use for cache in model._cache_pool.values())
+
+
+def test_prompt_chunks_of_a_repeated_length_are_replayed(tiny_gguf, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    model = load_gguf(tiny_gguf())
+    prompts = [[5, 9, 60, 7], [80, 3, 3, 41], [100, 200, 11, 12], [7, 7, 7, 7]]
+    model.use_jit = False
+    expected = [model.generate_ids(p, 5) for p in prompts]
+    model.use_jit = True
+    assert [model.generate_ids(p, 5) for p in prompts] == expected
+    (cache,) = model._cache_pool.values()
+    assert cache.replays[(4, False)].replays == 2  # eager, captured, replayed twice
