@@ -209,3 +209,23 @@ def test_prompt_chunks_of_a_repeated_length_are_replayed(tiny_gguf, cache_dir):
     assert [model.generate_ids(p, 5) for p in prompts] == expected
     (cache,) = model._cache_pool.values()
     assert cache.replays[(4, False)].replays == 2  # eager, captured, replayed twice
+
+
+def test_tiny_model_on_another_device_matches_the_cpu(tiny_gguf, cache_dir):
+    from fuel.backends import get_backend
+    from fuel.ir.device import parse_device
+    from fuel.ir.errors import DeviceError
+    from fuel.models.llama import load_gguf
+
+    device = parse_device("opencl:0")
+    try:
+        get_backend(device)
+    except DeviceError as error:
+        pytest.skip(f"no OpenCL device: {error}")
+    path = tiny_gguf()
+    on_cpu, on_device = load_gguf(path), load_gguf(path, device=device)
+    ids = on_cpu.encode("the cat in the hat")
+    expected = on_cpu.forward(ids, on_cpu.new_cache(32), all_logits=True)
+    got = on_device.forward(ids, on_device.new_cache(32), all_logits=True)
+    assert np.abs(got - expected).max() <= 1e-4
+    assert on_device.generate_ids(ids, 8) == on_cpu.generate_ids(ids, 8)
