@@ -103,7 +103,7 @@ def accumulator(dtype: DType) -> str:
 _PRELUDE = """\
 #define MAX_DIMS {max_dims}
 typedef struct {{
-    int ndim; int pad; long n;
+    int ndim; int clamp; long n;
     long shape[MAX_DIMS];
     long strides[{operands}][MAX_DIMS];
     long offsets[{operands}];
@@ -146,18 +146,21 @@ def walk_kernel(count: int, body: str) -> str:
     """A walk kernel's statements: ``body`` runs with ``o0..o{count-1}``, the element offsets
     of flat index ``i`` for each operand of the ``walk_t w``. One-dimensional walks (the
     contiguous case, stride-0 scalars included) take a straight-line path the compiler can
-    vectorize; others decode ``i`` dim by dim. Launches cover exactly ``w.n`` items (see
-    ``launch_1d``), so there is no bounds check."""
+    vectorize; others decode ``i`` dim by dim. Neither has a bounds check (a branch that
+    stops some compilers from vectorizing): ``launch_1d`` covers a flat walk exactly, with
+    whole groups, and sets ``w.clamp`` for launches rounded up past ``w.n``, whose extra
+    items then rewrite the last element's value."""
     ks = range(count)
     flat = ", ".join(f"o{k} = w.offsets[{k}] + i * w.strides[{k}][0]" for k in ks)
     start = ", ".join(f"o{k} = w.offsets[{k}]" for k in ks)
     step = " ".join(f"o{k} += c * w.strides[{k}][d];" for k in ks)
-    return f"""    const long i = get_global_id(0);
-    if (w.ndim <= 1) {{
+    return f"""    if (w.ndim <= 1 && !w.clamp) {{
+        const long i = get_global_id(0);
         const long {flat};
 {body}
         return;
     }}
+    const long i = min((long)get_global_id(0), w.n - 1);
     long {start};
     long rest = i;
     for (int d = w.ndim - 1; d >= 0; --d) {{
@@ -202,7 +205,7 @@ def needs_fp64(*dtypes: DType) -> bool:
 # ----------------------------------------------------------------------------- host structs
 
 WALK_DTYPE = np.dtype([
-    ("ndim", np.int32), ("pad", np.int32), ("n", np.int64),
+    ("ndim", np.int32), ("clamp", np.int32), ("n", np.int64),
     ("shape", np.int64, MAX_DIMS), ("strides", np.int64, (WALK_OPERANDS, MAX_DIMS)),
     ("offsets", np.int64, WALK_OPERANDS),
 ])

@@ -55,18 +55,25 @@ def round_up(count: int, multiple: int) -> int:
     return max(multiple, (count + multiple - 1) // multiple * multiple)
 
 
-def launch_1d(context, kernel, count: int, *args) -> None:
-    """Exactly ``count`` work-items: the largest multiple of the device's group size in
-    full groups, then the rest as a second launch offset past them. Kernels therefore need
-    no bounds check, which keeps their loops vectorizable."""
+def launch_1d(context, kernel, count: int, *args, walk=None) -> None:
+    """``count`` work-items in groups of one size per device, so that a driver compiling per
+    group size (PoCL) compiles each kernel once. A flat ``walk`` of at least one group is
+    covered exactly: whole groups, then one more group ending at ``count`` (it overlaps the
+    previous one and rewrites the same values). Otherwise the launch rounds up and the
+    kernel clamps (``walk["clamp"]``) or checks the extra items."""
     if count <= 0:
         return
     local = context.launch_group
-    main = count // local * local
-    if main:
-        context.launch(kernel, (main,), (local,), *args)
-    if count > main:
-        context.launch(kernel, (count - main,), None, *args, offset=(main,))
+    if walk is not None:
+        exact = int(walk["ndim"]) <= 1 and count >= local
+        walk["clamp"] = 0 if exact else 1
+        if exact:
+            whole = count // local * local
+            context.launch(kernel, (whole,), (local,), *args)
+            if count > whole:
+                context.launch(kernel, (local,), (local,), *args, offset=(count - local,))
+            return
+    context.launch(kernel, (round_up(count, local),), (local,), *args)
 
 
 def group_size(context, kernel, work: int) -> int:

@@ -218,7 +218,7 @@ def run_walk(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
     walk = make_walk(shape, views + [out_layout])
     context, compiled = kernel.bind(outputs[0])
     launch_1d(context, compiled, out_layout.numel, outputs[0].buffer,
-              *[s.buffer for s in inputs], walk)
+              *[s.buffer for s in inputs], walk, walk=walk)
 
 
 @cache

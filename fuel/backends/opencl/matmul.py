@@ -20,7 +20,7 @@ from fuel.backends.opencl.codegen import (
     ctype,
     fill_dims,
 )
-from fuel.backends.opencl.common import STRIDED, ClKernel
+from fuel.backends.opencl.common import STRIDED, ClKernel, round_up
 from fuel.dispatch.kernel import KernelList
 from fuel.ir import dtype as dt
 from fuel.ir.layout import Layout
@@ -141,9 +141,10 @@ def matmul_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
     record["arow"], record["acol"], record["brow"] = a.strides[-2], a.strides[-1], b.strides[-2]
     batches = int(np.prod(batch_shape, dtype=np.int64)) if batch_shape else 1
     context, compiled = kernel.bind(outputs[0])
-    grid = (-(-columns // BLOCK), -(-rows // BLOCK), batches)
-    context.launch(compiled, grid, None, outputs[0].buffer, inputs[0].buffer, right.buffer,
-                   record)
+    side = 16 if context.work_group >= 256 else 8
+    grid = (round_up(-(-columns // BLOCK), side), round_up(-(-rows // BLOCK), side), batches)
+    context.launch(compiled, grid, (side, side, 1), outputs[0].buffer, inputs[0].buffer,
+                   right.buffer, record)
 
 
 def register_matmul(kernels: KernelList, fp64: bool) -> None:

@@ -94,7 +94,7 @@ def strided_copy(source, source_layout: Layout, target, target_layout: Layout) -
     context = target.backend.context(target.device)
     walk = make_walk(target_layout.shape, [source_layout, target_layout])
     launch_1d(context, context.kernel(spec, "copy"), target_layout.numel, target.buffer,
-              source.buffer, walk)
+              source.buffer, walk, walk=walk)
 
 
 def copy_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
@@ -126,7 +126,7 @@ def triangle_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
     walk = make_walk(out_layout.shape, [layouts[0], out_layout])
     launch_1d(context, compiled, out_layout.numel, outputs[0].buffer, inputs[0].buffer, walk,
               int64(rows), int64(columns), int64(params.diagonal),
-              np.int32(kernel.settings["lower"]))
+              np.int32(kernel.settings["lower"]), walk=walk)
 
 
 def take_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
@@ -151,7 +151,7 @@ def take_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
     walk = make_walk(shape, [source_view, index_layout, out_layout])
     launch_1d(context, compiled, out_layout.numel, outputs[0].buffer, source.buffer,
               index.buffer, walk, int64(dim_stride), int64(dim_size), np.int32(code),
-              context.fault_buffer)
+              context.fault_buffer, walk=walk)
 
 
 def index_copy_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
@@ -176,7 +176,8 @@ def index_copy_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> Non
     walk = make_walk(shape, [source_layout, index_view,
                              Layout(shape, tuple(strides), out_layout.offset)])
     launch_1d(context, compiled, source_layout.numel, out.buffer, source.buffer, index.buffer,
-              walk, int64(dim_stride), int64(dim_size), np.int32(code), context.fault_buffer)
+              walk, int64(dim_stride), int64(dim_size), np.int32(code), context.fault_buffer,
+              walk=walk)
 
 
 def cat_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
