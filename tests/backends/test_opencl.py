@@ -182,3 +182,18 @@ def test_profile_shows_device_time_from_event_timestamps(opencl):
     assert rows["matmul"].device_seconds is not None and rows["matmul"].device_seconds > 0
     assert rows["copy"].device_seconds is not None  # the download's transfer event
     assert "device ms" in prof.table_text()
+
+
+@pytest.mark.parametrize("shape", [(3001,), (1025, 3), (4096,)], ids=str)
+def test_large_walks_cover_every_element_exactly(opencl, shape):
+    """Flat walks of a group or more run as whole groups plus one overlapping group; others
+    round up and clamp. Both must write every element once with the right value."""
+    _, device = opencl
+    a, b = _data(*shape), _data(*shape)
+    x, y = fuel.from_numpy(a).to(device), fuel.from_numpy(b).to(device)
+    flat = (x * y + 1.0).tanh()
+    strided = x.reshape(-1)[::-1].reshape(shape) - y      # flipped: a strided walk
+    picked = x.reshape(-1).index_select(0, fuel.arange(a.size - 1, -1, -1, device=device))
+    np.testing.assert_allclose(flat.numpy(), np.tanh(a * b + 1), rtol=2e-6, atol=1e-6)
+    np.testing.assert_array_equal(strided.numpy(), a.reshape(-1)[::-1].reshape(shape) - b)
+    np.testing.assert_array_equal(picked.numpy(), a.reshape(-1)[::-1])

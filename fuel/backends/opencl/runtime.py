@@ -207,9 +207,9 @@ class DeviceContext:
     def describe(self) -> str:
         device = self.device
         memory = device.global_mem_size / 2**30
+        version = " ".join(self.candidate.platform.version.split()[:4])
         return (f"{device.name.strip()} ({_kind(device)}, {device.max_compute_units} compute "
-                f"units, {memory:.1f} GiB) on {self.candidate.platform.name.strip()} "
-                f"{self.candidate.platform.version.strip()}")
+                f"units, {memory:.1f} GiB) on {self.candidate.platform.name.strip()}, {version}")
 
     # ------------------------------------------------------------------ programs and launches
 
