@@ -15,7 +15,12 @@ from fuel.memory import Storage
 
 
 class Backend(Protocol):
-    """Storage, host transfers, completion and registration for one backend family."""
+    """Storage, host transfers, completion and registration for one backend family.
+
+    Optional: ``device_timer()``, for a backend whose queue timestamps its commands. While
+    ``op_profile`` traces, ``execute_compiled`` calls it before a launch; the stop function
+    it returns, called after the launch, gives a callable that ``op_profile.take_trace``
+    resolves into the launch's device seconds (``LaunchRow.device_seconds``)."""
 
     backend_id: BackendId
     kernel_source: str
