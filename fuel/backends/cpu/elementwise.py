@@ -16,6 +16,7 @@ from fuel.backends.cpu.arrays import (
     output,
     view,
 )
+from fuel.backends.cpu.special import erf_into, gelu_into
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
 
@@ -29,10 +30,25 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """Error function: SciPy when installed, else math.erf element by element."""
+    """Error function in float64: SciPy when installed, else math.erf element by element."""
     if _scipy_erf is not None:
         return _scipy_erf(x)
     return _erf_exact(x).astype(x.dtype)
+
+
+def _float32_fast(exact, fast_into):
+    """float64 goes through ``exact``; float32 and the half types through the vectorized
+    ``fast_into(x, out)``. The kernel template calls it with the output to fill."""
+
+    def apply(x, out):
+        if x.dtype == np.float64:
+            out[...] = exact(x)
+        else:
+            fast_into(x, out)
+
+    apply.writes_output = True
+    apply.__name__ = getattr(fast_into, "__name__", "fast")
+    return apply
 
 
 def _sigmoid(x):
@@ -89,10 +105,10 @@ UNARY_FUNCTIONS = {
     OpKind.TANH: np.tanh,
     OpKind.SIGMOID: _sigmoid,
     OpKind.RELU: _relu,
-    OpKind.GELU: _gelu,
+    OpKind.GELU: _float32_fast(_gelu, gelu_into),
     OpKind.GELU_TANH: _gelu_tanh,
     OpKind.SILU: _silu,
-    OpKind.ERF: lambda x: erf(x).astype(x.dtype, copy=False),
+    OpKind.ERF: _float32_fast(erf, erf_into),
     OpKind.FLOOR: _integral_identity(np.floor),
     OpKind.CEIL: _integral_identity(np.ceil),
     OpKind.ROUND: _integral_identity(np.round),
@@ -160,10 +176,14 @@ def _make_elementwise(function):
     """A kernel applying ``function`` to strided input views, writing the output once.
     Its ``prepare`` binds the views once and returns a launcher for replays (fuel.jit)."""
     direct = isinstance(function, np.ufunc)
+    writes_output = getattr(function, "writes_output", False)
 
     def bind(inputs, outputs, layouts):
         out = output(outputs[0], layouts[-1])
         arrays = [operand(s, layout) for s, layout in zip(inputs, layouts)]
+        if writes_output:
+            source = view(inputs[0], layouts[0])
+            return lambda: function(source, out)
         if direct and out.dtype not in HALF_NUMPY and all(a.dtype not in HALF_NUMPY
                                                           for a in arrays):
             return lambda: function(*arrays, out=out)

@@ -108,26 +108,31 @@ def matmul(inputs, outputs, layouts, params):
         out[...] = np.matmul(compute(a), compute(b))
 
 
-def _softmax_rows(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    exponent = np.exp(shifted)
-    total = np.sum(exponent, axis=axis, keepdims=True)
+def _softmax_into(x: np.ndarray, axis: int, out: np.ndarray, log: bool) -> None:
+    """Stable (log-)softmax of ``x`` along ``axis`` written into ``out`` with in-place passes
+    (float32 scratch for the half types: computed in float32, rounded once)."""
+    work = out if out.dtype in (np.float32, np.float64) else np.empty(out.shape, np.float32)
+    np.subtract(x, np.max(x, axis=axis, keepdims=True), out=work)
     if log:
-        return shifted - np.log(total)
-    exponent /= total
-    return exponent
+        total = np.sum(np.exp(work), axis=axis, keepdims=True)
+        work -= np.log(total)
+    else:
+        np.exp(work, out=work)
+        work /= np.sum(work, axis=axis, keepdims=True)
+    if work is not out:
+        out[...] = work
 
 
 @CPU_KERNELS.kernel(OpKind.SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
 def softmax(inputs, outputs, layouts, params):
     source = compute(view(inputs[0], layouts[0]))
-    output(outputs[0], layouts[-1])[...] = _softmax_rows(source, params.dim, log=False)
+    _softmax_into(source, params.dim, output(outputs[0], layouts[-1]), log=False)
 
 
 @CPU_KERNELS.kernel(OpKind.LOG_SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
 def log_softmax(inputs, outputs, layouts, params):
     source = compute(view(inputs[0], layouts[0]))
-    output(outputs[0], layouts[-1])[...] = _softmax_rows(source, params.dim, log=True)
+    _softmax_into(source, params.dim, output(outputs[0], layouts[-1]), log=True)
 
 
 @CPU_KERNELS.kernel(OpKind.LAYER_NORM, [(d,) * 4 for d in dt.FLOAT_DTYPES], STRIDED)
