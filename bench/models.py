@@ -63,7 +63,15 @@ def minilm_inputs(batch: int, length: int, seed: int = 0) -> tuple[np.ndarray, n
     return ids, np.ones_like(ids)
 
 
-def bench_minilm(runs: int, with_torch: bool, rows: list, profile: bool) -> None:
+def set_replay(on: bool, *models) -> None:
+    """Plan cache and fuel.jit replays on (the default) or off (every step planned afresh)."""
+    fuel.set_plan_cache_capacity(128 if on else 0)
+    for model in models:
+        model.use_jit = on
+
+
+def bench_minilm(runs: int, with_torch: bool, rows: list, profile: bool,
+                 compare_replay: bool = False) -> None:
     from fuel.models import minilm
 
     encoder = minilm.load().encoder
@@ -93,6 +101,11 @@ def bench_minilm(runs: int, with_torch: bool, rows: list, profile: bool) -> None
             np.testing.assert_allclose(run_fuel(), run_torch(), atol=1e-4)
         fuel_ms, torch_ms = paired_median_ms(run_fuel, run_torch, runs)
         rows.append((f"MiniLM forward {batch} x {length}", "ms", fuel_ms, torch_ms, "time"))
+        if compare_replay:
+            set_replay(False, encoder)
+            cold_ms, torch_ms = paired_median_ms(run_fuel, run_torch, runs)
+            set_replay(True, encoder)
+            rows.append(("  same, plan cache + replay off", "ms", cold_ms, torch_ms, "time"))
         if profile and (batch, length) == (1, 12):
             with fuel.profile() as prof:  # eager (not replayed) so that every launch is timed
                 run_fuel()
@@ -100,7 +113,8 @@ def bench_minilm(runs: int, with_torch: bool, rows: list, profile: bool) -> None
             prof.table()
 
 
-def bench_smollm(runs: int, with_torch: bool, rows: list, profile: bool) -> None:
+def bench_smollm(runs: int, with_torch: bool, rows: list, profile: bool,
+                 compare_replay: bool = False) -> None:
     from fuel.models.llama import load_gguf, model_file
 
     model = load_gguf()
@@ -165,6 +179,11 @@ def bench_smollm(runs: int, with_torch: bool, rows: list, profile: bool) -> None
     torch_rate = statistics.median(rates[1]) if rates[1] else None
     rows.append((f"SmolLM2 decode, {DECODE_TOKENS} tokens", "tok/s", fuel_rate, torch_rate,
                  "rate"))
+    if compare_replay:
+        set_replay(False, model)
+        cold = statistics.median(fuel_decode()[0] for _ in range(max(1, runs // 8)))
+        set_replay(True, model)
+        rows.append(("  same, plan cache + replay off", "tok/s", cold, torch_rate, "rate"))
     if profile:
         token, cache = fuel_first(prompts[4])
         with fuel.profile() as prof:  # eager steps (no replay) so that every launch is timed
@@ -192,6 +211,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print fuel's op_profile tables")
     parser.add_argument("--no-torch", action="store_true", help="measure fuel only")
     parser.add_argument("--only", choices=("minilm", "smollm"), default=None)
+    parser.add_argument("--compare-replay", action="store_true",
+                        help="also measure fuel with the plan cache and fuel.jit replays off")
     parser.add_argument("--threads", type=int, default=None,
                         help="BLAS / torch threads for both (default: their own defaults); "
                              "1 keeps a busy machine from distorting the comparison")
@@ -214,9 +235,9 @@ def main() -> None:
           f"{os.cpu_count()} CPUs")
     rows: list = []
     if args.only in (None, "minilm"):
-        bench_minilm(args.runs, with_torch, rows, args.profile)
+        bench_minilm(args.runs, with_torch, rows, args.profile, args.compare_replay)
     if args.only in (None, "smollm"):
-        bench_smollm(args.runs, with_torch, rows, args.profile)
+        bench_smollm(args.runs, with_torch, rows, args.profile, args.compare_replay)
     print_rows(rows)
 
 

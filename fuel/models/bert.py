@@ -82,6 +82,8 @@ class BertEncoder:
         self.config = config
         self.device = device
         self._replays: OrderedDict = OrderedDict()
+        # Repeated shapes replay captured plans (fuel.jit); False builds and realizes each time.
+        self.use_jit = True
         arrays = {_strip(name): value for name, value in arrays.items()}
 
         def get(name: str) -> np.ndarray:
@@ -168,8 +170,8 @@ class BertEncoder:
 
     def _replay_for(self, shape: tuple[int, int]):
         """The captured pooled forward for ``shape``, or None the first time it is seen (and
-        while fuel.profile() is on, so that every launch is timed)."""
-        if op_profile.enabled():
+        while fuel.profile() is on, so that every launch is timed, or when use_jit is off)."""
+        if op_profile.enabled() or not self.use_jit:
             return None
         replays = self._replays
         if shape not in replays:

@@ -8,8 +8,9 @@ from fuel.dispatch import op_profile, register_kernel
 from fuel.graph import Graph
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
-from fuel.ir.ops import VIEW_OPS, OpKind
+from fuel.ir.ops import OpKind
 from fuel.memory.pool import reset_peak
+from fuel.runtime.liveness import liveness_bound
 
 
 def _model(x, w):
@@ -133,32 +134,6 @@ def test_decode_like_loop_hits_every_step_after_the_first():
     np.testing.assert_allclose(cache.numpy(), expected, rtol=1e-6)
 
 
-def _liveness_bound(graph: Graph) -> int:
-    """Peak bytes of buffers alive at once when each is freed right after its last reader."""
-    owner = list(range(len(graph.nodes)))
-    for i, node in enumerate(graph.nodes):
-        if node.op in VIEW_OPS and node.buffer is None:
-            owner[i] = owner[graph.inputs[i][0]]
-    last = {}
-    for i, sources in enumerate(graph.inputs):
-        last[owner[i]] = max(last.get(owner[i], i), i)
-        for s in sources:
-            last[owner[s]] = max(last.get(owner[s], i), i)
-    roots = {owner[r] for r in graph.roots}
-    live = peak = 0
-    for i, node in enumerate(graph.nodes):
-        if node.buffer is None and node.op not in VIEW_OPS:
-            live += int(np.prod(node.shape)) * node.dtype.itemsize
-            peak = max(peak, live)
-        for buffer, when in list(last.items()):
-            if when == i and buffer not in roots and graph.nodes[buffer].buffer is None and \
-                    graph.nodes[buffer].op not in VIEW_OPS:
-                live -= int(np.prod(graph.nodes[buffer].shape)) * \
-                    graph.nodes[buffer].dtype.itemsize
-                del last[buffer]
-    return peak
-
-
 def test_peak_memory_stays_within_ten_percent_of_the_liveness_bound():
     fuel.manual_seed(0)
     x = fuel.randn(256, 256)
@@ -171,7 +146,7 @@ def test_peak_memory_stays_within_ten_percent_of_the_liveness_bound():
         h = h + wide[:, :256]
     result = fuel.stack(outputs).sum(0)
     graph = Graph.build([result._node])
-    bound = _liveness_bound(graph)
+    bound = liveness_bound(graph)
     fuel.empty_cache()
     reset_peak("cpu")
     base = fuel.memory_stats("cpu")["allocated"] + fuel.memory_stats("cpu")["pooled"]
