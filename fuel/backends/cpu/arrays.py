@@ -6,6 +6,7 @@ import numpy as np
 
 from fuel.dispatch.kernel import KernelCaps, KernelList
 from fuel.ir import dtype as dt
+from fuel.ir.coverage import combos  # noqa: F401 - the CPU kernels' shorthand
 from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
 
@@ -44,8 +45,3 @@ def output(storage, layout: Layout) -> np.ndarray:
 def compute(array: np.ndarray) -> np.ndarray:
     """Half-precision inputs are computed in float32 and rounded once on store."""
     return array.astype(FLOAT32) if array.dtype in HALF_NUMPY else array
-
-
-def combos(dtypes, arity: int, out=None):
-    """Dtype tuples ``(T,)*arity + (out or T,)`` for every T in ``dtypes``."""
-    return [(d,) * arity + ((out or d),) for d in dtypes]

@@ -18,6 +18,7 @@ from fuel.backends.cpu.arrays import (
 )
 from fuel.backends.cpu.special import erf_into, gelu_into
 from fuel.ir import dtype as dt
+from fuel.ir.coverage import BINARY_DTYPES, UNARY_DTYPES
 from fuel.ir.ops import OpKind
 
 try:  # SciPy's erf is exact to double precision; it is optional.
@@ -118,18 +119,6 @@ UNARY_FUNCTIONS = {
     OpKind.ISNAN: np.isnan,
 }
 
-UNARY_DTYPES = {
-    **{op: combos(dt.FLOAT_DTYPES, 1) for op in (
-        OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.RSQRT, OpKind.RECIPROCAL, OpKind.SIN,
-        OpKind.COS, OpKind.TANH, OpKind.SIGMOID, OpKind.GELU, OpKind.GELU_TANH, OpKind.SILU,
-        OpKind.ERF)},
-    **{op: combos(dt.NUMERIC_DTYPES, 1) for op in (
-        OpKind.NEG, OpKind.ABS, OpKind.SQUARE, OpKind.RELU, OpKind.FLOOR, OpKind.CEIL,
-        OpKind.ROUND, OpKind.SIGN)},
-    OpKind.LOGICAL_NOT: combos(dt.ALL_DTYPES, 1, dt.bool_),
-    OpKind.ISNAN: combos(dt.ALL_DTYPES, 1, dt.bool_),
-    OpKind.BITWISE_NOT: combos((dt.bool_,) + dt.INTEGER_DTYPES, 1),
-}
 
 
 def _python_remainder(a, b):
@@ -159,17 +148,6 @@ BINARY_FUNCTIONS = {
     OpKind.BITWISE_XOR: np.bitwise_xor,
 }
 
-BINARY_DTYPES = {
-    **{op: combos(dt.NUMERIC_DTYPES, 2) for op in (
-        OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.REMAINDER, OpKind.POW, OpKind.MAXIMUM,
-        OpKind.MINIMUM)},
-    OpKind.DIV: combos(dt.FLOAT_DTYPES, 2),
-    **{op: combos(dt.ALL_DTYPES, 2, dt.bool_) for op in (
-        OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE, OpKind.LOGICAL_AND,
-        OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR)},
-    **{op: combos((dt.bool_,) + dt.INTEGER_DTYPES, 2) for op in (
-        OpKind.BITWISE_AND, OpKind.BITWISE_OR, OpKind.BITWISE_XOR)},
-}
 
 
 def _make_elementwise(function):

@@ -18,10 +18,10 @@ from fuel.backends.opencl.codegen import (
 from fuel.backends.opencl.common import STRIDED, ClKernel, launch_1d
 from fuel.dispatch.kernel import KernelList
 from fuel.ir import dtype as dt
+from fuel.ir.coverage import BINARY_DTYPES, UNARY_DTYPES
 from fuel.ir.dtype import DType
 from fuel.ir.ops import OpKind
 
-FLOATS = dt.FLOAT_DTYPES
 NUMERIC = dt.NUMERIC_DTYPES
 BITWISE = (dt.bool_,) + dt.INTEGER_DTYPES
 
@@ -111,34 +111,6 @@ BINARY_EXPRESSIONS = {
 }
 
 
-def _same(dtypes, arity: int, out: DType | None = None):
-    return [(d,) * arity + (out or d,) for d in dtypes]
-
-
-# The dtype coverage matches the CPU backend's, so a graph runs the same on either.
-UNARY_DTYPES = {
-    **{op: _same(FLOATS, 1) for op in (
-        OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.RSQRT, OpKind.RECIPROCAL, OpKind.SIN,
-        OpKind.COS, OpKind.TANH, OpKind.SIGMOID, OpKind.GELU, OpKind.GELU_TANH, OpKind.SILU,
-        OpKind.ERF)},
-    **{op: _same(NUMERIC, 1) for op in (
-        OpKind.NEG, OpKind.ABS, OpKind.SQUARE, OpKind.RELU, OpKind.FLOOR, OpKind.CEIL,
-        OpKind.ROUND, OpKind.SIGN)},
-    OpKind.LOGICAL_NOT: _same(dt.ALL_DTYPES, 1, dt.bool_),
-    OpKind.ISNAN: _same(dt.ALL_DTYPES, 1, dt.bool_),
-    OpKind.BITWISE_NOT: _same(BITWISE, 1),
-}
-BINARY_DTYPES = {
-    **{op: _same(NUMERIC, 2) for op in (
-        OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.REMAINDER, OpKind.POW, OpKind.MAXIMUM,
-        OpKind.MINIMUM)},
-    OpKind.DIV: _same(FLOATS, 2),
-    **{op: _same(dt.ALL_DTYPES, 2, dt.bool_) for op in (
-        OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE, OpKind.LOGICAL_AND,
-        OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR)},
-    **{op: _same(BITWISE, 2) for op in (
-        OpKind.BITWISE_AND, OpKind.BITWISE_OR, OpKind.BITWISE_XOR)},
-}
 
 _FLOAT_HELPERS = """
 inline {t} remainder_{t}({t} x, {t} y) {{
