@@ -5,8 +5,6 @@ module-private cache folder, and one test checks that loading from that cache ag
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -138,9 +136,7 @@ def test_second_load_comes_from_the_disk_cache(fuel_model, cache_dir, monkeypatc
         raise AssertionError("a cached load must not read the GGUF")
 
     monkeypatch.setattr(llama, "GGUFModelFile", no_gguf)
-    started = time.perf_counter()
-    again = llama.load_gguf()
-    assert time.perf_counter() - started < 30
+    again = llama.load_gguf()  # the patched reader proves the GGUF is not touched
     ids = fuel_model.encode("Once upon a time")
     assert again.generate_ids(ids, 4) == fuel_model.generate_ids(ids, 4)
 
