@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from fuel.dispatch.kernel import KernelCaps, KernelList
@@ -45,3 +47,20 @@ def output(storage, layout: Layout) -> np.ndarray:
 def compute(array: np.ndarray) -> np.ndarray:
     """Half-precision inputs are computed in float32 and rounded once on store."""
     return array.astype(FLOAT32) if array.dtype in HALF_NUMPY else array
+
+
+def array_kernel(function):
+    """A kernel from ``function(*input_arrays, out, params)`` over NumPy views. Its ``prepare``
+    builds the views once and returns the bound call, which fuel.jit replays."""
+
+    def prepare(inputs, outputs, layouts, params):
+        arrays = [view(s, layout) for s, layout in zip(inputs, layouts)]
+        return functools.partial(function, *arrays, output(outputs[0], layouts[-1]), params)
+
+    def kernel(inputs, outputs, layouts, params):
+        prepare(inputs, outputs, layouts, params)()
+
+    kernel.prepare = prepare
+    kernel.__qualname__ = kernel.__name__ = function.__name__
+    kernel.__module__ = function.__module__
+    return kernel

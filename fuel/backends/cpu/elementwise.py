@@ -52,10 +52,36 @@ def _float32_fast(exact, fast_into):
     return apply
 
 
-def _sigmoid(x):
-    # exp of a non-positive argument only: no overflow for large |x|.
-    z = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + z), z / (1.0 + z)).astype(x.dtype, copy=False)
+def _sigmoid_into(x, out):
+    """out = 1 / (1 + exp(-x)); exp overflowing to inf gives the right limit, 0."""
+    np.negative(x, out=out)
+    np.exp(out, out=out)
+    out += 1.0
+    np.reciprocal(out, out=out)
+
+
+def _silu_into(x, out):
+    """out = x / (1 + exp(-x)) (x = -inf-ward: x / inf = -0, the limit)."""
+    np.negative(x, out=out)
+    np.exp(out, out=out)
+    out += 1.0
+    np.divide(x, out, out=out)
+
+
+def _in_place(into):
+    """An elementwise function that writes its output; half types computed in float32."""
+
+    def apply(x, out):
+        if out.dtype in HALF_NUMPY or x.dtype != out.dtype:
+            scratch = np.empty(out.shape, np.float32)
+            into(compute(x), scratch)
+            out[...] = scratch
+        else:
+            into(x, out)
+
+    apply.writes_output = True
+    apply.__name__ = into.__name__
+    return apply
 
 
 def _gelu(x):
@@ -65,10 +91,6 @@ def _gelu(x):
 def _gelu_tanh(x):
     inner = _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
     return (0.5 * x * (1.0 + np.tanh(inner))).astype(x.dtype, copy=False)
-
-
-def _silu(x):
-    return (x * _sigmoid(x)).astype(x.dtype, copy=False)
 
 
 def _relu(x):
@@ -104,11 +126,11 @@ UNARY_FUNCTIONS = {
     OpKind.SIN: np.sin,
     OpKind.COS: np.cos,
     OpKind.TANH: np.tanh,
-    OpKind.SIGMOID: _sigmoid,
+    OpKind.SIGMOID: _in_place(_sigmoid_into),
     OpKind.RELU: _relu,
     OpKind.GELU: _float32_fast(_gelu, gelu_into),
     OpKind.GELU_TANH: _gelu_tanh,
-    OpKind.SILU: _silu,
+    OpKind.SILU: _in_place(_silu_into),
     OpKind.ERF: _float32_fast(erf, erf_into),
     OpKind.FLOOR: _integral_identity(np.floor),
     OpKind.CEIL: _integral_identity(np.ceil),

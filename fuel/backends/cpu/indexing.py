@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, output, view
+from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, array_kernel, output, view
 from fuel.ir import dtype as dt
 from fuel.ir.errors import IndexOutOfRange
 from fuel.ir.layout import Layout
@@ -37,10 +37,9 @@ def gather(inputs, outputs, layouts, params):
 
 @CPU_KERNELS.kernel(OpKind.INDEX_SELECT,
                     [(d, i, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
-def index_select(inputs, outputs, layouts, params):
-    source = view(inputs[0], layouts[0])
-    index = check_indices(view(inputs[1], layouts[1]), source.shape[params.dim], params.dim)
-    out = output(outputs[0], layouts[-1])
+@array_kernel
+def index_select(source, index, out, params):
+    index = check_indices(index, source.shape[params.dim], params.dim)
     np.take(source, index, axis=params.dim, out=out)
 
 
@@ -89,11 +88,9 @@ def slice_assign(inputs, outputs, layouts, params):
 
 @CPU_KERNELS.kernel(OpKind.INDEX_COPY,
                     [(d, i, d, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
-def index_copy(inputs, outputs, layouts, params):
-    target = view(inputs[0], layouts[0])
-    source = view(inputs[2], layouts[2])
-    out = output(outputs[0], layouts[-1])
-    index = check_indices(view(inputs[1], layouts[1]), target.shape[params.dim], params.dim)
+@array_kernel
+def index_copy(target, index, source, out, params):
+    index = check_indices(index, target.shape[params.dim], params.dim)
     if not np.shares_memory(out, target):
         out[...] = target
     out[(slice(None),) * params.dim + (index,)] = source

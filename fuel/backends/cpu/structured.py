@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, compute, output, view
+from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, array_kernel, compute
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
 
@@ -18,16 +18,14 @@ ACCUMULATE_DTYPES = [(d, dt.int64) for d in (dt.bool_,) + dt.INTEGER_DTYPES] + [
 
 
 def _reduction(function, upcast: bool):
-    def reduce(inputs, outputs, layouts, params):
-        source = view(inputs[0], layouts[0])
+    def reduce(source, out, params):
         if upcast:
             source = compute(source)
-        out = output(outputs[0], layouts[-1])
         result = function(source, axis=params.dims, keepdims=params.keepdim)
         out[...] = np.asarray(result).reshape(out.shape)
 
-    reduce.__qualname__ = f"reduce[{function.__name__}]"
-    return reduce
+    reduce.__name__ = f"reduce[{function.__name__}]"
+    return array_kernel(reduce)
 
 
 def _sum(source, axis, keepdims):
@@ -90,18 +88,16 @@ CPU_KERNELS.add(OpKind.ARGMIN, [(d, dt.int64) for d in NUMERIC_AND_BOOL],
 
 
 @CPU_KERNELS.kernel(OpKind.CUMSUM, ACCUMULATE_DTYPES, STRIDED)
-def cumsum(inputs, outputs, layouts, params):
-    source = compute(view(inputs[0], layouts[0]))
-    out = output(outputs[0], layouts[-1])
+@array_kernel
+def cumsum(source, out, params):
+    source = compute(source)
     accumulate = np.int64 if source.dtype.kind in "biu" else None
     out[...] = np.cumsum(source, axis=params.dim, dtype=accumulate)
 
 
 @CPU_KERNELS.kernel(OpKind.MATMUL, [(d, d, d) for d in dt.NUMERIC_DTYPES], STRIDED)
-def matmul(inputs, outputs, layouts, params):
-    a = view(inputs[0], layouts[0])
-    b = view(inputs[1], layouts[1])
-    out = output(outputs[0], layouts[-1])
+@array_kernel
+def matmul(a, b, out, params):
     if out.dtype.kind == "f" and out.dtype.itemsize >= 4:
         np.matmul(a, b, out=out)
     else:
@@ -124,32 +120,34 @@ def _softmax_into(x: np.ndarray, axis: int, out: np.ndarray, log: bool) -> None:
 
 
 @CPU_KERNELS.kernel(OpKind.SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
-def softmax(inputs, outputs, layouts, params):
-    source = compute(view(inputs[0], layouts[0]))
-    _softmax_into(source, params.dim, output(outputs[0], layouts[-1]), log=False)
+@array_kernel
+def softmax(source, out, params):
+    _softmax_into(compute(source), params.dim, out, log=False)
 
 
 @CPU_KERNELS.kernel(OpKind.LOG_SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
-def log_softmax(inputs, outputs, layouts, params):
-    source = compute(view(inputs[0], layouts[0]))
-    _softmax_into(source, params.dim, output(outputs[0], layouts[-1]), log=True)
+@array_kernel
+def log_softmax(source, out, params):
+    _softmax_into(compute(source), params.dim, out, log=True)
 
 
 @CPU_KERNELS.kernel(OpKind.LAYER_NORM, [(d,) * 4 for d in dt.FLOAT_DTYPES], STRIDED)
-def layer_norm(inputs, outputs, layouts, params):
-    x, weight, bias = (compute(view(s, layout)) for s, layout in zip(inputs, layouts))
+@array_kernel
+def layer_norm(x, weight, bias, out, params):
+    x, weight, bias = compute(x), compute(weight), compute(bias)
     axes = tuple(range(x.ndim - params.axes, x.ndim))
     mean = np.mean(x, axis=axes, keepdims=True)
     centered = x - mean
     variance = np.mean(np.square(centered), axis=axes, keepdims=True)
     normalized = centered / np.sqrt(variance + np.asarray(params.eps, dtype=x.dtype))
-    output(outputs[0], layouts[-1])[...] = normalized * weight + bias
+    out[...] = normalized * weight + bias
 
 
 @CPU_KERNELS.kernel(OpKind.RMS_NORM, [(d,) * 3 for d in dt.FLOAT_DTYPES], STRIDED)
-def rms_norm(inputs, outputs, layouts, params):
-    x, weight = (compute(view(s, layout)) for s, layout in zip(inputs, layouts))
+@array_kernel
+def rms_norm(x, weight, out, params):
+    x, weight = compute(x), compute(weight)
     axes = tuple(range(x.ndim - params.axes, x.ndim))
     mean_square = np.mean(np.square(x), axis=axes, keepdims=True)
     scale = 1.0 / np.sqrt(mean_square + np.asarray(params.eps, dtype=x.dtype))
-    output(outputs[0], layouts[-1])[...] = x * scale * weight
+    out[...] = x * scale * weight
