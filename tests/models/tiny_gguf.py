@@ -28,16 +28,11 @@ class TinyLlama:
 
 
 def byte_tokens() -> list[str]:
-    """GPT-2's byte alphabet, one token per byte."""
-    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-                 + list(range(ord("®"), ord("ÿ") + 1)))
-    mapping = {byte: chr(byte) for byte in printable}
-    extra = 0
-    for byte in range(256):
-        if byte not in mapping:
-            mapping[byte] = chr(256 + extra)
-            extra += 1
-    return [mapping[b] for b in range(256)]
+    """GPT-2's byte alphabet, one token per byte (the fixture's vocabulary starts with it)."""
+    from fuel.models.tokenizer import _byte_alphabet
+
+    alphabet = _byte_alphabet()
+    return [alphabet[b] for b in range(256)]
 
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
