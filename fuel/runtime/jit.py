@@ -65,12 +65,15 @@ class _Capture:
         self.devices = set(builder.plan.devices) | {n.device for _, n in self.outputs}
         self.pools: dict = {}
         self.records = self._run_once(graph, steps)
+        self.output_writers = {}  # output slot -> the first step writing it (its allocation)
+        for record in self.records:
+            if record.step.target in self.output_slots:
+                self.output_writers.setdefault(record.step.target, record.step)
         for record in self.records:
             step = record.step
             if step.target not in self.output_slots and not any(
                     s in self.output_slots for s in step.sources):
                 record.launch = _prepare(step, record.inputs, [record.output])
-        self.output_storages = None
 
     def _run_once(self, graph: Graph, steps: list) -> list[_Record]:
         storages = {slot: graph.nodes[i].buffer for slot, i in enumerate(graph.leaves)}
@@ -116,12 +119,8 @@ class _Capture:
         """Copy the arguments in, launch every step, return the outputs' storages."""
         for device in self.devices:
             get_backend(device)  # fail clearly when a device went away
-        fresh = {}
-        for (slot, _), node in self.outputs:
-            if slot not in fresh:
-                backend = get_backend(node.device)
-                first = next(r.step for r in self.records if r.step.target == slot)
-                fresh[slot] = backend.allocate(first.device, first.dtype, first.size)
+        fresh = {slot: step.backend.allocate(step.device, step.dtype, step.size)
+                 for slot, step in self.output_writers.items()}
         with np.errstate(all="ignore"):
             for captured, arg in zip(self.inputs, args):
                 if captured is not None:

@@ -44,7 +44,6 @@ class Step:
 class Plan:
     """Steps (and bare free tuples) in launch order, plus what binds leaves and roots."""
 
-    leaf_count: int
     node_values: list
     steps: list = field(default_factory=list)
     devices: set = field(default_factory=set)
@@ -117,7 +116,7 @@ class PlanBuilder:
     def __init__(self, graph: Graph, table: KernelBindingTable) -> None:
         self.graph = graph
         self.table = table
-        self.plan = Plan(len(graph.leaves), [None] * len(graph.nodes))
+        self.plan = Plan([None] * len(graph.nodes))
         self.slot_device: list = []
         self.slot_dtype: list = []
         self.slot_last: list[int] = []
