@@ -27,25 +27,21 @@ def at_user_line(function):
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
+        outermost = False
         if current_user_site() is None:
             frame = sys._getframe(1)
-            code = frame.f_code
-            if not is_runtime_file(code.co_filename):
-                set_user_site((code.co_filename, frame.f_lineno))
-                try:
-                    return function(*args, **kwargs)
-                except FuelError as error:
-                    if getattr(error, "located", False):
-                        raise
-                    raise _located(error) from None
-                finally:
-                    set_user_site(None)
+            if not is_runtime_file(frame.f_code.co_filename):
+                set_user_site((frame.f_code.co_filename, frame.f_lineno))
+                outermost = True
         try:
             return function(*args, **kwargs)
         except FuelError as error:
             if getattr(error, "located", False):
                 raise
             raise _located(error) from None
+        finally:
+            if outermost:
+                set_user_site(None)
 
     return wrapper
 

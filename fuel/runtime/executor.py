@@ -209,26 +209,25 @@ def _build_ahead(builder: PlanBuilder):
     stop = threading.Event()
     done = object()
 
+    def put(item) -> bool:
+        """Hand ``item`` over unless the consumer has stopped; False once it has."""
+        while not stop.is_set():
+            try:
+                channel.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for item in builder.steps():
-                while not stop.is_set():
-                    try:
-                        channel.put(item, timeout=0.05)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put(item):
                     return
             item = done
         except BaseException as error:  # handed to the consumer, raised in order
             item = error
-        while not stop.is_set():
-            try:
-                channel.put(item, timeout=0.05)
-                return
-            except queue.Full:
-                continue
+        put(item)
 
     producer = threading.Thread(target=produce, name="fuel-compile", daemon=True)
     producer.start()
