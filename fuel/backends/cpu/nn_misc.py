@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, combos, compute, output, view
+from fuel.backends.cpu.arrays import (
+    CPU_KERNELS,
+    STRIDED,
+    array_kernel,
+    combos,
+    compute,
+    output,
+    view,
+)
 from fuel.backends.cpu.elementwise import _make_elementwise
 from fuel.backends.cpu.indexing import check_indices
 from fuel.ir import dtype as dt
@@ -91,11 +99,8 @@ def _scatter(out: np.ndarray, where: tuple, updates: np.ndarray, reduction: str)
 
 @CPU_KERNELS.kernel(OpKind.SCATTER_ELEMENTS,
                     [(d, i, d, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
-def scatter_elements(inputs, outputs, layouts, params):
-    data = view(inputs[0], layouts[0])
-    index = view(inputs[1], layouts[1])
-    updates = view(inputs[2], layouts[2])
-    out = output(outputs[0], layouts[-1])
+@array_kernel
+def scatter_elements(data, index, updates, out, params):
     out[...] = data
     if index.size == 0:
         return
@@ -107,11 +112,8 @@ def scatter_elements(inputs, outputs, layouts, params):
 
 @CPU_KERNELS.kernel(OpKind.SCATTER_ND,
                     [(d, i, d, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
-def scatter_nd(inputs, outputs, layouts, params):
-    data = view(inputs[0], layouts[0])
-    index = view(inputs[1], layouts[1])
-    updates = view(inputs[2], layouts[2])
-    out = output(outputs[0], layouts[-1])
+@array_kernel
+def scatter_nd(data, index, updates, out, params):
     out[...] = data
     depth = index.shape[-1]
     flat = index.reshape(-1, depth)
