@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -21,20 +22,24 @@ from fuel.ir import dtype as dt
 from fuel.ir.coverage import BINARY_DTYPES, UNARY_DTYPES
 from fuel.ir.ops import OpKind
 
-try:  # SciPy's erf is exact to double precision; it is optional.
-    from scipy.special import erf as _scipy_erf
-except ImportError:  # pragma: no cover - exercised where SciPy is absent
-    _scipy_erf = None
-
-_erf_exact = np.frompyfunc(math.erf, 1, 1)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
+@functools.cache
+def _exact_erf():
+    """SciPy's erf (exact to double precision) when installed, else math.erf element by
+    element; imported on first use so that ``import fuel`` does not pay for SciPy."""
+    try:
+        from scipy.special import erf as scipy_erf
+    except ImportError:  # pragma: no cover - exercised where SciPy is absent
+        element = np.frompyfunc(math.erf, 1, 1)
+        return lambda x: element(x).astype(x.dtype)
+    return scipy_erf
+
+
 def erf(x: np.ndarray) -> np.ndarray:
-    """Error function in float64: SciPy when installed, else math.erf element by element."""
-    if _scipy_erf is not None:
-        return _scipy_erf(x)
-    return _erf_exact(x).astype(x.dtype)
+    """Error function in float64."""
+    return _exact_erf()(x)
 
 
 def _float32_fast(exact, fast_into):
