@@ -8,19 +8,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from fuel.frontend import build as _build
+from fuel.frontend import shape as _shape
+from fuel.frontend.base import TensorBase
+from fuel.frontend.elementwise import ElementwiseMethods
+from fuel.frontend.generated import GeneratedMethods
+from fuel.frontend.reduce import ReduceMethods
+from fuel.frontend.shape import ShapeMethods
+from fuel.frontend.structured import StructuredMethods
 from fuel.ir import dtype as dt
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
 
 
-class Tensor:
-    """A lazy n-d array on a device. Build graphs with its methods; ``realize`` runs them."""
+class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, ShapeMethods,
+             StructuredMethods):
+    """A lazy n-d array on a device. Build graphs with its methods; ``realize`` runs them.
 
-    __slots__ = ("_node", "__weakref__")
+    The methods are declared in the front end's mixins (``fuel/frontend/``) and, for the
+    plain elementwise ops, generated from the op registry (``fuel/frontend/generated.py``).
+    """
+
+    __slots__ = ()
     __array_priority__ = 1000  # NumPy defers to our reflected operators
-
-    def __init__(self, node) -> None:
-        self._node = node
 
     # ------------------------------------------------------------------ metadata
     @property
@@ -43,6 +53,7 @@ class Tensor:
     def is_realized(self) -> bool:
         return self._node.buffer is not None
 
+    @_build.at_user_line
     def size(self, dim: int | None = None):
         if dim is None:
             return self.shape
@@ -125,10 +136,8 @@ class Tensor:
 
         return explain([self])
 
-    def __hash__(self) -> int:
-        return id(self)
-
     # ------------------------------------------------------------------ conversion
+    @_build.at_user_line
     def to(self, *args, dtype=None, device=None) -> Tensor:
         """``to(dtype)``, ``to(device)`` or both; returns self when nothing changes."""
         for arg in args:
@@ -146,77 +155,50 @@ class Tensor:
             result = _shape.copy_to(result, device)
         return result
 
+    @_build.at_user_line
     def float(self) -> Tensor:
         return self.to(dt.float32)
 
+    @_build.at_user_line
     def half(self) -> Tensor:
         return self.to(dt.float16)
 
+    @_build.at_user_line
     def double(self) -> Tensor:
         return self.to(dt.float64)
 
+    @_build.at_user_line
     def long(self) -> Tensor:
         return self.to(dt.int64)
 
+    @_build.at_user_line
     def int(self) -> Tensor:
         return self.to(dt.int32)
 
+    @_build.at_user_line
     def bool(self) -> Tensor:
         return self.to(dt.bool_)
 
+    @_build.at_user_line
     def bfloat16(self) -> Tensor:
         return self.to(dt.bfloat16)
 
+    @_build.at_user_line
     def type(self, dtype) -> Tensor:
         return self.to(dt.to_dtype(dtype))
 
+    @_build.at_user_line
     def cpu(self) -> Tensor:
         return self.to("cpu")
 
+    @_build.at_user_line
     def contiguous(self) -> Tensor:
         """A dense copy when this tensor is a strided view; the copy runs at realize."""
         return _build.make(OpKind.CONTIGUOUS, (self._node,), None)
 
+    @_build.at_user_line
     def clone(self) -> Tensor:
         return self.contiguous()
 
     def detach(self) -> Tensor:
         return self
-
-    def masked_fill(self, mask, value) -> Tensor:
-        return _elementwise.where(mask, value, self, dtype=self.dtype)
-
-    def clamp(self, min=None, max=None) -> Tensor:  # noqa: A002 - torch's names
-        return _elementwise.clamp(self, min, max)
-
-    clip = clamp
-
-    def where(self, condition, other) -> Tensor:
-        return _elementwise.where(condition, self, other)
-
-
-# Method families live beside the functions that build their graphs.
-from fuel.frontend import build as _build  # noqa: E402
-from fuel.frontend import elementwise as _elementwise  # noqa: E402
-from fuel.frontend import reduce as _reduce  # noqa: E402, F401
-from fuel.frontend import shape as _shape  # noqa: E402
-from fuel.frontend import structured as _structured  # noqa: E402
-
-_elementwise.install(Tensor)
-_reduce.install(Tensor)
-_shape.install(Tensor)
-_structured.install(Tensor)
-
-
-def _locate_user_errors(cls) -> None:
-    """Graph-building errors name the user's line: wrap every op method once."""
-    import types
-
-    skip = {"__init__", "__repr__", "__hash__", "__len__", "__bool__", "__array__", "__int__",
-            "__float__", "__index__", "realize", "numpy", "item", "tolist", "explain"}
-    for name, value in list(vars(cls).items()):
-        if isinstance(value, types.FunctionType) and name not in skip:
-            setattr(cls, name, _build.at_user_line(value))
-
-
-_locate_user_errors(Tensor)

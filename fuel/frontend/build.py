@@ -5,9 +5,11 @@ from __future__ import annotations
 import functools
 import sys
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fuel.frontend.base import TensorBase, wrap
 from fuel.graph.node import Node, creation_site, current_user_site, is_runtime_file, set_user_site
 from fuel.ir import dtype as dt
 from fuel.ir.device import Device
@@ -15,7 +17,9 @@ from fuel.ir.dtype import DType
 from fuel.ir.errors import DeviceMismatch, FuelError
 from fuel.ir.layout import Layout
 from fuel.ir.ops import CastParams, OpKind, ShapeParams, infer
-from fuel.tensor import Tensor
+
+if TYPE_CHECKING:
+    from fuel.tensor import Tensor
 
 _CONSTANTS: OrderedDict = OrderedDict()
 _CONSTANT_LIMIT = 1024
@@ -68,7 +72,7 @@ def make(op: OpKind, inputs: tuple[Node, ...], params, device: Device | None = N
                              tuple(i.dtype for i in inputs))
     except FuelError as error:
         raise _located(type(error)(f"{op.value}: {error}")) from None
-    return Tensor(Node(op, inputs, params, dtype, shape, device or source_device,
+    return wrap(Node(op, inputs, params, dtype, shape, device or source_device,
                        creation_site()))
 
 
@@ -78,7 +82,7 @@ def make_source(op: OpKind, params, device: Device) -> Tensor:
 
     get_backend(device)  # an unusable device fails here, at the user's line
     shape, dtype = infer(op, params, (), ())
-    return Tensor(Node(op, (), params, dtype, shape, device, creation_site()))
+    return wrap(Node(op, (), params, dtype, shape, device, creation_site()))
 
 
 def leaf(array: np.ndarray, device: Device) -> Tensor:
@@ -88,7 +92,7 @@ def leaf(array: np.ndarray, device: Device) -> Tensor:
     storage = get_backend(device).upload(device, array)
     node = Node(OpKind.LOAD, (), None, storage.dtype, tuple(array.shape), device, creation_site())
     node.attach(storage, Layout.contiguous(tuple(array.shape)))
-    return Tensor(node)
+    return wrap(node)
 
 
 def constant(value, dtype: DType, device: Device, shape: tuple[int, ...] = ()) -> Node:
@@ -130,7 +134,7 @@ def operand_nodes(values, dtype: DType | None = None, shape: tuple[int, ...] = (
                   ) -> tuple[list[Node], DType]:
     """Tensors and Python scalars as nodes of one promoted dtype on the tensors' device;
     scalars become stride-0 constants of ``shape``."""
-    tensors = [v for v in values if isinstance(v, Tensor)]
+    tensors = [v for v in values if isinstance(v, TensorBase)]
     if not tensors:
         raise FuelError("at least one operand must be a fuel Tensor")
     device = tensors[0]._node.device
@@ -139,11 +143,11 @@ def operand_nodes(values, dtype: DType | None = None, shape: tuple[int, ...] = (
         for t in tensors[1:]:
             dtype = dt.promote_types(dtype, t._node.dtype)
         for v in values:
-            if not isinstance(v, Tensor):
+            if not isinstance(v, TensorBase):
                 dtype = dt.promote_with_scalar(dtype, _as_scalar(v))
     nodes = [
-        cast(v._node, dtype) if isinstance(v, Tensor) else constant(_as_scalar(v), dtype, device,
-                                                                    shape)
+        cast(v._node, dtype) if isinstance(v, TensorBase)
+        else constant(_as_scalar(v), dtype, device, shape)
         for v in values
     ]
     return nodes, dtype

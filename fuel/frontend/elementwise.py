@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from fuel.frontend.build import cast, constant, expand, make, operand_nodes
+from typing import TYPE_CHECKING
+
+from fuel.frontend.base import TensorBase, wrap
+from fuel.frontend.build import at_user_line, cast, constant, expand, make, operand_nodes
 from fuel.ir import dtype as dt
-from fuel.ir.errors import DTypeError
+from fuel.ir.errors import DTypeError, InvalidArgument
 from fuel.ir.ops import (
     COMPARE_OPS,
     LOGICAL_OPS,
@@ -13,9 +16,18 @@ from fuel.ir.ops import (
     OpKind,
     broadcast_shapes,
 )
-from fuel.tensor import Tensor
+
+if TYPE_CHECKING:
+    from fuel.tensor import Tensor
 
 # Unary ops that need a floating input: integers are promoted to the default float (torch).
+
+
+def tensor_operand(x, function: str) -> Tensor:
+    """``x`` when it is a Tensor; InvalidArgument naming ``fuel.<function>`` otherwise."""
+    if not isinstance(x, TensorBase):
+        raise InvalidArgument(f"fuel.{function}() takes a Tensor first, got {type(x).__name__}")
+    return x
 
 
 def unary(op: OpKind, x: Tensor) -> Tensor:
@@ -77,7 +89,7 @@ def binary(op: OpKind, a, b) -> Tensor:
 
 def _tensor_shape(*values) -> tuple[int, ...]:
     """The broadcast shape of the tensor operands (scalars take it on)."""
-    shapes = [v._node.shape for v in values if isinstance(v, Tensor)]
+    shapes = [v._node.shape for v in values if isinstance(v, TensorBase)]
     if len(shapes) == 1 or all(s == shapes[0] for s in shapes):
         return shapes[0]
     return broadcast_shapes(*shapes)
@@ -86,9 +98,10 @@ def _tensor_shape(*values) -> tuple[int, ...]:
 def _same_kind_operands(a, b):
     """The common case without promotion or broadcasting: a tensor with a tensor of the same
     dtype and shape, or a float tensor with a Python float (None otherwise)."""
-    if a.__class__ is Tensor:
+    tensor = TensorBase.concrete
+    if a.__class__ is tensor:
         left = a._node
-        if b.__class__ is Tensor:
+        if b.__class__ is tensor:
             right = b._node
             if left.dtype is right.dtype and left.shape == right.shape and \
                     not left.dtype.is_bool:
@@ -96,7 +109,7 @@ def _same_kind_operands(a, b):
             return None
         if b.__class__ is float and left.dtype.is_floating:
             return left, constant(b, left.dtype, left.device, left.shape)
-    elif b.__class__ is Tensor and a.__class__ is float and b._node.dtype.is_floating:
+    elif b.__class__ is tensor and a.__class__ is float and b._node.dtype.is_floating:
         right = b._node
         return constant(a, right.dtype, right.device, right.shape), right
     return None
@@ -105,12 +118,12 @@ def _same_kind_operands(a, b):
 def where(condition, a, b, dtype: dt.DType | None = None) -> Tensor:
     """``a`` where ``condition`` holds, else ``b`` (broadcast together); ``dtype`` forces the
     result type (masked_fill keeps the tensor's own)."""
-    if not isinstance(condition, Tensor):
+    if not isinstance(condition, TensorBase):
         raise DTypeError("where() needs a bool tensor condition")
     cond = condition._node if condition.dtype.is_bool else cast(condition._node, dt.bool_)
-    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+    if not isinstance(a, TensorBase) and not isinstance(b, TensorBase):
         dtype = dtype or dt.promote_with_scalar(dt.promote_with_scalar(dt.bool_, a), b)
-        a = Tensor(constant(a, dtype, cond.device))
+        a = wrap(constant(a, dtype, cond.device))
     shape = broadcast_shapes(cond.shape, _tensor_shape(a, b))
     (a_node, b_node), dtype = operand_nodes([a, b], dtype, shape)
     return make(OpKind.WHERE, (expand(cond, shape), expand(a_node, shape), expand(b_node, shape)),
@@ -129,79 +142,161 @@ def clamp(x: Tensor, low=None, high=None) -> Tensor:
     return result
 
 
-UNARY_METHODS = {
-    "neg": OpKind.NEG, "abs": OpKind.ABS, "exp": OpKind.EXP, "log": OpKind.LOG,
-    "sqrt": OpKind.SQRT, "rsqrt": OpKind.RSQRT, "reciprocal": OpKind.RECIPROCAL,
-    "square": OpKind.SQUARE, "sin": OpKind.SIN, "cos": OpKind.COS, "tanh": OpKind.TANH,
-    "sigmoid": OpKind.SIGMOID, "relu": OpKind.RELU, "silu": OpKind.SILU, "erf": OpKind.ERF,
-    "floor": OpKind.FLOOR, "ceil": OpKind.CEIL, "round": OpKind.ROUND, "sign": OpKind.SIGN,
-    "logical_not": OpKind.LOGICAL_NOT, "isnan": OpKind.ISNAN, "bitwise_not": OpKind.BITWISE_NOT,
-    "__neg__": OpKind.NEG, "__abs__": OpKind.ABS, "__invert__": OpKind.BITWISE_NOT,
-}
+class ElementwiseMethods:
+    """Tensor's Python operators and the elementwise methods with options of their own; the
+    plain ones (``exp``, ``add``, ...) are generated from the op registry."""
 
-BINARY_METHODS = {
-    "add": OpKind.ADD, "sub": OpKind.SUB, "mul": OpKind.MUL, "div": OpKind.DIV,
-    "remainder": OpKind.REMAINDER, "pow": OpKind.POW, "maximum": OpKind.MAXIMUM,
-    "minimum": OpKind.MINIMUM, "eq": OpKind.EQ, "ne": OpKind.NE, "lt": OpKind.LT,
-    "le": OpKind.LE, "gt": OpKind.GT, "ge": OpKind.GE, "logical_and": OpKind.LOGICAL_AND,
-    "logical_or": OpKind.LOGICAL_OR, "logical_xor": OpKind.LOGICAL_XOR,
-    "bitwise_and": OpKind.BITWISE_AND, "bitwise_or": OpKind.BITWISE_OR,
-    "bitwise_xor": OpKind.BITWISE_XOR, "subtract": OpKind.SUB, "multiply": OpKind.MUL,
-    "divide": OpKind.DIV, "true_divide": OpKind.DIV, "fmod_python": OpKind.REMAINDER,
-    "__add__": OpKind.ADD, "__sub__": OpKind.SUB, "__mul__": OpKind.MUL,
-    "__truediv__": OpKind.DIV, "__mod__": OpKind.REMAINDER, "__pow__": OpKind.POW,
-    "__eq__": OpKind.EQ, "__ne__": OpKind.NE, "__lt__": OpKind.LT, "__le__": OpKind.LE,
-    "__gt__": OpKind.GT, "__ge__": OpKind.GE, "__and__": OpKind.BITWISE_AND,
-    "__or__": OpKind.BITWISE_OR, "__xor__": OpKind.BITWISE_XOR,
-}
+    __slots__ = ()
 
-REFLECTED_METHODS = {
-    "__radd__": OpKind.ADD, "__rsub__": OpKind.SUB, "__rmul__": OpKind.MUL,
-    "__rtruediv__": OpKind.DIV, "__rmod__": OpKind.REMAINDER, "__rpow__": OpKind.POW,
-    "__rand__": OpKind.BITWISE_AND, "__ror__": OpKind.BITWISE_OR, "__rxor__": OpKind.BITWISE_XOR,
-}
+    @at_user_line
+    def __neg__(self) -> Tensor:
+        return unary(OpKind.NEG, self)
 
+    @at_user_line
+    def __abs__(self) -> Tensor:
+        return unary(OpKind.ABS, self)
 
-def _unary_method(op: OpKind):
-    def method(self: Tensor) -> Tensor:
-        return unary(op, self)
+    @at_user_line
+    def __invert__(self) -> Tensor:
+        return unary(OpKind.BITWISE_NOT, self)
 
-    method.__doc__ = f"Elementwise {op.value}."
-    return method
+    def __pos__(self) -> Tensor:
+        return self
 
+    @at_user_line
+    def __add__(self, other) -> Tensor:
+        return binary(OpKind.ADD, self, other)
 
-def _binary_method(op: OpKind):
-    def method(self: Tensor, other) -> Tensor:
-        return binary(op, self, other)
+    @at_user_line
+    def __radd__(self, other) -> Tensor:
+        return binary(OpKind.ADD, other, self)
 
-    method.__doc__ = f"Elementwise {op.value} with broadcasting."
-    return method
+    @at_user_line
+    def __sub__(self, other) -> Tensor:
+        return binary(OpKind.SUB, self, other)
 
+    @at_user_line
+    def __rsub__(self, other) -> Tensor:
+        return binary(OpKind.SUB, other, self)
 
-def _reflected_method(op: OpKind):
-    def method(self: Tensor, other) -> Tensor:
-        return binary(op, other, self)
+    @at_user_line
+    def __mul__(self, other) -> Tensor:
+        return binary(OpKind.MUL, self, other)
 
-    method.__doc__ = f"Elementwise {op.value} with the scalar on the left."
-    return method
+    @at_user_line
+    def __rmul__(self, other) -> Tensor:
+        return binary(OpKind.MUL, other, self)
 
+    @at_user_line
+    def __truediv__(self, other) -> Tensor:
+        return binary(OpKind.DIV, self, other)
 
-def _pos(self: Tensor) -> Tensor:
-    return self
+    @at_user_line
+    def __rtruediv__(self, other) -> Tensor:
+        return binary(OpKind.DIV, other, self)
 
+    @at_user_line
+    def __mod__(self, other) -> Tensor:
+        return binary(OpKind.REMAINDER, self, other)
 
-def _gelu_method(self: Tensor, approximate: str = "none") -> Tensor:
-    return gelu(self, approximate)
+    @at_user_line
+    def __rmod__(self, other) -> Tensor:
+        return binary(OpKind.REMAINDER, other, self)
 
+    @at_user_line
+    def __pow__(self, other) -> Tensor:
+        return binary(OpKind.POW, self, other)
 
-def install(cls) -> None:
-    """Attach the elementwise methods and operators to Tensor."""
-    for name, op in UNARY_METHODS.items():
-        setattr(cls, name, _unary_method(op))
-    for name, op in BINARY_METHODS.items():
-        setattr(cls, name, _binary_method(op))
-    for name, op in REFLECTED_METHODS.items():
-        setattr(cls, name, _reflected_method(op))
-    cls.__pos__ = _pos
-    cls.gelu = _gelu_method
-    cls.__hash__ = lambda self: id(self)
+    @at_user_line
+    def __rpow__(self, other) -> Tensor:
+        return binary(OpKind.POW, other, self)
+
+    @at_user_line
+    def __and__(self, other) -> Tensor:
+        return binary(OpKind.BITWISE_AND, self, other)
+
+    @at_user_line
+    def __rand__(self, other) -> Tensor:
+        return binary(OpKind.BITWISE_AND, other, self)
+
+    @at_user_line
+    def __or__(self, other) -> Tensor:
+        return binary(OpKind.BITWISE_OR, self, other)
+
+    @at_user_line
+    def __ror__(self, other) -> Tensor:
+        return binary(OpKind.BITWISE_OR, other, self)
+
+    @at_user_line
+    def __xor__(self, other) -> Tensor:
+        return binary(OpKind.BITWISE_XOR, self, other)
+
+    @at_user_line
+    def __rxor__(self, other) -> Tensor:
+        return binary(OpKind.BITWISE_XOR, other, self)
+
+    @at_user_line
+    def __eq__(self, other) -> Tensor:  # type: ignore[override]
+        return binary(OpKind.EQ, self, other)
+
+    @at_user_line
+    def __ne__(self, other) -> Tensor:  # type: ignore[override]
+        return binary(OpKind.NE, self, other)
+
+    @at_user_line
+    def __lt__(self, other) -> Tensor:
+        return binary(OpKind.LT, self, other)
+
+    @at_user_line
+    def __le__(self, other) -> Tensor:
+        return binary(OpKind.LE, self, other)
+
+    @at_user_line
+    def __gt__(self, other) -> Tensor:
+        return binary(OpKind.GT, self, other)
+
+    @at_user_line
+    def __ge__(self, other) -> Tensor:
+        return binary(OpKind.GE, self, other)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    @at_user_line
+    def subtract(self, other) -> Tensor:
+        """Alias of ``sub``."""
+        return binary(OpKind.SUB, self, other)
+
+    @at_user_line
+    def multiply(self, other) -> Tensor:
+        """Alias of ``mul``."""
+        return binary(OpKind.MUL, self, other)
+
+    @at_user_line
+    def divide(self, other) -> Tensor:
+        """Alias of ``div``."""
+        return binary(OpKind.DIV, self, other)
+
+    true_divide = divide
+
+    @at_user_line
+    def gelu(self, approximate: str = "none") -> Tensor:
+        """GELU, exact (``'none'``) or with the tanh approximation (``'tanh'``)."""
+        return gelu(self, approximate)
+
+    @at_user_line
+    def clamp(self, min=None, max=None) -> Tensor:  # noqa: A002 - torch's names
+        """Limit values to ``[min, max]`` (either may be None); NaN passes through."""
+        return clamp(self, min, max)
+
+    clip = clamp
+
+    @at_user_line
+    def where(self, condition, other) -> Tensor:
+        """self where ``condition`` holds, else ``other``."""
+        return where(condition, self, other)
+
+    @at_user_line
+    def masked_fill(self, mask, value) -> Tensor:
+        """``value`` where ``mask`` holds, keeping this tensor's dtype."""
+        return where(mask, value, self, dtype=self.dtype)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from fuel.frontend.build import leaf, make_source
+from fuel.frontend.base import TensorBase
+from fuel.frontend.build import at_user_line, leaf, make_source
 from fuel.ir import dtype as dt
 from fuel.ir.device import parse_device
 from fuel.ir.errors import DTypeError, InvalidArgument
 from fuel.ir.ops import ArangeParams, FullParams, OpKind
-from fuel.tensor import Tensor
+
+if TYPE_CHECKING:
+    from fuel.tensor import Tensor
 
 _generator = np.random.default_rng()
 
@@ -31,10 +36,11 @@ def _shape(size) -> tuple[int, ...]:
     return tuple(shape)
 
 
+@at_user_line
 def tensor(data, dtype=None, device=None) -> Tensor:
     """A tensor holding a copy of ``data`` (nested lists, scalars, NumPy arrays, Tensors)."""
     target = parse_device(device)
-    if isinstance(data, Tensor):
+    if isinstance(data, TensorBase):
         result = data.to(dtype=dtype) if dtype is not None else data
         return result.to(target)
     if isinstance(data, np.ndarray):
@@ -61,6 +67,7 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     return leaf(array, target)
 
 
+@at_user_line
 def from_numpy(array: np.ndarray, device=None) -> Tensor:
     """A tensor over ``array`` (shared on the CPU when it is contiguous, as in torch)."""
     if not isinstance(array, np.ndarray):
@@ -69,6 +76,7 @@ def from_numpy(array: np.ndarray, device=None) -> Tensor:
     return leaf(array, parse_device(device))
 
 
+@at_user_line
 def full(size, fill_value, dtype=None, device=None) -> Tensor:
     """A tensor of ``size`` filled with ``fill_value`` (dtype inferred from the value)."""
     shape = tuple(size) if isinstance(size, (tuple, list)) else _shape((size,))
@@ -79,35 +87,43 @@ def full(size, fill_value, dtype=None, device=None) -> Tensor:
                        parse_device(device))
 
 
+@at_user_line
 def zeros(*size, dtype=None, device=None) -> Tensor:
     return full(_shape(size), 0, dtype or dt.DEFAULT_FLOAT, device)
 
 
+@at_user_line
 def ones(*size, dtype=None, device=None) -> Tensor:
     return full(_shape(size), 1, dtype or dt.DEFAULT_FLOAT, device)
 
 
+@at_user_line
 def empty(*size, dtype=None, device=None) -> Tensor:
     """A tensor of ``size`` whose values are unspecified (fuel fills it with zeros)."""
     return zeros(*size, dtype=dtype, device=device)
 
 
+@at_user_line
 def zeros_like(x: Tensor, dtype=None, device=None) -> Tensor:
     return full(x.shape, 0, dtype or x.dtype, device or x.device)
 
 
+@at_user_line
 def ones_like(x: Tensor, dtype=None, device=None) -> Tensor:
     return full(x.shape, 1, dtype or x.dtype, device or x.device)
 
 
+@at_user_line
 def full_like(x: Tensor, fill_value, dtype=None, device=None) -> Tensor:
     return full(x.shape, fill_value, dtype or x.dtype, device or x.device)
 
 
+@at_user_line
 def empty_like(x: Tensor, dtype=None, device=None) -> Tensor:
     return zeros_like(x, dtype, device)
 
 
+@at_user_line
 def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
     """Values from ``start`` (default 0) up to ``end`` by ``step``, torch's dtype rules."""
     if end is None:
@@ -124,12 +140,14 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
                        parse_device(device))
 
 
+@at_user_line
 def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
     """The identity matrix of n x m (m defaults to n)."""
     chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
     return leaf(np.eye(n, n if m is None else m, dtype=chosen.numpy), parse_device(device))
 
 
+@at_user_line
 def rand(*size, dtype=None, device=None) -> Tensor:
     """Uniform samples in [0, 1) from fuel's seeded generator."""
     chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
@@ -139,6 +157,7 @@ def rand(*size, dtype=None, device=None) -> Tensor:
     return leaf(values, parse_device(device))
 
 
+@at_user_line
 def randn(*size, dtype=None, device=None) -> Tensor:
     """Standard normal samples from fuel's seeded generator."""
     chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
@@ -148,6 +167,7 @@ def randn(*size, dtype=None, device=None) -> Tensor:
     return leaf(values, parse_device(device))
 
 
+@at_user_line
 def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
     """Integers in [low, high) from fuel's seeded generator."""
     if high is None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from fuel.frontend.build import cast, make, normalize_dim, normalize_dims
+from fuel.frontend.base import TensorBase, wrap
+from fuel.frontend.build import at_user_line, cast, make, normalize_dim, normalize_dims
 from fuel.ir import dtype as dt
 from fuel.ir.errors import DTypeError, InvalidArgument
 from fuel.ir.ops import AxisParams, OpKind, ReduceParams
-from fuel.tensor import Tensor
+
+if TYPE_CHECKING:
+    from fuel.tensor import Tensor
 
 
 class ValuesIndices(NamedTuple):
@@ -48,7 +51,7 @@ def argreduce(op: OpKind, x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
 
 def extreme(op: OpKind, index_op: OpKind, x: Tensor, dim=None, keepdim: bool = False):
     """torch's max/min: all elements, elementwise with a tensor, or (values, indices) over dim."""
-    if isinstance(dim, Tensor):
+    if isinstance(dim, TensorBase):
         from fuel.frontend.elementwise import binary
 
         return binary(OpKind.MAXIMUM if op is OpKind.MAX else OpKind.MINIMUM, x, dim)
@@ -62,7 +65,7 @@ def variance(x: Tensor, dim=None, correction=1, keepdim: bool = False, unbiased=
     if unbiased is not None:
         correction = 1 if unbiased else 0
     if not x.dtype.is_floating:
-        x = Tensor(cast(x._node, dt.DEFAULT_FLOAT))
+        x = wrap(cast(x._node, dt.DEFAULT_FLOAT))
     dims = normalize_dims(dim, x.ndim)
     count = 1
     for axis in dims:
@@ -77,53 +80,77 @@ def cumsum(x: Tensor, dim: int) -> Tensor:
     return make(OpKind.CUMSUM, (x._node,), AxisParams(normalize_dim(dim, x.ndim)))
 
 
-def _method(op: OpKind):
-    def method(self: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-        return reduce(op, self, dim, keepdim)
+class ReduceMethods:
+    """Tensor's reductions and scans, with torch's dim/keepdim rules."""
 
-    method.__doc__ = f"{op.value} over ``dim`` (all dims when None)."
-    return method
+    __slots__ = ()
 
+    @at_user_line
+    def sum(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Sum over ``dim`` (all dims when None); integers accumulate in int64."""
+        return reduce(OpKind.SUM, self, dim, keepdim)
 
-def _std(self: Tensor, dim=None, correction=1, keepdim=False, unbiased=None) -> Tensor:
-    return variance(self, dim, correction, keepdim, unbiased).sqrt()
+    @at_user_line
+    def mean(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Mean over ``dim`` (all dims when None)."""
+        return reduce(OpKind.MEAN, self, dim, keepdim)
 
+    @at_user_line
+    def prod(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Product over ``dim`` (all dims when None)."""
+        return reduce(OpKind.PROD, self, dim, keepdim)
 
-def _var(self: Tensor, dim=None, correction=1, keepdim=False, unbiased=None) -> Tensor:
-    return variance(self, dim, correction, keepdim, unbiased)
+    @at_user_line
+    def amax(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Maximum over ``dim`` (all dims when None)."""
+        return reduce(OpKind.MAX, self, dim, keepdim)
 
+    @at_user_line
+    def amin(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Minimum over ``dim`` (all dims when None)."""
+        return reduce(OpKind.MIN, self, dim, keepdim)
 
-def _max(self: Tensor, dim=None, keepdim: bool = False):
-    return extreme(OpKind.MAX, OpKind.ARGMAX, self, dim, keepdim)
+    @at_user_line
+    def all(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Whether every element over ``dim`` is true."""
+        return reduce(OpKind.ALL, self, dim, keepdim)
 
+    @at_user_line
+    def any(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Whether any element over ``dim`` is true."""
+        return reduce(OpKind.ANY, self, dim, keepdim)
 
-def _min(self: Tensor, dim=None, keepdim: bool = False):
-    return extreme(OpKind.MIN, OpKind.ARGMIN, self, dim, keepdim)
+    @at_user_line
+    def max(self, dim=None, keepdim: bool = False):
+        """torch's max: of all elements, elementwise with a tensor, or (values, indices)."""
+        return extreme(OpKind.MAX, OpKind.ARGMAX, self, dim, keepdim)
 
+    @at_user_line
+    def min(self, dim=None, keepdim: bool = False):
+        """torch's min: of all elements, elementwise with a tensor, or (values, indices)."""
+        return extreme(OpKind.MIN, OpKind.ARGMIN, self, dim, keepdim)
 
-def _argmax(self: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    return argreduce(OpKind.ARGMAX, self, dim, keepdim)
+    @at_user_line
+    def argmax(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Position of the first maximum over ``dim`` (of the flattened tensor when None)."""
+        return argreduce(OpKind.ARGMAX, self, dim, keepdim)
 
+    @at_user_line
+    def argmin(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Position of the first minimum over ``dim`` (of the flattened tensor when None)."""
+        return argreduce(OpKind.ARGMIN, self, dim, keepdim)
 
-def _argmin(self: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    return argreduce(OpKind.ARGMIN, self, dim, keepdim)
+    @at_user_line
+    def var(self, dim=None, correction=1, keepdim: bool = False, unbiased=None) -> Tensor:
+        """Variance with Bessel's ``correction`` (``unbiased=False`` means 0)."""
+        return variance(self, dim, correction, keepdim, unbiased)
 
+    @at_user_line
+    def std(self, dim=None, correction=1, keepdim: bool = False, unbiased=None) -> Tensor:
+        """Standard deviation with Bessel's ``correction``."""
+        return variance(self, dim, correction, keepdim, unbiased).sqrt()
 
-def _cumsum(self: Tensor, dim: int) -> Tensor:
-    return cumsum(self, dim)
-
-
-REDUCE_METHODS = {
-    "sum": OpKind.SUM, "mean": OpKind.MEAN, "prod": OpKind.PROD, "amax": OpKind.MAX,
-    "amin": OpKind.MIN, "all": OpKind.ALL, "any": OpKind.ANY,
-}
-
-
-def install(cls) -> None:
-    """Attach the reduction methods to Tensor."""
-    for name, op in REDUCE_METHODS.items():
-        setattr(cls, name, _method(op))
-    cls.max, cls.min = _max, _min
-    cls.argmax, cls.argmin = _argmax, _argmin
-    cls.var, cls.std = _var, _std
-    cls.cumsum = _cumsum
+    @at_user_line
+    def cumsum(self, dim: int) -> Tensor:
+        """Running sum along ``dim`` (integers accumulate in int64)."""
+        return cumsum(self, dim)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from fuel.frontend.build import expand, make, normalize_dim, operand_nodes
+from fuel.frontend.base import TensorBase, wrap
+from fuel.frontend.build import at_user_line, expand, make, normalize_dim, operand_nodes
 from fuel.ir.device import parse_device
 from fuel.ir.errors import DTypeError, IndexOutOfRange, InvalidArgument, ShapeError
+from fuel.ir.layout import Layout
 from fuel.ir.ops import (
+    INPLACE_OPS,
     AxisParams,
     CopyParams,
     DiagonalParams,
@@ -19,7 +24,9 @@ from fuel.ir.ops import (
     SliceAssignParams,
     SliceParams,
 )
-from fuel.tensor import Tensor
+
+if TYPE_CHECKING:
+    from fuel.tensor import Tensor
 
 
 def _sizes(args) -> tuple:
@@ -95,7 +102,7 @@ def expand_to(x: Tensor, *sizes) -> Tensor:
         if own != 1 and own != size:
             raise ShapeError(f"cannot expand shape {x.shape} to {tuple(sizes)}")
         target.append(int(size))
-    return Tensor(expand(x._node, tuple(target)))
+    return wrap(expand(x._node, tuple(target)))
 
 
 def unsqueeze(x: Tensor, dim: int) -> Tensor:
@@ -170,7 +177,7 @@ def getitem(x: Tensor, index) -> Tensor:
             out_shape.append(("new", None))
             continue
         size = x.shape[axis]
-        if isinstance(item, (list, np.ndarray)) or isinstance(item, Tensor):
+        if isinstance(item, (list, np.ndarray)) or isinstance(item, TensorBase):
             if tensor_index is not None:
                 raise InvalidArgument("only one dim can be indexed by a tensor")
             tensor_index = (axis, _index_tensor(item, x))
@@ -208,7 +215,7 @@ def getitem(x: Tensor, index) -> Tensor:
 def _index_tensor(item, x: Tensor) -> Tensor:
     from fuel.frontend.factories import tensor as make_tensor
 
-    index = item if isinstance(item, Tensor) else make_tensor(np.asarray(item), device=x.device)
+    index = item if isinstance(item, TensorBase) else make_tensor(np.asarray(item), device=x.device)
     if index.dtype.is_bool:
         raise InvalidArgument("boolean mask indexing has a data-dependent shape; use "
                               "where() or masked_fill() instead")
@@ -226,15 +233,15 @@ def setitem(x: Tensor, index, value) -> None:
     from fuel.frontend.build import cast, constant
 
     items = list(index) if isinstance(index, tuple) else [index]
-    if any(i is None or isinstance(i, (Tensor, list, np.ndarray)) for i in items):
+    if any(i is None or isinstance(i, (TensorBase, list, np.ndarray)) for i in items):
         raise InvalidArgument("assignment supports int, slice and ... indices only")
     indexed_shape = getitem(x, index).shape  # validates every index
     bounds = [s.indices(n) for s, n in zip(_region_slices(x, items), x.shape)]
     region_shape = tuple(len(range(*b)) for b in bounds)
-    if isinstance(value, Tensor):
-        value_tensor = Tensor(cast(value._node, x.dtype))
+    if isinstance(value, TensorBase):
+        value_tensor = wrap(cast(value._node, x.dtype))
     else:
-        value_tensor = Tensor(constant(value, x.dtype, x._node.device))
+        value_tensor = wrap(constant(value, x.dtype, x._node.device))
     value_tensor = reshape(expand_to(value_tensor, *indexed_shape), region_shape)
     starts, stops, steps = (tuple(b[k] for b in bounds) for k in range(3))
     node = x._node
@@ -244,8 +251,7 @@ def setitem(x: Tensor, index, value) -> None:
 
 def _writable_in_place(node) -> bool:
     """A realized tensor, or an in-place write into one, can take another in-place write."""
-    return node.buffer is not None or (node.op in (OpKind.SLICE_ASSIGN, OpKind.INDEX_COPY)
-                                       and node.params.inplace)
+    return node.buffer is not None or (node.op in INPLACE_OPS and node.params.inplace)
 
 
 def index_copy(x: Tensor, dim: int, index: Tensor, source, inplace: bool = False) -> Tensor:
@@ -256,7 +262,7 @@ def index_copy(x: Tensor, dim: int, index: Tensor, source, inplace: bool = False
 
     axis = normalize_dim(dim, x.ndim)
     index_node = index._node if index.dtype.name in ("int32", "int64") else index.long()._node
-    value = source if isinstance(source, Tensor) else Tensor(
+    value = source if isinstance(source, TensorBase) else wrap(
         _scalar_like(x, source, x.shape[:axis] + index.shape + x.shape[axis + 1:]))
     params = IndexCopyParams(axis, inplace and _writable_in_place(x._node))
     return make(OpKind.INDEX_COPY, (x._node, index_node, cast(value._node, x.dtype)), params)
@@ -289,6 +295,7 @@ def _region_slices(x: Tensor, items: list) -> list[slice]:
     return slices
 
 
+@at_user_line
 def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
     axis = normalize_dim(dim, x.ndim)
     node = index._node
@@ -297,11 +304,13 @@ def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
     return make(OpKind.INDEX_SELECT, (x._node, node), AxisParams(axis))
 
 
+@at_user_line
 def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     node = index._node if index.dtype.name in ("int32", "int64") else index.long()._node
     return make(OpKind.GATHER, (x._node, node), AxisParams(normalize_dim(dim, x.ndim)))
 
 
+@at_user_line
 def cat(tensors, dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
@@ -311,6 +320,7 @@ def cat(tensors, dim: int = 0) -> Tensor:
     return make(OpKind.CAT, tuple(nodes), AxisParams(axis))
 
 
+@at_user_line
 def stack(tensors, dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
@@ -322,6 +332,7 @@ def stack(tensors, dim: int = 0) -> Tensor:
     return cat([unsqueeze(t, axis) for t in tensors], axis)
 
 
+@at_user_line
 def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]:
     axis = normalize_dim(dim, x.ndim)
     size = x.shape[axis]
@@ -341,6 +352,7 @@ def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]
     return tuple(parts)
 
 
+@at_user_line
 def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     if chunks <= 0:
         raise InvalidArgument("chunks must be positive")
@@ -376,31 +388,161 @@ def copy_to(x: Tensor, device) -> Tensor:
     return make(OpKind.COPY, (x._node,), CopyParams(target), device=target)
 
 
-def install(cls) -> None:
-    """Attach the view and indexing methods to Tensor."""
-    cls.reshape = reshape
-    cls.view = reshape
-    cls.permute = permute
-    cls.transpose = transpose
-    cls.swapaxes = transpose
-    cls.t = t
-    cls.mT = property(lambda self: transpose(self, -2, -1))
-    cls.T = property(lambda self: permute(self, *reversed(range(self.ndim))))
-    cls.expand = expand_to
-    cls.broadcast_to = lambda self, shape: expand_to(self, *shape)
-    cls.expand_as = lambda self, other: expand_to(self, *other.shape)
-    cls.unsqueeze = unsqueeze
-    cls.squeeze = squeeze
-    cls.flatten = flatten
-    cls.flip = flip
-    cls.narrow = narrow
-    cls.__getitem__ = getitem
-    cls.__setitem__ = setitem
-    cls.index_copy = index_copy
-    cls.index_copy_ = index_copy_
-    cls.index_select = index_select
-    cls.gather = gather
-    cls.split = split
-    cls.chunk = chunk
-    cls.tril = lambda self, diagonal=0: triangle(OpKind.TRIL, self, diagonal)
-    cls.triu = lambda self, diagonal=0: triangle(OpKind.TRIU, self, diagonal)
+def build_layout(node) -> Layout:
+    """The layout ``node`` will have once realized, known from the graph alone: views of a
+    realized leaf keep its strides; every other op writes a dense buffer."""
+    if node.buffer is not None:
+        return node.layout
+    params = node.params
+    if node.op is OpKind.RESHAPE:
+        source = build_layout(node.inputs[0])
+        return source.reshape(params.shape) or Layout.contiguous(params.shape)
+    if node.op is OpKind.PERMUTE:
+        return build_layout(node.inputs[0]).permute(params.dims)
+    if node.op is OpKind.EXPAND:
+        return build_layout(node.inputs[0]).broadcast_to(params.shape)
+    if node.op is OpKind.SLICE:
+        return build_layout(node.inputs[0]).slice(params.starts, params.stops, params.steps)
+    return Layout.contiguous(node.shape)
+
+
+def view(x: Tensor, *shape) -> Tensor:
+    """torch's ``view``: the same storage under a new shape, refused when the strides do not
+    allow it (``reshape`` is the one that may copy)."""
+    result = reshape(x, *shape)
+    if result is not x and build_layout(x._node).reshape(result.shape) is None:
+        raise ShapeError(f"view size {result.shape} is not compatible with the input's shape "
+                         f"{x.shape} and strides {build_layout(x._node).strides} (at least "
+                         "one dim spans two non-contiguous ranges); use .reshape(...) instead")
+    return result
+
+
+class ShapeMethods:
+    """Tensor's views, indexing and data-movement methods."""
+
+    __slots__ = ()
+
+    @at_user_line
+    def reshape(self, *shape) -> Tensor:
+        """Same elements under a new shape (one size may be -1); copies when strides demand."""
+        return reshape(self, *shape)
+
+    @at_user_line
+    def view(self, *shape) -> Tensor:
+        """Same storage under a new shape; ShapeError where torch's view would refuse."""
+        return view(self, *shape)
+
+    @at_user_line
+    def permute(self, *dims) -> Tensor:
+        """Reorder the dims (a view)."""
+        return permute(self, *dims)
+
+    @at_user_line
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """Swap two dims (a view)."""
+        return transpose(self, dim0, dim1)
+
+    swapaxes = transpose
+
+    @at_user_line
+    def t(self) -> Tensor:
+        """Transpose a matrix (at most 2 dims)."""
+        return t(self)
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 - torch's name
+        """The last two dims swapped."""
+        return transpose(self, -2, -1)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - torch's name
+        """Every dim reversed."""
+        return permute(self, *reversed(range(self.ndim)))
+
+    @at_user_line
+    def expand(self, *sizes) -> Tensor:
+        """Broadcast to ``sizes`` as a stride-0 view (-1 keeps a dim)."""
+        return expand_to(self, *sizes)
+
+    @at_user_line
+    def broadcast_to(self, shape) -> Tensor:
+        """Broadcast to ``shape`` as a stride-0 view."""
+        return expand_to(self, *shape)
+
+    @at_user_line
+    def expand_as(self, other) -> Tensor:
+        """Broadcast to ``other``'s shape."""
+        return expand_to(self, *other.shape)
+
+    @at_user_line
+    def unsqueeze(self, dim: int) -> Tensor:
+        """A new size-1 dim at ``dim``."""
+        return unsqueeze(self, dim)
+
+    @at_user_line
+    def squeeze(self, dim=None) -> Tensor:
+        """Drop size-1 dims (all, or those named)."""
+        return squeeze(self, dim)
+
+    @at_user_line
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dims ``start_dim`` through ``end_dim``."""
+        return flatten(self, start_dim, end_dim)
+
+    @at_user_line
+    def flip(self, *dims) -> Tensor:
+        """Reverse the order along ``dims`` (a view with negative strides)."""
+        return flip(self, *dims)
+
+    @at_user_line
+    def narrow(self, dim: int, start: int, length: int) -> Tensor:
+        """``length`` elements from ``start`` along ``dim`` (a view)."""
+        return narrow(self, dim, start, length)
+
+    @at_user_line
+    def __getitem__(self, index) -> Tensor:
+        return getitem(self, index)
+
+    @at_user_line
+    def __setitem__(self, index, value) -> None:
+        setitem(self, index, value)
+
+    @at_user_line
+    def index_copy(self, dim: int, index, source) -> Tensor:
+        """A copy with the slices at ``index`` along ``dim`` replaced by ``source``."""
+        return index_copy(self, dim, index, source)
+
+    @at_user_line
+    def index_copy_(self, dim: int, index, source) -> Tensor:
+        """In-place ``index_copy``: on a realized tensor the write goes into its storage."""
+        return index_copy_(self, dim, index, source)
+
+    @at_user_line
+    def index_select(self, dim: int, index) -> Tensor:
+        """Slices along ``dim`` picked by a 1-D integer index."""
+        return index_select(self, dim, index)
+
+    @at_user_line
+    def gather(self, dim: int, index) -> Tensor:
+        """Values at ``index`` positions along ``dim``."""
+        return gather(self, dim, index)
+
+    @at_user_line
+    def split(self, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]:
+        """Views of equal size (or the given sizes) along ``dim``."""
+        return split(self, split_size_or_sections, dim)
+
+    @at_user_line
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """``chunks`` views of near-equal size along ``dim``."""
+        return chunk(self, chunks, dim)
+
+    @at_user_line
+    def tril(self, diagonal: int = 0) -> Tensor:
+        """Zero above ``diagonal``."""
+        return triangle(OpKind.TRIL, self, diagonal)
+
+    @at_user_line
+    def triu(self, diagonal: int = 0) -> Tensor:
+        """Zero below ``diagonal``."""
+        return triangle(OpKind.TRIU, self, diagonal)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from fuel.frontend.build import cast, expand, make, normalize_dim, operand_nodes
+from typing import TYPE_CHECKING
+
+from fuel.frontend.base import TensorBase, wrap
+from fuel.frontend.build import at_user_line, cast, expand, make, normalize_dim, operand_nodes
 from fuel.ir import dtype as dt
 from fuel.ir.errors import ShapeError
 from fuel.ir.ops import AxisParams, NormParams, OpKind, broadcast_shapes
-from fuel.tensor import Tensor
+
+if TYPE_CHECKING:
+    from fuel.tensor import Tensor
 
 
+@at_user_line
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """torch.matmul: 1-D operands promoted and squeezed back, batch dims broadcast."""
-    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+    if not isinstance(a, TensorBase) or not isinstance(b, TensorBase):
         raise ShapeError("matmul operands must both be tensors")
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul needs operands with at least 1 dim, got {a.shape} and {b.shape}")
@@ -24,8 +30,8 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
         raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} do not fit: inner sizes "
                          f"{left_shape[-1]} and {right_shape[-2]} differ")
     batch = broadcast_shapes(left_shape[:-2], right_shape[:-2])
-    left_node = Tensor(left).reshape(left_shape)._node
-    right_node = Tensor(right).reshape(right_shape)._node
+    left_node = wrap(left).reshape(left_shape)._node
+    right_node = wrap(right).reshape(right_shape)._node
     left_node = expand(left_node, batch + left_shape[-2:])
     right_node = expand(right_node, batch + right_shape[-2:])
     result = make(OpKind.MATMUL, (left_node, right_node), None)
@@ -40,6 +46,7 @@ def _float_input(x: Tensor, dtype) -> Tensor:
     return x if x.dtype.is_floating else x.to(dt.DEFAULT_FLOAT)
 
 
+@at_user_line
 def softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
     """exp(x) / sum(exp(x)) along ``dim``, computed stably."""
     x = _float_input(x, dtype)
@@ -88,10 +95,30 @@ def rms_norm(x: Tensor, normalized_shape, weight=None, eps: float | None = None)
     return make(OpKind.RMS_NORM, (x._node, weight._node), NormParams(axes, float(eps)))
 
 
-def install(cls) -> None:
-    """Attach matmul and the row-wise ops to Tensor."""
-    cls.matmul = matmul
-    cls.__matmul__ = matmul
-    cls.__rmatmul__ = lambda self, other: matmul(other, self)
-    cls.softmax = softmax
-    cls.log_softmax = log_softmax
+class StructuredMethods:
+    """Tensor's matmul and row-wise methods."""
+
+    __slots__ = ()
+
+    @at_user_line
+    def matmul(self, other) -> Tensor:
+        """torch.matmul."""
+        return matmul(self, other)
+
+    @at_user_line
+    def __matmul__(self, other) -> Tensor:
+        return matmul(self, other)
+
+    @at_user_line
+    def __rmatmul__(self, other) -> Tensor:
+        return matmul(other, self)
+
+    @at_user_line
+    def softmax(self, dim: int, dtype=None) -> Tensor:
+        """exp(x) / sum(exp(x)) along ``dim``, computed stably."""
+        return softmax(self, dim, dtype)
+
+    @at_user_line
+    def log_softmax(self, dim: int, dtype=None) -> Tensor:
+        """log(softmax(x)) along ``dim``, computed stably."""
+        return log_softmax(self, dim, dtype)

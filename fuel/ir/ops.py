@@ -1,71 +1,96 @@
-"""OpKind (kernel op families), their frozen params, and shape/dtype inference rules.
+"""The op registry: every op fuel knows, declared once.
 
-Metadata only: no execution here. The front end asks ``infer`` for every node it builds, so a
-shape or dtype error surfaces when the op is built, not when it runs.
+Each ``OpDefinition`` states an op's params class, its shape/dtype rule and operand dtype
+constraints (checked when the op is built), its dtype coverage, its flags, its front-end names
+and, for composite elementwise ops, its scalar expression. Everything that lists ops reads
+this table: the front end (generated methods and functions), the coverage every backend
+registers against, the planner's in-place and view sets, decompositions, the kernel suite.
+Metadata only: nothing here executes.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fuel.ir import dtype as dt
+from fuel.ir import rules
 from fuel.ir.dtype import DType
-from fuel.ir.errors import DTypeError, ShapeError
+from fuel.ir.errors import DTypeError
+from fuel.ir.expression import E, Expression, X
 from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata API
     NO_PARAMS,
     ArangeParams,
     AxisParams,
     CastParams,
+    ConvParams,
     CopyParams,
     DiagonalParams,
+    EinsumParams,
     FullParams,
-    GeluParams,
+    GridSampleParams,
     IndexCopyParams,
     NoParams,
     NormParams,
     PadParams,
     PermuteParams,
+    PoolParams,
     ReduceParams,
+    ScatterParams,
     ShapeParams,
     SliceAssignParams,
     SliceParams,
+    SortParams,
 )
+from fuel.ir.rules import broadcast_shapes  # noqa: F401 - part of the op metadata API
 
 
 class OpKind(enum.Enum):
-    """Every op family the graph can hold; kernels are registered per OpKind."""
+    """Every op the graph can hold; kernels are registered per OpKind. Declared with its
+    record below: add a member here and its ``define`` call in the same file."""
 
-    # leaves and movement
     LOAD = "load"
     COPY = "copy"
     CONTIGUOUS = "contiguous"
     CAST = "cast"
-    # views (no kernel)
+    BITCAST = "bitcast"
     RESHAPE = "reshape"
     PERMUTE = "permute"
     EXPAND = "expand"
     SLICE = "slice"
-    # generators
     FULL = "full"
     ARANGE = "arange"
-    # unary elementwise
     NEG = "neg"
     ABS = "abs"
     EXP = "exp"
+    EXPM1 = "expm1"
     LOG = "log"
+    LOG1P = "log1p"
     SQRT = "sqrt"
     RSQRT = "rsqrt"
     RECIPROCAL = "reciprocal"
     SQUARE = "square"
     SIN = "sin"
     COS = "cos"
+    TAN = "tan"
+    ASIN = "asin"
+    ACOS = "acos"
+    ATAN = "atan"
+    SINH = "sinh"
+    COSH = "cosh"
     TANH = "tanh"
+    ASINH = "asinh"
+    ACOSH = "acosh"
+    ATANH = "atanh"
     SIGMOID = "sigmoid"
     RELU = "relu"
     GELU = "gelu"
     GELU_TANH = "gelu_tanh"
     SILU = "silu"
+    HARDSWISH = "hardswish"
+    SOFTPLUS = "softplus"
+    MISH = "mish"
     ERF = "erf"
     FLOOR = "floor"
     CEIL = "ceil"
@@ -74,12 +99,13 @@ class OpKind(enum.Enum):
     LOGICAL_NOT = "logical_not"
     BITWISE_NOT = "bitwise_not"
     ISNAN = "isnan"
-    # binary elementwise
     ADD = "add"
     SUB = "sub"
     MUL = "mul"
     DIV = "div"
     REMAINDER = "remainder"
+    FMOD = "fmod"
+    INT_DIV = "int_div"
     POW = "pow"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
@@ -95,8 +121,9 @@ class OpKind(enum.Enum):
     BITWISE_AND = "bitwise_and"
     BITWISE_OR = "bitwise_or"
     BITWISE_XOR = "bitwise_xor"
+    BITSHIFT_LEFT = "bitshift_left"
+    BITSHIFT_RIGHT = "bitshift_right"
     WHERE = "where"
-    # reductions and scans
     SUM = "sum"
     PROD = "prod"
     MAX = "max"
@@ -107,8 +134,10 @@ class OpKind(enum.Enum):
     ALL = "all"
     ANY = "any"
     CUMSUM = "cumsum"
-    # structured
+    CUMPROD = "cumprod"
     MATMUL = "matmul"
+    EINSUM = "einsum"
+    DET = "det"
     SOFTMAX = "softmax"
     LOG_SOFTMAX = "log_softmax"
     LAYER_NORM = "layer_norm"
@@ -121,330 +150,319 @@ class OpKind(enum.Enum):
     PAD = "pad"
     SLICE_ASSIGN = "slice_assign"
     INDEX_COPY = "index_copy"
-    # ops added for ONNX (params and inference in fuel/ir/ops_nn.py)
-    TAN = "tan"
-    ASIN = "asin"
-    ACOS = "acos"
-    ATAN = "atan"
-    SINH = "sinh"
-    COSH = "cosh"
-    ASINH = "asinh"
-    ACOSH = "acosh"
-    ATANH = "atanh"
-    FMOD = "fmod"
-    INT_DIV = "int_div"
-    BITSHIFT_LEFT = "bitshift_left"
-    BITSHIFT_RIGHT = "bitshift_right"
+    SCATTER_ELEMENTS = "scatter_elements"
+    SCATTER_ND = "scatter_nd"
+    ARGSORT = "argsort"
     CONV = "conv"
     CONV_TRANSPOSE = "conv_transpose"
     MAX_POOL = "max_pool"
     MAX_POOL_INDICES = "max_pool_indices"
     AVG_POOL = "avg_pool"
-    ARGSORT = "argsort"
-    CUMPROD = "cumprod"
-    SCATTER_ELEMENTS = "scatter_elements"
-    SCATTER_ND = "scatter_nd"
-    EINSUM = "einsum"
     GRID_SAMPLE = "grid_sample"
-    DET = "det"
-    BITCAST = "bitcast"
 
     def __repr__(self) -> str:
         return f"OpKind.{self.name}"
 
 
-UNARY_FLOAT_OPS = frozenset({
-    OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.RSQRT, OpKind.RECIPROCAL, OpKind.SIN,
-    OpKind.COS, OpKind.TANH, OpKind.SIGMOID, OpKind.GELU, OpKind.GELU_TANH, OpKind.SILU,
-    OpKind.ERF,
-})
-UNARY_NUMERIC_OPS = frozenset({
-    OpKind.NEG, OpKind.ABS, OpKind.SQUARE, OpKind.RELU, OpKind.FLOOR, OpKind.CEIL,
-    OpKind.ROUND, OpKind.SIGN,
-})
-UNARY_PREDICATE_OPS = frozenset({OpKind.LOGICAL_NOT, OpKind.ISNAN})
-UNARY_OPS = UNARY_FLOAT_OPS | UNARY_NUMERIC_OPS | UNARY_PREDICATE_OPS | {OpKind.BITWISE_NOT}
-ARITHMETIC_OPS = frozenset({
-    OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.DIV, OpKind.REMAINDER, OpKind.POW,
-    OpKind.MAXIMUM, OpKind.MINIMUM,
-})
-COMPARE_OPS = frozenset({OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE})
-LOGICAL_OPS = frozenset({OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR})
-BITWISE_OPS = frozenset({OpKind.BITWISE_AND, OpKind.BITWISE_OR, OpKind.BITWISE_XOR})
-BINARY_OPS = ARITHMETIC_OPS | COMPARE_OPS | LOGICAL_OPS | BITWISE_OPS
-REDUCE_OPS = frozenset({
-    OpKind.SUM, OpKind.PROD, OpKind.MAX, OpKind.MIN, OpKind.MEAN, OpKind.ARGMAX, OpKind.ARGMIN,
-    OpKind.ALL, OpKind.ANY,
-})
-VIEW_OPS = frozenset({OpKind.RESHAPE, OpKind.PERMUTE, OpKind.EXPAND, OpKind.SLICE})
-
-
-
-# ----------------------------------------------------------------------------- inference
-
 Shape = tuple[int, ...]
 InferRule = Callable[[object, tuple[Shape, ...], tuple[DType, ...]], tuple[Shape, DType]]
 
-
-def broadcast_shapes(*shapes: Shape) -> Shape:
-    """NumPy broadcasting of several shapes; raises ShapeError naming them."""
-    ndim = max((len(s) for s in shapes), default=0)
-    result = []
-    for axis in range(ndim):
-        size = 1
-        for shape in shapes:
-            own = shape[axis - ndim + len(shape)] if axis - ndim + len(shape) >= 0 else 1
-            if own != 1:
-                if size not in (1, own):
-                    listed = " and ".join(str(tuple(s)) for s in shapes)
-                    raise ShapeError(f"shapes {listed} cannot be broadcast together")
-                size = own
-        result.append(size)
-    return tuple(result)
-
-
-def _same(params, shapes, dtypes):
-    return shapes[0], dtypes[0]
-
-
-def _predicate(params, shapes, dtypes):
-    return shapes[0], dt.bool_
-
-
-def _unary_float(params, shapes, dtypes):
-    if not dtypes[0].is_floating:
-        raise DTypeError(f"needs a floating-point input, got {dtypes[0].name}")
-    return shapes[0], dtypes[0]
-
-
-def _binary(params, shapes, dtypes):
-    if dtypes[0] is not dtypes[1]:
-        raise DTypeError(f"operands must share a dtype, got {dtypes[0].name} and {dtypes[1].name}")
-    return broadcast_shapes(*shapes), dtypes[0]
-
-
-def _compare(params, shapes, dtypes):
-    return _binary(params, shapes, dtypes)[0], dt.bool_
-
-
-def _bitwise(params, shapes, dtypes):
-    if dtypes[0].is_floating:
-        raise DTypeError(f"bitwise ops need integer or bool operands, got {dtypes[0].name}")
-    return _binary(params, shapes, dtypes)
-
-
-def _where(params, shapes, dtypes):
-    if not dtypes[0].is_bool:
-        raise DTypeError(f"where() needs a bool condition, got {dtypes[0].name}")
-    if dtypes[1] is not dtypes[2]:
-        raise DTypeError(f"where() branches must share a dtype: {dtypes[1].name}, {dtypes[2].name}")
-    return broadcast_shapes(*shapes), dtypes[1]
-
-
-def _cast(params, shapes, dtypes):
-    return shapes[0], params.dtype
-
-
-def _copy(params, shapes, dtypes):
-    return shapes[0], dtypes[0]
-
-
-def _generator(params, shapes, dtypes):
-    shape = params.shape if hasattr(params, "shape") else (params.count,)
-    return tuple(shape), params.dtype
-
-
-def _reduced_shape(shape: Shape, params: ReduceParams) -> Shape:
-    if params.keepdim:
-        return tuple(1 if axis in params.dims else s for axis, s in enumerate(shape))
-    return tuple(s for axis, s in enumerate(shape) if axis not in params.dims)
-
-
-def _reduce(params, shapes, dtypes):
-    return _reduced_shape(shapes[0], params), dtypes[0]
-
-
-def _reduce_accumulate(params, shapes, dtypes):
-    out = dt.int64 if not dtypes[0].is_floating else dtypes[0]
-    return _reduced_shape(shapes[0], params), out
-
-
-def _reduce_mean(params, shapes, dtypes):
-    if not dtypes[0].is_floating:
-        raise DTypeError(f"mean() needs a floating-point input, got {dtypes[0].name}")
-    return _reduce(params, shapes, dtypes)
-
-
-def _reduce_index(params, shapes, dtypes):
-    return _reduced_shape(shapes[0], params), dt.int64
-
-
-def _reduce_predicate(params, shapes, dtypes):
-    return _reduced_shape(shapes[0], params), dt.bool_
-
-
-def _cumsum(params, shapes, dtypes):
-    return shapes[0], (dtypes[0] if dtypes[0].is_floating else dt.int64)
-
-
-def _matmul(params, shapes, dtypes):
-    a, b = shapes
-    if len(a) < 2 or len(b) < 2:
-        raise ShapeError(f"matmul kernel operands need 2+ dims, got {a} and {b}")
-    if a[-1] != b[-2]:
-        raise ShapeError(f"matmul: {a} @ {b}: inner sizes {a[-1]} and {b[-2]} differ")
-    if dtypes[0] is not dtypes[1]:
-        raise DTypeError(f"matmul operands must share a dtype: {dtypes[0].name}, {dtypes[1].name}")
-    if dtypes[0].is_bool:
-        raise DTypeError("matmul does not take bool operands")
-    batch = broadcast_shapes(a[:-2], b[:-2])
-    return batch + (a[-2], b[-1]), dtypes[0]
-
-
-def _norm(params, shapes, dtypes):
-    x = shapes[0]
-    if not dtypes[0].is_floating:
-        raise DTypeError(f"normalization needs a floating-point input, got {dtypes[0].name}")
-    for extra in shapes[1:]:
-        if tuple(extra) != tuple(x[len(x) - params.axes:]):
-            raise ShapeError(
-                f"normalization weight/bias shape {extra} must equal the normalized shape "
-                f"{x[len(x) - params.axes:]}"
-            )
-    return x, dtypes[0]
-
-
-def _gather(params, shapes, dtypes):
-    source, index = shapes
-    if dtypes[1] not in (dt.int32, dt.int64):
-        raise DTypeError(f"gather index must be int32 or int64, got {dtypes[1].name}")
-    if len(source) != len(index):
-        raise ShapeError(f"gather: index {index} must have as many dims as input {source}")
-    for axis, (s, i) in enumerate(zip(source, index)):
-        if axis != params.dim and i > s:
-            raise ShapeError(f"gather: index {index} exceeds input {source} in dim {axis}")
-    return index, dtypes[0]
-
-
-def _index_select(params, shapes, dtypes):
-    source, index = shapes
-    if dtypes[1] not in (dt.int32, dt.int64):
-        raise DTypeError(f"index must be int32 or int64, got {dtypes[1].name}")
-    if len(index) != 1:
-        raise ShapeError(f"index_select takes a 1-D index, got shape {index}")
-    return source[: params.dim] + (index[0],) + source[params.dim + 1:], dtypes[0]
-
-
-def _cat(params, shapes, dtypes):
-    first = shapes[0]
-    total = 0
-    for shape, dtype in zip(shapes, dtypes):
-        if dtype is not dtypes[0]:
-            raise DTypeError("cat operands must share a dtype")
-        if len(shape) != len(first) or any(
-            a != b for axis, (a, b) in enumerate(zip(shape, first)) if axis != params.dim
-        ):
-            raise ShapeError(f"cat along dim {params.dim}: shapes {first} and {shape} differ")
-        total += shape[params.dim]
-    return first[: params.dim] + (total,) + first[params.dim + 1:], dtypes[0]
-
-
-def _triangle(params, shapes, dtypes):
-    if len(shapes[0]) < 2:
-        raise ShapeError(f"tril/triu need 2+ dims, got {shapes[0]}")
-    return shapes[0], dtypes[0]
-
-
-def _pad(params, shapes, dtypes):
-    shape = tuple(s + a + b for s, (a, b) in zip(shapes[0], params.widths))
-    return shape, dtypes[0]
-
-
-def _slice_assign(params, shapes, dtypes):
-    target, value = shapes
-    if dtypes[0] is not dtypes[1]:
-        raise DTypeError(f"assigned value must be {dtypes[0].name}, got {dtypes[1].name}")
-    from fuel.ir.layout import Layout
-
-    region = Layout.contiguous(target).slice(params.starts, params.stops, params.steps).shape
-    if tuple(value) != region:
-        raise ShapeError(f"assigned value of shape {value} does not fit the region {region}")
-    return target, dtypes[0]
-
-
-def _index_copy(params, shapes, dtypes):
-    target, index, source = shapes
-    if dtypes[1] not in (dt.int32, dt.int64):
-        raise DTypeError(f"index_copy index must be int32 or int64, got {dtypes[1].name}")
-    if dtypes[0] is not dtypes[2]:
-        raise DTypeError(f"index_copy source must be {dtypes[0].name}, got {dtypes[2].name}")
-    expected = target[: params.dim] + tuple(index) + target[params.dim + 1:]
-    if len(index) != 1 or tuple(source) != expected:
-        raise ShapeError(f"index_copy: source {source} must be {expected} for a 1-D index "
-                         f"{index} into {target} along dim {params.dim}")
-    return target, dtypes[0]
-
-
-def _view_reshape(params, shapes, dtypes):
-    return params.shape, dtypes[0]
-
-
-def _view_permute(params, shapes, dtypes):
-    return tuple(shapes[0][d] for d in params.dims), dtypes[0]
-
-
-def _view_slice(params, shapes, dtypes):
-    from fuel.ir.layout import Layout
-
-    return Layout.contiguous(shapes[0]).slice(params.starts, params.stops, params.steps).shape, \
-        dtypes[0]
-
-
-INFER_RULES: dict[OpKind, InferRule] = {
-    OpKind.LOAD: _same,
-    OpKind.COPY: _copy,
-    OpKind.CONTIGUOUS: _same,
-    OpKind.CAST: _cast,
-    OpKind.RESHAPE: _view_reshape,
-    OpKind.PERMUTE: _view_permute,
-    OpKind.EXPAND: _view_reshape,
-    OpKind.SLICE: _view_slice,
-    OpKind.FULL: _generator,
-    OpKind.ARANGE: _generator,
-    **{op: _unary_float for op in UNARY_FLOAT_OPS},
-    **{op: _same for op in UNARY_NUMERIC_OPS},
-    **{op: _predicate for op in UNARY_PREDICATE_OPS},
-    OpKind.BITWISE_NOT: _same,
-    **{op: _binary for op in ARITHMETIC_OPS},
-    **{op: _compare for op in COMPARE_OPS | LOGICAL_OPS},
-    **{op: _bitwise for op in BITWISE_OPS},
-    OpKind.WHERE: _where,
-    OpKind.SUM: _reduce_accumulate,
-    OpKind.PROD: _reduce_accumulate,
-    OpKind.MAX: _reduce,
-    OpKind.MIN: _reduce,
-    OpKind.MEAN: _reduce_mean,
-    OpKind.ARGMAX: _reduce_index,
-    OpKind.ARGMIN: _reduce_index,
-    OpKind.ALL: _reduce_predicate,
-    OpKind.ANY: _reduce_predicate,
-    OpKind.CUMSUM: _cumsum,
-    OpKind.MATMUL: _matmul,
-    OpKind.SOFTMAX: _unary_float,
-    OpKind.LOG_SOFTMAX: _unary_float,
-    OpKind.LAYER_NORM: _norm,
-    OpKind.RMS_NORM: _norm,
-    OpKind.GATHER: _gather,
-    OpKind.INDEX_SELECT: _index_select,
-    OpKind.CAT: _cat,
-    OpKind.TRIL: _triangle,
-    OpKind.TRIU: _triangle,
-    OpKind.PAD: _pad,
-    OpKind.SLICE_ASSIGN: _slice_assign,
-    OpKind.INDEX_COPY: _index_copy,
+# Operand dtype constraints, checked for every op when it is built.
+OPERAND_CONSTRAINTS: dict[str, tuple[tuple[DType, ...], str]] = {
+    "index": ((dt.int32, dt.int64), "int32 or int64"),
+    "mask": ((dt.bool_,), "bool"),
 }
 
+
+@dataclass(frozen=True, slots=True)
+class OpDefinition:
+    """One op, declared once: what it computes, what it accepts, how users call it."""
+
+    kind: OpKind
+    family: str
+    rule: InferRule
+    params: type | None = None
+    operands: tuple[str, ...] = ()
+    coverage: tuple[tuple[DType, ...], ...] = ()
+    view: bool = False
+    inplace: bool = False
+    accumulating: bool = False
+    random: bool = False
+    primitive: bool = False
+    float_only: bool = False
+    method: str | None = None
+    function: str | None = None
+    functional: str | None = None
+    expression: Expression | None = None
+    doc: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.kind.value
+
+
+OPS: dict[OpKind, OpDefinition] = {}
+
+
+def define(kind: OpKind, family: str, rule: InferRule, **fields) -> OpDefinition:
+    """Declare ``kind``; every OpKind member is declared exactly once (checked at import)."""
+    if kind in OPS:
+        raise ValueError(f"{kind!r} is declared twice")
+    record = OpDefinition(kind, family, rule, **fields)
+    OPS[kind] = record
+    return record
+
+
+def definition(kind: OpKind) -> OpDefinition:
+    """The record of ``kind``."""
+    return OPS[kind]
+
+
+def combos(dtypes, arity: int, out: DType | None = None) -> tuple[tuple[DType, ...], ...]:
+    """Dtype keys ``(T,) * arity + (out or T,)`` for every T in ``dtypes``."""
+    return tuple((d,) * arity + ((out or d),) for d in dtypes)
+
+
+BITWISE_DTYPES = (dt.bool_,) + dt.INTEGER_DTYPES
+FLOATS = combos(dt.FLOAT_DTYPES, 1)
+NUMERICS = combos(dt.NUMERIC_DTYPES, 1)
+
+def _names(name: str, functional: bool = False) -> dict:
+    return {"method": name, "function": name, "functional": name if functional else None}
+
+
+def _unary(kind: OpKind, doc: str, coverage=FLOATS, functional: bool = False,
+           expression: Expression | None = None, **fields) -> None:
+    floating = coverage is FLOATS
+    rule = rules.unary_float if floating else fields.pop("rule", rules.same_as_input)
+    names = fields.pop("names", _names(kind.value, functional))
+    define(kind, "unary", rule, params=NoParams, coverage=coverage, float_only=floating,
+           primitive=expression is None, expression=expression, doc=doc, **names, **fields)
+
+
+def _binary(kind: OpKind, doc: str, coverage, rule=rules.binary, names=None, **fields) -> None:
+    define(kind, "binary", rule, params=NoParams, coverage=coverage, primitive=True, doc=doc,
+           **(names if names is not None else _names(kind.value)), **fields)
+
+
+# ------------------------------------------------------------------ leaves, movement, views
+define(OpKind.LOAD, "leaf", rules.same_as_input, doc="A realized leaf: data already in a buffer.")
+define(OpKind.COPY, "movement", rules.copy_rule, params=CopyParams, primitive=True,
+       coverage=combos(dt.ALL_DTYPES, 1), doc="Copy to another device (runs at its source).")
+define(OpKind.CONTIGUOUS, "movement", rules.same_as_input, params=NoParams, primitive=True,
+       coverage=combos(dt.ALL_DTYPES, 1), doc="A dense copy of a strided view.")
+define(OpKind.CAST, "movement", rules.cast_rule, params=CastParams, primitive=True,
+       coverage=tuple((a, b) for a in dt.ALL_DTYPES for b in dt.ALL_DTYPES),
+       doc="Convert to another dtype.")
+define(OpKind.BITCAST, "movement", rules.bitcast, params=CastParams,
+       doc="The same bits read as another dtype of the same size.")
+define(OpKind.RESHAPE, "view", rules.view_reshape, params=ShapeParams, view=True,
+       doc="The same elements under a new shape.")
+define(OpKind.PERMUTE, "view", rules.view_permute, params=PermuteParams, view=True,
+       doc="Reorder the dims.")
+define(OpKind.EXPAND, "view", rules.view_reshape, params=ShapeParams, view=True,
+       doc="Broadcast size-1 dims as stride 0.")
+define(OpKind.SLICE, "view", rules.view_slice, params=SliceParams, view=True,
+       doc="A strided window.")
+define(OpKind.FULL, "generator", rules.generator, params=FullParams, primitive=True,
+       doc="A tensor filled with one value.")
+define(OpKind.ARANGE, "generator", rules.generator, params=ArangeParams, primitive=True,
+       doc="Evenly spaced values.")
+
+# ------------------------------------------------------------------ unary elementwise
+_unary(OpKind.EXP, "e to the x.")
+_unary(OpKind.EXPM1, "exp(x) - 1, accurate near 0.")
+_unary(OpKind.LOG, "Natural logarithm.")
+_unary(OpKind.LOG1P, "log(1 + x), accurate near 0.")
+_unary(OpKind.SQRT, "Square root.")
+_unary(OpKind.RSQRT, "1 / sqrt(x).", expression=1.0 / E.sqrt(X))
+_unary(OpKind.RECIPROCAL, "1 / x.", expression=1.0 / X)
+_unary(OpKind.SIN, "Sine.")
+_unary(OpKind.COS, "Cosine.")
+_unary(OpKind.TAN, "Tangent.")
+_unary(OpKind.ASIN, "Arcsine.")
+_unary(OpKind.ACOS, "Arccosine.")
+_unary(OpKind.ATAN, "Arctangent.")
+_unary(OpKind.SINH, "Hyperbolic sine.")
+_unary(OpKind.COSH, "Hyperbolic cosine.")
+_unary(OpKind.TANH, "Hyperbolic tangent.", functional=True)
+_unary(OpKind.ASINH, "Inverse hyperbolic sine.")
+_unary(OpKind.ACOSH, "Inverse hyperbolic cosine.")
+_unary(OpKind.ATANH, "Inverse hyperbolic tangent.")
+_unary(OpKind.ERF, "The error function.")
+_unary(OpKind.SIGMOID, "1 / (1 + exp(-x)).", functional=True,
+       expression=1.0 / (1.0 + E.exp(-X)))
+_unary(OpKind.SILU, "x * sigmoid(x).", functional=True, expression=X / (1.0 + E.exp(-X)))
+_unary(OpKind.GELU, "x * Phi(x), the exact (erf) form.", names={},
+       expression=0.5 * X * (1.0 + E.erf(X * 0.7071067811865476)))
+_unary(OpKind.GELU_TANH, "GELU's tanh approximation.", names={},
+       expression=0.5 * X * (1.0 + E.tanh(0.7978845608028654 * (X + 0.044715 * X * X * X))))
+_unary(OpKind.HARDSWISH, "x * relu6(x + 3) / 6.", functional=True,
+       expression=X * E.minimum(E.maximum(X + 3.0, 0.0), 6.0) / 6.0)
+_SOFTPLUS = E.where(E.gt(X, 20.0), X, E.log1p(E.exp(X)))
+_unary(OpKind.SOFTPLUS, "log(1 + exp(x)), and x itself above 20 (torch's threshold).",
+       functional=True, expression=_SOFTPLUS)
+_unary(OpKind.MISH, "x * tanh(softplus(x)).", functional=True, expression=X * E.tanh(_SOFTPLUS))
+_unary(OpKind.NEG, "-x.", coverage=NUMERICS)
+_unary(OpKind.ABS, "|x|.", coverage=NUMERICS)
+_unary(OpKind.SQUARE, "x * x.", coverage=NUMERICS, expression=X * X)
+_unary(OpKind.RELU, "max(x, 0).", coverage=NUMERICS, functional=True,
+       expression=E.maximum(X, 0.0))
+_unary(OpKind.FLOOR, "Round down (integers unchanged).", coverage=NUMERICS)
+_unary(OpKind.CEIL, "Round up (integers unchanged).", coverage=NUMERICS)
+_unary(OpKind.ROUND, "Round half to even (integers unchanged).", coverage=NUMERICS)
+_unary(OpKind.SIGN, "-1, 0 or 1.", coverage=NUMERICS)
+_unary(OpKind.LOGICAL_NOT, "not x, as bool.", coverage=combos(dt.ALL_DTYPES, 1, dt.bool_),
+       rule=rules.predicate)
+_unary(OpKind.ISNAN, "Whether x is NaN.", coverage=combos(dt.ALL_DTYPES, 1, dt.bool_),
+       rule=rules.predicate)
+_unary(OpKind.BITWISE_NOT, "Bitwise inversion.", coverage=combos(BITWISE_DTYPES, 1))
+
+# ------------------------------------------------------------------ binary elementwise
+_ARITHMETIC = combos(dt.NUMERIC_DTYPES, 2)
+_COMPARISON = combos(dt.ALL_DTYPES, 2, dt.bool_)
+_binary(OpKind.ADD, "a + b.", _ARITHMETIC)
+_binary(OpKind.SUB, "a - b.", _ARITHMETIC)
+_binary(OpKind.MUL, "a * b.", _ARITHMETIC)
+_binary(OpKind.DIV, "a / b (true division).", combos(dt.FLOAT_DTYPES, 2))
+_binary(OpKind.REMAINDER, "Python's remainder: the sign of the divisor.", _ARITHMETIC)
+_binary(OpKind.FMOD, "C's fmod: the sign of the dividend.", _ARITHMETIC,
+        rule=rules.numeric_binary)
+_binary(OpKind.INT_DIV, "Integer division truncating toward zero.",
+        combos(dt.INTEGER_DTYPES, 2), rule=rules.integer_binary, names={})
+_binary(OpKind.POW, "a ** b.", _ARITHMETIC)
+_binary(OpKind.MAXIMUM, "Elementwise maximum (NaN propagates).", _ARITHMETIC)
+_binary(OpKind.MINIMUM, "Elementwise minimum (NaN propagates).", _ARITHMETIC)
+for _kind, _doc in ((OpKind.EQ, "a == b."), (OpKind.NE, "a != b."), (OpKind.LT, "a < b."),
+                    (OpKind.LE, "a <= b."), (OpKind.GT, "a > b."), (OpKind.GE, "a >= b."),
+                    (OpKind.LOGICAL_AND, "a and b."), (OpKind.LOGICAL_OR, "a or b."),
+                    (OpKind.LOGICAL_XOR, "a xor b.")):
+    _binary(_kind, _doc, _COMPARISON, rule=rules.compare)
+for _kind, _doc in ((OpKind.BITWISE_AND, "a & b."), (OpKind.BITWISE_OR, "a | b."),
+                    (OpKind.BITWISE_XOR, "a ^ b.")):
+    _binary(_kind, _doc, combos(BITWISE_DTYPES, 2), rule=rules.bitwise)
+_binary(OpKind.BITSHIFT_LEFT, "a << b (0 past the width).", combos(dt.INTEGER_DTYPES, 2),
+        rule=rules.integer_binary, names=_names("bitwise_left_shift"))
+_binary(OpKind.BITSHIFT_RIGHT, "a >> b (arithmetic for signed).", combos(dt.INTEGER_DTYPES, 2),
+        rule=rules.integer_binary, names=_names("bitwise_right_shift"))
+define(OpKind.WHERE, "select", rules.where_rule, params=NoParams, operands=("mask",),
+       coverage=tuple((dt.bool_, d, d, d) for d in dt.ALL_DTYPES), primitive=True,
+       doc="a where the condition holds, else b.")
+
+# ------------------------------------------------------------------ reductions and scans
+_REDUCE = {"params": ReduceParams}
+define(OpKind.SUM, "reduce", rules.reduce_accumulate, accumulating=True, primitive=True,
+       doc="Sum over dims (integers in int64).", **_REDUCE)
+define(OpKind.PROD, "reduce", rules.reduce_accumulate, accumulating=True,
+       doc="Product over dims (integers in int64).", **_REDUCE)
+define(OpKind.MAX, "reduce", rules.reduce, primitive=True, doc="Maximum over dims.", **_REDUCE)
+define(OpKind.MIN, "reduce", rules.reduce, doc="Minimum over dims.", **_REDUCE)
+define(OpKind.MEAN, "reduce", rules.reduce_mean, accumulating=True, doc="Mean over dims.",
+       **_REDUCE)
+define(OpKind.ARGMAX, "reduce", rules.reduce_index, primitive=True,
+       doc="Position of the first maximum.", **_REDUCE)
+define(OpKind.ARGMIN, "reduce", rules.reduce_index, doc="Position of the first minimum.",
+       **_REDUCE)
+define(OpKind.ALL, "reduce", rules.reduce_predicate, doc="Whether every element is true.",
+       **_REDUCE)
+define(OpKind.ANY, "reduce", rules.reduce_predicate, doc="Whether any element is true.",
+       **_REDUCE)
+define(OpKind.CUMSUM, "scan", rules.cumsum, params=AxisParams, accumulating=True,
+       primitive=True, doc="Running sum along a dim.")
+define(OpKind.CUMPROD, "scan", rules.cumprod, params=AxisParams, accumulating=True,
+       doc="Running product along a dim.")
+
+# ------------------------------------------------------------------ linear algebra, rows
+define(OpKind.MATMUL, "contraction", rules.matmul, params=NoParams, primitive=True,
+       doc="Batched matrix product.")
+define(OpKind.EINSUM, "contraction", rules.einsum, params=EinsumParams,
+       doc="An explicit einsum over one or two operands.")
+define(OpKind.DET, "contraction", rules.det, params=NoParams,
+       doc="Determinants of square matrices.")
+define(OpKind.SOFTMAX, "row", rules.unary_float, params=AxisParams,
+       doc="exp(x) / sum(exp(x)) along a dim, computed stably.")
+define(OpKind.LOG_SOFTMAX, "row", rules.unary_float, params=AxisParams,
+       doc="log(softmax(x)) along a dim, computed stably.")
+define(OpKind.LAYER_NORM, "row", rules.norm, params=NormParams,
+       doc="(x - mean) / sqrt(var + eps) * weight + bias over the trailing dims.")
+define(OpKind.RMS_NORM, "row", rules.norm, params=NormParams,
+       doc="x / sqrt(mean(x^2) + eps) * weight over the trailing dims.")
+
+# ------------------------------------------------------------------ indexing and placement
+define(OpKind.GATHER, "index", rules.gather, params=AxisParams, operands=("any", "index"),
+       doc="Values at index positions along a dim.")
+define(OpKind.INDEX_SELECT, "index", rules.index_select, params=AxisParams,
+       operands=("any", "index"), primitive=True, doc="Slices picked by a 1-D index.")
+define(OpKind.CAT, "placement", rules.cat_rule, params=AxisParams, primitive=True,
+       doc="Join tensors along a dim.")
+define(OpKind.TRIL, "placement", rules.triangle, params=DiagonalParams,
+       doc="Zero above a diagonal.")
+define(OpKind.TRIU, "placement", rules.triangle, params=DiagonalParams,
+       doc="Zero below a diagonal.")
+define(OpKind.PAD, "placement", rules.pad_rule, params=PadParams, doc="Constant padding.")
+define(OpKind.SLICE_ASSIGN, "placement", rules.slice_assign, params=SliceAssignParams,
+       primitive=True, inplace=True, doc="Write a value into a strided region.")
+define(OpKind.INDEX_COPY, "placement", rules.index_copy, params=IndexCopyParams,
+       operands=("any", "index"), inplace=True,
+       doc="Write slices at index positions along a dim.")
+define(OpKind.SCATTER_ELEMENTS, "placement", rules.scatter_elements, params=ScatterParams,
+       operands=("any", "index"), doc="Write (or reduce) values at index positions.")
+define(OpKind.SCATTER_ND, "placement", rules.scatter_nd, params=ScatterParams,
+       operands=("any", "index"), doc="Write (or reduce) slices at n-d index positions.")
+define(OpKind.ARGSORT, "sort", rules.argsort, params=SortParams,
+       doc="Stable sort positions along a dim.")
+
+# ------------------------------------------------------------------ windows
+define(OpKind.CONV, "window", rules.conv, params=ConvParams, doc="N-d convolution.")
+define(OpKind.CONV_TRANSPOSE, "window", rules.conv_transpose, params=ConvParams,
+       doc="N-d transposed convolution.")
+define(OpKind.MAX_POOL, "window", rules.pool, params=PoolParams, doc="Max pooling.")
+define(OpKind.MAX_POOL_INDICES, "window", rules.pool_indices, params=PoolParams,
+       doc="Positions of max pooling's maxima.")
+define(OpKind.AVG_POOL, "window", rules.pool, params=PoolParams, doc="Average pooling.")
+define(OpKind.GRID_SAMPLE, "window", rules.grid_sample, params=GridSampleParams,
+       doc="Sample an input at grid positions.")
+
+_missing = [kind for kind in OpKind if kind not in OPS]
+if _missing:  # pragma: no cover - a declaration error, caught by any import
+    raise ValueError(f"ops without a record: {_missing}")
+
+
+# ------------------------------------------------------------------ sets read from the records
+def kinds(predicate: Callable[[OpDefinition], bool]) -> frozenset[OpKind]:
+    """Every op whose record satisfies ``predicate``."""
+    return frozenset(kind for kind, record in OPS.items() if predicate(record))
+
+
+VIEW_OPS = kinds(lambda r: r.view)
+INPLACE_OPS = kinds(lambda r: r.inplace)
+UNARY_OPS = kinds(lambda r: r.family == "unary")
+BINARY_OPS = kinds(lambda r: r.family == "binary")
+ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {OpKind.WHERE}
+UNARY_FLOAT_OPS = kinds(lambda r: r.family == "unary" and r.float_only)
+REDUCE_OPS = kinds(lambda r: r.family == "reduce")
+PRIMITIVE_OPS = kinds(lambda r: r.primitive)
+COMPARE_OPS = frozenset({OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE})
+LOGICAL_OPS = frozenset({OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR})
+
+
+# ------------------------------------------------------------------ inference
 _INFER_CACHE: dict[tuple, tuple[Shape, DType]] = {}
+
+
+def _check_operands(record: OpDefinition, dtypes: tuple[DType, ...]) -> None:
+    for position, (constraint, dtype) in enumerate(zip(record.operands, dtypes)):
+        allowed = OPERAND_CONSTRAINTS.get(constraint)
+        if allowed is not None and dtype not in allowed[0]:
+            raise DTypeError(f"operand {position} ({constraint}) must be {allowed[1]}, got "
+                             f"{dtype.name}")
+
+
+def _infer(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, ...]):
+    record = OPS[op]
+    if record.operands:
+        _check_operands(record, dtypes)
+    return record.rule(params, shapes, dtypes)
 
 
 def infer(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, ...]):
@@ -455,8 +473,8 @@ def infer(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, ..
     except KeyError:
         pass
     except TypeError:  # unhashable params: compute without caching
-        return INFER_RULES[op](params, shapes, dtypes)
-    result = INFER_RULES[op](params, shapes, dtypes)
+        return _infer(op, params, shapes, dtypes)
+    result = _infer(op, params, shapes, dtypes)
     if len(_INFER_CACHE) > 65536:
         _INFER_CACHE.clear()
     _INFER_CACHE[key] = result
@@ -470,4 +488,3 @@ def lookup_dtypes(op: OpKind, input_dtypes: tuple[DType, ...], output: DType):
     return input_dtypes + (output,)
 
 
-from fuel.ir import ops_nn  # noqa: E402, F401 - registers the ONNX ops' inference rules

@@ -82,11 +82,6 @@ class ArangeParams:
 
 
 @dataclass(frozen=True, slots=True)
-class GeluParams:
-    approximate: str = "none"
-
-
-@dataclass(frozen=True, slots=True)
 class ReduceParams:
     """Sorted, non-negative dims (all dims when the user gave None)."""
 
@@ -120,3 +115,71 @@ class PadParams:
 
     widths: tuple[tuple[int, int], ...]
     value: float | int | bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConvParams:
+    """N-d convolution over the trailing dims: per spatial dim strides, padding before and
+    after, dilations; ``groups`` splits channels. CONV_TRANSPOSE adds ``output_padding``."""
+
+    strides: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+    dilations: tuple[int, ...]
+    groups: int = 1
+    output_padding: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolParams:
+    """Max / average pooling windows over the trailing dims. ``count_include_pad`` counts the
+    explicit padding in an average's divisor; ``divide=False`` returns window sums;
+    ``storage_order`` 1 numbers MAX_POOL_INDICES column-major."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+    dilations: tuple[int, ...]
+    ceil_mode: bool = False
+    count_include_pad: bool = False
+    divide: bool = True
+    storage_order: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SortParams:
+    """ARGSORT: stable sort positions along ``dim``; ties keep the lower index first."""
+
+    dim: int
+    descending: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ScatterParams:
+    """SCATTER_ELEMENTS along ``dim`` / SCATTER_ND; ``reduction``: none, add, mul, max, min."""
+
+    dim: int = 0
+    reduction: str = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class EinsumParams:
+    """An explicit einsum equation (``"ij,jk->ik"``) over one or two operands."""
+
+    equation: str
+
+
+@dataclass(frozen=True, slots=True)
+class GridSampleParams:
+    """GRID_SAMPLE: ``mode`` nearest, linear or cubic; ``padding_mode`` zeros, border or
+    reflection; ``align_corners`` maps -1 and 1 to the centers of the corner elements."""
+
+    mode: str = "linear"
+    padding_mode: str = "zeros"
+    align_corners: bool = False
+
+
+SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+GRID_SAMPLE_MODES = ("nearest", "linear", "cubic")
+GRID_SAMPLE_PADDINGS = ("zeros", "border", "reflection")

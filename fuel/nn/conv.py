@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from fuel.frontend.build import make
 from fuel.ir.errors import InvalidArgument, ShapeError
 from fuel.ir.ops import OpKind
-from fuel.ir.ops_nn import ConvParams, PoolParams
+from fuel.ir.params import ConvParams, PoolParams
 from fuel.tensor import Tensor
 
 __all__ = [

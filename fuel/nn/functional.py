@@ -4,38 +4,33 @@ from __future__ import annotations
 
 import math
 
-from fuel.frontend.elementwise import gelu, unary, where
+from fuel.frontend.build import at_user_line
+from fuel.frontend.elementwise import gelu, where
 from fuel.frontend.factories import random_uniform
+from fuel.frontend.generated import (  # the registry's functional names
+    hardswish,
+    mish,
+    relu,
+    sigmoid,
+    silu,
+    softplus,
+    tanh,
+)
 from fuel.frontend.shape import cat, chunk, gather, index_select, split, stack
 from fuel.frontend.shape import pad as _pad
 from fuel.frontend.structured import layer_norm, log_softmax, matmul, rms_norm, softmax
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
-from fuel.ir.ops import OpKind
 from fuel.tensor import Tensor
 
 __all__ = [
-    "cat", "chunk", "dropout", "embedding", "gather", "gelu", "index_select", "layer_norm",
-    "linear", "log_softmax", "matmul", "pad", "relu", "rms_norm", "scaled_dot_product_attention",
-    "sigmoid", "silu", "softmax", "split", "stack", "tanh",
+    "cat", "chunk", "dropout", "embedding", "gather", "gelu", "hardswish", "index_select",
+    "layer_norm", "linear", "log_softmax", "matmul", "mish", "pad", "relu", "rms_norm",
+    "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "softplus", "split", "stack",
+    "tanh",
 ]
 
 
-def relu(x: Tensor) -> Tensor:
-    return unary(OpKind.RELU, x)
-
-
-def silu(x: Tensor) -> Tensor:
-    return unary(OpKind.SILU, x)
-
-
-def sigmoid(x: Tensor) -> Tensor:
-    return unary(OpKind.SIGMOID, x)
-
-
-def tanh(x: Tensor) -> Tensor:
-    return unary(OpKind.TANH, x)
-
-
+@at_user_line
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias, with ``weight`` of shape (out_features, in_features)."""
     if weight.ndim != 2:
@@ -44,6 +39,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return result + bias if bias is not None else result
 
 
+@at_user_line
 def embedding(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002 - torch's name
     """Rows of ``weight`` picked by the integer ``input`` (any shape)."""
     if not input.dtype.is_integer:
@@ -52,6 +48,7 @@ def embedding(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002 - torch's 
     return rows.reshape(input.shape + (weight.shape[1],))
 
 
+@at_user_line
 def dropout(x: Tensor, p: float = 0.5, training: bool = False) -> Tensor:
     """Identity at inference; in training zero each element with probability ``p`` and rescale."""
     if not 0.0 <= p <= 1.0:
@@ -64,6 +61,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = False) -> Tensor:
     return where(keep, x * (1.0 / (1.0 - p)), 0.0)
 
 
+@at_user_line
 def pad(x: Tensor, pad, mode: str = "constant", value=0) -> Tensor:  # noqa: A002
     """Constant padding, widths in torch's order (last dim first)."""
     if mode != "constant":
@@ -71,6 +69,7 @@ def pad(x: Tensor, pad, mode: str = "constant", value=0) -> Tensor:  # noqa: A00
     return _pad(x, pad, value if value is not None else 0)
 
 
+@at_user_line
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,
@@ -113,13 +112,6 @@ def _repeat_heads(x: Tensor, repeat: int) -> Tensor:
     return expanded.reshape(*lead, heads * repeat, length, width)
 
 
-def _locate_user_errors() -> None:
-    from fuel.frontend.build import at_user_line
-
-    for name in __all__:
-        globals()[name] = at_user_line(globals()[name])
-
-
-_locate_user_errors()
-
-from fuel.nn.extended import *  # noqa: E402, F401, F403 - conv, pooling, sort, scatter, einsum
+from fuel.nn.conv import *  # noqa: E402, F401, F403 - convolution and pooling
+from fuel.nn.sampling import *  # noqa: E402, F401, F403 - grid_sample
+from fuel.nn.tensor_ops import *  # noqa: E402, F401, F403 - sort, scatter, einsum, det

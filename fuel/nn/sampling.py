@@ -5,7 +5,7 @@ from __future__ import annotations
 from fuel.frontend.build import make
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
-from fuel.ir.ops_nn import GridSampleParams
+from fuel.ir.params import GridSampleParams
 from fuel.tensor import Tensor
 
 __all__ = ["grid_sample"]

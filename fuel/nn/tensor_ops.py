@@ -1,5 +1,5 @@
-"""Sorting, scatter, einsum and the extra math ops (torch's names): ``argsort``, ``topk``,
-``cumprod``, ``scatter``, ``scatter_reduce``, ``einsum``, ``fmod``, ``asin``, ..."""
+"""Sorting, scans, scatter, einsum, det and bit reinterpretation, with torch's names:
+``argsort``, ``topk``, ``cumprod``, ``scatter``, ``scatter_reduce``, ``einsum``, ``det``, ..."""
 
 from __future__ import annotations
 
@@ -9,35 +9,14 @@ from fuel.frontend.shape import gather, narrow
 from fuel.ir import dtype as dt
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
 from fuel.ir.ops import NO_PARAMS, AxisParams, CastParams, OpKind
-from fuel.ir.ops_nn import EinsumParams, ScatterParams, SortParams, parse_einsum
+from fuel.ir.params import EinsumParams, ScatterParams, SortParams
+from fuel.ir.rules import parse_einsum
 from fuel.tensor import Tensor
 
 __all__ = [
-    "acos", "acosh", "argsort", "asin", "asinh", "atan", "atanh", "bitcast",
-    "bitwise_left_shift", "bitwise_right_shift", "cosh", "cumprod", "det", "einsum", "fmod",
-    "scatter", "scatter_nd", "scatter_reduce", "sinh", "sort", "tan", "topk", "trunc",
-    "trunc_divide",
+    "argsort", "bitcast", "cumprod", "det", "einsum", "scatter", "scatter_nd", "scatter_reduce",
+    "sort", "topk", "trunc", "trunc_divide",
 ]
-
-
-def _unary(op: OpKind, name: str):
-    def function(x: Tensor) -> Tensor:
-        return unary(op, x)
-
-    function.__name__ = name
-    function.__doc__ = f"Elementwise {name} (torch.{name})."
-    return function
-
-
-tan = _unary(OpKind.TAN, "tan")
-asin = _unary(OpKind.ASIN, "asin")
-acos = _unary(OpKind.ACOS, "acos")
-atan = _unary(OpKind.ATAN, "atan")
-sinh = _unary(OpKind.SINH, "sinh")
-cosh = _unary(OpKind.COSH, "cosh")
-asinh = _unary(OpKind.ASINH, "asinh")
-acosh = _unary(OpKind.ACOSH, "acosh")
-atanh = _unary(OpKind.ATANH, "atanh")
 
 
 def det(x: Tensor) -> Tensor:
@@ -50,11 +29,6 @@ def det(x: Tensor) -> Tensor:
 def bitcast(x: Tensor, dtype) -> Tensor:
     """The same bits read as ``dtype`` of the same size (torch's ``Tensor.view(dtype)``)."""
     return make(OpKind.BITCAST, (x._node,), CastParams(dt.to_dtype(dtype)))
-
-
-def fmod(a, b) -> Tensor:
-    """C's fmod: the remainder takes the sign of the dividend (torch.fmod)."""
-    return binary(OpKind.FMOD, a, b)
 
 
 def trunc_divide(a, b) -> Tensor:
@@ -71,16 +45,6 @@ def trunc(x: Tensor) -> Tensor:
     if not x.dtype.is_floating:
         return x
     return (x < 0).where(unary(OpKind.CEIL, x), unary(OpKind.FLOOR, x))
-
-
-def bitwise_left_shift(a, b) -> Tensor:
-    """``a << b`` for integers (shifts of the bit width or more give 0)."""
-    return binary(OpKind.BITSHIFT_LEFT, a, b)
-
-
-def bitwise_right_shift(a, b) -> Tensor:
-    """``a >> b`` for integers (logical for unsigned, arithmetic for signed types)."""
-    return binary(OpKind.BITSHIFT_RIGHT, a, b)
 
 
 def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> Tensor:

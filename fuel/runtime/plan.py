@@ -16,7 +16,7 @@ from fuel.dispatch.kernel import KernelBindingTable
 from fuel.graph import Graph
 from fuel.ir.errors import FuelError
 from fuel.ir.layout import Layout
-from fuel.ir.ops import VIEW_OPS, OpKind
+from fuel.ir.ops import INPLACE_OPS, VIEW_OPS, OpKind
 from fuel.memory.pool import pool_for
 
 
@@ -48,9 +48,6 @@ class Plan:
     steps: list = field(default_factory=list)
     devices: set = field(default_factory=set)
 
-
-# Ops whose ``params.inplace`` lets them write the target (their first input) in place.
-INPLACE_OPS = frozenset({OpKind.SLICE_ASSIGN, OpKind.INDEX_COPY})
 
 
 def node_label(graph: Graph, node_id: int) -> str:

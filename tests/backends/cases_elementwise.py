@@ -11,8 +11,6 @@ import numpy as np
 from fuel.ir import dtype as dt
 from fuel.ir.device import CPU
 from fuel.ir.ops import (
-    BINARY_OPS,
-    UNARY_OPS,
     ArangeParams,
     CastParams,
     CopyParams,
@@ -55,7 +53,8 @@ WHERE_PLANS = [
 
 SPECIAL_OK = {
     K.NEG, K.ABS, K.EXP, K.LOG, K.SQRT, K.RSQRT, K.RECIPROCAL, K.SQUARE, K.SIN, K.COS, K.TANH,
-    K.SIGMOID, K.RELU, K.ERF, K.FLOOR, K.CEIL, K.ROUND, K.SIGN, K.LOGICAL_NOT, K.ISNAN,
+    K.SIGMOID, K.RELU, K.ERF, K.LOG1P, K.EXPM1, K.SOFTPLUS, K.MISH, K.HARDSWISH,
+    K.FLOOR, K.CEIL, K.ROUND, K.SIGN, K.LOGICAL_NOT, K.ISNAN,
     K.ADD, K.SUB, K.MUL, K.DIV, K.MAXIMUM, K.MINIMUM, K.EQ, K.NE, K.LT, K.LE, K.GT, K.GE,
     K.LOGICAL_AND, K.LOGICAL_OR, K.LOGICAL_XOR,
 }
@@ -96,6 +95,11 @@ def _isnan(x):
     return np.isnan(x) if is_float(x) else np.zeros(x.shape, bool)
 
 
+def _softplus(x):
+    """torch's softplus: log(1 + exp(x)), and x above the threshold 20."""
+    return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+
+
 UNARY_REFERENCES = {
     K.NEG: np.negative, K.ABS: np.abs, K.EXP: np.exp, K.LOG: np.log, K.SQRT: np.sqrt,
     K.RSQRT: lambda x: 1.0 / np.sqrt(x), K.RECIPROCAL: lambda x: 1.0 / x, K.SQUARE: np.square,
@@ -107,7 +111,10 @@ UNARY_REFERENCES = {
     K.SILU: lambda x: x / (1.0 + np.exp(-x)), K.ERF: _erf,
     K.FLOOR: _integral(np.floor), K.CEIL: _integral(np.ceil), K.ROUND: _integral(np.round),
     K.SIGN: np.sign, K.LOGICAL_NOT: np.logical_not, K.ISNAN: _isnan,
-    K.BITWISE_NOT: np.invert,
+    K.BITWISE_NOT: np.invert, K.LOG1P: np.log1p, K.EXPM1: np.expm1,
+    K.HARDSWISH: lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
+    K.SOFTPLUS: _softplus,
+    K.MISH: lambda x: x * np.tanh(_softplus(x)),
 }
 BINARY_REFERENCES = {
     K.ADD: np.add, K.SUB: np.subtract, K.MUL: np.multiply, K.DIV: np.true_divide,
@@ -144,8 +151,8 @@ def _value_maker(op, rng):
 
 def elementwise_cases(op):
     def generate(dtypes):
-        plans = UNARY_PLANS if op in UNARY_OPS else BINARY_PLANS
-        table = UNARY_REFERENCES if op in UNARY_OPS else BINARY_REFERENCES
+        plans = UNARY_PLANS if op in UNARY_REFERENCES else BINARY_PLANS
+        table = UNARY_REFERENCES if op in UNARY_REFERENCES else BINARY_REFERENCES
         rng = rng_for(op, dtypes)
         reference = _reference(table[op], dtypes[-1])
         rtol, atol = _tolerance_for(op, dtypes[0])
@@ -161,7 +168,8 @@ def _tolerance_for(op, dtype):
     from tests.backends.cases import tolerance
 
     rtol, atol = tolerance(dtype)
-    if dtype is dt.float32 and op in (K.POW, K.GELU_TANH, K.GELU, K.ERF, K.SILU):
+    if dtype is dt.float32 and op in (K.POW, K.GELU_TANH, K.GELU, K.ERF, K.SILU, K.MISH,
+                                          K.SOFTPLUS):
         return 1e-5, 1e-6
     return rtol, atol
 
@@ -246,7 +254,7 @@ def arange_cases(dtypes):
 
 
 CASES = {
-    **{op: elementwise_cases(op) for op in UNARY_OPS | BINARY_OPS},
+    **{op: elementwise_cases(op) for op in (*UNARY_REFERENCES, *BINARY_REFERENCES)},
     K.WHERE: where_cases,
     K.CAST: cast_cases,
     K.CONTIGUOUS: identity_cases(K.CONTIGUOUS),

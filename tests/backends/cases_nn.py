@@ -8,7 +8,7 @@ import numpy as np
 
 from fuel.ir import dtype as dt
 from fuel.ir.ops import NO_PARAMS, AxisParams, CastParams, OpKind
-from fuel.ir.ops_nn import (
+from fuel.ir.params import (
     ConvParams,
     EinsumParams,
     GridSampleParams,

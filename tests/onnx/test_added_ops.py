@@ -107,21 +107,21 @@ def test_math_and_integer_ops():
     small = fuel.tensor(np.clip(x.numpy(), -0.9, 0.9))
     t_small = torch.tensor(small.numpy())
     for name in ("tan", "atan", "sinh", "cosh", "asinh"):
-        _close(getattr(F, name)(x), getattr(torch, name)(tx), rtol=1e-5)
+        _close(getattr(fuel, name)(x), getattr(torch, name)(tx), rtol=1e-5)
     for name in ("asin", "acos", "atanh"):
-        _close(getattr(F, name)(small), getattr(torch, name)(t_small), rtol=1e-5)
-    _close(F.acosh(x.abs() + 1), torch.acosh(tx.abs() + 1), rtol=1e-5)
+        _close(getattr(fuel, name)(small), getattr(torch, name)(t_small), rtol=1e-5)
+    _close(fuel.acosh(x.abs() + 1), torch.acosh(tx.abs() + 1), rtol=1e-5)
     _close(F.det(fuel.tensor(x.numpy()[:3, :3])), torch.linalg.det(tx[:3, :3]), rtol=1e-5)
     a = RNG.integers(-50, 50, 12).astype(np.int32)
     b = np.where((c := RNG.integers(-7, 7, 12).astype(np.int32)) == 0, 3, c)
     fa, fb, ta, tb = fuel.tensor(a), fuel.tensor(b), torch.tensor(a), torch.tensor(b)
-    np.testing.assert_array_equal(F.fmod(fa, fb).numpy(), torch.fmod(ta, tb).numpy())
+    np.testing.assert_array_equal(fuel.fmod(fa, fb).numpy(), torch.fmod(ta, tb).numpy())
     np.testing.assert_array_equal(F.trunc_divide(fa, fb).numpy(),
                                   torch.div(ta, tb, rounding_mode="trunc").numpy())
     shifts = fuel.tensor(np.abs(b) % 8)
-    np.testing.assert_array_equal(F.bitwise_left_shift(fa, shifts).numpy(),
+    np.testing.assert_array_equal(fuel.bitwise_left_shift(fa, shifts).numpy(),
                                   torch.bitwise_left_shift(ta, torch.tensor(np.abs(b) % 8)))
-    np.testing.assert_array_equal(F.bitwise_right_shift(fa, shifts).numpy(),
+    np.testing.assert_array_equal(fuel.bitwise_right_shift(fa, shifts).numpy(),
                                   torch.bitwise_right_shift(ta, torch.tensor(np.abs(b) % 8)))
     bits = F.bitcast(fuel.tensor(np.array([1.0, -2.0], np.float32)), "int32")
     np.testing.assert_array_equal(bits.numpy(), torch.tensor([1.0, -2.0]).view(torch.int32))

@@ -8,9 +8,9 @@ import numpy as np
 
 from fuel.dispatch.kernel import KernelCaps, KernelList
 from fuel.ir import dtype as dt
-from fuel.ir.coverage import combos  # noqa: F401 - the CPU kernels' shorthand
 from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
+from fuel.ir.ops import combos  # noqa: F401 - the CPU kernels' shorthand
 
 CPU_KERNELS = KernelList(BackendId.CPU, kernel_source="numpy")
 STRIDED = KernelCaps(strided_input=True)

@@ -19,8 +19,7 @@ from fuel.backends.cpu.arrays import (
 )
 from fuel.backends.cpu.special import erf_into, gelu_into
 from fuel.ir import dtype as dt
-from fuel.ir.coverage import BINARY_DTYPES, UNARY_DTYPES
-from fuel.ir.ops import OpKind
+from fuel.ir.ops import OpKind, definition
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -110,6 +109,19 @@ def _reciprocal(x):
     return (1.0 / x).astype(x.dtype, copy=False)
 
 
+def _hardswish(x):
+    return (x * np.clip(x + 3.0, 0.0, 6.0) / 6.0).astype(x.dtype, copy=False)
+
+
+def _softplus(x):
+    """log(1 + exp(x)) without overflow; x itself above torch's threshold of 20."""
+    return np.where(x > 20.0, x, np.logaddexp(0.0, x)).astype(x.dtype, copy=False)
+
+
+def _mish(x):
+    return (x * np.tanh(_softplus(x))).astype(x.dtype, copy=False)
+
+
 def _integral_identity(function):
     """floor/ceil/round keep integers as they are (NumPy would turn them into floats)."""
 
@@ -123,7 +135,9 @@ UNARY_FUNCTIONS = {
     OpKind.NEG: np.negative,
     OpKind.ABS: np.abs,
     OpKind.EXP: np.exp,
+    OpKind.EXPM1: np.expm1,
     OpKind.LOG: np.log,
+    OpKind.LOG1P: np.log1p,
     OpKind.SQRT: np.sqrt,
     OpKind.RSQRT: _rsqrt,
     OpKind.RECIPROCAL: _reciprocal,
@@ -136,6 +150,9 @@ UNARY_FUNCTIONS = {
     OpKind.GELU: _float32_fast(_gelu, gelu_into),
     OpKind.GELU_TANH: _gelu_tanh,
     OpKind.SILU: _in_place(_silu_into),
+    OpKind.HARDSWISH: _hardswish,
+    OpKind.SOFTPLUS: _softplus,
+    OpKind.MISH: _mish,
     OpKind.ERF: _float32_fast(erf, erf_into),
     OpKind.FLOOR: _integral_identity(np.floor),
     OpKind.CEIL: _integral_identity(np.ceil),
@@ -203,9 +220,9 @@ def _make_elementwise(function):
 
 
 for _op, _function in UNARY_FUNCTIONS.items():
-    CPU_KERNELS.add(_op, UNARY_DTYPES[_op], _make_elementwise(_function), STRIDED)
+    CPU_KERNELS.add(_op, definition(_op).coverage, _make_elementwise(_function), STRIDED)
 for _op, _function in BINARY_FUNCTIONS.items():
-    CPU_KERNELS.add(_op, BINARY_DTYPES[_op], _make_elementwise(_function), STRIDED)
+    CPU_KERNELS.add(_op, definition(_op).coverage, _make_elementwise(_function), STRIDED)
 
 
 @CPU_KERNELS.kernel(OpKind.WHERE, [(dt.bool_, d, d, d) for d in dt.ALL_DTYPES], STRIDED)

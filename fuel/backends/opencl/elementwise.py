@@ -18,9 +18,8 @@ from fuel.backends.opencl.codegen import (
 from fuel.backends.opencl.common import STRIDED, ClKernel, launch_1d
 from fuel.dispatch.kernel import KernelList
 from fuel.ir import dtype as dt
-from fuel.ir.coverage import BINARY_DTYPES, UNARY_DTYPES
 from fuel.ir.dtype import DType
-from fuel.ir.ops import OpKind
+from fuel.ir.ops import OpKind, definition
 
 NUMERIC = dt.NUMERIC_DTYPES
 BITWISE = (dt.bool_,) + dt.INTEGER_DTYPES
@@ -209,10 +208,9 @@ def elementwise_program(combo: tuple[DType, ...], ops: tuple[OpKind, ...]) -> Pr
 def register_elementwise(kernels: KernelList, fp64: bool) -> None:
     """Add every unary/binary op and every cast (all dtype combinations)."""
     groups: dict[tuple[DType, ...], list[OpKind]] = {}
-    for table in (UNARY_DTYPES, BINARY_DTYPES):
-        for op, combos in table.items():
-            for combo in combos:
-                groups.setdefault(combo, []).append(op)
+    for op in (*UNARY_EXPRESSIONS, *BINARY_EXPRESSIONS):
+        for combo in definition(op).coverage:
+            groups.setdefault(combo, []).append(op)
     for combo, ops in groups.items():
         spec = elementwise_program(combo, tuple(ops))
         for op in ops:

@@ -1,0 +1,459 @@
+"""Shape and dtype rules of the ops: each takes (params, input shapes, input dtypes) and returns
+the output (shape, dtype), or raises ShapeError / DTypeError / InvalidArgument naming what is
+wrong. Pure metadata: the op records in ``fuel.ir.ops`` name one rule each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fuel.ir import dtype as dt
+from fuel.ir.dtype import DType
+from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
+from fuel.ir.params import (
+    GRID_SAMPLE_MODES,
+    GRID_SAMPLE_PADDINGS,
+    SCATTER_REDUCTIONS,
+    AxisParams,
+    ConvParams,
+    EinsumParams,
+    GridSampleParams,
+    PoolParams,
+    ReduceParams,
+    ScatterParams,
+    SortParams,
+)
+
+Shape = tuple[int, ...]
+InferRule = Callable[[object, tuple[Shape, ...], tuple[DType, ...]], tuple[Shape, DType]]
+
+
+def broadcast_shapes(*shapes: Shape) -> Shape:
+    """NumPy broadcasting of several shapes; raises ShapeError naming them."""
+    ndim = max((len(s) for s in shapes), default=0)
+    result = []
+    for axis in range(ndim):
+        size = 1
+        for shape in shapes:
+            own = shape[axis - ndim + len(shape)] if axis - ndim + len(shape) >= 0 else 1
+            if own != 1:
+                if size not in (1, own):
+                    listed = " and ".join(str(tuple(s)) for s in shapes)
+                    raise ShapeError(f"shapes {listed} cannot be broadcast together")
+                size = own
+        result.append(size)
+    return tuple(result)
+
+
+def same_as_input(params, shapes, dtypes):
+    return shapes[0], dtypes[0]
+
+
+def predicate(params, shapes, dtypes):
+    return shapes[0], dt.bool_
+
+
+def unary_float(params, shapes, dtypes):
+    if not dtypes[0].is_floating:
+        raise DTypeError(f"needs a floating-point input, got {dtypes[0].name}")
+    return shapes[0], dtypes[0]
+
+
+def binary(params, shapes, dtypes):
+    if dtypes[0] is not dtypes[1]:
+        raise DTypeError(f"operands must share a dtype, got {dtypes[0].name} and {dtypes[1].name}")
+    return broadcast_shapes(*shapes), dtypes[0]
+
+
+def compare(params, shapes, dtypes):
+    return binary(params, shapes, dtypes)[0], dt.bool_
+
+
+def bitwise(params, shapes, dtypes):
+    if dtypes[0].is_floating:
+        raise DTypeError(f"bitwise ops need integer or bool operands, got {dtypes[0].name}")
+    return binary(params, shapes, dtypes)
+
+
+def where_rule(params, shapes, dtypes):
+    if not dtypes[0].is_bool:
+        raise DTypeError(f"where() needs a bool condition, got {dtypes[0].name}")
+    if dtypes[1] is not dtypes[2]:
+        raise DTypeError(f"where() branches must share a dtype: {dtypes[1].name}, {dtypes[2].name}")
+    return broadcast_shapes(*shapes), dtypes[1]
+
+
+def cast_rule(params, shapes, dtypes):
+    return shapes[0], params.dtype
+
+
+def copy_rule(params, shapes, dtypes):
+    return shapes[0], dtypes[0]
+
+
+def generator(params, shapes, dtypes):
+    shape = params.shape if hasattr(params, "shape") else (params.count,)
+    return tuple(shape), params.dtype
+
+
+def _reduced_shape(shape: Shape, params: ReduceParams) -> Shape:
+    if params.keepdim:
+        return tuple(1 if axis in params.dims else s for axis, s in enumerate(shape))
+    return tuple(s for axis, s in enumerate(shape) if axis not in params.dims)
+
+
+def reduce(params, shapes, dtypes):
+    return _reduced_shape(shapes[0], params), dtypes[0]
+
+
+def reduce_accumulate(params, shapes, dtypes):
+    out = dt.int64 if not dtypes[0].is_floating else dtypes[0]
+    return _reduced_shape(shapes[0], params), out
+
+
+def reduce_mean(params, shapes, dtypes):
+    if not dtypes[0].is_floating:
+        raise DTypeError(f"mean() needs a floating-point input, got {dtypes[0].name}")
+    return reduce(params, shapes, dtypes)
+
+
+def reduce_index(params, shapes, dtypes):
+    return _reduced_shape(shapes[0], params), dt.int64
+
+
+def reduce_predicate(params, shapes, dtypes):
+    return _reduced_shape(shapes[0], params), dt.bool_
+
+
+def cumsum(params, shapes, dtypes):
+    return shapes[0], (dtypes[0] if dtypes[0].is_floating else dt.int64)
+
+
+def matmul(params, shapes, dtypes):
+    a, b = shapes
+    if len(a) < 2 or len(b) < 2:
+        raise ShapeError(f"matmul kernel operands need 2+ dims, got {a} and {b}")
+    if a[-1] != b[-2]:
+        raise ShapeError(f"matmul: {a} @ {b}: inner sizes {a[-1]} and {b[-2]} differ")
+    if dtypes[0] is not dtypes[1]:
+        raise DTypeError(f"matmul operands must share a dtype: {dtypes[0].name}, {dtypes[1].name}")
+    if dtypes[0].is_bool:
+        raise DTypeError("matmul does not take bool operands")
+    batch = broadcast_shapes(a[:-2], b[:-2])
+    return batch + (a[-2], b[-1]), dtypes[0]
+
+
+def norm(params, shapes, dtypes):
+    x = shapes[0]
+    if not dtypes[0].is_floating:
+        raise DTypeError(f"normalization needs a floating-point input, got {dtypes[0].name}")
+    for extra in shapes[1:]:
+        if tuple(extra) != tuple(x[len(x) - params.axes:]):
+            raise ShapeError(
+                f"normalization weight/bias shape {extra} must equal the normalized shape "
+                f"{x[len(x) - params.axes:]}"
+            )
+    return x, dtypes[0]
+
+
+def gather(params, shapes, dtypes):
+    source, index = shapes
+    if dtypes[1] not in (dt.int32, dt.int64):
+        raise DTypeError(f"gather index must be int32 or int64, got {dtypes[1].name}")
+    if len(source) != len(index):
+        raise ShapeError(f"gather: index {index} must have as many dims as input {source}")
+    for axis, (s, i) in enumerate(zip(source, index)):
+        if axis != params.dim and i > s:
+            raise ShapeError(f"gather: index {index} exceeds input {source} in dim {axis}")
+    return index, dtypes[0]
+
+
+def index_select(params, shapes, dtypes):
+    source, index = shapes
+    if dtypes[1] not in (dt.int32, dt.int64):
+        raise DTypeError(f"index must be int32 or int64, got {dtypes[1].name}")
+    if len(index) != 1:
+        raise ShapeError(f"index_select takes a 1-D index, got shape {index}")
+    return source[: params.dim] + (index[0],) + source[params.dim + 1:], dtypes[0]
+
+
+def cat_rule(params, shapes, dtypes):
+    first = shapes[0]
+    total = 0
+    for shape, dtype in zip(shapes, dtypes):
+        if dtype is not dtypes[0]:
+            raise DTypeError("cat operands must share a dtype")
+        if len(shape) != len(first) or any(
+            a != b for axis, (a, b) in enumerate(zip(shape, first)) if axis != params.dim
+        ):
+            raise ShapeError(f"cat along dim {params.dim}: shapes {first} and {shape} differ")
+        total += shape[params.dim]
+    return first[: params.dim] + (total,) + first[params.dim + 1:], dtypes[0]
+
+
+def triangle(params, shapes, dtypes):
+    if len(shapes[0]) < 2:
+        raise ShapeError(f"tril/triu need 2+ dims, got {shapes[0]}")
+    return shapes[0], dtypes[0]
+
+
+def pad_rule(params, shapes, dtypes):
+    shape = tuple(s + a + b for s, (a, b) in zip(shapes[0], params.widths))
+    return shape, dtypes[0]
+
+
+def slice_assign(params, shapes, dtypes):
+    target, value = shapes
+    if dtypes[0] is not dtypes[1]:
+        raise DTypeError(f"assigned value must be {dtypes[0].name}, got {dtypes[1].name}")
+    from fuel.ir.layout import Layout
+
+    region = Layout.contiguous(target).slice(params.starts, params.stops, params.steps).shape
+    if tuple(value) != region:
+        raise ShapeError(f"assigned value of shape {value} does not fit the region {region}")
+    return target, dtypes[0]
+
+
+def index_copy(params, shapes, dtypes):
+    target, index, source = shapes
+    if dtypes[1] not in (dt.int32, dt.int64):
+        raise DTypeError(f"index_copy index must be int32 or int64, got {dtypes[1].name}")
+    if dtypes[0] is not dtypes[2]:
+        raise DTypeError(f"index_copy source must be {dtypes[0].name}, got {dtypes[2].name}")
+    expected = target[: params.dim] + tuple(index) + target[params.dim + 1:]
+    if len(index) != 1 or tuple(source) != expected:
+        raise ShapeError(f"index_copy: source {source} must be {expected} for a 1-D index "
+                         f"{index} into {target} along dim {params.dim}")
+    return target, dtypes[0]
+
+
+def view_reshape(params, shapes, dtypes):
+    return params.shape, dtypes[0]
+
+
+def view_permute(params, shapes, dtypes):
+    return tuple(shapes[0][d] for d in params.dims), dtypes[0]
+
+
+def view_slice(params, shapes, dtypes):
+    from fuel.ir.layout import Layout
+
+    return Layout.contiguous(shapes[0]).slice(params.starts, params.stops, params.steps).shape, \
+        dtypes[0]
+
+
+
+
+def conv_output_size(size: int, kernel: int, stride: int, begin: int, end: int,
+                     dilation: int, ceil_mode: bool = False) -> int:
+    """Output length of a sliding window (the ceil rule drops a window that would start in
+    the trailing padding)."""
+    span = (kernel - 1) * dilation + 1
+    room = size + begin + end - span
+    if room < 0:
+        return 0
+    if not ceil_mode:
+        return room // stride + 1
+    count = -(-room // stride) + 1
+    if (count - 1) * stride >= size + begin:
+        count -= 1
+    return count
+
+
+def _spatial_check(params, rank: int, what: str) -> None:
+    fields = [params.strides, params.pads_begin, params.pads_end, params.dilations]
+    if any(len(f) != rank for f in fields):
+        raise ShapeError(f"{what}: strides/pads/dilations must have {rank} entries "
+                         f"(one per spatial dim)")
+    if any(s <= 0 for s in params.strides) or any(d <= 0 for d in params.dilations):
+        raise InvalidArgument(f"{what}: strides and dilations must be positive")
+
+
+def conv(params: ConvParams, shapes, dtypes):
+    x, w = shapes
+    if dtypes[0] is not dtypes[1]:
+        raise DTypeError(f"conv operands must share a dtype: {dtypes[0].name}, {dtypes[1].name}")
+    if len(x) < 3 or len(w) != len(x):
+        raise ShapeError(f"conv needs input (N, C, ...) and weight (M, C/groups, ...) of the "
+                         f"same rank, got {x} and {w}")
+    rank = len(x) - 2
+    _spatial_check(params, rank, "conv")
+    if x[1] != w[1] * params.groups or w[0] % params.groups:
+        raise ShapeError(f"conv: input channels {x[1]} and weight {w} do not fit "
+                         f"{params.groups} groups")
+    spatial = tuple(
+        conv_output_size(x[2 + i], w[2 + i], params.strides[i], params.pads_begin[i],
+                         params.pads_end[i], params.dilations[i])
+        for i in range(rank)
+    )
+    return (x[0], w[0]) + spatial, dtypes[0]
+
+
+def conv_transpose(params: ConvParams, shapes, dtypes):
+    x, w = shapes
+    if dtypes[0] is not dtypes[1]:
+        raise DTypeError("conv_transpose operands must share a dtype")
+    if len(x) < 3 or len(w) != len(x):
+        raise ShapeError(f"conv_transpose needs input (N, C, ...) and weight "
+                         f"(C, M/groups, ...) of the same rank, got {x} and {w}")
+    rank = len(x) - 2
+    _spatial_check(params, rank, "conv_transpose")
+    if x[1] != w[0] or w[0] % params.groups:
+        raise ShapeError(f"conv_transpose: input channels {x[1]} and weight {w} do not fit "
+                         f"{params.groups} groups")
+    padding = params.output_padding or (0,) * rank
+    spatial = []
+    for i in range(rank):
+        size = (params.strides[i] * (x[2 + i] - 1) + padding[i]
+                + (w[2 + i] - 1) * params.dilations[i] + 1
+                - params.pads_begin[i] - params.pads_end[i])
+        if size < 0:
+            raise ShapeError(f"conv_transpose: padding leaves a negative output size in dim "
+                             f"{2 + i}")
+        spatial.append(size)
+    return (x[0], w[1] * params.groups) + tuple(spatial), dtypes[0]
+
+
+def pool(params: PoolParams, shapes, dtypes):
+    x = shapes[0]
+    rank = len(params.kernel)
+    if len(x) < rank + 1:
+        raise ShapeError(f"pooling a {rank}-d window needs at least {rank + 1} dims, got {x}")
+    _spatial_check(params, rank, "pool")
+    lead = len(x) - rank
+    spatial = tuple(
+        conv_output_size(x[lead + i], params.kernel[i], params.strides[i], params.pads_begin[i],
+                         params.pads_end[i], params.dilations[i], params.ceil_mode)
+        for i in range(rank)
+    )
+    return tuple(x[:lead]) + spatial, dtypes[0]
+
+
+def pool_indices(params, shapes, dtypes):
+    return pool(params, shapes, dtypes)[0], dt.int64
+
+
+def argsort(params: SortParams, shapes, dtypes):
+    if not 0 <= params.dim < max(len(shapes[0]), 1):
+        raise InvalidArgument(f"argsort dim {params.dim} is out of range for {shapes[0]}")
+    return shapes[0], dt.int64
+
+
+def cumprod(params: AxisParams, shapes, dtypes):
+    if dtypes[0].is_bool:
+        raise DTypeError("cumprod does not take bool input")
+    return shapes[0], dtypes[0]
+
+
+def _scatter_common(params: ScatterParams, dtypes) -> None:
+    if params.reduction not in SCATTER_REDUCTIONS:
+        raise InvalidArgument(f"scatter reduction must be one of {SCATTER_REDUCTIONS}, "
+                              f"got {params.reduction!r}")
+    if dtypes[1] not in (dt.int32, dt.int64):
+        raise DTypeError(f"scatter indices must be int32 or int64, got {dtypes[1].name}")
+    if dtypes[0] is not dtypes[2]:
+        raise DTypeError(f"scatter updates must be {dtypes[0].name}, got {dtypes[2].name}")
+
+
+def scatter_elements(params: ScatterParams, shapes, dtypes):
+    data, index, updates = shapes
+    _scatter_common(params, dtypes)
+    if tuple(index) != tuple(updates) or len(index) != len(data):
+        raise ShapeError(f"scatter_elements: indices {index} and updates {updates} must share "
+                         f"a shape with as many dims as data {data}")
+    if not 0 <= params.dim < max(len(data), 1):
+        raise InvalidArgument(f"scatter dim {params.dim} is out of range for {data}")
+    return data, dtypes[0]
+
+
+def scatter_nd(params: ScatterParams, shapes, dtypes):
+    data, index, updates = shapes
+    _scatter_common(params, dtypes)
+    if not index or index[-1] > len(data):
+        raise ShapeError(f"scatter_nd: indices {index} need a last dim of at most {len(data)}")
+    expected = tuple(index[:-1]) + tuple(data[index[-1]:])
+    if tuple(updates) != expected:
+        raise ShapeError(f"scatter_nd: updates must have shape {expected}, got {updates}")
+    return data, dtypes[0]
+
+
+def parse_einsum(equation: str) -> tuple[list[str], str]:
+    """Operand subscripts and the output subscripts of an explicit einsum equation."""
+    text = equation.replace(" ", "")
+    if "->" not in text:
+        raise InvalidArgument(f"einsum equation {equation!r} must be explicit (contain '->')")
+    left, output = text.split("->")
+    terms = left.split(",")
+    for term in terms + [output]:
+        if not all(c.isalpha() for c in term):
+            raise InvalidArgument(f"einsum equation {equation!r}: only letters are allowed "
+                                  "(expand '...' first)")
+    return terms, output
+
+
+def einsum(params: EinsumParams, shapes, dtypes):
+    terms, output = parse_einsum(params.equation)
+    if len(terms) != len(shapes):
+        raise ShapeError(f"einsum {params.equation!r} takes {len(terms)} operands, got "
+                         f"{len(shapes)}")
+    sizes: dict[str, int] = {}
+    for term, shape, dtype in zip(terms, shapes, dtypes):
+        if dtype is not dtypes[0]:
+            raise DTypeError("einsum operands must share a dtype")
+        if len(term) != len(shape):
+            raise ShapeError(f"einsum term {term!r} does not match operand shape {shape}")
+        for letter, size in zip(term, shape):
+            known = sizes.setdefault(letter, size)
+            if known != size:
+                raise ShapeError(f"einsum index {letter!r} has sizes {known} and {size}")
+    if len(set(output)) != len(output) or any(c not in sizes for c in output):
+        raise ShapeError(f"einsum output {output!r} must name distinct input indices")
+    if dtypes[0].is_bool:
+        raise DTypeError("einsum does not take bool operands")
+    return tuple(sizes[c] for c in output), dtypes[0]
+
+
+def grid_sample(params: GridSampleParams, shapes, dtypes):
+    x, grid = shapes
+    if params.mode not in GRID_SAMPLE_MODES or params.padding_mode not in GRID_SAMPLE_PADDINGS:
+        raise InvalidArgument(f"grid_sample mode {params.mode!r} / padding "
+                              f"{params.padding_mode!r} is not one of {GRID_SAMPLE_MODES} / "
+                              f"{GRID_SAMPLE_PADDINGS}")
+    if len(x) < 3 or len(grid) != len(x) or grid[-1] != len(x) - 2 or grid[0] != x[0]:
+        raise ShapeError(f"grid_sample needs input (N, C, D1..Dr) and grid (N, O1..Or, r), got "
+                         f"{x} and {grid}")
+    if not dtypes[0].is_floating or dtypes[1] is not dtypes[0]:
+        raise DTypeError(f"grid_sample needs floating input and grid of one dtype, got "
+                         f"{dtypes[0].name} and {dtypes[1].name}")
+    return (x[0], x[1]) + tuple(grid[1:-1]), dtypes[0]
+
+
+def det(params, shapes, dtypes):
+    x = shapes[0]
+    if len(x) < 2 or x[-1] != x[-2]:
+        raise ShapeError(f"det needs square matrices in the last two dims, got {x}")
+    if not dtypes[0].is_floating:
+        raise DTypeError(f"det needs a floating-point input, got {dtypes[0].name}")
+    return tuple(x[:-2]), dtypes[0]
+
+
+def bitcast(params, shapes, dtypes):
+    if dtypes[0].itemsize != params.dtype.itemsize:
+        raise DTypeError(f"bitcast needs types of one size, got {dtypes[0].name} "
+                         f"({dtypes[0].itemsize} bytes) and {params.dtype.name} "
+                         f"({params.dtype.itemsize} bytes)")
+    return shapes[0], params.dtype
+
+
+def integer_binary(params, shapes, dtypes):
+    if not dtypes[0].is_integer:
+        raise DTypeError(f"needs integer operands, got {dtypes[0].name}")
+    return binary(params, shapes, dtypes)
+
+
+def numeric_binary(params, shapes, dtypes):
+    if dtypes[0].is_bool:
+        raise DTypeError("needs numeric operands, got bool")
+    return binary(params, shapes, dtypes)
+
+
