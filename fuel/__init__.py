@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from fuel import backends as _backends
+from fuel.frontend import factories as _factories
 from fuel.frontend.factories import (
     arange,
     empty,
@@ -19,7 +20,6 @@ from fuel.frontend.factories import (
     rand,
     randint,
     randn,
-    tensor,
     zeros,
     zeros_like,
 )
@@ -62,6 +62,10 @@ from fuel.runtime.executor import plan_cache_stats, set_plan_cache_capacity
 from fuel.runtime.jit import jit
 from fuel.tensor import Tensor
 
+# ``fuel.tensor`` is the factory function, not the module that defines Tensor: bind it after
+# that module's first import, which sets the package attribute of the same name.
+tensor = _factories.tensor
+
 __version__ = "0.1.0"
 
 _backends.find_backend(BackendId.CPU)  # the embedded default registers its kernels at import
@@ -70,12 +74,10 @@ _backends.find_backend(BackendId.CPU)  # the embedded default registers its kern
 # ``fuel.onnx.load(...)`` and ``fuel.models.llama.load_gguf()`` work right after ``import fuel``.
 _LAZY_SUBPACKAGES = frozenset({"nn", "onnx", "models", "conformance", "distributed"})
 
-
 def __getattr__(name: str):
     if name in _LAZY_SUBPACKAGES:
         return importlib.import_module(f"fuel.{name}")
     raise AttributeError(f"module 'fuel' has no attribute {name!r}")
-
 
 def realize(*tensors: Tensor, pipelined: bool = False) -> tuple[Tensor, ...]:
     """Realize several tensors in one walk (shared subgraphs run once); returns them."""
@@ -83,7 +85,6 @@ def realize(*tensors: Tensor, pipelined: bool = False) -> tuple[Tensor, ...]:
 
     _realize([t._node for t in tensors], pipelined=pipelined)
     return tensors
-
 
 __all__ = [
     "BackendId", "DType", "Device", "DeviceError", "DeviceMismatch", "DTypeError", "FuelError",

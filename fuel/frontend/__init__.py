@@ -1,7 +1,3 @@
-"""The torch-style front end: graph-building functions behind Tensor's methods.
-
-``fuel.tensor`` defines Tensor and then installs these modules' methods on it, so it is
-imported first, whichever module of the front end is imported first.
-"""
-
-import fuel.tensor  # noqa: F401
+"""The torch-style front end: the graph-building functions behind Tensor's methods, and the
+method mixins (plus the module generated from the op registry) that ``fuel.tensor.Tensor``
+is made of. Imports go one way: ``fuel.tensor`` imports the front end, never the reverse."""

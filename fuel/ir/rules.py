@@ -1,6 +1,7 @@
 """Shape and dtype rules of the ops: each takes (params, input shapes, input dtypes) and returns
 the output (shape, dtype), or raises ShapeError / DTypeError / InvalidArgument naming what is
-wrong. Pure metadata: the op records in ``fuel.ir.ops`` name one rule each.
+wrong. Operand constraints (integer indices, bool masks) are declared in the op records and
+checked before a rule runs. Pure metadata: the records in ``fuel.ir.ops`` name one rule each.
 """
 
 from __future__ import annotations
@@ -76,8 +77,6 @@ def bitwise(params, shapes, dtypes):
 
 
 def where_rule(params, shapes, dtypes):
-    if not dtypes[0].is_bool:
-        raise DTypeError(f"where() needs a bool condition, got {dtypes[0].name}")
     if dtypes[1] is not dtypes[2]:
         raise DTypeError(f"where() branches must share a dtype: {dtypes[1].name}, {dtypes[2].name}")
     return broadcast_shapes(*shapes), dtypes[1]
@@ -158,8 +157,6 @@ def norm(params, shapes, dtypes):
 
 def gather(params, shapes, dtypes):
     source, index = shapes
-    if dtypes[1] not in (dt.int32, dt.int64):
-        raise DTypeError(f"gather index must be int32 or int64, got {dtypes[1].name}")
     if len(source) != len(index):
         raise ShapeError(f"gather: index {index} must have as many dims as input {source}")
     for axis, (s, i) in enumerate(zip(source, index)):
@@ -170,8 +167,6 @@ def gather(params, shapes, dtypes):
 
 def index_select(params, shapes, dtypes):
     source, index = shapes
-    if dtypes[1] not in (dt.int32, dt.int64):
-        raise DTypeError(f"index must be int32 or int64, got {dtypes[1].name}")
     if len(index) != 1:
         raise ShapeError(f"index_select takes a 1-D index, got shape {index}")
     return source[: params.dim] + (index[0],) + source[params.dim + 1:], dtypes[0]
@@ -216,8 +211,6 @@ def slice_assign(params, shapes, dtypes):
 
 def index_copy(params, shapes, dtypes):
     target, index, source = shapes
-    if dtypes[1] not in (dt.int32, dt.int64):
-        raise DTypeError(f"index_copy index must be int32 or int64, got {dtypes[1].name}")
     if dtypes[0] is not dtypes[2]:
         raise DTypeError(f"index_copy source must be {dtypes[0].name}, got {dtypes[2].name}")
     expected = target[: params.dim] + tuple(index) + target[params.dim + 1:]
@@ -349,8 +342,6 @@ def _scatter_common(params: ScatterParams, dtypes) -> None:
     if params.reduction not in SCATTER_REDUCTIONS:
         raise InvalidArgument(f"scatter reduction must be one of {SCATTER_REDUCTIONS}, "
                               f"got {params.reduction!r}")
-    if dtypes[1] not in (dt.int32, dt.int64):
-        raise DTypeError(f"scatter indices must be int32 or int64, got {dtypes[1].name}")
     if dtypes[0] is not dtypes[2]:
         raise DTypeError(f"scatter updates must be {dtypes[0].name}, got {dtypes[2].name}")
 

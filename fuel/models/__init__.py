@@ -9,4 +9,15 @@ from __future__ import annotations
 
 from fuel.models.common import INSTALL_HINT, ModelDependencyError, ModelFormatError
 
-__all__ = ["INSTALL_HINT", "ModelDependencyError", "ModelFormatError"]
+__all__ = ["INSTALL_HINT", "ModelDependencyError", "ModelFormatError", "llama", "minilm"]
+
+_SUBMODULES = frozenset({"bert", "llama", "minilm", "tokenizer", "gguf_loader", "sampling"})
+
+
+def __getattr__(name: str):
+    """``fuel.models.llama`` and ``fuel.models.minilm`` without importing them by hand."""
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"fuel.models.{name}")
+    raise AttributeError(f"module 'fuel.models' has no attribute {name!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fuel.ir import dtype as dt
+from fuel.ir.ops import definition
 from fuel.onnx.context import NodeContext, SequenceValue, onnx_op
 from fuel.onnx.errors import OnnxError, UnsupportedDType
 from fuel.onnx.ops.common import (
@@ -26,9 +27,8 @@ UNARY = {
     "Atan": OpKind.ATAN, "Sinh": OpKind.SINH, "Cosh": OpKind.COSH, "Asinh": OpKind.ASINH,
     "Acosh": OpKind.ACOSH, "Atanh": OpKind.ATANH,
 }
-FLOAT_ONLY = {"Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tanh", "Sigmoid", "Erf",
-              "Floor", "Ceil", "Round", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
-              "Acosh", "Atanh"}
+# ONNX defines these for floats only, although fuel's ops keep integers as they are.
+ONNX_FLOAT_ONLY = {"Floor", "Ceil", "Round"}
 COMPARE = {"Equal": OpKind.EQ, "Less": OpKind.LT, "Greater": OpKind.GT,
            "LessOrEqual": OpKind.LE, "GreaterOrEqual": OpKind.GE}
 LOGIC = {"And": OpKind.LOGICAL_AND, "Or": OpKind.LOGICAL_OR, "Xor": OpKind.LOGICAL_XOR}
@@ -39,7 +39,7 @@ BITWISE = {"BitwiseAnd": OpKind.BITWISE_AND, "BitwiseOr": OpKind.BITWISE_OR,
 def _unary_converter(op_type: str, op: OpKind):
     def convert(ctx: NodeContext) -> Tensor:
         x = ctx.input(0)
-        if op_type in FLOAT_ONLY:
+        if definition(op).float_only or op_type in ONNX_FLOAT_ONLY:
             require_float(x, op_type)
         if x.dtype.is_bool and op_type != "IsNaN":
             raise UnsupportedDType(f"{op_type} does not take bool input")
