@@ -6,6 +6,7 @@ import platform
 
 import numpy as np
 
+from fuel.backends.base import Backend
 from fuel.backends.cpu import elementwise, indexing, nn, nn_misc, nn_sample, structured  # noqa: F401
 from fuel.backends.cpu.arrays import CPU_KERNELS, view
 from fuel.dispatch.kernel import KernelBindingTable
@@ -16,17 +17,11 @@ from fuel.ir.layout import Layout
 from fuel.memory import Storage
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     """Buffers are flat NumPy arrays; every kernel finishes before it returns (Ready)."""
 
     backend_id = BackendId.CPU
     kernel_source = "numpy"
-
-    def is_available(self) -> bool:
-        return True
-
-    def unavailable_reason(self) -> str:
-        return ""
 
     def devices(self) -> list[Device]:
         return [CPU]
@@ -56,7 +51,7 @@ class CpuBackend:
     def download(self, storage: Storage, layout: Layout) -> np.ndarray:
         return view(storage, layout)
 
-    def record_completion(self, storage: Storage):
+    def record_completion(self, storage: Storage) -> None:
         return None
 
     def synchronize(self, device: Device) -> None:
