@@ -7,8 +7,17 @@ import platform
 import numpy as np
 
 from fuel.backends.base import Backend
-from fuel.backends.cpu import elementwise, indexing, nn, nn_misc, nn_sample, structured  # noqa: F401
-from fuel.backends.cpu.arrays import CPU_KERNELS, view
+from fuel.backends.cpu import (
+    convolution,
+    elementwise,
+    indexing,
+    pooling,
+    sampling,
+    scatter,
+    sorting,
+    structured,
+)
+from fuel.backends.cpu.arrays import view
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.ir.device import CPU, BackendId, Device
 from fuel.ir.dtype import DType
@@ -58,7 +67,14 @@ class CpuBackend(Backend):
         return None
 
     def register(self, table: KernelBindingTable) -> None:
-        CPU_KERNELS.register_into(table)
+        """Add each kernel module's bindings."""
+        for module in KERNEL_MODULES:
+            module.KERNELS.register_into(table)
+
+
+# Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
+KERNEL_MODULES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting,
+                  sampling)
 
 
 BACKEND = CpuBackend()

@@ -188,8 +188,15 @@ class OpenClBackend(Backend):
             context.buffers.release_cached()
 
     def register(self, table: KernelBindingTable) -> None:
-        """Add the OpenCL kernels whose dtypes every detected device supports."""
-        from fuel.backends.opencl.kernels import register_kernels
+        """Add each kernel module's bindings; float64 ones only where every device runs
+        double precision."""
+        from fuel.backends.opencl import elementwise, matmul, movement, reduce, rows
 
-        register_kernels(table, fp64=self.supports_fp64())
+        keep = None if self.supports_fp64() else _without_float64
+        for module in (elementwise, movement, reduce, rows, matmul):
+            module.KERNELS.register_into(table, keep)
+
+
+def _without_float64(dtypes: tuple[DType, ...]) -> bool:
+    return dt.float64 not in dtypes
 

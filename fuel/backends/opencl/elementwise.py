@@ -15,7 +15,7 @@ from fuel.backends.opencl.codegen import (
     needs_fp64,
     walk_kernel,
 )
-from fuel.backends.opencl.common import STRIDED, ClKernel, launch_1d
+from fuel.backends.opencl.common import STRIDED, ClKernel, kernel_list, launch_1d
 from fuel.dispatch.kernel import KernelList
 from fuel.ir import dtype as dt
 from fuel.ir.coverage import BINARY_DTYPES, UNARY_DTYPES
@@ -206,7 +206,7 @@ def elementwise_program(combo: tuple[DType, ...], ops: tuple[OpKind, ...]) -> Pr
     return ProgramSpec(name, "".join(parts), needs_fp64(*combo))
 
 
-def register_elementwise(kernels: KernelList, fp64: bool) -> None:
+def _add_elementwise(kernels: KernelList) -> None:
     """Add every unary/binary op and every cast (all dtype combinations)."""
     groups: dict[tuple[DType, ...], list[OpKind]] = {}
     for table in (UNARY_DTYPES, BINARY_DTYPES):
@@ -252,3 +252,7 @@ def _register_casts(kernels: KernelList) -> None:
             for target in targets:
                 kernels.add(OpKind.CAST, [(source, target)],
                             ClKernel(run_walk, spec, f"cast_to_{target.name}"), STRIDED)
+
+
+KERNELS = kernel_list()
+_add_elementwise(KERNELS)
