@@ -42,12 +42,6 @@ def register_backend(backend: Backend) -> None:
             extend_global_table(backend.register)
 
 
-def unregister_backend(backend_id: BackendId) -> None:
-    """Forget the backend serving ``backend_id`` (its kernels stay in the table, unreachable)."""
-    with _lock:
-        _backends.pop(backend_id, None)
-
-
 def _load_builtin(backend_id: BackendId) -> Backend | None:
     module_name = BUILTIN_BACKENDS.get(backend_id)
     if module_name is None:

@@ -8,7 +8,6 @@ import numpy as np
 
 from fuel.dispatch.kernel import KernelCaps, KernelList
 from fuel.ir import dtype as dt
-from fuel.ir.coverage import combos  # noqa: F401 - the CPU kernels' shorthand
 from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
 

@@ -10,7 +10,6 @@ import numpy as np
 from fuel.backends.cpu.arrays import (
     HALF_NUMPY,
     STRIDED,
-    combos,
     compute,
     kernel_list,
     operand,
@@ -19,7 +18,7 @@ from fuel.backends.cpu.arrays import (
 )
 from fuel.backends.cpu.special import erf_into, gelu_into
 from fuel.ir import dtype as dt
-from fuel.ir.coverage import BINARY_DTYPES, UNARY_DTYPES
+from fuel.ir.coverage import BINARY_DTYPES, UNARY_DTYPES, combos
 from fuel.ir.ops import OpKind
 
 KERNELS = kernel_list()

@@ -22,7 +22,6 @@ from fuel.ir.coverage import BINARY_DTYPES, UNARY_DTYPES
 from fuel.ir.dtype import DType
 from fuel.ir.ops import OpKind
 
-NUMERIC = dt.NUMERIC_DTYPES
 BITWISE = (dt.bool_,) + dt.INTEGER_DTYPES
 
 
@@ -217,7 +216,7 @@ def _add_elementwise(kernels: KernelList) -> None:
         spec = elementwise_program(combo, tuple(ops))
         for op in ops:
             kernels.add(op, [combo], ClKernel(run_walk, spec, f"ew_{op.value}"), STRIDED)
-    _register_casts(kernels)
+    _add_casts(kernels)
 
 
 def _cast_expression(source: CType, target: CType) -> tuple[str, str]:
@@ -241,7 +240,7 @@ def cast_program(source: DType, targets: tuple[DType, ...]) -> ProgramSpec:
                        needs_fp64(source, *targets))
 
 
-def _register_casts(kernels: KernelList) -> None:
+def _add_casts(kernels: KernelList) -> None:
     for source in dt.ALL_DTYPES:
         wide = tuple(t for t in dt.ALL_DTYPES if needs_fp64(source, t))
         narrow = tuple(t for t in dt.ALL_DTYPES if t not in wide)
