@@ -48,8 +48,8 @@ def _contiguize(backend, device, storage, layout: Layout):
     return target, dense
 
 
-def run_case(backend, entry: BindingEntry, op: OpKind, dtypes, case: Case, params=None,
-             destination=None) -> np.ndarray:
+def run_case(backend: Backend, entry: BindingEntry, op: OpKind, dtypes, case: Case, params=None,
+             destination: Backend | None = None) -> np.ndarray:
     """Upload the operands to ``backend``'s first device, call the kernel on a pre-allocated
     output (on ``destination``'s first device for copies), wait, and download the output."""
     device = backend.devices()[0]
