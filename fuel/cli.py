@@ -43,21 +43,22 @@ def _kernels(args: argparse.Namespace) -> int:
 
 
 def _load_all_backends() -> None:
-    from fuel.backends import find_backend
-    from fuel.ir.device import BackendId
+    from fuel.backends import load_builtin_backends
 
-    for backend_id in BackendId:
-        find_backend(backend_id)
+    load_builtin_backends()
 
 
 def _backends(args: argparse.Namespace) -> int:
     from fuel.backends import backend_rows
 
-    for name, available, reason, devices in backend_rows():
+    rows = backend_rows()
+    name_width = max([len(row[0]) + 2 for row in rows] + [8])
+    device_width = max([len(device) + 2 for row in rows for device, _ in row[3]] + [12])
+    for name, available, reason, devices in rows:
         state = "available" if available else f"unavailable ({reason})"
-        print(f"{name:<8}{state}")
+        print(f"{name:<{name_width}}{state}")
         for device, description in devices:
-            print(f"  {device:<12}{description}")
+            print(f"  {device:<{device_width}}{description}")
     return 0
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib
 import threading
 
+from fuel.backends.base import Backend
 from fuel.dispatch.kernel import extend_global_table
 from fuel.ir.device import BackendId, Device
-from fuel.ir.errors import DeviceError
+from fuel.ir.errors import DeviceError, FuelError
 
 # One line per built-in backend: the module whose ``BACKEND`` object implements it.
 BUILTIN_BACKENDS: dict[BackendId, str] = {
@@ -15,37 +16,43 @@ BUILTIN_BACKENDS: dict[BackendId, str] = {
     BackendId.OPENCL: "fuel.backends.opencl",
 }
 
-_backends: dict[BackendId, object] = {}
+_backends: dict[BackendId, Backend] = {}
 _load_errors: dict[BackendId, str] = {}
 _lock = threading.RLock()
 
 
-def register_backend(backend) -> None:
+def register_backend(backend: Backend) -> None:
     """Make ``backend`` serve its ``backend_id`` and add its kernels to the global table."""
+    if not isinstance(backend, Backend):
+        raise FuelError(
+            f"{type(backend).__name__} is not a fuel.backends.base.Backend; a backend derives "
+            f"from Backend and implements its abstract methods")
+    try:
+        backend_id = backend.backend_id
+    except AttributeError:
+        backend_id = None
+    if not isinstance(backend_id, BackendId):
+        raise FuelError(
+            f"{type(backend).__name__}.backend_id is {backend_id!r}, not a BackendId; declare "
+            f"one with BackendId.register('name')")
     with _lock:
-        _backends[backend.backend_id] = backend
-        _load_errors.pop(backend.backend_id, None)
+        _backends[backend_id] = backend
+        _load_errors.pop(backend_id, None)
         if backend.is_available():
             extend_global_table(backend.register)
 
 
-def unregister_backend(backend_id: BackendId) -> None:
-    """Forget the backend serving ``backend_id`` (its kernels stay in the table, unreachable)."""
-    with _lock:
-        _backends.pop(backend_id, None)
-
-
-def _load_builtin(backend_id: BackendId):
+def _load_builtin(backend_id: BackendId) -> Backend | None:
     module_name = BUILTIN_BACKENDS.get(backend_id)
     if module_name is None:
-        _load_errors[backend_id] = f"fuel has no built-in {backend_id.value} backend"
+        _load_errors[backend_id] = "not registered"
         return None
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # an optional dependency that fails to import
         _load_errors[backend_id] = f"{module_name} failed to import: {error}"
         return None
-    backend = getattr(module, "BACKEND", None)
+    backend = module.__dict__.get("BACKEND")
     if backend is None:
         _load_errors[backend_id] = f"{module_name} defines no BACKEND"
         return None
@@ -53,7 +60,7 @@ def _load_builtin(backend_id: BackendId):
     return backend
 
 
-def find_backend(backend_id: BackendId):
+def find_backend(backend_id: BackendId) -> Backend | None:
     """The backend object for ``backend_id`` (loading a built-in on first use), or None."""
     backend = _backends.get(backend_id)
     if backend is not None or backend_id in _load_errors:
@@ -65,7 +72,7 @@ def find_backend(backend_id: BackendId):
         return backend
 
 
-def get_backend(device: Device):
+def get_backend(device: Device) -> Backend:
     """The available backend serving ``device``; DeviceError naming what is missing otherwise."""
     backend = find_backend(device.backend)
     if backend is None:
@@ -79,10 +86,27 @@ def get_backend(device: Device):
     return backend
 
 
+def known_backend_ids() -> list[BackendId]:
+    """The built-in ids and those of every backend registered at run time, built-ins first."""
+    with _lock:
+        return [backend_id for backend_id in BackendId.registered()
+                if backend_id in BUILTIN_BACKENDS or backend_id in _backends]
+
+
+def load_builtin_backends() -> dict[BackendId, Backend]:
+    """Every built-in backend that loads (available or not), by id, CPU first."""
+    found = {}
+    for backend_id in BUILTIN_BACKENDS:
+        backend = find_backend(backend_id)
+        if backend is not None:
+            found[backend_id] = backend
+    return found
+
+
 def backend_rows() -> list[tuple[str, bool, str, list[tuple[str, str]]]]:
     """(backend, available, reason, [(device, description)]) for every known backend."""
     rows = []
-    for backend_id in BackendId:
+    for backend_id in known_backend_ids():
         backend = find_backend(backend_id)
         if backend is None:
             reason = _load_errors.get(backend_id, "not registered")

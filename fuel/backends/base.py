@@ -1,8 +1,9 @@
-"""The Backend contract every backend folder implements."""
+"""The Backend contract every backend implements (the built-ins and run-time ones alike)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+import abc
+from collections.abc import Callable
 
 import numpy as np
 
@@ -13,47 +14,73 @@ from fuel.ir.dtype import DType
 from fuel.ir.layout import Layout
 from fuel.memory import Storage
 
+# What ``Backend.device_timer`` returns: a stop function, called after the launch, giving a
+# callable that resolves into the launch's device seconds (None when nothing was timed).
+DeviceTimerStop = Callable[[], Callable[[], float | None]]
 
-class Backend(Protocol):
+
+class Backend(abc.ABC):
     """Storage, host transfers, completion and registration for one backend family.
 
-    Optional: ``device_timer()``, for a backend whose queue timestamps its commands. While
-    ``op_profile`` traces, ``execute_compiled`` calls it before a launch; the stop function
-    it returns, called after the launch, gives a callable that ``op_profile.take_trace``
-    resolves into the launch's device seconds (``LaunchRow.device_seconds``)."""
+    A backend derives from this class, sets ``backend_id`` (an id it declared with
+    ``BackendId.register``) and ``kernel_source`` (the tag of its kernels), and implements the
+    abstract methods. The hooks with a body are optional: their defaults fit a backend that is
+    always available and runs every kernel to completion on the host.
+    """
 
     backend_id: BackendId
     kernel_source: str
 
-    def is_available(self) -> bool:
-        """Whether the backend can run here; never raises."""
+    # ------------------------------------------------------------------ required
 
-    def unavailable_reason(self) -> str:
-        """Why ``is_available`` is false (empty when available)."""
-
+    @abc.abstractmethod
     def devices(self) -> list[Device]:
         """The devices of this backend, in a stable order."""
 
+    @abc.abstractmethod
     def describe_device(self, device: Device) -> str:
         """A one-line human description of a device."""
 
+    @abc.abstractmethod
     def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
         """An uninitialized buffer of ``size`` elements."""
 
+    @abc.abstractmethod
     def upload(self, device: Device, array: np.ndarray) -> Storage:
         """A new Storage holding ``array`` (any shape; stored flat, row-major)."""
 
+    @abc.abstractmethod
     def write_from_host(self, storage: Storage, array: np.ndarray) -> None:
         """Overwrite ``storage`` (from element 0) with the flat contents of ``array``."""
 
+    @abc.abstractmethod
     def download(self, storage: Storage, layout: Layout) -> np.ndarray:
         """A host NumPy array of ``layout.shape`` holding what ``layout`` views."""
 
+    @abc.abstractmethod
     def record_completion(self, storage: Storage) -> Completion | None:
         """A Completion for the work last enqueued for ``storage``; None when work is done."""
 
+    @abc.abstractmethod
     def synchronize(self, device: Device) -> None:
         """Block until every queued operation on ``device`` has finished."""
 
+    @abc.abstractmethod
     def register(self, table: KernelBindingTable) -> None:
-        """Add this backend's kernels to ``table``."""
+        """Add this backend's kernels to ``table`` (under ``backend_id``, ``kernel_source``)."""
+
+    # ------------------------------------------------------------------ optional
+
+    def is_available(self) -> bool:
+        """Whether the backend can run here; never raises. Default: always."""
+        return True
+
+    def unavailable_reason(self) -> str:
+        """Why ``is_available`` is false (empty when available). Default: empty."""
+        return ""
+
+    def device_timer(self) -> DeviceTimerStop | None:
+        """Start timing the device commands of the launch about to run, for a backend whose
+        queue timestamps its commands; ``execute_compiled`` calls it while ``op_profile``
+        traces. Default: None (no device clock; the host time is the launch time)."""
+        return None

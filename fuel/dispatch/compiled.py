@@ -114,9 +114,9 @@ def _device_timer(inputs, outputs):
     """While tracing: a backend that timestamps its device queue (``device_timer()``) times
     the launch; the returned stop function gives a lazy device-seconds value."""
     for storage in (outputs[0] if outputs else None, inputs[0] if inputs else None):
-        start = getattr(getattr(storage, "backend", None), "device_timer", None)
-        if start is not None:
-            return start()
+        stop = storage.backend.device_timer() if storage is not None else None
+        if stop is not None:
+            return stop
     return None
 
 

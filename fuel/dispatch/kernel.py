@@ -183,8 +183,8 @@ class KernelBindingTable:
 
 
 class KernelList:
-    """Kernels of one backend collected by the ``@kernels.kernel(...)`` decorator, next to
-    their code; ``register_into(table)`` adds them all with the backend's source tag."""
+    """The bindings of one kernel module, kept next to its kernels (the ``@KERNELS.kernel(...)``
+    decorator or ``KERNELS.add``); ``register_into(table)`` adds them with the source tag."""
 
     def __init__(self, backend: BackendId, kernel_source: str) -> None:
         self.backend = backend
@@ -206,9 +206,12 @@ class KernelList:
         for combo in dtypes:
             self.rows.append((op, tuple(combo), function, caps))
 
-    def register_into(self, table: KernelBindingTable) -> None:
+    def register_into(self, table: KernelBindingTable,
+                      keep: Callable[[KernelDTypes], bool] | None = None) -> None:
+        """Add every row (only those whose dtypes ``keep`` accepts, when given) to ``table``."""
         for op, dtypes, function, caps in self.rows:
-            table.register(op, dtypes, self.backend, function, caps, self.kernel_source)
+            if keep is None or keep(dtypes):
+                table.register(op, dtypes, self.backend, function, caps, self.kernel_source)
 
 
 # ----------------------------------------------------------------------------- global table

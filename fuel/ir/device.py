@@ -2,22 +2,83 @@
 
 from __future__ import annotations
 
-import enum
+import re
+import threading
+from typing import ClassVar
 
 from fuel.ir.errors import InvalidArgument
 
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
-class BackendId(enum.Enum):
-    """The backend families a kernel can be registered for."""
 
-    CPU = "cpu"
-    CUDA = "cuda"
-    VULKAN = "vulkan"
-    METAL = "metal"
-    OPENCL = "opencl"
+class BackendId:
+    """The name of a backend family, interned: one object per name, so ``is`` compares ids.
+
+    ``BackendId.register("name")`` declares an id (a backend registers its own);
+    ``BackendId("name")`` looks up a declared one. ``CPU`` and ``OPENCL`` are the built-ins.
+    """
+
+    __slots__ = ("value",)
+    _declared: ClassVar[dict[str, BackendId]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+    CPU: ClassVar[BackendId]
+    OPENCL: ClassVar[BackendId]
+
+    value: str
+
+    def __new__(cls, name: str) -> BackendId:
+        found = cls._declared.get(name)
+        if found is None:
+            raise InvalidArgument(
+                f"unknown backend {name!r}; backends are: {', '.join(cls.names())}")
+        return found
+
+    @classmethod
+    def register(cls, name: str) -> BackendId:
+        """The id named ``name``, declared on first call (lowercase letters, digits, ``_``)."""
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise InvalidArgument(
+                f"a backend id is a lowercase name such as 'opencl' (letters, digits, '_'), "
+                f"not {name!r}")
+        with cls._lock:
+            found = cls._declared.get(name)
+            if found is None:
+                found = object.__new__(cls)
+                object.__setattr__(found, "value", name)
+                cls._declared[name] = found
+            return found
+
+    @classmethod
+    def registered(cls) -> tuple[BackendId, ...]:
+        """Every declared id, in declaration order (the built-ins first)."""
+        return tuple(cls._declared.values())
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The names of every declared id, in declaration order."""
+        return list(cls._declared)
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError("BackendId is immutable")
+
+    def __reduce__(self):
+        return (BackendId.register, (self.value,))
+
+    def __copy__(self) -> BackendId:
+        return self
+
+    def __deepcopy__(self, memo) -> BackendId:
+        return self
 
     def __repr__(self) -> str:
-        return f"BackendId.{self.name}"
+        return f"BackendId({self.value!r})"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+BackendId.CPU = BackendId.register("cpu")
+BackendId.OPENCL = BackendId.register("opencl")
 
 
 class Device:
@@ -45,6 +106,9 @@ class Device:
     def __hash__(self) -> int:
         return self._hash
 
+    def __reduce__(self):
+        return (Device, (self.backend, self.index))
+
 
 CPU = Device(BackendId.CPU, 0)
 _CACHE: dict[str, Device] = {"cpu": CPU, "cpu:0": CPU}
@@ -62,13 +126,11 @@ def parse_device(spec) -> Device:
     if not isinstance(spec, str):
         raise InvalidArgument(f"a device is a string such as 'cpu' or 'opencl:0', not {spec!r}")
     name, _, index_text = spec.strip().lower().partition(":")
-    try:
-        backend = BackendId(name)
-    except ValueError:
-        known = ", ".join(b.value for b in BackendId)
-        raise InvalidArgument(f"unknown device {spec!r}; backends are: {known}") from None
+    if name not in BackendId.names():
+        known = ", ".join(BackendId.names())
+        raise InvalidArgument(f"unknown device {spec!r}; backends are: {known}")
     if index_text and not index_text.isdigit():
         raise InvalidArgument(f"device index in {spec!r} must be a non-negative integer")
-    device = Device(backend, int(index_text) if index_text else 0)
+    device = Device(BackendId(name), int(index_text) if index_text else 0)
     _CACHE[spec] = device
     return device

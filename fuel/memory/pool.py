@@ -12,6 +12,10 @@ import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the backend layer sits above memory: a type only
+    from fuel.backends.base import Backend
 
 
 @dataclass
@@ -37,7 +41,7 @@ class DevicePool:
         self.stats = MemoryStats()
         self.lock = threading.Lock()
 
-    def take(self, backend, device, dtype, size: int):
+    def take(self, backend: Backend, device, dtype, size: int):
         """A Storage for (dtype, size): reused when one is idle, else freshly allocated."""
         key = (dtype, size)
         nbytes = size * dtype.itemsize

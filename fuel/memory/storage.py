@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fuel.ir.device import Device
 from fuel.ir.dtype import DType
+
+if TYPE_CHECKING:  # the backend layer sits above memory: a type only, no import at run time
+    from fuel.backends.base import Backend
 
 
 class Storage:
@@ -15,12 +20,13 @@ class Storage:
 
     __slots__ = ("buffer", "dtype", "size", "device", "backend", "__weakref__")
 
-    def __init__(self, buffer, dtype: DType, size: int, device: Device, backend) -> None:
+    def __init__(self, buffer, dtype: DType, size: int, device: Device,
+                 backend: Backend) -> None:
         self.buffer = buffer
         self.dtype = dtype
         self.size = size
         self.device = device
-        self.backend = backend
+        self.backend: Backend = backend
 
     @property
     def nbytes(self) -> int:

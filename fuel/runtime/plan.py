@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from fuel.backends import get_backend
+from fuel.backends.base import Backend
 from fuel.dispatch.compiled import CompiledNode, compile_node, node_lookup_dtypes
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.graph import Graph
@@ -30,7 +31,7 @@ class Step:
     layouts: list[Layout]
     target: int
     device: object
-    backend: object
+    backend: Backend
     pool: object
     dtype: object
     size: int
@@ -122,7 +123,7 @@ class PlanBuilder:
         self.root_ids = set(graph.roots)
         self.waited = _wait_set(graph)
         self.contiguous: dict = {}
-        self.backends: dict = {}
+        self.backends: dict[object, Backend] = {}
 
     def _backend(self, device):
         backend = self.backends.get(device)

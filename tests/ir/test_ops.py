@@ -17,8 +17,7 @@ from fuel.ir.ops import (
     infer,
 )
 from fuel.ir.params import NO_PARAMS, AxisParams
-from tests.backends import cases  # noqa: F401 - loads the case modules in their order
-from tests.backends.cases_elementwise import BINARY_REFERENCES, UNARY_REFERENCES
+from tests.backends.kernel_cases.elementwise import BINARY_REFERENCES, UNARY_REFERENCES
 
 
 def test_every_op_has_one_record():

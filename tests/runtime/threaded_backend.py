@@ -1,7 +1,8 @@
 """A test-only device backend: kernels run on a worker thread behind an in-order queue.
 
-It claims BackendId.METAL (absent on Linux) through the public registration API, so the
-executor's asynchronous paths (Pending handles, waits, the drain) run without hardware.
+It declares a backend id of its own (``threaded`` by default) and registers through the
+public API, so the executor's asynchronous paths (Pending handles, waits, the drain) run
+without hardware.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from fuel.backends.base import Backend
 from fuel.dispatch.kernel import KernelBindingTable, KernelCaps
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId, Device
 from fuel.ir.ops import OpKind
 from fuel.memory import Storage
 
-DEVICE = Device(BackendId.METAL, 0)
+THREADED = BackendId.register("threaded")
+DEVICE = Device(THREADED, 0)
 
 
 class DeviceFault(RuntimeError):
@@ -37,12 +40,12 @@ class ThreadedCompletion:
         self.marker.result(timeout=30)
 
 
-class ThreadedBackend:
-    """Claims ``backend_id`` (METAL by default); its device is ``<backend>:0``."""
+class ThreadedBackend(Backend):
+    """Serves ``backend_id`` (``threaded`` by default); its device is ``<backend>:0``."""
 
     kernel_source = "test-thread"
 
-    def __init__(self, delay: float = 0.0, backend_id: BackendId = BackendId.METAL) -> None:
+    def __init__(self, delay: float = 0.0, backend_id: BackendId = THREADED) -> None:
         self.backend_id = backend_id
         self.device = Device(backend_id, 0)
         self.dense_layouts: list = []
@@ -181,17 +184,17 @@ class ThreadedBackend:
 _SHARED: dict = {}
 
 
-def shared_backend(backend_id: BackendId, delay: float = 0.0) -> ThreadedBackend:
-    """The one test backend registered for ``backend_id`` in this process.
+def shared_backend(name: str = "threaded", delay: float = 0.0) -> ThreadedBackend:
+    """The one test backend registered under the backend id ``name`` in this process.
 
     The binding table is append-only and the first registered kernel wins, so a second
     backend object for the same id would never see its own kernels run: share one.
     """
     from fuel.backends import register_backend
 
-    backend = _SHARED.get(backend_id)
+    backend = _SHARED.get(name)
     if backend is None:
-        backend = _SHARED[backend_id] = ThreadedBackend(delay, backend_id)
+        backend = _SHARED[name] = ThreadedBackend(delay, BackendId.register(name))
         register_backend(backend)
     backend.delay = delay
     backend.available = True

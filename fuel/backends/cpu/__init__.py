@@ -6,8 +6,18 @@ import platform
 
 import numpy as np
 
-from fuel.backends.cpu import elementwise, indexing, nn, nn_misc, nn_sample, structured  # noqa: F401
-from fuel.backends.cpu.arrays import CPU_KERNELS, view
+from fuel.backends.base import Backend
+from fuel.backends.cpu import (
+    convolution,
+    elementwise,
+    indexing,
+    pooling,
+    sampling,
+    scatter,
+    sorting,
+    structured,
+)
+from fuel.backends.cpu.arrays import view
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.ir.device import CPU, BackendId, Device
 from fuel.ir.dtype import DType
@@ -16,17 +26,11 @@ from fuel.ir.layout import Layout
 from fuel.memory import Storage
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     """Buffers are flat NumPy arrays; every kernel finishes before it returns (Ready)."""
 
     backend_id = BackendId.CPU
     kernel_source = "numpy"
-
-    def is_available(self) -> bool:
-        return True
-
-    def unavailable_reason(self) -> str:
-        return ""
 
     def devices(self) -> list[Device]:
         return [CPU]
@@ -56,14 +60,21 @@ class CpuBackend:
     def download(self, storage: Storage, layout: Layout) -> np.ndarray:
         return view(storage, layout)
 
-    def record_completion(self, storage: Storage):
+    def record_completion(self, storage: Storage) -> None:
         return None
 
     def synchronize(self, device: Device) -> None:
         return None
 
     def register(self, table: KernelBindingTable) -> None:
-        CPU_KERNELS.register_into(table)
+        """Add each kernel module's bindings."""
+        for module in KERNEL_MODULES:
+            module.KERNELS.register_into(table)
+
+
+# Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
+KERNEL_MODULES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting,
+                  sampling)
 
 
 BACKEND = CpuBackend()

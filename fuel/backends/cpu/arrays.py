@@ -1,4 +1,4 @@
-"""NumPy views of Storages through Layouts, and the kernel list the CPU backend registers."""
+"""NumPy views of Storages through Layouts, and the kernel-list factory of the CPU modules."""
 
 from __future__ import annotations
 
@@ -12,10 +12,14 @@ from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
 from fuel.ir.ops import combos  # noqa: F401 - the CPU kernels' shorthand
 
-CPU_KERNELS = KernelList(BackendId.CPU, kernel_source="numpy")
 STRIDED = KernelCaps(strided_input=True)
 HALF_NUMPY = (dt.float16.numpy, dt.bfloat16.numpy)
 FLOAT32 = np.dtype(np.float32)
+
+
+def kernel_list() -> KernelList:
+    """An empty list of CPU bindings, for one kernel module to fill next to its kernels."""
+    return KernelList(BackendId.CPU, kernel_source="numpy")
 
 
 def view(storage, layout: Layout) -> np.ndarray:

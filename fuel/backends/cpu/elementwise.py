@@ -1,4 +1,4 @@
-"""NumPy kernels for the elementwise families (unary, binary, where, cast, copies)."""
+"""NumPy kernels for the elementwise families (unary, binary, where, casts, bit casts, copies)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ import math
 import numpy as np
 
 from fuel.backends.cpu.arrays import (
-    CPU_KERNELS,
     HALF_NUMPY,
     STRIDED,
-    combos,
     compute,
+    kernel_list,
     operand,
     output,
     view,
 )
 from fuel.backends.cpu.special import erf_into, gelu_into
 from fuel.ir import dtype as dt
-from fuel.ir.ops import OpKind, definition
+from fuel.ir.ops import OpKind, combos, definition
 
+KERNELS = kernel_list()
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
@@ -220,18 +220,62 @@ def _make_elementwise(function):
 
 
 for _op, _function in UNARY_FUNCTIONS.items():
-    CPU_KERNELS.add(_op, definition(_op).coverage, _make_elementwise(_function), STRIDED)
+    KERNELS.add(_op, definition(_op).coverage, _make_elementwise(_function), STRIDED)
 for _op, _function in BINARY_FUNCTIONS.items():
-    CPU_KERNELS.add(_op, definition(_op).coverage, _make_elementwise(_function), STRIDED)
+    KERNELS.add(_op, definition(_op).coverage, _make_elementwise(_function), STRIDED)
 
 
-@CPU_KERNELS.kernel(OpKind.WHERE, [(dt.bool_, d, d, d) for d in dt.ALL_DTYPES], STRIDED)
+def _truncating_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Integer division rounding toward zero (C semantics); division by zero gives 0."""
+    safe = np.where(y == 0, 1, y)
+    quotient = np.floor_divide(x, safe)
+    remainder = np.remainder(x, safe)
+    adjust = (remainder != 0) & ((x < 0) ^ (safe < 0))
+    return np.where(y == 0, 0, quotient + adjust.astype(quotient.dtype))
+
+
+def _shift(function):
+    """Shifts by a negative amount or by the bit width or more give 0 (-1 for a right shift
+    of a negative number); left shifts of signed numbers wrap."""
+
+    def shift(x, y):
+        bits = x.dtype.itemsize * 8
+        too_far = (y < 0) | (y >= bits)
+        amount = np.where(too_far, 0, y).astype(x.dtype)
+        if function is np.left_shift and x.dtype.kind == "i":
+            unsigned = np.dtype(f"u{x.dtype.itemsize}")
+            shifted = np.left_shift(x.view(unsigned), amount.astype(unsigned)).view(x.dtype)
+        else:
+            shifted = function(x, amount)
+        fill = np.zeros((), x.dtype)
+        if function is np.right_shift and x.dtype.kind == "i":
+            fill = np.where(x < 0, np.array(-1, x.dtype), fill)
+        return np.where(too_far, fill, shifted)
+
+    shift.__name__ = function.__name__
+    return shift
+
+
+INVERSE_AND_HYPERBOLIC = {
+    OpKind.TAN: np.tan, OpKind.ASIN: np.arcsin, OpKind.ACOS: np.arccos, OpKind.ATAN: np.arctan,
+    OpKind.SINH: np.sinh, OpKind.COSH: np.cosh, OpKind.ASINH: np.arcsinh,
+    OpKind.ACOSH: np.arccosh, OpKind.ATANH: np.arctanh,
+}
+INTEGER_BINARY = {
+    OpKind.FMOD: np.fmod, OpKind.INT_DIV: _truncating_divide,
+    OpKind.BITSHIFT_LEFT: _shift(np.left_shift), OpKind.BITSHIFT_RIGHT: _shift(np.right_shift),
+}
+for _op, _function in {**INVERSE_AND_HYPERBOLIC, **INTEGER_BINARY}.items():
+    KERNELS.add(_op, definition(_op).coverage, _make_elementwise(_function), STRIDED)
+
+
+@KERNELS.kernel(OpKind.WHERE, [(dt.bool_, d, d, d) for d in dt.ALL_DTYPES], STRIDED)
 def where(inputs, outputs, layouts, params):
     condition, a, b = (view(s, layout) for s, layout in zip(inputs, layouts))
     output(outputs[0], layouts[-1])[...] = np.where(condition, a, b)
 
 
-@CPU_KERNELS.kernel(OpKind.CAST, [(a, b) for a in dt.ALL_DTYPES for b in dt.ALL_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.CAST, [(a, b) for a in dt.ALL_DTYPES for b in dt.ALL_DTYPES], STRIDED)
 def cast(inputs, outputs, layouts, params):
     source = view(inputs[0], layouts[0])
     if source.dtype in (dt.float16.numpy, dt.bfloat16.numpy) and params.dtype.is_integer:
@@ -239,13 +283,22 @@ def cast(inputs, outputs, layouts, params):
     output(outputs[0], layouts[-1])[...] = source
 
 
-@CPU_KERNELS.kernel(OpKind.CONTIGUOUS, combos(dt.ALL_DTYPES, 1), STRIDED)
+@KERNELS.kernel(OpKind.CONTIGUOUS, combos(dt.ALL_DTYPES, 1), STRIDED)
 def strided_copy(inputs, outputs, layouts, params):
     output(outputs[0], layouts[-1])[...] = view(inputs[0], layouts[0])
 
 
-@CPU_KERNELS.kernel(OpKind.COPY, combos(dt.ALL_DTYPES, 1), STRIDED)
+@KERNELS.kernel(OpKind.COPY, combos(dt.ALL_DTYPES, 1), STRIDED)
 def copy_to_device(inputs, outputs, layouts, params):
     """Cross-device copy from the CPU: densify on the host, then the destination uploads it."""
     target = outputs[0]
     target.backend.write_from_host(target, np.ascontiguousarray(view(inputs[0], layouts[0])))
+
+
+_SAME_SIZE = [(a, b) for a in dt.ALL_DTYPES for b in dt.ALL_DTYPES if a.itemsize == b.itemsize]
+
+
+@KERNELS.kernel(OpKind.BITCAST, _SAME_SIZE, STRIDED)
+def bitcast(inputs, outputs, layouts, params):
+    x = np.ascontiguousarray(view(inputs[0], layouts[0]))
+    output(outputs[0], layouts[-1])[...] = x.view(params.dtype.numpy)

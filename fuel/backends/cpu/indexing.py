@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, array_kernel, output, view
+from fuel.backends.cpu.arrays import STRIDED, array_kernel, kernel_list, output, view
 from fuel.ir import dtype as dt
 from fuel.ir.errors import IndexOutOfRange
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 
+KERNELS = kernel_list()
 INDEX_DTYPES = (dt.int32, dt.int64)
 
 
@@ -22,8 +23,8 @@ def check_indices(index: np.ndarray, size: int, dim: int) -> np.ndarray:
     return np.where(index < 0, index + size, index)
 
 
-@CPU_KERNELS.kernel(OpKind.GATHER, [(d, i, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES],
-                    STRIDED)
+@KERNELS.kernel(OpKind.GATHER, [(d, i, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES],
+                STRIDED)
 def gather(inputs, outputs, layouts, params):
     source = view(inputs[0], layouts[0])
     index = check_indices(view(inputs[1], layouts[1]), source.shape[params.dim], params.dim)
@@ -35,15 +36,15 @@ def gather(inputs, outputs, layouts, params):
                                                               axis=params.dim)
 
 
-@CPU_KERNELS.kernel(OpKind.INDEX_SELECT,
-                    [(d, i, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.INDEX_SELECT,
+                [(d, i, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
 @array_kernel
 def index_select(source, index, out, params):
     index = check_indices(index, source.shape[params.dim], params.dim)
     np.take(source, index, axis=params.dim, out=out)
 
 
-@CPU_KERNELS.kernel(OpKind.CAT, [(d, d) for d in dt.ALL_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.CAT, [(d, d) for d in dt.ALL_DTYPES], STRIDED)
 def cat(inputs, outputs, layouts, params):
     parts = [view(s, layout) for s, layout in zip(inputs, layouts)]
     np.concatenate(parts, axis=params.dim, out=output(outputs[0], layouts[-1]))
@@ -61,11 +62,11 @@ def _triangle(lower: bool):
     return triangle
 
 
-CPU_KERNELS.add(OpKind.TRIL, [(d, d) for d in dt.ALL_DTYPES], _triangle(True), STRIDED)
-CPU_KERNELS.add(OpKind.TRIU, [(d, d) for d in dt.ALL_DTYPES], _triangle(False), STRIDED)
+KERNELS.add(OpKind.TRIL, [(d, d) for d in dt.ALL_DTYPES], _triangle(True), STRIDED)
+KERNELS.add(OpKind.TRIU, [(d, d) for d in dt.ALL_DTYPES], _triangle(False), STRIDED)
 
 
-@CPU_KERNELS.kernel(OpKind.PAD, [(d, d) for d in dt.ALL_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.PAD, [(d, d) for d in dt.ALL_DTYPES], STRIDED)
 def pad(inputs, outputs, layouts, params):
     source = view(inputs[0], layouts[0])
     out = output(outputs[0], layouts[-1])
@@ -75,7 +76,7 @@ def pad(inputs, outputs, layouts, params):
     out[region] = source
 
 
-@CPU_KERNELS.kernel(OpKind.SLICE_ASSIGN, [(d, d, d) for d in dt.ALL_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.SLICE_ASSIGN, [(d, d, d) for d in dt.ALL_DTYPES], STRIDED)
 def slice_assign(inputs, outputs, layouts, params):
     target = view(inputs[0], layouts[0])
     value = view(inputs[1], layouts[1])
@@ -86,8 +87,8 @@ def slice_assign(inputs, outputs, layouts, params):
     view(outputs[0], region)[...] = value
 
 
-@CPU_KERNELS.kernel(OpKind.INDEX_COPY,
-                    [(d, i, d, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.INDEX_COPY,
+                [(d, i, d, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
 @array_kernel
 def index_copy(target, index, source, out, params):
     index = check_indices(index, target.shape[params.dim], params.dim)
@@ -96,13 +97,13 @@ def index_copy(target, index, source, out, params):
     out[(slice(None),) * params.dim + (index,)] = source
 
 
-@CPU_KERNELS.kernel(OpKind.FULL, [(d,) for d in dt.ALL_DTYPES])
+@KERNELS.kernel(OpKind.FULL, [(d,) for d in dt.ALL_DTYPES])
 def full(inputs, outputs, layouts, params):
     out = output(outputs[0], layouts[-1])
     out[...] = np.asarray(params.value).astype(out.dtype)
 
 
-@CPU_KERNELS.kernel(OpKind.ARANGE, [(d,) for d in dt.NUMERIC_DTYPES])
+@KERNELS.kernel(OpKind.ARANGE, [(d,) for d in dt.NUMERIC_DTYPES])
 def arange(inputs, outputs, layouts, params):
     out = output(outputs[0], layouts[-1])
     values = params.start + np.arange(params.count, dtype=np.float64) * params.step

@@ -1,4 +1,5 @@
-"""NumPy kernels for reductions, scans, matmul and the row-wise normalizations.
+"""NumPy kernels for reductions, scans, matmul, einsum, determinants and the row-wise
+normalizations.
 
 The executor runs kernels under ``np.errstate(all="ignore")``: NaN and inf pass through
 like NumPy, without warnings.
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, array_kernel, compute
+from fuel.backends.cpu.arrays import STRIDED, array_kernel, compute, kernel_list, output, view
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
 
+KERNELS = kernel_list()
 ACCUMULATE_DTYPES = [(d, dt.int64) for d in (dt.bool_,) + dt.INTEGER_DTYPES] + [
     (d, d) for d in dt.FLOAT_DTYPES
 ]
@@ -72,22 +74,22 @@ def _arg(function):
 
 
 NUMERIC_AND_BOOL = (dt.bool_,) + dt.NUMERIC_DTYPES
-CPU_KERNELS.add(OpKind.SUM, ACCUMULATE_DTYPES, _reduction(_sum, True), STRIDED)
-CPU_KERNELS.add(OpKind.PROD, ACCUMULATE_DTYPES, _reduction(_prod, True), STRIDED)
-CPU_KERNELS.add(OpKind.MEAN, [(d, d) for d in dt.FLOAT_DTYPES], _reduction(_mean, True), STRIDED)
-CPU_KERNELS.add(OpKind.MAX, [(d, d) for d in NUMERIC_AND_BOOL], _reduction(_max, False), STRIDED)
-CPU_KERNELS.add(OpKind.MIN, [(d, d) for d in NUMERIC_AND_BOOL], _reduction(_min, False), STRIDED)
-CPU_KERNELS.add(OpKind.ALL, [(d, dt.bool_) for d in dt.ALL_DTYPES], _reduction(_all, False),
-                STRIDED)
-CPU_KERNELS.add(OpKind.ANY, [(d, dt.bool_) for d in dt.ALL_DTYPES], _reduction(_any, False),
-                STRIDED)
-CPU_KERNELS.add(OpKind.ARGMAX, [(d, dt.int64) for d in NUMERIC_AND_BOOL],
-                _reduction(_arg(np.argmax), False), STRIDED)
-CPU_KERNELS.add(OpKind.ARGMIN, [(d, dt.int64) for d in NUMERIC_AND_BOOL],
-                _reduction(_arg(np.argmin), False), STRIDED)
+KERNELS.add(OpKind.SUM, ACCUMULATE_DTYPES, _reduction(_sum, True), STRIDED)
+KERNELS.add(OpKind.PROD, ACCUMULATE_DTYPES, _reduction(_prod, True), STRIDED)
+KERNELS.add(OpKind.MEAN, [(d, d) for d in dt.FLOAT_DTYPES], _reduction(_mean, True), STRIDED)
+KERNELS.add(OpKind.MAX, [(d, d) for d in NUMERIC_AND_BOOL], _reduction(_max, False), STRIDED)
+KERNELS.add(OpKind.MIN, [(d, d) for d in NUMERIC_AND_BOOL], _reduction(_min, False), STRIDED)
+KERNELS.add(OpKind.ALL, [(d, dt.bool_) for d in dt.ALL_DTYPES], _reduction(_all, False),
+            STRIDED)
+KERNELS.add(OpKind.ANY, [(d, dt.bool_) for d in dt.ALL_DTYPES], _reduction(_any, False),
+            STRIDED)
+KERNELS.add(OpKind.ARGMAX, [(d, dt.int64) for d in NUMERIC_AND_BOOL],
+            _reduction(_arg(np.argmax), False), STRIDED)
+KERNELS.add(OpKind.ARGMIN, [(d, dt.int64) for d in NUMERIC_AND_BOOL],
+            _reduction(_arg(np.argmin), False), STRIDED)
 
 
-@CPU_KERNELS.kernel(OpKind.CUMSUM, ACCUMULATE_DTYPES, STRIDED)
+@KERNELS.kernel(OpKind.CUMSUM, ACCUMULATE_DTYPES, STRIDED)
 @array_kernel
 def cumsum(source, out, params):
     source = compute(source)
@@ -95,13 +97,38 @@ def cumsum(source, out, params):
     out[...] = np.cumsum(source, axis=params.dim, dtype=accumulate)
 
 
-@CPU_KERNELS.kernel(OpKind.MATMUL, [(d, d, d) for d in dt.NUMERIC_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.CUMPROD, [(d, d) for d in dt.NUMERIC_DTYPES], STRIDED)
+def cumprod(inputs, outputs, layouts, params):
+    x = compute(view(inputs[0], layouts[0]))
+    output(outputs[0], layouts[-1])[...] = np.cumprod(x, axis=params.dim)
+
+
+@KERNELS.kernel(OpKind.MATMUL, [(d, d, d) for d in dt.NUMERIC_DTYPES], STRIDED)
 @array_kernel
 def matmul(a, b, out, params):
     if out.dtype.kind == "f" and out.dtype.itemsize >= 4:
         np.matmul(a, b, out=out)
     else:
         out[...] = np.matmul(compute(a), compute(b))
+
+
+def _einsum_kernel(inputs, outputs, layouts, params):
+    arrays = [compute(view(s, layout)) for s, layout in zip(inputs, layouts)]
+    out = output(outputs[0], layouts[-1])
+    out[...] = np.einsum(params.equation, *arrays, optimize=len(arrays) > 1)
+
+
+_einsum_kernel.__qualname__ = "einsum"
+EINSUM_DTYPES = dt.NUMERIC_DTYPES
+KERNELS.add(OpKind.EINSUM, [(d, d) for d in EINSUM_DTYPES], _einsum_kernel, STRIDED)
+KERNELS.add(OpKind.EINSUM, [(d, d, d) for d in EINSUM_DTYPES], _einsum_kernel, STRIDED)
+
+
+@KERNELS.kernel(OpKind.DET, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
+def det(inputs, outputs, layouts, params):
+    x = compute(view(inputs[0], layouts[0]))
+    out = output(outputs[0], layouts[-1])
+    out[...] = np.linalg.det(x) if x.size else np.ones(out.shape)
 
 
 def _softmax_into(x: np.ndarray, axis: int, out: np.ndarray, log: bool) -> None:
@@ -119,19 +146,19 @@ def _softmax_into(x: np.ndarray, axis: int, out: np.ndarray, log: bool) -> None:
         out[...] = work
 
 
-@CPU_KERNELS.kernel(OpKind.SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
 @array_kernel
 def softmax(source, out, params):
     _softmax_into(compute(source), params.dim, out, log=False)
 
 
-@CPU_KERNELS.kernel(OpKind.LOG_SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.LOG_SOFTMAX, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
 @array_kernel
 def log_softmax(source, out, params):
     _softmax_into(compute(source), params.dim, out, log=True)
 
 
-@CPU_KERNELS.kernel(OpKind.LAYER_NORM, [(d,) * 4 for d in dt.FLOAT_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.LAYER_NORM, [(d,) * 4 for d in dt.FLOAT_DTYPES], STRIDED)
 @array_kernel
 def layer_norm(x, weight, bias, out, params):
     x, weight, bias = compute(x), compute(weight), compute(bias)
@@ -143,7 +170,7 @@ def layer_norm(x, weight, bias, out, params):
     out[...] = normalized * weight + bias
 
 
-@CPU_KERNELS.kernel(OpKind.RMS_NORM, [(d,) * 3 for d in dt.FLOAT_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.RMS_NORM, [(d,) * 3 for d in dt.FLOAT_DTYPES], STRIDED)
 @array_kernel
 def rms_norm(x, weight, out, params):
     x, weight = compute(x), compute(weight)

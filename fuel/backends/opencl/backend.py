@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 
+from fuel.backends.base import Backend, DeviceTimerStop
 from fuel.backends.opencl import runtime
 from fuel.backends.opencl.runtime import DeviceContext, cl, wrap_errors
 from fuel.dispatch.kernel import KernelBindingTable
@@ -37,7 +38,7 @@ class OpenClCompletion:
         self.context.check_faults()
 
 
-class OpenClBackend:
+class OpenClBackend(Backend):
     """The OpenCL backend: devices ``opencl:0..n``, one in-order queue each."""
 
     backend_id = BackendId.OPENCL
@@ -168,7 +169,7 @@ class OpenClBackend:
             event = cl.enqueue_marker(context.queue)
         return OpenClCompletion(storage.device, event, context)
 
-    def device_timer(self):
+    def device_timer(self) -> DeviceTimerStop:
         """Time the OpenCL commands the current launch enqueues (see ``op_profile``)."""
         return runtime.device_timer()
 
@@ -187,8 +188,15 @@ class OpenClBackend:
             context.buffers.release_cached()
 
     def register(self, table: KernelBindingTable) -> None:
-        """Add the OpenCL kernels whose dtypes every detected device supports."""
-        from fuel.backends.opencl.kernels import register_kernels
+        """Add each kernel module's bindings; float64 ones only where every device runs
+        double precision."""
+        from fuel.backends.opencl import elementwise, matmul, movement, reduce, rows
 
-        register_kernels(table, fp64=self.supports_fp64())
+        keep = None if self.supports_fp64() else _without_float64
+        for module in (elementwise, movement, reduce, rows, matmul):
+            module.KERNELS.register_into(table, keep)
+
+
+def _without_float64(dtypes: tuple[DType, ...]) -> bool:
+    return dt.float64 not in dtypes
 

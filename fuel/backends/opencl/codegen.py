@@ -89,10 +89,6 @@ def ctype(dtype: DType) -> CType:
     return C_TYPES[dtype]
 
 
-def bits_type(dtype: DType) -> str:
-    return BITS_TYPES[dtype.itemsize]
-
-
 def accumulator(dtype: DType) -> str:
     """The type sums and products of ``dtype`` accumulate in (int64 for integers and bool)."""
     if dtype is dt.float64:

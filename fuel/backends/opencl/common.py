@@ -1,15 +1,14 @@
-"""The OpenCL kernel list and the pieces every kernel family shares: ClKernel (a registered
+"""The OpenCL kernel-list factory and the pieces every kernel family shares: ClKernel (a registered
 callable bound to its generated program) and 1-D / per-row launch helpers."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from fuel.backends.opencl.codegen import ProgramSpec
-from fuel.dispatch.kernel import KernelCaps, KernelList
+from fuel.dispatch.kernel import KernelCaps, KernelList, revision_hash
 from fuel.ir.device import BackendId
 
 STRIDED = KernelCaps(strided_input=True)
@@ -29,9 +28,7 @@ class ClKernel:
         self.name = name
         self.settings = settings
         digest = spec.digest if spec is not None else "host"
-        code = host.__code__
-        host_digest = hashlib.blake2b(code.co_code + repr(code.co_consts).encode(),
-                                      digest_size=4).hexdigest()
+        host_digest = f"{revision_hash(host):016x}"[:8]  # the same in every process
         self.__qualname__ = f"opencl.{name}[{host.__qualname__}#{host_digest}]#{digest}"
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
@@ -46,8 +43,8 @@ class ClKernel:
         return context, context.kernel(self.spec, self.name)
 
 
-def new_kernel_list() -> KernelList:
-    """An empty list of OpenCL kernels (each family adds its rows with ``register_*``)."""
+def kernel_list() -> KernelList:
+    """An empty list of OpenCL bindings, for one kernel module to fill next to its kernels."""
     return KernelList(BackendId.OPENCL, kernel_source="opencl")
 
 

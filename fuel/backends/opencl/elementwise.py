@@ -15,13 +15,12 @@ from fuel.backends.opencl.codegen import (
     needs_fp64,
     walk_kernel,
 )
-from fuel.backends.opencl.common import STRIDED, ClKernel, launch_1d
+from fuel.backends.opencl.common import STRIDED, ClKernel, kernel_list, launch_1d
 from fuel.dispatch.kernel import KernelList
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.ops import OpKind, definition
 
-NUMERIC = dt.NUMERIC_DTYPES
 BITWISE = (dt.bool_,) + dt.INTEGER_DTYPES
 
 
@@ -205,7 +204,7 @@ def elementwise_program(combo: tuple[DType, ...], ops: tuple[OpKind, ...]) -> Pr
     return ProgramSpec(name, "".join(parts), needs_fp64(*combo))
 
 
-def register_elementwise(kernels: KernelList, fp64: bool) -> None:
+def _add_elementwise(kernels: KernelList) -> None:
     """Add every unary/binary op and every cast (all dtype combinations)."""
     groups: dict[tuple[DType, ...], list[OpKind]] = {}
     for op in (*UNARY_EXPRESSIONS, *BINARY_EXPRESSIONS):
@@ -215,7 +214,7 @@ def register_elementwise(kernels: KernelList, fp64: bool) -> None:
         spec = elementwise_program(combo, tuple(ops))
         for op in ops:
             kernels.add(op, [combo], ClKernel(run_walk, spec, f"ew_{op.value}"), STRIDED)
-    _register_casts(kernels)
+    _add_casts(kernels)
 
 
 def _cast_expression(source: CType, target: CType) -> tuple[str, str]:
@@ -239,7 +238,7 @@ def cast_program(source: DType, targets: tuple[DType, ...]) -> ProgramSpec:
                        needs_fp64(source, *targets))
 
 
-def _register_casts(kernels: KernelList) -> None:
+def _add_casts(kernels: KernelList) -> None:
     for source in dt.ALL_DTYPES:
         wide = tuple(t for t in dt.ALL_DTYPES if needs_fp64(source, t))
         narrow = tuple(t for t in dt.ALL_DTYPES if t not in wide)
@@ -250,3 +249,7 @@ def _register_casts(kernels: KernelList) -> None:
             for target in targets:
                 kernels.add(OpKind.CAST, [(source, target)],
                             ClKernel(run_walk, spec, f"cast_to_{target.name}"), STRIDED)
+
+
+KERNELS = kernel_list()
+_add_elementwise(KERNELS)

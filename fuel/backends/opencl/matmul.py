@@ -20,8 +20,7 @@ from fuel.backends.opencl.codegen import (
     ctype,
     fill_dims,
 )
-from fuel.backends.opencl.common import STRIDED, ClKernel, round_up
-from fuel.dispatch.kernel import KernelList
+from fuel.backends.opencl.common import STRIDED, ClKernel, kernel_list, round_up
 from fuel.ir import dtype as dt
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
@@ -147,7 +146,7 @@ def matmul_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
                    right.buffer, record)
 
 
-def register_matmul(kernels: KernelList, fp64: bool) -> None:
-    for d in dt.NUMERIC_DTYPES:
-        kernels.add(OpKind.MATMUL, [(d, d, d)],
-                    ClKernel(matmul_kernel, matmul_program(d), "matmul"), STRIDED)
+KERNELS = kernel_list()
+for _d in dt.NUMERIC_DTYPES:
+    KERNELS.add(OpKind.MATMUL, [(_d, _d, _d)],
+                ClKernel(matmul_kernel, matmul_program(_d), "matmul"), STRIDED)

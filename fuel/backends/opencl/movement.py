@@ -9,7 +9,7 @@ from functools import cache
 import numpy as np
 
 from fuel.backends.opencl.codegen import BITS_TYPES, ProgramSpec, ctype, make_walk, walk_kernel
-from fuel.backends.opencl.common import STRIDED, ClKernel, int64, launch_1d
+from fuel.backends.opencl.common import STRIDED, ClKernel, int64, kernel_list, launch_1d
 from fuel.backends.opencl.elementwise import run_walk
 from fuel.backends.opencl.runtime import cl, note_event, wrap_errors
 from fuel.dispatch.kernel import KernelList
@@ -251,18 +251,23 @@ def arange_program(dtype, fp64: bool) -> ProgramSpec:
 
 
 def arange_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
+    """Floats step in double on a device that has it (the registered program), else in float:
+    decided per device at launch."""
     count = layouts[-1].numel
     if count == 0:
         return
-    context, compiled = kernel.bind(outputs[0])
-    real = np.float64 if kernel.settings["fp64"] else np.float32
-    integral = not outputs[0].dtype.is_floating
+    target = outputs[0]
+    context = target.backend.context(target.device)
+    wide = target.dtype.is_floating and context.fp64
+    compiled = context.kernel(arange_program(target.dtype, wide), kernel.name)
+    real = np.float64 if wide else np.float32
+    integral = not target.dtype.is_floating
     launch_1d(context, compiled, count, outputs[0].buffer, int64(count), real(params.start),
               real(params.step), int64(int(params.start) if integral else 0),
               int64(int(params.step) if integral else 0))
 
 
-def register_movement(kernels: KernelList, fp64: bool) -> None:
+def _add_movement(kernels: KernelList) -> None:
     """Add the bit-moving kernels (every dtype) and the generators to ``kernels``."""
 
     def add(op, dtypes, kernel: ClKernel) -> None:
@@ -287,6 +292,9 @@ def register_movement(kernels: KernelList, fp64: bool) -> None:
             add(OpKind.INDEX_COPY, [(d, index, d, d)],
                 ClKernel(index_copy_kernel, spec, f"put_{ctype(index).storage}"))
     for d in dt.NUMERIC_DTYPES:
-        uses_double = fp64 and d.is_floating
-        kernels.add(OpKind.ARANGE, [(d,)], ClKernel(arange_kernel, arange_program(d, uses_double),
-                                                    "arange", fp64=uses_double))
+        kernels.add(OpKind.ARANGE, [(d,)],
+                    ClKernel(arange_kernel, arange_program(d, d.is_floating), "arange"))
+
+
+KERNELS = kernel_list()
+_add_movement(KERNELS)

@@ -27,6 +27,7 @@ from fuel.backends.opencl.common import (
     STRIDED,
     ClKernel,
     group_size,
+    kernel_list,
     launch_1d,
     use_groups,
 )
@@ -263,7 +264,7 @@ def cumsum_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
               record)
 
 
-def register_reductions(kernels: KernelList, fp64: bool) -> None:
+def _add_reductions(kernels: KernelList) -> None:
     """Add every reduction and cumsum for the CPU backend's dtype combinations."""
     for source in dt.ALL_DTYPES:
         spec = reduce_program(source)
@@ -278,3 +279,7 @@ def register_reductions(kernels: KernelList, fp64: bool) -> None:
             kernels.add(op, [(source, output_dtype(op, source))], kernel, STRIDED)
         kernels.add(OpKind.CUMSUM, [(source, output_dtype(OpKind.SUM, source))],
                     ClKernel(cumsum_kernel, spec, "cumsum"), STRIDED)
+
+
+KERNELS = kernel_list()
+_add_reductions(KERNELS)

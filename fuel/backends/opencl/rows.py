@@ -21,6 +21,7 @@ from fuel.backends.opencl.common import (
     STRIDED,
     ClKernel,
     group_size,
+    kernel_list,
     launch_1d,
     use_groups,
 )
@@ -197,7 +198,7 @@ def norm_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
                  real(params.eps))
 
 
-def register_rows(kernels: KernelList, fp64: bool) -> None:
+def _add_rows(kernels: KernelList) -> None:
     """Add softmax, log_softmax (strided) and layer_norm, rms_norm (dense) for float dtypes."""
     for d in dt.FLOAT_DTYPES:
         spec = rows_program(d)
@@ -209,3 +210,7 @@ def register_rows(kernels: KernelList, fp64: bool) -> None:
                     ClKernel(norm_kernel, spec, "layer_norm", wide=wide), DENSE)
         kernels.add(OpKind.RMS_NORM, [(d,) * 3],
                     ClKernel(norm_kernel, spec, "rms_norm", wide=wide), DENSE)
+
+
+KERNELS = kernel_list()
+_add_rows(KERNELS)

@@ -197,3 +197,19 @@ def test_large_walks_cover_every_element_exactly(opencl, shape):
     np.testing.assert_allclose(flat.numpy(), np.tanh(a * b + 1), rtol=2e-6, atol=1e-6)
     np.testing.assert_array_equal(strided.numpy(), a.reshape(-1)[::-1].reshape(shape) - b)
     np.testing.assert_array_equal(picked.numpy(), a.reshape(-1)[::-1])
+
+
+def test_revision_hashes_are_the_same_in_a_fresh_process(opencl):
+    """A generated kernel's revision names its code, not where Python put it in memory."""
+    import subprocess
+    import sys
+
+    code = ("from fuel.backends import find_backend; from fuel.dispatch import global_table;"
+            "from fuel.ir.device import BackendId; from fuel.ir.ops import OpKind;"
+            "import fuel.ir.dtype as d; find_backend(BackendId.OPENCL);"
+            "print(global_table().lookup_entry(OpKind.NEG, (d.float32,) * 2, BackendId.OPENCL)"
+            ".kernel_revision_hash)")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout for _ in range(2)}
+    here = global_table().lookup_entry(OpKind.NEG, (dt.float32,) * 2, fuel.BackendId.OPENCL)
+    assert runs == {f"{here.kernel_revision_hash}\n"}

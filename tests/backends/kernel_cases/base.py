@@ -1,19 +1,15 @@
-"""Backend conformance cases: for every OpKind, a generator of cases for one binding key.
+"""The kernel suite's case model: Case, Operand, operand layouts, seeded values, tolerances.
 
-``CASES[op](dtypes)`` returns a list of :class:`Case` for the binding-table key dtypes
-``dtypes`` (inputs in order, then the output). A case holds the op params, its operands (host
-data plus the Layout the kernel sees: dense, transposed, offset and stepped, flipped, or
-broadcast through stride 0) and a NumPy reference computing the expected output from the
-operands' logical arrays. An empty list means "no case for these dtypes", which the coverage
-test reports as a failure.
-
-Other op families add their generators in ``tests/backends/cases_nn.py`` as a module-level
-``CASES`` dict with the same signature; it is merged here when it exists.
+``CASES[op](dtypes)`` (``tests.backends.kernel_cases``) returns a list of :class:`Case` for
+the binding-table key dtypes ``dtypes`` (inputs in order, then the output). A case holds the
+op params, its operands (host data plus the Layout the kernel sees: dense, transposed, offset
+and stepped, flipped, or broadcast through stride 0) and a NumPy reference computing the
+expected output from the operands' logical arrays. An empty list means "no case for these
+dtypes", which the coverage test reports as a failure.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,7 +18,6 @@ import numpy as np
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.layout import Layout, contiguous_strides
-from fuel.ir.ops import OpKind
 
 Reference = Callable[[list, object], np.ndarray]
 BFLOAT16 = dt.bfloat16.numpy
@@ -156,28 +151,3 @@ def tolerance(dtype: DType, loose: bool = False) -> tuple[float, float]:
     if loose and dtype.name in ("float16", "bfloat16"):
         return found[0] * 4, found[1] * 8
     return found
-
-
-def merge_optional_cases(cases: dict) -> None:
-    """Add the cases of ``tests/backends/cases_nn.py`` (another team's ops) when present."""
-    name = "tests.backends.cases_nn"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name != name:
-            raise
-        return
-    cases.update(module.CASES)
-
-
-def build_cases() -> dict[OpKind, Callable[[tuple[DType, ...]], list[Case]]]:
-    from tests.backends import cases_elementwise, cases_structured
-
-    cases: dict = {}
-    cases.update(cases_elementwise.CASES)
-    cases.update(cases_structured.CASES)
-    merge_optional_cases(cases)
-    return cases
-
-
-CASES = build_cases()

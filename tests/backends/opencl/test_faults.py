@@ -17,7 +17,7 @@ from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.errors import DeviceError, IndexOutOfRange, KernelError
 from fuel.ir.ops import NO_PARAMS, OpKind
-from tests.backends.opencl_support import live_buffers, opencl_backend
+from tests.backends.opencl.support import live_buffers, opencl_backend
 
 
 def test_detection_never_raises_without_pyopencl(monkeypatch):
@@ -76,7 +76,7 @@ def test_build_failure_inside_a_realize_names_the_node(opencl, monkeypatch):
     y = make(OpKind.TAN, (x._node,), NO_PARAMS)
     with pytest.raises(KernelError, match="tangent_of") as info:
         y.realize()
-    assert "tan" in str(info.value) and "test_opencl_faults.py" in str(info.value)
+    assert "tan" in str(info.value) and "test_faults.py" in str(info.value)
     assert in_flight(device) == 0
     np.testing.assert_allclose((x * 2).numpy(), [2, 2, 2])
 
@@ -89,7 +89,7 @@ def test_device_fault_surfaces_at_the_wait_and_names_the_node(opencl):
     gathered = x.gather(0, index)      # index 7 is out of range for dim 0 of size 3
     with pytest.raises(IndexOutOfRange, match="index 7 is out of range for dim 0") as info:
         gathered.to("cpu").realize()   # the gather is waited before its copy: names the node
-    assert "gather" in str(info.value) and "test_opencl_faults.py" in str(info.value)
+    assert "gather" in str(info.value) and "test_faults.py" in str(info.value)
     assert in_flight(device) == 0
     with pytest.raises(IndexOutOfRange, match="-9"):
         x.index_select(1, fuel.tensor([0, -9], device=device)).realize()  # found at the drain

@@ -1,25 +1,23 @@
-"""Runs one conformance case through one registered kernel, the way the executor would."""
+"""The kernel suite's harness: runs one case through one registered kernel, the way the
+executor would."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from fuel.backends import BUILTIN_BACKENDS, find_backend
+from fuel.backends import BUILTIN_BACKENDS, find_backend, load_builtin_backends
+from fuel.backends.base import Backend
 from fuel.dispatch.kernel import BindingEntry, global_table
 from fuel.ir.device import CPU, BackendId
 from fuel.ir.layout import Layout
 from fuel.ir.ops import CopyParams, OpKind, infer
-from tests.backends.cases import Case, tolerance
+from tests.backends.kernel_cases.base import Case, tolerance
 
 
-def load_builtin_backends() -> dict[BackendId, object]:
+def available_builtin_backends() -> dict[BackendId, Backend]:
     """Every built-in backend that loads and is available, by id (CPU first)."""
-    found = {}
-    for backend_id in BUILTIN_BACKENDS:
-        backend = find_backend(backend_id)
-        if backend is not None and backend.is_available():
-            found[backend_id] = backend
-    return found
+    return {backend_id: backend for backend_id, backend in load_builtin_backends().items()
+            if backend.is_available()}
 
 
 def builtin_keys(table=None) -> list[tuple]:
@@ -50,8 +48,8 @@ def _contiguize(backend, device, storage, layout: Layout):
     return target, dense
 
 
-def run_case(backend, entry: BindingEntry, op: OpKind, dtypes, case: Case, params=None,
-             destination=None) -> np.ndarray:
+def run_case(backend: Backend, entry: BindingEntry, op: OpKind, dtypes, case: Case, params=None,
+             destination: Backend | None = None) -> np.ndarray:
     """Upload the operands to ``backend``'s first device, call the kernel on a pre-allocated
     output (on ``destination``'s first device for copies), wait, and download the output."""
     device = backend.devices()[0]
@@ -83,7 +81,7 @@ def run_case(backend, entry: BindingEntry, op: OpKind, dtypes, case: Case, param
     return np.asarray(output.backend.download(output, out_layout))
 
 
-def copy_destinations(backends: dict) -> list[tuple[object, CopyParams]]:
+def copy_destinations(backends: dict[BackendId, Backend]) -> list[tuple[Backend, CopyParams]]:
     """Every available backend's first device, as (backend, CopyParams) for the Copy op."""
     return [(backend, CopyParams(backend.devices()[0] if backend_id is not BackendId.CPU
                                  else CPU))

@@ -1,6 +1,6 @@
-"""Backend conformance, generated from the binding table.
+"""The kernel suite, generated from the binding table.
 
-(a) every CPU kernel against the NumPy references of ``cases.py``;
+(a) every CPU kernel against the NumPy references of ``kernel_cases``;
 (b) every kernel of every other available backend against the CPU kernel of the same key;
 (c) coverage: every key a built-in backend registered has cases (fails otherwise).
 Each case runs over strided, transposed, flipped and stride-0 broadcast inputs.
@@ -13,17 +13,17 @@ import pytest
 from fuel.dispatch.kernel import global_table
 from fuel.ir.device import BackendId
 from fuel.ir.ops import OpKind
-from tests.backends.cases import CASES
-from tests.backends.harness import (
+from tests.backends.kernel_cases import CASES
+from tests.backends.kernel_harness import (
     assert_matches,
+    available_builtin_backends,
     builtin_keys,
     copy_destinations,
     key_id,
-    load_builtin_backends,
     run_case,
 )
 
-BACKENDS = load_builtin_backends()
+BACKENDS = available_builtin_backends()
 KEYS = builtin_keys()
 CPU_KEYS = [key for key in KEYS if key[2] is BackendId.CPU]
 DEVICE_KEYS = [key for key in KEYS if key[2] is not BackendId.CPU]
@@ -33,7 +33,7 @@ def _cases(key):
     op, dtypes, _ = key
     generate = CASES.get(op)
     if generate is None:  # reported once, by test_every_registered_key_has_cases
-        pytest.skip(f"no conformance generator for {op.value}")
+        pytest.skip(f"no kernel-suite generator for {op.value}")
     cases = generate(dtypes)
     if not cases:
         pytest.fail(f"the {op.value} generator has no case for {key_id(key)}")
@@ -95,7 +95,7 @@ def test_every_registered_key_has_cases():
         generate = CASES.get(key[0])
         if generate is None or not generate(key[1]):
             missing.append(key_id(key))
-    assert not missing, f"{len(missing)} registered kernels have no conformance case: " \
+    assert not missing, f"{len(missing)} registered kernels have no kernel-suite case: " \
                         f"{', '.join(missing[:40])}"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fuel.dispatch.completion import in_flight
-from tests.backends.opencl_support import opencl_backend
+from tests.backends.opencl.support import opencl_backend
 
 
 @pytest.fixture

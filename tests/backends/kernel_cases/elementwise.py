@@ -1,5 +1,6 @@
-"""Conformance cases of the elementwise family: unary, binary, where, cast, the copies and the
-generators (full, arange)."""
+"""Kernel-suite cases of the elementwise family: unary (with the inverse and hyperbolic
+trigonometry), binary (with fmod, truncating division and bit shifts), where, cast, bit cast,
+the copies and the generators (full, arange)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,23 @@ import numpy as np
 from fuel.ir import dtype as dt
 from fuel.ir.device import CPU
 from fuel.ir.ops import (
+    NO_PARAMS,
     ArangeParams,
     CastParams,
     CopyParams,
     FullParams,
     OpKind,
 )
-from tests.backends.cases import Case, broadcast, compute, is_float, operand, rng_for, values
+from tests.backends.kernel_cases.base import (
+    Case,
+    broadcast,
+    compute,
+    is_float,
+    operand,
+    rng_for,
+    tolerance,
+    values,
+)
 
 try:
     from scipy.special import erf as _erf
@@ -165,8 +176,6 @@ def elementwise_cases(op):
 
 
 def _tolerance_for(op, dtype):
-    from tests.backends.cases import tolerance
-
     rtol, atol = tolerance(dtype)
     if dtype is dt.float32 and op in (K.POW, K.GELU_TANH, K.GELU, K.ERF, K.SILU, K.MISH,
                                           K.SOFTPLUS):
@@ -253,6 +262,114 @@ def arange_cases(dtypes):
             for i, (start, step, count) in enumerate(settings)]
 
 
+PLANS_1 = [("dense", (3, 5)), ("transposed", (4, 6)), ("stepped", (2, 3, 4)), ("flipped", (5,)),
+           ("dense", ()), ("dense", (0, 3))]
+PLANS_2 = [(("dense", "dense"), (3, 5)), (("transposed", "stepped"), (4, 6)),
+           (("flipped", "broadcast"), (3, 5)), (("dense", "dense"), (0, 3))]
+# op -> (NumPy function, low, high): inputs drawn inside each function's domain.
+TRIG = {
+    K.TAN: (np.tan, -1.4, 1.4), K.ASIN: (np.arcsin, -0.95, 0.95),
+    K.ACOS: (np.arccos, -0.95, 0.95), K.ATAN: (np.arctan, -4.0, 4.0),
+    K.SINH: (np.sinh, -3.0, 3.0), K.COSH: (np.cosh, -3.0, 3.0),
+    K.ASINH: (np.arcsinh, -4.0, 4.0), K.ACOSH: (np.arccosh, 1.05, 5.0),
+    K.ATANH: (np.arctanh, -0.9, 0.9),
+}
+
+
+def _operand2(kind: str, data: np.ndarray, shape) -> object:
+    if kind == "broadcast":
+        return broadcast(data[:1], shape)
+    return operand(data, kind)
+
+
+def trig_cases(op):
+    function, low, high = TRIG[op]
+
+    def generate(dtypes):
+        d = dtypes[0]
+        rng = rng_for(op, dtypes)
+        rtol, atol = tolerance(d, loose=True)
+        return [Case(NO_PARAMS, [operand(values(d, shape, rng, low, high), kind)],
+                     lambda a, p: function(compute(a[0])).astype(d.numpy), f"{op.value}#{i}",
+                     rtol, atol) for i, (kind, shape) in enumerate(PLANS_1)]
+
+    return generate
+
+
+def _nonzero(d, shape, rng, low, high):
+    data = values(d, shape, rng, low, high)
+    if d.is_floating:
+        return np.where(np.abs(compute(data)) < 0.25, 1.5, compute(data)).astype(d.numpy)
+    return np.where(data == 0, d.numpy.type(3), data)
+
+
+def _python_elementwise(function, out):
+    def reference(arrays, params):
+        a, b = (np.broadcast_to(x, arrays[0].shape) for x in arrays)
+        flat = [function(int(x), int(y)) for x, y in zip(a.reshape(-1), b.reshape(-1))]
+        return np.array(flat, dtype=np.int64).astype(out.numpy).reshape(a.shape)
+
+    return reference
+
+
+def _wrap(value: int, dtype) -> int:
+    bits = dtype.itemsize * 8
+    value &= (1 << bits) - 1
+    if dtype.kind == "i" and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
+
+
+def binary_int_cases(op):
+    def generate(dtypes):
+        d = dtypes[0]
+        rng = rng_for(op, dtypes)
+        bits = d.itemsize * 8
+        if op is K.FMOD:
+            reference = (lambda a, p: np.fmod(compute(a[0]), compute(a[1])).astype(d.numpy))
+            rtol, atol = tolerance(d, loose=True)
+        elif op is K.INT_DIV:
+            reference = _python_elementwise(lambda x, y: abs(x) // abs(y) * (
+                1 if (x >= 0) == (y > 0) else -1), d)
+            rtol = atol = None
+        else:
+            left = op is K.BITSHIFT_LEFT
+
+            def shift(x, s):
+                if s < 0 or s >= bits:
+                    return -1 if not left and x < 0 else 0
+                return _wrap(x << s, d) if left else x >> s
+
+            reference = _python_elementwise(shift, d)
+            rtol = atol = None
+        cases = []
+        for i, (kinds, shape) in enumerate(PLANS_2):
+            first = values(d, shape, rng, -40, 40) if op is not K.FMOD else \
+                values(d, shape, rng, -9, 9)
+            if op in (K.BITSHIFT_LEFT, K.BITSHIFT_RIGHT):
+                second = rng.integers(-1, bits + 2, size=shape).astype(d.numpy) \
+                    if d.kind == "i" else rng.integers(0, bits + 2, size=shape).astype(d.numpy)
+            else:
+                second = _nonzero(d, shape, rng, -7, 7)
+            operands = [_operand2(kinds[0], first, shape), _operand2(kinds[1], second, shape)]
+            cases.append(Case(NO_PARAMS, operands, reference, f"{op.value}#{i}", rtol, atol))
+        return cases
+
+    return generate
+
+
+def bitcast_cases(dtypes):
+    source, target = dtypes
+    rng = rng_for("bitcast", dtypes)
+    cases = []
+    for i, (kind, shape) in enumerate(PLANS_1):
+        data = values(source, shape, rng, -50, 50)
+        cases.append(Case(CastParams(target), [operand(data, kind)],
+                          lambda a, p: np.array(a[0], copy=True).view(p.dtype.numpy),
+                          f"bitcast#{i}", 0.0, 0.0))
+    return cases
+
+
 CASES = {
     **{op: elementwise_cases(op) for op in (*UNARY_REFERENCES, *BINARY_REFERENCES)},
     K.WHERE: where_cases,
@@ -261,4 +378,8 @@ CASES = {
     K.COPY: identity_cases(K.COPY),
     K.FULL: full_cases,
     K.ARANGE: arange_cases,
+    **{op: trig_cases(op) for op in TRIG},
+    **{op: binary_int_cases(op) for op in (K.FMOD, K.INT_DIV, K.BITSHIFT_LEFT,
+                                           K.BITSHIFT_RIGHT)},
+    K.BITCAST: bitcast_cases,
 }

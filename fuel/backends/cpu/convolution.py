@@ -1,4 +1,5 @@
-"""NumPy kernels for convolution, transposed convolution and pooling (N-d, any padding)."""
+"""NumPy kernels for convolution and transposed convolution (N-d, any padding), and the
+window views pooling shares."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import itertools
 
 import numpy as np
 
-from fuel.backends.cpu.arrays import CPU_KERNELS, HALF_NUMPY, STRIDED, compute, output, view
+from fuel.backends.cpu.arrays import HALF_NUMPY, STRIDED, compute, kernel_list, output, view
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
 
+KERNELS = kernel_list()
 CONV_DTYPES = dt.FLOAT_DTYPES + (dt.int32, dt.int64)
-POOL_DTYPES = dt.FLOAT_DTYPES + dt.INTEGER_DTYPES
 
 
 def windows(x: np.ndarray, kernel, strides, dilations, counts=None) -> np.ndarray:
@@ -48,7 +49,7 @@ def _letters(count: int, start: int = 0) -> str:
     return "".join(chr(ord("p") + start + i) for i in range(count))
 
 
-@CPU_KERNELS.kernel(OpKind.CONV, [(d, d, d) for d in CONV_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.CONV, [(d, d, d) for d in CONV_DTYPES], STRIDED)
 def conv(inputs, outputs, layouts, params):
     """float32 accumulates in float64: output channels with equal weights then round to equal
     values whatever order the BLAS kernel sums each column in."""
@@ -75,7 +76,7 @@ def conv(inputs, outputs, layouts, params):
     out[...] = result.reshape(out.shape)
 
 
-@CPU_KERNELS.kernel(OpKind.CONV_TRANSPOSE, [(d, d, d) for d in CONV_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.CONV_TRANSPOSE, [(d, d, d) for d in CONV_DTYPES], STRIDED)
 def conv_transpose(inputs, outputs, layouts, params):
     x = compute(view(inputs[0], layouts[0]))
     w = compute(view(inputs[1], layouts[1]))
@@ -105,90 +106,3 @@ def conv_transpose(inputs, outputs, layouts, params):
             full[target] += contribution
     crop = tuple(slice(b, b + size) for b, size in zip(params.pads_begin, out.shape[2:]))
     out[...] = full[(slice(None), slice(None)) + crop]
-
-
-def _pool_input(x: np.ndarray, params, out_shape, value):
-    """``x`` padded for the windows of ``out_shape`` (ceil mode may need extra end padding)."""
-    rank = len(params.kernel)
-    sizes = x.shape[x.ndim - rank:]
-    ends = []
-    for i in range(rank):
-        span = (params.kernel[i] - 1) * params.dilations[i] + 1
-        needed = (out_shape[i] - 1) * params.strides[i] + span if out_shape[i] else 0
-        ends.append(max(params.pads_end[i], needed - sizes[i] - params.pads_begin[i], 0))
-    return pad_spatial(x, params.pads_begin, ends, value), ends
-
-
-def _lowest(dtype: np.dtype):
-    if dtype.kind == "f" or dtype in HALF_NUMPY:
-        return -np.inf
-    return np.iinfo(dtype).min
-
-
-@CPU_KERNELS.kernel(OpKind.MAX_POOL, [(d, d) for d in POOL_DTYPES], STRIDED)
-def max_pool(inputs, outputs, layouts, params):
-    x = view(inputs[0], layouts[0])
-    out = output(outputs[0], layouts[-1])
-    rank = len(params.kernel)
-    spatial_out = out.shape[out.ndim - rank:]
-    if out.size == 0:
-        return
-    padded, _ = _pool_input(x, params, spatial_out, _lowest(x.dtype))
-    patches = windows(padded, params.kernel, params.strides, params.dilations, spatial_out)
-    out[...] = patches.max(axis=tuple(range(patches.ndim - rank, patches.ndim)))
-
-
-@CPU_KERNELS.kernel(OpKind.MAX_POOL_INDICES, [(d, dt.int64) for d in POOL_DTYPES], STRIDED)
-def max_pool_indices(inputs, outputs, layouts, params):
-    """Flat positions of the maxima within each spatial plane (row-major, or column-major
-    when ``storage_order`` is 1); padding never wins."""
-    x = view(inputs[0], layouts[0])
-    out = output(outputs[0], layouts[-1])
-    rank = len(params.kernel)
-    spatial_in = x.shape[x.ndim - rank:]
-    spatial_out = out.shape[out.ndim - rank:]
-    if out.size == 0:
-        return
-    padded, ends = _pool_input(x, params, spatial_out, _lowest(x.dtype))
-    positions = np.arange(int(np.prod(spatial_in)), dtype=np.int64).reshape(spatial_in)
-    if params.storage_order == 1:
-        positions = np.arange(positions.size, dtype=np.int64).reshape(
-            tuple(reversed(spatial_in))).transpose()
-    positions = pad_spatial(positions, params.pads_begin, ends, -1)
-    patches = windows(padded, params.kernel, params.strides, params.dilations, spatial_out)
-    flat = patches.reshape(patches.shape[:patches.ndim - rank] + (-1,))
-    choice = np.argmax(flat, axis=-1)
-    position_windows = windows(positions, params.kernel, params.strides, params.dilations,
-                               spatial_out)
-    position_windows = position_windows.reshape(spatial_out + (-1,))
-    spatial_index = tuple(np.indices(spatial_out))
-    out[...] = position_windows[spatial_index + (choice,)]
-
-
-@CPU_KERNELS.kernel(OpKind.AVG_POOL, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
-def avg_pool(inputs, outputs, layouts, params):
-    x = compute(view(inputs[0], layouts[0]))
-    out = output(outputs[0], layouts[-1])
-    rank = len(params.kernel)
-    spatial_in = x.shape[x.ndim - rank:]
-    spatial_out = out.shape[out.ndim - rank:]
-    if out.size == 0:
-        return
-    padded, ends = _pool_input(x, params, spatial_out, 0)
-    axes = tuple(range(padded.ndim, padded.ndim + rank))
-    patches = windows(padded, params.kernel, params.strides, params.dilations, spatial_out)
-    sums = patches.sum(axis=tuple(a - rank + (patches.ndim - padded.ndim) for a in axes))
-    if not params.divide:
-        out[...] = sums
-        return
-    ones = np.ones(spatial_in, dtype=x.dtype)
-    if params.count_include_pad:
-        ones = pad_spatial(ones, params.pads_begin, params.pads_end, 1)
-        extra = [e - p for e, p in zip(ends, params.pads_end)]
-        mask = pad_spatial(ones, (0,) * rank, [max(e, 0) for e in extra], 0)
-    else:
-        mask = pad_spatial(ones, params.pads_begin, ends, 0)
-    counts = windows(mask, params.kernel, params.strides, params.dilations, spatial_out)
-    counts = counts.sum(axis=tuple(range(rank, 2 * rank)))
-    with np.errstate(all="ignore"):
-        out[...] = sums / counts

@@ -1,4 +1,4 @@
-"""Naive NumPy references (explicit loops, float64) for the ops added for ONNX: convolution,
+"""Naive NumPy references (explicit loops, float64) for the kernel suite: convolution,
 transposed convolution, pooling, scatter and grid sampling. Slow and obviously correct."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""NumPy kernels for grid sampling (N-d, nearest / linear / cubic), determinants and bit
-casts."""
+"""NumPy kernel for grid sampling (N-d; nearest, linear or cubic; zeros, border or reflection
+padding)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import itertools
 
 import numpy as np
 
-from fuel.backends.cpu.arrays import CPU_KERNELS, STRIDED, compute, output, view
+from fuel.backends.cpu.arrays import STRIDED, compute, kernel_list, output, view
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
 
+KERNELS = kernel_list()
 CUBIC_A = -0.75
 
 
@@ -64,7 +65,7 @@ def _fetch_positions(index: np.ndarray, size: int, padding: str, low: float, hig
     return np.clip(folded, 0, size - 1), None
 
 
-@CPU_KERNELS.kernel(OpKind.GRID_SAMPLE, [(d, d, d) for d in dt.FLOAT_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.GRID_SAMPLE, [(d, d, d) for d in dt.FLOAT_DTYPES], STRIDED)
 def grid_sample(inputs, outputs, layouts, params):
     x = compute(view(inputs[0], layouts[0])).astype(np.float64)
     grid = compute(view(inputs[1], layouts[1])).astype(np.float64)
@@ -108,19 +109,3 @@ def grid_sample(inputs, outputs, layouts, params):
         values = np.take_along_axis(flat, index[:, None, :], axis=2)
         result += np.where(valid[:, None, :], values * weight[:, None, :], 0.0)
     out[...] = result.reshape(out.shape)
-
-
-@CPU_KERNELS.kernel(OpKind.DET, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)
-def det(inputs, outputs, layouts, params):
-    x = compute(view(inputs[0], layouts[0]))
-    out = output(outputs[0], layouts[-1])
-    out[...] = np.linalg.det(x) if x.size else np.ones(out.shape)
-
-
-_SAME_SIZE = [(a, b) for a in dt.ALL_DTYPES for b in dt.ALL_DTYPES if a.itemsize == b.itemsize]
-
-
-@CPU_KERNELS.kernel(OpKind.BITCAST, _SAME_SIZE, STRIDED)
-def bitcast(inputs, outputs, layouts, params):
-    x = np.ascontiguousarray(view(inputs[0], layouts[0]))
-    output(outputs[0], layouts[-1])[...] = x.view(params.dtype.numpy)

@@ -1,0 +1,37 @@
+"""The kernel suite's cases, one module per kernel family (mirroring ``fuel/backends/cpu``).
+
+``CASES[op](dtypes)`` returns the cases of one binding-table key (see ``base``); every module
+holds a ``CASES`` dict of its ops, merged here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fuel.ir.dtype import DType
+from fuel.ir.ops import OpKind
+from tests.backends.kernel_cases import (
+    convolution,
+    elementwise,
+    indexing,
+    pooling,
+    sampling,
+    scatter,
+    sorting,
+    structured,
+)
+from tests.backends.kernel_cases.base import Case
+
+FAMILIES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting, sampling)
+
+
+def _merge() -> dict[OpKind, Callable[[tuple[DType, ...]], list[Case]]]:
+    cases: dict = {}
+    for family in FAMILIES:
+        overlap = cases.keys() & family.CASES.keys()
+        assert not overlap, f"{family.__name__} repeats the cases of {sorted(overlap)}"
+        cases.update(family.CASES)
+    return cases
+
+
+CASES = _merge()
