@@ -24,6 +24,7 @@ from fuel.frontend.factories import (
     zeros,
     zeros_like,
 )
+from fuel.frontend.jit import jit
 from fuel.frontend.shape import cat, chunk, gather, index_select, split, stack
 from fuel.frontend.structured import matmul, softmax
 from fuel.ir.device import BackendId, Device
@@ -55,7 +56,6 @@ from fuel.ir.errors import (
 from fuel.memory.pool import empty_cache, memory_stats
 from fuel.profiler import Profile, profile
 from fuel.runtime.executor import plan_cache_stats, set_plan_cache_capacity
-from fuel.runtime.jit import jit
 from fuel.tensor import Tensor
 
 __version__ = "0.1.0"
