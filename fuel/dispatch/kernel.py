@@ -38,7 +38,7 @@ def prepare_launcher(kernel: Kernel, inputs: Sequence[object], outputs: Sequence
     """``kernel.prepare(...)`` for every kernel: plain functions get the contract's default."""
     prepare = getattr(kernel, "prepare", None)
     if prepare is None:
-        return functools.partial(kernel, inputs, outputs, layouts, params)
+        return Kernel.prepare(kernel, inputs, outputs, layouts, params)
     return prepare(inputs, outputs, layouts, params)
 KernelDTypes = tuple[DType, ...]
 BindingKey = tuple[OpKind, KernelDTypes, BackendId]
