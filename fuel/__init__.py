@@ -56,10 +56,10 @@ from fuel.ir.errors import (
     ShapeError,
 )
 from fuel.ir.ops import OpKind
+from fuel.jit import jit
 from fuel.memory.pool import empty_cache, memory_stats
 from fuel.profiler import Profile, profile
 from fuel.runtime.executor import plan_cache_stats, set_plan_cache_capacity
-from fuel.runtime.jit import jit
 from fuel.tensor import Tensor
 
 # ``fuel.tensor`` is the factory function, not the module that defines Tensor: bind it after

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuel.dispatch.compiled import dispatched_kernel_ident, node_lookup_dtypes
+from fuel.dispatch.compiled import dispatched_kernel_ident
 from fuel.dispatch.kernel import global_table
 from fuel.graph import Graph
 from fuel.ir.ops import VIEW_OPS, OpKind
@@ -63,12 +63,6 @@ def explain(tensors) -> Explanation:
             dispatch = "view"
         else:
             identity = dispatched_kernel_ident(graph, node_id, table)
-            if node.op is OpKind.COPY:
-                backend = node.inputs[0].device.backend
-                entries = table.lookup_alternatives(
-                    node.op, node_lookup_dtypes(graph, node_id), backend)
-                identity = (entries[0].kernel_source, entries[0].kernel_revision_hash) \
-                    if entries else None
             dispatch = identity[0] if identity else "MISSING (NoBackendForOp at realize)"
         file, line = node.site
         rows.append(ExplainRow(

@@ -2,6 +2,9 @@
 
 Compiling resolves a node's kernel from the KernelBindingTable once; executing calls it on
 pre-allocated outputs and returns a CompletionHandle built from the output storage's device.
+Every launch (a realize's walk and a fuel.jit replay alike) goes through execute_compiled.
+A CompiledNode is cached and shared between graphs, so it is immutable: what belongs to one
+graph (the node's label and user line) is passed to each launch.
 """
 
 from __future__ import annotations
@@ -12,16 +15,26 @@ from dataclasses import dataclass
 
 from fuel.dispatch import op_profile
 from fuel.dispatch.completion import READY, CompletionHandle
-from fuel.dispatch.kernel import BindingEntry, Kernel, KernelBindingTable, KernelCaps, KernelDTypes
+from fuel.dispatch.kernel import (
+    BindingEntry,
+    Kernel,
+    KernelBindingTable,
+    KernelCaps,
+    KernelDTypes,
+    Launcher,
+    prepare_launcher,
+)
 from fuel.ir.device import BackendId
 from fuel.ir.dtype import DType
+from fuel.ir.errors import IndexOutOfRange, KernelError, KernelIndexError
 from fuel.ir.layout import Layout
 from fuel.ir.ops import VIEW_OPS, OpKind, lookup_dtypes
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CompiledNode:
-    """A node's op plus its resolved kernel, caps and params; ``dtypes`` ends with the output."""
+    """A node's op plus its resolved kernel, caps and params; ``dtypes`` ends with the output.
+    Immutable: one CompiledNode serves every graph with the same (op, dtypes, backend, params)."""
 
     op: OpKind
     dtypes: KernelDTypes
@@ -30,11 +43,14 @@ class CompiledNode:
     caps: KernelCaps
     op_params: object
     entry: BindingEntry | None = None
-    label: str = ""
 
     @property
     def output_dtype(self) -> DType:
         return self.dtypes[-1]
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout]) -> Launcher:
+        """The kernel bound to these operands and this node's params (the kernel's ``prepare``)."""
+        return prepare_launcher(self.kernel, inputs, outputs, layouts, self.op_params)
 
 
 def compile_node(
@@ -43,12 +59,10 @@ def compile_node(
     backend: BackendId,
     op_params,
     bindings: KernelBindingTable,
-    label: str = "",
 ) -> CompiledNode:
     """Resolve the kernel for (op, dtypes, backend); raises NoBackendForOp on a miss."""
     entry = bindings.lookup_entry(op, dtypes, backend)
-    return CompiledNode(op, tuple(dtypes), backend, entry.kernel, entry.caps, op_params, entry,
-                        label)
+    return CompiledNode(op, tuple(dtypes), backend, entry.kernel, entry.caps, op_params, entry)
 
 
 def node_lookup_dtypes(graph, node_id: int) -> KernelDTypes:
@@ -59,13 +73,12 @@ def node_lookup_dtypes(graph, node_id: int) -> KernelDTypes:
 
 def dispatched_kernel_ident(graph, node_id: int, bindings: KernelBindingTable):
     """(kernel_source, kernel_revision_hash) of the kernel a realize dispatches for the node,
-    from the same lookup ``compile_node`` does; None for views, leaves and misses."""
+    from the same lookup ``compile_node`` does (at ``graph.target_backend``); None for views,
+    leaves and misses."""
     node = graph.node(node_id)
     if node.op in VIEW_OPS or node.op is OpKind.LOAD or node.buffer is not None:
         return None
     backend = graph.target_backend(node_id)
-    if backend is None:
-        return None
     for entry in bindings.lookup_alternatives(node.op, node_lookup_dtypes(graph, node_id), backend):
         if not entry.caps.requires_broadcast:
             return entry.kernel_source, entry.kernel_revision_hash
@@ -77,9 +90,12 @@ def execute_compiled(
     inputs: Sequence,
     outputs: Sequence,
     layouts: Sequence[Layout],
+    label: str = "",
+    launcher: Launcher | None = None,
 ) -> CompletionHandle:
     """Run the kernel; conservative default: the handle is Pending wherever the device can."""
-    return execute_compiled_with_wait_hint(compiled, inputs, outputs, layouts, True)
+    return execute_compiled_with_wait_hint(compiled, inputs, outputs, layouts, True, label,
+                                           launcher)
 
 
 def execute_compiled_with_wait_hint(
@@ -88,26 +104,47 @@ def execute_compiled_with_wait_hint(
     outputs: Sequence,
     layouts: Sequence[Layout],
     will_be_waited: bool,
+    label: str = "",
+    launcher: Launcher | None = None,
 ) -> CompletionHandle:
-    """Run the kernel; record the launch when profiling (even when it raised); return Pending
-    only when ``will_be_waited`` and the output's device enqueues work, Ready otherwise."""
+    """Run the kernel (``launcher``, when given, is it prepared on these operands); record the
+    launch under ``label`` when profiling (even when it raised); return Pending only when
+    ``will_be_waited`` and the output's device enqueues work, Ready otherwise.
+
+    With profiling off and ``will_be_waited`` False this is exactly one call of the launcher,
+    which is what a fuel.jit replay does for such steps without the function call around it."""
     if not (op_profile._enabled or op_profile._trace):
-        compiled.kernel(inputs, outputs, layouts, compiled.op_params)
+        if launcher is None:
+            compiled.kernel(inputs, outputs, layouts, compiled.op_params)
+        else:
+            launcher()
     else:
         timer = _device_timer(inputs, outputs) if op_profile._trace else None
         start = time.perf_counter()
         try:
-            compiled.kernel(inputs, outputs, layouts, compiled.op_params)
+            if launcher is None:
+                compiled.kernel(inputs, outputs, layouts, compiled.op_params)
+            else:
+                launcher()
         finally:
             seconds = time.perf_counter() - start
-            _record(compiled, inputs, outputs, start, seconds, timer() if timer else None)
+            _record(compiled, inputs, outputs, start, seconds, label, timer() if timer else None)
     if not will_be_waited or not outputs:
         return READY
     output = outputs[0]
     completion = output.backend.record_completion(output)
     if completion is None:
         return READY
-    return CompletionHandle.pending(completion, compiled.label)
+    return CompletionHandle.pending(completion, label)
+
+
+def kernel_error(compiled: CompiledNode, label: str, error: Exception) -> KernelError:
+    """What a failed launch raises: a KernelError (a KernelIndexError for an index out of range)
+    naming the node, its user's line and the kernel; chain ``error`` to it."""
+    kind = KernelIndexError if isinstance(error, IndexOutOfRange) else KernelError
+    source = compiled.entry.kernel_source if compiled.entry else "?"
+    return kind(f"{label or compiled.op.value} failed in kernel {source}: "
+                f"{type(error).__name__}: {error}")
 
 
 def _device_timer(inputs, outputs):
@@ -120,7 +157,7 @@ def _device_timer(inputs, outputs):
     return None
 
 
-def _record(compiled: CompiledNode, inputs, outputs, start: float, seconds: float,
+def _record(compiled: CompiledNode, inputs, outputs, start: float, seconds: float, label: str,
             device_seconds=None) -> None:
     first_in = inputs[0] if inputs else None
     first_out = outputs[0] if outputs else None
@@ -133,6 +170,6 @@ def _record(compiled: CompiledNode, inputs, outputs, start: float, seconds: floa
         seconds=seconds,
         start=start,
         kernel_source=compiled.entry.kernel_source if compiled.entry else "",
-        node=compiled.label,
+        node=label,
         device_seconds=device_seconds,
     ))

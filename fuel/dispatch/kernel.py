@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from fuel.ir.device import BackendId
 from fuel.ir.dtype import DType
@@ -13,8 +15,31 @@ from fuel.ir.errors import NoBackendForOp
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 
-# kernel(inputs, outputs, layouts, params) -> None; layouts = input layouts then output layouts.
-Kernel = Callable[[Sequence[object], Sequence[object], Sequence[Layout], object], None]
+# A kernel bound to its operands: calling it launches the kernel once more on them.
+Launcher = Callable[[], None]
+
+
+class Kernel(Protocol):
+    """The kernel contract: ``kernel(inputs, outputs, layouts, params)`` writes the outputs
+    (``layouts``: the inputs' then the outputs'). ``prepare`` binds the operands once and returns
+    a Launcher; a kernel may declare its own (views built once), else it binds a call."""
+
+    def __call__(self, inputs: Sequence[object], outputs: Sequence[object],
+                 layouts: Sequence[Layout], params: object, /) -> None: ...
+
+    def prepare(self, inputs: Sequence[object], outputs: Sequence[object],
+                layouts: Sequence[Layout], params: object, /) -> Launcher:
+        """Default: a bound call of the kernel."""
+        return functools.partial(self, inputs, outputs, layouts, params)
+
+
+def prepare_launcher(kernel: Kernel, inputs: Sequence[object], outputs: Sequence[object],
+                     layouts: Sequence[Layout], params: object) -> Launcher:
+    """``kernel.prepare(...)`` for every kernel: plain functions get the contract's default."""
+    prepare = getattr(kernel, "prepare", None)
+    if prepare is None:
+        return Kernel.prepare(kernel, inputs, outputs, layouts, params)
+    return prepare(inputs, outputs, layouts, params)
 KernelDTypes = tuple[DType, ...]
 BindingKey = tuple[OpKind, KernelDTypes, BackendId]
 

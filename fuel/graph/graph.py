@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fuel.graph.node import Node
 from fuel.ir.device import BackendId
+from fuel.ir.ops import OpKind
 
 
 class Graph:
@@ -76,9 +77,13 @@ class Graph:
     def node(self, node_id: int) -> Node:
         return self.nodes[node_id]
 
-    def target_backend(self, node_id: int) -> BackendId | None:
-        """The backend a node's kernel runs on: the backend of the node's device."""
-        return self.nodes[node_id].device.backend
+    def target_backend(self, node_id: int) -> BackendId:
+        """The backend whose kernel runs the node: its device's, except that a COPY runs at its
+        source (the source backend reads its own memory and writes the destination's)."""
+        node = self.nodes[node_id]
+        if node.op is OpKind.COPY and self.inputs[node_id]:
+            return self.nodes[self.inputs[node_id][0]].device.backend
+        return node.device.backend
 
     def consumers(self) -> list[list[int]]:
         """For each node, the NodeIds that read it."""

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 import fuel
-from fuel.dispatch import op_profile
 from fuel.models.common import ModelFormatError, require
 from fuel.nn.functional import gelu, layer_norm, softmax
 from fuel.tensor import Tensor
@@ -148,7 +147,7 @@ class BertEncoder:
     def mean_pooled(self, ids: np.ndarray, mask: np.ndarray) -> Tensor:
         """``(batch, hidden)`` means of the hidden states over the unmasked tokens. The second
         time a (batch, length) shape comes, its plan is captured (fuel.jit) and replayed from
-        then on (not while profiling); the result may therefore come back already realized."""
+        then on; the result may therefore come back already realized."""
         leaves = self._leaves(ids, mask)
         replay = self._replay_for(ids.shape)
         return replay(*leaves) if replay is not None else self._pooled(*leaves)
@@ -169,9 +168,9 @@ class BertEncoder:
                 fuel.from_numpy(weights, device=self.device))
 
     def _replay_for(self, shape: tuple[int, int]):
-        """The captured pooled forward for ``shape``, or None the first time it is seen (and
-        while fuel.profile() is on, so that every launch is timed, or when use_jit is off)."""
-        if op_profile.enabled() or not self.use_jit:
+        """The captured pooled forward for ``shape``, or None the first time it is seen (or
+        when use_jit is off)."""
+        if not self.use_jit:
             return None
         replays = self._replays
         if shape not in replays:

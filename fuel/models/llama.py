@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 import fuel
-from fuel.dispatch import op_profile
 from fuel.ir.errors import InvalidArgument
 from fuel.models.common import model_file, progress, require
 from fuel.models.gguf_loader import GGUFModelFile, LlamaConfig, unpermute_rope_rows
@@ -136,9 +135,8 @@ class LlamaModel:
         then replayed without graph building or planning), or None to run it eagerly.
 
         One-token decode steps are captured at once; other shapes (prompt chunks) the second
-        time they come. Nothing is replayed while fuel.profile() is on, so that every launch is
-        timed, nor when ``use_jit`` is False."""
-        if not self.use_jit or op_profile.enabled():
+        time they come. Nothing is replayed when ``use_jit`` is False."""
+        if not self.use_jit:
             return None
         key = (count, all_logits)
         replays = cache.replays

@@ -10,10 +10,10 @@ import numpy as np
 
 from fuel.backends import get_backend
 from fuel.dispatch import op_profile
-from fuel.dispatch.compiled import execute_compiled_with_wait_hint
+from fuel.dispatch.compiled import execute_compiled_with_wait_hint, kernel_error
 from fuel.dispatch.kernel import global_table, table_generation
 from fuel.graph import Graph, Node
-from fuel.ir.errors import IndexOutOfRange, KernelError, KernelIndexError
+from fuel.runtime.pending import PendingWork
 from fuel.runtime.plan import Plan, PlanBuilder, Step, node_label
 
 PIPELINE_DEPTH = 64
@@ -95,7 +95,7 @@ class _Walk:
         self.graph = graph
         self.plan = plan
         self.storages: dict[int, object] = {}
-        self.handles: dict = {}
+        self.pending = PendingWork()
         self.taken: dict[int, object] = {}  # id(storage) -> the pool it came from
 
     def run(self, steps, keep: bool = False):
@@ -119,9 +119,7 @@ class _Walk:
             with op_profile.phase("realize.drain"):
                 self._drain()
         except BaseException:
-            for handle in self.handles.values():
-                handle.close()
-            self.handles.clear()
+            self.pending.close_all()
             self._release_all()
             raise
         self._attach_roots()
@@ -130,35 +128,27 @@ class _Walk:
     def _launch(self, step: Step) -> None:
         storages = self.storages
         if step.wait_slot >= 0:
-            handle = self.handles.pop(step.wait_slot, None)
-            if handle is not None:
-                handle.wait()
+            self.pending.wait_for(step.wait_slot)
         inputs = [storages[slot] for slot in step.sources]
         if step.alias:
             output = inputs[0]
         else:
             output = step.pool.take(step.backend, step.device, step.dtype, step.size)
             self.taken[id(output)] = step.pool
-        compiled = step.compiled
-        if step.waited:
-            compiled.label = node_label(self.graph, step.node_id)
+        # The label is this graph's (a cached plan serves graphs built at other lines).
+        label = node_label(self.graph, step.node_id) if (
+            step.waited or op_profile._enabled or op_profile._trace) else ""
         try:
-            handle = execute_compiled_with_wait_hint(compiled, inputs, [output], step.layouts,
-                                                     step.waited)
+            handle = execute_compiled_with_wait_hint(step.compiled, inputs, [output],
+                                                     step.layouts, step.waited, label)
         except Exception as error:
             if not step.alias:
                 step.pool.give_back(output)
                 del self.taken[id(output)]
-            label = node_label(self.graph, step.node_id)
-            kind = KernelIndexError if isinstance(error, IndexOutOfRange) else KernelError
-            source = compiled.entry.kernel_source if compiled.entry else "?"
-            raise kind(f"{label} failed in kernel {source}: {type(error).__name__}: "
-                       f"{error}") from error
+            raise kernel_error(step.compiled, label or node_label(self.graph, step.node_id),
+                               error) from error
         if handle.is_pending:
-            previous = self.handles.pop(step.target, None)
-            if previous is not None:
-                previous.close()  # the in-order queue finishes it before the newer launch
-            self.handles[step.target] = handle
+            self.pending.keep(step.target, handle)
         storages[step.target] = output
         if step.frees:
             self._free(step.frees)
@@ -166,9 +156,7 @@ class _Walk:
     def _free(self, slots) -> None:
         for slot in slots:
             storage = self.storages.pop(slot, None)
-            handle = self.handles.pop(slot, None)
-            if handle is not None:
-                handle.close()
+            self.pending.forget(slot)
             if storage is not None:
                 pool = self.taken.pop(id(storage), None)
                 if pool is not None:
@@ -183,9 +171,7 @@ class _Walk:
         self.taken.clear()
 
     def _drain(self) -> None:
-        handles, self.handles = self.handles, {}
-        for handle in handles.values():
-            handle.wait()
+        self.pending.wait_all()
         devices = set(self.plan.devices)
         for root in self.graph.roots:
             devices.add(self.graph.nodes[root].device)

@@ -1,58 +1,53 @@
-"""fuel.jit: capture a function's plan once, then replay it on new inputs without rebuilding
-the graph, planning or allocating: each replay is one prepared launch per kernel.
+"""The capture/replay engine behind fuel.jit: a graph's plan decided once, its steps bound to
+storages, then run again and again through execute_compiled with new argument storages.
 
-Like a CUDA graph: the first call with a given input signature traces the function and runs
-its plan once on a private buffer pool (buffers reused by liveness), keeping the storages every
-step used. Later calls copy the arguments into the captured input buffers and run the prepared
-launchers; outputs get fresh buffers each call. Tensors the function reads from its closure
-(weights, a KV cache written in place) stay bound as captured.
+Like a CUDA graph: the capture plans the graph and gives every step the storages it will use
+(a private buffer pool, buffers reused by liveness). Each run binds the arguments' storages and
+fresh output storages, re-preparing only the steps that touch them, and launches every step.
+Tensors the function reads from its closure (weights, a KV cache written in place) stay bound as
+captured. The Tensor-facing wrapper is fuel.jit.
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Sequence
 
 import numpy as np
 
 from fuel.backends import get_backend
 from fuel.dispatch import op_profile
-from fuel.dispatch.kernel import global_table, table_generation
+from fuel.dispatch.compiled import execute_compiled_with_wait_hint, kernel_error
+from fuel.dispatch.kernel import Launcher, global_table, table_generation
 from fuel.graph import Graph, Node
 from fuel.graph.node import creation_site
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
 from fuel.memory.pool import DevicePool
-from fuel.runtime.plan import PlanBuilder, Step
-from fuel.tensor import Tensor
+from fuel.runtime.pending import PendingWork
+from fuel.runtime.plan import PlanBuilder, Step, node_label
 
 
-class _Record:
-    """A step with the exact storages it used at capture; ``launch`` is None when the step
-    touches an output (whose buffer is fresh every call) and is bound per call."""
+class CapturedStep:
+    """A plan step with this capture's per-graph data: the storages it used at capture, the
+    slots freed after it, and its node's label (with the user's line)."""
 
-    __slots__ = ("step", "inputs", "output", "launch")
+    __slots__ = ("step", "inputs", "outputs", "frees", "label")
 
-    def __init__(self, step: Step, inputs: list, output) -> None:
+    def __init__(self, step: Step, inputs: list, outputs: list, label: str) -> None:
         self.step = step
         self.inputs = inputs
-        self.output = output
-        self.launch = None
+        self.outputs = outputs
+        self.frees = step.frees
+        self.label = label
 
 
-class _Capture:
-    """One traced input signature of a jitted function."""
+class Capture:
+    """One traced call: the plan of ``outputs`` whose leaves include ``arguments`` (None where
+    an argument is not a tensor), bound to storages; ``run`` launches it."""
 
-    def __init__(self, function, args: tuple) -> None:
+    def __init__(self, arguments: Sequence[Node | None], outputs: Sequence[Node]) -> None:
         self.generation = table_generation()
-        # Private copies of the arguments: replays overwrite them, never the caller's tensors.
-        self.inputs = [a.contiguous().realize() if isinstance(a, Tensor) else None for a in args]
-        traced = function(*[c if c is not None else a for c, a in zip(self.inputs, args)])
-        self.single = isinstance(traced, Tensor)
-        outputs = [traced] if self.single else list(traced) if isinstance(
-            traced, (tuple, list)) else []
-        if not outputs or not all(isinstance(o, Tensor) for o in outputs):
-            raise InvalidArgument("a fuel.jit function must return a Tensor or a tuple of them")
-        graph = Graph.build([o._node for o in outputs])
+        graph = Graph.build(list(outputs))
         if any(graph.nodes[r].buffer is not None for r in graph.roots) or \
                 len(graph.roots) != len(outputs):
             raise InvalidArgument("fuel.jit outputs must be distinct tensors computed by the "
@@ -60,42 +55,52 @@ class _Capture:
         builder = PlanBuilder(graph, global_table())
         steps = list(builder.steps())
         values = builder.plan.node_values
+        leaf_slots = {id(graph.nodes[i]): slot for slot, i in enumerate(graph.leaves)}
+        self.argument_slots = [-1 if a is None else leaf_slots.get(id(a), -1)
+                               for a in arguments]
+        self.leaf_storages = {slot: graph.nodes[i].buffer for slot, i in enumerate(graph.leaves)}
         self.outputs = [(values[r], graph.nodes[r]) for r in graph.roots]
-        self.output_slots = {slot for (slot, _), _ in self.outputs}
+        self.output_slots = [slot for (slot, _), _ in self.outputs]
         self.devices = set(builder.plan.devices) | {n.device for _, n in self.outputs}
         self.pools: dict = {}
-        self.records = self._run_once(graph, steps)
-        self.output_writers = {}  # output slot -> the first step writing it (its allocation)
-        for record in self.records:
-            if record.step.target in self.output_slots:
-                self.output_writers.setdefault(record.step.target, record.step)
-        for record in self.records:
-            step = record.step
-            if step.target not in self.output_slots and not any(
-                    s in self.output_slots for s in step.sources):
-                record.launch = _prepare(step, record.inputs, [record.output])
+        self.steps = self._bind(graph, steps)
+        self.pools.clear()
+        # Output slots written by a launch get a fresh storage every run (its first writer's).
+        self.output_writers: dict[int, Step] = {}
+        for captured in self.steps:
+            if captured.step.target in self.output_slots and \
+                    captured.step.target not in self.leaf_storages:
+                self.output_writers.setdefault(captured.step.target, captured.step)
+        bound = set(self.output_writers) | {s for s in self.argument_slots if s >= 0}
+        self.rebound = [index for index, captured in enumerate(self.steps)
+                        if captured.step.target in bound
+                        or any(s in bound for s in captured.step.sources)]
+        rebound = set(self.rebound)
+        self.launchers: list[Launcher | None] = [
+            None if index in rebound else self._prepare(index, captured.inputs, captured.outputs)
+            for index, captured in enumerate(self.steps)]
+        # Steps a later step waits (cross-device copies) need handles: every launch is tracked.
+        self.tracked = any(c.step.waited or c.step.wait_slot >= 0 for c in self.steps)
 
-    def _run_once(self, graph: Graph, steps: list) -> list[_Record]:
-        storages = {slot: graph.nodes[i].buffer for slot, i in enumerate(graph.leaves)}
-        records = []
-        with np.errstate(all="ignore"):
-            for step in steps:
-                if step.__class__ is tuple:
-                    for slot in step:
-                        self._release(storages.pop(slot, None), slot)
-                    continue
-                output = self._output_storage(step, storages)
-                inputs = [storages[s] for s in step.sources]
-                if step.wait_slot >= 0:
-                    self._synchronize()
-                step.compiled.kernel(inputs, [output], step.layouts, step.compiled.op_params)
-                storages[step.target] = output
-                records.append(_Record(step, inputs, output))
-                for slot in step.frees:
+    def _bind(self, graph: Graph, steps: list) -> list[CapturedStep]:
+        """Give every step its storages by walking the plan without launching anything."""
+        storages = dict(self.leaf_storages)
+        captured: list[CapturedStep] = []
+        for step in steps:
+            if step.__class__ is tuple:
+                for slot in step:
                     self._release(storages.pop(slot, None), slot)
-        self._synchronize()
-        self.first_outputs = [storages[slot] for (slot, _), _ in self.outputs]
-        return records
+                if captured:
+                    captured[-1].frees += step
+                continue
+            inputs = [storages[s] for s in step.sources]
+            output = self._output_storage(step, storages)
+            storages[step.target] = output
+            captured.append(CapturedStep(step, inputs, [output],
+                                         node_label(graph, step.node_id)))
+            for slot in step.frees:
+                self._release(storages.pop(slot, None), slot)
+        return captured
 
     def _output_storage(self, step: Step, storages: dict):
         if step.alias:
@@ -108,89 +113,84 @@ class _Capture:
         return pool.take(step.backend, step.device, step.dtype, step.size)
 
     def _release(self, storage, slot: int) -> None:
-        if storage is not None and slot not in self.output_slots and storage.device in self.pools:
+        if storage is not None and slot not in self.output_slots and \
+                slot not in self.leaf_storages and storage.device in self.pools:
             self.pools[storage.device].give_back(storage)
 
-    def _synchronize(self) -> None:
-        for device in self.devices:
-            get_backend(device).synchronize(device)
+    def _prepare(self, index: int, inputs: list, outputs: list) -> Launcher:
+        captured = self.steps[index]
+        step = captured.step
+        try:
+            return step.compiled.prepare(inputs, outputs, step.layouts)
+        except Exception as error:
+            raise kernel_error(step.compiled, captured.label, error) from error
 
-    def replay(self, args: tuple) -> list:
-        """Copy the arguments in, launch every step, return the outputs' storages."""
+    def run(self, arguments: Sequence) -> list:
+        """Launch every step with ``arguments`` (storages, None for non-tensors) bound to the
+        argument slots and fresh output storages; return the outputs' storages."""
         for device in self.devices:
             get_backend(device)  # fail clearly when a device went away
-        fresh = {slot: step.backend.allocate(step.device, step.dtype, step.size)
-                 for slot, step in self.output_writers.items()}
+        bound = {slot: storage for slot, storage in zip(self.argument_slots, arguments)
+                 if slot >= 0}
+        for slot, step in self.output_writers.items():
+            bound[slot] = step.backend.allocate(step.device, step.dtype, step.size)
+        launchers = self.launchers.copy()
+        operands: dict[int, tuple[list, list]] = {}
+        for index in self.rebound:
+            captured = self.steps[index]
+            step = captured.step
+            inputs = [bound.get(s, storage) for s, storage in zip(step.sources, captured.inputs)]
+            outputs = [bound.get(step.target, captured.outputs[0])]
+            operands[index] = (inputs, outputs)
+            launchers[index] = self._prepare(index, inputs, outputs)
         with np.errstate(all="ignore"):
-            for captured, arg in zip(self.inputs, args):
-                if captured is not None:
-                    _copy_into(arg, captured)
-            for record in self.records:
-                if record.launch is not None:
-                    record.launch()
-                    continue
-                step = record.step
-                inputs = [fresh.get(s, storage) for s, storage in zip(step.sources,
-                                                                       record.inputs)]
-                output = fresh.get(step.target, record.output)
+            if self.tracked or op_profile._enabled or op_profile._trace:
+                self._launch_each(launchers, operands)
+            else:
+                # execute_compiled with profiling off and no handle is one launcher call.
+                launch = None
+                try:
+                    for launch in launchers:
+                        launch()
+                except Exception as error:
+                    index = next(i for i, known in enumerate(launchers) if known is launch)
+                    captured = self.steps[index]
+                    raise kernel_error(captured.step.compiled, captured.label, error) from error
+        for device in self.devices:
+            get_backend(device).synchronize(device)
+        return [bound[slot] if slot in bound else self.leaf_storages[slot]
+                for slot in self.output_slots]
+
+    def _launch_each(self, launchers: list, operands: dict) -> None:
+        """Every step through execute_compiled: profiled, Pending handles kept and waited."""
+        pending = PendingWork()
+        try:
+            for index, captured in enumerate(self.steps):
+                step = captured.step
                 if step.wait_slot >= 0:
-                    self._synchronize()
-                step.compiled.kernel(inputs, [output], step.layouts, step.compiled.op_params)
-        self._synchronize()
-        return [fresh[slot] for (slot, _), _ in self.outputs]
+                    pending.wait_for(step.wait_slot)
+                inputs, outputs = operands.get(index) or (captured.inputs, captured.outputs)
+                try:
+                    handle = execute_compiled_with_wait_hint(
+                        step.compiled, inputs, outputs, step.layouts, step.waited,
+                        captured.label, launchers[index])
+                except Exception as error:
+                    raise kernel_error(step.compiled, captured.label, error) from error
+                if handle.is_pending:
+                    pending.keep(step.target, handle)
+                for slot in captured.frees:
+                    pending.forget(slot)
+            pending.wait_all()
+        except BaseException:
+            pending.close_all()
+            raise
 
-
-def _prepare(step: Step, inputs: list, outputs: list):
-    kernel = step.compiled.kernel
-    prepare = getattr(kernel, "prepare", None)
-    if prepare is not None:
-        return prepare(inputs, outputs, step.layouts, step.compiled.op_params)
-    return functools.partial(kernel, inputs, outputs, step.layouts, step.compiled.op_params)
-
-
-def _copy_into(source: Tensor, target: Tensor) -> None:
-    """Copy an argument's values into a captured input buffer (same device, dtype, shape)."""
-    source.realize()
-    node = source._node
-    target_node = target._node
-    compiled = global_table().lookup_entry(
-        OpKind.CONTIGUOUS, (node.dtype, node.dtype), node.device.backend)
-    compiled.kernel([node.buffer], [target_node.buffer], [node.layout, target_node.layout], None)
-
-
-def _leaf(storage, layout, node: Node) -> Tensor:
-    leaf = Node(OpKind.LOAD, (), None, node.dtype, node.shape, node.device, creation_site())
-    leaf.attach(storage, layout)
-    return Tensor(leaf)
-
-
-class JitFunction:
-    """A function whose graph is captured per input signature and replayed afterwards."""
-
-    def __init__(self, function) -> None:
-        self.function = function
-        self.captures: dict = {}
-        self.replays = 0
-        functools.update_wrapper(self, function)
-
-    def __call__(self, *args):
-        signature = tuple(
-            (a.dtype, a.shape, a._node.device) if isinstance(a, Tensor) else ("py", repr(a))
-            for a in args)
-        capture = self.captures.get(signature)
-        if capture is None or capture.generation != table_generation():
-            capture = _Capture(self.function, args)
-            self.captures[signature] = capture
-            storages = capture.first_outputs
-        else:
-            with op_profile.phase("jit.replay"):
-                storages = capture.replay(args)
-            self.replays += 1
-        outputs = [_leaf(storage, layout, node)
-                   for storage, ((_, layout), node) in zip(storages, capture.outputs)]
-        return outputs[0] if capture.single else tuple(outputs)
-
-
-def jit(function):
-    """Decorator: capture ``function``'s plan on first call, replay it on later calls."""
-    return JitFunction(function)
+    def output_nodes(self, storages: Sequence) -> list[Node]:
+        """Realized leaf nodes over a run's output storages, in the order of the outputs."""
+        leaves = []
+        for storage, ((_, layout), node) in zip(storages, self.outputs):
+            leaf = Node(OpKind.LOAD, (), None, node.dtype, node.shape, node.device,
+                        creation_site())
+            leaf.attach(storage, layout)
+            leaves.append(leaf)
+        return leaves

@@ -68,9 +68,7 @@ def compile_graph_node(graph: Graph, node_id: int, table: KernelBindingTable) ->
     """compile_node for one graph node (memoized per table, op, dtypes, backend and params);
     a miss names the node and the user's line."""
     node = graph.nodes[node_id]
-    backend = node.device.backend
-    if node.op is OpKind.COPY:  # the copy kernel is keyed at the source backend
-        backend = node.inputs[0].device.backend
+    backend = graph.target_backend(node_id)
     dtypes = node_lookup_dtypes(graph, node_id)
     if _compiled_table[0] is not table:
         _compiled_cache.clear()

@@ -54,6 +54,7 @@ class ThreadedBackend(Backend):
         self.fault: BaseException | None = None
         self.completions_recorded = 0
         self.available = True
+        self.rejected = None  # a NumPy function whose launches raise (failures in a replay)
         self.worker = threading.Thread(target=self._run, daemon=True)
         self.worker.start()
 
@@ -144,6 +145,8 @@ class ThreadedBackend(Backend):
         def kernel(inputs, outputs, layouts, params):
             from fuel.backends.cpu.arrays import output, view
 
+            if function is self.rejected:
+                raise ValueError(f"{function.__name__} launch rejected")
             a, b = (view(s, layout) for s, layout in zip(inputs, layouts))
             out = output(outputs[0], layouts[-1])
             self.enqueue(lambda: function(a, b, out=out))
