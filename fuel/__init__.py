@@ -33,6 +33,11 @@ from fuel.ir.device import BackendId, Device
 from fuel.ir.dtype import (
     DType,
     bfloat16,
+    float8_e4m3fn,
+    float8_e4m3fnuz,
+    float8_e5m2,
+    float8_e5m2fnuz,
+    float8_e8m0fnu,
     float16,
     float32,
     float64,
@@ -42,6 +47,9 @@ from fuel.ir.dtype import (
     int64,
     promote_types,
     uint8,
+    uint16,
+    uint32,
+    uint64,
 )
 from fuel.ir.dtype import bool_ as bool  # noqa: A001 - torch's name
 from fuel.ir.errors import (
@@ -93,7 +101,9 @@ __all__ = [
     "eye", "float16", "float32", "float64", "from_numpy", "full", "full_like", "gather",
     "index_select", "int16", "int32", "int64", "int8", "manual_seed", "matmul", "ones",
     "ones_like", "profile", "promote_types", "rand", "randint", "randn", "realize", "softmax",
-    "split", "stack", "tensor", "uint8", "zeros", "zeros_like", "memory_stats",
+    "split", "stack", "tensor", "uint8", "uint16", "uint32", "uint64", "float8_e4m3fn",
+    "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "zeros", "zeros_like",
+    "memory_stats",
     "empty_cache", "plan_cache_stats", "set_plan_cache_capacity", "jit",
     *_GENERATED_FUNCTIONS, *_FUNCTIONS,
 ]

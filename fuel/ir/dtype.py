@@ -1,4 +1,10 @@
-"""DType: the ten element types, their NumPy mapping and Array-API type promotion."""
+"""DType: fuel's element types, their NumPy mapping (ml_dtypes for the low-precision ones) and
+Array-API type promotion.
+
+``ALL_DTYPES`` are the standard types every generic kernel takes (bool, the signed and unsigned
+integers, the four floats). ``FLOAT8_DTYPES`` (ONNX's float8 family) are byte-sized floats with
+a narrower coverage declared in the op registry: casts, comparisons, copies, selection and
+indexing. ``KNOWN_DTYPES`` is every dtype fuel has a name for."""
 
 from __future__ import annotations
 
@@ -11,14 +17,16 @@ from fuel.ir.errors import DTypeError
 class DType:
     """An element type. ``name`` is the NumPy name; ``itemsize`` is in bytes."""
 
-    __slots__ = ("name", "itemsize", "numpy", "kind", "rank")
+    __slots__ = ("name", "itemsize", "numpy", "kind", "rank", "bits")
 
-    def __init__(self, name: str, numpy_dtype: np.dtype, kind: str, rank: int) -> None:
+    def __init__(self, name: str, numpy_dtype: np.dtype, kind: str, rank: int,
+                 bits: int | None = None) -> None:
         self.name = name
         self.numpy = np.dtype(numpy_dtype)
         self.itemsize = self.numpy.itemsize
         self.kind = kind  # "b" bool, "u" unsigned, "i" signed, "f" floating
         self.rank = rank
+        self.bits = bits if bits is not None else self.itemsize * 8  # width of one element
 
     @property
     def is_floating(self) -> bool:
@@ -41,6 +49,9 @@ class DType:
 
 bool_ = DType("bool", np.bool_, "b", 0)
 uint8 = DType("uint8", np.uint8, "u", 1)
+uint16 = DType("uint16", np.uint16, "u", 2)
+uint32 = DType("uint32", np.uint32, "u", 3)
+uint64 = DType("uint64", np.uint64, "u", 4)
 int8 = DType("int8", np.int8, "i", 1)
 int16 = DType("int16", np.int16, "i", 2)
 int32 = DType("int32", np.int32, "i", 3)
@@ -49,18 +60,30 @@ float16 = DType("float16", np.float16, "f", 5)
 bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "f", 5)
 float32 = DType("float32", np.float32, "f", 6)
 float64 = DType("float64", np.float64, "f", 7)
+# ONNX's float8 family (rank 4: below the 16-bit floats); names as ml_dtypes spells them.
+float8_e4m3fn = DType("float8_e4m3fn", ml_dtypes.float8_e4m3fn, "f", 4)
+float8_e4m3fnuz = DType("float8_e4m3fnuz", ml_dtypes.float8_e4m3fnuz, "f", 4)
+float8_e5m2 = DType("float8_e5m2", ml_dtypes.float8_e5m2, "f", 4)
+float8_e5m2fnuz = DType("float8_e5m2fnuz", ml_dtypes.float8_e5m2fnuz, "f", 4)
+float8_e8m0fnu = DType("float8_e8m0fnu", ml_dtypes.float8_e8m0fnu, "f", 4)
 
 ALL_DTYPES: tuple[DType, ...] = (
-    bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,
+    bool_, uint8, uint16, uint32, uint64, int8, int16, int32, int64, float16, bfloat16, float32,
+    float64,
 )
 FLOAT_DTYPES: tuple[DType, ...] = (float16, bfloat16, float32, float64)
-INTEGER_DTYPES: tuple[DType, ...] = (uint8, int8, int16, int32, int64)
+INTEGER_DTYPES: tuple[DType, ...] = (uint8, uint16, uint32, uint64, int8, int16, int32, int64)
 NUMERIC_DTYPES: tuple[DType, ...] = INTEGER_DTYPES + FLOAT_DTYPES
+FLOAT8_DTYPES: tuple[DType, ...] = (
+    float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu,
+)
+LOW_PRECISION_DTYPES: tuple[DType, ...] = FLOAT8_DTYPES
+KNOWN_DTYPES: tuple[DType, ...] = ALL_DTYPES + LOW_PRECISION_DTYPES
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int64
 
-_BY_NAME = {d.name: d for d in ALL_DTYPES}
-_BY_NUMPY = {d.numpy: d for d in ALL_DTYPES}
+_BY_NAME = {d.name: d for d in KNOWN_DTYPES}
+_BY_NUMPY = {d.numpy: d for d in KNOWN_DTYPES}
 
 
 def from_name(name: str) -> DType:
@@ -109,7 +132,7 @@ def promote_types(a: DType, b: DType) -> DType:
     if b.is_bool:
         return a
     if a.is_floating and b.is_floating:
-        if a.rank == b.rank:  # float16 with bfloat16
+        if a.rank == b.rank:  # float16 with bfloat16, or two float8 formats
             return float32
         return a if a.rank > b.rank else b
     if a.is_floating:

@@ -248,12 +248,12 @@ def _binary(kind: OpKind, doc: str, coverage, rule=rules.binary, names=None, **f
 # ------------------------------------------------------------------ leaves, movement, views
 define(OpKind.LOAD, "leaf", rules.same_as_input, doc="A realized leaf: data already in a buffer.")
 define(OpKind.COPY, "movement", rules.copy_rule, params=CopyParams, primitive=True,
-       coverage=combos(dt.ALL_DTYPES, 1), doc="Copy to another device (runs at its source).")
+       coverage=combos(dt.KNOWN_DTYPES, 1), doc="Copy to another device (runs at its source).")
 define(OpKind.CONTIGUOUS, "movement", rules.same_as_input, params=NoParams, primitive=True,
-       coverage=combos(dt.ALL_DTYPES, 1), doc="A dense copy of a strided view.")
+       coverage=combos(dt.KNOWN_DTYPES, 1), doc="A dense copy of a strided view.")
 define(OpKind.CAST, "movement", rules.cast_rule, params=CastParams, primitive=True,
-       coverage=tuple((a, b) for a in dt.ALL_DTYPES for b in dt.ALL_DTYPES),
-       doc="Convert to another dtype.")
+       coverage=tuple((a, b) for a in dt.KNOWN_DTYPES for b in dt.KNOWN_DTYPES),
+       doc="Convert to another dtype (``saturate``: float8 targets clamp to their range).")
 define(OpKind.BITCAST, "movement", rules.bitcast, params=CastParams,
        doc="The same bits read as another dtype of the same size.")
 define(OpKind.RESHAPE, "view", rules.view_reshape, params=ShapeParams, view=True,
@@ -320,7 +320,8 @@ _unary(OpKind.BITWISE_NOT, "Bitwise inversion.", coverage=combos(BITWISE_DTYPES,
 
 # ------------------------------------------------------------------ binary elementwise
 _ARITHMETIC = combos(dt.NUMERIC_DTYPES, 2)
-_COMPARISON = combos(dt.ALL_DTYPES, 2, dt.bool_)
+_LOGICAL = combos(dt.ALL_DTYPES, 2, dt.bool_)
+_COMPARISON = combos(dt.KNOWN_DTYPES, 2, dt.bool_)
 _binary(OpKind.ADD, "a + b.", _ARITHMETIC)
 _binary(OpKind.SUB, "a - b.", _ARITHMETIC)
 _binary(OpKind.MUL, "a * b.", _ARITHMETIC)
@@ -334,10 +335,11 @@ _binary(OpKind.POW, "a ** b.", _ARITHMETIC)
 _binary(OpKind.MAXIMUM, "Elementwise maximum (NaN propagates).", _ARITHMETIC)
 _binary(OpKind.MINIMUM, "Elementwise minimum (NaN propagates).", _ARITHMETIC)
 for _kind, _doc in ((OpKind.EQ, "a == b."), (OpKind.NE, "a != b."), (OpKind.LT, "a < b."),
-                    (OpKind.LE, "a <= b."), (OpKind.GT, "a > b."), (OpKind.GE, "a >= b."),
-                    (OpKind.LOGICAL_AND, "a and b."), (OpKind.LOGICAL_OR, "a or b."),
-                    (OpKind.LOGICAL_XOR, "a xor b.")):
+                    (OpKind.LE, "a <= b."), (OpKind.GT, "a > b."), (OpKind.GE, "a >= b.")):
     _binary(_kind, _doc, _COMPARISON, rule=rules.compare)
+for _kind, _doc in ((OpKind.LOGICAL_AND, "a and b."), (OpKind.LOGICAL_OR, "a or b."),
+                    (OpKind.LOGICAL_XOR, "a xor b.")):
+    _binary(_kind, _doc, _LOGICAL, rule=rules.compare)
 for _kind, _doc in ((OpKind.BITWISE_AND, "a & b."), (OpKind.BITWISE_OR, "a | b."),
                     (OpKind.BITWISE_XOR, "a ^ b.")):
     _binary(_kind, _doc, combos(BITWISE_DTYPES, 2), rule=rules.bitwise)
@@ -346,7 +348,7 @@ _binary(OpKind.BITSHIFT_LEFT, "a << b (0 past the width).", combos(dt.INTEGER_DT
 _binary(OpKind.BITSHIFT_RIGHT, "a >> b (arithmetic for signed).", combos(dt.INTEGER_DTYPES, 2),
         rule=rules.integer_binary, names=_names("bitwise_right_shift"))
 define(OpKind.WHERE, "select", rules.where_rule, params=NoParams, operands=("mask",),
-       coverage=tuple((dt.bool_, d, d, d) for d in dt.ALL_DTYPES), primitive=True,
+       coverage=tuple((dt.bool_, d, d, d) for d in dt.KNOWN_DTYPES), primitive=True,
        doc="a where the condition holds, else b.")
 
 # ------------------------------------------------------------------ reductions and scans

@@ -18,6 +18,8 @@ NO_PARAMS = NoParams()
 @dataclass(frozen=True, slots=True)
 class CastParams:
     dtype: DType
+    saturate: bool = False  # float8 targets: clamp to the finite range (ONNX Cast's default)
+    round_mode: str = "nearest"  # float8_e8m0fnu targets: "nearest", "up" or "down"
 
 
 @dataclass(frozen=True, slots=True)

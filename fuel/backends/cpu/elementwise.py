@@ -16,9 +16,10 @@ from fuel.backends.cpu.arrays import (
     output,
     view,
 )
+from fuel.backends.cpu.low_precision import cast_source, saturate, to_float8_e8m0
 from fuel.backends.cpu.special import erf_into, gelu_into
 from fuel.ir import dtype as dt
-from fuel.ir.ops import OpKind, combos, definition
+from fuel.ir.ops import OpKind, definition
 
 KERNELS = kernel_list()
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -269,26 +270,29 @@ for _op, _function in {**INVERSE_AND_HYPERBOLIC, **INTEGER_BINARY}.items():
     KERNELS.add(_op, definition(_op).coverage, _make_elementwise(_function), STRIDED)
 
 
-@KERNELS.kernel(OpKind.WHERE, [(dt.bool_, d, d, d) for d in dt.ALL_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.WHERE, definition(OpKind.WHERE).coverage, STRIDED)
 def where(inputs, outputs, layouts, params):
     condition, a, b = (view(s, layout) for s, layout in zip(inputs, layouts))
     output(outputs[0], layouts[-1])[...] = np.where(condition, a, b)
 
 
-@KERNELS.kernel(OpKind.CAST, [(a, b) for a in dt.ALL_DTYPES for b in dt.ALL_DTYPES], STRIDED)
+@KERNELS.kernel(OpKind.CAST, definition(OpKind.CAST).coverage, STRIDED)
 def cast(inputs, outputs, layouts, params):
-    source = view(inputs[0], layouts[0])
-    if source.dtype in (dt.float16.numpy, dt.bfloat16.numpy) and params.dtype.is_integer:
-        source = source.astype(np.float32)
+    target = params.dtype
+    source = cast_source(view(inputs[0], layouts[0]), target)
+    if target is dt.float8_e8m0fnu:
+        source = to_float8_e8m0(source, params.saturate, params.round_mode)
+    elif params.saturate and target in dt.FLOAT8_DTYPES:
+        source = saturate(source, target)
     output(outputs[0], layouts[-1])[...] = source
 
 
-@KERNELS.kernel(OpKind.CONTIGUOUS, combos(dt.ALL_DTYPES, 1), STRIDED)
+@KERNELS.kernel(OpKind.CONTIGUOUS, definition(OpKind.CONTIGUOUS).coverage, STRIDED)
 def strided_copy(inputs, outputs, layouts, params):
     output(outputs[0], layouts[-1])[...] = view(inputs[0], layouts[0])
 
 
-@KERNELS.kernel(OpKind.COPY, combos(dt.ALL_DTYPES, 1), STRIDED)
+@KERNELS.kernel(OpKind.COPY, definition(OpKind.COPY).coverage, STRIDED)
 def copy_to_device(inputs, outputs, layouts, params):
     """Cross-device copy from the CPU: densify on the host, then the destination uploads it."""
     target = outputs[0]

@@ -81,6 +81,19 @@ C_TYPES: dict[DType, CType] = {
     dt.float64: CType(dt.float64, "double", "double"),
 }
 
+# The dtypes OpenCL kernels are generated for (its own set: the registry's dtypes without a C
+# type here, such as the unsigned 16/32/64-bit integers and the float8 family, are left out,
+# so a graph using them on OpenCL raises NoBackendForOp naming the dtype).
+OPENCL_DTYPES: tuple[DType, ...] = tuple(d for d in dt.ALL_DTYPES if d in C_TYPES)
+OPENCL_INTEGER_DTYPES: tuple[DType, ...] = tuple(d for d in dt.INTEGER_DTYPES if d in C_TYPES)
+OPENCL_NUMERIC_DTYPES: tuple[DType, ...] = tuple(d for d in dt.NUMERIC_DTYPES if d in C_TYPES)
+
+
+def supports(combo) -> bool:
+    """Whether every dtype of a binding key has an OpenCL C type."""
+    return all(d in C_TYPES for d in combo)
+
+
 # Bit-moving kernels (copies, where, gather, triangles) only care about the element size.
 BITS_TYPES: dict[int, str] = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 from functools import cache
 
 from fuel.backends.opencl.codegen import (
+    OPENCL_DTYPES,
+    OPENCL_INTEGER_DTYPES,
     CType,
     ProgramSpec,
     ctype,
     make_walk,
     needs_fp64,
+    supports,
     walk_kernel,
 )
 from fuel.backends.opencl.common import STRIDED, ClKernel, kernel_list, launch_1d
@@ -21,7 +24,7 @@ from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.ops import OpKind, definition
 
-BITWISE = (dt.bool_,) + dt.INTEGER_DTYPES
+BITWISE = (dt.bool_,) + OPENCL_INTEGER_DTYPES
 
 
 def _float_or(integer: str, floating: str):
@@ -208,7 +211,7 @@ def _add_elementwise(kernels: KernelList) -> None:
     """Add every unary/binary op and every cast (all dtype combinations)."""
     groups: dict[tuple[DType, ...], list[OpKind]] = {}
     for op in (*UNARY_EXPRESSIONS, *BINARY_EXPRESSIONS):
-        for combo in definition(op).coverage:
+        for combo in filter(supports, definition(op).coverage):
             groups.setdefault(combo, []).append(op)
     for combo, ops in groups.items():
         spec = elementwise_program(combo, tuple(ops))
@@ -239,9 +242,9 @@ def cast_program(source: DType, targets: tuple[DType, ...]) -> ProgramSpec:
 
 
 def _add_casts(kernels: KernelList) -> None:
-    for source in dt.ALL_DTYPES:
-        wide = tuple(t for t in dt.ALL_DTYPES if needs_fp64(source, t))
-        narrow = tuple(t for t in dt.ALL_DTYPES if t not in wide)
+    for source in OPENCL_DTYPES:
+        wide = tuple(t for t in OPENCL_DTYPES if needs_fp64(source, t))
+        narrow = tuple(t for t in OPENCL_DTYPES if t not in wide)
         for targets in (wide, narrow):
             if not targets:
                 continue

@@ -14,6 +14,7 @@ import numpy as np
 
 from fuel.backends.opencl.codegen import (
     MAX_DIMS,
+    OPENCL_NUMERIC_DTYPES,
     CType,
     ProgramSpec,
     accumulator,
@@ -147,6 +148,6 @@ def matmul_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
 
 
 KERNELS = kernel_list()
-for _d in dt.NUMERIC_DTYPES:
+for _d in OPENCL_NUMERIC_DTYPES:
     KERNELS.add(OpKind.MATMUL, [(_d, _d, _d)],
                 ClKernel(matmul_kernel, matmul_program(_d), "matmul"), STRIDED)

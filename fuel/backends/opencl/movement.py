@@ -8,7 +8,15 @@ from functools import cache
 
 import numpy as np
 
-from fuel.backends.opencl.codegen import BITS_TYPES, ProgramSpec, ctype, make_walk, walk_kernel
+from fuel.backends.opencl.codegen import (
+    BITS_TYPES,
+    OPENCL_DTYPES,
+    OPENCL_NUMERIC_DTYPES,
+    ProgramSpec,
+    ctype,
+    make_walk,
+    walk_kernel,
+)
 from fuel.backends.opencl.common import STRIDED, ClKernel, int64, kernel_list, launch_1d
 from fuel.backends.opencl.elementwise import run_walk
 from fuel.backends.opencl.runtime import cl, note_event, wrap_errors
@@ -273,7 +281,7 @@ def _add_movement(kernels: KernelList) -> None:
     def add(op, dtypes, kernel: ClKernel) -> None:
         kernels.add(op, dtypes, kernel, STRIDED)
 
-    for d in dt.ALL_DTYPES:
+    for d in OPENCL_DTYPES:
         spec = bits_program(d.itemsize)
         add(OpKind.CONTIGUOUS, [(d, d)], ClKernel(copy_kernel, spec, "copy"))
         add(OpKind.COPY, [(d, d)], ClKernel(copy_from_device, spec, "copy"))
@@ -291,7 +299,7 @@ def _add_movement(kernels: KernelList) -> None:
                 ClKernel(take_kernel, spec, name, select=True))
             add(OpKind.INDEX_COPY, [(d, index, d, d)],
                 ClKernel(index_copy_kernel, spec, f"put_{ctype(index).storage}"))
-    for d in dt.NUMERIC_DTYPES:
+    for d in OPENCL_NUMERIC_DTYPES:
         kernels.add(OpKind.ARANGE, [(d,)],
                     ClKernel(arange_kernel, arange_program(d, d.is_floating), "arange"))
 

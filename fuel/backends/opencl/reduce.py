@@ -13,6 +13,9 @@ from functools import cache
 import numpy as np
 
 from fuel.backends.opencl.codegen import (
+    OPENCL_DTYPES,
+    OPENCL_INTEGER_DTYPES,
+    OPENCL_NUMERIC_DTYPES,
     REDUCE_DTYPE,
     ROWS_DTYPE,
     CType,
@@ -38,10 +41,10 @@ from fuel.ir.dtype import DType
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
 
-ACCUMULATE_DTYPES = [(d, dt.int64) for d in (dt.bool_,) + dt.INTEGER_DTYPES] + [
+ACCUMULATE_DTYPES = [(d, dt.int64) for d in (dt.bool_,) + OPENCL_INTEGER_DTYPES] + [
     (d, d) for d in dt.FLOAT_DTYPES
 ]
-NUMERIC_AND_BOOL = (dt.bool_,) + dt.NUMERIC_DTYPES
+NUMERIC_AND_BOOL = (dt.bool_,) + OPENCL_NUMERIC_DTYPES
 _C_SIZES = {"uchar": 1, "char": 1, "short": 2, "int": 4, "float": 4, "long": 8, "double": 8}
 
 
@@ -266,7 +269,7 @@ def cumsum_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None:
 
 def _add_reductions(kernels: KernelList) -> None:
     """Add every reduction and cumsum for the CPU backend's dtype combinations."""
-    for source in dt.ALL_DTYPES:
+    for source in OPENCL_DTYPES:
         spec = reduce_program(source)
         for op, how in reductions(source).items():
             if op in (OpKind.MAX, OpKind.MIN, OpKind.ARGMAX, OpKind.ARGMIN) and \

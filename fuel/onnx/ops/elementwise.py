@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from fuel.frontend.build import make
 from fuel.ir import dtype as dt
-from fuel.ir.ops import definition
+from fuel.ir.ops import CastParams, definition
 from fuel.onnx.context import NodeContext, SequenceValue, onnx_op
 from fuel.onnx.errors import OnnxError, UnsupportedDType
 from fuel.onnx.ops.common import (
@@ -205,18 +206,25 @@ def cast_(ctx: NodeContext) -> Tensor:
     target = ctx.elem_dtype("to")
     if target is None:
         raise OnnxError("Cast needs the 'to' attribute")
-    return _cast_to(ctx.input(0), target)
+    return _cast_to(ctx.input(0), target, bool(ctx.attr("saturate", 1)),
+                    ctx.attr("round_mode", "up"))
 
 
 @onnx_op("CastLike")
 def cast_like(ctx: NodeContext) -> Tensor:
-    return _cast_to(ctx.input(0), ctx.input(1).dtype)
+    return _cast_to(ctx.input(0), ctx.input(1).dtype, bool(ctx.attr("saturate", 1)),
+                    ctx.attr("round_mode", "up"))
 
 
-def _cast_to(x: Tensor, target) -> Tensor:
+def _cast_to(x: Tensor, target, saturate: bool = True, round_mode: str = "up") -> Tensor:
     """ONNX Cast: floats to integers truncate toward zero (NaN and out-of-range values have no
-    defined result); numbers to bool test for nonzero."""
-    return x if x.dtype is target else x.to(target)
+    defined result); numbers to bool test for nonzero; float8 targets clamp to their finite
+    range when ``saturate``; float8_e8m0fnu rounds by ``round_mode`` (ONNX's default: up)."""
+    if x.dtype is target:
+        return x
+    params = CastParams(target, saturate and target in dt.FLOAT8_DTYPES,
+                        round_mode if target is dt.float8_e8m0fnu else "nearest")
+    return make(OpKind.CAST, (x._node,), params)
 
 
 @onnx_op("Binarizer", domain="ai.onnx.ml")

@@ -1,12 +1,14 @@
 """Linear quantization: QuantizeLinear, DequantizeLinear (per tensor, per axis, blocked),
-DynamicQuantizeLinear, QLinearMatMul, QLinearConv (int8 / uint8 / int16 / int32)."""
+DynamicQuantizeLinear, QLinearMatMul, QLinearConv (8- and 16-bit integers, int32, float8)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from fuel.frontend.build import make
 from fuel.frontend.structured import matmul
 from fuel.ir import dtype as dt
+from fuel.ir.ops import CastParams
 from fuel.nn import conv as nn_conv
 from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError, UnsupportedDType
@@ -14,7 +16,8 @@ from fuel.onnx.ops.common import OpKind, Tensor, axis_of, cast, unary, where
 from fuel.onnx.ops.conv import window_padding
 from fuel.onnx.proto import fuel_dtype
 
-QUANTIZED = (dt.uint8, dt.int8, dt.int16)
+QUANTIZED = (dt.uint8, dt.int8, dt.uint16, dt.int16)
+FLOAT_QUANTIZED = dt.FLOAT8_DTYPES
 
 
 def spread(value: Tensor, like: Tensor, axis: int, block: int) -> Tensor:
@@ -33,12 +36,18 @@ def spread(value: Tensor, like: Tensor, axis: int, block: int) -> Tensor:
     return value.index_select(axis, fuel.tensor(picks.astype(np.int64), device=like.device))
 
 
-def quantize(x: Tensor, scale: Tensor, zero: Tensor | None, target: dt.DType) -> Tensor:
-    """saturate(round_half_even(x / scale) + zero) as ``target``."""
-    if target not in QUANTIZED:
+def quantize(x: Tensor, scale: Tensor, zero: Tensor | None, target: dt.DType,
+             saturate: bool = True) -> Tensor:
+    """saturate(round_half_even(x / scale) + zero) as ``target``; for a float8 target,
+    x / scale + zero rounded to the nearest float8 (clamped to its range when ``saturate``)."""
+    if target not in QUANTIZED + FLOAT_QUANTIZED:
         raise UnsupportedDType(f"quantizing to {target.name} is not supported")
     work = dt.float64 if dt.float64 in (x.dtype, scale.dtype) else dt.float32
     ratio = cast(x, work) / cast(scale, work)
+    if target in FLOAT_QUANTIZED:
+        if zero is not None:
+            ratio = ratio + cast(zero, work)
+        return make(OpKind.CAST, (ratio._node,), CastParams(target, saturate))
     rounded = unary(OpKind.ROUND, ratio)
     if zero is not None:
         rounded = rounded + cast(zero, work)
@@ -53,22 +62,23 @@ def quantize_linear(ctx: NodeContext) -> Tensor:
     target = zero.dtype if zero is not None else ctx.elem_dtype("output_dtype", dt.uint8)
     scale = spread(scale, x, axis, block)
     zero = spread(zero, x, axis, block) if zero is not None else None
-    return quantize(x, scale, zero, target)
+    return quantize(x, scale, zero, target, bool(ctx.attr("saturate", 1)))
 
 
 @onnx_op("DequantizeLinear")
 def dequantize_linear(ctx: NodeContext) -> Tensor:
     x, scale, zero = ctx.input(0), ctx.input(1), ctx.optional(2)
-    if x.dtype not in QUANTIZED + (dt.int32,):
+    if x.dtype not in QUANTIZED + FLOAT_QUANTIZED + (dt.int32,):
         raise UnsupportedDType(f"dequantizing {x.dtype.name} is not supported")
     axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
     out = ctx.attr("output_dtype")
     target = fuel_dtype(out, ctx.label) if out else scale.dtype
     scale = spread(scale, x, axis, block)
-    shifted = cast(x, dt.int32)
-    if zero is not None:
-        shifted = shifted - cast(spread(zero, x, axis, block), dt.int32)
     work = dt.float64 if scale.dtype is dt.float64 else dt.float32
+    exact = work if x.dtype in FLOAT_QUANTIZED else dt.int32  # holds every value of x exactly
+    shifted = cast(x, exact)
+    if zero is not None:
+        shifted = shifted - cast(spread(zero, x, axis, block), exact)
     return cast(cast(shifted, work) * cast(scale, work), target)
 
 
