@@ -19,7 +19,7 @@ NO_PARAMS = NoParams()
 class CastParams:
     dtype: DType
     saturate: bool = False  # float8 targets: clamp to the finite range (ONNX Cast's default)
-    round_mode: str = "nearest"  # float8_e8m0fnu targets: "nearest", "up" or "down"
+    round_mode: str | None = None  # float8_e8m0fnu: ONNX's "nearest", "up", "down"; None: NumPy's
 
 
 @dataclass(frozen=True, slots=True)

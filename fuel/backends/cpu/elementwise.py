@@ -280,7 +280,7 @@ def where(inputs, outputs, layouts, params):
 def cast(inputs, outputs, layouts, params):
     target = params.dtype
     source = cast_source(view(inputs[0], layouts[0]), target)
-    if target is dt.float8_e8m0fnu:
+    if target is dt.float8_e8m0fnu and params.round_mode is not None:
         source = to_float8_e8m0(source, params.saturate, params.round_mode)
     elif params.saturate and target in dt.FLOAT8_DTYPES:
         source = saturate(source, target)

@@ -223,7 +223,7 @@ def _cast_to(x: Tensor, target, saturate: bool = True, round_mode: str = "up") -
     if x.dtype is target:
         return x
     params = CastParams(target, saturate and target in dt.FLOAT8_DTYPES,
-                        round_mode if target is dt.float8_e8m0fnu else "nearest")
+                        round_mode if target is dt.float8_e8m0fnu else None)
     return make(OpKind.CAST, (x._node,), params)
 
 

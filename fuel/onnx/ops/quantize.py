@@ -39,14 +39,13 @@ def spread(value: Tensor, like: Tensor, axis: int, block: int) -> Tensor:
 def quantize(x: Tensor, scale: Tensor, zero: Tensor | None, target: dt.DType,
              saturate: bool = True) -> Tensor:
     """saturate(round_half_even(x / scale) + zero) as ``target``; for a float8 target,
-    x / scale + zero rounded to the nearest float8 (clamped to its range when ``saturate``)."""
+    x / scale rounded to the nearest float8, clamped to its range when ``saturate`` (ONNX
+    requires a float8 zero point to be 0; like onnxruntime, it is not added, keeping -0)."""
     if target not in QUANTIZED + FLOAT_QUANTIZED:
         raise UnsupportedDType(f"quantizing to {target.name} is not supported")
     work = dt.float64 if dt.float64 in (x.dtype, scale.dtype) else dt.float32
     ratio = cast(x, work) / cast(scale, work)
     if target in FLOAT_QUANTIZED:
-        if zero is not None:
-            ratio = ratio + cast(zero, work)
         return make(OpKind.CAST, (ratio._node,), CastParams(target, saturate))
     rounded = unary(OpKind.ROUND, ratio)
     if zero is not None:

@@ -38,8 +38,15 @@ class Operand:
         if self.layout.numel == 0:
             return np.empty(self.layout.shape, self.base.dtype)
         return np.lib.stride_tricks.as_strided(
-            self.base[self.layout.offset:], self.layout.shape,
-            tuple(s * itemsize for s in self.layout.strides), writeable=False)
+            raw(self.base)[self.layout.offset:], self.layout.shape,
+            tuple(s * itemsize for s in self.layout.strides), writeable=False).view(
+            self.base.dtype)
+
+
+def raw(array: np.ndarray) -> np.ndarray:
+    """``array``'s bytes as unsigned integers of its item size: as_strided takes any dtype
+    this way (it cannot rebuild ml_dtypes' float8 and 4-bit dtypes from their type string)."""
+    return array.view(np.dtype(f"u{array.itemsize}"))
 
 
 @dataclass
@@ -83,8 +90,9 @@ def operand(array: np.ndarray, kind: str = "dense") -> Operand:
         strides = tuple(2 * s for s in contiguous_strides(shape))
         base = np.zeros(3 + 2 * array.size, array.dtype)
         result = Operand(base, Layout(shape, strides, 3), kind)
-        np.lib.stride_tricks.as_strided(base[3:], shape, tuple(s * array.itemsize
-                                                               for s in strides))[...] = array
+        np.lib.stride_tricks.as_strided(raw(base)[3:], shape, tuple(s * array.itemsize
+                                                                    for s in strides))[...] = raw(
+            array)
         return result
     if kind == "flipped" and array.ndim >= 1 and array.shape[0] > 1:
         stored = np.ascontiguousarray(np.flip(array, 0))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import math
 
+import ml_dtypes
 import numpy as np
 
 from fuel.ir import dtype as dt
@@ -199,6 +200,8 @@ def _cast_values(source, target, rng, shape):
         return values(source, shape, rng)
     if source.is_floating:
         low, high = (0.0, 120.0) if target.kind == "u" else (-120.0, 120.0)
+        if source is dt.float8_e8m0fnu:  # powers of two only: no sign, no zero, 64 fits int8
+            low, high = 0.5, 60.0
         data = values(source, shape, rng, low, high)
         if target.is_floating and data.size > 2 and source.itemsize > target.itemsize:
             data.reshape(-1)[:2] = (np.nan, 1e5 if source.itemsize >= 4 else 3.0e4)
@@ -210,6 +213,23 @@ def _cast_values(source, target, rng, shape):
     return rng.integers(low, high + 1, size=shape).astype(source.numpy)
 
 
+def _saturated(array: np.ndarray, target) -> np.ndarray:
+    """ONNX's saturating cast: beyond the finite range (infinities too) gives +-max."""
+    limit = float(ml_dtypes.finfo(target.numpy).max)
+    wide = compute(array).astype(np.float64)
+    clamped = np.where(np.abs(wide) > limit, np.sign(wide) * limit, wide)
+    return clamped.astype(target.numpy)
+
+
+def _power_of_two(array: np.ndarray, round_mode: str) -> np.ndarray:
+    """float8_e8m0fnu by ONNX's rounding modes, from frexp: |x| = m * 2**e, m in [0.5, 1)."""
+    mantissa, exponent = np.frexp(np.abs(compute(array).astype(np.float64)))
+    fraction = 2 * mantissa - 1  # |x| = (1 + fraction) * 2**(e - 1)
+    step = {"up": fraction > 0, "down": np.zeros_like(fraction, bool),
+            "nearest": fraction >= 0.5}[round_mode]
+    return np.ldexp(1.0, exponent - 1 + step).astype(dt.float8_e8m0fnu.numpy)
+
+
 def cast_cases(dtypes):
     source, target = dtypes
     rng = rng_for("cast", dtypes)
@@ -218,6 +238,17 @@ def cast_cases(dtypes):
         operands = plan_operands(plan, (source,), lambda p, d, s: _cast_values(d, target, rng, s))
         cases.append(Case(CastParams(target), operands,
                           lambda a, p: a[0].astype(p.dtype.numpy), f"cast#{i}"))
+    wide = source in (dt.float32, dt.float64)
+    if wide and target in dt.FLOAT8_DTYPES and target is not dt.float8_e8m0fnu:
+        data = values(source, (4, 6), rng, -1e5, 1e5, special=True)
+        cases.append(Case(CastParams(target, saturate=True), [operand(data, "transposed")],
+                          lambda a, p: _saturated(a[0], p.dtype), "cast saturating"))
+    if wide and target is dt.float8_e8m0fnu:
+        data = np.exp2(rng.uniform(-20, 20, (3, 5))).astype(source.numpy)
+        data.reshape(-1)[:3] = (1.5, 3.0, 0.75)  # ties of the nearest mode
+        for mode in ("up", "down", "nearest"):
+            cases.append(Case(CastParams(target, round_mode=mode), [operand(data, "flipped")],
+                              lambda a, p: _power_of_two(a[0], p.round_mode), f"cast {mode}"))
     return cases
 
 
@@ -306,8 +337,9 @@ def _nonzero(d, shape, rng, low, high):
 def _python_elementwise(function, out):
     def reference(arrays, params):
         a, b = (np.broadcast_to(x, arrays[0].shape) for x in arrays)
-        flat = [function(int(x), int(y)) for x, y in zip(a.reshape(-1), b.reshape(-1))]
-        return np.array(flat, dtype=np.int64).astype(out.numpy).reshape(a.shape)
+        flat = [function(int(x), int(y)) & (2**64 - 1)  # two's complement, then narrowed
+                for x, y in zip(a.reshape(-1), b.reshape(-1))]
+        return np.array(flat, dtype=np.uint64).astype(out.numpy).reshape(a.shape)
 
     return reference
 
