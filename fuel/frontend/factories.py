@@ -45,10 +45,10 @@ def tensor(data, dtype=None, device=None) -> Tensor:
         return result.to(target)
     if isinstance(data, np.ndarray):
         array = data
-        if array.dtype == object or array.dtype.kind not in "biuf" and array.dtype != \
-                dt.bfloat16.numpy:
+        known = tuple(d.numpy for d in dt.KNOWN_DTYPES)
+        if array.dtype == object or array.dtype.kind not in "biuf" and array.dtype not in known:
             raise DTypeError(f"fuel.tensor() needs numeric data, got a {array.dtype} array")
-        if dtype is None and array.dtype not in (d.numpy for d in dt.ALL_DTYPES):
+        if dtype is None and array.dtype not in known:
             raise DTypeError(f"NumPy dtype {array.dtype} has no fuel equivalent")
         array = np.array(array, copy=True)
     else:

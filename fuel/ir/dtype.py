@@ -2,9 +2,10 @@
 Array-API type promotion.
 
 ``ALL_DTYPES`` are the standard types every generic kernel takes (bool, the signed and unsigned
-integers, the four floats). ``FLOAT8_DTYPES`` (ONNX's float8 family) are byte-sized floats with
-a narrower coverage declared in the op registry: casts, comparisons, copies, selection and
-indexing. ``KNOWN_DTYPES`` is every dtype fuel has a name for."""
+integers, the four floats). ``FLOAT8_DTYPES`` (ONNX's float8 family) and ``PACKED_DTYPES``
+(int4, uint4, int2, uint2, float4_e2m1fn: several elements per byte) are the low-precision
+types, with a narrower coverage declared in the op registry: casts, comparisons, copies and
+selection. ``KNOWN_DTYPES`` is every dtype fuel has a name for."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ class DType:
         self.kind = kind  # "b" bool, "u" unsigned, "i" signed, "f" floating
         self.rank = rank
         self.bits = bits if bits is not None else self.itemsize * 8  # width of one element
+
+    @property
+    def is_packed(self) -> bool:
+        """Whether several elements share a byte (stored packed, unpacked by kernels)."""
+        return self.bits < 8
+
+    def storage_bytes(self, count: int) -> int:
+        """Bytes that ``count`` elements take in storage (packed for sub-byte types)."""
+        return (count * self.bits + 7) // 8
 
     @property
     def is_floating(self) -> bool:
@@ -67,6 +77,14 @@ float8_e5m2 = DType("float8_e5m2", ml_dtypes.float8_e5m2, "f", 4)
 float8_e5m2fnuz = DType("float8_e5m2fnuz", ml_dtypes.float8_e5m2fnuz, "f", 4)
 float8_e8m0fnu = DType("float8_e8m0fnu", ml_dtypes.float8_e8m0fnu, "f", 4)
 
+# Sub-byte types: ``bits`` per element, stored packed as ONNX stores them (the first element
+# in the lowest bits of a byte); kernels unpack them to ml_dtypes' one-byte arrays.
+int4 = DType("int4", ml_dtypes.int4, "i", 0, bits=4)
+uint4 = DType("uint4", ml_dtypes.uint4, "u", 0, bits=4)
+int2 = DType("int2", ml_dtypes.int2, "i", -1, bits=2)
+uint2 = DType("uint2", ml_dtypes.uint2, "u", -1, bits=2)
+float4_e2m1fn = DType("float4_e2m1fn", ml_dtypes.float4_e2m1fn, "f", 3, bits=4)
+
 ALL_DTYPES: tuple[DType, ...] = (
     bool_, uint8, uint16, uint32, uint64, int8, int16, int32, int64, float16, bfloat16, float32,
     float64,
@@ -77,7 +95,10 @@ NUMERIC_DTYPES: tuple[DType, ...] = INTEGER_DTYPES + FLOAT_DTYPES
 FLOAT8_DTYPES: tuple[DType, ...] = (
     float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu,
 )
-LOW_PRECISION_DTYPES: tuple[DType, ...] = FLOAT8_DTYPES
+PACKED_DTYPES: tuple[DType, ...] = (int4, uint4, int2, uint2, float4_e2m1fn)
+LOW_PRECISION_DTYPES: tuple[DType, ...] = FLOAT8_DTYPES + PACKED_DTYPES
+# Floats a cast may saturate into (ONNX Cast's ``saturate``): out-of-range values clamp.
+SATURABLE_DTYPES: tuple[DType, ...] = FLOAT8_DTYPES + (float4_e2m1fn,)
 KNOWN_DTYPES: tuple[DType, ...] = ALL_DTYPES + LOW_PRECISION_DTYPES
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int64
@@ -142,12 +163,12 @@ def promote_types(a: DType, b: DType) -> DType:
     if a.kind == b.kind:
         return a if a.rank > b.rank else b
     unsigned, signed = (a, b) if a.kind == "u" else (b, a)
-    if signed.itemsize > unsigned.itemsize:
+    if signed.bits > unsigned.bits:
         return signed
-    return _SIGNED_BY_SIZE.get(unsigned.itemsize * 2, int64)
+    return _SIGNED_BY_BITS.get(unsigned.bits * 2, int64)
 
 
-_SIGNED_BY_SIZE = {1: int8, 2: int16, 4: int32, 8: int64}
+_SIGNED_BY_BITS = {4: int4, 8: int8, 16: int16, 32: int32, 64: int64}
 
 
 def scalar_kind(value) -> str:

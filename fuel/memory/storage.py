@@ -30,7 +30,7 @@ class Storage:
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        return self.dtype.storage_bytes(self.size)
 
     def __repr__(self) -> str:
         return f"Storage({self.dtype.name}[{self.size}] on {self.device})"

@@ -13,7 +13,8 @@ _ONNX_TO_FUEL: dict[int, DType] = {
     1: dt.float32, 2: dt.uint8, 3: dt.int8, 5: dt.int16, 6: dt.int32, 7: dt.int64,
     9: dt.bool_, 10: dt.float16, 11: dt.float64, 16: dt.bfloat16, 4: dt.uint16, 12: dt.uint32,
     13: dt.uint64, 17: dt.float8_e4m3fn, 18: dt.float8_e4m3fnuz, 19: dt.float8_e5m2,
-    20: dt.float8_e5m2fnuz, 24: dt.float8_e8m0fnu,
+    20: dt.float8_e5m2fnuz, 24: dt.float8_e8m0fnu, 21: dt.uint4, 22: dt.int4,
+    23: dt.float4_e2m1fn, 25: dt.uint2, 26: dt.int2,
 }
 _FUEL_TO_ONNX = {value.name: key for key, value in _ONNX_TO_FUEL.items()}
 _ONNX_NAMES = {

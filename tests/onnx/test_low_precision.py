@@ -81,3 +81,24 @@ def test_float8_cast_matches_onnxruntime(target, saturate):
     x[:5] = (np.inf, -np.inf, 1e9, -1e9, 0.0)
     (y,), (y_ort,) = _run_both(model, {"x": x})
     _same_bits(y, y_ort)
+
+
+@pytest.mark.parametrize("elem_type", [TensorProto.INT4, TensorProto.UINT4])
+def test_int4_quantize_dequantize_matches_onnxruntime(elem_type):
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"]),
+        helper.make_node("Cast", ["q"], ["q_wide"], to=TensorProto.INT8),
+    ]
+    graph = helper.make_graph(
+        nodes, "qdq4", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7])],
+        [helper.make_tensor_value_info("q_wide", TensorProto.INT8, [3, 7]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 7])],
+        [helper.make_tensor("scale", TensorProto.FLOAT, [], [0.25]),
+         helper.make_tensor("zero", elem_type, [], [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    x = (RNG.standard_normal((3, 7)) * 2).astype(np.float32)
+    x.reshape(-1)[:2] = (100.0, -100.0)  # saturate at the int4 range
+    (q, y), (q_ort, y_ort) = _run_both(model, {"x": x})
+    np.testing.assert_array_equal(q, q_ort)
+    np.testing.assert_array_equal(y.view(np.uint32), y_ort.view(np.uint32))

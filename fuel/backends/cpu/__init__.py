@@ -18,6 +18,7 @@ from fuel.backends.cpu import (
     structured,
 )
 from fuel.backends.cpu.arrays import view
+from fuel.backends.cpu.low_precision import pack, unpack
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.ir.device import CPU, BackendId, Device
 from fuel.ir.dtype import DType
@@ -40,7 +41,8 @@ class CpuBackend(Backend):
 
     def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
         try:
-            buffer = np.empty(size, dtype=dtype.numpy)
+            buffer = (np.zeros(dtype.storage_bytes(size), np.uint8) if dtype.is_packed
+                      else np.empty(size, dtype=dtype.numpy))
         except (MemoryError, ValueError) as error:
             raise DeviceError(
                 f"cannot allocate {size} x {dtype.name} ({size * dtype.itemsize} bytes) on cpu: "
@@ -52,9 +54,17 @@ class CpuBackend(Backend):
         from fuel.ir.dtype import from_numpy
 
         flat = np.ascontiguousarray(array).reshape(-1)
-        return Storage(flat, from_numpy(flat.dtype), flat.size, CPU, self)
+        dtype = from_numpy(flat.dtype)
+        if dtype.is_packed:  # sub-byte elements stay packed in memory
+            return Storage(pack(flat, dtype), dtype, flat.size, CPU, self)
+        return Storage(flat, dtype, flat.size, CPU, self)
 
     def write_from_host(self, storage: Storage, array: np.ndarray) -> None:
+        if storage.dtype.is_packed:
+            current = unpack(storage.buffer, storage.size, storage.dtype)
+            current[: array.size] = array.reshape(-1)
+            storage.buffer[...] = pack(current, storage.dtype)
+            return
         storage.buffer[: array.size] = array.reshape(-1)
 
     def download(self, storage: Storage, layout: Layout) -> np.ndarray:

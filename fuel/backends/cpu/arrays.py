@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 
+from fuel.backends.cpu.low_precision import unpack
 from fuel.dispatch.kernel import KernelCaps, KernelList
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
@@ -23,8 +24,11 @@ def kernel_list() -> KernelList:
 
 
 def view(storage, layout: Layout) -> np.ndarray:
-    """The NumPy array ``layout`` describes over ``storage`` (no copy)."""
+    """The NumPy array ``layout`` describes over ``storage`` (no copy, except for packed
+    sub-byte storage: an unpacked copy to read)."""
     buffer = storage.buffer
+    if storage.dtype.is_packed and buffer.dtype == np.uint8:
+        buffer = unpack(buffer, storage.size, storage.dtype)
     shape = layout.shape
     if layout.offset == 0 and storage.size == layout.numel and layout.is_contiguous():
         return buffer.reshape(shape)
@@ -37,13 +41,14 @@ def view(storage, layout: Layout) -> np.ndarray:
 
 def operand(storage, layout: Layout) -> np.ndarray:
     """Like ``view``, but a stride-0 constant may come back 0-d: for kernels that broadcast."""
-    if layout.offset < storage.size and not any(layout.strides):
+    if layout.offset < storage.size and not any(layout.strides) and not storage.dtype.is_packed:
         return storage.buffer[layout.offset:layout.offset + 1].reshape(())
     return view(storage, layout)
 
 
 def output(storage, layout: Layout) -> np.ndarray:
-    """The (contiguous, freshly allocated) output array of a kernel."""
+    """The (contiguous, freshly allocated) output array of a kernel (packed outputs go
+    through ``low_precision.unpacked_output``)."""
     return storage.buffer.reshape(layout.shape) if storage.size == layout.numel else view(
         storage, layout)
 

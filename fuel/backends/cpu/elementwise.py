@@ -16,7 +16,12 @@ from fuel.backends.cpu.arrays import (
     output,
     view,
 )
-from fuel.backends.cpu.low_precision import cast_source, saturate, to_float8_e8m0
+from fuel.backends.cpu.low_precision import (
+    cast_source,
+    saturate,
+    to_float8_e8m0,
+    unpacked_output,
+)
 from fuel.backends.cpu.special import erf_into, gelu_into
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind, definition
@@ -271,23 +276,26 @@ for _op, _function in {**INVERSE_AND_HYPERBOLIC, **INTEGER_BINARY}.items():
 
 
 @KERNELS.kernel(OpKind.WHERE, definition(OpKind.WHERE).coverage, STRIDED)
+@unpacked_output
 def where(inputs, outputs, layouts, params):
     condition, a, b = (view(s, layout) for s, layout in zip(inputs, layouts))
     output(outputs[0], layouts[-1])[...] = np.where(condition, a, b)
 
 
 @KERNELS.kernel(OpKind.CAST, definition(OpKind.CAST).coverage, STRIDED)
+@unpacked_output
 def cast(inputs, outputs, layouts, params):
     target = params.dtype
     source = cast_source(view(inputs[0], layouts[0]), target)
     if target is dt.float8_e8m0fnu and params.round_mode is not None:
         source = to_float8_e8m0(source, params.saturate, params.round_mode)
-    elif params.saturate and target in dt.FLOAT8_DTYPES:
+    elif params.saturate and target in dt.SATURABLE_DTYPES:
         source = saturate(source, target)
     output(outputs[0], layouts[-1])[...] = source
 
 
 @KERNELS.kernel(OpKind.CONTIGUOUS, definition(OpKind.CONTIGUOUS).coverage, STRIDED)
+@unpacked_output
 def strided_copy(inputs, outputs, layouts, params):
     output(outputs[0], layouts[-1])[...] = view(inputs[0], layouts[0])
 

@@ -17,10 +17,12 @@ def cast_source(source: np.ndarray, target: dt.DType) -> np.ndarray:
     """``source`` ready for assignment into a ``target`` array: half and float8 values go to
     integers through float32; anything else goes to a low-precision float through float64 (one
     rounding)."""
-    narrow_float = source.dtype.kind not in "biu" and source.dtype not in _WIDE_FLOATS
+    floating = dt.from_numpy(source.dtype).is_floating
+    narrow_float = floating and source.dtype not in _WIDE_FLOATS
     if narrow_float and not target.is_floating:
         return source.astype(np.float32)
-    if target in dt.LOW_PRECISION_DTYPES and source.dtype not in _WIDE_FLOATS:
+    low_precision = target in dt.LOW_PRECISION_DTYPES
+    if low_precision and target.is_floating and source.dtype not in _WIDE_FLOATS:
         return source.astype(np.float64)
     return source
 
@@ -54,3 +56,46 @@ def to_float8_e8m0(source: np.ndarray, saturating: bool, round_mode: str) -> np.
     exponent = exponent + increase.astype(np.uint16)
     result = np.where(special, 0xFF, np.minimum(exponent, 0xFF)).astype(np.uint8)
     return result.view(ml_dtypes.float8_e8m0fnu)
+
+
+def pack(values: np.ndarray, dtype: dt.DType) -> np.ndarray:
+    """The packed bytes of ``values`` (any array of ``dtype``'s unpacked NumPy type): element
+    i in bits ``(i % k) * bits`` of byte ``i // k``, k = 8 / bits, as ONNX stores them."""
+    per_byte = 8 // dtype.bits
+    codes = np.ascontiguousarray(values, dtype.numpy).reshape(-1).view(np.uint8)
+    padded = np.zeros(dtype.storage_bytes(codes.size) * per_byte, np.uint8)
+    padded[:codes.size] = codes & np.uint8((1 << dtype.bits) - 1)
+    shifts = (np.arange(per_byte, dtype=np.uint8) * dtype.bits).astype(np.uint8)
+    return np.bitwise_or.reduce(padded.reshape(-1, per_byte) << shifts, axis=1).astype(np.uint8)
+
+
+def unpack(packed: np.ndarray, count: int, dtype: dt.DType) -> np.ndarray:
+    """``count`` elements of ``dtype`` (ml_dtypes' one-byte arrays) from packed bytes."""
+    per_byte = 8 // dtype.bits
+    shifts = (np.arange(per_byte, dtype=np.uint8) * dtype.bits).astype(np.uint8)
+    codes = (packed[:, None] >> shifts) & np.uint8((1 << dtype.bits) - 1)
+    return np.ascontiguousarray(codes.reshape(-1)[:count]).view(dtype.numpy)
+
+
+def is_packed(storage) -> bool:
+    """Whether ``storage`` holds packed sub-byte elements (not an unpacked scratch array)."""
+    return storage.dtype.is_packed and storage.buffer.dtype == np.uint8
+
+
+def unpacked_output(kernel):
+    """``kernel`` for outputs of a packed dtype: it writes one-byte elements into a scratch
+    Storage, packed into the real output afterwards."""
+    from fuel.memory import Storage
+
+    def run(inputs, outputs, layouts, params):
+        target = outputs[0]
+        if not is_packed(target):
+            return kernel(inputs, outputs, layouts, params)
+        scratch = Storage(unpack(target.buffer, target.size, target.dtype), target.dtype,
+                          target.size, target.device, target.backend)
+        kernel(inputs, [scratch], layouts, params)
+        target.buffer[...] = pack(scratch.buffer, target.dtype)
+
+    run.__qualname__ = run.__name__ = getattr(kernel, "__name__", "kernel")
+    run.__module__ = kernel.__module__
+    return run

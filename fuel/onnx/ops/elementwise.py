@@ -222,7 +222,7 @@ def _cast_to(x: Tensor, target, saturate: bool = True, round_mode: str = "up") -
     range when ``saturate``; float8_e8m0fnu rounds by ``round_mode`` (ONNX's default: up)."""
     if x.dtype is target:
         return x
-    params = CastParams(target, saturate and target in dt.FLOAT8_DTYPES,
+    params = CastParams(target, saturate and target in dt.SATURABLE_DTYPES,
                         round_mode if target is dt.float8_e8m0fnu else None)
     return make(OpKind.CAST, (x._node,), params)
 

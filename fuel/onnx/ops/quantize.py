@@ -3,6 +3,7 @@ DynamicQuantizeLinear, QLinearMatMul, QLinearConv (8- and 16-bit integers, int32
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from fuel.frontend.build import make
@@ -16,8 +17,8 @@ from fuel.onnx.ops.common import OpKind, Tensor, axis_of, cast, unary, where
 from fuel.onnx.ops.conv import window_padding
 from fuel.onnx.proto import fuel_dtype
 
-QUANTIZED = (dt.uint8, dt.int8, dt.uint16, dt.int16)
-FLOAT_QUANTIZED = dt.FLOAT8_DTYPES
+QUANTIZED = (dt.uint8, dt.int8, dt.uint16, dt.int16, dt.int4, dt.uint4, dt.int2, dt.uint2)
+FLOAT_QUANTIZED = dt.FLOAT8_DTYPES + (dt.float4_e2m1fn,)
 
 
 def spread(value: Tensor, like: Tensor, axis: int, block: int) -> Tensor:
@@ -50,7 +51,7 @@ def quantize(x: Tensor, scale: Tensor, zero: Tensor | None, target: dt.DType,
     rounded = unary(OpKind.ROUND, ratio)
     if zero is not None:
         rounded = rounded + cast(zero, work)
-    info = np.iinfo(target.numpy)
+    info = ml_dtypes.iinfo(target.numpy)
     return cast(rounded.clamp(float(info.min), float(info.max)), target)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from fuel.ir import dtype as dt
@@ -128,7 +129,7 @@ def values(dtype: DType, shape, rng: np.random.Generator, low: float = -3.0,
     if dtype.is_bool:
         return rng.random(shape) < 0.5
     if dtype.is_integer:
-        info = np.iinfo(dtype.numpy)
+        info = ml_dtypes.iinfo(dtype.numpy)
         lo = max(info.min, int(low) if low > -50 else -50)
         hi = min(info.max, int(high) if high < 50 else 50 if info.min < 0 else 100)
         return rng.integers(lo, hi + 1, size=shape).astype(dtype.numpy)

@@ -208,7 +208,7 @@ def _cast_values(source, target, rng, shape):
         if target.is_bool and data.size > 2:
             data.reshape(-1)[:2] = (0.0, np.nan)
         return data
-    info = np.iinfo(source.numpy)
+    info = ml_dtypes.iinfo(source.numpy)
     low, high = max(info.min, -300), min(info.max, 300)
     return rng.integers(low, high + 1, size=shape).astype(source.numpy)
 
