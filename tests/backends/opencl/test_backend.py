@@ -8,6 +8,7 @@ import pytest
 
 import fuel
 import fuel.nn.functional as F
+from fuel.backends.opencl.codegen import OPENCL_DTYPES
 from fuel.dispatch import compile_node, execute_compiled_with_wait_hint, global_table, in_flight
 from fuel.ir import dtype as dt
 from fuel.ir.layout import Layout
@@ -122,7 +123,7 @@ def test_mixed_devices_without_to_raise_device_mismatch(opencl):
         x + y
 
 
-@pytest.mark.parametrize("dtype", [d for d in dt.ALL_DTYPES], ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", OPENCL_DTYPES, ids=lambda d: d.name)
 def test_round_trip_every_dtype(opencl, dtype):
     backend, device = opencl
     if dtype is dt.float64 and not backend.supports_fp64():
@@ -131,6 +132,15 @@ def test_round_trip_every_dtype(opencl, dtype):
     x = fuel.from_numpy(data)
     back = x.to(device).permute(2, 0, 1).to("cpu")
     np.testing.assert_array_equal(back.numpy(), data.transpose(2, 0, 1))
+
+
+@pytest.mark.parametrize("dtype", [d for d in dt.KNOWN_DTYPES if d not in OPENCL_DTYPES],
+                         ids=lambda d: d.name)
+def test_dtypes_without_opencl_kernels_are_refused_by_name(opencl, dtype):
+    _, device = opencl
+    x = fuel.from_numpy(np.arange(6).astype(np.float32).astype(dtype.numpy))
+    with pytest.raises(fuel.NoBackendForOp, match=dtype.name):
+        x.to(device).permute(0).contiguous().to("cpu").realize()
 
 
 def test_copy_trace_rows_carry_devices_and_bytes(opencl):
