@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import functools
-import sys
 from collections import OrderedDict
+from sys import _getframe
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fuel.frontend.base import TensorBase, wrap
-from fuel.graph.node import Node, creation_site, current_user_site, is_runtime_file, set_user_site
+from fuel.graph.node import Node, creation_site, is_runtime_file
+from fuel.graph.node import runtime_file_memo as _is_runtime
+from fuel.graph.node import user_site_holder as _site_local
 from fuel.ir import dtype as dt
 from fuel.ir.device import Device
 from fuel.ir.dtype import DType
 from fuel.ir.errors import DeviceMismatch, FuelError
 from fuel.ir.layout import Layout
-from fuel.ir.ops import CastParams, OpKind, ShapeParams, infer
+from fuel.ir.ops import CastParams, OpKind, ShapeParams, infer, infer_keyed
 
 if TYPE_CHECKING:
     from fuel.tensor import Tensor
@@ -27,16 +29,33 @@ _CONSTANT_LIMIT = 1024
 
 def at_user_line(function):
     """Mark an API entry point: the outermost call records the user's line once (every node
-    it builds carries it), and a FuelError from graph building gets that line appended."""
+    it builds carries it), and a FuelError from graph building gets that line appended.
+
+    The user's line is the caller's frame, read once per outermost call (no frame walk): a
+    nested call from inside fuel finds the site already set and only forwards."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
-        outermost = False
-        if current_user_site() is None:
-            frame = sys._getframe(1)
-            if not is_runtime_file(frame.f_code.co_filename):
-                set_user_site((frame.f_code.co_filename, frame.f_lineno))
-                outermost = True
+        local = _site_local
+        if local.site is not None:
+            try:
+                return function(*args, **kwargs)
+            except FuelError as error:
+                if getattr(error, "located", False):
+                    raise
+                raise _located(error) from None
+        code = _getframe(1).f_code
+        runtime = _is_runtime.get(code.co_filename)
+        if runtime is None:
+            runtime = is_runtime_file(code.co_filename)
+        if runtime:  # called from fuel's own code outside an API entry: no site to set
+            try:
+                return function(*args, **kwargs)
+            except FuelError as error:
+                if getattr(error, "located", False):
+                    raise
+                raise _located(error) from None
+        local.site = (code.co_filename, _getframe(1).f_lineno)
         try:
             return function(*args, **kwargs)
         except FuelError as error:
@@ -44,8 +63,7 @@ def at_user_line(function):
                 raise
             raise _located(error) from None
         finally:
-            if outermost:
-                set_user_site(None)
+            local.site = None
 
     return wrapper
 
@@ -60,20 +78,35 @@ def _located(error: FuelError) -> FuelError:
 def make(op: OpKind, inputs: tuple[Node, ...], params, device: Device | None = None) -> Tensor:
     """A new lazy node of ``op`` over ``inputs``; shape/dtype errors name the user's line.
     ``device`` is where the node runs (its inputs' device unless it is a copy)."""
-    source_device = inputs[0].device
-    for other in inputs[1:]:
-        if other.device is not source_device and other.device != source_device:
-            raise _located(DeviceMismatch(
-                f"{op.value}: operands live on {source_device} and {other.device}; move one with "
-                ".to() first"
-            ))
+    first = inputs[0]
+    source_device = first.device
+    if len(inputs) == 2:
+        second = inputs[1]
+        if second.device is not source_device and second.device != source_device:
+            _raise_device_mismatch(op, source_device, second.device)
+        shapes = (first.shape, second.shape)
+        dtypes = (first.dtype, second.dtype)
+    elif len(inputs) == 1:
+        shapes = (first.shape,)
+        dtypes = (first.dtype,)
+    else:
+        for other in inputs[1:]:
+            if other.device is not source_device and other.device != source_device:
+                _raise_device_mismatch(op, source_device, other.device)
+        shapes = tuple([i.shape for i in inputs])
+        dtypes = tuple([i.dtype for i in inputs])
     try:
-        shape, dtype = infer(op, params, tuple(i.shape for i in inputs),
-                             tuple(i.dtype for i in inputs))
+        shape, dtype, structure = infer_keyed(op, params, shapes, dtypes)
     except FuelError as error:
         raise _located(type(error)(f"{op.value}: {error}")) from None
+    site = _site_local.site
     return wrap(Node(op, inputs, params, dtype, shape, device or source_device,
-                       creation_site()))
+                     site if site is not None else creation_site(), structure))
+
+
+def _raise_device_mismatch(op: OpKind, device: Device, other: Device):
+    raise _located(DeviceMismatch(
+        f"{op.value}: operands live on {device} and {other}; move one with .to() first"))
 
 
 def make_source(op: OpKind, params, device: Device) -> Tensor:

@@ -15,7 +15,18 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 _USER_SUBPACKAGES = tuple(_PACKAGE_DIR + name + os.sep for name in ("models", "onnx",
                                                                      "conformance"))
 _is_runtime: dict[str, bool] = {}
-_local = threading.local()
+
+
+class _UserSite(threading.local):
+    """The site of the outermost API call in progress on this thread (None outside one)."""
+
+    site: tuple[str, int] | None = None
+
+
+_local = _UserSite()
+# Public names of the two for the front end's hot path (at_user_line, make).
+user_site_holder = _local
+runtime_file_memo = _is_runtime
 
 
 def is_runtime_file(filename: str) -> bool:
@@ -29,7 +40,7 @@ def is_runtime_file(filename: str) -> bool:
 
 def current_user_site():
     """The site set by the outermost API call in progress on this thread, if any."""
-    return getattr(_local, "site", None)
+    return _local.site
 
 
 def set_user_site(site) -> None:
@@ -38,7 +49,7 @@ def set_user_site(site) -> None:
 
 def creation_site() -> tuple[str, int]:
     """(file, line) of the first caller outside the fuel runtime: the user's source line."""
-    site = getattr(_local, "site", None)
+    site = _local.site
     if site is not None:
         return site
     frame = sys._getframe(2)
@@ -70,6 +81,7 @@ class Node:
         shape: tuple[int, ...],
         device: Device,
         site: tuple[str, int],
+        structure: int | None = None,
     ) -> None:
         self.op = op
         self.inputs = inputs
@@ -81,8 +93,12 @@ class Node:
         self.buffer = None
         self.layout = None
         # Structural key, built incrementally: equal keys mean equal graphs up to leaf data.
+        # ``structure`` is hash((op, params, dtype, shape)) when the caller has it (cached by
+        # fuel.ir.ops.infer_keyed per op record and operands).
         try:
-            self.key = hash((op, params, dtype, shape, device, tuple([i.key for i in inputs])))
+            if structure is None:
+                structure = hash((op, params, dtype, shape))
+            self.key = hash((structure, device, *[i.key for i in inputs]))
         except TypeError:  # unhashable params: this node never matches a cached plan
             self.key = id(self)
 

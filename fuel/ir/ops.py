@@ -449,7 +449,7 @@ LOGICAL_OPS = frozenset({OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_X
 
 
 # ------------------------------------------------------------------ inference
-_INFER_CACHE: dict[tuple, tuple[Shape, DType]] = {}
+_INFER_CACHE: dict[tuple, tuple[Shape, DType, int]] = {}
 
 
 def _check_operands(record: OpDefinition, dtypes: tuple[DType, ...]) -> None:
@@ -469,14 +469,21 @@ def _infer(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, .
 
 def infer(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, ...]):
     """(shape, dtype) of ``op`` applied to operands; cached per (op, params, shapes, dtypes)."""
+    return infer_keyed(op, params, shapes, dtypes)[:2]
+
+
+def infer_keyed(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, ...]):
+    """(shape, dtype, structure hash of (op, params, dtype, shape)), cached like ``infer``:
+    a node's structural key starts from the hash, computed once per op record and operands."""
     key = (op, params, shapes, dtypes)
     try:
         return _INFER_CACHE[key]
     except KeyError:
         pass
-    except TypeError:  # unhashable params: compute without caching
-        return _infer(op, params, shapes, dtypes)
-    result = _infer(op, params, shapes, dtypes)
+    except TypeError:  # unhashable params: compute without caching; the node keys by identity
+        return _infer(op, params, shapes, dtypes) + (None,)
+    shape, dtype = _infer(op, params, shapes, dtypes)
+    result = (shape, dtype, hash((op, params, dtype, shape)))
     if len(_INFER_CACHE) > 65536:
         _INFER_CACHE.clear()
     _INFER_CACHE[key] = result

@@ -18,6 +18,7 @@ from fuel.onnx.context import (
 )
 from fuel.onnx.errors import OnnxError, UnsupportedDType, UnsupportedOp, node_label
 from fuel.onnx.proto import tensor_to_array
+from fuel.onnx.replay import depends_on
 from fuel.tensor import Tensor
 
 
@@ -30,6 +31,11 @@ class Builder:
         self.base_dir = base_dir
         self._host: dict[int, tuple[object, np.ndarray]] = {}
         self._stamped: dict[int, object] = {}
+        # For Model.run replays: the feeds' leaf ids, whether a host read saw a value computed
+        # from them, and how many realizes the host reads made (any other one is suspect).
+        self.feed_nodes: set[int] = set()
+        self.host_decided = False
+        self.host_realizes = 0
 
     # ------------------------------------------------------------------ values
     def host_value(self, tensor: Tensor) -> np.ndarray:
@@ -37,7 +43,13 @@ class Builder:
         node = tensor._node
         hit = self._host.get(id(node))
         if hit is not None and hit[0] is node:
+            if id(node) in self.feed_nodes:
+                self.host_decided = True
             return hit[1]
+        if self.feed_nodes and depends_on(node, self.feed_nodes):
+            self.host_decided = True
+        if node.buffer is None:
+            self.host_realizes += 1
         array = tensor.numpy()
         self._host[id(node)] = (node, array)
         return array

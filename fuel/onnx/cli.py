@@ -30,6 +30,8 @@ def add_commands(subparsers) -> None:
     run.add_argument("--profile", action="store_true", help="print the per-op table")
     run.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace of the run")
     run.add_argument("--save", metavar="OUT.npz", help="save the outputs to an .npz file")
+    run.add_argument("--repeat", type=int, default=1, metavar="N",
+                     help="run N times and report the per-run time (later runs replay)")
     run.set_defaults(handler=run_command)
 
 
@@ -137,6 +139,16 @@ def run_command(args: argparse.Namespace) -> int:
         profile = None
         outputs = model.run(feeds, device=args.device)
     seconds = time.perf_counter() - start
+    repeat = max(int(getattr(args, "repeat", 1) or 1), 1)
+    if repeat > 1:
+        times = []
+        for _ in range(repeat - 1):
+            begin = time.perf_counter()
+            outputs = model.run(feeds, device=args.device)
+            times.append(time.perf_counter() - begin)
+        times.sort()
+        print(f"repeated {repeat - 1} more runs: median {times[len(times) // 2] * 1e3:.3f} ms, "
+              f"best {times[0] * 1e3:.3f} ms per run")
     for name, value in outputs.items():
         kind = f"{np.asarray(value).dtype}{list(np.asarray(value).shape)}" \
             if not isinstance(value, list) and value is not None else ""

@@ -11,6 +11,7 @@ from fuel.onnx.builder import Builder
 from fuel.onnx.context import DEFAULT_DOMAINS, OptionalValue, Scope, SequenceValue, find_converter
 from fuel.onnx.errors import OnnxError, UnsupportedOp, UnsupportedOpset, node_label
 from fuel.onnx.proto import fuel_dtype, onnx_type_name, value_info_signature
+from fuel.onnx.replay import ModelReplay, feed_signature
 from fuel.tensor import Tensor
 
 MIN_OPSET = 1
@@ -53,6 +54,7 @@ class Model:
         self.inputs = [_input_spec(v) for v in graph.input if v.name not in initializers]
         self.output_names = [v.name for v in graph.output]
         self._check_input_types()
+        self._replay = ModelReplay()
 
     def _check_input_types(self) -> None:
         for spec in self.inputs:
@@ -67,9 +69,13 @@ class Model:
     def graph_tensors(self, feeds: dict, device="cpu") -> dict[str, object]:
         """The outputs as lazy fuel values (Tensors; lists for sequences), nothing realized
         except the small shape-deciding subgraphs; profile or ``explain`` them."""
+        return self._build(feeds, device)[0]
+
+    def _build(self, feeds: dict, device) -> tuple[dict[str, object], Builder, dict]:
         builder = Builder(self.opsets, device, self.base_dir)
         scope = Scope()
-        for name, value in self._bind_feeds(feeds, builder).items():
+        bound = self._bind_feeds(feeds, builder)
+        for name, value in bound.items():
             scope.values[name] = value
         builder.run_graph(self.proto.graph, scope)
         result = {}
@@ -77,13 +83,34 @@ class Model:
             if name not in scope:
                 raise OnnxError(f"graph output {name!r} is not produced by any node")
             result[name] = scope.lookup(name)
-        return result
+        return result, builder, bound
 
     def run(self, feeds: dict | None = None, device="cpu") -> dict[str, object]:
-        """Run the model on ``feeds`` (name -> array); outputs by name in graph order."""
-        import fuel
+        """Run the model on ``feeds`` (name -> array); outputs by name in graph order.
 
-        values = self.graph_tensors(feeds or {}, device)
+        The first call per feed signature (dtypes, shapes, device) builds the graph; when
+        nothing in it depends on the feeds' values, its plan is captured and later calls with
+        that signature replay it (see fuel.onnx.replay)."""
+        import fuel
+        from fuel.runtime.executor import PLAN_CACHE
+
+        feeds = feeds or {}
+        signature = feed_signature(self.inputs, feeds, device) if isinstance(feeds, dict) \
+            else None
+        if signature is not None:
+            arrays = [feeds[spec.name] for spec in self.inputs]
+            tensors = self._replay.run(signature, arrays, device)
+            if tensors is not None:
+                return {name: tensor.numpy() for name, tensor in zip(self.output_names, tensors)}
+        realizes = PLAN_CACHE.hits + PLAN_CACHE.misses
+        values, builder, bound = self._build(feeds, device)
+        if signature is not None and signature not in self._replay.captures:
+            host_decided = builder.host_decided or (
+                PLAN_CACHE.hits + PLAN_CACHE.misses - realizes > builder.host_realizes)
+            tensors = self._replay.capture(signature, [bound[s.name] for s in self.inputs],
+                                           values, host_decided)
+            if tensors is not None:
+                return {name: tensor.numpy() for name, tensor in zip(self.output_names, tensors)}
         tensors = [t for v in values.values() for t in _tensors_in(v)]
         if tensors:
             fuel.realize(*tensors)
@@ -106,6 +133,8 @@ class Model:
                 raise OnnxError(f"missing feed for graph input {spec.name!r} "
                                 f"({_describe_spec(spec)})")
             bound[spec.name] = _bind_one(spec, feeds[spec.name], builder, free_dims)
+            if isinstance(bound[spec.name], Tensor):
+                builder.feed_nodes.add(id(bound[spec.name]._node))
         for name in set(feeds) - {s.name for s in self.inputs}:  # overriding an initializer
             bound[name] = builder.constant(np.asarray(feeds[name]))
         return bound

@@ -15,6 +15,7 @@ from fuel.dispatch.kernel import global_table, table_generation
 from fuel.graph import Graph, Node
 from fuel.runtime.pending import PendingWork
 from fuel.runtime.plan import Plan, PlanBuilder, Step, node_label
+from fuel.runtime.replay import BoundPlan
 
 PIPELINE_DEPTH = 64
 
@@ -74,7 +75,11 @@ def realize(nodes: list[Node], pipelined: bool = False) -> None:
         plan = PLAN_CACHE.get(key)
         if plan is not None:
             with op_profile.phase("realize.plan_cache_hit"):
-                _Walk(graph, plan).run(plan.steps)
+                replay = plan.replay
+                if replay is None:
+                    replay = plan.replay = BoundPlan.bind(graph, plan) or False
+                if replay is False or not replay.run(graph, plan):
+                    _Walk(graph, plan).run(plan.steps)
             return
         generation = table_generation()
         builder = PlanBuilder(graph, global_table())

@@ -48,6 +48,9 @@ class Plan:
     node_values: list
     steps: list = field(default_factory=list)
     devices: set = field(default_factory=set)
+    # The plan bound for replays (fuel.runtime.replay.BoundPlan) once a cache hit made it;
+    # False when it is not worth binding.
+    replay: object = None
 
 
 

@@ -75,3 +75,9 @@ def test_help_lists_run(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     assert "--dim" in capsys.readouterr().out
+
+
+def test_run_repeat_reports_the_per_run_time(model_path, capsys):
+    assert main(["run", str(model_path), "--dim", "batch=2", "--repeat", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "repeated 3 more runs: median" in out and "ms per run" in out

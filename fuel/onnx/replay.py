@@ -1,0 +1,94 @@
+"""Model.run replays: the graph built once per shape signature, its plan captured, then re-run
+on new feeds without converting a node or building a graph (the engine behind fuel.jit).
+
+A build is replayable only when nothing in it depends on the feeds' values: no host read of a
+value computed from a feed (shape subgraphs over initializers and shapes are fine: shapes are in
+the signature), no sequence or optional values, no random ops, only tensor outputs computed by
+the graph. Anything else runs the plain path on every call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuel.backends import get_backend
+from fuel.dispatch import op_profile
+from fuel.dispatch.kernel import table_generation
+from fuel.ir.device import parse_device
+from fuel.ir.errors import InvalidArgument
+from fuel.ir.ops import definition
+from fuel.runtime.jit import Capture
+from fuel.tensor import Tensor
+
+
+def feed_signature(specs: list, feeds: dict, device) -> tuple | None:
+    """(device, then each input's dtype and shape) when every input is a tensor fed exactly
+    once as an array; None when the call cannot replay (the plain path checks it)."""
+    if len(feeds) != len(specs):
+        return None
+    signature: list = [str(parse_device(device))]
+    for spec in specs:
+        value = feeds.get(spec.name)
+        if spec.kind != "tensor" or value is None or not isinstance(value, np.ndarray):
+            return None
+        signature.append((value.dtype.str, value.shape))
+    return tuple(signature)
+
+
+class ModelReplay:
+    """One Model's captures, by feed signature (None: that signature runs the plain path)."""
+
+    def __init__(self) -> None:
+        self.captures: dict[tuple, Capture | None] = {}
+        self.replays = 0
+
+    def run(self, signature: tuple, arrays: list[np.ndarray], device) -> list[Tensor] | None:
+        """The outputs of a replay, or None when ``signature`` has no usable capture."""
+        capture = self.captures.get(signature)
+        if capture is None:
+            return None
+        if capture.generation != table_generation():  # kernels changed: build and capture anew
+            del self.captures[signature]
+            return None
+        device = parse_device(device)
+        backend = get_backend(device)
+        storages = [backend.upload(device, np.ascontiguousarray(array)) for array in arrays]
+        with op_profile.phase("onnx.replay"):
+            outputs = capture.run(storages)
+        self.replays += 1
+        return [Tensor(node) for node in capture.output_nodes(outputs)]
+
+    def capture(self, signature: tuple, feed_tensors: list[Tensor], values: dict,
+                host_decided: bool) -> list[Tensor] | None:
+        """Capture a fresh build's plan and run it once; None (remembered) when the build is
+        not replayable, and the caller realizes it the plain way."""
+        outputs = list(values.values())
+        if host_decided or not all(isinstance(value, Tensor) for value in outputs):
+            self.captures[signature] = None
+            return None
+        try:
+            capture = Capture([t._node for t in feed_tensors], [t._node for t in outputs])
+        except InvalidArgument:  # an output that is a feed, an initializer or another output
+            self.captures[signature] = None
+            return None
+        if any(definition(captured.step.compiled.op).random for captured in capture.steps):
+            self.captures[signature] = None
+            return None
+        self.captures[signature] = capture
+        results = capture.run([t._node.buffer for t in feed_tensors])
+        return [Tensor(node) for node in capture.output_nodes(results)]
+
+
+def depends_on(node, sources: set[int]) -> bool:
+    """Whether the graph behind ``node`` reaches a node whose id is in ``sources``."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if id(current) in sources:
+            return True
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        stack.extend(current.inputs)
+    return False

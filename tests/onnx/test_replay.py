@@ -1,0 +1,67 @@
+"""Model.run replays a captured plan per feed signature when nothing depends on the feeds'
+values, and builds the graph every call when something does."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+import fuel.onnx  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    return fuel.onnx.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _float(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def test_a_value_independent_graph_replays_with_new_feeds():
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])
+    model = _model([helper.make_node("Mul", ["x", "scale"], ["m"]),
+                    helper.make_node("Exp", ["m"], ["e"]),
+                    helper.make_node("ReduceSum", ["e"], ["y"], keepdims=0)],
+                   [_float("x", ["n", 3])], [_float("y", [])], [scale])
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.standard_normal((2, 3)).astype(np.float32)
+        np.testing.assert_allclose(model.run({"x": x})["y"],
+                                   np.exp(x * [1.0, 2.0, 3.0]).sum(), rtol=1e-5)
+    assert model._replay.replays == 2
+    x = rng.standard_normal((4, 3)).astype(np.float32)  # a new signature: built and captured
+    np.testing.assert_allclose(model.run({"x": x})["y"], np.exp(x * [1.0, 2.0, 3.0]).sum(),
+                               rtol=1e-5)
+    assert len(model._replay.captures) == 2
+
+
+def test_a_shape_read_from_a_feed_builds_every_call():
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
+    model = _model([helper.make_node("Reshape", ["x", "shape"], ["y"]),
+                    helper.make_node("Neg", ["y"], ["z"])],
+                   [_float("x", [6]), shape], [_float("z", None)])
+    x = np.arange(6, dtype=np.float32)
+    for target in ([2, 3], [3, 2], [1, 6]):
+        result = model.run({"x": x, "shape": np.array(target, np.int64)})["z"]
+        np.testing.assert_array_equal(result, -x.reshape(target))
+    assert model._replay.replays == 0
+    assert list(model._replay.captures.values()) == [None]
+
+
+def test_an_if_on_a_feed_builds_every_call():
+    then_graph = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [],
+                                   [_float("t", [2])])
+    else_graph = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [],
+                                   [_float("e", [2])])
+    model = _model([helper.make_node("If", ["c"], ["y"], then_branch=then_graph,
+                                     else_branch=else_graph),
+                    helper.make_node("Exp", ["y"], ["z"])],
+                   [_float("x", [2]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                   [_float("z", [2])])
+    x = np.array([-1.0, 2.0], np.float32)
+    for condition in (True, False, True):
+        result = model.run({"x": x, "c": np.array(condition)})["z"]
+        np.testing.assert_allclose(result, np.exp(-x if condition else np.abs(x)), rtol=1e-6)
+    assert model._replay.replays == 0

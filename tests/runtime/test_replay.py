@@ -1,0 +1,90 @@
+"""A realize whose plan is cached replays it bound (fuel.runtime.replay.BoundPlan): results as
+a plain walk, only the steps touching changed storages re-prepared, pool statistics and frees
+as before, failures leaving it usable, big or busy plans on the plain walk."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import fuel
+from fuel.graph import Graph
+from fuel.runtime import replay as replay_module
+from fuel.runtime.executor import PLAN_CACHE
+
+
+def _chain(x, scale):
+    y = (x * scale + 0.5).exp()
+    return (y - x).sum(0)
+
+
+def _plan_of(tensor):
+    """The cached plan of ``tensor``'s graph, realizing it first."""
+    key = Graph.build([tensor._node]).structure_key()
+    tensor.realize()
+    return PLAN_CACHE.plans[key]
+
+
+def test_replays_match_numpy_with_new_and_stable_leaves():
+    rng = np.random.default_rng(0)
+    weight = fuel.from_numpy(rng.standard_normal(8).astype(np.float32))  # a stable leaf
+    for _ in range(4):
+        data = rng.standard_normal((3, 8)).astype(np.float32)
+        x = fuel.from_numpy(data)
+        result = _chain(x * weight, 1.5)
+        plan = _plan_of(result)
+        expected = (np.exp(data * weight.numpy() * 1.5 + 0.5) - data * weight.numpy()).sum(0)
+        np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5)
+    bound = plan.replay
+    assert bound, "the third realize of one structure runs a bound plan"
+    # Between runs only the steps that read the changing input or write the output are
+    # unprepared; every other step keeps its launcher.
+    assert 0 < sum(launcher is None for launcher in bound.launchers) < len(bound.launchers)
+
+
+def test_pool_statistics_return_to_baseline_after_replays():
+    data = np.ones((4, 4), np.float32)
+    for _ in range(2):
+        _chain(fuel.from_numpy(data), 2.0).realize()
+    gc.collect()
+    before = fuel.memory_stats()["allocated"]
+    results = [_chain(fuel.from_numpy(data), 2.0).realize() for _ in range(3)]
+    assert fuel.memory_stats()["allocated"] > before  # the outputs are the user's
+    del results
+    gc.collect()
+    assert fuel.memory_stats()["allocated"] == before
+
+
+def test_a_failed_replay_leaves_the_plan_usable_and_names_the_line():
+    values = fuel.from_numpy(np.arange(6, dtype=np.float32))
+    for _ in range(2):
+        (values.index_select(0, fuel.from_numpy(np.array([0, 1]))) * 2.0).realize()
+    bad = values.index_select(0, fuel.from_numpy(np.array([0, 9]))) * 2.0
+    with pytest.raises(fuel.KernelError, match=r"test_replay.py:\d+"):
+        bad.realize()
+    good = values.index_select(0, fuel.from_numpy(np.array([5, 2]))) * 2.0
+    assert _plan_of(good).replay
+    np.testing.assert_array_equal(good.numpy(), [10.0, 4.0])
+
+
+def test_plans_with_big_intermediates_keep_the_plain_walk(monkeypatch):
+    monkeypatch.setattr(replay_module, "REPLAY_BYTES_LIMIT", 16)
+    data = np.ones(64, np.float32)
+    for _ in range(3):
+        result = _chain(fuel.from_numpy(data) * 3.0, 7.0)
+        plan = _plan_of(result)
+        np.testing.assert_allclose(result.numpy(), (np.exp(data * 21.0 + 0.5) - 3.0).sum(0),
+                                   rtol=1e-5)
+    assert plan.replay is False
+
+
+def test_a_plan_busy_on_another_thread_is_walked_instead():
+    data = np.full(5, 2.0, np.float32)
+    for _ in range(2):
+        _chain(fuel.from_numpy(data), 0.25).realize()
+    bound = _plan_of(_chain(fuel.from_numpy(data), 0.25)).replay
+    assert bound
+    result = _chain(fuel.from_numpy(data), 0.25)
+    with bound.lock:  # as if another thread were running it
+        np.testing.assert_allclose(result.numpy(), (np.exp(data * 0.25 + 0.5) - data).sum(0),
+                                   rtol=1e-6)
