@@ -39,7 +39,11 @@ def kernel_predicate(table: KernelBindingTable):
 def expand_for_table(graph: Graph, table: KernelBindingTable, strict: bool = True
                      ) -> Expansion | None:
     """The expansion of ``graph`` for the kernels ``table`` holds; None when none is needed."""
-    return expand_graph(graph, kernel_predicate(table), strict)
+    def describe_miss(node: Node) -> str:
+        dtypes = lookup_dtypes(node.op, tuple(i.dtype for i in node.inputs), node.dtype)
+        return str(table.miss_error(node.op, dtypes, node_backend(node)))
+
+    return expand_graph(graph, kernel_predicate(table), strict, describe_miss)
 
 
 def translate_steps(expansion: Expansion, steps: Iterator, plan) -> Iterator:

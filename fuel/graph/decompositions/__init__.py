@@ -4,7 +4,12 @@
 to every node of a graph that lacks a kernel. Graph layer only: no front end, no backends.
 """
 
-from fuel.graph.decompositions import elementwise, reductions, rows  # noqa: F401 - registration
+from fuel.graph.decompositions import (  # noqa: F401 - registration
+    elementwise,
+    indexing,
+    reductions,
+    rows,
+)
 from fuel.graph.decompositions.builder import Builder
 from fuel.graph.decompositions.expand import Expansion, expand_graph, needs_kernel
 from fuel.graph.decompositions.registry import DECOMPOSITIONS, decomposes

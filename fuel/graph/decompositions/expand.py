@@ -16,6 +16,7 @@ from fuel.ir.ops import VIEW_OPS, OpKind
 MAX_DEPTH = 12
 
 HasKernel = Callable[[Node], bool]
+DescribeMiss = Callable[[Node], str]
 
 
 @dataclass
@@ -35,22 +36,25 @@ def needs_kernel(node: Node) -> bool:
     return node.buffer is None and node.op is not OpKind.LOAD and node.op not in VIEW_OPS
 
 
-def expand_graph(graph: Graph, has_kernel: HasKernel, strict: bool = True
-                 ) -> Expansion | None:
+def expand_graph(graph: Graph, has_kernel: HasKernel, strict: bool = True,
+                 describe_miss: DescribeMiss | None = None) -> Expansion | None:
     """None when every node has a kernel; otherwise the graph with each node that lacks one
     replaced by its decomposition. A kernel always wins over a decomposition. ``strict``
     raises NoBackendForOp for a primitive a decomposition needs and no backend kernel
-    provides; without it such nodes stay (explain shows them missing)."""
+    provides (``describe_miss`` words the missing kernel); without it such nodes stay
+    (explain shows them missing)."""
     missing = [i for i, node in enumerate(graph.nodes)
                if needs_kernel(node) and not has_kernel(node)]
     if not any(graph.nodes[i].op in DECOMPOSITIONS for i in missing):
         return None
-    return _Expander(graph, has_kernel, strict).run()
+    return _Expander(graph, has_kernel, strict, describe_miss).run()
 
 
 class _Expander:
-    def __init__(self, graph: Graph, has_kernel: HasKernel, strict: bool) -> None:
+    def __init__(self, graph: Graph, has_kernel: HasKernel, strict: bool,
+                 describe_miss: DescribeMiss | None) -> None:
         self.user = graph
+        self.describe_miss = describe_miss
         self.has_kernel = has_kernel
         self.strict = strict
         self.nodes: list[Node] = []
@@ -94,7 +98,7 @@ class _Expander:
                 self.ids[id(node)] = placed
                 return placed
             if parent is not None and self.strict:
-                raise NoBackendForOp(_missing_primitive(node, parent))
+                raise NoBackendForOp(_missing_primitive(node, parent, self.describe_miss))
         placed = len(self.nodes)
         self.nodes.append(node)
         self.origin.append(user_id)
@@ -113,10 +117,13 @@ def _check_replacement(node: Node, replacement: Node) -> None:
                         f"{replacement.dtype.name}{list(replacement.shape)}")
 
 
-def _missing_primitive(node: Node, parent: Node) -> str:
-    dtypes = ", ".join(i.dtype.name for i in node.inputs)
-    return (f"no kernel for primitive {node.op.value} ({dtypes} -> {node.dtype.name}) on "
-            f"{node.device.backend.value}: {parent.op.value} has no kernel there and its "
-            f"decomposition needs {node.op.value}, which has no decomposition; "
-            f"{node.device.backend.value} must implement {node.op.value} "
+def _missing_primitive(node: Node, parent: Node, describe_miss: DescribeMiss | None) -> str:
+    backend = node.device.backend.value
+    if describe_miss is not None:
+        miss = describe_miss(node)
+    else:
+        dtypes = ", ".join(i.dtype.name for i in node.inputs)
+        miss = f"no kernel for {node.op.value}({dtypes} -> {node.dtype.name}) on {backend}."
+    return (f"missing primitive {node.op.value}: {miss} {parent.op.value} has no kernel on "
+            f"{backend} and decomposes into {node.op.value}, which {backend} must implement "
             f"[{parent.describe()}]")
