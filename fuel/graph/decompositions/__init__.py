@@ -9,6 +9,7 @@ from fuel.graph.decompositions import (  # noqa: F401 - registration
     indexing,
     reductions,
     rows,
+    windows,
 )
 from fuel.graph.decompositions.builder import Builder
 from fuel.graph.decompositions.expand import Expansion, expand_graph, needs_kernel
