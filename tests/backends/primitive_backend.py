@@ -60,3 +60,12 @@ def primitive_backend() -> PrimitiveBackend:
         _BACKEND.append(PrimitiveBackend())
         register_backend(_BACKEND[0])
     return _BACKEND[0]
+
+
+if __name__ == "__main__":  # python -m tests.backends.primitive_backend [conformance args]
+    import sys
+
+    from fuel.conformance.onnx import main
+
+    primitive_backend()
+    sys.exit(main(sys.argv[1:] + ["--device", str(DEVICE)]))

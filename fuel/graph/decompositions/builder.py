@@ -3,6 +3,8 @@ and at its user site, so errors and explain() still name the user's line."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fuel.graph.node import Node
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
@@ -32,9 +34,15 @@ def compute_dtype(dtype: DType) -> DType:
 class Builder:
     """Node factory for one decomposition: every node lands on ``node``'s device and site."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, has_kernel: Callable[[Node], bool] | None = None) -> None:
         self.device = node.device
         self.site = node.site
+        self.has_kernel = has_kernel
+
+    def supports(self, kind: OpKind, *inputs: Node, params=NO_PARAMS) -> bool:
+        """Whether the target backend has a kernel of its own for ``kind`` over ``inputs``
+        (True when the builder was made without a kernel predicate)."""
+        return self.has_kernel is None or self.has_kernel(self.op(kind, *inputs, params=params))
 
     # ------------------------------------------------------------------ generic
     def op(self, kind: OpKind, *inputs: Node, params=NO_PARAMS) -> Node:

@@ -91,7 +91,7 @@ class _Expander:
                 if depth >= MAX_DEPTH:
                     raise FuelError(f"the decomposition of {node.describe()} does not reach "
                                     f"primitives within {MAX_DEPTH} levels")
-                replacement = decomposition(node, Builder(node))
+                replacement = decomposition(node, Builder(node, self.has_kernel))
                 _check_replacement(node, replacement)
                 self.keep.append(node)
                 placed = self._place(replacement, user_id, depth + 1, parent or node)

@@ -44,10 +44,16 @@ def _windows_last(build: Builder, patches: Node, lead: int, rank: int) -> Node:
 
 @decomposes(OpKind.CONV)
 def conv(node: Node, build: Builder) -> Node:
-    """im2col: pad, gather every window, one batched matmul per group."""
+    """im2col: pad, gather every window, one batched matmul per group. float32 accumulates
+    in float64 where the backend multiplies float64 (as the CPU kernel does: equal weights
+    give equal outputs whatever order the matmul sums in)."""
     x, weight = node.inputs
     params = node.params
     compute = compute_dtype(node.dtype)
+    if compute is dt.float32:
+        wide = build.constant(0.0, dt.float64, (1, 1))
+        if build.supports(OpKind.MATMUL, wide, wide):
+            compute = dt.float64
     x, weight = build.cast(x, compute), build.cast(weight, compute)
     rank = len(x.shape) - 2
     batch, out_channels, counts = node.shape[0], node.shape[1], node.shape[2:]
