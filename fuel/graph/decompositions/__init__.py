@@ -5,8 +5,10 @@ to every node of a graph that lacks a kernel. Graph layer only: no front end, no
 """
 
 from fuel.graph.decompositions import (  # noqa: F401 - registration
+    contraction,
     elementwise,
     indexing,
+    placement,
     reductions,
     rows,
     windows,
