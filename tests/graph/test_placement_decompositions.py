@@ -101,3 +101,12 @@ def test_argsort_prod_cumprod_min_argmin_all_any(dtype):
     _same(lambda a: a.argmin(0), x, exact=True)
     _same(lambda a: a.all(1), x, exact=True)
     _same(lambda a: a.any(0), (x > 2).astype(dtype), exact=True)
+
+
+def test_det_with_pivoting_and_a_singular_matrix():
+    x = _random((3, 4, 4), 5)
+    x[1, 0, 0] = 0.0  # the first pivot must come from another row
+    x[2, 3] = x[2, 1]  # singular
+    cpu = np.linalg.det(x.astype(np.float64))
+    got = tensor_ops.det(fuel.from_numpy(x).to(DEVICE)).numpy()
+    np.testing.assert_allclose(got, cpu, rtol=1e-4, atol=1e-4)

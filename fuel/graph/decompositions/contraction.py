@@ -7,7 +7,8 @@ from fuel.graph.decompositions.builder import Builder, compute_dtype
 from fuel.graph.decompositions.indexing import pad_constant
 from fuel.graph.decompositions.registry import decomposes
 from fuel.graph.node import Node
-from fuel.ir.ops import ConvParams, OpKind
+from fuel.ir import dtype as dt
+from fuel.ir.ops import ConvParams, OpKind, ReduceParams
 from fuel.ir.rules import parse_einsum
 
 
@@ -129,3 +130,41 @@ def _pad_or_crop(build: Builder, x: Node, widths) -> Node:
 
 
 
+
+
+@decomposes(OpKind.DET)
+def det(node: Node, build: Builder) -> Node:
+    """Gaussian elimination with partial pivoting, unrolled over the (static) size: the
+    product of the pivots, negated once per row swap (a zero pivot gives 0)."""
+    compute = compute_dtype(node.dtype)
+    a = build.cast(node.inputs[0], compute)
+    size = a.shape[-1]
+    rank = len(a.shape)
+    batch = a.shape[:-2]
+    result = build.constant(1.0, compute, batch)
+    row = build.unsqueeze_to(build.arange(size), rank, (rank - 2,))  # (..., n, 1)
+    zero, one = build.constant(0.0, compute), build.constant(1.0, compute)
+    for k in range(size):
+        column = build.slice(a, rank - 1, k, k + 1)  # (..., n, 1)
+        below = build.elementwise(OpKind.GE, row, build.constant(k, dt.int64))
+        candidates = build.where(below, build.op(OpKind.ABS, column),
+                                 build.constant(-1.0, compute))
+        pivot_row = build.op(OpKind.ARGMAX, candidates,
+                             params=ReduceParams((rank - 2,), True))  # (..., 1, 1)
+        is_pivot = build.elementwise(OpKind.EQ, row, pivot_row)  # (..., n, 1)
+        is_k = build.elementwise(OpKind.EQ, row, build.constant(k, dt.int64))
+        pivot_values = build.sum(build.where(is_pivot, a, zero), (rank - 2,), keepdim=True)
+        row_k = build.slice(a, rank - 2, k, k + 1)  # (..., 1, n)
+        a = build.where(is_k, pivot_values, build.where(is_pivot, row_k, a))
+        swapped = build.op(OpKind.LOGICAL_NOT, build.reshape(
+            build.elementwise(OpKind.EQ, pivot_row, build.constant(k, dt.int64)), batch))
+        pivot = build.reshape(build.slice(build.slice(a, rank - 2, k, k + 1), rank - 1, k,
+                                          k + 1), batch)
+        result = build.mul(build.where(swapped, build.op(OpKind.NEG, result), result), pivot)
+        safe = build.where(build.elementwise(OpKind.EQ, pivot, zero), one, pivot)
+        factors = build.div(build.slice(a, rank - 1, k, k + 1),
+                            build.reshape(safe, batch + (1, 1)))  # (..., n, 1)
+        after = build.elementwise(OpKind.GT, row, build.constant(k, dt.int64))
+        update = build.mul(build.where(after, factors, zero), build.slice(a, rank - 2, k, k + 1))
+        a = build.sub(a, update)
+    return build.cast(result, node.dtype)
