@@ -88,3 +88,17 @@ def test_no_backend_for_op_names_the_missing_primitive_and_the_user_line():
     message = str(info.value)
     assert "missing primitive max" in message and "softmax has no kernel on metal" in message
     assert "Backends with max:" in message and "test_decompose.py" in message
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_decomposed_graph_realizes_pipelined_and_jitted(pipelined):
+    a = _array((3, 7), 4)
+    x = fuel.from_numpy(a).to(DEVICE)
+    y = x.softmax(-1).realize(pipelined=pipelined)
+    np.testing.assert_allclose(y.numpy(), _softmax(a), rtol=1e-6, atol=1e-7)
+    jitted = fuel.jit(lambda t: t.log_softmax(-1) * 2)
+    for seed in (5, 6):
+        b = _array((3, 7), seed)
+        got = jitted(fuel.from_numpy(b).to(DEVICE)).numpy()
+        np.testing.assert_allclose(got, np.log(_softmax(b)) * 2, rtol=1e-5, atol=1e-6)
+    assert jitted.replays == 1
