@@ -53,13 +53,22 @@ _BACKEND: list = []
 
 
 def primitive_backend() -> PrimitiveBackend:
-    """The one registered primitive backend of this process (registered on first use)."""
-    from fuel.backends import register_backend
+    """The one primitive backend of this process, serving its id (registered when it is not:
+    tests that borrow the id give it back with ``release_primitive_backend``)."""
+    from fuel.backends import find_backend, register_backend
 
     if not _BACKEND:
         _BACKEND.append(PrimitiveBackend())
+    if find_backend(PRIMITIVE_BACKEND_ID) is not _BACKEND[0]:
         register_backend(_BACKEND[0])
     return _BACKEND[0]
+
+
+def release_primitive_backend() -> None:
+    """Stop serving the borrowed id, so other tests see it unavailable again."""
+    from fuel.backends import unregister_backend
+
+    unregister_backend(PRIMITIVE_BACKEND_ID)
 
 
 if __name__ == "__main__":  # python -m tests.backends.primitive_backend [conformance args]

@@ -7,12 +7,17 @@ import pytest
 import fuel
 from fuel.nn import tensor_ops
 from fuel.nn.conv import conv_transpose_nd
-from tests.backends.primitive_backend import DEVICE, primitive_backend
+from tests.backends.primitive_backend import (
+    DEVICE,
+    primitive_backend,
+    release_primitive_backend,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def backend():
-    return primitive_backend()
+    yield primitive_backend()
+    release_primitive_backend()
 
 
 def _same(function, *arrays, exact=False):

@@ -5,12 +5,17 @@ import pytest
 
 import fuel
 from fuel.nn.conv import avg_pool_nd, conv_nd, max_pool_nd
-from tests.backends.primitive_backend import DEVICE, primitive_backend
+from tests.backends.primitive_backend import (
+    DEVICE,
+    primitive_backend,
+    release_primitive_backend,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def backend():
-    return primitive_backend()
+    yield primitive_backend()
+    release_primitive_backend()
 
 
 def _both(function, *arrays):

@@ -6,14 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.backends.primitive_backend import DEVICE, primitive_backend
+from tests.backends.primitive_backend import (
+    DEVICE,
+    primitive_backend,
+    release_primitive_backend,
+)
 
 SENTENCES = ["hello world", "A man is eating a piece of bread.", "The girl is carrying a baby."]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def backend():
-    return primitive_backend()
+    yield primitive_backend()
+    release_primitive_backend()
 
 
 @pytest.fixture

@@ -11,13 +11,18 @@ from fuel.graph.decompositions import DECOMPOSITIONS
 from fuel.ir.ops import OPS, PRIMITIVE_OPS, OpKind
 from fuel.runtime.decompose import expand_for_table
 from fuel.runtime.executor import plan_cache_stats
-from tests.backends.primitive_backend import DEVICE, primitive_backend
+from tests.backends.primitive_backend import (
+    DEVICE,
+    primitive_backend,
+    release_primitive_backend,
+)
 from tests.runtime.threaded_backend import shared_backend
 
 
 @pytest.fixture(scope="module", autouse=True)
 def backend():
-    return primitive_backend()
+    yield primitive_backend()
+    release_primitive_backend()
 
 
 def _array(shape, seed):
