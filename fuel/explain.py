@@ -8,6 +8,7 @@ from fuel.dispatch.compiled import dispatched_kernel_ident
 from fuel.dispatch.kernel import global_table
 from fuel.graph import Graph
 from fuel.ir.ops import VIEW_OPS, OpKind
+from fuel.runtime.decompose import decomposed_rows, expand_for_table
 
 
 @dataclass(frozen=True)
@@ -19,10 +20,11 @@ class ExplainRow:
     shape: tuple[int, ...]
     dtype: str
     backend: str
-    inputs: tuple[int, ...]
+    inputs: tuple[int | str, ...]
     dispatch: str
     kernel_revision_hash: int | None
     site: str
+    part: int = -1  # >= 0: the part-th primitive of decomposed node ``node_id`` ("7.2")
 
 
 class Explanation:
@@ -37,8 +39,9 @@ class Explanation:
         lines = [header]
         for row in self.rows:
             revision = f" #{row.kernel_revision_hash:016x}" if row.kernel_revision_hash else ""
+            label = f"{row.node_id}.{row.part}" if row.part >= 0 else str(row.node_id)
             lines.append(
-                f"{row.node_id:>4}  {row.op:<14}{str(list(row.shape)):<18}{row.dtype:<10}"
+                f"{label:>4}  {row.op:<14}{str(list(row.shape)):<18}{row.dtype:<10}"
                 f"{row.backend:<9}{','.join(map(str, row.inputs)) or '-':<12}"
                 f"{row.dispatch}{revision}"
             )
@@ -55,9 +58,12 @@ def explain(tensors) -> Explanation:
     graph = Graph.build([t._node for t in tensors])
     table = global_table()
     rows = []
+    expansion = expand_for_table(graph, table, strict=False)
     for node_id, node in enumerate(graph.nodes):
         identity = None
-        if node.buffer is not None:
+        if expansion is not None and node_id in expansion.decomposed:
+            dispatch = "decomposed"
+        elif node.buffer is not None:
             dispatch = "realized" if node.op is not OpKind.LOAD else "leaf"
         elif node.op in VIEW_OPS:
             dispatch = "view"
@@ -70,4 +76,6 @@ def explain(tensors) -> Explanation:
             if node.op is not OpKind.COPY else f"->{node.device}", graph.inputs[node_id],
             dispatch, identity[1] if identity else None, f"{file}:{line}",
         ))
+        if dispatch == "decomposed":
+            rows.extend(decomposed_rows(expansion, node_id, table))
     return Explanation(rows)

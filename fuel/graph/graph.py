@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from fuel.graph.node import Node
+from fuel.graph.node import Node, kernel_backend
 from fuel.ir.device import BackendId
-from fuel.ir.ops import OpKind
 
 
 class Graph:
@@ -80,10 +79,8 @@ class Graph:
     def target_backend(self, node_id: int) -> BackendId:
         """The backend whose kernel runs the node: its device's, except that a COPY runs at its
         source (the source backend reads its own memory and writes the destination's)."""
-        node = self.nodes[node_id]
-        if node.op is OpKind.COPY and self.inputs[node_id]:
-            return self.nodes[self.inputs[node_id][0]].device.backend
-        return node.device.backend
+        sources = self.inputs[node_id]
+        return kernel_backend(self.nodes[node_id], self.nodes[sources[0]] if sources else None)
 
     def consumers(self) -> list[list[int]]:
         """For each node, the NodeIds that read it."""

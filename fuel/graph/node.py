@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 
-from fuel.ir.device import Device
+from fuel.ir.device import BackendId, Device
 from fuel.ir.dtype import DType
 from fuel.ir.ops import OpKind
 
@@ -124,3 +124,15 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.op.value}, {self.dtype.name}{list(self.shape)}, {self.device})"
+
+
+def kernel_backend(node: Node, source: Node | None = None) -> BackendId:
+    """The backend whose kernel runs ``node``: its device's, except that a COPY runs at its
+    source (the source backend reads its own memory and writes the destination's). The one
+    rule the planner, the graph, ``dispatched_kernel_ident`` and ``explain`` all follow;
+    ``source`` is the COPY's input where the caller holds it apart from ``node.inputs``."""
+    if node.op is OpKind.COPY:
+        origin = source if source is not None else (node.inputs[0] if node.inputs else None)
+        if origin is not None:
+            return origin.device.backend
+    return node.device.backend

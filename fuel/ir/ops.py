@@ -254,7 +254,7 @@ define(OpKind.CONTIGUOUS, "movement", rules.same_as_input, params=NoParams, prim
 define(OpKind.CAST, "movement", rules.cast_rule, params=CastParams, primitive=True,
        coverage=tuple((a, b) for a in dt.KNOWN_DTYPES for b in dt.KNOWN_DTYPES),
        doc="Convert to another dtype (``saturate``: float8 targets clamp to their range).")
-define(OpKind.BITCAST, "movement", rules.bitcast, params=CastParams,
+define(OpKind.BITCAST, "movement", rules.bitcast, params=CastParams, primitive=True,
        doc="The same bits read as another dtype of the same size.")
 define(OpKind.RESHAPE, "view", rules.view_reshape, params=ShapeParams, view=True,
        doc="The same elements under a new shape.")

@@ -19,6 +19,7 @@ from fuel.ir.errors import FuelError
 from fuel.ir.layout import Layout
 from fuel.ir.ops import INPLACE_OPS, VIEW_OPS, OpKind
 from fuel.memory.pool import pool_for
+from fuel.runtime.decompose import expand_for_table, translate_steps
 
 
 @dataclass(slots=True)
@@ -113,6 +114,10 @@ class PlanBuilder:
     (or a tuple of slots to free) as soon as it is decided, so execution can start early."""
 
     def __init__(self, graph: Graph, table: KernelBindingTable) -> None:
+        # Nodes without a kernel are planned through their decompositions (None: none is).
+        self.expansion = expand_for_table(graph, table)
+        if self.expansion is not None:
+            graph = self.expansion.graph
         self.graph = graph
         self.table = table
         self.plan = Plan([None] * len(graph.nodes))
@@ -144,6 +149,11 @@ class PlanBuilder:
             self.by_last.setdefault(until, []).append(slot)
 
     def steps(self) -> Iterator:
+        if self.expansion is None:
+            return self._steps()
+        return translate_steps(self.expansion, self._steps(), self.plan)
+
+    def _steps(self) -> Iterator:
         graph = self.graph
         values = self.plan.node_values
         for node_id in graph.leaves:  # leaves take slots 0..L-1, bound before anything runs

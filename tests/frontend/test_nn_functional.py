@@ -131,9 +131,9 @@ def test_factories_and_seeded_random():
     assert ((b >= 0) & (b < 1)).all()
 
 
-def test_tensor_conversions():
+def test_tensor_conversions(default_device):
     x = fuel.tensor([[1.5, 2.0], [3.0, 4.0]])
-    assert x.shape == (2, 2) and x.ndim == 2 and x.device == "cpu"
+    assert x.shape == (2, 2) and x.ndim == 2 and x.device == default_device
     assert x.tolist() == [[1.5, 2.0], [3.0, 4.0]]
     assert x[1, 1].item() == 4.0 and float(x[0, 0]) == 1.5
     np.testing.assert_array_equal(np.asarray(x), x.numpy())

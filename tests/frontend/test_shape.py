@@ -112,13 +112,13 @@ def test_tril_triu_gather_index_select(d):
     check(x.index_select(1, fuel.tensor([3, 0])), np.take(a, [3, 0], axis=1))
 
 
-def test_pad_contiguous_and_to():
+def test_pad_contiguous_and_to(default_device):
     x = fuel.from_numpy(A)
     check(fuel.nn.functional.pad(x, (1, 2)), np.pad(A, ((0, 0), (0, 0), (1, 2))))
     check(fuel.nn.functional.pad(x, (0, 1, 2, 0), value=-1.0),
           np.pad(A, ((0, 0), (2, 0), (0, 1)), constant_values=-1))
     check(x.permute(2, 0, 1).contiguous(), np.ascontiguousarray(A.transpose(2, 0, 1)))
-    assert x.to("cpu") is x and x.to(fuel.float32) is x
+    assert x.to(default_device) is x and x.to(fuel.float32) is x
     assert x.to("float16").dtype is fuel.float16
 
 

@@ -1,0 +1,129 @@
+"""expand_graph: a graph whose nodes without a kernel are rewritten through their
+decompositions, recursively, with the maps a plan needs to run against the user's graph."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fuel.graph.decompositions.builder import Builder
+from fuel.graph.decompositions.registry import DECOMPOSITIONS
+from fuel.graph.graph import Graph
+from fuel.graph.node import Node
+from fuel.ir.errors import FuelError, NoBackendForOp
+from fuel.ir.ops import VIEW_OPS, OpKind
+
+MAX_DEPTH = 12
+
+HasKernel = Callable[[Node], bool]
+DescribeMiss = Callable[[Node], str]
+
+
+@dataclass
+class Expansion:
+    """The expanded graph; ``origin[e]`` is the user node expanded node ``e`` came from,
+    ``position[u]`` the expanded node holding user node ``u``'s value, ``decomposed[u]`` the
+    expanded nodes that replace a decomposed user node (in order, its value last)."""
+
+    graph: Graph
+    origin: list[int]
+    position: list[int]
+    decomposed: dict[int, list[int]] = field(default_factory=dict)
+
+
+def needs_kernel(node: Node) -> bool:
+    """Whether a realize launches a kernel for ``node`` (not a leaf, not a view)."""
+    return node.buffer is None and node.op is not OpKind.LOAD and node.op not in VIEW_OPS
+
+
+def expand_graph(graph: Graph, has_kernel: HasKernel, strict: bool = True,
+                 describe_miss: DescribeMiss | None = None) -> Expansion | None:
+    """None when every node has a kernel; otherwise the graph with each node that lacks one
+    replaced by its decomposition. A kernel always wins over a decomposition. ``strict``
+    raises NoBackendForOp for a primitive a decomposition needs and no backend kernel
+    provides (``describe_miss`` words the missing kernel); without it such nodes stay
+    (explain shows them missing)."""
+    missing = [i for i, node in enumerate(graph.nodes)
+               if needs_kernel(node) and not has_kernel(node)]
+    if not any(graph.nodes[i].op in DECOMPOSITIONS for i in missing):
+        return None
+    return _Expander(graph, has_kernel, strict, describe_miss).run()
+
+
+class _Expander:
+    def __init__(self, graph: Graph, has_kernel: HasKernel, strict: bool,
+                 describe_miss: DescribeMiss | None) -> None:
+        self.user = graph
+        self.describe_miss = describe_miss
+        self.has_kernel = has_kernel
+        self.strict = strict
+        self.nodes: list[Node] = []
+        self.inputs: list[tuple[int, ...]] = []
+        self.origin: list[int] = []
+        self.leaves: list[int] = []
+        self.ids: dict[int, int] = {}
+        self.keep: list[Node] = []  # holds replaced nodes so their ids stay unique
+
+    def run(self) -> Expansion:
+        position = []
+        decomposed: dict[int, list[int]] = {}
+        for user_id, node in enumerate(self.user.nodes):
+            start = len(self.nodes)
+            position.append(self._place(node, user_id, 0, None))
+            if len(self.nodes) - start > 1 or (len(self.nodes) > start
+                                               and self.nodes[start] is not node):
+                decomposed[user_id] = list(range(start, len(self.nodes)))
+        roots = [position[r] for r in self.user.roots]
+        graph = Graph(self.nodes, self.inputs, roots, self.leaves)
+        return Expansion(graph, self.origin, position, decomposed)
+
+    def _place(self, node: Node, user_id: int, depth: int, parent: Node | None) -> int:
+        """The expanded id of ``node``, placing it (and what it needs) on first sight."""
+        known = self.ids.get(id(node))
+        if known is not None:
+            return known
+        if node.buffer is None and node.op is not OpKind.LOAD:
+            for source in node.inputs:
+                self._place(source, user_id, depth, parent)
+        if needs_kernel(node) and not self.has_kernel(node):
+            decomposition = DECOMPOSITIONS.get(node.op)
+            if decomposition is not None:
+                if depth >= MAX_DEPTH:
+                    raise FuelError(f"the decomposition of {node.describe()} does not reach "
+                                    f"primitives within {MAX_DEPTH} levels")
+                replacement = decomposition(node, Builder(node, self.has_kernel))
+                _check_replacement(node, replacement)
+                self.keep.append(node)
+                placed = self._place(replacement, user_id, depth + 1, parent or node)
+                self.ids[id(node)] = placed
+                return placed
+            if parent is not None and self.strict:
+                raise NoBackendForOp(_missing_primitive(node, parent, self.describe_miss))
+        placed = len(self.nodes)
+        self.nodes.append(node)
+        self.origin.append(user_id)
+        if node.buffer is not None or node.op is OpKind.LOAD:
+            self.inputs.append(())
+            self.leaves.append(placed)
+        else:
+            self.inputs.append(tuple(self.ids[id(source)] for source in node.inputs))
+        self.ids[id(node)] = placed
+        return placed
+
+
+def _check_replacement(node: Node, replacement: Node) -> None:
+    if replacement.shape != node.shape or replacement.dtype is not node.dtype:
+        raise FuelError(f"the decomposition of {node.describe()} built "
+                        f"{replacement.dtype.name}{list(replacement.shape)}")
+
+
+def _missing_primitive(node: Node, parent: Node, describe_miss: DescribeMiss | None) -> str:
+    backend = node.device.backend.value
+    if describe_miss is not None:
+        miss = describe_miss(node)
+    else:
+        dtypes = ", ".join(i.dtype.name for i in node.inputs)
+        miss = f"no kernel for {node.op.value}({dtypes} -> {node.dtype.name}) on {backend}."
+    return (f"missing primitive {node.op.value}: {miss} {parent.op.value} has no kernel on "
+            f"{backend} and decomposes into {node.op.value}, which {backend} must implement "
+            f"[{parent.describe()}]")
