@@ -9,30 +9,51 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from fuel.distributed.job import JobFolder, JobReport, Progress, error_lines, run_local
 from fuel.distributed.outputs import check_output, write_output
 from fuel.distributed.sources import BatchedSource, array_source, text_source
 from fuel.distributed.tasks import EmbeddingTask, OnnxTask
-from fuel.ir.errors import InvalidArgument
+from fuel.ir.errors import FuelError, InvalidArgument
 
 DEFAULT_BATCH_SIZE = 32
 
 
-def _check_workers(workers: int, threads_per_worker: int) -> None:
+def _check_workers(workers: int, threads_per_worker: int | None) -> None:
     for name, value in (("workers", workers), ("threads per worker", threads_per_worker)):
+        if value is None and name != "workers":
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgument(f"the number of {name} must be a positive integer, "
                                   f"got {value!r}")
 
 
+@contextmanager
+def thread_limit(threads: int | None) -> Iterator[None]:
+    """Limit this process's BLAS threads to ``threads`` (None: no limit) for a local job, so
+    that it computes exactly as a Ray worker with that many threads."""
+    if threads is None:
+        yield
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        raise FuelError("--threads-per-worker without --ray needs threadpoolctl: pip install "
+                        "threadpoolctl (or 'pyfuel[ray]')") from None
+    with threadpool_limits(threads):
+        yield
+
+
 def run_job(task, source: BatchedSource, output: str | os.PathLike, description: dict,
             output_names: tuple[str, ...], *, errors: str | os.PathLike | None = None,
-            ray: str | bool | None = None, workers: int = 1, threads_per_worker: int = 1,
+            ray: str | bool | None = None, workers: int = 1, threads_per_worker: int | None = None,
             progress: bool = False, label: str = "rows") -> JobReport:
     """Run ``task`` over every batch of ``source`` not done yet (on Ray when ``ray`` is an
-    address, ``local`` or True), then write the output and the errors file."""
+    address, ``local`` or True, with ``threads_per_worker`` BLAS threads per actor, default 1),
+    then write the output and the errors file."""
     _check_workers(workers, threads_per_worker)
     output = check_output(output, output_names)
     errors_path = Path(errors) if errors else output.with_name(output.name + ".errors.jsonl")
@@ -49,9 +70,11 @@ def run_job(task, source: BatchedSource, output: str | os.PathLike, description:
 
             engine.require_ray()
             engine.connect(None if ray is True else ray)
-            computed = engine.run_on_ray(task, source, folder, bar, workers, threads_per_worker)
+            computed = engine.run_on_ray(task, source, folder, bar, workers,
+                                         threads_per_worker or 1)
         else:
-            computed = run_local(task, source, folder, bar)
+            with thread_limit(threads_per_worker):
+                computed = run_local(task, source, folder, bar)
     finally:
         bar.close()
     lines = error_lines(folder)
@@ -68,7 +91,8 @@ def embed(path: str | os.PathLike, output: str | os.PathLike, *, field: str = "t
           input_format: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
           model: str | os.PathLike | None = None, device: str = "cpu",
           errors: str | os.PathLike | None = None, ray: str | bool | None = None,
-          workers: int = 1, threads_per_worker: int = 1, progress: bool = False) -> JobReport:
+          workers: int = 1, threads_per_worker: int | None = None,
+          progress: bool = False) -> JobReport:
     """Embed every row of a text, JSONL (``field``) or Parquet (column ``field``) file with
     MiniLM into ``output`` (.npy or .parquet), one row per input row, in input order."""
     source = text_source(path, batch_size, input_format, field)
@@ -84,7 +108,7 @@ def embed(path: str | os.PathLike, output: str | os.PathLike, *, field: str = "t
 def run_onnx(model: str | os.PathLike, inputs: str | os.PathLike, output: str | os.PathLike, *,
              batch_size: int = DEFAULT_BATCH_SIZE, device: str = "cpu",
              errors: str | os.PathLike | None = None, ray: str | bool | None = None,
-             workers: int = 1, threads_per_worker: int = 1,
+             workers: int = 1, threads_per_worker: int | None = None,
              progress: bool = False) -> JobReport:
     """Run an ONNX model over every row of ``inputs`` (an .npz, axis 0 of each array, or a
     folder of .npy/.npz files, one per row) into ``output`` (.npz, .npy or .parquet)."""
