@@ -23,6 +23,8 @@ from fuel.distributed.sources import BatchedSource
 from fuel.ir.errors import FuelError
 
 RAY_HINT = "install the ray extra: pip install 'pyfuel[ray]' (ray[data] and pyarrow)"
+# Ray's switch for a loopback-only cluster (named for Windows and macOS, where it is the default).
+LOOPBACK_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -46,20 +48,35 @@ def require_pyarrow(feature: str):
     return pyarrow
 
 
-def connect(address: str | None) -> bool:
+def connect(address: str | None, num_cpus: int | None = None) -> bool:
     """Join the Ray cluster at ``address`` (``auto``, ``ray://host:port``, ``host:port``), or
-    start a local one when ``address`` is None or ``local``; True when this call started it."""
+    start a local one (on 127.0.0.1, with ``num_cpus``, default all) when ``address`` is None or
+    ``local``; True when this call started it."""
     ray = require_ray()
     if ray.is_initialized():
         return False
     try:
         if address in (None, "", "local"):
-            ray.init(include_dashboard=False, logging_level=logging.WARNING)
+            use_loopback()
+            ray.init(num_cpus=num_cpus, include_dashboard=False,
+                     logging_level=logging.WARNING)
         else:
             ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise FuelError(f"cannot connect to the Ray cluster at {address!r}: {error}") from None
     return True
+
+
+def use_loopback() -> None:
+    """Make a local cluster listen on 127.0.0.1 only (Ray picks the host's outward address by
+    default, which a one-machine job does not need)."""
+    os.environ.setdefault(LOOPBACK_VARIABLE, "0")  # read by the processes Ray starts
+    try:
+        from ray._private import ray_constants
+    except ImportError:
+        return
+    if os.environ[LOOPBACK_VARIABLE] == "0":
+        ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def _read_tasks(source: BatchedSource, pending: list[int], parallelism: int):
