@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from fuel.distributed.job import JobFolder, JobReport, Progress, error_lines, run_local
 from fuel.distributed.outputs import check_output, write_output
@@ -87,14 +88,29 @@ def run_job(task, source: BatchedSource, output: str | os.PathLike, description:
                      skipped, time.perf_counter() - start)
 
 
-def embed(path: str | os.PathLike, output: str | os.PathLike, *, field: str = "text",
-          input_format: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+def _is_ray_dataset(value: Any) -> bool:
+    return type(value).__module__.startswith("ray.data") and hasattr(value, "map_batches")
+
+
+def embed(path: str | os.PathLike | Any, output: str | os.PathLike | None = None, *,
+          field: str = "text", input_format: str | None = None,
+          batch_size: int = DEFAULT_BATCH_SIZE,
           model: str | os.PathLike | None = None, device: str = "cpu",
           errors: str | os.PathLike | None = None, ray: str | bool | None = None,
           workers: int = 1, threads_per_worker: int | None = None,
-          progress: bool = False) -> JobReport:
+          progress: bool = False) -> JobReport | Any:
     """Embed every row of a text, JSONL (``field``) or Parquet (column ``field``) file with
-    MiniLM into ``output`` (.npy or .parquet), one row per input row, in input order."""
+    MiniLM into ``output`` (.npy or .parquet), one row per input row, in input order. Given a
+    Ray Dataset instead of a path, return it with ``embedding`` columns added (lazy)."""
+    if _is_ray_dataset(path):
+        from fuel.distributed import engine
+
+        _check_workers(workers, threads_per_worker)
+        task = EmbeddingTask("column", field, None if model is None else
+                             str(Path(model).resolve()), device)
+        return engine.embed_dataset(path, task, batch_size, workers, threads_per_worker or 1)
+    if output is None:
+        raise InvalidArgument("embed() of a file needs output= (.npy or .parquet)")
     source = text_source(path, batch_size, input_format, field)
     task = EmbeddingTask(source.kind, field,
                          None if model is None else str(Path(model).resolve()), device)

@@ -25,6 +25,8 @@ from fuel.ir.errors import FuelError
 RAY_HINT = "install the ray extra: pip install 'pyfuel[ray]' (ray[data] and pyarrow)"
 # Ray's switch for a loopback-only cluster (named for Windows and macOS, where it is the default).
 LOOPBACK_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# One read task (a unit of work for an actor, and of retry) per batch, up to this many tasks.
+MAX_READ_TASKS = 1000
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -159,7 +161,7 @@ def run_on_ray(task, source: BatchedSource, folder: JobFolder, progress: Progres
         name: str(threads_per_worker) for name in THREAD_VARIABLES}}}
     dataset = ray.data.read_datasource(
         batch_datasource(source, pending),
-        override_num_blocks=min(len(pending), max(4 * workers, len(pending) // 16)), **remote)
+        override_num_blocks=min(len(pending), MAX_READ_TASKS), **remote)
     dataset = dataset.map_batches(
         ModelActor, batch_size=None, batch_format="numpy", zero_copy_batch=True,
         fn_constructor_kwargs={"task": task, "threads": threads_per_worker},
@@ -201,3 +203,36 @@ def cluster_cpus() -> int:
     """How many CPUs the connected Ray cluster has."""
     ray = require_ray()
     return int(ray.cluster_resources().get("CPU", os.cpu_count() or 1))
+
+
+class DatasetEmbedder:
+    """A map_batches actor for a user's Ray Dataset: adds ``embedding`` (NaN for a bad row) and
+    ``embedding_error`` (empty for a good row) to each batch."""
+
+    def __init__(self, task, threads: int) -> None:
+        _limit_threads(threads)
+        self.task = task
+        self.worker = task.load()
+
+    def __call__(self, batch: dict) -> dict:
+        values = list(batch[self.task.field_name])
+        shard = self.worker.compute(values)
+        embeddings = np.full((len(values), self.worker.encoder.dimension), np.nan, np.float32)
+        if shard.rows:
+            embeddings[shard.rows] = shard.outputs["embedding"]
+        errors = np.array([shard.errors.get(i, "") for i in range(len(values))], dtype=object)
+        return dict(batch) | {"embedding": embeddings, "embedding_error": errors}
+
+
+def embed_dataset(dataset, task, batch_size: int, workers: int, threads_per_worker: int):
+    """``dataset`` (a Ray Dataset with the text in column ``task.field_name``) with MiniLM
+    embeddings added by ``workers`` actors; lazy, like any Ray Dataset."""
+    ray = require_ray()
+    if task.field_name not in dataset.columns():
+        raise FuelError(f"the dataset has no column {task.field_name!r}; its columns are "
+                        f"{dataset.columns()} (choose one with field=)")
+    return dataset.map_batches(
+        DatasetEmbedder, batch_size=batch_size, batch_format="numpy",
+        fn_constructor_kwargs={"task": task, "threads": threads_per_worker},
+        compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=threads_per_worker,
+        runtime_env={"env_vars": {name: str(threads_per_worker) for name in THREAD_VARIABLES}})

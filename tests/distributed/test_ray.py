@@ -123,3 +123,17 @@ def test_run_onnx_on_ray_equals_one_process(ray_cluster, tiny_onnx, tmp_path):
     assert local.bad_rows == remote.bad_rows == 2
     assert Path(local.errors_path).read_text() == Path(remote.errors_path).read_text()
     assert '"row": 42' in Path(remote.errors_path).read_text()
+
+
+def test_embed_a_ray_dataset(ray_cluster, corpus):
+    folder, reference = corpus
+    lines = (folder / "in.txt").read_text(encoding="utf-8").splitlines()
+    dataset = ray_cluster.data.from_items([{"id": i, "text": t} for i, t in enumerate(lines)])
+    rows = embed(dataset, batch_size=BATCH, workers=1, threads_per_worker=1).take_all()
+    rows.sort(key=lambda row: row["id"])
+    embeddings = np.stack([row["embedding"] for row in rows])
+    assert embeddings.shape == reference.shape
+    np.testing.assert_allclose(embeddings, reference, rtol=0, atol=1e-6)  # NaN rows equal too
+    assert [row["id"] for row in rows if row["embedding_error"]] == [17]
+    with pytest.raises(Exception, match="no column 'body'"):
+        embed(dataset, field="body")
