@@ -3,7 +3,8 @@ workers of 1 thread each, and sentence-transformers (torch) as the peer, in one 
 
 Each system runs in its own process on the same rows (short synthetic sentences). ``job`` is the
 whole call (model loading and, on Ray, starting the actors; not starting the cluster), ``steady``
-the rows after the first batch over the time after it. Ratios are against fuel in one process.
+the rows after the first batch over the time after it. Ratios are against fuel in one process
+(default BLAS threads); "1 thread" is the same job limited to one, as each Ray worker is.
 
     python bench/scale.py [--rows N] [--batch-size N] [--address ADDRESS]
 """
@@ -27,6 +28,7 @@ WORDS = ("the quick brown fox jumps over a lazy dog while seven cats sleep in th
          "afternoon sun and rain falls softly on old stone roofs of the quiet town").split()
 SYSTEMS = {
     "fuel": "fuel, one process",
+    "fuel-1-thread": "fuel, one process, 1 thread",
     "fuel-ray-1": "fuel on Ray, 1 worker x 1 thread",
     "fuel-ray-2": "fuel on Ray, 2 workers x 1 thread",
     "sentence-transformers": "sentence-transformers, one process",
@@ -39,7 +41,12 @@ def write_corpus(path: Path, rows: int) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def measure_fuel(corpus: Path, batch_size: int, workers: int, address: str | None) -> dict:
+FUEL_SETTINGS = {"fuel": (0, None), "fuel-1-thread": (0, 1), "fuel-ray-1": (1, 1),
+                 "fuel-ray-2": (2, 1)}  # (Ray workers, BLAS threads per process)
+
+
+def measure_fuel(corpus: Path, batch_size: int, workers: int, threads: int | None,
+                 address: str | None) -> dict:
     """Time one ``fuel.distributed.embed`` call; the progress hook dates each batch."""
     sys.path.insert(0, str(ROOT))
     import fuel.distributed.job as job
@@ -59,10 +66,10 @@ def measure_fuel(corpus: Path, batch_size: int, workers: int, address: str | Non
 
         connect(address, num_cpus=None if address else 2)
         ray_target = address or True
-    output = corpus.with_name(f"out-{workers}.npy")
+    output = corpus.with_name(f"out-{workers}-{threads}.npy")
     start = time.perf_counter()
     report = embed(corpus, output, batch_size=batch_size, ray=ray_target,
-                   workers=max(workers, 1), threads_per_worker=1 if workers else None)
+                   workers=max(workers, 1), threads_per_worker=threads)
     seconds = time.perf_counter() - start
     first_time, first_rows = stamps[0]
     steady = (report.rows - first_rows) / (stamps[-1][0] - first_time)
@@ -112,8 +119,8 @@ def main() -> None:
         if args.system == "sentence-transformers":
             result = measure_sentence_transformers(args.corpus, args.batch_size)
         else:
-            workers = {"fuel": 0, "fuel-ray-1": 1, "fuel-ray-2": 2}[args.system]
-            result = measure_fuel(args.corpus, args.batch_size, workers, args.address)
+            workers, threads = FUEL_SETTINGS[args.system]
+            result = measure_fuel(args.corpus, args.batch_size, workers, threads, args.address)
         print(json.dumps(result))
         return
     with tempfile.TemporaryDirectory() as folder:
@@ -121,8 +128,11 @@ def main() -> None:
         write_corpus(corpus, args.rows)
         print(f"{args.rows} rows (4-23 words), batch size {args.batch_size}; "
               f"{platform.machine()}, {os.cpu_count()} CPUs; each system in its own process")
+        load_before = os.getloadavg()[0]
         results = {name: run_system(name, corpus, args.batch_size, args.address)
                    for name in SYSTEMS}
+        print(f"load average (1 min) {load_before:.1f} before, {os.getloadavg()[0]:.1f} after: "
+              f"above {os.cpu_count()}, other processes share the CPUs and scaling is capped")
     base = results["fuel"]
     print(f"{'system':<38}{'job rows/s':>12}{'steady rows/s':>15}{'job ratio':>11}"
           f"{'steady ratio':>14}")

@@ -108,12 +108,14 @@ def embed(path: str | os.PathLike | Any, output: str | os.PathLike | None = None
         _check_workers(workers, threads_per_worker)
         task = EmbeddingTask("column", field, None if model is None else
                              str(Path(model).resolve()), device)
+        task.check()
         return engine.embed_dataset(path, task, batch_size, workers, threads_per_worker or 1)
     if output is None:
         raise InvalidArgument("embed() of a file needs output= (.npy or .parquet)")
     source = text_source(path, batch_size, input_format, field)
     task = EmbeddingTask(source.kind, field,
                          None if model is None else str(Path(model).resolve()), device)
+    task.check()
     description = {"command": "embed", "kind": task.kind, "field": field, "model": task.model,
                    "device": device}
     return run_job(task, source, output, description, ("embedding",), errors=errors, ray=ray,
@@ -128,12 +130,14 @@ def run_onnx(model: str | os.PathLike, inputs: str | os.PathLike, output: str | 
              progress: bool = False) -> JobReport:
     """Run an ONNX model over every row of ``inputs`` (an .npz, axis 0 of each array, or a
     folder of .npy/.npz files, one per row) into ``output`` (.npz, .npy or .parquet)."""
-    import fuel.onnx
-
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise FuelError("run_onnx needs the onnx package: pip install 'pyfuel[onnx]'") from None
     model_path = str(Path(model).resolve())
-    output_names = tuple(fuel.onnx.load(model_path).output_names)
-    source = array_source(inputs, batch_size)
     task = OnnxTask(model_path, device)
+    output_names = tuple(task.load().model.output_names)  # fails now on a model jobs cannot run
+    source = array_source(inputs, batch_size)
     stat = os.stat(model_path)
     description = {"command": "run", "model": model_path, "model_bytes": stat.st_size,
                    "model_mtime_ns": stat.st_mtime_ns, "device": device}

@@ -189,12 +189,15 @@ def run_on_ray(task, source: BatchedSource, folder: JobFolder, progress: Progres
 
 def _root_message(error: BaseException) -> str:
     """The message of the innermost FuelError in ``error``'s chain, else of ``error``."""
-    seen = error
-    while seen is not None:
-        if isinstance(seen, FuelError):
-            return str(seen)
-        cause = getattr(seen, "cause", None)
-        seen = seen.__cause__ or seen.__context__ or (cause if cause is not seen else None)
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        if isinstance(link, FuelError):
+            return str(link)
+        seen.add(id(link))
+        cause = getattr(link, "cause", None)
+        link = link.__cause__ or link.__context__ or (
+            cause if isinstance(cause, BaseException) else None)
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__
 

@@ -89,6 +89,15 @@ class EmbeddingTask:
 
     output_names = ("embedding",)
 
+    def check(self) -> None:
+        """Fail now, with the reason, if the model cannot be found (without loading it)."""
+        from fuel.models.common import model_file, require
+        from fuel.models.minilm import DEFAULT_FOLDER, DEFAULT_PACKAGE
+
+        require("tokenizers", "MiniLM sentence embeddings")
+        require("safetensors", "MiniLM sentence embeddings")
+        model_file(self.model, DEFAULT_PACKAGE, DEFAULT_FOLDER, "the MiniLM model folder")
+
     def load(self) -> EmbeddingWorker:
         return EmbeddingWorker(self)
 

@@ -206,7 +206,7 @@ def test_run_cli_errors(tiny_onnx, tmp_path, capsys):
     assert "different row counts" in capsys.readouterr().err
 
 
-def test_ray_missing_says_how_to_install(tmp_path, monkeypatch, capsys):
+def test_ray_missing_says_how_to_install(tiny_onnx, tmp_path, monkeypatch, capsys):
     import builtins
 
     real_import = builtins.__import__
@@ -217,9 +217,9 @@ def test_ray_missing_says_how_to_install(tmp_path, monkeypatch, capsys):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    (tmp_path / "in.txt").write_text("one\n", encoding="utf-8")
-    assert main(["embed", "--input", str(tmp_path / "in.txt"), "--output",
-                 str(tmp_path / "o.npy"), "--ray"]) == 2
+    _npz_rows(tmp_path / "rows.npz", 5)
+    assert main(["run", str(tiny_onnx), "--inputs", str(tmp_path / "rows.npz"), "--output",
+                 str(tmp_path / "o.npz"), "--ray"]) == 2
     assert "pip install 'pyfuel[ray]'" in capsys.readouterr().err
 
 
@@ -232,3 +232,14 @@ def test_import_fuel_distributed_imports_no_ray():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_missing_model_fails_before_any_batch(tmp_path):
+    (tmp_path / "in.txt").write_text("one\ntwo\n", encoding="utf-8")
+    with pytest.raises(FuelError, match="MiniLM"):
+        embed(tmp_path / "in.txt", tmp_path / "o.npy", model=tmp_path / "no-model")
+    assert not (tmp_path / "o.npy.parts").exists() or not list(
+        (tmp_path / "o.npy.parts").glob("batch-*"))
+    (tmp_path / "broken.onnx").write_bytes(b"not a model")
+    with pytest.raises(FuelError):
+        run_onnx(tmp_path / "broken.onnx", tmp_path / "in.txt", tmp_path / "o.npz")
