@@ -154,7 +154,8 @@ def run_on_ray(task, source: BatchedSource, folder: JobFolder, progress: Progres
     if not pending:
         return 0
     context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = False
+    context.enable_progress_bars = False  # fuel's own bar counts rows as shards are written
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     # Reads get the actors' resources and environment so that Ray Data fuses them into the
     # actors (ReadFuelBatches->MapBatches): no extra worker processes, no CPU held by readers.
     remote = {"num_cpus": threads_per_worker, "runtime_env": {"env_vars": {
