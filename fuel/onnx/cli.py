@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from fuel.distributed.cli import add_run_arguments, run_onnx_job
 from fuel.ir.errors import FuelError
 
 
@@ -32,6 +33,7 @@ def add_commands(subparsers) -> None:
     run.add_argument("--save", metavar="OUT.npz", help="save the outputs to an .npz file")
     run.add_argument("--repeat", type=int, default=1, metavar="N",
                      help="run N times and report the per-run time (later runs replay)")
+    add_run_arguments(run)  # --inputs DIR_OR_NPZ --output FILE [--ray]: the batch job
     run.set_defaults(handler=run_command)
 
 
@@ -123,6 +125,8 @@ def run_command(args: argparse.Namespace) -> int:
         import onnx  # noqa: F401
     except ImportError:
         raise FuelError("fuel run needs the onnx package: pip install 'pyfuel[onnx]'") from None
+    if args.inputs or args.output:
+        return run_onnx_job(args)
     import fuel
     import fuel.onnx
 
