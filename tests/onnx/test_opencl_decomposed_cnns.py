@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.backends.opencl_support import opencl_backend
+from tests.backends.opencl.support import opencl_backend
 
 onnx = pytest.importorskip("onnx")
 
