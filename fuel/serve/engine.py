@@ -1,0 +1,227 @@
+"""The serving engine: one worker thread owns the models. Requests wait in a bounded queue; up
+to ``slots`` generations are live at once, each on its own KV cache, and their decode steps
+take turns (one token each per round), so a long answer does not hold back a short one. A
+request cancelled by its client (a dropped connection) leaves its slot before the next step."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fuel.ir.errors import FuelError
+from fuel.models.kv_cache import KVCache
+from fuel.models.sampling import SamplingConfig
+from fuel.models.stop_strings import StopStringFilter
+from fuel.models.tokenizer import StreamDecoder
+from fuel.serve.metrics import Metrics
+
+FREE_CACHES_PER_SLOT = 2  # KV caches kept for reuse, per slot
+
+
+def describe(error: Exception) -> str:
+    """A FuelError's own message; anything else named with its type (an internal error)."""
+    if isinstance(error, FuelError):
+        return str(error)
+    return f"internal error: {type(error).__name__}: {error}"
+
+
+class QueueFull(FuelError):
+    """The request queue is at its limit; the client should retry later."""
+
+
+@dataclass
+class Job:
+    """One request's work and where its events go. ``emit(kind, payload)`` is called on the
+    engine thread: ("piece", text), ("done", (finish_reason, prompt_tokens, completion_tokens)),
+    ("embeddings", array) or ("error", message)."""
+
+    emit: Callable[[str, object], None]
+    ids: list[int] = field(default_factory=list)
+    max_tokens: int = 16
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    stop: tuple[str, ...] = ()
+    texts: list[str] | None = None  # an embedding job's inputs
+    cancelled: bool = False
+    # engine-side state of a live generation
+    tokens: object = None
+    cache: KVCache | None = None
+    decoder: StreamDecoder | None = None
+    stop_filter: StopStringFilter | None = None
+    produced: int = 0
+    finish_reason: str = "length"
+    queued_at: float = field(default_factory=time.perf_counter)
+
+    def cancel(self) -> None:
+        """Ask the engine to drop this job (thread-safe: a flag read before every step)."""
+        self.cancelled = True
+
+
+class Engine:
+    """Runs generation and embedding jobs for ``model`` (a LlamaModel) and ``encoder`` (a
+    SentenceEncoder or None) on a worker thread."""
+
+    def __init__(self, model, encoder=None, slots: int = 4, max_queue: int = 64,
+                 metrics: Metrics | None = None) -> None:
+        self.model = model
+        self.encoder = encoder
+        self.slots = slots
+        self.max_queue = max_queue
+        self.metrics = metrics or Metrics()
+        self._waiting: deque[Job] = deque()
+        self._active: list[Job] = []
+        self._free_caches: list[KVCache] = []
+        self._condition = threading.Condition()
+        self._running = False
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifetime
+    def start(self) -> None:
+        """Start the worker thread."""
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="fuel-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the worker thread (live jobs get an error event)."""
+        with self._condition:
+            self._running = False
+            self._condition.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def active_count(self) -> int:
+        return len(self._active)
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; QueueFull when ``max_queue`` jobs already wait."""
+        with self._condition:
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(f"the server is busy: {len(self._waiting)} requests are "
+                                f"queued (the limit is {self.max_queue}); retry shortly")
+            self._waiting.append(job)
+            self._condition.notify()
+
+    # ------------------------------------------------------------------ the worker
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while self._running and not self._waiting and not self._active:
+                    self._condition.wait(timeout=1.0)
+                if not self._running:
+                    break
+                admitted = []
+                while self._waiting and len(self._active) + len(admitted) < self.slots:
+                    admitted.append(self._waiting.popleft())
+            for job in admitted:
+                self._admit(job)
+            for job in list(self._active):
+                self._advance(job)
+            self.metrics.set_load(len(self._waiting), len(self._active))
+        for job in self._active + list(self._waiting):
+            self._finish(job, error="the server is shutting down")
+
+    def _admit(self, job: Job) -> None:
+        if job.cancelled:
+            self.metrics.cancelled += 1
+            return
+        if job.texts is not None:
+            self._embed(job)
+            return
+        try:
+            job.cache = self._acquire_cache(len(job.ids) + job.max_tokens)
+            job.tokens = self.model.stream_ids(job.ids, job.max_tokens, job.sampling,
+                                               cache=job.cache)
+        except Exception as error:
+            self._finish(job, error=describe(error))
+            return
+        job.decoder = StreamDecoder(self.model.tokenizer)
+        job.stop_filter = StopStringFilter(job.stop)
+        self._active.append(job)
+
+    def _advance(self, job: Job) -> None:
+        """One token of ``job``, or its end."""
+        if job.cancelled:
+            self.metrics.cancelled += 1
+            self._finish(job)
+            return
+        try:
+            token = next(job.tokens)
+        except StopIteration:
+            self._finish(job)
+            return
+        except Exception as error:  # a failed step ends this request, never the engine
+            self._finish(job, error=describe(error))
+            return
+        if job.produced == 0:
+            self.metrics.first_token(time.perf_counter() - job.queued_at)
+        job.produced += 1
+        self.metrics.count_token()
+        if token == self.model.config.eos_token_id:
+            job.finish_reason = "stop"
+        piece = job.stop_filter.push(job.decoder.push(token))
+        if piece:
+            job.emit("piece", piece)
+        if job.stop_filter.stopped:
+            job.finish_reason = "stop"
+            self._finish(job)
+
+    def _finish(self, job: Job, error: str | None = None) -> None:
+        """Close ``job``'s generation, return its cache, send its last events."""
+        if job in self._active:
+            self._active.remove(job)
+        if job.tokens is not None:
+            job.tokens.close()
+            job.tokens = None
+        if job.cache is not None:
+            self._release_cache(job.cache)
+            job.cache = None
+        if job.cancelled:
+            return
+        if error is not None:
+            job.emit("error", error)
+            return
+        if job.decoder is not None and not job.stop_filter.stopped:
+            rest = job.stop_filter.push(job.decoder.finish()) + job.stop_filter.finish()
+            if rest:
+                job.emit("piece", rest)
+        self.metrics.count_request_tokens(len(job.ids), job.produced)
+        job.emit("done", (job.finish_reason, len(job.ids), job.produced))
+
+    def _embed(self, job: Job) -> None:
+        try:
+            vectors = self.encoder.encode(job.texts)
+        except Exception as error:
+            job.emit("error", describe(error))
+            return
+        job.emit("embeddings", np.asarray(vectors, np.float32))
+
+    # ------------------------------------------------------------------ caches
+    def _acquire_cache(self, needed: int) -> KVCache:
+        """A free KV cache for ``needed`` positions (capacities rounded up to the model's
+        bucket), reused when one of that capacity is free."""
+        from fuel.models.llama import CACHE_BUCKET
+
+        context = self.model.config.context_length
+        capacity = min(context, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
+        for index, cache in enumerate(self._free_caches):
+            if cache.capacity == capacity:
+                del self._free_caches[index]
+                cache.reset()
+                return cache
+        return self.model.new_cache(capacity)
+
+    def _release_cache(self, cache: KVCache) -> None:
+        cache.reset()
+        self._free_caches.append(cache)
+        while len(self._free_caches) > FREE_CACHES_PER_SLOT * self.slots:
+            self._free_caches.pop(0)
