@@ -91,6 +91,7 @@ def run_serve(args: argparse.Namespace) -> int:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind(address[4])
+        listener.listen(2048)  # connections wait in the backlog until uvicorn accepts them
     except OSError as error:
         listener.close()
         raise InvalidArgument(f"cannot listen on {args.host}:{args.port}: {error}") from None

@@ -103,9 +103,10 @@ def minilm_installed() -> bool:
 
 @pytest.fixture(scope="module")
 def server(chat_gguf, serve_cache):
-    """A server with the tiny chat model (and MiniLM when installed), 2 slots."""
+    """A server with the tiny chat model (and MiniLM when installed), 2 slots, bodies of at
+    most 64 KiB."""
     embedding = "auto" if minilm_installed() else "none"
     running = start_server(chat_gguf, serve_cache, "--slots", "2", "--embedding-model",
-                           embedding)
+                           embedding, "--max-body-bytes", "65536")
     yield running
     running.stop()
