@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -73,6 +74,11 @@ def model_file(path: str | os.PathLike | None, package: str, relative: str, what
         raise ModelDependencyError(f"{what} not found at {candidate}; pass an existing path or "
                                    f"{INSTALL_HINT}")
     return candidate
+
+
+def notice(message: str) -> None:
+    """Tell the user, on standard error, about slow one-time work (a first-load conversion)."""
+    print(f"fuel: {message}", file=sys.stderr, flush=True)
 
 
 def cache_folder() -> Path:

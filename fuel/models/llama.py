@@ -17,7 +17,7 @@ import numpy as np
 import fuel
 from fuel.dispatch import op_profile
 from fuel.ir.errors import InvalidArgument
-from fuel.models.common import model_file, progress, require
+from fuel.models.common import model_file, notice, progress, require
 from fuel.models.gguf_loader import GGUFModelFile, LlamaConfig, unpermute_rope_rows
 from fuel.models.kv_cache import KVCache
 from fuel.models.llama_graph import (
@@ -386,8 +386,14 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
     source.check_tensor_types()
     tokenizer = source.tokenizer()
     template = source.value(CHAT_TEMPLATE_KEY)
+    started = time.perf_counter()
+    notice(f"first load of {source_path.name}: converting its weights to float32 (once; "
+           "later starts read the cache)")
     arrays = convert_weights(source, config)
     if use_cache:
-        cache.store({"config": config.to_dict(), "chat_template": template}, arrays,
-                    {"tokenizer.json": tokenizer.to_str()})
+        size = cache.store({"config": config.to_dict(), "chat_template": template}, arrays,
+                           {"tokenizer.json": tokenizer.to_str()})
+        if size:
+            notice(f"converted in {time.perf_counter() - started:.1f} s; cached "
+                   f"{size / 2**20:.1f} MiB in {cache.folder}")
     return LlamaModel(config, tokenizer, arrays, device, template, name)

@@ -120,7 +120,9 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         import onnx  # noqa: F401
     except ImportError:
-        raise FuelError("fuel run needs the onnx package: pip install 'pyfuel[onnx]'") from None
+        from fuel.extras import install_command
+
+        raise FuelError(f"fuel run needs the onnx package: {install_command('onnx')}") from None
     import fuel
     import fuel.onnx
 
