@@ -21,6 +21,7 @@ from fuel.models.tokenizer import StreamDecoder
 from fuel.serve.metrics import Metrics
 
 FREE_CACHES_PER_SLOT = 2  # KV caches kept for reuse, per slot
+DECODE_STEP = (1, False)  # the replay key of a one-token decode step (LlamaModel._step)
 
 
 def describe(error: Exception) -> str:
@@ -221,7 +222,11 @@ class Engine:
         return self.model.new_cache(capacity)
 
     def _release_cache(self, cache: KVCache) -> None:
+        """Keep ``cache`` for a later request with only its captured one-token decode step: a
+        captured prompt step holds its activations, and prompt lengths rarely repeat."""
         cache.reset()
+        for key in [key for key in cache.replays if key != DECODE_STEP]:
+            del cache.replays[key]
         self._free_caches.append(cache)
         while len(self._free_caches) > FREE_CACHES_PER_SLOT * self.slots:
             self._free_caches.pop(0)
