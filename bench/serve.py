@@ -9,7 +9,7 @@ reference (none lost or garbled), and the server's resident memory after the loa
 with its baseline after a warm-up.
 
     python bench/serve.py [--clients 32] [--max-tokens 32] [--slots 4] [--model GGUF]
-                          [--blas-threads N]
+                          [--blas-threads N] [--no-batching]
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ def start_server(options: argparse.Namespace) -> tuple[subprocess.Popen, str, st
                "--embedding-model", "none"]
     if options.model:
         command += ["--model", options.model]
+    if options.no_batching:
+        command.append("--no-batching")
     environment = dict(os.environ, PYTHONPATH=str(ROOT))
     if options.blas_threads:
         environment["OPENBLAS_NUM_THREADS"] = environment["OMP_NUM_THREADS"] = \
@@ -134,7 +136,7 @@ async def run(options: argparse.Namespace, url: str, model: str) -> int:
     threads = options.blas_threads or "default"
     print(f"fuel serve, {model}, {options.slots} slots, {options.clients} concurrent streaming "
           f"clients x 1 chat request, max_tokens {options.max_tokens}, greedy, BLAS threads "
-          f"{threads}")
+          f"{threads}, decode {'in turn' if options.no_batching else 'batched'}")
     print(f"{'requests':<34}{len(results):>10}")
     print(f"{'lost or failed':<34}{len(failures):>10}")
     print(f"{'answers differing from 1 client':<34}{len(garbled):>10}")
@@ -159,6 +161,8 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--model", default=None, help="a Llama GGUF (default SmolLM2)")
+    parser.add_argument("--no-batching", action="store_true",
+                        help="serve with decode steps in turn instead of batched")
     parser.add_argument("--blas-threads", type=int, default=None,
                         help="BLAS threads of the server (steadier on a busy machine: 1)")
     options = parser.parse_args()

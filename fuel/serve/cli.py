@@ -33,7 +33,10 @@ def add_commands(subparsers) -> None:
                        help="the port (default 8000; 0 picks a free one)")
     serve.add_argument("--device", default="cpu", help="where to run (default cpu)")
     serve.add_argument("--slots", type=int, default=4, metavar="N",
-                       help="generations that run at once, taking turns per token (default 4)")
+                       help="generations that run at once, decoded together (default 4)")
+    serve.add_argument("--no-batching", action="store_true",
+                       help="give live generations their tokens in turn instead of in one "
+                            "batched decode step (for comparison)")
     serve.add_argument("--max-queue", type=int, default=64, metavar="N",
                        help="requests that may wait for a slot; more get 503 with "
                             "Retry-After (default 64)")
@@ -97,7 +100,8 @@ def run_serve(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"cannot listen on {args.host}:{args.port}: {error}") from None
     model = load_gguf(args.model, device=device)
     encoder, embedding_name = _load_encoder(args.embedding_model, device)
-    engine = Engine(model, encoder, slots=args.slots, max_queue=args.max_queue)
+    engine = Engine(model, encoder, slots=args.slots, max_queue=args.max_queue,
+                    batching=not args.no_batching)
     api_key = args.api_key or os.environ.get(API_KEY_ENVIRONMENT) or None
     settings = ServerSettings(engine, model.name, embedding_name, api_key, args.max_body_bytes)
     config = uvicorn.Config(build_app(settings), log_level="warning", access_log=False,
@@ -106,7 +110,9 @@ def run_serve(args: argparse.Namespace) -> int:
     shown = f"[{host}]" if ":" in host else host
     served = model.name + (f" and {embedding_name}" if encoder is not None else "")
     auth = ", API key required" if api_key else ""
-    print(f"fuel serve: {served} on http://{shown}:{port}/v1 ({args.slots} slots{auth})",
+    mode = "in turn" if args.no_batching else "batched"
+    print(f"fuel serve: {served} on http://{shown}:{port}/v1 ({args.slots} slots, decoded "
+          f"{mode}{auth})",
           flush=True)
     uvicorn.Server(config).run(sockets=[listener])
     return 0

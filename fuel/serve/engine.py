@@ -1,6 +1,7 @@
 """The serving engine: one worker thread owns the models. Requests wait in a bounded queue; up
-to ``slots`` generations are live at once, each on its own KV cache, and their decode steps
-take turns (one token each per round), so a long answer does not hold back a short one. A
+to ``slots`` generations are live at once, each on its own KV cache. Every round runs the
+prompts of newly admitted requests, then one batched decode step that gives every other live
+generation its next token (continuous batching: requests join and leave between steps). A
 request cancelled by its client (a dropped connection) leaves its slot before the next step."""
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fuel.ir.errors import FuelError
+from fuel.models.batched_decode import BatchDecoder
 from fuel.models.kv_cache import KVCache
-from fuel.models.sampling import SamplingConfig
+from fuel.models.sampling import Sampler, SamplingConfig
 from fuel.models.stop_strings import StopStringFilter
 from fuel.models.tokenizer import StreamDecoder
 from fuel.serve.metrics import Metrics
@@ -49,7 +51,8 @@ class Job:
     texts: list[str] | None = None  # an embedding job's inputs
     cancelled: bool = False
     # engine-side state of a live generation
-    tokens: object = None
+    sampler: Sampler | None = None
+    last_token: int = -1
     cache: KVCache | None = None
     decoder: StreamDecoder | None = None
     stop_filter: StopStringFilter | None = None
@@ -67,8 +70,10 @@ class Engine:
     SentenceEncoder or None) on a worker thread."""
 
     def __init__(self, model, encoder=None, slots: int = 4, max_queue: int = 64,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, batching: bool = True) -> None:
         self.model = model
+        self.batching = batching
+        self._batch = BatchDecoder(model)
         self.encoder = encoder
         self.slots = slots
         self.max_queue = max_queue
@@ -125,8 +130,7 @@ class Engine:
                     admitted.append(self._waiting.popleft())
             for job in admitted:
                 self._admit(job)
-            for job in list(self._active):
-                self._advance(job)
+            self._round()
             self.metrics.set_load(len(self._waiting), len(self._active))
         for job in self._active + list(self._waiting):
             self._finish(job, error="the server is shutting down")
@@ -140,8 +144,7 @@ class Engine:
             return
         try:
             job.cache = self._acquire_cache(len(job.ids) + job.max_tokens)
-            job.tokens = self.model.stream_ids(job.ids, job.max_tokens, job.sampling,
-                                               cache=job.cache)
+            job.sampler = Sampler(job.sampling, job.ids)
         except Exception as error:
             self._finish(job, error=describe(error))
             return
@@ -149,23 +152,50 @@ class Engine:
         job.stop_filter = StopStringFilter(job.stop)
         self._active.append(job)
 
-    def _advance(self, job: Job) -> None:
-        """One token of ``job``, or its end."""
-        if job.cancelled:
+    def _round(self) -> None:
+        """Prompts of newly admitted jobs, then one decode step for every other live job:
+        batched across jobs when ``batching`` (and more than one decodes), else in turn."""
+        for job in [job for job in self._active if job.cancelled]:
             self.metrics.cancelled += 1
             self._finish(job)
+        decoding = []
+        for job in list(self._active):
+            if job.produced:
+                decoding.append(job)
+                continue
+            try:  # the prompt, and the first token
+                logits = self.model.forward(job.ids, job.cache)[-1]
+            except Exception as error:
+                self._finish(job, error=describe(error))
+                continue
+            self._deliver(job, logits)
+        if len(decoding) > 1 and self.batching:
+            try:
+                rows = self._batch.step([job.last_token for job in decoding],
+                                        [job.cache for job in decoding])
+            except Exception as error:
+                for job in decoding:
+                    self._finish(job, error=describe(error))
+                return
+            for job, logits in zip(decoding, rows):
+                self._deliver(job, logits)
             return
-        try:
-            token = next(job.tokens)
-        except StopIteration:
-            self._finish(job)
-            return
-        except Exception as error:  # a failed step ends this request, never the engine
-            self._finish(job, error=describe(error))
-            return
+        for job in decoding:
+            try:
+                logits = self.model.forward([job.last_token], job.cache)[-1]
+            except Exception as error:
+                self._finish(job, error=describe(error))
+                continue
+            self._deliver(job, logits)
+
+    def _deliver(self, job: Job, logits: np.ndarray) -> None:
+        """Sample ``job``'s next token from ``logits``, send its text, end the job when it is
+        done (EOS, a stop string, its token budget or a full cache)."""
+        token = job.sampler(logits)
         if job.produced == 0:
             self.metrics.first_token(time.perf_counter() - job.queued_at)
         job.produced += 1
+        job.last_token = token
         self.metrics.count_token()
         if token == self.model.config.eos_token_id:
             job.finish_reason = "stop"
@@ -174,15 +204,14 @@ class Engine:
             job.emit("piece", piece)
         if job.stop_filter.stopped:
             job.finish_reason = "stop"
+        full = job.cache.length >= job.cache.capacity
+        if job.finish_reason == "stop" or job.produced >= job.max_tokens or full:
             self._finish(job)
 
     def _finish(self, job: Job, error: str | None = None) -> None:
-        """Close ``job``'s generation, return its cache, send its last events."""
+        """End ``job``: return its cache, send its last events."""
         if job in self._active:
             self._active.remove(job)
-        if job.tokens is not None:
-            job.tokens.close()
-            job.tokens = None
         if job.cache is not None:
             self._release_cache(job.cache)
             job.cache = None
@@ -229,4 +258,4 @@ class Engine:
             del cache.replays[key]
         self._free_caches.append(cache)
         while len(self._free_caches) > FREE_CACHES_PER_SLOT * self.slots:
-            self._free_caches.pop(0)
+            self._batch.forget(self._free_caches.pop(0))

@@ -74,7 +74,7 @@ def test_missing_optional_dependency_names_the_extra(monkeypatch, tmp_path, tiny
     monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setitem(sys.modules, module, None)
     monkeypatch.setitem(sys.modules, f"{module}.numpy", None)
-    with pytest.raises(ModelDependencyError, match=rf"'{module}.*pyfuel\[models\]"):
+    with pytest.raises(ModelDependencyError, match=rf"'{module}.*\[models\]"):
         if module == "safetensors":
             load(tmp_path)
         else:

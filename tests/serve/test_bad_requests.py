@@ -103,12 +103,16 @@ def test_the_server_answers_correctly_after_the_bad_requests(server, http, local
     assert answer.json()["choices"][0]["text"] == expected
 
 
+# Greedy with frequency_penalty -2 makes the tiny model repeat itself: on these prompts it runs
+# all 4000 tokens without EOS (deterministic), seconds of work, so the slot stays taken until
+# the client goes; "in" yields printable text from its second token on (a stream whose bytes are
+# not yet whole characters sends nothing).
 KILLED_CLIENT = """
 import sys, httpx
 with httpx.stream("POST", sys.argv[1] + "/v1/completions", timeout=60,
                   headers={"authorization": "Bearer " + sys.argv[2]},
-                  json={"model": sys.argv[3], "prompt": "the cat", "max_tokens": 4000,
-                        "stream": True, "temperature": 1.0, "seed": 1}) as response:
+                  json={"model": sys.argv[3], "prompt": "in", "max_tokens": 4000,
+                        "stream": True, "temperature": 0, "frequency_penalty": -2}) as response:
     for line in response.iter_lines():
         if line.startswith("data: "):
             print("streaming", flush=True)
@@ -155,8 +159,8 @@ def test_queue_limit_and_a_killed_client(busy_server, http, serve_cache):
                               stdout=subprocess.PIPE, text=True)
     try:
         assert killed.stdout.readline().strip() == "streaming"  # it holds the only slot
-        body = {"model": busy_server.model, "prompt": "in the hat", "max_tokens": 4000,
-                "stream": True}
+        body = {"model": busy_server.model, "prompt": "the hat in", "max_tokens": 4000,
+                "stream": True, "temperature": 0, "frequency_penalty": -2}
         with http.stream("POST", url + "/v1/completions", json=body, headers=auth) as queued:
             assert queued.status_code == 200  # accepted: waiting in the one queue place
             refused = http.post(url + "/v1/completions", json=body, headers=auth)
