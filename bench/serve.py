@@ -123,6 +123,7 @@ async def run(options: argparse.Namespace, url: str, model: str) -> int:
         results = await asyncio.gather(*(stream_chat(client, url, model, q, options.max_tokens)
                                          for q in questions))
         elapsed = time.perf_counter() - started
+        await asyncio.sleep(2.0)  # the engine releases memory once it has gone idle
         after = await metric(client, url, "fuel_resident_memory_bytes")
     failures = [r.get("error", "incomplete") for r in results
                 if "error" in r or not r["done"]]

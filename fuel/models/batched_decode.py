@@ -140,6 +140,10 @@ class BatchDecoder:
             self._captures.popitem(last=False)
         return entry[1]
 
+    def clear(self) -> None:
+        """Drop every captured step (they are captured again when needed)."""
+        self._captures.clear()
+
     def forget(self, cache: KVCache) -> None:
         """Drop the captured steps that involve ``cache`` (before it is discarded)."""
         for key in [key for key, entry in self._captures.items()

@@ -6,6 +6,8 @@ request cancelled by its client (a dropped connection) leaves its slot before th
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import threading
 import time
 from collections import deque
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import fuel
 from fuel.ir.errors import FuelError
 from fuel.models.batched_decode import BatchDecoder
 from fuel.models.kv_cache import KVCache
@@ -24,6 +27,17 @@ from fuel.serve.metrics import Metrics
 
 FREE_CACHES_PER_SLOT = 2  # KV caches kept for reuse, per slot
 DECODE_STEP = (1, False)  # the replay key of a one-token decode step (LlamaModel._step)
+
+
+def _heap_trimmer():
+    """glibc's ``malloc_trim``, or None where there is none."""
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_trim_heap = _heap_trimmer() if sys.platform.startswith("linux") else None
 
 
 def describe(error: Exception) -> str:
@@ -132,8 +146,18 @@ class Engine:
                 self._admit(job)
             self._round()
             self.metrics.set_load(len(self._waiting), len(self._active))
+            if not self._active and not self._waiting:
+                self._release_memory()
         for job in self._active + list(self._waiting):
             self._finish(job, error="the server is shutting down")
+
+    def _release_memory(self) -> None:
+        """Once idle: drop the captured batch steps and pooled buffers, and hand the freed heap
+        back to the system (glibc keeps it otherwise), so memory returns to its baseline."""
+        self._batch.clear()
+        fuel.empty_cache()
+        if _trim_heap is not None:
+            _trim_heap(0)
 
     def _admit(self, job: Job) -> None:
         if job.cancelled:
