@@ -26,6 +26,7 @@ class TinyLlama:
     tokenizer_model: str = "gpt2"
     extra_tensors: dict = field(default_factory=dict)  # name -> (array, GGUF type name)
     chat_template: str | None = None  # written as tokenizer.chat_template when given
+    eos: bool = True  # False writes no EOS token: generation then never stops early
 
 
 # A ChatML template in the style of SmolLM2's (test data for the chat and serving tests).
@@ -83,7 +84,8 @@ def write_tiny_llama(path: Path, spec: TinyLlama | None = None, seed: int = 0) -
     writer.add_token_merges(MERGES)
     writer.add_token_types([3] * len(SPECIAL) + [1] * (vocab - len(SPECIAL)))
     writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
+    if spec.eos:
+        writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
     if spec.chat_template is not None:
         writer.add_chat_template(spec.chat_template)
