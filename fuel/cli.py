@@ -1,16 +1,17 @@
-"""The ``fuel`` command: inspect kernels and backends, run models (``fuel --help``)."""
+"""The fuel command: inspect kernels and backends, run and serve models."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from fuel.ir.errors import FuelError
 
 # Modules that add sub-commands; each defines ``add_commands(subparsers)`` and imports its
 # optional dependencies only when a command runs.
-COMMAND_MODULES = ("fuel.models.cli", "fuel.onnx.cli")
+COMMAND_MODULES = ("fuel.models.cli", "fuel.serve.cli", "fuel.onnx.cli")
 
 
 def _kernels(args: argparse.Namespace) -> int:
@@ -21,23 +22,32 @@ def _kernels(args: argparse.Namespace) -> int:
     _load_all_backends()
     op = None
     backend = None
-    try:
-        if args.op:
-            op = OpKind(args.op.lower())
-        if args.backend:
-            backend = BackendId(args.backend.lower())
-    except ValueError as error:
-        raise FuelError(f"{error}; see `fuel kernels` for the names") from None
+    if args.op:
+        names = {kind.value: kind for kind in OpKind}
+        op = names.get(args.op.lower())
+        if op is None:
+            raise FuelError(f"unknown op '{args.op}'; `fuel kernels` lists the ops that have "
+                            "kernels")
+    if args.backend:
+        names = {backend_id.value: backend_id for backend_id in BackendId}
+        backend = names.get(args.backend.lower())
+        if backend is None:
+            raise FuelError(f"unknown backend '{args.backend}'; the backends are "
+                            f"{', '.join(names)} (`fuel backends` shows which are available)")
     rows = global_table().coverage(op, backend)
-    print(f"{'op':<16}{'backend':<9}{'dtypes':<44}{'source':<10}{'caps':<10}revision")
+    lines = []
     for kind, dtypes, backend_id, siblings in rows:
         names = ", ".join(d.name for d in dtypes[:-1]) + " -> " + dtypes[-1].name
         for entry in siblings:
             caps = "strided" if entry.caps.strided_input else "dense"
             if entry.caps.requires_broadcast:
                 caps += "+bcast"
-            print(f"{kind.value:<16}{backend_id.value:<9}{names:<44}{entry.kernel_source:<10}"
-                  f"{caps:<10}{entry.kernel_revision_hash:016x}")
+            lines.append((kind.value, backend_id.value, names, entry.kernel_source, caps,
+                          f"{entry.kernel_revision_hash:016x}"))
+    header = ("op", "backend", "dtypes", "source", "caps", "revision")
+    widths = [max([len(header[i])] + [len(line[i]) for line in lines]) + 2 for i in range(5)]
+    for line in [header, *lines]:
+        print("".join(f"{cell:<{width}}" for cell, width in zip(line, widths)) + line[5])
     print(f"{len(rows)} bindings")
     return 0
 
@@ -63,7 +73,10 @@ def _backends(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import fuel
+
     parser = argparse.ArgumentParser(prog="fuel", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"fuel {fuel.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     kernels = commands.add_parser("kernels", help="list the kernel binding table")
     kernels.add_argument("--op", help="only this op (e.g. add, matmul)")
@@ -83,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the fuel command with ``argv`` (default: the process's arguments)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)
@@ -91,6 +105,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (fuel kernels | head): stop quietly
+        _silence_stdout()
+        return 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

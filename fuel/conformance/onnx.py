@@ -26,6 +26,7 @@ from fuel.conformance.report import (
     totals_text,
 )
 from fuel.conformance.runner import PASS, Result, run_case
+from fuel.extras import install_command
 
 SUITE_NAMES = {"node": (NODE_SUITE,), "models": MODEL_SUITES, "light": (LIGHT_SUITE,),
                "all": ALL_SUITES}
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import onnx
     except ImportError:
-        print("the conformance harness needs onnx: pip install 'pyfuel[onnx]'",
+        print(f"the conformance harness needs onnx: {install_command('onnx')}",
               file=sys.stderr)
         return 2
     cases = load_cases(parse_suites(args.suite), args.filter,

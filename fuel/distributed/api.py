@@ -18,6 +18,7 @@ from fuel.distributed.job import JobFolder, JobReport, Progress, error_lines, ru
 from fuel.distributed.outputs import check_output, write_output
 from fuel.distributed.sources import BatchedSource, array_source, text_source
 from fuel.distributed.tasks import EmbeddingTask, OnnxTask
+from fuel.extras import install_command
 from fuel.ir.errors import FuelError, InvalidArgument
 
 DEFAULT_BATCH_SIZE = 32
@@ -43,7 +44,7 @@ def thread_limit(threads: int | None) -> Iterator[None]:
         from threadpoolctl import threadpool_limits
     except ImportError:
         raise FuelError("--threads-per-worker without --ray needs threadpoolctl: pip install "
-                        "threadpoolctl (or 'pyfuel[ray]')") from None
+                        f"threadpoolctl ({install_command('ray')})") from None
     with threadpool_limits(threads):
         yield
 
@@ -133,7 +134,7 @@ def run_onnx(model: str | os.PathLike, inputs: str | os.PathLike, output: str | 
     try:
         import onnx  # noqa: F401
     except ImportError:
-        raise FuelError("run_onnx needs the onnx package: pip install 'pyfuel[onnx]'") from None
+        raise FuelError(f"run_onnx needs the onnx package: {install_command('onnx')}") from None
     model_path = str(Path(model).resolve())
     task = OnnxTask(model_path, device)
     output_names = tuple(task.load().model.output_names)  # fails now on a model jobs cannot run

@@ -20,9 +20,9 @@ import numpy as np
 
 from fuel.distributed.job import JobFolder, Progress
 from fuel.distributed.sources import BatchedSource
+from fuel.extras import install_command
 from fuel.ir.errors import FuelError
 
-RAY_HINT = "install the ray extra: pip install 'pyfuel[ray]' (ray[data] and pyarrow)"
 # Ray's switch for a loopback-only cluster (named for Windows and macOS, where it is the default).
 LOOPBACK_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # One read task (a unit of work for an actor, and of retry) per batch, up to this many tasks.
@@ -36,7 +36,8 @@ def require_ray():
         import ray
         import ray.data  # noqa: F401
     except ImportError as error:
-        raise FuelError(f"--ray needs Ray Data ({error}); {RAY_HINT}") from None
+        raise FuelError(f"--ray needs Ray Data ({error}); install the ray extra: "
+                         f"{install_command('ray')}") from None
     return ray
 
 
@@ -45,7 +46,7 @@ def require_pyarrow(feature: str):
     try:
         import pyarrow
     except ImportError:
-        raise FuelError(f"{feature} needs pyarrow: pip install pyarrow (or 'pyfuel[ray]')") \
+        raise FuelError(f"{feature} needs pyarrow: {install_command('ray')}") \
             from None
     return pyarrow
 

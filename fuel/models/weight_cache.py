@@ -53,27 +53,31 @@ class WeightCache:
             return None
         return meta["user"], arrays, texts
 
-    def store(self, user: dict, arrays: dict[str, np.ndarray], texts: dict[str, str]) -> None:
-        """Write the entry atomically (a temporary folder renamed into place); a failure to
-        write only warns: the cache is an optimisation."""
+    def store(self, user: dict, arrays: dict[str, np.ndarray], texts: dict[str, str]
+              ) -> int:
+        """Write the entry atomically (a temporary folder renamed into place) and return its
+        size in bytes; a failure to write only warns (0 bytes): the cache is an
+        optimisation."""
         try:
             self.folder.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.folder.parent))
             try:
-                self._write(staging, user, arrays, texts)
+                size = self._write(staging, user, arrays, texts)
                 if self.folder.exists():
                     shutil.rmtree(self.folder, ignore_errors=True)
                 os.replace(staging, self.folder)
+                return size
             finally:
                 if staging.exists():
                     shutil.rmtree(staging, ignore_errors=True)
         except OSError as error:
             warnings.warn(f"fuel could not cache converted weights in {self.folder.parent}: "
                           f"{error}; set FUEL_CACHE_DIR to a writable folder", stacklevel=3)
+        return 0
 
     @staticmethod
     def _write(folder: Path, user: dict, arrays: dict[str, np.ndarray],
-               texts: dict[str, str]) -> None:
+               texts: dict[str, str]) -> int:
         entries = []
         offset = 0
         with open(folder / "weights.bin", "wb") as blob:
@@ -91,3 +95,4 @@ class WeightCache:
         meta = {"format": FORMAT_VERSION, "blob_bytes": offset, "tensors": entries,
                 "texts": sorted(texts), "user": user}
         (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        return offset

@@ -6,9 +6,10 @@ works without it and the first ``load`` explains what is missing.
 
 from __future__ import annotations
 
+from fuel.extras import install_command
 from fuel.onnx.errors import OnnxError, UnsupportedDType, UnsupportedOp, UnsupportedOpset
 
-INSTALL_HINT = "pip install 'pyfuel[onnx]'"
+INSTALL_HINT = install_command("onnx")
 
 
 def missing_onnx_error() -> OnnxError:

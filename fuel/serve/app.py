@@ -1,0 +1,289 @@
+"""The ASGI application (starlette): OpenAI-compatible completions, chat completions and
+embeddings, models, health and metrics. Every failure a client can cause is an OpenAI-style JSON
+error with a 4xx status; the engine thread does all model work."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from fuel.ir.errors import FuelError
+from fuel.serve import protocol
+from fuel.serve.engine import Engine, Job, QueueFull
+from fuel.serve.protocol import APIError
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+RETRY_AFTER_S = 1
+log = logging.getLogger("fuel.serve")
+
+
+@dataclass
+class ServerSettings:
+    """What the app serves and how: the engine (which holds the models), the names clients use
+    for the models, the API key (None: no auth) and the request body limit."""
+
+    engine: Engine
+    model_name: str
+    embedding_name: str | None = None
+    api_key: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+def error_response(error: APIError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, or a 413 as soon as it is known to exceed ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise APIError(400, f"the Content-Length header is not a number: {declared!r}")
+        if int(declared) > limit:
+            raise APIError(413, f"the request body has {declared} bytes; the limit is {limit}",
+                           code="request_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(413, f"the request body exceeds the limit of {limit} bytes",
+                           code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def wait_for_disconnect(receive) -> None:
+    """Return when the client goes away (the body has been read already)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class EventStream(Response):
+    """A server-sent event stream of one job's chunks; a client that disconnects cancels the
+    job at once (its slot is free before the engine's next step)."""
+
+    def __init__(self, job: Job, events: asyncio.Queue, render: Callable) -> None:
+        self.job, self.events, self.render = job, events, render
+        self.status_code = 200
+        self.background = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
+            while True:
+                getter = asyncio.ensure_future(self.events.get())
+                done, _ = await asyncio.wait({getter, watcher},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    return  # the client left
+                kind, payload = getter.result()
+                for data in self.render(kind, payload):
+                    await send({"type": "http.response.body", "body": protocol.server_event(data),
+                                "more_body": True})
+                if kind in ("done", "error"):
+                    break
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass  # the connection broke while sending
+        finally:
+            self.job.cancel()  # a no-op for a finished job; frees the slot of a live one
+            watcher.cancel()
+
+
+def build_app(settings: ServerSettings) -> Starlette:
+    """The starlette application serving ``settings``."""
+    engine = settings.engine
+    model = engine.model
+    context = model.config.context_length
+
+    def endpoint(path: str, handler: Callable[[Request], Awaitable[Response]],
+                 methods: list[str], public: bool = False) -> Route:
+        async def guarded(request: Request) -> Response:
+            try:
+                if not public:
+                    authorize(request)
+                response = await handler(request)
+            except APIError as error:
+                response = error_response(error)
+            except Exception:  # never a dead server: log it, answer 500
+                log.exception("unexpected error in %s", path)
+                response = error_response(APIError(500, "internal server error; see the "
+                                                        "server log", kind="server_error"))
+            engine.metrics.count_request(path, response.status_code)
+            return response
+
+        return Route(path, guarded, methods=methods)
+
+    def authorize(request: Request) -> None:
+        if settings.api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+                token.strip().encode(), settings.api_key.encode()):
+            raise APIError(401, "a valid API key is required: send 'Authorization: Bearer "
+                                "KEY'", code="invalid_api_key")
+
+    def submit(job: Job) -> asyncio.Queue:
+        events: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def emit(kind: str, payload) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody listens
+                loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
+
+        job.emit = emit
+        try:
+            engine.submit(job)
+        except QueueFull as error:
+            raise APIError(503, str(error), code="server_overloaded", kind="server_error",
+                           headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+        return events
+
+    async def collect(request: Request, job: Job, events: asyncio.Queue) -> tuple:
+        """Wait for a job's events (the client leaving cancels it): (pieces, done payload)."""
+        watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
+        pieces: list = []
+        try:
+            while True:
+                getter = asyncio.ensure_future(events.get())
+                done, _ = await asyncio.wait({getter, watcher},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    raise APIError(499, "the client closed the connection")
+                kind, payload = getter.result()
+                if kind == "error":
+                    raise APIError(500, payload, kind="server_error")
+                if kind in ("done", "embeddings"):
+                    return pieces, payload
+                pieces.append(payload)
+        finally:
+            job.cancel()
+            watcher.cancel()
+
+    async def generate(request: Request, chat: bool) -> Response:
+        body = protocol.parse_json(await read_body(request, settings.max_body_bytes))
+        options = protocol.parse_generation(body, context)
+        if options.model != settings.model_name:
+            raise protocol.unknown_model(options.model, [settings.model_name])
+        try:
+            if chat:
+                ids = model.encode_chat(body.get("messages"))
+            else:
+                ids = model.encode(protocol.parse_prompt(body))
+        except FuelError as error:
+            raise APIError(400, str(error), param="messages" if chat else "prompt") from None
+        if len(ids) >= context:
+            raise protocol.context_error(len(ids), context)
+        job = Job(emit=None, ids=ids, max_tokens=min(options.max_tokens, context - len(ids)),
+                  sampling=options.sampling, stop=options.stop)
+        events = submit(job)
+        identifier = protocol.new_id("chatcmpl" if chat else "cmpl")
+        name = settings.model_name
+        if options.stream:
+            state = {"first": True}
+
+            def render(kind: str, payload) -> list:
+                if kind == "piece":
+                    chunk = protocol.chunk_body(chat, identifier, name, payload,
+                                                first=state["first"])
+                    state["first"] = False
+                    return [chunk]
+                if kind == "error":
+                    return [APIError(500, payload, kind="server_error").body(), "[DONE]"]
+                finish_reason, prompt_tokens, completion_tokens = payload
+                chunks = [protocol.chunk_body(chat, identifier, name, None, finish_reason,
+                                              first=state["first"])]
+                if options.include_usage:
+                    chunks.append(protocol.usage_chunk(chat, identifier, name, prompt_tokens,
+                                                       completion_tokens))
+                return chunks + ["[DONE]"]
+
+            return EventStream(job, events, render)
+        pieces, (finish_reason, prompt_tokens, completion_tokens) = await collect(
+            request, job, events)
+        return JSONResponse(protocol.completion_body(
+            chat, identifier, name, "".join(pieces), finish_reason, prompt_tokens,
+            completion_tokens))
+
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, chat=True)
+
+    async def completions(request: Request) -> Response:
+        return await generate(request, chat=False)
+
+    async def embeddings(request: Request) -> Response:
+        body = protocol.parse_json(await read_body(request, settings.max_body_bytes))
+        name, texts, encoding = protocol.parse_embedding_input(body)
+        if engine.encoder is None or name != settings.embedding_name:
+            known = [settings.embedding_name] if engine.encoder is not None else []
+            raise protocol.unknown_model(name, known)
+        job = Job(emit=None, texts=texts)
+        _, vectors = await collect(request, job, submit(job))
+        tokens = sum(len(e.ids) for e in engine.encoder.tokenizer.encode_batch(texts))
+        data = []
+        for index, row in enumerate(vectors):
+            value = (base64.b64encode(row.astype("<f4").tobytes()).decode()
+                     if encoding == "base64" else row.tolist())
+            data.append({"object": "embedding", "index": index, "embedding": value})
+        return JSONResponse({"object": "list", "data": data, "model": name,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    async def models(request: Request) -> Response:
+        names = [settings.model_name] + ([settings.embedding_name]
+                                         if engine.encoder is not None else [])
+        return JSONResponse({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "fuel"}
+            for name in names]})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "queue_depth": engine.queue_depth,
+                             "active": engine.active_count})
+
+    async def metrics(request: Request) -> Response:
+        return PlainTextResponse(engine.metrics.render(engine.slots),
+                                 media_type="text/plain; version=0.0.4")
+
+    async def http_error(request: Request, error: HTTPException) -> Response:
+        message = {404: f"no such endpoint: {request.url.path}",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(
+            error.status_code, str(error.detail))
+        engine.metrics.count_request("other", error.status_code)
+        return error_response(APIError(error.status_code, message))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        engine.start()
+        try:
+            yield
+        finally:
+            engine.stop()
+
+    routes = [
+        endpoint("/v1/chat/completions", chat_completions, ["POST"]),
+        endpoint("/v1/completions", completions, ["POST"]),
+        endpoint("/v1/embeddings", embeddings, ["POST"]),
+        endpoint("/v1/models", models, ["GET"]),
+        endpoint("/health", health, ["GET"], public=True),
+        endpoint("/metrics", metrics, ["GET"], public=True),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
+                     lifespan=lifespan)

