@@ -27,7 +27,7 @@ def _add_job_arguments(parser: argparse.ArgumentParser) -> None:
                              "OUTPUT.errors.jsonl)")
     parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                         help="batch job on Ray: 'auto', a cluster address, or nothing for a "
-                             "local cluster (needs pip install 'pyfuel[ray]')")
+                             "local cluster (needs the ray extra)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="with --ray: model actors (default 1)")
     parser.add_argument("--threads-per-worker", type=int, default=None, metavar="T",
