@@ -29,7 +29,7 @@ def _kernels(args: argparse.Namespace) -> int:
             raise FuelError(f"unknown op '{args.op}'; `fuel kernels` lists the ops that have "
                             "kernels")
     if args.backend:
-        names = {backend_id.value: backend_id for backend_id in BackendId}
+        names = {backend_id.value: backend_id for backend_id in BackendId.registered()}
         backend = names.get(args.backend.lower())
         if backend is None:
             raise FuelError(f"unknown backend '{args.backend}'; the backends are "

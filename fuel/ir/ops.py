@@ -422,7 +422,8 @@ define(OpKind.MAX_POOL, "window", rules.pool, params=PoolParams, doc="Max poolin
 define(OpKind.MAX_POOL_INDICES, "window", rules.pool_indices, params=PoolParams,
        doc="Positions of max pooling's maxima.")
 define(OpKind.AVG_POOL, "window", rules.pool, params=PoolParams, doc="Average pooling.")
-define(OpKind.GRID_SAMPLE, "window", rules.grid_sample, params=GridSampleParams,
+# Primitive until it has a decomposition (an interpolating gather per grid point).
+define(OpKind.GRID_SAMPLE, "window", rules.grid_sample, params=GridSampleParams, primitive=True,
        doc="Sample an input at grid positions.")
 
 _missing = [kind for kind in OpKind if kind not in OPS]
