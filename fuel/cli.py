@@ -19,6 +19,8 @@ def _kernels(args: argparse.Namespace) -> int:
     from fuel.ir.ops import OpKind
 
     _load_all_backends()
+    if args.generated:
+        return _generated_kernels()
     op = None
     backend = None
     try:
@@ -31,7 +33,8 @@ def _kernels(args: argparse.Namespace) -> int:
     rows = global_table().coverage(op, backend)
     print(f"{'op':<16}{'backend':<9}{'dtypes':<44}{'source':<10}{'caps':<10}revision")
     for kind, dtypes, backend_id, siblings in rows:
-        names = ", ".join(d.name for d in dtypes[:-1]) + " -> " + dtypes[-1].name
+        names = (", ".join(d.name for d in dtypes[:-1]) + " -> " + dtypes[-1].name
+                 if dtypes else "generated per fused node")
         for entry in siblings:
             caps = "strided" if entry.caps.strided_input else "dense"
             if entry.caps.requires_broadcast:
@@ -39,6 +42,28 @@ def _kernels(args: argparse.Namespace) -> int:
             print(f"{kind.value:<16}{backend_id.value:<9}{names:<44}{entry.kernel_source:<10}"
                   f"{caps:<10}{entry.kernel_revision_hash:016x}")
     print(f"{len(rows)} bindings")
+    return 0
+
+
+def _generated_kernels() -> int:
+    """The generated kernels: those this process built, then the on-disk cache's entries."""
+    import json
+
+    from fuel.compiler import toolchain
+
+    built = {kernel.key for kernel in toolchain.built_kernels()}
+    folder = toolchain.cache_folder()
+    entries = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    print(f"kernel cache {folder}: {len(entries)} kernels, {len(built)} built or loaded by "
+          "this process")
+    for index_path in entries:
+        key = index_path.stem
+        try:
+            library = json.loads(index_path.read_text()).get("library", "?")
+        except (OSError, ValueError):
+            library = "(unreadable index)"
+        mark = "*" if key in built else " "
+        print(f"{mark} {key}  source {folder / (key + '.c')}  library {library}")
     return 0
 
 
@@ -59,6 +84,15 @@ def _backends(args: argparse.Namespace) -> int:
         print(f"{name:<{name_width}}{state}")
         for device, description in devices:
             print(f"  {device:<{device_width}}{description}")
+    from fuel.compiler.fusion import fusion_enabled, fusion_unavailable_reason
+    from fuel.ir.device import BackendId
+
+    reason = fusion_unavailable_reason(BackendId.CPU)
+    if reason is not None:
+        print(f"kernel fusion on cpu: off ({reason}); the NumPy kernels run unfused")
+    else:
+        state = "on" if fusion_enabled() else "off (FUEL_FUSION=0)"
+        print(f"kernel fusion on cpu: {state} (generated C)")
     return 0
 
 
@@ -68,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     kernels = commands.add_parser("kernels", help="list the kernel binding table")
     kernels.add_argument("--op", help="only this op (e.g. add, matmul)")
     kernels.add_argument("--backend", help="only this backend (cpu, opencl, ...)")
+    kernels.add_argument("--generated", action="store_true",
+                         help="list the generated (fused) kernels and their source paths")
     kernels.set_defaults(handler=_kernels)
     backends = commands.add_parser("backends", help="list backends and devices")
     backends.set_defaults(handler=_backends)
