@@ -9,6 +9,7 @@ from fuel.compiler import cpu, toolchain
 from fuel.compiler.render_c import CProgram
 from fuel.dispatch.kernel import global_table
 from fuel.graph import Graph
+from fuel.runtime import plan
 from fuel.runtime.plan import PlanBuilder
 
 pytestmark = pytest.mark.skipif(toolchain.unavailable_reason() is not None,
@@ -106,3 +107,21 @@ def test_without_a_compiler_nothing_fuses(monkeypatch):
         values = _chain(fuel.tensor(x), fuel.tensor(y)).numpy()
     assert all(not row.op.startswith("fused") for row in profile.launches)
     np.testing.assert_allclose(values, _expected(x, y), rtol=1e-6)
+
+
+def test_pipelined_realize_compiles_cold_kernels_on_its_planning_thread(monkeypatch, tmp_path):
+    monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(toolchain, "_loaded", {})
+    monkeypatch.setattr(plan, "_compiled_cache", {})
+    fuel.set_fusion(True)  # (drops cached plans)
+    x, y = _arrays()
+    tx, ty = fuel.tensor(x), fuel.tensor(y)
+    first = _chain(tx, ty)
+    second = (first * 3.0 - ty).tanh() + 1.5  # a second group, compiled on the planning thread
+    fuel.realize(first, second, pipelined=True)
+    expected = _expected(x, y)
+    np.testing.assert_allclose(first.numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(second.numpy(), np.tanh(expected * 3 - y) + 1.5, rtol=1e-5)
+    assert len(toolchain.built_kernels()) == 2
+    assert all(str(kernel.source_path).startswith(str(tmp_path))
+               for kernel in toolchain.built_kernels())
