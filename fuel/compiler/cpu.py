@@ -58,8 +58,9 @@ def generate_c_kernel(kernel: LoopKernel) -> BindingEntry:
     """Render, compile (or fetch from the caches) and load ``kernel``; the entry's revision
     hash is the generated source's."""
     found = toolchain.detect()
-    threshold = PARALLEL_THRESHOLD if not isinstance(found, str) and found.openmp else None
-    program = render_c(kernel, threshold)
+    usable = not isinstance(found, str)
+    threshold = PARALLEL_THRESHOLD if usable and found.openmp else None
+    program = render_c(kernel, threshold, vector_math=usable and found.vector_math)
     built = toolchain.build(program.source, kernel.name)
     revision = int.from_bytes(hashlib.blake2b(program.source.encode(), digest_size=8).digest(),
                               "little")

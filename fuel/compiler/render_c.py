@@ -72,9 +72,12 @@ def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
     return True
 
 
-def render_c(kernel: LoopKernel, parallel_threshold: int | None = None) -> CProgram:
+def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
+             vector_math: bool = False) -> CProgram:
     """The C source of ``kernel`` and its sizes/strides arguments. ``parallel_threshold``:
-    run the outer loop with OpenMP when a launch has at least that many elements."""
+    run the outer loop with OpenMP when a launch has at least that many elements.
+    ``vector_math``: declare the math functions SIMD-callable, so loops calling them vectorize
+    through glibc's libmvec (the toolchain links it)."""
     output_strides = contiguous_strides(kernel.shape)
     sizes, strides = collapse(kernel.shape, [load.strides for load in kernel.loads]
                               + [output_strides] * len(kernel.stores))
@@ -82,7 +85,8 @@ def render_c(kernel: LoopKernel, parallel_threshold: int | None = None) -> CProg
     load_strides = strides[:len(kernel.loads)]
     patterns = ["dense" if s[-1] == 1 else "broadcast" if s[-1] == 0 else "strided"
                 for s in load_strides]
-    lines = [PRELUDE, "void fuel_kernel(char **data, const int64_t *sizes, "
+    lines = [PRELUDE, *(_vector_declarations(kernel) if vector_math else ()),
+             "void fuel_kernel(char **data, const int64_t *sizes, "
              "const int64_t *strides) {",
              f"  const int64_t inner = sizes[{depth - 1}];",
              "  int64_t outer_count = 1;",
@@ -130,6 +134,26 @@ PRELUDE = """#include <math.h>
 FUEL_REMAINDER_FLOAT(float, fmodf)
 FUEL_REMAINDER_FLOAT(double, fmod)
 """
+
+
+# libmvec's vector variants (glibc 2.35+) of the math functions the renderer calls.
+VECTOR_FUNCTIONS = frozenset(MATH_FUNCTIONS) | {"pow"}
+
+
+def _vector_declarations(kernel: LoopKernel) -> list[str]:
+    """``extern float expf(float) __attribute__((simd("notinbranch")));`` per function used."""
+    declarations = []
+    for value in kernel.values:
+        if value.op not in VECTOR_FUNCTIONS:
+            continue
+        argument = kernel.values[value.args[0]].dtype
+        ctype = C_TYPES[argument]
+        name = (MATH_FUNCTIONS.get(value.op, value.op)) + ("f" if argument is dt.float32 else "")
+        parameters = ", ".join([ctype] * len(value.args))
+        line = f"extern {ctype} {name}({parameters}) __attribute__((simd(\"notinbranch\")));"
+        if line not in declarations:
+            declarations.append(line)
+    return declarations
 
 
 def _literal(number, dtype: DType) -> str:

@@ -39,6 +39,8 @@ class Toolchain:
     identity: str
     flags: tuple[str, ...]
     openmp: bool
+    vector_math: bool = False
+    libraries: tuple[str, ...] = ("-lm",)
 
 
 @dataclass(slots=True)
@@ -65,19 +67,27 @@ def cache_folder() -> Path:
     return root / "kernels"
 
 
-def _try_compile(compiler: str, flags: tuple[str, ...], folder: str) -> str | None:
+VECTOR_PROBE = ('extern float tanhf(float) __attribute__((simd("notinbranch")));\n'
+                "void probe(float *x, long n) {\n"
+                "  for (long i = 0; i < n; i++) x[i] = tanhf(x[i]);\n}\n")
+
+
+def _try_compile(compiler: str, flags: tuple[str, ...], folder: str,
+                 libraries: tuple[str, ...] = ("-lm",), source_text: str | None = None
+                 ) -> str | None:
     """None when ``compiler`` builds a small kernel with ``flags``, else its message."""
     source = Path(folder) / "probe.c"
-    source.write_text("#include <math.h>\nvoid probe(float *x, long n) {\n"
+    source.write_text(source_text or "#include <math.h>\nvoid probe(float *x, long n) {\n"
                       "  for (long i = 0; i < n; i++) x[i] = expf(x[i]);\n}\n")
     result = subprocess.run([compiler, *flags, str(source), "-o", str(Path(folder) / "probe.so"),
-                             "-lm"], capture_output=True, text=True)
+                             *libraries], capture_output=True, text=True)
     return None if result.returncode == 0 else (result.stderr.strip() or "failed")
 
 
 def detect() -> Toolchain | str:
     """The toolchain (``$CC`` or ``cc``), or a sentence saying why there is none. Probes once:
-    ``-march=native`` where the compiler accepts it; OpenMP only when ``FUEL_OPENMP=1``."""
+    ``-march=native`` where the compiler accepts it; OpenMP only when ``FUEL_OPENMP=1``; glibc's
+    vector math library (libmvec) where it links, unless ``FUEL_VECTOR_MATH=0``."""
     with _lock:
         if _detected:
             return _detected[0]
@@ -107,7 +117,11 @@ def _detect() -> Toolchain | str:
                   and _try_compile(path, flags + ("-fopenmp",), folder) is None)
         if openmp:
             flags = flags + ("-fopenmp",)
-    return Toolchain(path, identity, flags, openmp)
+        vector_libraries = ("-lmvec", "-lm")
+        vector_math = (os.environ.get("FUEL_VECTOR_MATH", "1") != "0" and _try_compile(
+            path, flags, folder, vector_libraries, VECTOR_PROBE) is None)
+    return Toolchain(path, identity, flags, openmp, vector_math,
+                     vector_libraries if vector_math else ("-lm",))
 
 
 def unavailable_reason() -> str | None:
@@ -122,7 +136,8 @@ def build(source: str, name: str) -> BuiltKernel:
     found = detect()
     if isinstance(found, str):
         raise KernelError(f"cannot compile {name}: {found}")
-    key = hashlib.sha256("\x1f".join((source, found.identity, *found.flags)).encode()
+    key = hashlib.sha256("\x1f".join((source, found.identity, *found.flags,
+                                       *found.libraries)).encode()
                          ).hexdigest()[:32]
     with _lock:
         built = _loaded.get(key)
@@ -188,7 +203,7 @@ def _compile(toolchain: Toolchain, source: str, folder: Path, key: str, source_p
     os.close(handle)
     try:
         result = subprocess.run([toolchain.compiler, *toolchain.flags, str(source_path), "-o",
-                                 temporary, "-lm"], capture_output=True, text=True)
+                                 temporary, *toolchain.libraries], capture_output=True, text=True)
         if result.returncode != 0:
             raise KernelError(f"compiling {name} failed (source {source_path}): "
                               f"{result.stderr.strip()}")

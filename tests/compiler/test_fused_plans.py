@@ -89,7 +89,7 @@ def test_plan_cache_hits_and_jit_replays_never_compile(monkeypatch):
 def test_a_compiler_error_is_a_kernel_error_naming_the_node_and_the_source(monkeypatch,
                                                                            tmp_path):
     monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cpu, "render_c", lambda kernel, threshold=None: CProgram(
+    monkeypatch.setattr(cpu, "render_c", lambda kernel, threshold=None, vector_math=False: CProgram(
         "void fuel_kernel(void) { not C }", (1,), ()))
     x, y = _arrays()
     result = fuel.tensor(x).exp() * fuel.tensor(y)  # this line is the group's first
