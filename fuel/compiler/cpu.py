@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from fuel.compiler import toolchain
 from fuel.compiler.kernel_ir import LoopKernel
 from fuel.compiler.render_c import CProgram, render_c
+from fuel.compiler.render_c_reduce import render_c_reduce
 from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
 from fuel.ir.layout import Layout
 
@@ -60,7 +61,11 @@ def generate_c_kernel(kernel: LoopKernel) -> BindingEntry:
     found = toolchain.detect()
     usable = not isinstance(found, str)
     threshold = PARALLEL_THRESHOLD if usable and found.openmp else None
-    program = render_c(kernel, threshold, vector_math=usable and found.vector_math)
+    vector_math = usable and found.vector_math
+    if kernel.reduced:
+        program = render_c_reduce(kernel, vector_math=vector_math)
+    else:
+        program = render_c(kernel, threshold, vector_math=vector_math)
     built = toolchain.build(program.source, kernel.name)
     revision = int.from_bytes(hashlib.blake2b(program.source.encode(), digest_size=8).digest(),
                               "little")

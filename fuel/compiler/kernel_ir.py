@@ -41,15 +41,20 @@ class Value:
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    """Write value ``value`` (already of the output dtype) to output ``index``, densely."""
+    """Write value ``value`` (already of the output dtype) densely: one element per loop
+    point, or one per row (``per_row``) in a kernel with a reduction."""
 
     value: int
     dtype: DType
+    per_row: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class LoopKernel:
     """A loop nest over ``shape``: loads, a value DAG in topological order, stores.
+    A value whose op is in ``REDUCE_OPS`` (sum, max, min, mean) reduces its argument over
+    the row (the last dim of ``shape``) and is one scalar per row; so is every value that
+    depends only on such values and on loads constant along the row.
     ``name`` is what profiles and plans show (``fused(sub,exp,div)``); ``nodes`` the graph
     ops it covers, in order. Hashable: it is a plan's and the compile cache's key."""
 
@@ -59,6 +64,7 @@ class LoopKernel:
     values: tuple[Value, ...]
     stores: tuple[Store, ...]
     nodes: tuple[str, ...] = ()
+    reduced: int = 0  # > 0: the last dim is a row that REDUCE_OPS values reduce (one row each)
 
     def __str__(self) -> str:
         return f"{self.name}{list(self.shape)}"
@@ -120,11 +126,13 @@ class KernelBuilder:
             lowered[id(node)] = result
         return lowered[id(expression)]
 
-    def build(self, name: str, stores: list[Store], nodes: tuple[str, ...] = ()) -> LoopKernel:
+    def build(self, name: str, stores: list[Store], nodes: tuple[str, ...] = (),
+              reduced: int = 0) -> LoopKernel:
         return LoopKernel(name, self.shape, tuple(self.loads), tuple(self.values),
-                          tuple(stores), nodes)
+                          tuple(stores), nodes, reduced)
 
 
+REDUCE_OPS = frozenset({"sum", "max", "min", "mean"})
 PREDICATE_OPS = frozenset({OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE,
                            OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR,
                            OpKind.LOGICAL_NOT, OpKind.ISNAN})
@@ -150,3 +158,17 @@ def collapse(shape: tuple[int, ...], strides: list[tuple[int, ...]]
     if not sizes:
         return (1,), [(0,) for _ in strides]
     return tuple(sizes), [tuple(m) for m in merged]
+
+
+def row_values(kernel: LoopKernel) -> list[bool]:
+    """For each value of a kernel with a reduction, whether it is one scalar per row (a
+    reduction, or computed only from reductions, constants and loads constant along the row)."""
+    per_row: list[bool] = []
+    for value in kernel.values:
+        if value.op == "load":
+            per_row.append(kernel.loads[value.load].strides[-1] == 0)
+        elif value.op in REDUCE_OPS:
+            per_row.append(True)
+        else:
+            per_row.append(all(per_row[a] for a in value.args))
+    return per_row

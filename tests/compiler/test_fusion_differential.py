@@ -33,6 +33,12 @@ EXACT_BINARY = {
 INTEGER_BINARY = {"remainder": fuel.remainder, "fmod": fuel.fmod,
                   "bitwise_and": fuel.bitwise_and, "bitwise_xor": fuel.bitwise_xor,
                   "bitwise_left_shift": fuel.bitwise_left_shift}
+# Over the last dim, keepdim: the reductions that fuse with their neighbours. Sums round
+# differently from NumPy's pairwise sums, so only max and min are exact.
+REDUCTIONS = {
+    "sum": lambda x: x.sum(-1, keepdim=True), "mean": lambda x: x.mean(-1, keepdim=True),
+    "amax": lambda x: x.amax(-1, keepdim=True), "amin": lambda x: x.amin(-1, keepdim=True),
+}
 PREDICATES = {"lt": fuel.lt, "ge": fuel.ge, "eq": fuel.eq, "logical_and": fuel.logical_and}
 
 
@@ -79,7 +85,7 @@ def _program(data):
         other = data.draw(st.integers(0, last))
         kind, is_exact = kinds[pick], exact[pick]
         choice = data.draw(st.sampled_from(["unary", "binary", "predicate", "cast", "where",
-                                            "scalar"]))
+                                            "scalar", "reduce"]))
         if choice == "unary" and kind is not fuel.bool:
             table = dict(EXACT_UNARY)
             if kind.is_floating:
@@ -119,6 +125,11 @@ def _program(data):
                 steps.append(("where", condition, pick, other))
                 kinds.append(kind)
                 exact.append(is_exact and exact[other])
+        elif choice == "reduce" and kind in (fuel.float32, fuel.float64) and shape:
+            name = data.draw(st.sampled_from(sorted(REDUCTIONS)))
+            steps.append(("reduce", name, pick))
+            kinds.append(kind)
+            exact.append(is_exact and name in ("amax", "amin"))
         elif choice == "scalar" and kind.is_floating:
             number = data.draw(st.sampled_from([0.5, 2.0, -1.5, 3.0]))
             steps.append(("scalar", number, pick))
@@ -141,6 +152,8 @@ def _run(inputs, steps, extra):
             values.append(PREDICATES[step[1]](values[step[2]], values[step[3]]))
         elif step[0] == "cast":
             values.append(values[step[2]].to(step[1]))
+        elif step[0] == "reduce":
+            values.append(REDUCTIONS[step[1]](values[step[2]]))
         elif step[0] == "where":
             values.append(fuel.where(values[step[1]], values[step[2]], values[step[3]]))
         else:
