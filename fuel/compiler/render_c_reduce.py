@@ -2,8 +2,9 @@
 
 The loop nest is rows (every dim but the last, flattened) by one row (the last dim). Per row,
 each reduction gets its own loop over the row that recomputes the per-element values its
-argument needs and folds them into 16 independent accumulators (so the loop vectorizes without
-reassociating a sum); per-row values follow in order; a last loop writes the per-element
+argument needs and folds them into an accumulator through an OpenMP SIMD reduction (the
+vector lanes' partial results are combined at the end, so sums are reassociated, as NumPy's
+pairwise sums are); per-row values follow in order; a last loop writes the per-element
 stores. float32 sums accumulate in double. A row of a few thousand floats stays in the L1/L2
 cache between its loops, so the input is read from memory once.
 
@@ -17,16 +18,7 @@ from fuel.compiler.kernel_ir import REDUCE_OPS, LoopKernel, collapse, row_values
 from fuel.compiler.render_c import C_TYPES, PRELUDE, CProgram, _expression, _vector_declarations
 from fuel.ir import dtype as dt
 
-LANES = 16
-_INITIAL = {"sum": "0", "mean": "0", "max": "-INFINITY", "min": "INFINITY"}
-
-
-def _combine(op: str, accumulator: str, value: str) -> str:
-    if op in ("sum", "mean"):
-        return f"{accumulator} + {value}"
-    comparison = ">" if op == "max" else "<"  # NaN propagates, as NumPy's max and min
-    return (f"(({accumulator} {comparison} {value} || {accumulator} != {accumulator}) "
-            f"? {accumulator} : {value})")
+_INITIAL = {"max": "-INFINITY", "min": "INFINITY"}
 
 
 def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
@@ -110,37 +102,37 @@ def _element_lines(kernel: LoopKernel, needed: list[int], patterns: list[str], i
 
 def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: list[str]
                ) -> list[str]:
+    """One loop over the row folding the argument into an accumulator, vectorized through an
+    OpenMP SIMD reduction (``-fopenmp-simd``: no threads); max and min track NaN apart."""
     value = kernel.values[index]
     op = value.op
     argument = value.args[0]
     ctype = C_TYPES[value.dtype]
     wide = "double" if op in ("sum", "mean") and value.dtype is dt.float32 else ctype
-    initial = _INITIAL[op]
     accumulator = f"a{index}"
-    body = _element_lines(kernel, _needed(kernel, [argument], per_row), patterns, "          ")
+    body = _element_lines(kernel, _needed(kernel, [argument], per_row), patterns, "      ")
     term = f"({wide})v{argument}"
-    lines = [f"    {wide} {accumulator}[{LANES}];",
-             f"    for (int k = 0; k < {LANES}; k++) {accumulator}[k] = {initial};",
-             "    {",
-             "      int64_t j = 0;",
-             f"      for (; j + {LANES} <= row; j += {LANES}) {{",
-             f"        for (int k = 0; k < {LANES}; k++) {{",
-             "          const int64_t i = j + k;",
-             *body,
-             f"          {accumulator}[k] = {_combine(op, f'{accumulator}[k]', term)};",
-             "        }",
-             "      }",
-             "      for (; j < row; j++) {",
-             "        const int64_t i = j;",
-             *[line[2:] for line in body],
-             f"        {accumulator}[0] = {_combine(op, f'{accumulator}[0]', term)};",
-             "      }",
-             "    }"]
-    width = LANES
-    while width > 1:  # fold the lanes pairwise
-        width //= 2
-        lines.append(f"    for (int k = 0; k < {width}; k++) {accumulator}[k] = "
-                     f"{_combine(op, f'{accumulator}[k]', f'{accumulator}[k + {width}]')};")
-    result = f"{accumulator}[0] / (double)row" if op == "mean" else f"{accumulator}[0]"
+    if op in ("sum", "mean"):
+        lines = [f"    {wide} {accumulator} = 0;",
+                 f"    #pragma omp simd reduction(+:{accumulator})",
+                 "    for (int64_t i = 0; i < row; i++) {",
+                 *body,
+                 f"      {accumulator} += {term};",
+                 "    }"]
+        result = f"{accumulator} / (double)row" if op == "mean" else accumulator
+    else:
+        comparison = ">" if op == "max" else "<"
+        nan = f"n{index}"
+        lines = [f"    {wide} {accumulator} = {_INITIAL[op]};",
+                 f"    int {nan} = 0;",
+                 f"    #pragma omp simd reduction({op}:{accumulator}) reduction(|:{nan})",
+                 "    for (int64_t i = 0; i < row; i++) {",
+                 *body,
+                 f"      {accumulator} = {term} {comparison} {accumulator} ? {term} : "
+                 f"{accumulator};",
+                 f"      {nan} |= v{argument} != v{argument};",
+                 "    }",
+                 f"    if ({nan}) {accumulator} = NAN;  /* NaN propagates, as NumPy's */"]
+        result = accumulator
     lines.append(f"    const {ctype} v{index} = ({ctype})({result});")
     return lines

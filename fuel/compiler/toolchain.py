@@ -27,7 +27,7 @@ from pathlib import Path
 from fuel.ir.errors import KernelError
 
 FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=off", "-fwrapv",
-         "-fno-math-errno")
+         "-fno-math-errno", "-fopenmp-simd")
 ENTRY_POINT = "fuel_kernel"
 
 
