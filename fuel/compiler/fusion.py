@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from fuel.compiler.kernel_ir import KernelBuilder, Load, LoopKernel, Store
-from fuel.compiler.render_c import C_DTYPES, renders
+from fuel.compiler.render_c import C_DTYPES, VECTOR_FUNCTIONS, renders
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.ops import ELEMENTWISE_OPS, OpKind, definition
@@ -72,6 +72,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
     if not fusion_enabled():
         return {}
     usable: dict[BackendId, bool] = {}
+    vector_math = _vector_math()
     readers = graph.consumers()
     roots = set(graph.roots)
     anchor_of: dict[int, int] = {}
@@ -82,7 +83,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         reduce = _row_reduce(node)
         broadcast = node.op is OpKind.EXPAND  # joins a group (never starts one): no launch
         if node.buffer is not None or not (reduce or broadcast or node.op in FUSIBLE_OPS
-                                           and _renders(graph, node_id)):
+                                           and _renders(graph, node_id, vector_math)):
             continue
         backend = graph.target_backend(node_id)
         if backend not in usable:
@@ -145,14 +146,26 @@ def _joined_space(graph, node, ids: list[int], space):
     return (source, True)
 
 
-def _renders(graph, node_id: int) -> bool:
+def _vector_math() -> bool:
+    from fuel.compiler import toolchain
+
+    found = toolchain.detect()
+    return not isinstance(found, str) and found.vector_math
+
+
+def _renders(graph, node_id: int, vector_math: bool) -> bool:
+    """Whether the node's C rendering exists and pays: a math function (exp, tanh, ...) pays
+    only with the vector math library; scalar libm is slower than NumPy's SIMD loops."""
     node = graph.nodes[node_id]
     dtypes = tuple(i.dtype for i in node.inputs) + (node.dtype,)
     expression = definition(node.op).expression
+    names = {node.op.value} if expression is None else expression.ops()
+    if not vector_math and names & VECTOR_FUNCTIONS:
+        return False
     if expression is None:
         return renders(node.op.value, dtypes)
     return all(d in C_DTYPES for d in dtypes) and all(
-        renders(name, (node.dtype, node.dtype)) for name in expression.ops())
+        renders(name, (node.dtype, node.dtype)) for name in names)
 
 
 def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKernel, list[int]]:

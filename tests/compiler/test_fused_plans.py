@@ -1,6 +1,8 @@
 """Fused groups in plans: one launch per group, named in explain and profiles, replayed by
 fuel.jit and the plan cache without compiling, errors naming the node, no compiler no fusion."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -127,3 +129,14 @@ def test_pipelined_realize_compiles_cold_kernels_on_its_planning_thread(monkeypa
     assert len(toolchain.built_kernels()) == 2
     assert all(str(kernel.source_path).startswith(str(tmp_path))
                for kernel in toolchain.built_kernels())
+
+
+def test_without_vector_math_math_functions_keep_their_numpy_kernels(monkeypatch):
+    found = toolchain.detect()
+    monkeypatch.setattr(toolchain, "_detected", [dataclasses.replace(found, vector_math=False)])
+    x = fuel.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    with fuel.profile() as profile:
+        values = ((x * 2.0 + 1.0).exp() * 3.0 - 1.0).numpy()
+    assert [row.op for row in profile.launches] == ["fused(mul,add)", "exp", "fused(mul,sub)"]
+    expected = np.exp(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4) * 2 + 1) * 3 - 1
+    np.testing.assert_allclose(values, expected, rtol=1e-6)
