@@ -99,6 +99,18 @@ def realize(*tensors: Tensor, pipelined: bool = False) -> tuple[Tensor, ...]:
     _realize([t._node for t in tensors], pipelined=pipelined)
     return tensors
 
+
+def set_fusion(enabled: bool) -> None:
+    """Fuse elementwise groups into generated kernels (True) or run one kernel per node;
+    overrides ``FUEL_FUSION`` and drops cached plans built the other way."""
+    from fuel.compiler.fusion import set_fusion as _set_fusion
+    from fuel.runtime.executor import PLAN_CACHE
+
+    _set_fusion(enabled)
+    with PLAN_CACHE.lock:
+        PLAN_CACHE.plans.clear()
+
+
 __all__ = [
     "BackendId", "DType", "Device", "DeviceError", "DeviceMismatch", "DTypeError", "FuelError",
     "IndexOutOfRange", "InvalidArgument", "KernelError", "NoBackendForOp", "OpKind", "Profile",
@@ -111,5 +123,6 @@ __all__ = [
     "int4", "uint4", "int2", "uint2", "zeros", "zeros_like",
     "memory_stats",
     "empty_cache", "plan_cache_stats", "set_plan_cache_capacity", "jit",
+    "set_fusion",
     *_GENERATED_FUNCTIONS, *_FUNCTIONS,
 ]

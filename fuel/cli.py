@@ -20,6 +20,8 @@ def _kernels(args: argparse.Namespace) -> int:
     from fuel.ir.ops import OpKind
 
     _load_all_backends()
+    if args.generated:
+        return _generated_kernels()
     op = None
     backend = None
     if args.op:
@@ -37,7 +39,8 @@ def _kernels(args: argparse.Namespace) -> int:
     rows = global_table().coverage(op, backend)
     lines = []
     for kind, dtypes, backend_id, siblings in rows:
-        names = ", ".join(d.name for d in dtypes[:-1]) + " -> " + dtypes[-1].name
+        names = (", ".join(d.name for d in dtypes[:-1]) + " -> " + dtypes[-1].name
+                 if dtypes else "generated per fused node")
         for entry in siblings:
             caps = "strided" if entry.caps.strided_input else "dense"
             if entry.caps.requires_broadcast:
@@ -49,6 +52,28 @@ def _kernels(args: argparse.Namespace) -> int:
     for line in [header, *lines]:
         print("".join(f"{cell:<{width}}" for cell, width in zip(line, widths)) + line[5])
     print(f"{len(rows)} bindings")
+    return 0
+
+
+def _generated_kernels() -> int:
+    """The generated kernels: those this process built, then the on-disk cache's entries."""
+    import json
+
+    from fuel.compiler import toolchain
+
+    built = {kernel.key for kernel in toolchain.built_kernels()}
+    folder = toolchain.cache_folder()
+    entries = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    print(f"kernel cache {folder}: {len(entries)} kernels, {len(built)} built or loaded by "
+          "this process")
+    for index_path in entries:
+        key = index_path.stem
+        try:
+            library = json.loads(index_path.read_text()).get("library", "?")
+        except (OSError, ValueError):
+            library = "(unreadable index)"
+        mark = "*" if key in built else " "
+        print(f"{mark} {key}  source {folder / (key + '.c')}  library {library}")
     return 0
 
 
@@ -69,6 +94,15 @@ def _backends(args: argparse.Namespace) -> int:
         print(f"{name:<{name_width}}{state}")
         for device, description in devices:
             print(f"  {device:<{device_width}}{description}")
+    from fuel.compiler.fusion import fusion_enabled, fusion_unavailable_reason
+    from fuel.ir.device import BackendId
+
+    reason = fusion_unavailable_reason(BackendId.CPU)
+    if reason is not None:
+        print(f"kernel fusion on cpu: off ({reason}); the NumPy kernels run unfused")
+    else:
+        state = "on" if fusion_enabled() else "off (FUEL_FUSION=0)"
+        print(f"kernel fusion on cpu: {state} (generated C)")
     return 0
 
 
@@ -81,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     kernels = commands.add_parser("kernels", help="list the kernel binding table")
     kernels.add_argument("--op", help="only this op (e.g. add, matmul)")
     kernels.add_argument("--backend", help="only this backend (cpu, opencl, ...)")
+    kernels.add_argument("--generated", action="store_true",
+                         help="list the generated (fused) kernels and their source paths")
     kernels.set_defaults(handler=_kernels)
     backends = commands.add_parser("backends", help="list backends and devices")
     backends.set_defaults(handler=_backends)

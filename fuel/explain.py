@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fuel.dispatch.compiled import dispatched_kernel_ident
 from fuel.dispatch.kernel import global_table
 from fuel.graph import Graph
+from fuel.ir.errors import FuelError
 from fuel.ir.ops import VIEW_OPS, OpKind
 from fuel.runtime.decompose import decomposed_rows, expand_for_table
 
@@ -57,11 +58,16 @@ def explain(tensors) -> Explanation:
     """Explain the realize of ``tensors`` without running it."""
     graph = Graph.build([t._node for t in tensors])
     table = global_table()
+    fused = _fused_kernels(graph, table)
     rows = []
     expansion = expand_for_table(graph, table, strict=False)
     for node_id, node in enumerate(graph.nodes):
         identity = None
-        if expansion is not None and node_id in expansion.decomposed:
+        if node_id in fused:
+            source, revision, name, anchor = fused[node_id]
+            identity = (source, revision)
+            dispatch = f"{source} {name}" + ("" if anchor == node_id else f" in node {anchor}")
+        elif expansion is not None and node_id in expansion.decomposed:
             dispatch = "decomposed"
         elif node.buffer is not None:
             dispatch = "realized" if node.op is not OpKind.LOAD else "leaf"
@@ -79,3 +85,27 @@ def explain(tensors) -> Explanation:
         if dispatch == "decomposed":
             rows.extend(decomposed_rows(expansion, node_id, table))
     return Explanation(rows)
+
+
+def _fused_kernels(graph: Graph, table) -> dict[int, tuple[str, int, str, int]]:
+    """Each fused node -> (source tag, revision, group name, anchor node), from the plan a
+    realize would build (fused kernels are compiled at plan time, so explain compiles them)."""
+    from fuel.runtime.plan import PlanBuilder
+
+    builder = PlanBuilder(graph, table)
+    if not builder.groups:
+        return {}
+    try:
+        steps = list(builder.steps())
+    except FuelError:  # the realize would fail; the per-node rows say where
+        return {}
+    found = {}
+    for step in steps:
+        if step.__class__ is tuple or step.compiled.op is not OpKind.FUSED:
+            continue
+        group = builder.groups[step.node_id]
+        entry = step.compiled.entry
+        for member in group.members:
+            found[member] = (entry.kernel_source, entry.kernel_revision_hash, group.name,
+                             group.anchor)
+    return found

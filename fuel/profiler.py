@@ -43,14 +43,15 @@ class Profile:
             if row.device_seconds is not None:
                 key = (row.op, row.backend)
                 device[key] = device.get(key, 0.0) + row.device_seconds
-        lines = [f"{'op':<16}{'backend':<9}{'launches':>9}{'total ms':>11}{'mean us':>10}"
+        width = max([16] + [len(row[0]) + 1 for row in self.ops[:limit]])
+        lines = [f"{'op':<{width}}{'backend':<9}{'launches':>9}{'total ms':>11}{'mean us':>10}"
                  f"{'share':>8}" + (f"{'device ms':>11}" if device else "")]
         for op, backend, count, seconds in self.ops[:limit]:
             on_device = device.get((op, backend))
-            lines.append(f"{op:<16}{backend:<9}{count:>9}{seconds * 1e3:>11.3f}"
+            lines.append(f"{op:<{width}}{backend:<9}{count:>9}{seconds * 1e3:>11.3f}"
                          f"{seconds / count * 1e6:>10.1f}{seconds / total:>8.1%}"
                          + (f"{on_device * 1e3:>11.3f}" if on_device is not None else ""))
-        lines.append(f"{'kernels total':<34}{total * 1e3:>11.3f}")
+        lines.append(f"{'kernels total':<{width + 18}}{total * 1e3:>11.3f}")
         if self.phases:
             lines.append("")
             lines.append(f"{'phase':<25}{'entries':>9}{'total ms':>11}")

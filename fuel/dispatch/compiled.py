@@ -48,6 +48,11 @@ class CompiledNode:
     def output_dtype(self) -> DType:
         return self.dtypes[-1]
 
+    @property
+    def name(self) -> str:
+        """What profiles show: the op, or a fused kernel's group name (``fused(add,exp)``)."""
+        return self.op_params.name if self.op is OpKind.FUSED else self.op.value
+
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout]) -> Launcher:
         """The kernel bound to these operands and this node's params (the kernel's ``prepare``)."""
         return prepare_launcher(self.kernel, inputs, outputs, layouts, self.op_params)
@@ -60,8 +65,13 @@ def compile_node(
     op_params,
     bindings: KernelBindingTable,
 ) -> CompiledNode:
-    """Resolve the kernel for (op, dtypes, backend); raises NoBackendForOp on a miss."""
-    entry = bindings.lookup_entry(op, dtypes, backend)
+    """Resolve the kernel for (op, dtypes, backend); raises NoBackendForOp on a miss. A FUSED
+    node's binding is its backend's kernel generator (registered at ``(FUSED, (), backend)``),
+    which compiles the node's LoopKernel (``op_params``) into the entry."""
+    if op is OpKind.FUSED:
+        entry = bindings.lookup_entry(op, (), backend).kernel(op_params)
+    else:
+        entry = bindings.lookup_entry(op, dtypes, backend)
     return CompiledNode(op, tuple(dtypes), backend, entry.kernel, entry.caps, op_params, entry)
 
 
@@ -162,7 +172,7 @@ def _record(compiled: CompiledNode, inputs, outputs, start: float, seconds: floa
     first_in = inputs[0] if inputs else None
     first_out = outputs[0] if outputs else None
     op_profile.record_launch(op_profile.LaunchRow(
-        op=compiled.op.value,
+        op=compiled.name,
         backend=compiled.backend.value,
         src=str(first_in.device) if first_in is not None else "?",
         dst=str(first_out.device) if first_out is not None else "?",

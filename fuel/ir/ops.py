@@ -159,6 +159,7 @@ class OpKind(enum.Enum):
     MAX_POOL_INDICES = "max_pool_indices"
     AVG_POOL = "avg_pool"
     GRID_SAMPLE = "grid_sample"
+    FUSED = "fused"
 
     def __repr__(self) -> str:
         return f"OpKind.{self.name}"
@@ -425,6 +426,11 @@ define(OpKind.AVG_POOL, "window", rules.pool, params=PoolParams, doc="Average po
 # Primitive until it has a decomposition (an interpolating gather per grid point).
 define(OpKind.GRID_SAMPLE, "window", rules.grid_sample, params=GridSampleParams, primitive=True,
        doc="Sample an input at grid positions.")
+
+# ------------------------------------------------------------------ planner-made
+define(OpKind.FUSED, "fused", rules.same_as_input,
+       doc="A group of nodes the planner runs as one generated kernel (fuel.compiler); its "
+           "params are the group's LoopKernel. Never built by the front end.")
 
 _missing = [kind for kind in OpKind if kind not in OPS]
 if _missing:  # pragma: no cover - a declaration error, caught by any import

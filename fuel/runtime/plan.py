@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from fuel.backends import get_backend
 from fuel.backends.base import Backend
+from fuel.compiler.fusion import FusionGroup, fusion_groups, lower_group
 from fuel.dispatch.compiled import CompiledNode, compile_node, node_lookup_dtypes
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.graph import Graph
@@ -130,6 +131,7 @@ class PlanBuilder:
         self.waited = _wait_set(graph)
         self.contiguous: dict = {}
         self.backends: dict[object, Backend] = {}
+        self.groups = fusion_groups(graph, self.waited)  # member node id -> its fused group
 
     def _backend(self, device):
         backend = self.backends.get(device)
@@ -162,17 +164,25 @@ class PlanBuilder:
             self.keep.add(slot)
             values[node_id] = (slot, node.layout)
         last_use = graph.last_use
+        groups = self.groups
         for node_id, node in enumerate(graph.nodes):
-            if node.buffer is not None:
+            group = groups.get(node_id) if groups else None
+            if group is not None and node_id != group.anchor:
+                self._defer_to_group(node_id, group)
+                launches = None
+            elif node.buffer is not None:
                 launches = []
             elif node.op in VIEW_OPS:
                 launches = self._view(node_id, node)
+            elif group is not None:
+                launches = [self._fused(node, group)]
             else:
                 launches = self._kernel(node_id, node)
-            slot = values[node_id][0]
-            if node_id in self.root_ids:
-                self.keep.add(slot)
-            self._use(slot, last_use[node_id])
+            if launches is not None:
+                slot = values[node_id][0]
+                if node_id in self.root_ids:
+                    self.keep.add(slot)
+                self._use(slot, last_use[node_id])
             frees = tuple(s for s in self.by_last.pop(node_id, ())
                           if self.slot_last[s] == node_id and s not in self.keep)
             if launches:
@@ -180,6 +190,42 @@ class PlanBuilder:
                 yield from launches
             elif frees:
                 yield frees
+
+    def _defer_to_group(self, node_id: int, group: FusionGroup) -> None:
+        """A fused member launches nothing and has no slot; what it reads from outside the
+        group stays live until the group's launch."""
+        for source in self.graph.inputs[node_id]:
+            value = self.plan.node_values[source]
+            if value is not None:
+                self._use(value[0], group.anchor)
+
+    def _fused(self, node, group: FusionGroup) -> Step:
+        """One launch of the group's generated kernel, materializing only its anchor."""
+        graph = self.graph
+        values = self.plan.node_values
+        kernel, sources = lower_group(graph, group, values)
+        backend_id = graph.target_backend(group.anchor)
+        dtypes = tuple(graph.nodes[s].dtype for s in sources) + (node.dtype,)
+        key = (OpKind.FUSED, dtypes, backend_id, kernel)
+        compiled = _compiled_cache.get(key) if _compiled_table[0] is self.table else None
+        if compiled is None:
+            try:
+                compiled = compile_node(OpKind.FUSED, dtypes, backend_id, kernel, self.table)
+            except FuelError as error:
+                raise type(error)(f"{error} [{node_label(graph, group.members[0])}]") from None
+            if _compiled_table[0] is self.table:
+                _compiled_cache[key] = compiled
+        for source in sources:
+            self._use(values[source][0], group.anchor)
+        device = node.device
+        self.plan.devices.add(device)
+        out_layout = Layout.contiguous(node.shape)
+        target = self._slot(device, node.dtype)
+        values[group.anchor] = (target, out_layout)
+        return Step(group.members[0], compiled, tuple(values[s][0] for s in sources),
+                    [values[s][1] for s in sources] + [out_layout], target, device,
+                    self._backend(device), pool_for(device), node.dtype, out_layout.numel,
+                    waited=group.anchor in self.waited)
 
     def _contiguous_kernel(self, dtype, device) -> CompiledNode:
         compiled = self.contiguous.get((dtype, device.backend))

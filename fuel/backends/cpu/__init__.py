@@ -24,6 +24,7 @@ from fuel.ir.device import CPU, BackendId, Device
 from fuel.ir.dtype import DType
 from fuel.ir.errors import DeviceError
 from fuel.ir.layout import Layout
+from fuel.ir.ops import OpKind
 from fuel.memory import Storage
 
 
@@ -80,6 +81,11 @@ class CpuBackend(Backend):
         """Add each kernel module's bindings."""
         for module in KERNEL_MODULES:
             module.KERNELS.register_into(table)
+        from fuel.compiler.cpu import GENERATED, KERNEL_SOURCE, generate_c_kernel
+
+        # Fused nodes: a generator that compiles each node's LoopKernel (fuel.compiler).
+        table.register(OpKind.FUSED, (), BackendId.CPU, generate_c_kernel, GENERATED,
+                       KERNEL_SOURCE)
 
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.

@@ -1,0 +1,73 @@
+"""Generated C kernels as fuel kernels: the CPU backend's binding for fused nodes.
+
+The CPU backend registers ``generate_c_kernel`` at ``(OpKind.FUSED, (), cpu)``; ``compile_node``
+calls it with a fused node's LoopKernel (its params) and gets a BindingEntry whose kernel
+launches the compiled library through ctypes (which releases the GIL while it runs).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from collections.abc import Sequence
+
+from fuel.compiler import toolchain
+from fuel.compiler.kernel_ir import LoopKernel
+from fuel.compiler.render_c import CProgram, render_c
+from fuel.compiler.render_c_reduce import render_c_reduce
+from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
+from fuel.ir.layout import Layout
+
+GENERATED = KernelCaps(strided_input=True)
+KERNEL_SOURCE = "c"
+# A launch with at least this many elements runs its outer loop on OpenMP threads (when the
+# toolchain enabled OpenMP; see toolchain.detect).
+PARALLEL_THRESHOLD = 1 << 18
+
+
+class GeneratedKernel:
+    """A LoopKernel compiled to C: ``kernel(inputs, outputs, layouts, params)`` like any other."""
+
+    def __init__(self, kernel: LoopKernel, program: CProgram, built: toolchain.BuiltKernel
+                 ) -> None:
+        self.loop = kernel
+        self.program = program
+        self.built = built
+        self.function = built.function
+        self.sizes = (ctypes.c_int64 * len(program.sizes))(*program.sizes)
+        self.strides = (ctypes.c_int64 * max(1, len(program.strides)))(*program.strides)
+        self.empty = any(size == 0 for size in kernel.shape)
+        self.__qualname__ = self.__name__ = kernel.name
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: object) -> Launcher:
+        """Bind the data pointers once; the launcher is one foreign call."""
+        if self.empty:
+            return lambda: None
+        pointers = [storage.buffer.ctypes.data + layout.offset * storage.buffer.itemsize
+                    for storage, layout in zip(list(inputs) + list(outputs), layouts)]
+        data = (ctypes.c_void_p * len(pointers))(*pointers)
+        function, sizes, strides = self.function, self.sizes, self.strides
+        return lambda: function(data, sizes, strides)
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params: object) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
+def generate_c_kernel(kernel: LoopKernel) -> BindingEntry:
+    """Render, compile (or fetch from the caches) and load ``kernel``; the entry's revision
+    hash is the generated source's."""
+    found = toolchain.detect()
+    usable = not isinstance(found, str)
+    threshold = PARALLEL_THRESHOLD if usable and found.openmp else None
+    vector_math = usable and found.vector_math
+    if kernel.reduced:
+        program = render_c_reduce(kernel, vector_math=vector_math)
+    else:
+        program = render_c(kernel, threshold, vector_math=vector_math)
+    built = toolchain.build(program.source, kernel.name)
+    revision = int.from_bytes(hashlib.blake2b(program.source.encode(), digest_size=8).digest(),
+                              "little")
+    return BindingEntry(GeneratedKernel(kernel, program, built), GENERATED, KERNEL_SOURCE,
+                        revision)

@@ -1,0 +1,174 @@
+"""The kernel IR: one loop nest over an output shape, as data.
+
+A ``LoopKernel`` reads its inputs through strided ``Load``s (a broadcast is stride 0, a permute
+is permuted strides, a slice is an offset and strides), computes a DAG of scalar ``Value``s
+named with the op registry's elementwise op names, and writes each ``Store``. Renderers
+(``fuel.compiler.render_c``) turn it into a language. Composite ops are lowered through the
+scalar ``expression`` their registry record declares. Pure data: this module imports only
+``fuel.ir`` and nothing here executes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fuel.ir import dtype as dt
+from fuel.ir.dtype import DType
+from fuel.ir.expression import Expression
+from fuel.ir.ops import OpKind, definition
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """One input buffer read at ``offset + sum(index[d] * strides[d])`` (elements)."""
+
+    dtype: DType
+    strides: tuple[int, ...]
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """One scalar of the DAG: ``load`` (of ``loads[load]``), ``constant`` or an op name
+    (an elementwise OpKind value, ``cast`` or ``where``) applied to earlier values ``args``."""
+
+    op: str
+    dtype: DType
+    args: tuple[int, ...] = ()
+    load: int = -1
+    constant: float | int | bool = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """Write value ``value`` (already of the output dtype) densely: one element per loop
+    point, or one per row (``per_row``) in a kernel with a reduction."""
+
+    value: int
+    dtype: DType
+    per_row: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LoopKernel:
+    """A loop nest over ``shape``: loads, a value DAG in topological order, stores.
+    A value whose op is in ``REDUCE_OPS`` (sum, max, min, mean) reduces its argument over
+    the row (the last dim of ``shape``) and is one scalar per row; so is every value that
+    depends only on such values and on loads constant along the row.
+    ``name`` is what profiles and plans show (``fused(sub,exp,div)``); ``nodes`` the graph
+    ops it covers, in order. Hashable: it is a plan's and the compile cache's key."""
+
+    name: str
+    shape: tuple[int, ...]
+    loads: tuple[Load, ...]
+    values: tuple[Value, ...]
+    stores: tuple[Store, ...]
+    nodes: tuple[str, ...] = ()
+    reduced: int = 0  # > 0: the last dim is a row that REDUCE_OPS values reduce (one row each)
+
+    def __str__(self) -> str:
+        return f"{self.name}{list(self.shape)}"
+
+
+@dataclass(slots=True)
+class KernelBuilder:
+    """Builds a LoopKernel's value DAG, sharing equal values (common subexpressions)."""
+
+    shape: tuple[int, ...]
+    loads: list[Load] = field(default_factory=list)
+    values: list[Value] = field(default_factory=list)
+    index: dict[Value, int] = field(default_factory=dict)
+
+    def value(self, value: Value) -> int:
+        """The index of ``value`` (added when new)."""
+        found = self.index.get(value)
+        if found is None:
+            found = self.index[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+    def load(self, load: Load) -> int:
+        """A value reading a new input through ``load`` (inputs and loads correspond)."""
+        self.loads.append(load)
+        return self.value(Value("load", load.dtype, load=len(self.loads) - 1))
+
+    def constant(self, number: float | int | bool, dtype: DType) -> int:
+        return self.value(Value("constant", dtype, constant=number))
+
+    def apply(self, op: OpKind, args: tuple[int, ...], dtype: DType) -> int:
+        """``op`` on ``args`` giving ``dtype``; a composite op is lowered through its registry
+        expression, computed in ``dtype``."""
+        expression = definition(op).expression
+        if expression is None:
+            if op is OpKind.CAST:
+                return self.cast(args[0], dtype)
+            return self.value(Value(op.value, dtype, tuple(args)))
+        return self.expression(expression, args, dtype)
+
+    def cast(self, value: int, dtype: DType) -> int:
+        if self.values[value].dtype is dtype:
+            return value
+        return self.value(Value("cast", dtype, (value,)))
+
+    def expression(self, expression: Expression, operands: tuple[int, ...], dtype: DType) -> int:
+        """Lower a registry scalar expression over ``operands`` (values) in ``dtype``."""
+        lowered: dict[int, int] = {}
+        for node in expression.walk():
+            if node.operand is not None:
+                result = self.cast(operands[node.operand], dtype)
+            elif node.constant is not None:
+                result = self.constant(node.constant, dtype)
+            else:
+                op = OpKind(node.op)
+                args = tuple(lowered[id(a)] for a in node.args)
+                result_dtype = dt.bool_ if op in PREDICATE_OPS else dtype
+                result = self.apply(op, args, result_dtype)
+            lowered[id(node)] = result
+        return lowered[id(expression)]
+
+    def build(self, name: str, stores: list[Store], nodes: tuple[str, ...] = (),
+              reduced: int = 0) -> LoopKernel:
+        return LoopKernel(name, self.shape, tuple(self.loads), tuple(self.values),
+                          tuple(stores), nodes, reduced)
+
+
+REDUCE_OPS = frozenset({"sum", "max", "min", "mean"})
+PREDICATE_OPS = frozenset({OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE,
+                           OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR,
+                           OpKind.LOGICAL_NOT, OpKind.ISNAN})
+
+
+def collapse(shape: tuple[int, ...], strides: list[tuple[int, ...]]
+             ) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Merge adjacent dims that every operand walks as one (and drop size-1 dims): the
+    smallest loop nest over the same elements. ``strides`` holds each operand's strides,
+    the dense output's included. At least one dim always remains."""
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    sizes: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for d in dims:
+        if sizes and all(s[d] * shape[d] == m[-1] for s, m in zip(strides, merged)):
+            sizes[-1] *= shape[d]
+            for s, m in zip(strides, merged):
+                m[-1] = s[d]
+            continue
+        sizes.append(shape[d])
+        for s, m in zip(strides, merged):
+            m.append(s[d])
+    if not sizes:
+        return (1,), [(0,) for _ in strides]
+    return tuple(sizes), [tuple(m) for m in merged]
+
+
+def row_values(kernel: LoopKernel) -> list[bool]:
+    """For each value of a kernel with a reduction, whether it is one scalar per row (a
+    reduction, or computed only from reductions, constants and loads constant along the row)."""
+    per_row: list[bool] = []
+    for value in kernel.values:
+        if value.op == "load":
+            per_row.append(kernel.loads[value.load].strides[-1] == 0)
+        elif value.op in REDUCE_OPS:
+            per_row.append(True)
+        else:
+            per_row.append(all(per_row[a] for a in value.args))
+    return per_row

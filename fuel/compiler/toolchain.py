@@ -1,0 +1,244 @@
+"""The C toolchain: find ``cc``, compile a kernel's source into a shared library, load it.
+
+Libraries are cached on disk under ``$FUEL_CACHE_DIR/kernels`` (default ``~/.cache/fuel``),
+keyed by a hash of the source, the compiler's identity and the flags, and in memory per
+process. Each entry is an index file ``<key>.json`` naming the library ``<key>-<digest>.so``
+and its SHA-256; both are written to a temporary name and renamed into place, so two processes
+building the same kernel at once each leave a complete, self-consistent entry. An entry whose
+library is missing or does not match its digest is reported once, rebuilt and replaced.
+Nothing here runs at ``import fuel``: detection happens on the first compile.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from fuel.ir.errors import KernelError
+
+FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=off", "-fwrapv",
+         "-fno-math-errno", "-fopenmp-simd")
+ENTRY_POINT = "fuel_kernel"
+
+
+@dataclass(frozen=True, slots=True)
+class Toolchain:
+    """A working C compiler and the flags every kernel is built with."""
+
+    compiler: str
+    identity: str
+    flags: tuple[str, ...]
+    openmp: bool
+    vector_math: bool = False
+    libraries: tuple[str, ...] = ("-lm",)
+
+
+@dataclass(slots=True)
+class BuiltKernel:
+    """A loaded kernel: its function, source hash, and where its source and library lie."""
+
+    function: object
+    key: str
+    source_path: Path
+    library_path: Path
+    seconds: float
+
+
+_lock = threading.Lock()
+_detected: list = []
+_loaded: dict[str, BuiltKernel] = {}
+_reported: set[str] = set()
+
+
+def cache_folder() -> Path:
+    """``$FUEL_CACHE_DIR/kernels`` or ``~/.cache/fuel/kernels``."""
+    configured = os.environ.get("FUEL_CACHE_DIR")
+    root = Path(configured).expanduser() if configured else Path.home() / ".cache" / "fuel"
+    return root / "kernels"
+
+
+VECTOR_PROBE = ('extern float tanhf(float) __attribute__((simd("notinbranch")));\n'
+                "void probe(float *x, long n) {\n"
+                "  for (long i = 0; i < n; i++) x[i] = tanhf(x[i]);\n}\n")
+
+
+def _try_compile(compiler: str, flags: tuple[str, ...], folder: str,
+                 libraries: tuple[str, ...] = ("-lm",), source_text: str | None = None
+                 ) -> str | None:
+    """None when ``compiler`` builds a small kernel with ``flags``, else its message."""
+    source = Path(folder) / "probe.c"
+    source.write_text(source_text or "#include <math.h>\nvoid probe(float *x, long n) {\n"
+                      "  for (long i = 0; i < n; i++) x[i] = expf(x[i]);\n}\n")
+    result = subprocess.run([compiler, *flags, str(source), "-o", str(Path(folder) / "probe.so"),
+                             *libraries], capture_output=True, text=True)
+    return None if result.returncode == 0 else (result.stderr.strip() or "failed")
+
+
+def detect() -> Toolchain | str:
+    """The toolchain (``$CC`` or ``cc``), or a sentence saying why there is none. Probes once:
+    ``-march=native`` where the compiler accepts it; OpenMP only when ``FUEL_OPENMP=1``; glibc's
+    vector math library (libmvec) where it links, unless ``FUEL_VECTOR_MATH=0``."""
+    with _lock:
+        if _detected:
+            return _detected[0]
+        _detected.append(_detect())
+        return _detected[0]
+
+
+def _detect() -> Toolchain | str:
+    compiler = os.environ.get("CC") or "cc"
+    path = shutil.which(compiler)
+    if path is None:
+        return f"no C compiler: {compiler!r} is not on PATH (set CC)"
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"the C compiler {path} does not run: {error}"
+    identity = f"{path} {version[0] if version else '?'}"
+    with tempfile.TemporaryDirectory(prefix="fuel-cc-") as folder:
+        failure = _try_compile(path, FLAGS, folder)
+        if failure is not None:
+            return f"the C compiler {path} cannot build kernels: {failure.splitlines()[0]}"
+        flags = FLAGS
+        if _try_compile(path, FLAGS + ("-march=native",), folder) is None:
+            flags = FLAGS + ("-march=native",)
+        openmp = (os.environ.get("FUEL_OPENMP") == "1"
+                  and _try_compile(path, flags + ("-fopenmp",), folder) is None)
+        if openmp:
+            flags = flags + ("-fopenmp",)
+        vector_libraries = ("-lmvec", "-lm")
+        vector_math = (os.environ.get("FUEL_VECTOR_MATH", "1") != "0" and _try_compile(
+            path, flags, folder, vector_libraries, VECTOR_PROBE) is None)
+    return Toolchain(path, identity, flags, openmp, vector_math,
+                     vector_libraries if vector_math else ("-lm",))
+
+
+def unavailable_reason() -> str | None:
+    """Why the CPU backend cannot compile kernels (None when it can)."""
+    found = detect()
+    return found if isinstance(found, str) else None
+
+
+def build(source: str, name: str) -> BuiltKernel:
+    """The loaded ``fuel_kernel`` of ``source``: from memory, from the disk cache, or compiled
+    now. Raises KernelError naming the kernel, the source's path and the compiler's message."""
+    found = detect()
+    if isinstance(found, str):
+        raise KernelError(f"cannot compile {name}: {found}")
+    key = hashlib.sha256("\x1f".join((source, found.identity, *found.flags,
+                                       *found.libraries)).encode()
+                         ).hexdigest()[:32]
+    with _lock:
+        built = _loaded.get(key)
+        if built is None:
+            built = _loaded[key] = _load_or_compile(found, source, key, name)
+    return built
+
+
+def built_kernels() -> list[BuiltKernel]:
+    """Every kernel this process loaded or compiled, in the order it first needed them."""
+    with _lock:
+        return list(_loaded.values())
+
+
+def _load_or_compile(toolchain: Toolchain, source: str, key: str, name: str) -> BuiltKernel:
+    start = time.perf_counter()
+    folder = cache_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    index_path = folder / f"{key}.json"
+    source_path = folder / f"{key}.c"
+    library = _cached_library(folder, index_path, key)
+    if library is None:
+        library = _compile(toolchain, source, folder, key, source_path, index_path, name)
+    elif not source_path.exists():
+        _write_atomically(source_path, source.encode())
+    function = _load(library, name, source_path)
+    return BuiltKernel(function, key, source_path, library, time.perf_counter() - start)
+
+
+def _cached_library(folder: Path, index_path: Path, key: str) -> Path | None:
+    """The cached library when its index names a file whose digest matches, else None
+    (reporting a damaged entry once)."""
+    try:
+        index = json.loads(index_path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        _report(key, f"its index is unreadable ({error})")
+        return None
+    library = folder / str(index.get("library", ""))
+    try:
+        digest = hashlib.sha256(library.read_bytes()).hexdigest()
+    except OSError:
+        _report(key, f"its library {library.name} is missing")
+        return None
+    if digest != index.get("sha256"):
+        _report(key, f"its library {library.name} does not match its recorded digest")
+        return None
+    return library
+
+
+def _report(key: str, why: str) -> None:
+    if key not in _reported:
+        _reported.add(key)
+        warnings.warn(f"fuel: the cached kernel {key} is damaged ({why}); rebuilding it",
+                      RuntimeWarning, stacklevel=4)
+
+
+def _compile(toolchain: Toolchain, source: str, folder: Path, key: str, source_path: Path,
+             index_path: Path, name: str) -> Path:
+    _write_atomically(source_path, source.encode())
+    handle, temporary = tempfile.mkstemp(prefix=f"{key}-", suffix=".so.part", dir=folder)
+    os.close(handle)
+    try:
+        result = subprocess.run([toolchain.compiler, *toolchain.flags, str(source_path), "-o",
+                                 temporary, *toolchain.libraries], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise KernelError(f"compiling {name} failed (source {source_path}): "
+                              f"{result.stderr.strip()}")
+        data = Path(temporary).read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        library = folder / f"{key}-{digest[:16]}.so"
+        os.replace(temporary, library)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    _write_atomically(index_path, json.dumps({"library": library.name, "sha256": digest,
+                                              "compiler": toolchain.identity,
+                                              "flags": list(toolchain.flags)}).encode())
+    return library
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    handle, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".part",
+                                         dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def _load(library: Path, name: str, source_path: Path):
+    try:
+        shared = ctypes.CDLL(str(library))
+        function = getattr(shared, ENTRY_POINT)
+    except (OSError, AttributeError) as error:
+        raise KernelError(f"loading {name} from {library} (source {source_path}) failed: "
+                          f"{error}") from None
+    function.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    function.restype = None
+    return function

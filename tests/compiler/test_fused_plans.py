@@ -1,0 +1,142 @@
+"""Fused groups in plans: one launch per group, named in explain and profiles, replayed by
+fuel.jit and the plan cache without compiling, errors naming the node, no compiler no fusion."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import fuel
+from fuel.compiler import cpu, toolchain
+from fuel.compiler.render_c import CProgram
+from fuel.dispatch.kernel import global_table
+from fuel.graph import Graph
+from fuel.runtime import plan
+from fuel.runtime.plan import PlanBuilder
+
+pytestmark = pytest.mark.skipif(toolchain.unavailable_reason() is not None,
+                                reason=str(toolchain.unavailable_reason()))
+
+
+@pytest.fixture(autouse=True)
+def fusion_on():
+    fuel.set_fusion(True)
+    yield
+    fuel.set_fusion(True)
+
+
+def _chain(x, y):
+    return ((x * 2.0 + y).exp() - x).relu()
+
+
+def _arrays():
+    random = np.random.default_rng(1)
+    return (random.standard_normal((6, 5)).astype(np.float32),
+            random.standard_normal(5).astype(np.float32))
+
+
+def _expected(x, y):
+    return np.maximum(np.exp(x * np.float32(2.0) + y) - x, 0)
+
+
+def test_a_chain_is_one_launch_materializing_only_its_result():
+    x, y = _arrays()
+    result = _chain(fuel.tensor(x), fuel.tensor(y))
+    graph = Graph.build([result._node])
+    steps = [s for s in PlanBuilder(graph, global_table()).steps() if s.__class__ is not tuple]
+    assert len(steps) == 1 and steps[0].compiled.name == "fused(mul,add,exp,sub,relu)"
+    assert steps[0].compiled.entry.kernel_source == "c"
+    with fuel.profile() as profile:
+        values = result.numpy()
+    assert [row.op for row in profile.launches] == ["fused(mul,add,exp,sub,relu)"]
+    np.testing.assert_allclose(values, _expected(x, y), rtol=1e-6)
+
+
+def test_explain_names_the_fused_kernel_and_the_nodes_it_covers():
+    x, y = _arrays()
+    rows = _chain(fuel.tensor(x), fuel.tensor(y)).explain().rows
+    fused = [row for row in rows if row.dispatch.startswith("c fused(")]
+    # (y's broadcast to x's shape is a member too: the kernel reads y with stride 0)
+    assert [row.op for row in fused if row.op != "expand"] == ["mul", "add", "exp", "sub",
+                                                               "relu"]
+    assert len({row.kernel_revision_hash for row in fused}) == 1
+    assert fused[-1].dispatch == "c fused(mul,add,exp,sub,relu)"
+    assert fused[0].dispatch.endswith(f"in node {fused[-1].node_id}")
+
+
+def test_set_fusion_false_runs_one_numpy_kernel_per_node():
+    x, y = _arrays()
+    fuel.set_fusion(False)
+    with fuel.profile() as profile:
+        values = _chain(fuel.tensor(x), fuel.tensor(y)).numpy()
+    assert [row.op for row in profile.launches] == ["mul", "add", "exp", "sub", "relu"]
+    np.testing.assert_allclose(values, _expected(x, y), rtol=1e-6)
+
+
+def test_plan_cache_hits_and_jit_replays_never_compile(monkeypatch):
+    x, y = _arrays()
+    tx, ty = fuel.tensor(x), fuel.tensor(y)
+    first = _chain(tx, ty).numpy()
+    step = fuel.jit(_chain)
+    step(tx, ty).numpy()
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("compiled during a replay")
+
+    monkeypatch.setattr(toolchain, "build", no_compiling)
+    monkeypatch.setattr(cpu, "render_c", no_compiling)
+    np.testing.assert_array_equal(_chain(tx, ty).numpy(), first)
+    other = fuel.tensor(x + 1)
+    np.testing.assert_allclose(step(other, ty).numpy(), _expected(x + 1, y), rtol=1e-6)
+
+
+def test_a_compiler_error_is_a_kernel_error_naming_the_node_and_the_source(monkeypatch,
+                                                                           tmp_path):
+    monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "render_c", lambda kernel, threshold=None, vector_math=False: CProgram(
+        "void fuel_kernel(void) { not C }", (1,), ()))
+    x, y = _arrays()
+    result = fuel.tensor(x).exp() * fuel.tensor(y)  # this line is the group's first
+    with pytest.raises(fuel.KernelError) as raised:
+        result.realize()
+    message = str(raised.value)
+    assert "test_fused_plans.py" in message and str(tmp_path) in message
+    assert "error" in message
+
+
+def test_without_a_compiler_nothing_fuses(monkeypatch):
+    monkeypatch.setattr(toolchain, "_detected", ["no C compiler: 'cc' is not on PATH (set CC)"])
+    x, y = _arrays()
+    with fuel.profile() as profile:
+        values = _chain(fuel.tensor(x), fuel.tensor(y)).numpy()
+    assert all(not row.op.startswith("fused") for row in profile.launches)
+    np.testing.assert_allclose(values, _expected(x, y), rtol=1e-6)
+
+
+def test_pipelined_realize_compiles_cold_kernels_on_its_planning_thread(monkeypatch, tmp_path):
+    monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(toolchain, "_loaded", {})
+    monkeypatch.setattr(plan, "_compiled_cache", {})
+    fuel.set_fusion(True)  # (drops cached plans)
+    x, y = _arrays()
+    tx, ty = fuel.tensor(x), fuel.tensor(y)
+    first = _chain(tx, ty)
+    second = (first * 3.0 - ty).tanh() + 1.5  # a second group, compiled on the planning thread
+    fuel.realize(first, second, pipelined=True)
+    expected = _expected(x, y)
+    np.testing.assert_allclose(first.numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(second.numpy(), np.tanh(expected * 3 - y) + 1.5, rtol=1e-5)
+    assert len(toolchain.built_kernels()) == 2
+    assert all(str(kernel.source_path).startswith(str(tmp_path))
+               for kernel in toolchain.built_kernels())
+
+
+def test_without_vector_math_math_functions_keep_their_numpy_kernels(monkeypatch):
+    found = toolchain.detect()
+    monkeypatch.setattr(toolchain, "_detected", [dataclasses.replace(found, vector_math=False)])
+    x = fuel.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    with fuel.profile() as profile:
+        values = ((x * 2.0 + 1.0).exp() * 3.0 - 1.0).numpy()
+    assert [row.op for row in profile.launches] == ["fused(mul,add)", "exp", "fused(mul,sub)"]
+    expected = np.exp(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4) * 2 + 1) * 3 - 1
+    np.testing.assert_allclose(values, expected, rtol=1e-6)
