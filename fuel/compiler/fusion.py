@@ -51,6 +51,11 @@ def fusion_unavailable_reason(backend: BackendId) -> str | None:
     return toolchain.unavailable_reason()
 
 
+def fuses_math(backend: BackendId) -> bool:
+    """Whether plans for ``backend`` fuse now, math functions included (vector math)."""
+    return fusion_enabled() and fusion_unavailable_reason(backend) is None and _vector_math()
+
+
 @dataclass(frozen=True, slots=True)
 class FusionGroup:
     """Members in topological order, the anchor (last, the one materialized value) included;
