@@ -95,22 +95,7 @@ def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
         lines.append(f"  #pragma omp parallel for schedule(static) "
                      f"if (outer_count * inner >= {parallel_threshold})")
     lines.append("  for (int64_t outer = 0; outer < outer_count; outer++) {")
-    for position in range(len(kernel.loads)):
-        lines.append(f"    int64_t base{position} = 0;")
-    if depth > 1:
-        lines.append("    int64_t rest = outer;")
-        lines.append(f"    for (int d = {depth - 2}; d >= 0; d--) {{")
-        lines.append("      const int64_t i = rest % sizes[d]; rest /= sizes[d];")
-        for position in range(len(kernel.loads)):
-            lines.append(f"      base{position} += i * strides[{position * depth} + d];")
-        lines.append("    }")
-    for position, load in enumerate(kernel.loads):
-        ctype = C_TYPES[load.dtype]
-        lines.append(f"    const {ctype} *restrict in{position} = "
-                     f"(const {ctype} *)data[{position}] + base{position};")
-        if patterns[position] == "strided":
-            lines.append(f"    const int64_t step{position} = "
-                         f"strides[{position * depth + depth - 1}];")
+    lines += outer_inputs(kernel, patterns, depth - 1, depth)
     for position, store in enumerate(kernel.stores):
         ctype = C_TYPES[store.dtype]
         lines.append(f"    {ctype} *restrict out{position} = "
@@ -138,6 +123,29 @@ FUEL_REMAINDER_FLOAT(double, fmod)
 
 # libmvec's vector variants (glibc 2.35+) of the math functions the renderer calls.
 VECTOR_FUNCTIONS = frozenset(MATH_FUNCTIONS) | {"pow"}
+
+
+def outer_inputs(kernel: LoopKernel, patterns: list[str], outer_dims: int,
+                 stride_count: int) -> list[str]:
+    """Inside the loop over ``outer``: each input's base offset from the ``outer_dims`` outer
+    sizes and strides (``stride_count`` strides per input, the inner one last), its pointer
+    and, for a strided input, its inner step."""
+    lines = [f"    int64_t base{position} = 0;" for position in range(len(kernel.loads))]
+    if outer_dims > 0:
+        lines.append("    int64_t rest = outer;")
+        lines.append(f"    for (int d = {outer_dims - 1}; d >= 0; d--) {{")
+        lines.append("      const int64_t index = rest % sizes[d]; rest /= sizes[d];")
+        for position in range(len(kernel.loads)):
+            lines.append(f"      base{position} += index * strides[{position * stride_count} + d];")
+        lines.append("    }")
+    for position, load in enumerate(kernel.loads):
+        ctype = C_TYPES[load.dtype]
+        lines.append(f"    const {ctype} *restrict in{position} = "
+                     f"(const {ctype} *)data[{position}] + base{position};")
+        if patterns[position] == "strided":
+            lines.append(f"    const int64_t step{position} = "
+                         f"strides[{position * stride_count + stride_count - 1}];")
+    return lines
 
 
 def _vector_declarations(kernel: LoopKernel) -> list[str]:

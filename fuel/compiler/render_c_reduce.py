@@ -15,7 +15,14 @@ and ``strides`` each load's strides per collapsed rows dim, then its row stride.
 from __future__ import annotations
 
 from fuel.compiler.kernel_ir import REDUCE_OPS, LoopKernel, collapse, row_values
-from fuel.compiler.render_c import C_TYPES, PRELUDE, CProgram, _expression, _vector_declarations
+from fuel.compiler.render_c import (
+    C_TYPES,
+    PRELUDE,
+    CProgram,
+    _expression,
+    _vector_declarations,
+    outer_inputs,
+)
 from fuel.ir import dtype as dt
 
 _INITIAL = {"max": "-INFINITY", "min": "INFINITY"}
@@ -36,22 +43,7 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
              "  int64_t outer_count = 1;",
              f"  for (int d = 0; d < {depth}; d++) outer_count *= sizes[d];",
              "  for (int64_t outer = 0; outer < outer_count; outer++) {"]
-    stride_count = depth + 1
-    for position in range(len(kernel.loads)):
-        lines.append(f"    int64_t base{position} = 0;")
-    lines.append("    int64_t rest = outer;")
-    lines.append(f"    for (int d = {depth - 1}; d >= 0; d--) {{")
-    lines.append("      const int64_t index = rest % sizes[d]; rest /= sizes[d];")
-    for position in range(len(kernel.loads)):
-        lines.append(f"      base{position} += index * strides[{position * stride_count} + d];")
-    lines.append("    }")
-    for position, load in enumerate(kernel.loads):
-        ctype = C_TYPES[load.dtype]
-        lines.append(f"    const {ctype} *restrict in{position} = "
-                     f"(const {ctype} *)data[{position}] + base{position};")
-        if patterns[position] == "strided":
-            lines.append(f"    const int64_t step{position} = "
-                         f"strides[{position * stride_count + depth}];")
+    lines += outer_inputs(kernel, patterns, depth, depth + 1)
     for position, store in enumerate(kernel.stores):
         ctype = C_TYPES[store.dtype]
         offset = "outer" if store.per_row else "outer * row"

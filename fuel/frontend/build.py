@@ -37,25 +37,16 @@ def at_user_line(function):
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         local = _site_local
-        if local.site is not None:
-            try:
-                return function(*args, **kwargs)
-            except FuelError as error:
-                if getattr(error, "located", False):
-                    raise
-                raise _located(error) from None
-        code = _getframe(1).f_code
-        runtime = _is_runtime.get(code.co_filename)
-        if runtime is None:
-            runtime = is_runtime_file(code.co_filename)
-        if runtime:  # called from fuel's own code outside an API entry: no site to set
-            try:
-                return function(*args, **kwargs)
-            except FuelError as error:
-                if getattr(error, "located", False):
-                    raise
-                raise _located(error) from None
-        local.site = (code.co_filename, _getframe(1).f_lineno)
+        outermost = False
+        if local.site is None:
+            code = _getframe(1).f_code
+            runtime = _is_runtime.get(code.co_filename)
+            if runtime is None:
+                runtime = is_runtime_file(code.co_filename)
+            # Called from fuel's own code outside an API entry: no site to set.
+            if not runtime:
+                local.site = (code.co_filename, _getframe(1).f_lineno)
+                outermost = True
         try:
             return function(*args, **kwargs)
         except FuelError as error:
@@ -63,7 +54,8 @@ def at_user_line(function):
                 raise
             raise _located(error) from None
         finally:
-            local.site = None
+            if outermost:
+                local.site = None
 
     return wrapper
 
