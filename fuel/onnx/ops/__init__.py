@@ -11,6 +11,7 @@ from fuel.onnx.ops import (  # noqa: F401
     linalg,
     loss,
     misc,
+    ml,
     normalization,
     quantize,
     reduce,
@@ -19,4 +20,5 @@ from fuel.onnx.ops import (  # noqa: F401
     sequence,
     shape,
     signal,
+    strings,
 )
