@@ -43,6 +43,8 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, TensorBase):
         result = data.to(dtype=dtype) if dtype is not None else data
         return result.to(target)
+    if isinstance(data, np.ndarray) and data.dtype.kind in "OUT":
+        return leaf(_strings(data), target)
     if isinstance(data, np.ndarray):
         array = data
         known = tuple(d.numpy for d in dt.KNOWN_DTYPES)
@@ -65,6 +67,16 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     if dtype is not None:
         array = array.astype(dt.to_dtype(dtype).numpy)
     return leaf(array, target)
+
+
+def _strings(array: np.ndarray) -> np.ndarray:
+    """A copy of ``array`` (object, str_ or StringDType) as an object array of ``str``."""
+    copied = np.array(array, dtype=object, copy=True)
+    wrong = next((v for v in copied.reshape(-1) if not isinstance(v, str)), None)
+    if wrong is not None:
+        raise DTypeError(f"fuel.tensor() takes numbers or strings; the array holds a "
+                         f"{type(wrong).__name__} ({wrong!r})")
+    return copied
 
 
 @at_user_line

@@ -35,6 +35,7 @@ class CpuBackend(Backend):
 
     backend_id = BackendId.CPU
     kernel_source = "numpy"
+    holds_strings = True
 
     def devices(self) -> list[Device]:
         return [CPU]

@@ -59,8 +59,9 @@ def tfidf(x, out, params):
     lookup = ngram_lookup(params)
     rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, -1)
     counts = np.stack([ngram_counts(row.tolist(), params, lookup) for row in rows])
-    weights = (np.asarray(params.weights, np.float32) if params.weights is not None
-               else np.ones(params.width, np.float32))
+    weights = np.ones(params.width, np.float32)  # the i-th pool n-gram's weight, at its column
+    if params.weights is not None:
+        weights[list(params.ngram_indexes)] = params.weights
     if params.mode == "IDF":
         counts = (counts > 0).astype(np.float32) * weights
     elif params.mode == "TFIDF":
@@ -141,9 +142,9 @@ def tree_ensemble(x, out, params):
     for tree, leaves in enumerate(per_tree):
         contributions[tree, rows, targets[leaves]] = weights[leaves]
     if params.aggregate == 2:
-        scores = np.nanmin(contributions, axis=0)
+        scores = np.fmin.reduce(contributions, axis=0)
     elif params.aggregate == 3:
-        scores = np.nanmax(contributions, axis=0)
+        scores = np.fmax.reduce(contributions, axis=0)
     else:
         scores = np.nansum(contributions, axis=0)
         if params.aggregate == 0:
