@@ -189,6 +189,14 @@ def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
     return leaf(values, parse_device(device))
 
 
+def random_generator(seed: float | None = None) -> np.random.Generator:
+    """fuel's seeded generator, or (``seed`` given) a fresh one seeded with it, whose draws
+    repeat for the same seed (ONNX's ``seed`` attributes)."""
+    if seed is None:
+        return _generator
+    return np.random.default_rng(int(np.array(seed, np.float64).view(np.uint64)))
+
+
 def random_uniform(shape: tuple[int, ...], device) -> Tensor:
     """Uniform float32 samples for dropout masks."""
     return leaf(_generator.random(shape, dtype=np.float32), parse_device(device))

@@ -14,6 +14,7 @@ from fuel.onnx.ops import (  # noqa: F401
     ml,
     normalization,
     quantize,
+    random,
     reduce,
     resize,
     rnn,
