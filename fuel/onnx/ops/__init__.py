@@ -16,6 +16,7 @@ from fuel.onnx.ops import (  # noqa: F401
     quantize,
     random,
     reduce,
+    regions,
     resize,
     rnn,
     sequence,
