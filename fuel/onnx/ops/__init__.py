@@ -7,6 +7,7 @@ from fuel.onnx.ops import (  # noqa: F401
     control,
     conv,
     elementwise,
+    gradient,
     image,
     indexing,
     linalg,
