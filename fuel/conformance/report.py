@@ -6,6 +6,7 @@ import sys
 from collections import Counter, defaultdict
 
 from fuel.conformance.cases import GROUP_NAMES, LIGHT_SUITE, MODEL_SUITES, NODE_SUITE
+from fuel.conformance.notes import JUDGING, reason_for
 from fuel.conformance.runner import PASS, STATUSES, Result
 
 SHORT = {"pass": "pass", "mismatch": "mismatch", "unsupported op": "no op",
@@ -185,12 +186,20 @@ def markdown(results: list[Result], meta: dict, peer: list[Result] | None = None
         if result.case.suite != NODE_SUITE:
             lines.append(f"| {result.case.name} | {result.case.suite} | {result.status} | "
                          f"{_cell(result.detail)} |")
-    lines += ["", "## Node cases that do not pass", "", "| case | op | status | detail |",
-              "|---|---|---|---|"]
+    lines += ["", "## Cases that do not pass, and why", "",
+              "The reasons are hand-written (`fuel/conformance/notes.py`); a case without one "
+              "says so.", "", "| case | op | status | detail | why |", "|---|---|---|---|---|"]
     for result in results:
-        if result.case.suite == NODE_SUITE and result.status != PASS:
+        if result.status != PASS:
             lines.append(f"| {result.case.name} | {result.case.op} | {result.status} | "
-                         f"{_cell(result.detail)} |")
+                         f"{_cell(result.detail)} | {reason_for(result.case.name)} |")
+    if peer:
+        behind = [group for group, counts in per_group(results).items()
+                  if counts[PASS] <= peer_groups.get(group, {}).get(PASS, 0)]
+        lines += ["", "## Dtype groups where fuel does not pass more than " + peer_name, "",
+                  ", ".join(behind) if behind else "None: fuel passes more cases than "
+                  f"{peer_name} in every dtype group."]
+    lines += ["", "## How cases are judged", "", JUDGING]
     return "\n".join(lines) + "\n"
 
 
