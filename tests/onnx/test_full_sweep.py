@@ -1,6 +1,7 @@
 """The whole ONNX backend suite (node cases, model folders, light CNNs) against the issue's
 bar: at least 1275 of the float32/int64-input node cases, 1870 of all node cases (1883 pass
-with Pillow installed, 1874 without: ImageDecoder), every light CNN and every simple model. It finishes in well under a minute, so it runs by default."""
+with Pillow installed, 1874 without: ImageDecoder), every light CNN and every simple model.
+It finishes in well under a minute, so it runs by default."""
 
 from __future__ import annotations
 

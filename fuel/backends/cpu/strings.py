@@ -18,13 +18,13 @@ def _coverage(op: OpKind):
     return definition(op).coverage
 
 
+_CONCAT = np.frompyfunc(lambda a, b: a + b, 2, 1)
+
+
 @KERNELS.kernel(OpKind.STRING_CONCAT, _coverage(OpKind.STRING_CONCAT), STRIDED)
 @array_kernel
 def string_concat(a, b, out, params):
     out[...] = _CONCAT(a, b)
-
-
-_CONCAT = np.frompyfunc(lambda a, b: a + b, 2, 1)
 
 
 def split_one(text: str, params) -> list[str]:
