@@ -204,6 +204,7 @@ class OpDefinition:
     random: bool = False
     primitive: bool = False
     float_only: bool = False
+    host_only: bool = False
     method: str | None = None
     function: str | None = None
     functional: str | None = None
@@ -444,27 +445,34 @@ define(OpKind.GRID_SAMPLE, "window", rules.grid_sample, params=GridSampleParams,
        doc="Sample an input at grid positions.")
 
 # ------------------------------------------------------------------ strings and ML models
-# ONNX's string ops and its ai.onnx.ml models; CPU only (string is a CPU-only dtype).
+# ONNX's string ops and its ai.onnx.ml models: ``host_only``, kernels on the CPU's host arrays
+# and no decomposition (string is a CPU-only dtype; the models are table-driven walks).
 define(OpKind.STRING_CONCAT, "text", rules_text.string_concat, params=NoParams,
-       coverage=((_STRING, _STRING, _STRING),), doc="Concatenate strings, broadcasting.")
+       coverage=((_STRING, _STRING, _STRING),), host_only=True,
+       doc="Concatenate strings, broadcasting.")
 define(OpKind.STRING_SPLIT, "text", rules_text.string_split, params=StringSplitParams,
        coverage=((_STRING, _STRING), (_STRING, dt.int64)),
+       host_only=True,
        doc="Substrings between delimiters (padded with \"\"), or their count.")
 define(OpKind.STRING_NORMALIZE, "text", rules_text.string_normalize,
        params=StringNormalizeParams, coverage=((_STRING, _STRING),),
+       host_only=True,
        doc="Drop stopwords and change case.")
 define(OpKind.FULL_MATCH, "text", rules_text.full_match, params=PatternParams,
-       coverage=((_STRING, dt.bool_),), doc="Whether a regular expression matches the whole "
-                                            "string.")
+       coverage=((_STRING, dt.bool_),), host_only=True,
+       doc="Whether a regular expression matches the whole string.")
 _LABELS = (_STRING, dt.int64, dt.int32, dt.int16, dt.float32, dt.float64)
 define(OpKind.LABEL_ENCODE, "model", rules_text.label_encode, params=LabelEncodeParams,
        coverage=tuple((a, b) for a in _LABELS for b in _LABELS),
+       host_only=True,
        doc="Map keys to values through a table, with a default.")
 define(OpKind.TFIDF, "model", rules_text.tfidf, params=TfIdfParams,
        coverage=((dt.int32, dt.float32), (dt.int64, dt.float32), (_STRING, dt.float32)),
+       host_only=True,
        doc="Count (or weight) the pool's n-grams, with skips, per row.")
 define(OpKind.TREE_ENSEMBLE, "model", rules_text.tree_ensemble, params=TreeEnsembleParams,
        coverage=combos((dt.float16, dt.float32, dt.float64), 1),
+       host_only=True,
        doc="Sum (or average, min, max) the leaf weights a tree ensemble reaches per target.")
 
 # ------------------------------------------------------------------ planner-made
@@ -491,6 +499,7 @@ ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {OpKind.WHERE}
 UNARY_FLOAT_OPS = kinds(lambda r: r.family == "unary" and r.float_only)
 REDUCE_OPS = kinds(lambda r: r.family == "reduce")
 PRIMITIVE_OPS = kinds(lambda r: r.primitive)
+HOST_ONLY_OPS = kinds(lambda r: r.host_only)
 COMPARE_OPS = frozenset({OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE})
 LOGICAL_OPS = frozenset({OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR})
 
