@@ -3,7 +3,8 @@
 Runs every case (node cases generated from the installed onnx, the pytorch-converted,
 pytorch-operator and simple folders, the light CNNs) on both runtimes, then prints the pass
 counts side by side per suite with each runtime's time and the fuel / onnxruntime time ratio
-(lower is better). Each runtime's time covers loading, building and running every case.
+(lower is better), then the node cases per dtype group (fuel.conformance.cases.DTYPE_GROUPS)
+with both runtimes' passes. Each runtime's time covers loading, building and running every case.
 
     python bench/onnx_suite.py [--suite node,models,light] [--filter REGEX] [--device D]
 """
@@ -19,7 +20,7 @@ import numpy as np
 
 from fuel.conformance.cases import load_cases
 from fuel.conformance.onnx import parse_suites, run_all
-from fuel.conformance.report import totals
+from fuel.conformance.report import per_group_text, totals
 
 
 def suite_seconds(results) -> dict[str, float]:
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         ratio = f"{mine / peer:.2f}x" if peer else "-"
         print(f"{name:<22}{counts['total']:>6}{counts['pass']:>11}{theirs[name]['pass']:>10}"
               f"{mine:>9.2f}{peer:>9.2f}{ratio:>12}")
+    print("\nnode cases per dtype group (fuel passes more than onnxruntime?):")
+    print(per_group_text(outcomes["fuel"], outcomes["onnxruntime"], "ort"))
     print(f"\nwhole sweep: fuel {timings['fuel']:.1f} s, onnxruntime "
           f"{timings['onnxruntime']:.1f} s, ratio {timings['fuel'] / timings['onnxruntime']:.2f}x"
           " (fuel / onnxruntime, lower is better)")

@@ -30,6 +30,8 @@ class Backend(abc.ABC):
 
     backend_id: BackendId
     kernel_source: str
+    # Whether buffers may hold Python objects (the string dtype): only the CPU's NumPy arrays.
+    holds_strings: bool = False
 
     # ------------------------------------------------------------------ required
 

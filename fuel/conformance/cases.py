@@ -36,6 +36,7 @@ class Case:
     atol: float = DEFAULT_ATOL
     float32_int64_inputs: bool = False
     expected_path: str = field(default="", repr=False)
+    dtype_group: str = ""
 
     @property
     def model_path(self) -> str:
@@ -139,6 +140,64 @@ def _only_float32_int64(model) -> bool:
     return True
 
 
+# The dtype groups of the report, in priority order: a case belongs to the first group one of
+# its element types is in (TensorProto.DataType values); "float32/int64" takes the cases whose
+# types are all float32, int64 or bool; "other" the rest (float64, int8/16/32, ...).
+DTYPE_GROUPS: tuple[tuple[str, frozenset[int]], ...] = (
+    ("string", frozenset({8})),
+    ("sub-byte ints", frozenset({21, 22, 25, 26})),
+    ("float4", frozenset({23})),
+    ("float8", frozenset({17, 18, 19, 20, 24})),
+    ("float16/bfloat16", frozenset({10, 16})),
+    ("unsigned ints", frozenset({2, 4, 12, 13})),
+)
+FLOAT32_INT64_GROUP = "float32/int64"
+OTHER_GROUP = "other"
+GROUP_NAMES = tuple(name for name, _ in DTYPE_GROUPS) + (FLOAT32_INT64_GROUP, OTHER_GROUP)
+_TYPE_ATTRIBUTES = ("to", "output_dtype", "dtype")
+
+
+def element_types(model) -> set[int]:
+    """Every tensor element type a model names: its graph's inputs, outputs, value infos,
+    initializers and constants, and the element-type attributes of its nodes (Cast's ``to``)."""
+    found: set[int] = set()
+
+    def of_type(type_proto) -> None:
+        kind = type_proto.WhichOneof("value")
+        if kind == "tensor_type":
+            found.add(type_proto.tensor_type.elem_type)
+        elif kind == "sequence_type":
+            of_type(type_proto.sequence_type.elem_type)
+        elif kind == "optional_type":
+            of_type(type_proto.optional_type.elem_type)
+
+    def of_graph(graph) -> None:
+        for value in (*graph.input, *graph.output, *graph.value_info):
+            of_type(value.type)
+        found.update(t.data_type for t in graph.initializer)
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.name in _TYPE_ATTRIBUTES and attribute.type == attribute.INT:
+                    found.add(attribute.i)
+                if attribute.type == attribute.TENSOR:
+                    found.add(attribute.t.data_type)
+                if attribute.type == attribute.GRAPH:
+                    of_graph(attribute.g)
+
+    of_graph(model.graph)
+    found.discard(0)
+    return found
+
+
+def dtype_group(model) -> str:
+    """The report's dtype group of a model (see DTYPE_GROUPS)."""
+    types = element_types(model)
+    for name, members in DTYPE_GROUPS:
+        if types & members:
+            return name
+    return FLOAT32_INT64_GROUP if types <= {_FLOAT32, _INT64, 9} else OTHER_GROUP
+
+
 def load_cases(suites=ALL_SUITES, pattern: str | None = None, progress=None) -> list[Case]:
     """Every case of ``suites`` whose name matches ``pattern`` (a regular expression)."""
     import onnx
@@ -156,7 +215,7 @@ def load_cases(suites=ALL_SUITES, pattern: str | None = None, progress=None) -> 
             model = onnx.load(os.path.join(path, "model.onnx"), load_external_data=False)
             found.append(Case(name, NODE_SUITE, meta["op"], path,
                               max(DEFAULT_RTOL, meta["rtol"]), max(DEFAULT_ATOL, meta["atol"]),
-                              _only_float32_int64(model)))
+                              _only_float32_int64(model), dtype_group=dtype_group(model)))
     data = onnx_data_dir()
     for suite in MODEL_SUITES:
         if suite not in suites:

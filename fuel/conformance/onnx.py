@@ -20,6 +20,7 @@ from fuel.conformance.report import (
     as_json,
     failures_text,
     markdown,
+    per_group_text,
     per_op_text,
     progress,
     totals,
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         print(failures_text(results))
         print()
     print(totals_text(results))
+    print("\n" + per_group_text(results))
     print(f"\n{len(results)} cases in {seconds:.1f} s on {args.runtime} ({args.device})")
     meta = {"onnx": onnx.__version__, "device": args.device, "runtime": args.runtime,
             "filter": args.filter, "seconds": round(seconds, 2)}
@@ -154,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         peer = run_all(cases, runtime="onnxruntime", label="onnxruntime")
         meta.update(peer="onnxruntime", peer_version=onnxruntime.__version__)
         print("\nonnxruntime on the same cases:\n" + totals_text(peer))
+        print("\nper dtype group, fuel and onnxruntime:\n"
+              + per_group_text(results, peer, "ort"))
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as handle:
             handle.write(markdown(results, meta, peer))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from collections import Counter, defaultdict
 
-from fuel.conformance.cases import LIGHT_SUITE, MODEL_SUITES, NODE_SUITE
+from fuel.conformance.cases import GROUP_NAMES, LIGHT_SUITE, MODEL_SUITES, NODE_SUITE
+from fuel.conformance.notes import JUDGING, reason_for
 from fuel.conformance.runner import PASS, STATUSES, Result
 
 SHORT = {"pass": "pass", "mismatch": "mismatch", "unsupported op": "no op",
@@ -63,6 +64,33 @@ def per_op(results: list[Result]) -> dict[str, dict[str, int]]:
             for op in sorted(table)}
 
 
+def per_group(results: list[Result]) -> dict[str, dict[str, int]]:
+    """Status counts per dtype group of the node suite (``cases.DTYPE_GROUPS``)."""
+    table: dict[str, Counter] = defaultdict(Counter)
+    for result in results:
+        if result.case.suite == NODE_SUITE:
+            table[result.case.dtype_group][result.status] += 1
+    return {group: {s: table[group][s] for s in STATUSES} | {"total": sum(table[group].values())}
+            for group in GROUP_NAMES if group in table}
+
+
+def per_group_text(results: list[Result], peer: list[Result] | None = None,
+                   peer_name: str = "ort") -> str:
+    """The per-dtype-group table; with ``peer``, its passes and whether fuel passes more."""
+    theirs = per_group(peer) if peer else {}
+    header = f"{'dtype group':<22}{'cases':>6}" + "".join(f"{SHORT[s]:>10}" for s in STATUSES)
+    if peer:
+        header += f"{peer_name + ' pass':>10}  fuel > {peer_name}"
+    lines = [header]
+    for group, counts in per_group(results).items():
+        line = f"{group:<22}{counts['total']:>6}" + "".join(f"{counts[s]:>10}" for s in STATUSES)
+        if peer:
+            other = theirs.get(group, {}).get(PASS, 0)
+            line += f"{other:>10}  {'yes' if counts[PASS] > other else 'NO'}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def totals_text(results: list[Result]) -> str:
     header = f"{'suite':<22}{'cases':>6}" + "".join(f"{SHORT[s]:>10}" for s in STATUSES)
     lines = [header]
@@ -92,9 +120,11 @@ def as_json(results: list[Result], meta: dict) -> dict:
         "meta": meta,
         "totals": totals(results),
         "per_op": per_op(results),
+        "per_dtype_group": per_group(results),
         "cases": [{"name": r.case.name, "suite": r.case.suite, "op": r.case.op,
                    "status": r.status, "detail": r.detail, "seconds": round(r.seconds, 5),
-                   "float32_int64_inputs": r.case.float32_int64_inputs} for r in results],
+                   "float32_int64_inputs": r.case.float32_int64_inputs,
+                   "dtype_group": r.case.dtype_group} for r in results],
     }
 
 
@@ -132,6 +162,18 @@ def markdown(results: list[Result], meta: dict, peer: list[Result] | None = None
         tail = f" | {peer_totals.get(name, {}).get('pass', '-')}" if peer else ""
         lines.append(f"| {name} | {counts['total']} | "
                      + " | ".join(str(counts[s]) for s in STATUSES) + tail + " |")
+    peer_groups = per_group(peer) if peer else {}
+    lines += ["", "## Node cases per dtype group", "",
+              "A case belongs to the first group one of its element types (inputs, outputs, "
+              "initializers,", "constants, Cast targets) is in, in this order; `float32/int64` "
+              "holds the cases whose types", "are all float32, int64 or bool, `other` the rest "
+              "(float64, int8/16/32, ...).", "",
+              "| dtype group | cases | " + " | ".join(SHORT[s] for s in STATUSES) + extra_head
+              + " |", "|---|---:|" + "---:|" * len(STATUSES) + extra_rule]
+    for group, counts in per_group(results).items():
+        tail = f" | {peer_groups.get(group, {}).get('pass', '-')}" if peer else ""
+        lines.append(f"| {group} | {counts['total']} | "
+                     + " | ".join(str(counts[s]) for s in STATUSES) + tail + " |")
     lines += ["", "## Node cases per op", "",
               "| op | cases | " + " | ".join(SHORT[s] for s in STATUSES) + extra_head + " |",
               "|---|---:|" + "---:|" * len(STATUSES) + extra_rule]
@@ -144,12 +186,20 @@ def markdown(results: list[Result], meta: dict, peer: list[Result] | None = None
         if result.case.suite != NODE_SUITE:
             lines.append(f"| {result.case.name} | {result.case.suite} | {result.status} | "
                          f"{_cell(result.detail)} |")
-    lines += ["", "## Node cases that do not pass", "", "| case | op | status | detail |",
-              "|---|---|---|---|"]
+    lines += ["", "## Cases that do not pass, and why", "",
+              "The reasons are hand-written (`fuel/conformance/notes.py`); a case without one "
+              "says so.", "", "| case | op | status | detail | why |", "|---|---|---|---|---|"]
     for result in results:
-        if result.case.suite == NODE_SUITE and result.status != PASS:
+        if result.status != PASS:
             lines.append(f"| {result.case.name} | {result.case.op} | {result.status} | "
-                         f"{_cell(result.detail)} |")
+                         f"{_cell(result.detail)} | {reason_for(result.case.name)} |")
+    if peer:
+        behind = [group for group, counts in per_group(results).items()
+                  if counts[PASS] <= peer_groups.get(group, {}).get(PASS, 0)]
+        lines += ["", "## Dtype groups where fuel does not pass more than " + peer_name, "",
+                  ", ".join(behind) if behind else "None: fuel passes more cases than "
+                  f"{peer_name} in every dtype group."]
+    lines += ["", "## How cases are judged", "", JUDGING]
     return "\n".join(lines) + "\n"
 
 

@@ -16,7 +16,7 @@ from fuel.graph.node import user_site_holder as _site_local
 from fuel.ir import dtype as dt
 from fuel.ir.device import Device
 from fuel.ir.dtype import DType
-from fuel.ir.errors import DeviceMismatch, FuelError
+from fuel.ir.errors import DeviceMismatch, FuelError, NoBackendForOp
 from fuel.ir.layout import Layout
 from fuel.ir.ops import CastParams, OpKind, ShapeParams, infer, infer_keyed
 
@@ -114,7 +114,12 @@ def leaf(array: np.ndarray, device: Device) -> Tensor:
     """A realized leaf holding ``array`` (uploaded to ``device``)."""
     from fuel.backends import get_backend
 
-    storage = get_backend(device).upload(device, array)
+    backend = get_backend(device)
+    if array.dtype.kind in "OUT" and not backend.holds_strings:
+        raise _located(NoBackendForOp(
+            f"load: no {backend.backend_id.value} kernel takes dtype string (strings live on "
+            f"the cpu backend only); keep string tensors on cpu"))
+    storage = backend.upload(device, array)
     node = Node(OpKind.LOAD, (), None, storage.dtype, tuple(array.shape), device, creation_site())
     node.attach(storage, Layout.contiguous(tuple(array.shape)))
     return wrap(node)

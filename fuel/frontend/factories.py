@@ -43,6 +43,8 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, TensorBase):
         result = data.to(dtype=dtype) if dtype is not None else data
         return result.to(target)
+    if isinstance(data, np.ndarray) and data.dtype.kind in "OUT":
+        return leaf(_strings(data), target)
     if isinstance(data, np.ndarray):
         array = data
         known = tuple(d.numpy for d in dt.KNOWN_DTYPES)
@@ -65,6 +67,16 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     if dtype is not None:
         array = array.astype(dt.to_dtype(dtype).numpy)
     return leaf(array, target)
+
+
+def _strings(array: np.ndarray) -> np.ndarray:
+    """A copy of ``array`` (object, str_ or StringDType) as an object array of ``str``."""
+    copied = np.array(array, dtype=object, copy=True)
+    wrong = next((v for v in copied.reshape(-1) if not isinstance(v, str)), None)
+    if wrong is not None:
+        raise DTypeError(f"fuel.tensor() takes numbers or strings; the array holds a "
+                         f"{type(wrong).__name__} ({wrong!r})")
+    return copied
 
 
 @at_user_line
@@ -175,6 +187,14 @@ def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
     chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_INT
     values = _generator.integers(low, high, size=_shape(tuple(size))).astype(chosen.numpy)
     return leaf(values, parse_device(device))
+
+
+def random_generator(seed: float | None = None) -> np.random.Generator:
+    """fuel's seeded generator, or (``seed`` given) a fresh one seeded with it, whose draws
+    repeat for the same seed (ONNX's ``seed`` attributes)."""
+    if seed is None:
+        return _generator
+    return np.random.default_rng(int(np.array(seed, np.float64).view(np.uint64)))
 
 
 def random_uniform(shape: tuple[int, ...], device) -> Tensor:

@@ -103,8 +103,19 @@ KNOWN_DTYPES: tuple[DType, ...] = ALL_DTYPES + LOW_PRECISION_DTYPES
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int64
 
-_BY_NAME = {d.name: d for d in KNOWN_DTYPES}
-_BY_NUMPY = {d.numpy: d for d in KNOWN_DTYPES}
+# ------------------------------------------------------------------ strings (ONNX STRING)
+# Python ``str`` objects in NumPy object arrays (NumPy ``str_`` and StringDType arrays convert
+# on upload). Only the CPU backend holds them: no other backend registers a kernel for the
+# dtype, so a string node elsewhere raises NoBackendForOp naming it. Kind "s": neither number
+# nor bool, promoting with nothing but itself; its coverage is declared per op in the registry
+# (string ops, equality, copies), never through KNOWN_DTYPES.
+string = DType("string", np.object_, "s", -2)
+STRING_DTYPES: tuple[DType, ...] = (string,)
+NAMED_DTYPES: tuple[DType, ...] = KNOWN_DTYPES + STRING_DTYPES
+_STRING_NUMPY_KINDS = "OUT"  # object, str_, StringDType
+
+_BY_NAME = {d.name: d for d in NAMED_DTYPES}
+_BY_NUMPY = {d.numpy: d for d in NAMED_DTYPES}
 
 
 def from_name(name: str) -> DType:
@@ -119,6 +130,8 @@ def from_numpy(numpy_dtype) -> DType:
     """The DType matching a NumPy dtype; raises DTypeError for unsupported ones."""
     key = np.dtype(numpy_dtype)
     found = _BY_NUMPY.get(key)
+    if found is None and key.kind in _STRING_NUMPY_KINDS:
+        return string
     if found is None:
         raise DTypeError(
             f"NumPy dtype {key} has no fuel equivalent; supported: {', '.join(_BY_NAME)}"
@@ -148,6 +161,9 @@ def promote_types(a: DType, b: DType) -> DType:
     """Array-API promotion of two tensor dtypes (torch's choice for int with float)."""
     if a is b:
         return a
+    if a is string or b is string:
+        raise DTypeError(f"{a.name} and {b.name} do not promote: strings combine only with "
+                         "strings")
     if a.is_bool:
         return b
     if b.is_bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fuel.ir import dtype as dt
-from fuel.ir import rules
+from fuel.ir import rules, rules_text
 from fuel.ir.dtype import DType
 from fuel.ir.errors import DTypeError
 from fuel.ir.expression import E, Expression, X
@@ -31,9 +31,11 @@ from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata 
     FullParams,
     GridSampleParams,
     IndexCopyParams,
+    LabelEncodeParams,
     NoParams,
     NormParams,
     PadParams,
+    PatternParams,
     PermuteParams,
     PoolParams,
     ReduceParams,
@@ -42,6 +44,10 @@ from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata 
     SliceAssignParams,
     SliceParams,
     SortParams,
+    StringNormalizeParams,
+    StringSplitParams,
+    TfIdfParams,
+    TreeEnsembleParams,
 )
 from fuel.ir.rules import broadcast_shapes  # noqa: F401 - part of the op metadata API
 
@@ -159,6 +165,13 @@ class OpKind(enum.Enum):
     MAX_POOL_INDICES = "max_pool_indices"
     AVG_POOL = "avg_pool"
     GRID_SAMPLE = "grid_sample"
+    STRING_CONCAT = "string_concat"
+    STRING_SPLIT = "string_split"
+    STRING_NORMALIZE = "string_normalize"
+    FULL_MATCH = "full_match"
+    LABEL_ENCODE = "label_encode"
+    TFIDF = "tfidf"
+    TREE_ENSEMBLE = "tree_ensemble"
     FUSED = "fused"
 
     def __repr__(self) -> str:
@@ -191,6 +204,7 @@ class OpDefinition:
     random: bool = False
     primitive: bool = False
     float_only: bool = False
+    host_only: bool = False
     method: str | None = None
     function: str | None = None
     functional: str | None = None
@@ -248,10 +262,11 @@ def _binary(kind: OpKind, doc: str, coverage, rule=rules.binary, names=None, **f
 
 # ------------------------------------------------------------------ leaves, movement, views
 define(OpKind.LOAD, "leaf", rules.same_as_input, doc="A realized leaf: data already in a buffer.")
+_STRING = dt.string
 define(OpKind.COPY, "movement", rules.copy_rule, params=CopyParams, primitive=True,
        coverage=combos(dt.KNOWN_DTYPES, 1), doc="Copy to another device (runs at its source).")
 define(OpKind.CONTIGUOUS, "movement", rules.same_as_input, params=NoParams, primitive=True,
-       coverage=combos(dt.KNOWN_DTYPES, 1), doc="A dense copy of a strided view.")
+       coverage=combos(dt.NAMED_DTYPES, 1), doc="A dense copy of a strided view.")
 define(OpKind.CAST, "movement", rules.cast_rule, params=CastParams, primitive=True,
        coverage=tuple((a, b) for a in dt.KNOWN_DTYPES for b in dt.KNOWN_DTYPES),
        doc="Convert to another dtype (``saturate``: float8 targets clamp to their range).")
@@ -335,8 +350,10 @@ _binary(OpKind.INT_DIV, "Integer division truncating toward zero.",
 _binary(OpKind.POW, "a ** b.", _ARITHMETIC)
 _binary(OpKind.MAXIMUM, "Elementwise maximum (NaN propagates).", _ARITHMETIC)
 _binary(OpKind.MINIMUM, "Elementwise minimum (NaN propagates).", _ARITHMETIC)
-for _kind, _doc in ((OpKind.EQ, "a == b."), (OpKind.NE, "a != b."), (OpKind.LT, "a < b."),
-                    (OpKind.LE, "a <= b."), (OpKind.GT, "a > b."), (OpKind.GE, "a >= b.")):
+_binary(OpKind.EQ, "a == b.", _COMPARISON + ((_STRING, _STRING, dt.bool_),), rule=rules.compare)
+_binary(OpKind.NE, "a != b.", _COMPARISON + ((_STRING, _STRING, dt.bool_),), rule=rules.compare)
+for _kind, _doc in ((OpKind.LT, "a < b."), (OpKind.LE, "a <= b."), (OpKind.GT, "a > b."),
+                    (OpKind.GE, "a >= b.")):
     _binary(_kind, _doc, _COMPARISON, rule=rules.compare)
 for _kind, _doc in ((OpKind.LOGICAL_AND, "a and b."), (OpKind.LOGICAL_OR, "a or b."),
                     (OpKind.LOGICAL_XOR, "a xor b.")):
@@ -427,6 +444,37 @@ define(OpKind.AVG_POOL, "window", rules.pool, params=PoolParams, doc="Average po
 define(OpKind.GRID_SAMPLE, "window", rules.grid_sample, params=GridSampleParams, primitive=True,
        doc="Sample an input at grid positions.")
 
+# ------------------------------------------------------------------ strings and ML models
+# ONNX's string ops and its ai.onnx.ml models: ``host_only``, kernels on the CPU's host arrays
+# and no decomposition (string is a CPU-only dtype; the models are table-driven walks).
+define(OpKind.STRING_CONCAT, "text", rules_text.string_concat, params=NoParams,
+       coverage=((_STRING, _STRING, _STRING),), host_only=True,
+       doc="Concatenate strings, broadcasting.")
+define(OpKind.STRING_SPLIT, "text", rules_text.string_split, params=StringSplitParams,
+       coverage=((_STRING, _STRING), (_STRING, dt.int64)),
+       host_only=True,
+       doc="Substrings between delimiters (padded with \"\"), or their count.")
+define(OpKind.STRING_NORMALIZE, "text", rules_text.string_normalize,
+       params=StringNormalizeParams, coverage=((_STRING, _STRING),),
+       host_only=True,
+       doc="Drop stopwords and change case.")
+define(OpKind.FULL_MATCH, "text", rules_text.full_match, params=PatternParams,
+       coverage=((_STRING, dt.bool_),), host_only=True,
+       doc="Whether a regular expression matches the whole string.")
+_LABELS = (_STRING, dt.int64, dt.int32, dt.int16, dt.float32, dt.float64)
+define(OpKind.LABEL_ENCODE, "model", rules_text.label_encode, params=LabelEncodeParams,
+       coverage=tuple((a, b) for a in _LABELS for b in _LABELS),
+       host_only=True,
+       doc="Map keys to values through a table, with a default.")
+define(OpKind.TFIDF, "model", rules_text.tfidf, params=TfIdfParams,
+       coverage=((dt.int32, dt.float32), (dt.int64, dt.float32), (_STRING, dt.float32)),
+       host_only=True,
+       doc="Count (or weight) the pool's n-grams, with skips, per row.")
+define(OpKind.TREE_ENSEMBLE, "model", rules_text.tree_ensemble, params=TreeEnsembleParams,
+       coverage=combos((dt.float16, dt.float32, dt.float64), 1),
+       host_only=True,
+       doc="Sum (or average, min, max) the leaf weights a tree ensemble reaches per target.")
+
 # ------------------------------------------------------------------ planner-made
 define(OpKind.FUSED, "fused", rules.same_as_input,
        doc="A group of nodes the planner runs as one generated kernel (fuel.compiler); its "
@@ -451,6 +499,7 @@ ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {OpKind.WHERE}
 UNARY_FLOAT_OPS = kinds(lambda r: r.family == "unary" and r.float_only)
 REDUCE_OPS = kinds(lambda r: r.family == "reduce")
 PRIMITIVE_OPS = kinds(lambda r: r.primitive)
+HOST_ONLY_OPS = kinds(lambda r: r.host_only)
 COMPARE_OPS = frozenset({OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE})
 LOGICAL_OPS = frozenset({OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR})
 

@@ -185,3 +185,85 @@ class GridSampleParams:
 SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
 GRID_SAMPLE_MODES = ("nearest", "linear", "cubic")
 GRID_SAMPLE_PADDINGS = ("zeros", "border", "reflection")
+
+
+# ------------------------------------------------------------------ string and ML-domain ops
+@dataclass(frozen=True, slots=True)
+class StringSplitParams:
+    """Split each string at ``delimiter`` (None: runs of whitespace), at most ``maxsplit``
+    times; ``width`` substrings per element (padded with ""), or their count (``count``)."""
+
+    delimiter: str | None
+    maxsplit: int | None
+    width: int
+    count: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StringNormalizeParams:
+    """Drop ``stopwords`` (compared ignoring case unless ``case_sensitive``), then change case
+    (``NONE``, ``LOWER``, ``UPPER``); ``kept`` strings remain (one "" when none would)."""
+
+    case_change: str
+    stopwords: tuple[str, ...]
+    case_sensitive: bool
+    kept: int
+
+
+@dataclass(frozen=True, slots=True)
+class PatternParams:
+    """A regular expression that must match the whole string."""
+
+    pattern: str
+
+
+@dataclass(frozen=True, slots=True)
+class LabelEncodeParams:
+    """Map each ``keys[i]`` to ``values[i]`` and anything else to ``default``; ``dtype`` is
+    the output's."""
+
+    keys: tuple
+    values: tuple
+    default: object
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class TfIdfParams:
+    """ONNX TfIdfVectorizer: n-grams of ``min_gram``..``max_gram`` tokens, up to
+    ``max_skip`` tokens apart, looked up in ``pool`` (n-grams of each length start at
+    ``ngram_counts[n - 1]``) and counted at ``ngram_indexes``; ``mode`` TF, IDF or TFIDF."""
+
+    mode: str
+    min_gram: int
+    max_gram: int
+    max_skip: int
+    ngram_counts: tuple[int, ...]
+    ngram_indexes: tuple[int, ...]
+    pool: tuple
+    weights: tuple[float, ...] | None
+    width: int
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEnsembleParams:
+    """ONNX ai.onnx.ml TreeEnsemble: the node arrays as the operator states them
+    (``modes``: 0 <=, 1 <, 2 >=, 3 >, 4 ==, 5 !=, 6 member of the next NaN-terminated set of
+    ``membership_values``), ``aggregate`` 0 average, 1 sum, 2 min, 3 max, and
+    ``post_transform`` 0 none, 1 softmax, 2 logistic, 3 softmax-zero, 4 probit."""
+
+    n_targets: int
+    tree_roots: tuple[int, ...]
+    features: tuple[int, ...]
+    modes: tuple[int, ...]
+    splits: tuple[float, ...]
+    true_ids: tuple[int, ...]
+    true_leafs: tuple[int, ...]
+    false_ids: tuple[int, ...]
+    false_leafs: tuple[int, ...]
+    missing_tracks_true: tuple[int, ...]
+    leaf_targets: tuple[int, ...]
+    leaf_weights: tuple[float, ...]
+    membership_values: tuple[float, ...]
+    aggregate: int = 1
+    post_transform: int = 0

@@ -36,6 +36,9 @@ class Builder:
         self.feed_nodes: set[int] = set()
         self.host_decided = False
         self.host_realizes = 0
+        # Whether a random op drew its numbers on the host during the build: a replay would
+        # repeat them, so such builds are never captured.
+        self.draws_random = False
 
     # ------------------------------------------------------------------ values
     def host_value(self, tensor: Tensor) -> np.ndarray:

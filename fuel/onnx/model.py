@@ -105,7 +105,7 @@ class Model:
         realizes = PLAN_CACHE.hits + PLAN_CACHE.misses
         values, builder, bound = self._build(feeds, device)
         if signature is not None and signature not in self._replay.captures:
-            host_decided = builder.host_decided or (
+            host_decided = builder.host_decided or builder.draws_random or (
                 PLAN_CACHE.hits + PLAN_CACHE.misses - realizes > builder.host_realizes)
             tensors = self._replay.capture(signature, [bound[s.name] for s in self.inputs],
                                            values, host_decided)

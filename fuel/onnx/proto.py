@@ -14,7 +14,7 @@ _ONNX_TO_FUEL: dict[int, DType] = {
     9: dt.bool_, 10: dt.float16, 11: dt.float64, 16: dt.bfloat16, 4: dt.uint16, 12: dt.uint32,
     13: dt.uint64, 17: dt.float8_e4m3fn, 18: dt.float8_e4m3fnuz, 19: dt.float8_e5m2,
     20: dt.float8_e5m2fnuz, 24: dt.float8_e8m0fnu, 21: dt.uint4, 22: dt.int4,
-    23: dt.float4_e2m1fn, 25: dt.uint2, 26: dt.int2,
+    23: dt.float4_e2m1fn, 25: dt.uint2, 26: dt.int2, 8: dt.string,
 }
 _FUEL_TO_ONNX = {value.name: key for key, value in _ONNX_TO_FUEL.items()}
 _ONNX_NAMES = {

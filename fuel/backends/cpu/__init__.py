@@ -11,17 +11,19 @@ from fuel.backends.cpu import (
     convolution,
     elementwise,
     indexing,
+    ml,
     pooling,
     sampling,
     scatter,
     sorting,
+    strings,
     structured,
 )
 from fuel.backends.cpu.arrays import view
 from fuel.backends.cpu.low_precision import pack, unpack
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.ir.device import CPU, BackendId, Device
-from fuel.ir.dtype import DType
+from fuel.ir.dtype import DType, string
 from fuel.ir.errors import DeviceError
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
@@ -33,6 +35,7 @@ class CpuBackend(Backend):
 
     backend_id = BackendId.CPU
     kernel_source = "numpy"
+    holds_strings = True
 
     def devices(self) -> list[Device]:
         return [CPU]
@@ -56,6 +59,8 @@ class CpuBackend(Backend):
 
         flat = np.ascontiguousarray(array).reshape(-1)
         dtype = from_numpy(flat.dtype)
+        if dtype is string and flat.dtype != dtype.numpy:  # str_ / StringDType: as objects
+            flat = flat.astype(object)
         if dtype.is_packed:  # sub-byte elements stay packed in memory
             return Storage(pack(flat, dtype), dtype, flat.size, CPU, self)
         return Storage(flat, dtype, flat.size, CPU, self)
@@ -90,7 +95,7 @@ class CpuBackend(Backend):
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
 KERNEL_MODULES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting,
-                  sampling)
+                  sampling, strings, ml)
 
 
 BACKEND = CpuBackend()

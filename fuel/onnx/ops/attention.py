@@ -10,7 +10,7 @@ from fuel.frontend.structured import matmul, softmax
 from fuel.ir import dtype as dt
 from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError
-from fuel.onnx.ops.common import OpKind, Tensor, cast, unary, where
+from fuel.onnx.ops.common import OpKind, Tensor, cast, compute_dtype, unary, where
 from fuel.onnx.proto import fuel_dtype
 
 NEG_INF = float("-inf")
@@ -94,6 +94,14 @@ def _attention_bias(ctx: NodeContext, q: Tensor, kv_len: int, past_key, nonpad):
 def attention(ctx: NodeContext) -> list:
     q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
     past_key, past_value = ctx.optional(4), ctx.optional(5)
+    # Half-precision attention is computed in float32 and rounded once at the end (as
+    # onnxruntime does): rounding scores and probabilities to float16 step by step is off by
+    # an ulp of the output against the exact result.
+    result_dtype = q.dtype
+    wide = compute_dtype(q.dtype)
+    q, k, v = cast(q, wide), cast(k, wide), cast(v, wide)
+    past_key = cast(past_key, wide) if past_key is not None else None
+    past_value = cast(past_value, wide) if past_value is not None else None
     nonpad = ctx.static(6)
     rank3 = q.ndim == 3
     if rank3:
@@ -137,7 +145,8 @@ def attention(ctx: NodeContext) -> list:
     if rank3:
         batch, _, length, _ = output.shape
         output = output.permute(0, 2, 1, 3).reshape((batch, length, -1))
-    return [output, present_key, present_value, cast(qk_output, q.dtype)]
+    return [cast(output, result_dtype), cast(present_key, result_dtype),
+            cast(present_value, result_dtype), cast(qk_output, result_dtype)]
 
 
 @onnx_op("RotaryEmbedding")

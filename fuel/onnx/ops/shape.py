@@ -365,7 +365,8 @@ def dropout(ctx: NodeContext):
     ratio = ctx.static_scalar(1)
     ratio = float(ratio) if ratio is not None else ctx.attr("ratio", 0.5)
     if training is not None and bool(training) and ratio != 0:
-        raise UnsupportedOp("Dropout in training mode draws random numbers, which fuel does "
-                            "not reproduce")
+        from fuel.onnx.ops.random import training_dropout
+
+        return training_dropout(ctx, x, ratio)
     mask = fuel.full(x.shape, True, dtype=dt.bool_, device=ctx.device)
     return [x, mask]

@@ -19,10 +19,12 @@ from tests.backends.kernel_cases import (
     scatter,
     sorting,
     structured,
+    text,
 )
 from tests.backends.kernel_cases.base import Case
 
-FAMILIES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting, sampling)
+FAMILIES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting, sampling,
+            text)
 
 
 def _merge() -> dict[OpKind, Callable[[tuple[DType, ...]], list[Case]]]:

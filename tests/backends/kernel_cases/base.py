@@ -46,7 +46,10 @@ class Operand:
 
 def raw(array: np.ndarray) -> np.ndarray:
     """``array``'s bytes as unsigned integers of its item size: as_strided takes any dtype
-    this way (it cannot rebuild ml_dtypes' float8 and 4-bit dtypes from their type string)."""
+    this way (it cannot rebuild ml_dtypes' float8 and 4-bit dtypes from their type string).
+    Object arrays (strings) stay as they are: their items are references."""
+    if array.dtype == object:
+        return array
     return array.view(np.dtype(f"u{array.itemsize}"))
 
 
@@ -113,6 +116,8 @@ def broadcast(array: np.ndarray, shape: tuple[int, ...]) -> Operand:
 
 # ----------------------------------------------------------------------------- values
 
+WORDS = ("", "a", "b,c", "Monday", "monday", "x y  z", "中文", "tab\tsep", "a,b,,c", " lead")
+
 
 def rng_for(*key) -> np.random.Generator:
     """A generator seeded by ``key`` (the same in every process)."""
@@ -125,7 +130,10 @@ def rng_for(*key) -> np.random.Generator:
 def values(dtype: DType, shape, rng: np.random.Generator, low: float = -3.0,
            high: float = 3.0, special: bool = False) -> np.ndarray:
     """Random values of ``dtype``; integers in [-50, 50] (unsigned [0, 100]); ``special``
-    puts NaN, inf and -inf first in float arrays."""
+    puts NaN, inf and -inf first in float arrays; strings are words from a small set (with
+    the empty string and non-ASCII ones), so equal pairs occur."""
+    if dtype is dt.string:
+        return rng.choice(np.array(WORDS, object), size=shape)
     if dtype.is_bool:
         return rng.random(shape) < 0.5
     if dtype.is_integer:
