@@ -231,7 +231,9 @@ _SPECIAL = {
     "bitwise_not": lambda a, b, dtype, ctype, dialect: f"(!{a})" if dtype.is_bool
     else f"({ctype})(~{a})",
     "div": lambda a, b, dtype, ctype, dialect: f"({a} / {b})",
-    "pow": lambda a, b, dtype, ctype, dialect: f"{dialect.function('pow', dtype)}({a}, {b})",
+    "pow": lambda a, b, dtype, ctype, dialect: (
+        f"{dialect.function('pow', dtype)}({a}, {b})" if dtype.is_floating
+        else f"({ctype})fuel_power_integer({a}, {b})"),  # the renderer's helper
     "remainder": _remainder,
     "fmod": _fmod,
     "int_div": _int_div,

@@ -22,17 +22,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fuel.compiler.kernel_ir import REDUCE_OPS, LoopKernel, collapse, row_values
-from fuel.compiler.render_expression import Dialect, element_dependencies, render_value
+from fuel.compiler.render_expression import (
+    Dialect,
+    element_dependencies,
+    render_value,
+    renders,
+)
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.layout import contiguous_strides
 
-# The type each dtype is computed in; ``STORAGE_TYPES`` where it differs in memory.
+# The type each dtype is computed in; ``STORAGE_TYPES`` where it differs in memory. Half types
+# are storage only: read into float (vload_half, bf16_load), rounded to nearest even on store,
+# so they render in one-op kernels (a fused chain would skip the rounding between its ops, so
+# fusion leaves them out: FUSED_DTYPES).
 OPENCL_TYPES: dict[DType, str] = {
     dt.bool_: "bool", dt.uint8: "uchar", dt.int8: "char", dt.int16: "short", dt.int32: "int",
-    dt.int64: "long", dt.float32: "float", dt.float64: "double",
+    dt.int64: "long", dt.float16: "float", dt.bfloat16: "float", dt.float32: "float",
+    dt.float64: "double",
 }
-STORAGE_TYPES = {dt.bool_: "uchar"}  # bool is not a buffer element type in OpenCL C
+STORAGE_TYPES = {dt.bool_: "uchar", dt.float16: "half", dt.bfloat16: "ushort"}
+FUSED_DTYPES = frozenset(OPENCL_TYPES) - {dt.float16, dt.bfloat16}
 OPENCL_DIALECT = Dialect(
     types=OPENCL_TYPES,
     unsigned_types={dt.uint8: "uchar", dt.uint16: "ushort", dt.uint32: "uint",
@@ -43,6 +53,11 @@ KERNEL_NAME = "fuel_kernel"
 _HELPERS = """#pragma OPENCL FP_CONTRACT OFF
 inline float fuel_remainder_float(float a, float b) {
   float r = fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+inline long fuel_power_integer(long base, long exponent) {
+  if (exponent < 0) return base == 1 ? 1 : (base == -1 ? ((exponent & 1) ? -1 : 1) : 0);
+  ulong result = 1, square = (ulong)base;
+  for (ulong e = (ulong)exponent; e; e >>= 1) { if (e & 1) result *= square; square *= square; }
+  return (long)result; }
 """
 _DOUBLE_HELPERS = """inline double fuel_remainder_double(double a, double b) {
   double r = fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
@@ -76,8 +91,61 @@ class OpenClProgram:
 
 
 def rendered_dtypes(fp64: bool) -> frozenset[DType]:
-    """The dtypes the renderer takes on a device with (or without) double precision."""
-    return frozenset(d for d in OPENCL_TYPES if fp64 or d is not dt.float64)
+    """The dtypes fused kernels take on a device with (or without) double precision."""
+    return frozenset(d for d in FUSED_DTYPES if fp64 or d is not dt.float64)
+
+
+def helpers(fp64: bool) -> str:
+    """The pragmas and helper functions rendered values may call."""
+    return "\n".join(["#pragma OPENCL EXTENSION cl_khr_fp64 : enable" if fp64 else "", _HELPERS,
+                      _DOUBLE_HELPERS if fp64 else ""])
+
+
+def renders_alone(op: str, dtypes: tuple[DType, ...]) -> bool:
+    """Whether a one-op kernel of ``op`` over ``dtypes`` renders: what fused kernels take,
+    plus half types and integer powers."""
+    if op == "pow" and dtypes[0].is_integer:
+        return all(d is dtypes[0] for d in dtypes)
+    floats = {dt.float16: dt.float32, dt.bfloat16: dt.float32}
+    return renders(op, tuple(floats.get(d, d) for d in dtypes), FUSED_DTYPES)
+
+
+def load_expression(kernel: LoopKernel, load: int, index: str) -> str:
+    """Element ``index`` of load ``load`` (pointer ``in<load>``), in its compute type."""
+    dtype = kernel.loads[load].dtype
+    if dtype is dt.float16:
+        return f"vload_half({index}, in{load})"
+    if dtype is dt.bfloat16:
+        return f"bf16_load(in{load}[{index}])"
+    return f"in{load}[{index}]"
+
+
+def store_statement(kernel: LoopKernel, store: int, pointer: str, index: str) -> str:
+    """Write store ``store``'s value to ``pointer[index]``; half types round to nearest even
+    (from double when the value is a cast of a float64, so it rounds once)."""
+    target = kernel.stores[store]
+    value = kernel.values[target.value]
+    name = f"v{target.value}"
+    if target.dtype is dt.float16:
+        if value.op == "cast" and kernel.values[value.args[0]].dtype is dt.float64:
+            name = f"v{value.args[0]}"
+        return f"vstore_half_rte({name}, {index}, {pointer});"
+    if target.dtype is dt.bfloat16:
+        return f"{pointer}[{index}] = bf16_store({name});"
+    return f"{pointer}[{index}] = {name};"
+
+
+def element_lines(kernel: LoopKernel, indices, load_index, indent: str) -> list[str]:
+    """Declarations of the values ``indices`` (loads at ``load_index(load)``)."""
+    lines = []
+    for i in indices:
+        value = kernel.values[i]
+        if value.op == "load":
+            expression = load_expression(kernel, value.load, load_index(value.load))
+        else:
+            expression = render_value(kernel, value, [], OPENCL_DIALECT)
+        lines.append(f"{indent}const {OPENCL_TYPES[value.dtype]} v{i} = {expression};")
+    return lines
 
 
 def render_opencl(kernel: LoopKernel, group: bool = False) -> OpenClProgram:
@@ -99,9 +167,7 @@ def _storage(dtype: DType) -> str:
 
 def _head(kernel: LoopKernel, argument_count: int, extra: str = "") -> list[str]:
     """Helpers, the argument struct and the kernel's signature."""
-    fp64 = _uses_double(kernel)
-    lines = ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable" if fp64 else "", _HELPERS,
-             _DOUBLE_HELPERS if fp64 else "",
+    lines = [helpers(_uses_double(kernel)),
              f"typedef struct {{ long v[{argument_count}]; }} fuel_arguments_t;"]
     parameters = [f"__global const {_storage(load.dtype)} *data{k}"
                   for k, load in enumerate(kernel.loads)]
@@ -143,9 +209,8 @@ def _patterns(inner_strides: list[int]) -> list[str]:
 
 
 def _value_lines(kernel: LoopKernel, indices, patterns: list[str], indent: str) -> list[str]:
-    return [f"{indent}const {OPENCL_TYPES[kernel.values[i].dtype]} v{i} = "
-            f"{render_value(kernel, kernel.values[i], patterns, OPENCL_DIALECT)};"
-            for i in indices]
+    return element_lines(kernel, indices, lambda load: {
+        "dense": "i", "broadcast": "0", "strided": f"i * step{load}"}[patterns[load]], indent)
 
 
 def _arguments(sizes, strides: list[tuple[int, ...]], kernel: LoopKernel, lead: tuple[int, ...]
@@ -189,9 +254,9 @@ def _render_elements(kernel: LoopKernel) -> OpenClProgram:
         lines.append("  const long i = flat;")
         lines += _bases(kernel, 0, depth, "0", 1, patterns)
     lines += _value_lines(kernel, range(len(kernel.values)), patterns, "  ")
-    for k, store in enumerate(kernel.stores):
-        lines.append(f"  result{k}[{_store_offset(kernel, k, len(arguments))} + flat] = "
-                     f"v{store.value};")
+    for k in range(len(kernel.stores)):
+        lines.append("  " + store_statement(
+            kernel, k, f"result{k}", f"{_store_offset(kernel, k, len(arguments))} + flat"))
     lines += ["}", ""]
     return OpenClProgram("\n".join(lines), _uses_double(kernel), arguments, offsets,
                          tuple(sizes))
@@ -234,11 +299,11 @@ def _render_rows(kernel: LoopKernel, group: bool) -> OpenClProgram:
         needed = element_dependencies(kernel, [s.value for _, s in element_stores], per_row)
         lines.append("  for (long i = first; i < row; i += stride) {")
         lines += _value_lines(kernel, needed, patterns, "    ")
-        lines += [f"    out{k}[i] = v{store.value};" for k, store in element_stores]
+        lines += ["    " + store_statement(kernel, k, f"out{k}", "i") for k, _ in element_stores]
         lines.append("  }")
     for k, store in enumerate(kernel.stores):
         if store.per_row:
-            lines.append(f"  if (first == 0) out{k}[0] = v{store.value};")
+            lines.append(f"  if (first == 0) {store_statement(kernel, k, f'out{k}', '0')}")
     lines += ["}", ""]
     return OpenClProgram("\n".join(lines), _uses_double(kernel), arguments, offsets, all_sizes)
 

@@ -60,7 +60,7 @@ class FusedOpenClKernel:
         if self.empty:
             return lambda: None
         context = outputs[0].backend.context(outputs[0].device)
-        length = self.loop.shape[-1]
+        length = self.loop.shape[-1] if self.loop.reduced else 0
         group = bool(self.loop.reduced) and use_groups(context, self.rows, length)
         program, spec = self.variant(group)
         compiled = context.kernel(spec, KERNEL_NAME)
