@@ -279,7 +279,8 @@ def _render_rows(kernel: LoopKernel, group: bool) -> OpenClProgram:
         lines += ["  const long outer = get_group_id(0);",
                   "  const long first = get_local_id(0), stride = get_local_size(0);"]
     else:
-        lines += ["  const long outer = min((long)get_global_id(0), arguments.v[0] - 1);",
+        lines += ["  const long outer = get_global_id(0);",
+                  "  if (outer >= arguments.v[0]) return;",  # (a stash must have one writer)
                   "  const long first = 0, stride = 1;"]
     lines.append(f"  const long row = arguments.v[{depth + 1}];")
     lines += _bases(kernel, depth, depth + 1, "outer", 1, patterns)
@@ -287,17 +288,27 @@ def _render_rows(kernel: LoopKernel, group: bool) -> OpenClProgram:
         offset = "outer" if store.per_row else "outer * row"
         lines.append(f"  __global {_storage(store.dtype)} *out{k} = result{k} + "
                      f"{_store_offset(kernel, k, len(arguments))} + {offset};")
+    element_stores = [(k, s) for k, s in enumerate(kernel.stores) if not s.per_row]
+    stash = _stash(kernel, per_row, element_stores)
+    last = max((i for i, v in enumerate(kernel.values) if v.op in REDUCE_OPS), default=-1)
     for index, value in enumerate(kernel.values):
         if not per_row[index]:
             continue
         if value.op in REDUCE_OPS:
-            lines += _reduction(kernel, index, per_row, patterns, group)
+            lines += _reduction(kernel, index, per_row, patterns, group,
+                                stash if index == last else None)
         else:
             lines += _value_lines(kernel, [index], patterns, "  ")
-    element_stores = [(k, s) for k, s in enumerate(kernel.stores) if not s.per_row]
     if element_stores:
-        needed = element_dependencies(kernel, [s.value for _, s in element_stores], per_row)
+        available = list(per_row)
+        if stash is not None:
+            available[stash[1]] = True
+        needed = element_dependencies(kernel, [s.value for _, s in element_stores], available)
         lines.append("  for (long i = first; i < row; i += stride) {")
+        if stash is not None:
+            position, value = stash
+            lines.append(f"    const {OPENCL_TYPES[kernel.values[value].dtype]} v{value} = "
+                         f"out{position}[i];")
         lines += _value_lines(kernel, needed, patterns, "    ")
         lines += ["    " + store_statement(kernel, k, f"out{k}", "i") for k, _ in element_stores]
         lines.append("  }")
@@ -308,10 +319,26 @@ def _render_rows(kernel: LoopKernel, group: bool) -> OpenClProgram:
     return OpenClProgram("\n".join(lines), _uses_double(kernel), arguments, offsets, all_sizes)
 
 
+def _stash(kernel: LoopKernel, per_row: list[bool], element_stores) -> tuple[int, int] | None:
+    """(store position, value): a per-element value the last reduction's loop computes and the
+    store loop needs again, kept in the output between the two loops instead of recomputed
+    (softmax's exp: one exp per element, not two). None when there is none worth it (a load),
+    or the output's dtype differs."""
+    reductions = [i for i, v in enumerate(kernel.values) if v.op in REDUCE_OPS]
+    if not reductions or len(element_stores) != 1:
+        return None
+    position, store = element_stores[0]
+    computed = element_dependencies(kernel, [kernel.values[reductions[-1]].args[0]], per_row)
+    needed = set(element_dependencies(kernel, [store.value], per_row))
+    shared = [i for i in computed if i in needed and kernel.values[i].op not in ("load", "constant")
+              and kernel.values[i].dtype is store.dtype]
+    return (position, shared[-1]) if shared else None
+
+
 def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: list[str],
-               group: bool) -> list[str]:
+               group: bool, stash: tuple[int, int] | None = None) -> list[str]:
     """Fold the argument over the row: a strided loop per work-item, then (``group``) a tree
-    over the work-group in local memory."""
+    over the work-group in local memory. ``stash``: (store, value) to write to the output."""
     value = kernel.values[index]
     ctype = OPENCL_TYPES[value.dtype]
     argument = value.args[0]
@@ -322,6 +349,7 @@ def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: li
              *_value_lines(kernel, element_dependencies(kernel, [argument], per_row), patterns,
                            "    "),
              f"    {accumulator} = {combine.format(acc=accumulator, x=f'v{argument}')};",
+             *([f"    out{stash[0]}[i] = v{stash[1]};"] if stash is not None else []),
              "  }"]
     if group:
         lines += [f"  {{ __local {ctype} *partial = (__local {ctype} *)scratch;",
