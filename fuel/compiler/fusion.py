@@ -8,8 +8,9 @@ every member but its last (the anchor) is read only inside the group: only the a
 is materialized. Its inputs are whatever the members read from outside, views included, as
 strided loads (broadcasts as stride 0). Groups of one node keep their hand-written kernel.
 
-``FUEL_FUSION=0`` or ``fuel.set_fusion(False)`` turns fusion off; without a C compiler the
-CPU backend never fuses (``fuel backends`` says why).
+``FUEL_FUSION=0`` or ``fuel.set_fusion(False)`` turns fusion off. A backend fuses when it
+registered a ``FusionTarget`` (the CPU's is below; OpenCL's is in its backend); without a C
+compiler the CPU backend never fuses (``fuel backends`` says why).
 """
 
 from __future__ import annotations
@@ -68,10 +69,6 @@ _targets: dict[BackendId, FusionTarget] = {}
 def register_fusion_target(backend: BackendId, target: FusionTarget) -> None:
     """Make ``backend``'s nodes fuse through ``target`` (its generator registered apart)."""
     _targets[backend] = target
-
-
-def fusion_target(backend: BackendId) -> FusionTarget | None:
-    return _targets.get(backend)
 
 
 def fusion_unavailable_reason(backend: BackendId) -> str | None:
