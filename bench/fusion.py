@@ -13,8 +13,12 @@ Row functions: softmax, layer_norm, rms_norm (written from primitives: one fused
 and gelu over (4096, 4096) float32 by fuel fused, fuel's hand-written NumPy kernels (fusion
 off), NumPy one op at a time and torch, one thread each.
 
+OpenCL (``--only opencl``, also in the default run when OpenCL works): the same chain and row
+functions on ``opencl:0`` (PoCL on this machine), fused (one generated OpenCL kernel per
+group) against fusion off (the OpenCL kernels per op, and the hand-written row kernels).
+
     PYTHONPATH=. python bench/fusion.py [--elements N] [--size S] [--repeats R] [--rounds K]
-        [--only chain|rows]
+        [--only chain|rows|opencl]
 """
 
 from __future__ import annotations
@@ -45,11 +49,11 @@ def _time(run, repeats: int) -> float:
 
 def _measure(system: str, elements: int, repeats: int) -> float:
     x = np.random.default_rng(0).standard_normal(elements).astype(np.float32)
-    if system.startswith("fuel"):
+    if system.startswith(("fuel", "opencl")):
         import fuel
 
-        fuel.set_fusion(system != "fuel unfused")
-        source = fuel.tensor(x)
+        fuel.set_fusion(system not in ("fuel unfused", "opencl unfused"))
+        source = fuel.tensor(x, device=OPENCL_DEVICE if system.startswith("opencl") else "cpu")
 
         def run():
             y = fuel.neg((fuel.relu(source * 1.5 + 0.5) - source) * source / 2.0 + 1.0)
@@ -73,6 +77,9 @@ def _measure(system: str, elements: int, repeats: int) -> float:
     return _time(lambda: np.add(x, np.float32(1.0), out=output), repeats)
 
 
+OPENCL_DEVICE = "opencl:0"
+OPENCL_SYSTEMS = ("opencl fused", "opencl unfused")
+OPENCL_ROW_SYSTEMS = ("opencl fused", "opencl hand-written")
 ROW_FUNCTIONS = ("softmax", "layer_norm", "rms_norm", "gelu")
 ROW_SYSTEMS = ("fuel fused", "fuel hand-written", "numpy per op", "torch")
 
@@ -136,9 +143,10 @@ def _measure_row(name: str, system: str, size: int, repeats: int) -> float:
     import fuel
     import fuel.nn.functional as functional
 
-    fuel.set_fusion(system == "fuel fused")
-    fx, fw = fuel.tensor(x), fuel.tensor(w)
-    if system == "fuel fused":
+    fuel.set_fusion(system in ("fuel fused", "opencl fused"))
+    device = OPENCL_DEVICE if system.startswith("opencl") else "cpu"
+    fx, fw = fuel.tensor(x, device=device), fuel.tensor(w, device=device)
+    if system in ("fuel fused", "opencl fused"):
         function = _row_function(name, "fuel")
         return _time(lambda: function(fx, fw).realize(), repeats)
     hand_written = {"softmax": lambda: functional.softmax(fx, -1),
@@ -182,7 +190,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=2, help="alternate systems this often")
     parser.add_argument("--size", type=int, default=4096, help="rows and row length")
-    parser.add_argument("--only", choices=("chain", "rows"), help="run one table")
+    parser.add_argument("--only", choices=("chain", "rows", "opencl"), help="run one table")
     parser.add_argument("--system", help=argparse.SUPPRESS)
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -192,10 +200,52 @@ def main() -> None:
     if args.system:
         print(json.dumps(_measure(args.system, args.elements, args.repeats)))
         return
-    if args.only != "rows":
+    if args.only in (None, "chain"):
         _chain_table(args)
-    if args.only != "chain":
+    if args.only in (None, "rows"):
         _rows_table(args)
+    if args.only in (None, "opencl"):
+        _opencl_table(args)
+
+
+def _run_system(arguments: list[str], environment=None) -> float | None:
+    """Seconds one system reported from its own process (None, printed, when it failed)."""
+    result = subprocess.run([sys.executable, __file__, *arguments], capture_output=True,
+                            text=True, env=environment)
+    if result.returncode != 0:
+        print(f"{' '.join(arguments)}: failed: {result.stderr.strip().splitlines()[-1:]}")
+        return None
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _opencl_table(args) -> None:
+    """The chain and the row functions on opencl:0, fused vs fusion off, in one run."""
+    samples: dict[tuple[str, str], list[float]] = {}
+    environment = dict(os.environ, FUEL_OPENMP="0")
+    for _ in range(args.rounds):
+        for system in OPENCL_SYSTEMS:
+            seconds = _run_system(["--system", system, "--elements", str(args.elements),
+                                   "--repeats", str(args.repeats)], environment)
+            if seconds is not None:
+                samples.setdefault(("chain", system), []).append(seconds)
+        for name in ROW_FUNCTIONS:
+            for system in OPENCL_ROW_SYSTEMS:
+                seconds = _run_system(["--row", name, "--system", system, "--size",
+                                       str(args.size), "--repeats", str(args.repeats)],
+                                      environment)
+                if seconds is not None:
+                    samples.setdefault((name, system), []).append(seconds)
+    print(f"\nOpenCL on {OPENCL_DEVICE}: 8-op chain over {args.elements} float32 elements and "
+          f"row functions over ({args.size}, {args.size}) float32 (median of {args.repeats} "
+          f"per process, median of {args.rounds} alternated rounds); ms, fused / fusion off")
+    print(f"{'workload':<12}{'fused':>12}{'fusion off':>14}{'ratio':>10}")
+    for name, baseline in [("chain", "opencl unfused")] + [(n, "opencl hand-written")
+                                                             for n in ROW_FUNCTIONS]:
+        fused, off = samples.get((name, "opencl fused")), samples.get((name, baseline))
+        if not fused or not off:
+            continue
+        fused_ms, off_ms = statistics.median(fused) * 1e3, statistics.median(off) * 1e3
+        print(f"{name:<12}{fused_ms:>12.1f}{off_ms:>14.1f}{fused_ms / off_ms:>9.2f}x")
 
 
 def _chain_table(args) -> None:

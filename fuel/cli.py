@@ -97,12 +97,18 @@ def _backends(args: argparse.Namespace) -> int:
     from fuel.compiler.fusion import fusion_enabled, fusion_unavailable_reason
     from fuel.ir.device import BackendId
 
-    reason = fusion_unavailable_reason(BackendId.CPU)
-    if reason is not None:
-        print(f"kernel fusion on cpu: off ({reason}); the NumPy kernels run unfused")
-    else:
-        state = "on" if fusion_enabled() else "off (FUEL_FUSION=0)"
-        print(f"kernel fusion on cpu: {state} (generated C)")
+    languages = {BackendId.CPU: "generated C", BackendId.OPENCL: "generated OpenCL C"}
+    for name, available, _, _ in rows:
+        backend_id = BackendId(name)
+        if backend_id is not BackendId.CPU and not available:
+            continue
+        reason = fusion_unavailable_reason(backend_id)
+        if reason is not None:
+            print(f"kernel fusion on {name}: off ({reason}); its kernels run unfused")
+        else:
+            state = "on" if fusion_enabled() else "off (FUEL_FUSION=0)"
+            print(f"kernel fusion on {name}: {state} "
+                  f"({languages.get(backend_id, 'a registered renderer')})")
     return 0
 
 

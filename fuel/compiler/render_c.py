@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fuel.compiler.kernel_ir import LoopKernel, Value, collapse
+from fuel.compiler.render_expression import MATH_FUNCTIONS, Dialect, render_value
+from fuel.compiler.render_expression import renders as renders_in
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.layout import contiguous_strides
@@ -27,28 +29,11 @@ C_TYPES: dict[DType, str] = {
     dt.int32: "int32_t", dt.int64: "int64_t", dt.float32: "float", dt.float64: "double",
 }
 C_DTYPES = frozenset(C_TYPES)
-UNSIGNED = {dt.uint8: "uint8_t", dt.int8: "uint8_t", dt.int16: "uint16_t",
-            dt.int32: "uint32_t", dt.int64: "uint64_t"}
-
-# Unary float functions of <math.h> (float32 uses the ``f`` variant).
-MATH_FUNCTIONS = {
-    "exp": "exp", "expm1": "expm1", "log": "log", "log1p": "log1p", "sqrt": "sqrt",
-    "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
-    "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh", "acosh": "acosh",
-    "atanh": "atanh", "erf": "erf",
-}
-ARITHMETIC = {"add": "+", "sub": "-", "mul": "*"}
-COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-BITWISE = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
-INTEGER_ONLY = frozenset({"int_div", "bitshift_left", "bitshift_right", "bitwise_not",
-                          "bitwise_and", "bitwise_or", "bitwise_xor"})
-FLOAT_ONLY = frozenset(MATH_FUNCTIONS) | {"div", "pow"}
-RENDERED_OPS = (frozenset(MATH_FUNCTIONS) | frozenset(ARITHMETIC) | frozenset(COMPARISONS)
-                | frozenset(BITWISE) | {
-                    "neg", "abs", "floor", "ceil", "round", "sign", "logical_not", "isnan",
-                    "bitwise_not", "div", "remainder", "fmod", "int_div", "pow", "maximum",
-                    "minimum", "logical_and", "logical_or", "logical_xor", "bitshift_left",
-                    "bitshift_right", "where", "cast", "load", "constant"})
+C_DIALECT = Dialect(
+    types=C_TYPES,
+    unsigned_types={dt.uint8: "uint8_t", dt.uint16: "uint16_t", dt.uint32: "uint32_t",
+                    dt.uint64: "uint64_t"},
+    float_suffix="f", round_function="nearbyint", integer_suffix="LL")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +47,7 @@ class CProgram:
 
 def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
     """Whether the C renderer renders ``op`` over these dtypes (inputs then output)."""
-    if op not in RENDERED_OPS or any(d not in C_DTYPES for d in dtypes):
-        return False
-    operand = dtypes[1] if op == "where" else dtypes[0]
-    if op in FLOAT_ONLY and not operand.is_floating:
-        return False
-    if op in INTEGER_ONLY and operand.is_floating:
-        return False
-    return True
+    return renders_in(op, dtypes, C_DTYPES)
 
 
 def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
@@ -156,7 +134,7 @@ def _vector_declarations(kernel: LoopKernel) -> list[str]:
             continue
         argument = kernel.values[value.args[0]].dtype
         ctype = C_TYPES[argument]
-        name = (MATH_FUNCTIONS.get(value.op, value.op)) + ("f" if argument is dt.float32 else "")
+        name = C_DIALECT.function(value.op, argument)
         parameters = ", ".join([ctype] * len(value.args))
         line = f"extern {ctype} {name}({parameters}) __attribute__((simd(\"notinbranch\")));"
         if line not in declarations:
@@ -164,148 +142,6 @@ def _vector_declarations(kernel: LoopKernel) -> list[str]:
     return declarations
 
 
-def _literal(number, dtype: DType) -> str:
-    if dtype.is_floating:
-        number = float(number)
-        if number != number:
-            text = "NAN"
-        elif number in (float("inf"), float("-inf")):
-            text = "INFINITY" if number > 0 else "(-INFINITY)"
-        else:
-            text = number.hex()
-        return f"(({C_TYPES[dtype]}){text})"
-    if dtype.is_bool:
-        return "true" if number else "false"
-    return f"(({C_TYPES[dtype]}){int(number)}LL)"
-
-
 def _expression(kernel: LoopKernel, value: Value, patterns: list[str]) -> str:
     """The C expression of one value, over earlier values ``v<index>``."""
-    op = value.op
-    if op == "load":
-        pattern = patterns[value.load]
-        where = {"dense": "i", "broadcast": "0", "strided": f"i * step{value.load}"}[pattern]
-        return f"in{value.load}[{where}]"
-    if op == "constant":
-        return _literal(value.constant, value.dtype)
-    args = [f"v{a}" for a in value.args]
-    arg_dtypes = [kernel.values[a].dtype for a in value.args]
-    ctype = C_TYPES[value.dtype]
-    first = arg_dtypes[0] if arg_dtypes else value.dtype
-    suffix = "f" if first is dt.float32 else ""
-    a = args[0] if args else ""
-    b = args[1] if len(args) > 1 else ""
-    if op == "cast":
-        return _cast(a, first, value.dtype)
-    if op == "where":
-        return f"({a} ? {b} : {args[2]})"
-    if op in MATH_FUNCTIONS:
-        return f"{MATH_FUNCTIONS[op]}{suffix}({a})"
-    if op in ARITHMETIC:
-        return f"({ctype})({a} {ARITHMETIC[op]} {b})"
-    if op in COMPARISONS:
-        return f"({a} {COMPARISONS[op]} {b})"
-    if op in BITWISE:
-        return f"({ctype})({a} {BITWISE[op]} {b})"
-    return _SPECIAL[op](a, b, first, ctype, suffix)
-
-
-def _cast(a: str, source: DType, target: DType) -> str:
-    if target.is_bool:
-        return f"({a} != 0)"
-    if source.is_floating and target.kind == "u":  # through int64, as NumPy on x86
-        return f"({C_TYPES[target]})(int64_t)({a})"
-    return f"({C_TYPES[target]})({a})"
-
-
-def _negate(a: str, dtype: DType, ctype: str) -> str:
-    if dtype.is_floating:
-        return f"(-{a})"
-    return f"({ctype})(0u - ({UNSIGNED[dtype]}){a})"  # wraps, as NumPy
-
-
-def _shift_left(a, b, dtype, ctype, suffix) -> str:
-    bits = dtype.itemsize * 8
-    unsigned = UNSIGNED[dtype]
-    return f"(({b} < 0 || {b} >= {bits}) ? ({ctype})0 : ({ctype})(({unsigned}){a} << {b}))"
-
-
-def _shift_right(a, b, dtype, ctype, suffix) -> str:
-    bits = dtype.itemsize * 8
-    fill = f"({a} < 0 ? ({ctype})-1 : ({ctype})0)" if dtype.kind == "i" else f"({ctype})0"
-    return f"(({b} < 0 || {b} >= {bits}) ? {fill} : ({ctype})({a} >> {b}))"
-
-
-def _remainder(a, b, dtype, ctype, suffix) -> str:
-    if dtype.is_floating:
-        return f"fuel_remainder_{ctype}({a}, {b})"
-    if dtype.kind == "u":
-        return f"({b} == 0 ? ({ctype})0 : ({ctype})({a} % {b}))"
-    return (f"(({b} == 0 || {b} == -1) ? ({ctype})0 : ({ctype})((({a} % {b}) != 0 && "
-            f"((({a} % {b}) < 0) != ({b} < 0))) ? ({a} % {b}) + {b} : ({a} % {b})))")
-
-
-def _fmod(a, b, dtype, ctype, suffix) -> str:
-    if dtype.is_floating:
-        return f"fmod{suffix}({a}, {b})"
-    if dtype.kind == "u":
-        return f"({b} == 0 ? ({ctype})0 : ({ctype})({a} % {b}))"
-    return f"(({b} == 0 || {b} == -1) ? ({ctype})0 : ({ctype})({a} % {b}))"
-
-
-def _int_div(a, b, dtype, ctype, suffix) -> str:
-    if dtype.kind == "u":
-        return f"({b} == 0 ? ({ctype})0 : ({ctype})({a} / {b}))"
-    return (f"({b} == 0 ? ({ctype})0 : {b} == -1 ? {_negate(a, dtype, ctype)} "
-            f": ({ctype})({a} / {b}))")
-
-
-def _extreme(comparison: str):
-    def render(a, b, dtype, ctype, suffix) -> str:
-        if dtype.is_floating:  # NaN in either operand propagates
-            return f"(({a} {comparison} {b} || {a} != {a}) ? {a} : {b})"
-        return f"({a} {comparison} {b} ? {a} : {b})"
-    return render
-
-
-def _sign(a, b, dtype, ctype, suffix) -> str:
-    if dtype.is_floating:  # NaN and signed zeros come back as they are
-        return f"({a} > 0 ? ({ctype})1 : {a} < 0 ? ({ctype})-1 : {a})"
-    if dtype.kind == "u":
-        return f"({ctype})({a} > 0)"
-    return f"({ctype})(({a} > 0) - ({a} < 0))"
-
-
-def _integral_identity(function: str):
-    def render(a, b, dtype, ctype, suffix) -> str:
-        return f"{function}{suffix}({a})" if dtype.is_floating else a
-    return render
-
-
-_SPECIAL = {
-    "neg": lambda a, b, dtype, ctype, suffix: _negate(a, dtype, ctype),
-    "abs": lambda a, b, dtype, ctype, suffix: (
-        f"fabs{suffix}({a})" if dtype.is_floating else a if dtype.kind == "u"
-        else f"({a} < 0 ? {_negate(a, dtype, ctype)} : {a})"),
-    "floor": _integral_identity("floor"),
-    "ceil": _integral_identity("ceil"),
-    "round": _integral_identity("nearbyint"),
-    "sign": _sign,
-    "logical_not": lambda a, b, dtype, ctype, suffix: f"(!{a})",
-    "isnan": lambda a, b, dtype, ctype, suffix: f"({a} != {a})" if dtype.is_floating
-    else "false",
-    "bitwise_not": lambda a, b, dtype, ctype, suffix: f"(!{a})" if dtype.is_bool
-    else f"({ctype})(~{a})",
-    "div": lambda a, b, dtype, ctype, suffix: f"({a} / {b})",
-    "pow": lambda a, b, dtype, ctype, suffix: f"pow{suffix}({a}, {b})",
-    "remainder": _remainder,
-    "fmod": _fmod,
-    "int_div": _int_div,
-    "maximum": _extreme(">"),
-    "minimum": _extreme("<"),
-    "logical_and": lambda a, b, dtype, ctype, suffix: f"(({a} != 0) && ({b} != 0))",
-    "logical_or": lambda a, b, dtype, ctype, suffix: f"(({a} != 0) || ({b} != 0))",
-    "logical_xor": lambda a, b, dtype, ctype, suffix: f"(({a} != 0) != ({b} != 0))",
-    "bitshift_left": _shift_left,
-    "bitshift_right": _shift_right,
-}
+    return render_value(kernel, value, patterns, C_DIALECT)

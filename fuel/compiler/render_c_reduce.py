@@ -23,6 +23,7 @@ from fuel.compiler.render_c import (
     _vector_declarations,
     outer_inputs,
 )
+from fuel.compiler.render_expression import element_dependencies
 from fuel.ir import dtype as dt
 
 _INITIAL = {"max": "-INFINITY", "min": "INFINITY"}
@@ -59,7 +60,7 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
                          f"{_expression(kernel, value, patterns)};")
     element_stores = [(p, s) for p, s in enumerate(kernel.stores) if not s.per_row]
     if element_stores:
-        needed = _needed(kernel, [s.value for _, s in element_stores], per_row)
+        needed = element_dependencies(kernel, [s.value for _, s in element_stores], per_row)
         lines.append("    for (int64_t i = 0; i < row; i++) {")
         lines += _element_lines(kernel, needed, patterns, "      ")
         for position, store in element_stores:
@@ -71,19 +72,6 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
     lines += ["  }", "}", ""]
     flat = tuple(s for load, r in zip(strides, row_strides) for s in (*load, r))
     return CProgram("\n".join(lines), (*sizes, row), flat)
-
-
-def _needed(kernel: LoopKernel, roots: list[int], per_row: list[bool]) -> list[int]:
-    """The per-element values ``roots`` depend on (per-row ones are computed already)."""
-    needed: set[int] = set()
-    stack = [r for r in roots if not per_row[r]]
-    while stack:
-        index = stack.pop()
-        if index in needed:
-            continue
-        needed.add(index)
-        stack += [a for a in kernel.values[index].args if not per_row[a]]
-    return sorted(needed)
 
 
 def _element_lines(kernel: LoopKernel, needed: list[int], patterns: list[str], indent: str
@@ -102,7 +90,8 @@ def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: li
     ctype = C_TYPES[value.dtype]
     wide = "double" if op in ("sum", "mean") and value.dtype is dt.float32 else ctype
     accumulator = f"a{index}"
-    body = _element_lines(kernel, _needed(kernel, [argument], per_row), patterns, "      ")
+    needed = element_dependencies(kernel, [argument], per_row)
+    body = _element_lines(kernel, needed, patterns, "      ")
     term = f"({wide})v{argument}"
     if op in ("sum", "mean"):
         lines = [f"    {wide} {accumulator} = 0;",

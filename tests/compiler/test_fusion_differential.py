@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import fuel
 import fuel.nn.functional as F
 from fuel.compiler import toolchain
+from tests.backends.opencl.support import opencl_backend
 
 pytestmark = pytest.mark.skipif(toolchain.unavailable_reason() is not None,
                                 reason=str(toolchain.unavailable_reason()))
@@ -139,8 +140,8 @@ def _program(data):
     return inputs, steps, exact, extra
 
 
-def _run(inputs, steps, extra):
-    values = [_view(fuel.tensor(array), view) for array, view in inputs]
+def _run(inputs, steps, extra, device="cpu"):
+    values = [_view(fuel.tensor(array, device=device), view) for array, view in inputs]
     for step in steps:
         if step[0] == "unary":
             table = {**EXACT_UNARY, **APPROXIMATE_UNARY}
@@ -163,14 +164,15 @@ def _run(inputs, steps, extra):
     return [o.numpy() for o in outputs]
 
 
-def _check(data):
+def _check(data, device="cpu"):
+    """Fused on ``device`` against unfused on the CPU."""
     inputs, steps, exact, extra = _program(data)
     if not steps or extra >= len(inputs) + len(steps):
         return
     try:
         fuel.set_fusion(True)
         with np.errstate(all="ignore"):
-            fused = _run(inputs, steps, extra)
+            fused = _run(inputs, steps, extra, device)
         fuel.set_fusion(False)
         with np.errstate(all="ignore"):
             unfused = _run(inputs, steps, extra)
@@ -194,6 +196,26 @@ def _check(data):
 @given(st.data())
 def test_fused_dags_match_unfused(data):
     _check(data)
+
+
+# Each OpenCL case builds a program (PoCL: about half a second), so the default run is short.
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_fused_opencl_dags_match_unfused_cpu(opencl_device, data):
+    _check(data, opencl_device)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_fused_opencl_dags_match_unfused_cpu_hundreds(opencl_device, data):
+    _check(data, opencl_device)
+
+
+@pytest.fixture(scope="module")
+def opencl_device():
+    """``opencl:0`` (fusion there renders OpenCL C), or a skip naming why it is unavailable."""
+    return str(opencl_backend().devices()[0])
 
 
 @pytest.mark.slow

@@ -11,6 +11,9 @@ import fuel.nn.functional as F
 from fuel.compiler import toolchain
 from fuel.compiler.fusion import fuses_math
 from fuel.ir.device import BackendId
+from fuel.ir.ops import OpKind
+from fuel.runtime.decompose import FUSE_RATHER_THAN_KERNEL
+from tests.backends.opencl.support import opencl_backend
 
 pytestmark = pytest.mark.skipif(not fuses_math(BackendId.CPU),
                                 reason=str(toolchain.unavailable_reason() or "no vector math"))
@@ -61,3 +64,21 @@ def test_other_dims_and_half_types_keep_the_hand_written_kernel():
         x.softmax(0).realize()
         x.half().softmax(-1).realize()
     assert [row.op for row in profile.launches].count("softmax") == 2
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_opencl_rule_decides_per_op(name):
+    """On OpenCL the ops of FUSE_RATHER_THAN_KERNEL[opencl] run fused, the others their own
+    kernel; both match torch."""
+    device = str(opencl_backend().devices()[0])
+    build, reference = CASES[name]
+    data = ROWS.astype(np.float32)
+    with fuel.profile() as profile:
+        values = build(fuel.tensor(data, device=device)).numpy()
+    launches = [row.op for row in profile.launches if row.op not in ("copy", "full")]
+    if OpKind(name) in FUSE_RATHER_THAN_KERNEL[BackendId.OPENCL]:
+        assert launches and all(op.startswith("fused(") for op in launches), launches
+    else:
+        assert launches == [name]
+    np.testing.assert_allclose(values, reference(torch.tensor(data)).numpy(), rtol=1e-5,
+                               atol=1e-6)

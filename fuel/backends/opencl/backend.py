@@ -15,6 +15,7 @@ from fuel.ir.device import BackendId, Device
 from fuel.ir.dtype import DType
 from fuel.ir.errors import DeviceError
 from fuel.ir.layout import Layout
+from fuel.ir.ops import OpKind
 from fuel.memory import Storage
 
 
@@ -197,6 +198,13 @@ class OpenClBackend(Backend):
         keep = None if self.supports_fp64() else _without_float64
         for module in (elementwise, movement, reduce, rows, matmul):
             module.KERNELS.register_into(table, keep)
+        from fuel.backends.opencl import fused
+        from fuel.compiler.fusion import register_fusion_target
+
+        # Fused nodes: a generator rendering each node's LoopKernel into OpenCL C.
+        table.register(OpKind.FUSED, (), BackendId.OPENCL, fused.generate_opencl_kernel,
+                       fused.GENERATED, fused.KERNEL_SOURCE)
+        register_fusion_target(BackendId.OPENCL, fused.fusion_target(self.supports_fp64()))
 
 
 def _without_float64(dtypes: tuple[DType, ...]) -> bool:

@@ -1,0 +1,100 @@
+"""Fused nodes on OpenCL: each group's LoopKernel rendered to OpenCL C (fuel.compiler's
+``render_opencl``) and launched like every other OpenCL kernel.
+
+The backend registers ``generate_opencl_kernel`` at ``(OpKind.FUSED, (), opencl)`` and its
+``FusionTarget``; ``compile_node`` calls the generator with a fused node's LoopKernel and gets a
+BindingEntry (source tag ``opencl``, revision = hash of the generated source). Programs go
+through the device's program cache (keyed by source digest, built once per device, on the
+first launch on that device; a build failure is a KernelError carrying the compiler log).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from fuel.backends.opencl.codegen import ProgramSpec
+from fuel.backends.opencl.common import group_size, launch_1d, use_groups
+from fuel.backends.opencl.runtime import cl
+from fuel.compiler.fusion import FusionTarget
+from fuel.compiler.kernel_ir import LoopKernel
+from fuel.compiler.render_expression import renders
+from fuel.compiler.render_opencl import KERNEL_NAME, render_opencl, rendered_dtypes
+from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
+from fuel.ir import dtype as dt
+from fuel.ir.layout import Layout
+
+GENERATED = KernelCaps(strided_input=True)
+KERNEL_SOURCE = "opencl"
+
+
+class FusedOpenClKernel:
+    """A LoopKernel as an OpenCL kernel: ``kernel(inputs, outputs, layouts, params)``. A row
+    kernel has two renderings (a work-item or a work-group per row), chosen per launch as the
+    hand-written row kernels choose (``use_groups``); each is built on first use."""
+
+    def __init__(self, kernel: LoopKernel) -> None:
+        self.loop = kernel
+        self.empty = any(size == 0 for size in kernel.shape)
+        self.rows = 1
+        for size in kernel.shape[:-1]:
+            self.rows *= size
+        self.variants = {}  # group? -> (OpenClProgram, ProgramSpec)
+        self.__qualname__ = self.__name__ = kernel.name
+
+    def variant(self, group: bool):
+        """(OpenClProgram, ProgramSpec) of one rendering, rendered once."""
+        found = self.variants.get(group)
+        if found is None:
+            program = render_opencl(self.loop, group)
+            spec = ProgramSpec(f"{self.loop.name}{'[group]' if group else ''}", program.source,
+                               program.fp64)
+            found = self.variants[group] = (program, spec)
+        return found
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: object) -> Launcher:
+        """Build (once per device) and bind the buffers and arguments; the launcher enqueues."""
+        if self.empty:
+            return lambda: None
+        context = outputs[0].backend.context(outputs[0].device)
+        length = self.loop.shape[-1] if self.loop.reduced else 0
+        group = bool(self.loop.reduced) and use_groups(context, self.rows, length)
+        program, spec = self.variant(group)
+        compiled = context.kernel(spec, KERNEL_NAME)
+        arguments = np.array(program.bind([layout.offset for layout in layouts]), np.int64)
+        buffers = [storage.buffer for storage in (*inputs, *outputs)]
+        if group:
+            size = group_size(context, compiled, length)
+            scratch = cl.LocalMemory(size * 8)
+            rows = self.rows
+            return lambda: context.launch(compiled, (rows * size,), (size,), *buffers,
+                                          arguments, scratch)
+        count = self.rows if self.loop.reduced else program.arguments[0]
+        return lambda: launch_1d(context, compiled, count, *buffers, arguments)
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params: object) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
+def generate_opencl_kernel(kernel: LoopKernel) -> BindingEntry:
+    """The OpenCL kernel of ``kernel``; the entry's revision hash is its generated source's."""
+    fused = FusedOpenClKernel(kernel)
+    program, _ = fused.variant(False)
+    revision = int.from_bytes(hashlib.blake2b(program.source.encode(), digest_size=8).digest(),
+                              "little")
+    return BindingEntry(fused, GENERATED, KERNEL_SOURCE, revision)
+
+
+def fusion_target(fp64: bool) -> FusionTarget:
+    """What fusion may hand the OpenCL renderer on devices with (or without) float64.
+    Math functions pay: OpenCL's are vectorized builtins on every driver (PoCL included)."""
+    dtypes = rendered_dtypes(fp64)
+    return FusionTarget(unavailable_reason=lambda: None,
+                        renders=lambda op, combo: renders(op, combo, dtypes),
+                        math_pays=lambda: True,
+                        reduce_dtypes=frozenset(d for d in (dt.float32, dt.float64)
+                                                if d in dtypes))
