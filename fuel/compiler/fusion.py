@@ -83,21 +83,28 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
     anchor_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}
     spaces: dict[int, tuple[tuple[int, ...], bool]] = {}  # anchor -> (loop shape, reduced)
-    for node_id in range(len(graph.nodes) - 1, -1, -1):
-        node = graph.nodes[node_id]
-        reduce = _row_reduce(node)
-        broadcast = node.op is OpKind.EXPAND  # joins a group (never starts one): no launch
-        if node.buffer is not None or not (reduce or broadcast or node.op in FUSIBLE_OPS
-                                           and _renders(graph, node_id, vector_math)):
+    nodes = graph.nodes
+    for node_id in range(len(nodes) - 1, -1, -1):
+        node = nodes[node_id]
+        op = node.op
+        if node.buffer is not None:
             continue
-        backend = graph.target_backend(node_id)
+        broadcast = op is OpKind.EXPAND  # joins a group (never starts one): no launch
+        reduce = op in ROW_REDUCE_OPS and _row_reduce(node)
+        if not (reduce or broadcast or op in FUSIBLE_OPS and _renders(node, vector_math)):
+            continue
+        backend = node.device.backend  # a fusible op is never a COPY: it runs on its device
         if backend not in usable:
             usable[backend] = fusion_unavailable_reason(backend) is None
         if not usable[backend]:
             continue
-        anchors = {anchor_of.get(reader) for reader in readers[node_id]}
-        anchor = anchors.pop() if len(anchors) == 1 else None
-        space = _joined_space(graph, node, members[anchor], spaces[anchor]) if (
+        node_readers = readers[node_id]
+        if len(node_readers) == 1:
+            anchor = anchor_of.get(node_readers[0])
+        else:
+            anchors = {anchor_of.get(reader) for reader in node_readers}
+            anchor = anchors.pop() if len(anchors) == 1 else None
+        space = _joined_space(graph, node, reduce, members[anchor], spaces[anchor]) if (
             anchor is not None and node_id not in roots and node_id not in waited) else None
         if space is not None:
             anchor_of[node_id] = anchor
@@ -112,8 +119,8 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         if len(ids) < 2:
             continue
         ordered = tuple(sorted(ids))
-        name = "fused(" + ",".join(graph.nodes[i].op.value for i in ordered
-                                   if graph.nodes[i].op is not OpKind.EXPAND) + ")"
+        name = "fused(" + ",".join(nodes[i].op._value_ for i in ordered
+                                   if nodes[i].op is not OpKind.EXPAND) + ")"
         group = FusionGroup(ordered, name, *spaces[anchor])
         for member in ordered:
             groups[member] = group
@@ -135,11 +142,12 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return lead >= 0 and all(s in (1, t) for s, t in zip(shape, target[lead:]))
 
 
-def _joined_space(graph, node, ids: list[int], space):
-    """The group's (loop shape, reduced) with ``node`` added, or None when it cannot join."""
+def _joined_space(graph, node, reduce: bool, ids: list[int], space):
+    """The group's (loop shape, reduced) with ``node`` (a row reduction when ``reduce``)
+    added, or None when it cannot join."""
     shape, reduced = space
-    if not _row_reduce(node):
-        return space if _broadcasts(node.shape, shape) else None
+    if not reduce:
+        return space if node.shape == shape or _broadcasts(node.shape, shape) else None
     source = node.inputs[0].shape
     if reduced:
         return space if source == shape else None
@@ -158,19 +166,30 @@ def _vector_math() -> bool:
     return not isinstance(found, str) and found.vector_math
 
 
-def _renders(graph, node_id: int, vector_math: bool) -> bool:
+_rendered: dict[tuple, bool] = {}
+
+
+def _renders(node, vector_math: bool) -> bool:
     """Whether the node's C rendering exists and pays: a math function (exp, tanh, ...) pays
-    only with the vector math library; scalar libm is slower than NumPy's SIMD loops."""
-    node = graph.nodes[node_id]
-    dtypes = tuple(i.dtype for i in node.inputs) + (node.dtype,)
-    expression = definition(node.op).expression
-    names = {node.op.value} if expression is None else expression.ops()
+    only with the vector math library; scalar libm is slower than NumPy's SIMD loops.
+    Memoized per (op, vector math, output dtype, input dtypes)."""
+    key = (node.op, vector_math, node.dtype, *[i.dtype for i in node.inputs])
+    found = _rendered.get(key)
+    if found is None:
+        found = _rendered[key] = _decide_renders(node.op, key[3:] + (node.dtype,), vector_math)
+    return found
+
+
+def _decide_renders(op: OpKind, dtypes: tuple, vector_math: bool) -> bool:
+    expression = definition(op).expression
+    names = {op.value} if expression is None else expression.ops()
     if not vector_math and names & VECTOR_FUNCTIONS:
         return False
     if expression is None:
-        return renders(node.op.value, dtypes)
+        return renders(op.value, dtypes)
+    output = dtypes[-1]
     return all(d in C_DTYPES for d in dtypes) and all(
-        renders(name, (node.dtype, node.dtype)) for name in names)
+        renders(name, (output, output)) for name in names)
 
 
 def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKernel, list[int]]:
@@ -197,6 +216,6 @@ def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKerne
     anchor = graph.nodes[group.anchor]
     per_row = group.reduced and anchor.shape != shape
     store = Store(builder.cast(value_of[group.anchor], anchor.dtype), anchor.dtype, per_row)
-    nodes = tuple(graph.nodes[m].op.value for m in group.members
+    nodes = tuple(graph.nodes[m].op._value_ for m in group.members
                   if graph.nodes[m].op is not OpKind.EXPAND)
     return builder.build(group.name, [store], nodes, int(group.reduced)), sources

@@ -11,6 +11,7 @@ scalar ``expression`` their registry record declares. Pure data: this module imp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
@@ -27,10 +28,10 @@ class Load:
     offset: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Value:
+class Value(NamedTuple):
     """One scalar of the DAG: ``load`` (of ``loads[load]``), ``constant`` or an op name
-    (an elementwise OpKind value, ``cast`` or ``where``) applied to earlier values ``args``."""
+    (an elementwise OpKind value, ``cast`` or ``where``) applied to earlier values ``args``.
+    A named tuple: made, hashed and compared in C (a fused group makes one per node)."""
 
     op: str
     dtype: DType
@@ -102,7 +103,7 @@ class KernelBuilder:
         if expression is None:
             if op is OpKind.CAST:
                 return self.cast(args[0], dtype)
-            return self.value(Value(op.value, dtype, tuple(args)))
+            return self.value(Value(op._value_, dtype, tuple(args)))
         return self.expression(expression, args, dtype)
 
     def cast(self, value: int, dtype: DType) -> int:

@@ -69,18 +69,26 @@ _compiled_cache: dict = {}
 _compiled_table: list = [None]
 
 
+def _compiled_memo(table: KernelBindingTable) -> dict:
+    """The compile memo of ``table`` (emptied when the published table changes)."""
+    if _compiled_table[0] is not table:
+        _compiled_cache.clear()
+        _compiled_table[0] = table
+    elif len(_compiled_cache) > 16384:
+        _compiled_cache.clear()
+    return _compiled_cache
+
+
 def compile_graph_node(graph: Graph, node_id: int, table: KernelBindingTable) -> CompiledNode:
     """compile_node for one graph node (memoized per table, op, dtypes, backend and params);
     a miss names the node and the user's line."""
     node = graph.nodes[node_id]
     backend = graph.target_backend(node_id)
     dtypes = node_lookup_dtypes(graph, node_id)
-    if _compiled_table[0] is not table:
-        _compiled_cache.clear()
-        _compiled_table[0] = table
+    memo = _compiled_memo(table)
     key = (node.op, dtypes, backend, node.params)
     try:
-        compiled = _compiled_cache.get(key)
+        compiled = memo.get(key)
     except TypeError:  # unhashable params
         key, compiled = None, None
     if compiled is not None:
@@ -90,9 +98,7 @@ def compile_graph_node(graph: Graph, node_id: int, table: KernelBindingTable) ->
     except FuelError as error:
         raise type(error)(f"{error} [{node_label(graph, node_id)}]") from None
     if key is not None:
-        if len(_compiled_cache) > 16384:
-            _compiled_cache.clear()
-        _compiled_cache[key] = compiled
+        memo[key] = compiled
     return compiled
 
 
@@ -165,6 +171,7 @@ class PlanBuilder:
             values[node_id] = (slot, node.layout)
         last_use = graph.last_use
         groups = self.groups
+        by_last, slot_last, keep = self.by_last, self.slot_last, self.keep
         for node_id, node in enumerate(graph.nodes):
             group = groups.get(node_id) if groups else None
             if group is not None and node_id != group.anchor:
@@ -183,8 +190,9 @@ class PlanBuilder:
                 if node_id in self.root_ids:
                     self.keep.add(slot)
                 self._use(slot, last_use[node_id])
-            frees = tuple(s for s in self.by_last.pop(node_id, ())
-                          if self.slot_last[s] == node_id and s not in self.keep)
+            ending = by_last.pop(node_id, None)
+            frees = tuple([s for s in ending if slot_last[s] == node_id and s not in keep]
+                          ) if ending else ()
             if launches:
                 launches[-1].frees = frees
                 yield from launches
@@ -206,15 +214,15 @@ class PlanBuilder:
         kernel, sources = lower_group(graph, group, values)
         backend_id = graph.target_backend(group.anchor)
         dtypes = tuple(graph.nodes[s].dtype for s in sources) + (node.dtype,)
+        memo = _compiled_memo(self.table)
         key = (OpKind.FUSED, dtypes, backend_id, kernel)
-        compiled = _compiled_cache.get(key) if _compiled_table[0] is self.table else None
+        compiled = memo.get(key)
         if compiled is None:
             try:
                 compiled = compile_node(OpKind.FUSED, dtypes, backend_id, kernel, self.table)
             except FuelError as error:
                 raise type(error)(f"{error} [{node_label(graph, group.members[0])}]") from None
-            if _compiled_table[0] is self.table:
-                _compiled_cache[key] = compiled
+            memo[key] = compiled
         for source in sources:
             self._use(values[source][0], group.anchor)
         device = node.device
