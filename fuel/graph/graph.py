@@ -37,6 +37,10 @@ class Graph:
         return (tuple(self.nodes[r].key for r in self.roots), len(self.nodes),
                 tuple(self.nodes[i].key for i in self.leaves), tuple(self.inputs))
 
+    def wiring(self) -> Wiring:
+        """What a later graph must share with this one to run its plan (see Wiring)."""
+        return Wiring(self)
+
     @classmethod
     def build(cls, roots: list[Node]) -> Graph:
         """Topological order over everything the roots need that is not realized yet."""
@@ -89,6 +93,59 @@ class Graph:
             for source in sources:
                 readers[source].append(node_id)
         return readers
+
+
+class Wiring:
+    """A graph's shape without its nodes: each node's input ids, the roots and the leaves
+    (with their keys). ``match`` finds the graph behind other roots in one pass over the
+    recorded ids, checking every edge by identity, instead of a search (Graph.build): a
+    plan cache hit then costs no per-node search."""
+
+    __slots__ = ("inputs", "roots", "leaves", "leaf_keys", "is_leaf")
+
+    def __init__(self, graph: Graph) -> None:
+        self.inputs = graph.inputs
+        self.roots = graph.roots
+        self.leaves = graph.leaves
+        self.leaf_keys = tuple([graph.nodes[i].key for i in graph.leaves])
+        self.is_leaf = [False] * len(graph.nodes)
+        for leaf in graph.leaves:
+            self.is_leaf[leaf] = True
+
+    def match(self, roots: list[Node]) -> Graph | None:
+        """The graph behind ``roots`` numbered as the recorded one, or None when it differs:
+        a node's inputs are not the recorded ones, a recorded leaf is not realized or an
+        inner node is (a key made stale by a later realize), or a leaf's key differs."""
+        inputs = self.inputs
+        nodes: list = [None] * len(inputs)
+        if len(roots) != len(self.roots):
+            return None
+        for root_id, root in zip(self.roots, roots):
+            known = nodes[root_id]
+            if known is None:
+                nodes[root_id] = root
+            elif known is not root:
+                return None
+        is_leaf = self.is_leaf
+        for node_id in range(len(inputs) - 1, -1, -1):
+            node = nodes[node_id]
+            if node is None or (node.buffer is not None) is not is_leaf[node_id]:
+                return None
+            sources = inputs[node_id]
+            if not sources:
+                continue
+            actual = node.inputs
+            if len(actual) != len(sources):
+                return None
+            for source, given in zip(sources, actual):
+                known = nodes[source]
+                if known is None:
+                    nodes[source] = given
+                elif known is not given:
+                    return None
+        if tuple([nodes[i].key for i in self.leaves]) != self.leaf_keys:
+            return None
+        return Graph(nodes, inputs, self.roots, self.leaves)
 
 
 def _last_uses(inputs: list[tuple[int, ...]]) -> list[int]:

@@ -53,6 +53,7 @@ class Plan:
     # The plan bound for replays (fuel.runtime.replay.BoundPlan) once a cache hit made it;
     # False when it is not worth binding.
     replay: object = None
+    wiring: object = None  # the planned graph's fuel.graph.graph.Wiring, once cached
 
 
 
