@@ -166,17 +166,22 @@ def _vector_math() -> bool:
     return not isinstance(found, str) and found.vector_math
 
 
-_rendered: dict[tuple, bool] = {}
+_rendered: dict[bool, dict[tuple, bool]] = {False: {}, True: {}}
 
 
 def _renders(node, vector_math: bool) -> bool:
     """Whether the node's C rendering exists and pays: a math function (exp, tanh, ...) pays
     only with the vector math library; scalar libm is slower than NumPy's SIMD loops.
-    Memoized per (op, vector math, output dtype, input dtypes)."""
-    key = (node.op, vector_math, node.dtype, *[i.dtype for i in node.inputs])
-    found = _rendered.get(key)
+    Memoized per (op, dtypes) and vector math."""
+    inputs = node.inputs
+    if len(inputs) == 2:
+        key = (node.op, inputs[0].dtype, inputs[1].dtype, node.dtype)
+    else:
+        key = (node.op, *[i.dtype for i in inputs], node.dtype)
+    known = _rendered[vector_math]
+    found = known.get(key)
     if found is None:
-        found = _rendered[key] = _decide_renders(node.op, key[3:] + (node.dtype,), vector_math)
+        found = known[key] = _decide_renders(node.op, key[1:], vector_math)
     return found
 
 
@@ -195,24 +200,25 @@ def _decide_renders(op: OpKind, dtypes: tuple, vector_math: bool) -> bool:
 def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKernel, list[int]]:
     """The group's LoopKernel over its anchor's shape, and the node ids it loads, in order
     (their planned ``(slot, layout)`` in ``node_values``)."""
-    shape = group.shape or graph.nodes[group.anchor].shape
+    nodes, inputs = graph.nodes, graph.inputs
+    shape = group.shape or nodes[group.anchor].shape
     builder = KernelBuilder(shape)
+    apply = builder.apply
     value_of: dict[int, int] = {}
     sources: list[int] = []
     for member in group.members:
-        node = graph.nodes[member]
-        args = []
-        for source in graph.inputs[member]:
+        node = nodes[member]
+        for source in inputs[member]:
             if source not in value_of:
                 layout = node_values[source][1].broadcast_to(shape)
-                value_of[source] = builder.load(Load(graph.nodes[source].dtype, layout.strides,
+                value_of[source] = builder.load(Load(nodes[source].dtype, layout.strides,
                                                      layout.offset))
                 sources.append(source)
-            args.append(value_of[source])
+        args = tuple([value_of[source] for source in inputs[member]])
         if node.op is OpKind.EXPAND:  # values are evaluated at broadcast coordinates already
             value_of[member] = args[0]
         else:
-            value_of[member] = builder.apply(node.op, tuple(args), node.dtype)
+            value_of[member] = apply(node.op, args, node.dtype)
     anchor = graph.nodes[group.anchor]
     per_row = group.reduced and anchor.shape != shape
     store = Store(builder.cast(value_of[group.anchor], anchor.dtype), anchor.dtype, per_row)

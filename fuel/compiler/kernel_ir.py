@@ -97,13 +97,13 @@ class KernelBuilder:
         return self.value(Value("constant", dtype, constant=number))
 
     def apply(self, op: OpKind, args: tuple[int, ...], dtype: DType) -> int:
-        """``op`` on ``args`` giving ``dtype``; a composite op is lowered through its registry
-        expression, computed in ``dtype``."""
+        """``op`` on ``args`` (a tuple) giving ``dtype``; a composite op is lowered through its
+        registry expression, computed in ``dtype``."""
         expression = definition(op).expression
         if expression is None:
             if op is OpKind.CAST:
                 return self.cast(args[0], dtype)
-            return self.value(Value(op._value_, dtype, tuple(args)))
+            return self.value(Value(op._value_, dtype, args))
         return self.expression(expression, args, dtype)
 
     def cast(self, value: int, dtype: DType) -> int:
