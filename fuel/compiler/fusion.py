@@ -104,8 +104,11 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         else:
             anchors = {anchor_of.get(reader) for reader in node_readers}
             anchor = anchors.pop() if len(anchors) == 1 else None
-        space = _joined_space(graph, node, reduce, members[anchor], spaces[anchor]) if (
-            anchor is not None and node_id not in roots and node_id not in waited) else None
+        space = None
+        if anchor is not None and node_id not in roots and node_id not in waited:
+            space = spaces[anchor]
+            if reduce or node.shape != space[0]:  # else it joins the loop shape as it is
+                space = _joined_space(graph, node, reduce, members[anchor], space)
         if space is not None:
             anchor_of[node_id] = anchor
             members[anchor].append(node_id)
@@ -119,8 +122,8 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         if len(ids) < 2:
             continue
         ordered = tuple(sorted(ids))
-        name = "fused(" + ",".join(nodes[i].op._value_ for i in ordered
-                                   if nodes[i].op is not OpKind.EXPAND) + ")"
+        name = "fused(" + ",".join([nodes[i].op._value_ for i in ordered
+                                    if nodes[i].op is not OpKind.EXPAND]) + ")"
         group = FusionGroup(ordered, name, *spaces[anchor])
         for member in ordered:
             groups[member] = group
@@ -214,7 +217,7 @@ def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKerne
                 value_of[source] = builder.load(Load(nodes[source].dtype, layout.strides,
                                                      layout.offset))
                 sources.append(source)
-        args = tuple([value_of[source] for source in inputs[member]])
+        args = tuple(map(value_of.__getitem__, inputs[member]))
         if node.op is OpKind.EXPAND:  # values are evaluated at broadcast coordinates already
             value_of[member] = args[0]
         else:
@@ -222,6 +225,6 @@ def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKerne
     anchor = graph.nodes[group.anchor]
     per_row = group.reduced and anchor.shape != shape
     store = Store(builder.cast(value_of[group.anchor], anchor.dtype), anchor.dtype, per_row)
-    nodes = tuple(graph.nodes[m].op._value_ for m in group.members
-                  if graph.nodes[m].op is not OpKind.EXPAND)
+    nodes = tuple([op._value_ for op in [graph.nodes[m].op for m in group.members]
+                   if op is not OpKind.EXPAND])
     return builder.build(group.name, [store], nodes, int(group.reduced)), sources

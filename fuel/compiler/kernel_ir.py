@@ -16,7 +16,7 @@ from typing import NamedTuple
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.expression import Expression
-from fuel.ir.ops import OpKind, definition
+from fuel.ir.ops import OPS, OpKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +99,16 @@ class KernelBuilder:
     def apply(self, op: OpKind, args: tuple[int, ...], dtype: DType) -> int:
         """``op`` on ``args`` (a tuple) giving ``dtype``; a composite op is lowered through its
         registry expression, computed in ``dtype``."""
-        expression = definition(op).expression
+        expression = OPS[op].expression
         if expression is None:
             if op is OpKind.CAST:
                 return self.cast(args[0], dtype)
-            return self.value(Value(op._value_, dtype, args))
+            value = Value(op._value_, dtype, args)  # value(), inline: one call per node
+            found = self.index.get(value)
+            if found is None:
+                found = self.index[value] = len(self.values)
+                self.values.append(value)
+            return found
         return self.expression(expression, args, dtype)
 
     def cast(self, value: int, dtype: DType) -> int:

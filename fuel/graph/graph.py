@@ -13,7 +13,7 @@ class Graph:
     last node that reads node i (or i itself when nothing reads it).
     """
 
-    __slots__ = ("nodes", "inputs", "roots", "leaves", "_last_use")
+    __slots__ = ("nodes", "inputs", "roots", "leaves", "_last_use", "_readers")
 
     def __init__(self, nodes: list[Node], inputs: list[tuple[int, ...]], roots: list[int],
                  leaves: list[int] | None = None):
@@ -23,11 +23,14 @@ class Graph:
         self.leaves = leaves if leaves is not None else [
             i for i, node in enumerate(nodes) if node.buffer is not None]
         self._last_use: list[int] | None = None
+        self._readers: list[list[int]] | None = None
 
     @property
     def last_use(self) -> list[int]:
         if self._last_use is None:
-            self._last_use = _last_uses(self.inputs)
+            # Readers are listed in increasing order: the last one is the last use.
+            self._last_use = [readers[-1] if readers else node_id
+                              for node_id, readers in enumerate(self.consumers())]
         return self._last_use
 
     def structure_key(self) -> tuple:
@@ -87,12 +90,15 @@ class Graph:
         return kernel_backend(self.nodes[node_id], self.nodes[sources[0]] if sources else None)
 
     def consumers(self) -> list[list[int]]:
-        """For each node, the NodeIds that read it."""
-        readers: list[list[int]] = [[] for _ in self.nodes]
-        for node_id, sources in enumerate(self.inputs):
-            for source in sources:
-                readers[source].append(node_id)
-        return readers
+        """For each node, the NodeIds that read it, in increasing order (computed once: do
+        not modify)."""
+        if self._readers is None:
+            readers: list[list[int]] = [[] for _ in self.nodes]
+            for node_id, sources in enumerate(self.inputs):
+                for source in sources:
+                    readers[source].append(node_id)
+            self._readers = readers
+        return self._readers
 
 
 class Wiring:
@@ -147,10 +153,3 @@ class Wiring:
             return None
         return Graph(nodes, inputs, self.roots, self.leaves)
 
-
-def _last_uses(inputs: list[tuple[int, ...]]) -> list[int]:
-    last = list(range(len(inputs)))
-    for node_id, sources in enumerate(inputs):
-        for source in sources:
-            last[source] = node_id
-    return last
