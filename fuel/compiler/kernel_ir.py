@@ -10,6 +10,7 @@ scalar ``expression`` their registry record declares. Pure data: this module imp
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -38,6 +39,10 @@ class Value(NamedTuple):
     args: tuple[int, ...] = ()
     load: int = -1
     constant: float | int | bool = 0
+
+
+# Value(op, dtype, args) without the named tuple's Python-level __new__ (all fields given).
+_new_value = functools.partial(tuple.__new__, Value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +108,7 @@ class KernelBuilder:
         if expression is None:
             if op is OpKind.CAST:
                 return self.cast(args[0], dtype)
-            value = Value(op._value_, dtype, args)  # value(), inline: one call per node
+            value = _new_value((op._value_, dtype, args, -1, 0))  # value(), inline
             found = self.index.get(value)
             if found is None:
                 found = self.index[value] = len(self.values)

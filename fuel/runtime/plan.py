@@ -173,10 +173,17 @@ class PlanBuilder:
         last_use = graph.last_use
         groups = self.groups
         by_last, slot_last, keep = self.by_last, self.slot_last, self.keep
+        inputs = graph.inputs
         for node_id, node in enumerate(graph.nodes):
             group = groups.get(node_id) if groups else None
             if group is not None and node_id != group.members[-1]:  # a member but the anchor
-                self._defer_to_group(node_id, group.members[-1])
+                # It launches nothing and has no slot; what it reads from outside the group
+                # stays live until the group's launch.
+                anchor = group.members[-1]
+                for source in inputs[node_id]:
+                    value = values[source]
+                    if value is not None and anchor > slot_last[value[0]]:
+                        self._use(value[0], anchor)
                 launches = None
             elif node.buffer is not None:
                 launches = []
@@ -199,15 +206,6 @@ class PlanBuilder:
                 yield from launches
             elif frees:
                 yield frees
-
-    def _defer_to_group(self, node_id: int, anchor: int) -> None:
-        """A fused member launches nothing and has no slot; what it reads from outside the
-        group stays live until the group's launch (at ``anchor``)."""
-        values = self.plan.node_values
-        for source in self.graph.inputs[node_id]:
-            value = values[source]
-            if value is not None:
-                self._use(value[0], anchor)
 
     def _fused(self, node, group: FusionGroup) -> Step:
         """One launch of the group's generated kernel, materializing only its anchor."""
