@@ -78,7 +78,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         return {}
     usable: dict[BackendId, bool] = {}
     vector_math = _vector_math()
-    readers = graph.consumers()
+    reads, last_use = graph.reads, graph.last_use  # a node read once: its reader is its last use
     roots = set(graph.roots)
     anchor_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -98,11 +98,10 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
             usable[backend] = fusion_unavailable_reason(backend) is None
         if not usable[backend]:
             continue
-        node_readers = readers[node_id]
-        if len(node_readers) == 1:
-            anchor = anchor_of.get(node_readers[0])
+        if reads[node_id] == 1:
+            anchor = anchor_of.get(last_use[node_id])
         else:
-            anchors = {anchor_of.get(reader) for reader in node_readers}
+            anchors = {anchor_of.get(reader) for reader in graph.consumers()[node_id]}
             anchor = anchors.pop() if len(anchors) == 1 else None
         space = None
         if anchor is not None and node_id not in roots and node_id not in waited:
@@ -217,7 +216,9 @@ def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKerne
                 value_of[source] = builder.load(Load(nodes[source].dtype, layout.strides,
                                                      layout.offset))
                 sources.append(source)
-        args = tuple(map(value_of.__getitem__, inputs[member]))
+        sources_of = inputs[member]
+        args = ((value_of[sources_of[0]], value_of[sources_of[1]]) if len(sources_of) == 2
+                else tuple([value_of[source] for source in sources_of]))
         if node.op is OpKind.EXPAND:  # values are evaluated at broadcast coordinates already
             value_of[member] = args[0]
         else:

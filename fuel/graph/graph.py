@@ -13,7 +13,7 @@ class Graph:
     last node that reads node i (or i itself when nothing reads it).
     """
 
-    __slots__ = ("nodes", "inputs", "roots", "leaves", "_last_use", "_readers")
+    __slots__ = ("nodes", "inputs", "roots", "leaves", "_last_use", "_reads", "_readers")
 
     def __init__(self, nodes: list[Node], inputs: list[tuple[int, ...]], roots: list[int],
                  leaves: list[int] | None = None):
@@ -23,15 +23,30 @@ class Graph:
         self.leaves = leaves if leaves is not None else [
             i for i, node in enumerate(nodes) if node.buffer is not None]
         self._last_use: list[int] | None = None
+        self._reads: list[int] | None = None
         self._readers: list[list[int]] | None = None
 
     @property
     def last_use(self) -> list[int]:
         if self._last_use is None:
-            # Readers are listed in increasing order: the last one is the last use.
-            self._last_use = [readers[-1] if readers else node_id
-                              for node_id, readers in enumerate(self.consumers())]
+            self._count_reads()
         return self._last_use
+
+    @property
+    def reads(self) -> list[int]:
+        """For each node, how many times later nodes read it."""
+        if self._reads is None:
+            self._count_reads()
+        return self._reads
+
+    def _count_reads(self) -> None:
+        last = list(range(len(self.inputs)))
+        reads = [0] * len(self.inputs)
+        for node_id, sources in enumerate(self.inputs):
+            for source in sources:
+                last[source] = node_id
+                reads[source] += 1
+        self._last_use, self._reads = last, reads
 
     def structure_key(self) -> tuple:
         """The roots' incremental keys plus what identifies the leaves: equal for graphs that
@@ -66,13 +81,16 @@ class Graph:
                     nodes.append(node)
                     inputs.append(())
                     continue
-                if expanded or not node.inputs:
+                sources = node.inputs
+                if expanded or not sources:
                     index[key] = len(nodes)
                     nodes.append(node)
-                    inputs.append(tuple([index[id(i)] for i in node.inputs]))
+                    inputs.append((index[id(sources[0])], index[id(sources[1])])
+                                  if len(sources) == 2
+                                  else tuple([index[id(i)] for i in sources]))
                     continue
                 stack.append((node, True))
-                for child in reversed(node.inputs):
+                for child in reversed(sources):
                     if id(child) not in index:
                         stack.append((child, False))
         return cls(nodes, inputs, [index[id(r)] for r in roots], leaves)
