@@ -13,7 +13,8 @@ class Graph:
     last node that reads node i (or i itself when nothing reads it).
     """
 
-    __slots__ = ("nodes", "inputs", "roots", "leaves", "_last_use", "_reads", "_readers")
+    __slots__ = ("nodes", "inputs", "roots", "leaves", "_last_use", "_reads", "_readers",
+                 "_ops")
 
     def __init__(self, nodes: list[Node], inputs: list[tuple[int, ...]], roots: list[int],
                  leaves: list[int] | None = None):
@@ -25,6 +26,14 @@ class Graph:
         self._last_use: list[int] | None = None
         self._reads: list[int] | None = None
         self._readers: list[list[int]] | None = None
+        self._ops: set | None = None
+
+    @property
+    def ops(self) -> set:
+        """The OpKinds the graph's nodes apply (a planner skips checks for absent ops)."""
+        if self._ops is None:
+            self._ops = {node.op for node in self.nodes}
+        return self._ops
 
     @property
     def last_use(self) -> list[int]:

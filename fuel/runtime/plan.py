@@ -106,6 +106,8 @@ def compile_graph_node(graph: Graph, node_id: int, table: KernelBindingTable) ->
 def _wait_set(graph: Graph) -> set[int]:
     """Nodes whose launches a cross-device copy waits: each copy's source, through views."""
     waited: set[int] = set()
+    if OpKind.COPY not in graph.ops:
+        return waited
     for node_id, node in enumerate(graph.nodes):
         if node.op is OpKind.COPY and node.buffer is None:
             source = graph.inputs[node_id][0]
