@@ -84,19 +84,28 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
     members: dict[int, list[int]] = {}
     spaces: dict[int, tuple[tuple[int, ...], bool]] = {}  # anchor -> (loop shape, reduced)
     nodes = graph.nodes
+    expand = OpKind.EXPAND
+    rendered = _rendered[vector_math]
     for node_id in range(len(nodes) - 1, -1, -1):
         node = nodes[node_id]
         op = node.op
         if node.buffer is not None:
             continue
-        broadcast = op is OpKind.EXPAND  # joins a group (never starts one): no launch
+        broadcast = op is expand  # joins a group (never starts one): no launch
         reduce = op in ROW_REDUCE_OPS and _row_reduce(node)
-        if not (reduce or broadcast or op in FUSIBLE_OPS and _renders(node, vector_math)):
-            continue
+        if not (reduce or broadcast):
+            if op not in FUSIBLE_OPS:
+                continue
+            inputs = node.inputs  # _renders, its memo looked up here: one call less per node
+            known = rendered.get((op, inputs[0].dtype, inputs[1].dtype, node.dtype)
+                                 if len(inputs) == 2 else None)
+            if not (known if known is not None else _renders(node, vector_math)):
+                continue
         backend = node.device.backend  # a fusible op is never a COPY: it runs on its device
-        if backend not in usable:
-            usable[backend] = fusion_unavailable_reason(backend) is None
-        if not usable[backend]:
+        usable_here = usable.get(backend)
+        if usable_here is None:
+            usable_here = usable[backend] = fusion_unavailable_reason(backend) is None
+        if not usable_here:
             continue
         if reads[node_id] == 1:
             anchor = anchor_of.get(last_use[node_id])

@@ -175,7 +175,7 @@ class PlanBuilder:
         last_use = graph.last_use
         groups = self.groups
         by_last, slot_last, keep = self.by_last, self.slot_last, self.keep
-        inputs = graph.inputs
+        inputs, root_ids, use = graph.inputs, self.root_ids, self._use
         for node_id, node in enumerate(graph.nodes):
             group = groups.get(node_id) if groups else None
             if group is not None and node_id != group.members[-1]:  # a member but the anchor
@@ -185,7 +185,7 @@ class PlanBuilder:
                 for source in inputs[node_id]:
                     value = values[source]
                     if value is not None and anchor > slot_last[value[0]]:
-                        self._use(value[0], anchor)
+                        use(value[0], anchor)
                 launches = None
             elif node.buffer is not None:
                 launches = []
@@ -197,9 +197,9 @@ class PlanBuilder:
                 launches = self._kernel(node_id, node)
             if launches is not None:
                 slot = values[node_id][0]
-                if node_id in self.root_ids:
-                    self.keep.add(slot)
-                self._use(slot, last_use[node_id])
+                if node_id in root_ids:
+                    keep.add(slot)
+                use(slot, last_use[node_id])
             ending = by_last.pop(node_id, None)
             frees = tuple([s for s in ending if slot_last[s] == node_id and s not in keep]
                           ) if ending else ()
