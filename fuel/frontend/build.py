@@ -154,7 +154,7 @@ def leaf(array: np.ndarray, device: Device) -> Tensor:
 def constant(value, dtype: DType, device: Device, shape: tuple[int, ...] = ()) -> Node:
     """A shared realized leaf holding ``value`` as ``dtype`` on ``device``, viewed at ``shape``
     with stride 0 (one element of storage, no expand node per use)."""
-    key = (type(value), value, dtype, device, shape)
+    key = (type(value), value, dtype, device.key, shape)
     try:
         found = _CONSTANTS.get(key)
     except TypeError:

@@ -123,6 +123,9 @@ def _same_kind_operands(a, b):
     return None
 
 
+new_object = object.__new__
+
+
 def binary_operator(op: OpKind, reflected: bool = False):
     """Tensor's operator method for ``op`` (``__add__``; ``__radd__`` when ``reflected``): the
     common case of ``_same_kind_operands`` built inline by ``make_pair``, the rest through
@@ -152,7 +155,11 @@ def binary_operator(op: OpKind, reflected: bool = False):
         else:
             return general(self, other)
         node = make_pair(op, right, left) if reflected else make_pair(op, left, right)
-        return general(self, other) if node is None else TensorBase.concrete(node)
+        if node is None:
+            return general(self, other)
+        result = new_object(TensorBase.concrete)  # wrap(node) without a Python __init__
+        result._node = node
+        return result
 
     operator.__name__ = operator.__qualname__ = general.__name__
     operator.__doc__ = f"``{op.value}`` as a Python operator (torch's promotion and broadcasting)."

@@ -91,7 +91,7 @@ class Device:
         self.index = index
         self._name = "cpu" if backend is BackendId.CPU else f"{backend.value}:{index}"
         self._hash = hash(self._name)
-        self.key = self._hash  # equal devices, equal keys: what structural keys hash (no call)
+        self.key = self._name  # equal devices, equal keys: what cache keys hold (hashed in C)
 
     def __str__(self) -> str:
         return self._name
