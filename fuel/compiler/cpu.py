@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 from collections.abc import Sequence
 
 from fuel.compiler import toolchain
@@ -44,8 +45,12 @@ class GeneratedKernel:
         """Bind the data pointers once; the launcher is one foreign call."""
         if self.empty:
             return lambda: None
-        pointers = [storage.buffer.ctypes.data + layout.offset * storage.buffer.itemsize
-                    for storage, layout in zip(list(inputs) + list(outputs), layouts)]
+        pointers = []
+        for storage, layout in zip(itertools.chain(inputs, outputs), layouts):
+            address = storage.address
+            if not address:
+                address = storage.address = storage.buffer.ctypes.data
+            pointers.append(address + layout.offset * storage.buffer.itemsize)
         data = (ctypes.c_void_p * len(pointers))(*pointers)
         function, sizes, strides = self.function, self.sizes, self.strides
         return lambda: function(data, sizes, strides)

@@ -106,31 +106,43 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
     off. ``waited``: nodes a later step waits individually (never internal to a group)."""
     if not fusion_enabled():
         return {}
-    usable: dict[BackendId, FusionTarget | None] = {}
-    readers = graph.consumers()
+    usable: dict[BackendId, tuple[FusionTarget, bool] | None] = {}  # target, math pays
+    reads, last_use = graph.reads, graph.last_use  # a node read once: its reader is its last use
     roots = set(graph.roots)
     anchor_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}
     spaces: dict[int, tuple[tuple[int, ...], bool]] = {}  # anchor -> (loop shape, reduced)
-    for node_id in range(len(graph.nodes) - 1, -1, -1):
-        node = graph.nodes[node_id]
-        if node.buffer is not None:
+    nodes = graph.nodes
+    expand = OpKind.EXPAND
+    for node_id in range(len(nodes) - 1, -1, -1):
+        node = nodes[node_id]
+        op = node.op
+        if node.buffer is not None or not (op in FUSIBLE_OPS or op is expand
+                                           or op in ROW_REDUCE_OPS):
             continue
         backend = graph.target_backend(node_id)
-        if backend not in usable:
-            usable[backend] = _targets[backend] if fusion_unavailable_reason(backend) is None \
-                else None
-        target = usable[backend]
-        if target is None:
+        if backend in usable:
+            found = usable[backend]
+        else:
+            found = usable[backend] = ((_targets[backend], _targets[backend].math_pays())
+                                       if fusion_unavailable_reason(backend) is None else None)
+        if found is None:
             continue
-        reduce = _row_reduce(node, target)
-        broadcast = node.op is OpKind.EXPAND  # joins a group (never starts one): no launch
-        if not (reduce or broadcast or node.op in FUSIBLE_OPS and _renders(node, target)):
+        target, math_pays = found
+        broadcast = op is expand  # joins a group (never starts one): no launch
+        reduce = op in ROW_REDUCE_OPS and _row_reduce(node, target)
+        if not (reduce or broadcast or op in FUSIBLE_OPS and _renders(node, target, math_pays)):
             continue
-        anchors = {anchor_of.get(reader) for reader in readers[node_id]}
-        anchor = anchors.pop() if len(anchors) == 1 else None
-        space = _joined_space(graph, node, members[anchor], spaces[anchor], target) if (
-            anchor is not None and node_id not in roots and node_id not in waited) else None
+        if reads[node_id] == 1:
+            anchor = anchor_of.get(last_use[node_id])
+        else:
+            anchors = {anchor_of.get(reader) for reader in graph.consumers()[node_id]}
+            anchor = anchors.pop() if len(anchors) == 1 else None
+        space = None
+        if anchor is not None and node_id not in roots and node_id not in waited:
+            space = spaces[anchor]
+            if reduce or node.shape != space[0]:  # else it joins the loop shape as it is
+                space = _joined_space(graph, node, members[anchor], space, target)
         if space is not None:
             anchor_of[node_id] = anchor
             members[anchor].append(node_id)
@@ -144,8 +156,8 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         if len(ids) < 2:
             continue
         ordered = tuple(sorted(ids))
-        name = "fused(" + ",".join(graph.nodes[i].op.value for i in ordered
-                                   if graph.nodes[i].op is not OpKind.EXPAND) + ")"
+        name = "fused(" + ",".join([nodes[i].op._value_ for i in ordered
+                                    if nodes[i].op is not OpKind.EXPAND]) + ")"
         group = FusionGroup(ordered, name, *spaces[anchor])
         for member in ordered:
             groups[member] = group
@@ -183,18 +195,34 @@ def _joined_space(graph, node, ids: list[int], space, target: FusionTarget):
     return (source, True)
 
 
-def _renders(node, target: FusionTarget) -> bool:
+_rendered: dict[tuple, bool] = {}
+
+
+def _renders(node, target: FusionTarget, math_pays: bool) -> bool:
     """Whether the node renders on ``target`` and pays: a math function (exp, tanh, ...) only
-    where ``target.math_pays()`` (scalar libm is slower than NumPy's SIMD loops)."""
-    dtypes = tuple(i.dtype for i in node.inputs) + (node.dtype,)
-    expression = definition(node.op).expression
-    names = {node.op.value} if expression is None else expression.ops()
-    if names & MATH_OPS and not target.math_pays():
+    where ``math_pays`` (scalar libm is slower than NumPy's SIMD loops). Memoized per target,
+    math_pays, op and dtypes."""
+    inputs = node.inputs
+    if len(inputs) == 2:
+        key = (id(target), math_pays, node.op, inputs[0].dtype, inputs[1].dtype, node.dtype)
+    else:
+        key = (id(target), math_pays, node.op, *[i.dtype for i in inputs], node.dtype)
+    found = _rendered.get(key)
+    if found is None:
+        found = _rendered[key] = _decide_renders(node.op, key[3:], target, math_pays)
+    return found
+
+
+def _decide_renders(op: OpKind, dtypes: tuple, target: FusionTarget, math_pays: bool) -> bool:
+    expression = definition(op).expression
+    names = {op.value} if expression is None else expression.ops()
+    if names & MATH_OPS and not math_pays:
         return False
     if expression is None:
-        return target.renders(node.op.value, dtypes)
-    return all(target.renders("cast", (d, node.dtype)) for d in dtypes) and all(
-        target.renders(name, (node.dtype, node.dtype)) for name in names)
+        return target.renders(op.value, dtypes)
+    output = dtypes[-1]
+    return all(target.renders("cast", (d, output)) for d in dtypes) and all(
+        target.renders(name, (output, output)) for name in names)
 
 
 def _vector_math() -> bool:
@@ -217,27 +245,30 @@ register_fusion_target(BackendId.CPU, FusionTarget(_c_unavailable_reason, render
 def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKernel, list[int]]:
     """The group's LoopKernel over its anchor's shape, and the node ids it loads, in order
     (their planned ``(slot, layout)`` in ``node_values``)."""
-    shape = group.shape or graph.nodes[group.anchor].shape
+    nodes, inputs = graph.nodes, graph.inputs
+    shape = group.shape or nodes[group.anchor].shape
     builder = KernelBuilder(shape)
+    apply = builder.apply
     value_of: dict[int, int] = {}
     sources: list[int] = []
     for member in group.members:
-        node = graph.nodes[member]
-        args = []
-        for source in graph.inputs[member]:
+        node = nodes[member]
+        for source in inputs[member]:
             if source not in value_of:
                 layout = node_values[source][1].broadcast_to(shape)
-                value_of[source] = builder.load(Load(graph.nodes[source].dtype, layout.strides,
+                value_of[source] = builder.load(Load(nodes[source].dtype, layout.strides,
                                                      layout.offset))
                 sources.append(source)
-            args.append(value_of[source])
+        sources_of = inputs[member]
+        args = ((value_of[sources_of[0]], value_of[sources_of[1]]) if len(sources_of) == 2
+                else tuple([value_of[source] for source in sources_of]))
         if node.op is OpKind.EXPAND:  # values are evaluated at broadcast coordinates already
             value_of[member] = args[0]
         else:
-            value_of[member] = builder.apply(node.op, tuple(args), node.dtype)
+            value_of[member] = apply(node.op, args, node.dtype)
     anchor = graph.nodes[group.anchor]
     per_row = group.reduced and anchor.shape != shape
     store = Store(builder.cast(value_of[group.anchor], anchor.dtype), anchor.dtype, per_row)
-    nodes = tuple(graph.nodes[m].op.value for m in group.members
-                  if graph.nodes[m].op is not OpKind.EXPAND)
+    nodes = tuple([op._value_ for op in [graph.nodes[m].op for m in group.members]
+                   if op is not OpKind.EXPAND])
     return builder.build(group.name, [store], nodes, int(group.reduced)), sources

@@ -10,12 +10,14 @@ scalar ``expression`` their registry record declares. Pure data: this module imp
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.expression import Expression
-from fuel.ir.ops import OpKind, definition
+from fuel.ir.ops import OPS, OpKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,16 +29,20 @@ class Load:
     offset: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Value:
+class Value(NamedTuple):
     """One scalar of the DAG: ``load`` (of ``loads[load]``), ``constant`` or an op name
-    (an elementwise OpKind value, ``cast`` or ``where``) applied to earlier values ``args``."""
+    (an elementwise OpKind value, ``cast`` or ``where``) applied to earlier values ``args``.
+    A named tuple: made, hashed and compared in C (a fused group makes one per node)."""
 
     op: str
     dtype: DType
     args: tuple[int, ...] = ()
     load: int = -1
     constant: float | int | bool = 0
+
+
+# Value(op, dtype, args) without the named tuple's Python-level __new__ (all fields given).
+_new_value = functools.partial(tuple.__new__, Value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +102,18 @@ class KernelBuilder:
         return self.value(Value("constant", dtype, constant=number))
 
     def apply(self, op: OpKind, args: tuple[int, ...], dtype: DType) -> int:
-        """``op`` on ``args`` giving ``dtype``; a composite op is lowered through its registry
-        expression, computed in ``dtype``."""
-        expression = definition(op).expression
+        """``op`` on ``args`` (a tuple) giving ``dtype``; a composite op is lowered through its
+        registry expression, computed in ``dtype``."""
+        expression = OPS[op].expression
         if expression is None:
             if op is OpKind.CAST:
                 return self.cast(args[0], dtype)
-            return self.value(Value(op.value, dtype, tuple(args)))
+            value = _new_value((op._value_, dtype, args, -1, 0))  # value(), inline
+            found = self.index.get(value)
+            if found is None:
+                found = self.index[value] = len(self.values)
+                self.values.append(value)
+            return found
         return self.expression(expression, args, dtype)
 
     def cast(self, value: int, dtype: DType) -> int:

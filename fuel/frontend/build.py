@@ -18,7 +18,7 @@ from fuel.ir.device import Device
 from fuel.ir.dtype import DType
 from fuel.ir.errors import DeviceMismatch, FuelError, NoBackendForOp
 from fuel.ir.layout import Layout
-from fuel.ir.ops import CastParams, OpKind, ShapeParams, infer, infer_keyed
+from fuel.ir.ops import NO_PARAMS, CastParams, OpKind, ShapeParams, infer, infer_keyed
 
 if TYPE_CHECKING:
     from fuel.tensor import Tensor
@@ -96,6 +96,37 @@ def make(op: OpKind, inputs: tuple[Node, ...], params, device: Device | None = N
                      site if site is not None else creation_site(), structure))
 
 
+_PAIR_RULES: dict = {}
+
+
+def make_pair(op: OpKind, first: Node, second: Node) -> Node | None:
+    """``make(op, (first, second), NO_PARAMS)`` for two operands of one dtype, shape and
+    device (the operators' common case), with the rule's result memoized per (op, dtype,
+    shape); None when the rule refuses them (the caller's general path raises at the user's
+    line). Called directly by an operator method: its caller's frame is the user's line."""
+    rule_key = (op, first.dtype, first.shape)
+    found = _PAIR_RULES.get(rule_key)
+    if found is None:
+        try:
+            found = infer_keyed(op, NO_PARAMS, (first.shape, first.shape),
+                                (first.dtype, first.dtype))
+        except FuelError:
+            return None
+        if len(_PAIR_RULES) > 65536:
+            _PAIR_RULES.clear()
+        _PAIR_RULES[rule_key] = found
+    site = _site_local.site
+    if site is None:
+        caller = _getframe(2)
+        code = caller.f_code
+        runtime = _is_runtime.get(code.co_filename)
+        if runtime is None:
+            runtime = is_runtime_file(code.co_filename)
+        site = creation_site() if runtime else (code.co_filename, caller.f_lineno)
+    return Node(op, (first, second), NO_PARAMS, found[1], found[0], first.device, site,
+                found[2])
+
+
 def _raise_device_mismatch(op: OpKind, device: Device, other: Device):
     raise _located(DeviceMismatch(
         f"{op.value}: operands live on {device} and {other}; move one with .to() first"))
@@ -128,7 +159,7 @@ def leaf(array: np.ndarray, device: Device) -> Tensor:
 def constant(value, dtype: DType, device: Device, shape: tuple[int, ...] = ()) -> Node:
     """A shared realized leaf holding ``value`` as ``dtype`` on ``device``, viewed at ``shape``
     with stride 0 (one element of storage, no expand node per use)."""
-    key = (type(value), value, dtype, device, shape)
+    key = (type(value), value, dtype, device.key, shape)
     try:
         found = _CONSTANTS.get(key)
     except TypeError:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fuel.frontend.base import TensorBase, wrap
-from fuel.frontend.build import at_user_line, cast, constant, expand, make, operand_nodes
+from fuel.frontend.build import (
+    at_user_line,
+    cast,
+    constant,
+    expand,
+    make,
+    make_pair,
+    operand_nodes,
+)
 from fuel.ir import dtype as dt
 from fuel.ir.errors import DTypeError, InvalidArgument
 from fuel.ir.ops import (
@@ -115,6 +123,49 @@ def _same_kind_operands(a, b):
     return None
 
 
+new_object = object.__new__
+
+
+def binary_operator(op: OpKind, reflected: bool = False):
+    """Tensor's operator method for ``op`` (``__add__``; ``__radd__`` when ``reflected``): the
+    common case of ``_same_kind_operands`` built inline by ``make_pair``, the rest through
+    ``binary``; either way the node carries the user's line and errors name it."""
+    if reflected:
+        def general(self, other) -> Tensor:
+            return binary(op, other, self)
+    else:
+        def general(self, other) -> Tensor:
+            return binary(op, self, other)
+    general = at_user_line(general)
+    needs_float = op is OpKind.DIV  # integer division promotes: the general path
+
+    def operator(self, other) -> Tensor:
+        left = self._node
+        dtype = left.dtype
+        kind = other.__class__
+        if kind is float:
+            if dtype.kind != "f":
+                return general(self, other)
+            right = constant(other, dtype, left.device, left.shape)
+        elif kind is TensorBase.concrete:
+            right = other._node
+            if right.dtype is not dtype or right.shape != left.shape or dtype.kind == "b" or \
+                    right.device is not left.device or needs_float and dtype.kind != "f":
+                return general(self, other)
+        else:
+            return general(self, other)
+        node = make_pair(op, right, left) if reflected else make_pair(op, left, right)
+        if node is None:
+            return general(self, other)
+        result = new_object(TensorBase.concrete)  # wrap(node) without a Python __init__
+        result._node = node
+        return result
+
+    operator.__name__ = operator.__qualname__ = general.__name__
+    operator.__doc__ = f"``{op.value}`` as a Python operator (torch's promotion and broadcasting)."
+    return operator
+
+
 def where(condition, a, b, dtype: dt.DType | None = None) -> Tensor:
     """``a`` where ``condition`` holds, else ``b`` (broadcast together); ``dtype`` forces the
     result type (masked_fill keeps the tensor's own)."""
@@ -163,101 +214,30 @@ class ElementwiseMethods:
     def __pos__(self) -> Tensor:
         return self
 
-    @at_user_line
-    def __add__(self, other) -> Tensor:
-        return binary(OpKind.ADD, self, other)
-
-    @at_user_line
-    def __radd__(self, other) -> Tensor:
-        return binary(OpKind.ADD, other, self)
-
-    @at_user_line
-    def __sub__(self, other) -> Tensor:
-        return binary(OpKind.SUB, self, other)
-
-    @at_user_line
-    def __rsub__(self, other) -> Tensor:
-        return binary(OpKind.SUB, other, self)
-
-    @at_user_line
-    def __mul__(self, other) -> Tensor:
-        return binary(OpKind.MUL, self, other)
-
-    @at_user_line
-    def __rmul__(self, other) -> Tensor:
-        return binary(OpKind.MUL, other, self)
-
-    @at_user_line
-    def __truediv__(self, other) -> Tensor:
-        return binary(OpKind.DIV, self, other)
-
-    @at_user_line
-    def __rtruediv__(self, other) -> Tensor:
-        return binary(OpKind.DIV, other, self)
-
-    @at_user_line
-    def __mod__(self, other) -> Tensor:
-        return binary(OpKind.REMAINDER, self, other)
-
-    @at_user_line
-    def __rmod__(self, other) -> Tensor:
-        return binary(OpKind.REMAINDER, other, self)
-
-    @at_user_line
-    def __pow__(self, other) -> Tensor:
-        return binary(OpKind.POW, self, other)
-
-    @at_user_line
-    def __rpow__(self, other) -> Tensor:
-        return binary(OpKind.POW, other, self)
-
-    @at_user_line
-    def __and__(self, other) -> Tensor:
-        return binary(OpKind.BITWISE_AND, self, other)
-
-    @at_user_line
-    def __rand__(self, other) -> Tensor:
-        return binary(OpKind.BITWISE_AND, other, self)
-
-    @at_user_line
-    def __or__(self, other) -> Tensor:
-        return binary(OpKind.BITWISE_OR, self, other)
-
-    @at_user_line
-    def __ror__(self, other) -> Tensor:
-        return binary(OpKind.BITWISE_OR, other, self)
-
-    @at_user_line
-    def __xor__(self, other) -> Tensor:
-        return binary(OpKind.BITWISE_XOR, self, other)
-
-    @at_user_line
-    def __rxor__(self, other) -> Tensor:
-        return binary(OpKind.BITWISE_XOR, other, self)
-
-    @at_user_line
-    def __eq__(self, other) -> Tensor:  # type: ignore[override]
-        return binary(OpKind.EQ, self, other)
-
-    @at_user_line
-    def __ne__(self, other) -> Tensor:  # type: ignore[override]
-        return binary(OpKind.NE, self, other)
-
-    @at_user_line
-    def __lt__(self, other) -> Tensor:
-        return binary(OpKind.LT, self, other)
-
-    @at_user_line
-    def __le__(self, other) -> Tensor:
-        return binary(OpKind.LE, self, other)
-
-    @at_user_line
-    def __gt__(self, other) -> Tensor:
-        return binary(OpKind.GT, self, other)
-
-    @at_user_line
-    def __ge__(self, other) -> Tensor:
-        return binary(OpKind.GE, self, other)
+    __add__ = binary_operator(OpKind.ADD)
+    __radd__ = binary_operator(OpKind.ADD, reflected=True)
+    __sub__ = binary_operator(OpKind.SUB)
+    __rsub__ = binary_operator(OpKind.SUB, reflected=True)
+    __mul__ = binary_operator(OpKind.MUL)
+    __rmul__ = binary_operator(OpKind.MUL, reflected=True)
+    __truediv__ = binary_operator(OpKind.DIV)
+    __rtruediv__ = binary_operator(OpKind.DIV, reflected=True)
+    __mod__ = binary_operator(OpKind.REMAINDER)
+    __rmod__ = binary_operator(OpKind.REMAINDER, reflected=True)
+    __pow__ = binary_operator(OpKind.POW)
+    __rpow__ = binary_operator(OpKind.POW, reflected=True)
+    __and__ = binary_operator(OpKind.BITWISE_AND)
+    __rand__ = binary_operator(OpKind.BITWISE_AND, reflected=True)
+    __or__ = binary_operator(OpKind.BITWISE_OR)
+    __ror__ = binary_operator(OpKind.BITWISE_OR, reflected=True)
+    __xor__ = binary_operator(OpKind.BITWISE_XOR)
+    __rxor__ = binary_operator(OpKind.BITWISE_XOR, reflected=True)
+    __eq__ = binary_operator(OpKind.EQ)  # type: ignore[assignment]
+    __ne__ = binary_operator(OpKind.NE)  # type: ignore[assignment]
+    __lt__ = binary_operator(OpKind.LT)
+    __le__ = binary_operator(OpKind.LE)
+    __gt__ = binary_operator(OpKind.GT)
+    __ge__ = binary_operator(OpKind.GE)
 
     def __hash__(self) -> int:
         return id(self)

@@ -13,7 +13,8 @@ class Graph:
     last node that reads node i (or i itself when nothing reads it).
     """
 
-    __slots__ = ("nodes", "inputs", "roots", "leaves", "_last_use")
+    __slots__ = ("nodes", "inputs", "roots", "leaves", "_last_use", "_reads", "_readers",
+                 "_ops")
 
     def __init__(self, nodes: list[Node], inputs: list[tuple[int, ...]], roots: list[int],
                  leaves: list[int] | None = None):
@@ -23,12 +24,38 @@ class Graph:
         self.leaves = leaves if leaves is not None else [
             i for i, node in enumerate(nodes) if node.buffer is not None]
         self._last_use: list[int] | None = None
+        self._reads: list[int] | None = None
+        self._readers: list[list[int]] | None = None
+        self._ops: set | None = None
+
+    @property
+    def ops(self) -> set:
+        """The OpKinds the graph's nodes apply (a planner skips checks for absent ops)."""
+        if self._ops is None:
+            self._ops = {node.op for node in self.nodes}
+        return self._ops
 
     @property
     def last_use(self) -> list[int]:
         if self._last_use is None:
-            self._last_use = _last_uses(self.inputs)
+            self._count_reads()
         return self._last_use
+
+    @property
+    def reads(self) -> list[int]:
+        """For each node, how many times later nodes read it."""
+        if self._reads is None:
+            self._count_reads()
+        return self._reads
+
+    def _count_reads(self) -> None:
+        last = list(range(len(self.inputs)))
+        reads = [0] * len(self.inputs)
+        for node_id, sources in enumerate(self.inputs):
+            for source in sources:
+                last[source] = node_id
+                reads[source] += 1
+        self._last_use, self._reads = last, reads
 
     def structure_key(self) -> tuple:
         """The roots' incremental keys plus what identifies the leaves: equal for graphs that
@@ -36,6 +63,10 @@ class Graph:
         the input wiring tells apart graphs that share a node in different places)."""
         return (tuple(self.nodes[r].key for r in self.roots), len(self.nodes),
                 tuple(self.nodes[i].key for i in self.leaves), tuple(self.inputs))
+
+    def wiring(self) -> Wiring:
+        """What a later graph must share with this one to run its plan (see Wiring)."""
+        return Wiring(self)
 
     @classmethod
     def build(cls, roots: list[Node]) -> Graph:
@@ -59,13 +90,16 @@ class Graph:
                     nodes.append(node)
                     inputs.append(())
                     continue
-                if expanded or not node.inputs:
+                sources = node.inputs
+                if expanded or not sources:
                     index[key] = len(nodes)
                     nodes.append(node)
-                    inputs.append(tuple([index[id(i)] for i in node.inputs]))
+                    inputs.append((index[id(sources[0])], index[id(sources[1])])
+                                  if len(sources) == 2
+                                  else tuple([index[id(i)] for i in sources]))
                     continue
                 stack.append((node, True))
-                for child in reversed(node.inputs):
+                for child in reversed(sources):
                     if id(child) not in index:
                         stack.append((child, False))
         return cls(nodes, inputs, [index[id(r)] for r in roots], leaves)
@@ -83,17 +117,66 @@ class Graph:
         return kernel_backend(self.nodes[node_id], self.nodes[sources[0]] if sources else None)
 
     def consumers(self) -> list[list[int]]:
-        """For each node, the NodeIds that read it."""
-        readers: list[list[int]] = [[] for _ in self.nodes]
-        for node_id, sources in enumerate(self.inputs):
-            for source in sources:
-                readers[source].append(node_id)
-        return readers
+        """For each node, the NodeIds that read it, in increasing order (computed once: do
+        not modify)."""
+        if self._readers is None:
+            readers: list[list[int]] = [[] for _ in self.nodes]
+            for node_id, sources in enumerate(self.inputs):
+                for source in sources:
+                    readers[source].append(node_id)
+            self._readers = readers
+        return self._readers
 
 
-def _last_uses(inputs: list[tuple[int, ...]]) -> list[int]:
-    last = list(range(len(inputs)))
-    for node_id, sources in enumerate(inputs):
-        for source in sources:
-            last[source] = node_id
-    return last
+class Wiring:
+    """A graph's shape without its nodes: each node's input ids, the roots and the leaves
+    (with their keys). ``match`` finds the graph behind other roots in one pass over the
+    recorded ids, checking every edge by identity, instead of a search (Graph.build): a
+    plan cache hit then costs no per-node search."""
+
+    __slots__ = ("inputs", "roots", "leaves", "leaf_keys", "is_leaf")
+
+    def __init__(self, graph: Graph) -> None:
+        self.inputs = graph.inputs
+        self.roots = graph.roots
+        self.leaves = graph.leaves
+        self.leaf_keys = tuple([graph.nodes[i].key for i in graph.leaves])
+        self.is_leaf = [False] * len(graph.nodes)
+        for leaf in graph.leaves:
+            self.is_leaf[leaf] = True
+
+    def match(self, roots: list[Node]) -> Graph | None:
+        """The graph behind ``roots`` numbered as the recorded one, or None when it differs:
+        a node's inputs are not the recorded ones, a recorded leaf is not realized or an
+        inner node is (a key made stale by a later realize), or a leaf's key differs."""
+        inputs = self.inputs
+        nodes: list = [None] * len(inputs)
+        if len(roots) != len(self.roots):
+            return None
+        for root_id, root in zip(self.roots, roots):
+            known = nodes[root_id]
+            if known is None:
+                nodes[root_id] = root
+            elif known is not root:
+                return None
+        is_leaf = self.is_leaf
+        for node_id in range(len(inputs) - 1, -1, -1):
+            node = nodes[node_id]
+            if node is None or (node.buffer is not None) is not is_leaf[node_id]:
+                return None
+            sources = inputs[node_id]
+            if not sources:
+                continue
+            actual = node.inputs
+            if len(actual) != len(sources):
+                return None
+            for source, given in zip(sources, actual):
+                known = nodes[source]
+                if known is None:
+                    nodes[source] = given
+                elif known is not given:
+                    return None
+        if tuple([nodes[i].key for i in self.leaves]) != self.leaf_keys:
+            return None
+        return Graph(nodes, inputs, self.roots, self.leaves)
+

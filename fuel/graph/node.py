@@ -98,9 +98,13 @@ class Node:
         try:
             if structure is None:
                 structure = hash((op, params, dtype, shape))
-            self.key = hash((structure, device, *[i.key for i in inputs]))
         except TypeError:  # unhashable params: this node never matches a cached plan
             self.key = id(self)
+            return
+        if len(inputs) == 2:
+            self.key = hash((structure, device.key, inputs[0].key, inputs[1].key))
+        else:
+            self.key = hash((structure, device.key, *[i.key for i in inputs]))
 
     @property
     def realized(self) -> bool:
@@ -112,7 +116,7 @@ class Node:
         self.layout = layout
         self.inputs = ()
         self.key = hash(("leaf", self.dtype, self.shape, layout.strides, layout.offset,
-                         self.device))
+                         self.device.key))
 
     def describe(self) -> str:
         """``op`` with dtypes, shape and device, plus the user's line: for error messages."""

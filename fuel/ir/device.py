@@ -84,13 +84,14 @@ BackendId.OPENCL = BackendId.register("opencl")
 class Device:
     """A backend plus a device index. ``str(device)`` is ``"cpu"`` or ``"opencl:0"``."""
 
-    __slots__ = ("backend", "index", "_name", "_hash")
+    __slots__ = ("backend", "index", "_name", "_hash", "key")
 
     def __init__(self, backend: BackendId, index: int = 0) -> None:
         self.backend = backend
         self.index = index
         self._name = "cpu" if backend is BackendId.CPU else f"{backend.value}:{index}"
         self._hash = hash(self._name)
+        self.key = self._name  # equal devices, equal keys: what cache keys hold (hashed in C)
 
     def __str__(self) -> str:
         return self._name

@@ -56,6 +56,10 @@ class OpKind(enum.Enum):
     """Every op the graph can hold; kernels are registered per OpKind. Declared with its
     record below: add a member here and its ``define`` call in the same file."""
 
+    # Members are singletons compared by identity: hash them by identity too, in C (Enum's
+    # own __hash__ is a Python call on every dict and set lookup of the host path).
+    __hash__ = object.__hash__
+
     LOAD = "load"
     COPY = "copy"
     CONTIGUOUS = "contiguous"

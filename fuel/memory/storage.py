@@ -18,7 +18,7 @@ class Storage:
     to and from the host without knowing which backend produced a foreign storage.
     """
 
-    __slots__ = ("buffer", "dtype", "size", "device", "backend", "__weakref__")
+    __slots__ = ("buffer", "dtype", "size", "device", "backend", "address", "__weakref__")
 
     def __init__(self, buffer, dtype: DType, size: int, device: Device,
                  backend: Backend) -> None:
@@ -27,6 +27,9 @@ class Storage:
         self.size = size
         self.device = device
         self.backend: Backend = backend
+        # The buffer's host address once a kernel bound it by pointer (0 until then): read
+        # once, since a storage keeps its buffer for life.
+        self.address = 0
 
     @property
     def nbytes(self) -> int:

@@ -50,21 +50,30 @@ def _prefers_fusion(node: Node, backend) -> bool:
     return fuses_math(backend)
 
 
+_known: dict = {}
+_known_table: list = [None]
+
+
 def kernel_predicate(table: KernelBindingTable):
-    """``has_kernel(node)`` over ``table``, memoized per (op, dtypes, backend); a composite
-    the fused rendering beats counts as kernel-less while fusion is on."""
-    known: dict = {}
+    """``has_kernel(node)`` over ``table``, memoized per (op, dtypes, backend) while ``table``
+    is the one asked; a composite the fused rendering beats counts as kernel-less while
+    fusion is on."""
+    if _known_table[0] is not table:
+        _known.clear()
+        _known_table[0] = table
+    known = _known
 
     def has_kernel(node: Node) -> bool:
-        dtypes = lookup_dtypes(node.op, tuple(i.dtype for i in node.inputs), node.dtype)
-        backend = kernel_backend(node)
-        if _prefers_fusion(node, backend):
+        op = node.op
+        backend = node.device.backend if op is not OpKind.COPY else kernel_backend(node)
+        if op in FUSE_RATHER_THAN_KERNEL.get(backend, ()) and _prefers_fusion(node, backend):
             return False
-        key = (node.op, dtypes, backend)
+        key = (op, backend, node.dtype, *[i.dtype for i in node.inputs])
         found = known.get(key)
         if found is None:
+            dtypes = lookup_dtypes(op, key[3:], node.dtype)
             found = known[key] = any(not entry.caps.requires_broadcast
-                                     for entry in table.lookup_alternatives(*key))
+                                     for entry in table.lookup_alternatives(op, dtypes, backend))
         return found
 
     return has_kernel

@@ -31,6 +31,7 @@ class PlanCache:
         self.misses = 0
         self.invalidations = 0
         self.lock = threading.Lock()
+        self.by_roots: dict = {}  # the roots' keys -> the key of the last plan cached for them
 
     def get(self, key) -> Plan | None:
         with self.lock:
@@ -47,13 +48,47 @@ class PlanCache:
             self.hits += 1
             return plan
 
-    def put(self, key, plan: Plan, generation: int) -> None:
+    def find(self, roots: list[Node]) -> tuple[Graph, Plan] | None:
+        """The cached plan for the graph behind ``roots``, and that graph, found from the
+        roots' incremental keys without building it (``Wiring.match``); None when no plan
+        was cached for these keys or the graph differs (then the caller builds the graph and
+        asks ``get``, which counts the hit or the miss)."""
+        root_keys = tuple([root.key for root in roots])
+        with self.lock:
+            key = self.by_roots.get(root_keys)
+            if key is None or table_generation() != self.generation:
+                return None
+            plan = self.plans.get(key)
+        if plan is None or plan.wiring is None:
+            return None
+        graph = plan.wiring.match(roots)
+        if graph is None:
+            return None
+        with self.lock:
+            if self.plans.get(key) is not plan:  # evicted or invalidated meanwhile
+                return None
+            self.plans.move_to_end(key)
+            self.hits += 1
+        return graph, plan
+
+    def put(self, key, plan: Plan, generation: int, graph: Graph | None = None) -> None:
+        """Cache ``plan`` under ``key``; with ``graph`` (the graph it was planned for), later
+        graphs with the same roots' keys are found by ``find``."""
         with self.lock:
             if generation != self.generation or self.capacity <= 0:
                 return
+            if graph is not None:
+                plan.wiring = graph.wiring()
+                self.remember(key)
             self.plans[key] = plan
             while len(self.plans) > self.capacity:
                 self.plans.popitem(last=False)
+
+    def remember(self, key) -> None:
+        """Let ``find`` look ``key``'s plan up by its roots' keys (``key[0]``)."""
+        if len(self.by_roots) > 4 * max(self.capacity, 1):
+            self.by_roots.clear()
+        self.by_roots[key[0]] = key
 
     def stats(self) -> dict:
         return {"hits": self.hits, "misses": self.misses, "size": len(self.plans),
@@ -70,9 +105,17 @@ def realize(nodes: list[Node], pipelined: bool = False) -> None:
         return
     with op_profile.phase("realize"):
         with op_profile.phase("realize.graph"):
-            graph = Graph.build(roots)
-            key = graph.structure_key()
-        plan = PLAN_CACHE.get(key)
+            found = PLAN_CACHE.find(roots)
+            if found is None:
+                graph = Graph.build(roots)
+                key = graph.structure_key()
+            else:
+                graph, plan = found
+        if found is None:
+            plan = PLAN_CACHE.get(key)
+            if plan is not None and plan.wiring is not None:
+                with PLAN_CACHE.lock:
+                    PLAN_CACHE.remember(key)
         if plan is not None:
             with op_profile.phase("realize.plan_cache_hit"):
                 replay = plan.replay
@@ -90,7 +133,7 @@ def realize(nodes: list[Node], pipelined: bool = False) -> None:
                 steps = list(builder.steps())
             _Walk(graph, builder.plan).run(steps)
         builder.plan.steps = steps
-        PLAN_CACHE.put(key, builder.plan, generation)
+        PLAN_CACHE.put(key, builder.plan, generation, graph)
 
 
 class _Walk:

@@ -53,6 +53,7 @@ class Plan:
     # The plan bound for replays (fuel.runtime.replay.BoundPlan) once a cache hit made it;
     # False when it is not worth binding.
     replay: object = None
+    wiring: object = None  # the planned graph's fuel.graph.graph.Wiring, once cached
 
 
 
@@ -69,18 +70,26 @@ _compiled_cache: dict = {}
 _compiled_table: list = [None]
 
 
+def _compiled_memo(table: KernelBindingTable) -> dict:
+    """The compile memo of ``table`` (emptied when the published table changes)."""
+    if _compiled_table[0] is not table:
+        _compiled_cache.clear()
+        _compiled_table[0] = table
+    elif len(_compiled_cache) > 16384:
+        _compiled_cache.clear()
+    return _compiled_cache
+
+
 def compile_graph_node(graph: Graph, node_id: int, table: KernelBindingTable) -> CompiledNode:
     """compile_node for one graph node (memoized per table, op, dtypes, backend and params);
     a miss names the node and the user's line."""
     node = graph.nodes[node_id]
     backend = graph.target_backend(node_id)
     dtypes = node_lookup_dtypes(graph, node_id)
-    if _compiled_table[0] is not table:
-        _compiled_cache.clear()
-        _compiled_table[0] = table
+    memo = _compiled_memo(table)
     key = (node.op, dtypes, backend, node.params)
     try:
-        compiled = _compiled_cache.get(key)
+        compiled = memo.get(key)
     except TypeError:  # unhashable params
         key, compiled = None, None
     if compiled is not None:
@@ -90,15 +99,15 @@ def compile_graph_node(graph: Graph, node_id: int, table: KernelBindingTable) ->
     except FuelError as error:
         raise type(error)(f"{error} [{node_label(graph, node_id)}]") from None
     if key is not None:
-        if len(_compiled_cache) > 16384:
-            _compiled_cache.clear()
-        _compiled_cache[key] = compiled
+        memo[key] = compiled
     return compiled
 
 
 def _wait_set(graph: Graph) -> set[int]:
     """Nodes whose launches a cross-device copy waits: each copy's source, through views."""
     waited: set[int] = set()
+    if OpKind.COPY not in graph.ops:
+        return waited
     for node_id, node in enumerate(graph.nodes):
         if node.op is OpKind.COPY and node.buffer is None:
             source = graph.inputs[node_id][0]
@@ -165,10 +174,18 @@ class PlanBuilder:
             values[node_id] = (slot, node.layout)
         last_use = graph.last_use
         groups = self.groups
+        by_last, slot_last, keep = self.by_last, self.slot_last, self.keep
+        inputs, root_ids, use = graph.inputs, self.root_ids, self._use
         for node_id, node in enumerate(graph.nodes):
             group = groups.get(node_id) if groups else None
-            if group is not None and node_id != group.anchor:
-                self._defer_to_group(node_id, group)
+            if group is not None and node_id != group.members[-1]:  # a member but the anchor
+                # It launches nothing and has no slot; what it reads from outside the group
+                # stays live until the group's launch.
+                anchor = group.members[-1]
+                for source in inputs[node_id]:
+                    value = values[source]
+                    if value is not None and anchor > slot_last[value[0]]:
+                        use(value[0], anchor)
                 launches = None
             elif node.buffer is not None:
                 launches = []
@@ -180,24 +197,17 @@ class PlanBuilder:
                 launches = self._kernel(node_id, node)
             if launches is not None:
                 slot = values[node_id][0]
-                if node_id in self.root_ids:
-                    self.keep.add(slot)
-                self._use(slot, last_use[node_id])
-            frees = tuple(s for s in self.by_last.pop(node_id, ())
-                          if self.slot_last[s] == node_id and s not in self.keep)
+                if node_id in root_ids:
+                    keep.add(slot)
+                use(slot, last_use[node_id])
+            ending = by_last.pop(node_id, None)
+            frees = tuple([s for s in ending if slot_last[s] == node_id and s not in keep]
+                          ) if ending else ()
             if launches:
                 launches[-1].frees = frees
                 yield from launches
             elif frees:
                 yield frees
-
-    def _defer_to_group(self, node_id: int, group: FusionGroup) -> None:
-        """A fused member launches nothing and has no slot; what it reads from outside the
-        group stays live until the group's launch."""
-        for source in self.graph.inputs[node_id]:
-            value = self.plan.node_values[source]
-            if value is not None:
-                self._use(value[0], group.anchor)
 
     def _fused(self, node, group: FusionGroup) -> Step:
         """One launch of the group's generated kernel, materializing only its anchor."""
@@ -206,15 +216,15 @@ class PlanBuilder:
         kernel, sources = lower_group(graph, group, values)
         backend_id = graph.target_backend(group.anchor)
         dtypes = tuple(graph.nodes[s].dtype for s in sources) + (node.dtype,)
+        memo = _compiled_memo(self.table)
         key = (OpKind.FUSED, dtypes, backend_id, kernel)
-        compiled = _compiled_cache.get(key) if _compiled_table[0] is self.table else None
+        compiled = memo.get(key)
         if compiled is None:
             try:
                 compiled = compile_node(OpKind.FUSED, dtypes, backend_id, kernel, self.table)
             except FuelError as error:
                 raise type(error)(f"{error} [{node_label(graph, group.members[0])}]") from None
-            if _compiled_table[0] is self.table:
-                _compiled_cache[key] = compiled
+            memo[key] = compiled
         for source in sources:
             self._use(values[source][0], group.anchor)
         device = node.device

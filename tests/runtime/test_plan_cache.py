@@ -116,6 +116,29 @@ def test_stale_keys_after_realizing_an_intermediate_still_compute_correctly():
     np.testing.assert_array_equal(d.numpy(), np.full(4, 3.0))
 
 
+def test_a_hit_by_the_roots_keys_checks_the_wiring():
+    """A shared subexpression and two equal ones give the same root key; the cached wiring
+    tells them apart (a miss, then each shape hits its own plan)."""
+    rng = np.random.default_rng(1)
+
+    def shared(data):
+        a = fuel.from_numpy(data) + 1.0
+        return a * a
+
+    def duplicated(data):
+        x = fuel.from_numpy(data)
+        return (x + 1.0) * (x + 1.0)
+
+    fuel.empty_cache()
+    for build, hit in ((shared, 0), (duplicated, 0), (shared, 1), (duplicated, 1),
+                       (duplicated, 1)):
+        data = rng.standard_normal(5).astype(np.float32)
+        out = build(data)
+        delta = _stats_delta(out.realize)
+        assert (delta["hits"], delta["misses"]) == (hit, 1 - hit)
+        np.testing.assert_allclose(out.numpy(), (data + 1) * (data + 1), rtol=1e-6)
+
+
 def test_decode_like_loop_hits_every_step_after_the_first():
     cache = fuel.zeros(1, 8, 4).realize()
     w = fuel.randn(4, 4)

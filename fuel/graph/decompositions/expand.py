@@ -43,6 +43,8 @@ def expand_graph(graph: Graph, has_kernel: HasKernel, strict: bool = True,
     raises NoBackendForOp for a primitive a decomposition needs and no backend kernel
     provides (``describe_miss`` words the missing kernel); without it such nodes stay
     (explain shows them missing)."""
+    if DECOMPOSITIONS.keys().isdisjoint(graph.ops):
+        return None  # nothing could be expanded: no per-node kernel lookup
     missing = [i for i, node in enumerate(graph.nodes)
                if needs_kernel(node) and not has_kernel(node)]
     if not any(graph.nodes[i].op in DECOMPOSITIONS for i in missing):
