@@ -2,8 +2,9 @@
 
 A group is a connected set of elementwise nodes (unary, binary, where, cast; composite ops
 lowered through their registry expressions; broadcasts), with at most one row of reductions
-(sum, max, min, mean over the last dim, keepdim) and their prologue and epilogue, on one
-backend with a kernel generator, whose
+(sum, max, min, mean over the last dim, keepdim) and their prologue and epilogue, and the
+constant fills (``full``) only it reads, which become literals, on one backend with a kernel
+generator, whose
 every member but its last (the anchor) is read only inside the group: only the anchor's value
 is materialized. Its inputs are whatever the members read from outside, views included, as
 strided loads (broadcasts as stride 0). Groups of one node keep their hand-written kernel.
@@ -26,6 +27,8 @@ from fuel.ir.ops import ELEMENTWISE_OPS, OpKind, definition
 FUSIBLE_OPS = ELEMENTWISE_OPS | {OpKind.CAST}
 # Reductions fused with their prologue and epilogue: over the last dim, keepdim, floats.
 ROW_REDUCE_OPS = frozenset({OpKind.SUM, OpKind.MAX, OpKind.MIN, OpKind.MEAN})
+# Members that compute nothing of their own: left out of a group's name.
+LAUNCHLESS_MEMBERS = frozenset({OpKind.EXPAND, OpKind.FULL})
 _switch: list[bool | None] = [None]
 
 
@@ -86,7 +89,9 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
     for node_id in range(len(graph.nodes) - 1, -1, -1):
         node = graph.nodes[node_id]
         reduce = _row_reduce(node)
-        broadcast = node.op is OpKind.EXPAND  # joins a group (never starts one): no launch
+        # Broadcasts and constant fills join a group (never start one) and launch nothing.
+        broadcast = node.op is OpKind.EXPAND or (node.op is OpKind.FULL
+                                                 and node.dtype in C_DTYPES)
         if node.buffer is not None or not (reduce or broadcast or node.op in FUSIBLE_OPS
                                            and _renders(graph, node_id, vector_math)):
             continue
@@ -113,7 +118,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
             continue
         ordered = tuple(sorted(ids))
         name = "fused(" + ",".join(graph.nodes[i].op.value for i in ordered
-                                   if graph.nodes[i].op is not OpKind.EXPAND) + ")"
+                                   if graph.nodes[i].op not in LAUNCHLESS_MEMBERS) + ")"
         group = FusionGroup(ordered, name, *spaces[anchor])
         for member in ordered:
             groups[member] = group
@@ -192,11 +197,13 @@ def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKerne
             args.append(value_of[source])
         if node.op is OpKind.EXPAND:  # values are evaluated at broadcast coordinates already
             value_of[member] = args[0]
+        elif node.op is OpKind.FULL:
+            value_of[member] = builder.constant(node.params.value, node.dtype)
         else:
             value_of[member] = builder.apply(node.op, tuple(args), node.dtype)
     anchor = graph.nodes[group.anchor]
     per_row = group.reduced and anchor.shape != shape
     store = Store(builder.cast(value_of[group.anchor], anchor.dtype), anchor.dtype, per_row)
     nodes = tuple(graph.nodes[m].op.value for m in group.members
-                  if graph.nodes[m].op is not OpKind.EXPAND)
+                  if graph.nodes[m].op not in LAUNCHLESS_MEMBERS)
     return builder.build(group.name, [store], nodes, int(group.reduced)), sources

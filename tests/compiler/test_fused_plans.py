@@ -140,3 +140,19 @@ def test_without_vector_math_math_functions_keep_their_numpy_kernels(monkeypatch
     assert [row.op for row in profile.launches] == ["fused(mul,add)", "exp", "fused(mul,sub)"]
     expected = np.exp(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4) * 2 + 1) * 3 - 1
     np.testing.assert_allclose(values, expected, rtol=1e-6)
+
+
+def test_constant_fills_read_only_by_a_group_become_literals():
+    x, y = _arrays()
+    result = (fuel.tensor(x) + fuel.full((5,), 0.25)) * (fuel.tensor(y) - fuel.full((6, 1), 3.0))
+    shared = fuel.full((5,), 2.0)
+    kept = (fuel.tensor(x) * shared).exp(), (fuel.tensor(y) @ shared).reshape(1)
+    with fuel.profile() as profile:
+        fuel.realize(result, *kept)
+    launched = [row.op for row in profile.launches]
+    # the fills of ``result`` launch nothing; ``shared`` is also read by a matmul: filled once
+    assert launched.count("full") == 1 and "fused(add,sub,mul)" in launched
+    np.testing.assert_allclose(result.numpy(), (x + np.float32(0.25)) * (y - np.float32(3)),
+                               rtol=1e-6)
+    np.testing.assert_allclose(kept[0].numpy(), np.exp(x * np.float32(2)), rtol=1e-6)
+    np.testing.assert_allclose(kept[1].numpy(), [y @ np.full(5, 2, np.float32)], rtol=1e-5)
