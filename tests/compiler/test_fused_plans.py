@@ -102,6 +102,8 @@ def test_a_compiler_error_is_a_kernel_error_naming_the_node_and_the_source(monke
     message = str(raised.value)
     assert "test_fused_plans.py" in message and str(tmp_path) in message
     assert "error" in message
+    monkeypatch.undo()  # the compiler works again: the next realize compiles and runs
+    np.testing.assert_allclose(result.numpy(), np.exp(x) * y, rtol=1e-6)
 
 
 def test_without_a_compiler_nothing_fuses(monkeypatch):
@@ -156,3 +158,32 @@ def test_constant_fills_read_only_by_a_group_become_literals():
                                rtol=1e-6)
     np.testing.assert_allclose(kept[0].numpy(), np.exp(x * np.float32(2)), rtol=1e-6)
     np.testing.assert_allclose(kept[1].numpy(), [y @ np.full(5, 2, np.float32)], rtol=1e-5)
+
+
+@pytest.mark.parametrize("replayed", [False, True])
+def test_a_faulting_fused_launch_names_the_groups_first_line_and_the_next_realize_works(
+        monkeypatch, replayed):
+    from fuel.dispatch import in_flight_counts
+
+    x, y = _arrays()
+    tx, ty = fuel.tensor(x), fuel.tensor(y)
+    if replayed:  # the plan is cached and bound: the fault comes from a replay
+        for _ in range(2):
+            _chain(tx, ty).realize()
+
+    def fault(self, inputs, outputs, layouts, params):
+        def launch():
+            raise OSError("exception: access violation reading 0x0")
+        return launch
+
+    monkeypatch.setattr(cpu.GeneratedKernel, "prepare", fault)
+    result = _chain(tx, ty)  # the group's first member is made on _chain's line
+    with pytest.raises(fuel.KernelError) as raised:
+        result.realize()
+    message = str(raised.value)
+    line = _chain.__code__.co_firstlineno + 1
+    assert f"test_fused_plans.py:{line} failed" in message
+    assert "access violation" in message and "fused(mul,add,exp,sub,relu)" in message
+    assert all(count == 0 for count in in_flight_counts().values())
+    monkeypatch.undo()
+    np.testing.assert_allclose(_chain(tx, ty).numpy(), _expected(x, y), rtol=1e-6)
