@@ -24,12 +24,12 @@ import sys
 import tempfile
 import time
 
+import numpy as np  # before threadpool_limits, which limits only the BLAS already loaded
+
 CASES = ("cold, pipelined", "cold, serial", "warm")
 
 
 def _child(case: str, kernel_folder: str, prompt_tokens: int) -> None:
-    import numpy as np
-
     from fuel.compiler import toolchain
     from fuel.dispatch import op_profile
     from fuel.models.llama import load_gguf
