@@ -5,17 +5,27 @@ excluded), SmolLM2 time to first token (4- and 128-token prompts: prompt process
 greedy pick) and greedy decode tokens/s over 64 tokens. Prints each ratio (fuel / torch for
 times, lower is better; fuel / torch for tokens/s, higher is better).
 
-    python bench/models.py [--runs N] [--threads N] [--profile] [--no-torch]
+MiniLM is also measured system by system, each in its own process, alternated over rounds:
+fuel with fusion on, fuel with fusion off (``FUEL_FUSION=0``), torch and onnxruntime (an ONNX
+export of the same model by torch.onnx, cached under the fuel cache folder), all with the same
+thread count; the table gives each time and the ratios against onnxruntime.
+
+    python bench/models.py [--runs N] [--rounds N] [--threads N] [--profile] [--no-torch]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -111,6 +121,139 @@ def bench_minilm(runs: int, with_torch: bool, rows: list, profile: bool,
                 run_fuel()
             print(f"\nfuel op_profile, MiniLM {batch} x {length} forward (eager, not replayed):")
             prof.table()
+
+
+MINILM_SHAPES = ((1, 12), (8, 128))
+MINILM_SYSTEMS = ("fuel", "fuel-unfused", "torch", "onnxruntime")
+
+
+def minilm_onnx_path() -> Path:
+    """An ONNX export of MiniLM's mean-pooled forward (inputs ids, mask; output pooled), made
+    once by torch.onnx from the packaged weights and cached under the fuel cache folder."""
+    cache = Path(os.environ.get("FUEL_CACHE_DIR", Path.home() / ".cache" / "fuel"))
+    path = cache / "bench" / "minilm-mean-pooled.onnx"
+    if path.exists():
+        return path
+    import torch
+    import transformers
+
+    from fuel.models import minilm
+
+    folder = minilm.model_file(None, minilm.DEFAULT_PACKAGE, minilm.DEFAULT_FOLDER, "MiniLM")
+    model = transformers.AutoModel.from_pretrained(str(folder)).eval()
+
+    class MeanPooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids, mask):
+            hidden = self.model(input_ids=ids, attention_mask=mask)[0]
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * weights).sum(1) / weights.sum(1)
+
+    ids = torch.ones((2, 8), dtype=torch.int64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)  # the TorchScript exporter
+    torch.onnx.export(MeanPooled(), (ids, torch.ones_like(ids)), str(partial),
+                      input_names=["ids", "mask"], output_names=["pooled"],
+                      dynamic_axes={"ids": {0: "batch", 1: "length"},
+                                    "mask": {0: "batch", 1: "length"}},
+                      opset_version=17, dynamo=False)
+    os.replace(partial, path)
+    return path
+
+
+def minilm_runner(system: str, threads: int | None):
+    """A function ``(ids, mask) -> pooled ndarray`` running MiniLM on ``system``, in this
+    process (the caller's process is that system's own)."""
+    if system in ("fuel", "fuel-unfused"):
+        from fuel.models import minilm
+
+        fuel.set_fusion(system == "fuel")
+        encoder = minilm.load().encoder
+        return lambda ids, mask: encoder.mean_pooled(ids, mask).numpy()
+    if system == "torch":
+        import torch
+        import transformers
+
+        from fuel.models import minilm
+
+        if threads is not None:
+            torch.set_num_threads(threads)
+        folder = minilm.model_file(None, minilm.DEFAULT_PACKAGE, minilm.DEFAULT_FOLDER, "MiniLM")
+        model = transformers.AutoModel.from_pretrained(str(folder)).eval()
+
+        def run_torch(ids, mask):
+            ids_t, mask_t = torch.from_numpy(ids), torch.from_numpy(mask)
+            with torch.inference_mode():
+                hidden = model(input_ids=ids_t, attention_mask=mask_t)[0]
+                weights = mask_t.unsqueeze(-1).to(hidden.dtype)
+                return ((hidden * weights).sum(1) / weights.sum(1)).numpy()
+        return run_torch
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(minilm_onnx_path()), options,
+                                           providers=["CPUExecutionProvider"])
+    return lambda ids, mask: session.run(None, {"ids": ids, "mask": mask})[0]
+
+
+def minilm_system_child(system: str, runs: int, threads: int | None, folder: str) -> None:
+    """One system's process: time each MiniLM shape, save its output, print the medians as
+    JSON on the last line."""
+    run = minilm_runner(system, threads)
+    medians = {}
+    for batch, length in MINILM_SHAPES:
+        ids, mask = minilm_inputs(batch, length)
+        medians[f"{batch}x{length}"] = median_ms(lambda ids=ids, mask=mask: run(ids, mask), runs,
+                                                 warmup=3)
+        np.save(Path(folder) / f"{system}-{batch}x{length}.npy", run(ids, mask))
+    print(json.dumps(medians))
+
+
+def bench_minilm_processes(runs: int, rounds: int, threads: int | None,
+                           systems: tuple[str, ...] = MINILM_SYSTEMS) -> None:
+    """MiniLM, each system in its own process, the systems alternated over ``rounds``; prints
+    the medians over rounds and each time's ratio to onnxruntime's and fusion on/off."""
+    if "onnxruntime" in systems:
+        minilm_onnx_path()  # export once, outside the timed processes
+    samples: dict = {system: {} for system in systems}
+    with tempfile.TemporaryDirectory() as folder:
+        for _ in range(rounds):
+            for system in systems:
+                command = [sys.executable, __file__, "--minilm-child", system,
+                           "--runs", str(runs), "--child-folder", folder]
+                if threads is not None:
+                    command += ["--threads", str(threads)]
+                done = subprocess.run(command, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise SystemExit(f"{system} failed:\n{done.stderr[-3000:]}")
+                for shape, ms in json.loads(done.stdout.strip().splitlines()[-1]).items():
+                    samples[system].setdefault(shape, []).append(ms)
+        for batch, length in MINILM_SHAPES:  # every system computes the same embeddings
+            outputs = {s: np.load(Path(folder) / f"{s}-{batch}x{length}.npy") for s in systems}
+            reference = outputs.get("torch", outputs[systems[0]])
+            for system, output in outputs.items():
+                np.testing.assert_allclose(output, reference, atol=1e-4,
+                                           err_msg=f"{system} {batch}x{length}")
+    print(f"\nMiniLM forward, ms, each system in its own process, median of {rounds} "
+          f"alternated rounds x {runs} runs, threads={threads or 'default'}:")
+    print(f"{'shape':<10}" + "".join(f"{s:>14}" for s in systems)
+          + ("  fuel/ort  unfused/ort  fused/unfused" if "onnxruntime" in systems else ""))
+    for batch, length in MINILM_SHAPES:
+        shape = f"{batch}x{length}"
+        times = {s: statistics.median(samples[s][shape]) for s in systems}
+        line = f"{shape:<10}" + "".join(f"{times[s]:>14.2f}" for s in systems)
+        if {"onnxruntime", "fuel", "fuel-unfused"} <= set(systems):
+            ort = times["onnxruntime"]
+            line += (f"{times['fuel'] / ort:>10.2f}{times['fuel-unfused'] / ort:>13.2f}"
+                     f"{times['fuel'] / times['fuel-unfused']:>15.2f}")
+        print(line)
 
 
 def bench_smollm(runs: int, with_torch: bool, rows: list, profile: bool,
@@ -210,9 +353,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="timed runs per measurement")
     parser.add_argument("--profile", action="store_true", help="print fuel's op_profile tables")
     parser.add_argument("--no-torch", action="store_true", help="measure fuel only")
-    parser.add_argument("--only", choices=("minilm", "smollm"), default=None)
+    parser.add_argument("--only", choices=("minilm", "smollm", "minilm-processes"), default=None)
     parser.add_argument("--compare-replay", action="store_true",
                         help="also measure fuel with the plan cache and fuel.jit replays off")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternated rounds of the MiniLM per-process comparison")
+    parser.add_argument("--minilm-systems", default=",".join(MINILM_SYSTEMS),
+                        help="systems of the MiniLM per-process comparison, comma-separated")
+    parser.add_argument("--minilm-child", choices=MINILM_SYSTEMS, help=argparse.SUPPRESS)
+    parser.add_argument("--child-folder", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=None,
                         help="BLAS / torch threads for both (default: their own defaults); "
                              "1 keeps a busy machine from distorting the comparison")
@@ -225,6 +374,9 @@ def main() -> None:
             raise SystemExit("--threads needs threadpoolctl (pip install threadpoolctl)") \
                 from None
         threadpool_limits(args.threads)
+    if args.minilm_child:
+        minilm_system_child(args.minilm_child, args.runs, args.threads, args.child_folder)
+        return
     if with_torch:
         import torch
 
@@ -238,7 +390,13 @@ def main() -> None:
         bench_minilm(args.runs, with_torch, rows, args.profile, args.compare_replay)
     if args.only in (None, "smollm"):
         bench_smollm(args.runs, with_torch, rows, args.profile, args.compare_replay)
-    print_rows(rows)
+    if rows:
+        print_rows(rows)
+    if args.only in (None, "minilm", "minilm-processes"):
+        systems = tuple(s for s in args.minilm_systems.split(",") if s)
+        if not with_torch:
+            systems = tuple(s for s in systems if s != "torch")
+        bench_minilm_processes(args.runs, args.rounds, args.threads, systems)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Generated C kernels as fuel kernels: the CPU backend's binding for fused nodes.
 
 The CPU backend registers ``generate_c_kernel`` at ``(OpKind.FUSED, (), cpu)``; ``compile_node``
-calls it with a fused node's LoopKernel (its params) and gets a BindingEntry whose kernel
-launches the compiled library through ctypes (which releases the GIL while it runs).
+calls it with a fused node's LoopKernel (its params) and gets a BindingEntry at once, while
+the C compiler runs on a compile worker; the kernel waits for its library at its first launch
+and runs it through ctypes (which releases the GIL while it runs). So a plan's compiles run in
+parallel, and a pipelined realize executes earlier steps meanwhile.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import ctypes
 import hashlib
 import itertools
 from collections.abc import Sequence
+from concurrent.futures import Future
 
 from fuel.compiler import toolchain
 from fuel.compiler.kernel_ir import LoopKernel
@@ -29,12 +32,12 @@ PARALLEL_THRESHOLD = 1 << 18
 class GeneratedKernel:
     """A LoopKernel compiled to C: ``kernel(inputs, outputs, layouts, params)`` like any other."""
 
-    def __init__(self, kernel: LoopKernel, program: CProgram, built: toolchain.BuiltKernel
-                 ) -> None:
+    def __init__(self, kernel: LoopKernel, program: CProgram, pending: Future | None) -> None:
         self.loop = kernel
         self.program = program
-        self.built = built
-        self.function = built.function
+        self.pending = pending  # the build's future; None: build again at the next launch
+        self.built: toolchain.BuiltKernel | None = None
+        self.function = None
         self.sizes = (ctypes.c_int64 * len(program.sizes))(*program.sizes)
         self.strides = (ctypes.c_int64 * max(1, len(program.strides)))(*program.strides)
         self.empty = any(size == 0 for size in kernel.shape)
@@ -45,6 +48,8 @@ class GeneratedKernel:
         """Bind the data pointers once; the launcher is one foreign call."""
         if self.empty:
             return lambda: None
+        if self.function is None:
+            self._wait_for_library()
         pointers = []
         for storage, layout in zip(itertools.chain(inputs, outputs), layouts):
             address = storage.address
@@ -54,6 +59,18 @@ class GeneratedKernel:
         data = (ctypes.c_void_p * len(pointers))(*pointers)
         function, sizes, strides = self.function, self.sizes, self.strides
         return lambda: function(data, sizes, strides)
+
+    def _wait_for_library(self) -> None:
+        """Take the finished build (a KernelError naming the source and the compiler's message
+        when it failed; the next launch then builds again)."""
+        if self.pending is None:
+            self.pending = toolchain.start_build(self.program.source, self.loop.name)
+        try:
+            built = self.pending.result()
+        except BaseException:
+            self.pending = None
+            raise
+        self.built, self.function = built, built.function
 
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params: object) -> None:
@@ -71,8 +88,8 @@ def generate_c_kernel(kernel: LoopKernel) -> BindingEntry:
         program = render_c_reduce(kernel, vector_math=vector_math)
     else:
         program = render_c(kernel, threshold, vector_math=vector_math)
-    built = toolchain.build(program.source, kernel.name)
+    pending = toolchain.start_build(program.source, kernel.name)
     revision = int.from_bytes(hashlib.blake2b(program.source.encode(), digest_size=8).digest(),
                               "little")
-    return BindingEntry(GeneratedKernel(kernel, program, built), GENERATED, KERNEL_SOURCE,
+    return BindingEntry(GeneratedKernel(kernel, program, pending), GENERATED, KERNEL_SOURCE,
                         revision)

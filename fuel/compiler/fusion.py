@@ -2,8 +2,9 @@
 
 A group is a connected set of elementwise nodes (unary, binary, where, cast; composite ops
 lowered through their registry expressions; broadcasts), with at most one row of reductions
-(sum, max, min, mean over the last dim, keepdim) and their prologue and epilogue, on one
-backend with a kernel generator, whose
+(sum, max, min, mean over the last dim, keepdim) and their prologue and epilogue, and the
+constant fills (``full``) only it reads, which become literals, on one backend with a kernel
+generator, whose
 every member but its last (the anchor) is read only inside the group: only the anchor's value
 is materialized. Its inputs are whatever the members read from outside, views included, as
 strided loads (broadcasts as stride 0). Groups of one node keep their hand-written kernel.
@@ -30,6 +31,8 @@ FUSIBLE_OPS = ELEMENTWISE_OPS | {OpKind.CAST}
 ROW_REDUCE_OPS = frozenset({OpKind.SUM, OpKind.MAX, OpKind.MIN, OpKind.MEAN})
 # Math functions: they fuse only where the renderer's are as fast as the backend's own kernels.
 MATH_OPS = VECTOR_FUNCTIONS
+# Members that compute nothing of their own: left out of a group's name.
+LAUNCHLESS_MEMBERS = frozenset({OpKind.EXPAND, OpKind.FULL})
 _switch: list[bool | None] = [None]
 
 
@@ -113,11 +116,11 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
     members: dict[int, list[int]] = {}
     spaces: dict[int, tuple[tuple[int, ...], bool]] = {}  # anchor -> (loop shape, reduced)
     nodes = graph.nodes
-    expand = OpKind.EXPAND
+    expand, full = OpKind.EXPAND, OpKind.FULL
     for node_id in range(len(nodes) - 1, -1, -1):
         node = nodes[node_id]
         op = node.op
-        if node.buffer is not None or not (op in FUSIBLE_OPS or op is expand
+        if node.buffer is not None or not (op in FUSIBLE_OPS or op is expand or op is full
                                            or op in ROW_REDUCE_OPS):
             continue
         backend = graph.target_backend(node_id)
@@ -129,7 +132,9 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         if found is None:
             continue
         target, math_pays = found
-        broadcast = op is expand  # joins a group (never starts one): no launch
+        # Broadcasts and constant fills join a group (never start one) and launch nothing.
+        broadcast = op is expand or (op is full and target.renders("cast", (node.dtype,
+                                                                            node.dtype)))
         reduce = op in ROW_REDUCE_OPS and _row_reduce(node, target)
         if not (reduce or broadcast or op in FUSIBLE_OPS and _renders(node, target, math_pays)):
             continue
@@ -157,7 +162,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
             continue
         ordered = tuple(sorted(ids))
         name = "fused(" + ",".join([nodes[i].op._value_ for i in ordered
-                                    if nodes[i].op is not OpKind.EXPAND]) + ")"
+                                    if nodes[i].op not in LAUNCHLESS_MEMBERS]) + ")"
         group = FusionGroup(ordered, name, *spaces[anchor])
         for member in ordered:
             groups[member] = group
@@ -264,11 +269,13 @@ def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKerne
                 else tuple([value_of[source] for source in sources_of]))
         if node.op is OpKind.EXPAND:  # values are evaluated at broadcast coordinates already
             value_of[member] = args[0]
+        elif node.op is OpKind.FULL:
+            value_of[member] = builder.constant(node.params.value, node.dtype)
         else:
             value_of[member] = apply(node.op, args, node.dtype)
     anchor = graph.nodes[group.anchor]
     per_row = group.reduced and anchor.shape != shape
     store = Store(builder.cast(value_of[group.anchor], anchor.dtype), anchor.dtype, per_row)
     nodes = tuple([op._value_ for op in [graph.nodes[m].op for m in group.members]
-                   if op is not OpKind.EXPAND])
+                   if op not in LAUNCHLESS_MEMBERS])
     return builder.build(group.name, [store], nodes, int(group.reduced)), sources

@@ -21,9 +21,11 @@ import tempfile
 import threading
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from fuel.dispatch import op_profile
 from fuel.ir.errors import KernelError
 
 FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=off", "-fwrapv",
@@ -57,6 +59,8 @@ class BuiltKernel:
 _lock = threading.Lock()
 _detected: list = []
 _loaded: dict[str, BuiltKernel] = {}
+_building: dict[str, Future] = {}  # builds under way, by key
+_workers: list = []  # [(pid, ThreadPoolExecutor)] once a build started
 _reported: set[str] = set()
 
 
@@ -133,6 +137,13 @@ def unavailable_reason() -> str | None:
 def build(source: str, name: str) -> BuiltKernel:
     """The loaded ``fuel_kernel`` of ``source``: from memory, from the disk cache, or compiled
     now. Raises KernelError naming the kernel, the source's path and the compiler's message."""
+    return start_build(source, name).result()
+
+
+def start_build(source: str, name: str) -> Future:
+    """Begin ``build`` on a compile worker and return its future (of a BuiltKernel). Builds
+    run in parallel, one C compiler per core, while the caller goes on planning; a build
+    already done or under way is shared. A failed build is forgotten: the next call retries."""
     found = detect()
     if isinstance(found, str):
         raise KernelError(f"cannot compile {name}: {found}")
@@ -141,9 +152,38 @@ def build(source: str, name: str) -> BuiltKernel:
                          ).hexdigest()[:32]
     with _lock:
         built = _loaded.get(key)
-        if built is None:
-            built = _loaded[key] = _load_or_compile(found, source, key, name)
+        if built is not None:
+            done: Future = Future()
+            done.set_result(built)
+            return done
+        future = _building.get(key)
+        if future is None:
+            future = _building[key] = _compile_workers().submit(_build_now, found, source,
+                                                                key, name)
+        return future
+
+
+def _build_now(found: Toolchain, source: str, key: str, name: str) -> BuiltKernel:
+    try:
+        built = _load_or_compile(found, source, key, name)
+    except BaseException:
+        with _lock:
+            _building.pop(key, None)
+        raise
+    with _lock:
+        _loaded[key] = built
+        _building.pop(key, None)
     return built
+
+
+def _compile_workers() -> ThreadPoolExecutor:
+    """The process's compile threads (made again in a forked child, whose copy has none)."""
+    pid, workers = _workers[0] if _workers else (None, None)
+    if pid != os.getpid():
+        workers = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                     thread_name_prefix="fuel-cc")
+        _workers[:] = [(os.getpid(), workers)]
+    return workers
 
 
 def built_kernels() -> list[BuiltKernel]:
@@ -160,10 +200,12 @@ def _load_or_compile(toolchain: Toolchain, source: str, key: str, name: str) -> 
     source_path = folder / f"{key}.c"
     library = _cached_library(folder, index_path, key)
     if library is None:
-        library = _compile(toolchain, source, folder, key, source_path, index_path, name)
+        with op_profile.phase("compile.c"):  # a C compiler run: profiles show it as a phase
+            library = _compile(toolchain, source, folder, key, source_path, index_path, name)
     elif not source_path.exists():
         _write_atomically(source_path, source.encode())
-    function = _load(library, name, source_path)
+    with op_profile.phase("compile.load"):
+        function = _load(library, name, source_path)
     return BuiltKernel(function, key, source_path, library, time.perf_counter() - start)
 
 

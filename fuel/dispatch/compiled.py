@@ -153,6 +153,8 @@ def kernel_error(compiled: CompiledNode, label: str, error: Exception) -> Kernel
     naming the node, its user's line and the kernel; chain ``error`` to it."""
     kind = KernelIndexError if isinstance(error, IndexOutOfRange) else KernelError
     source = compiled.entry.kernel_source if compiled.entry else "?"
+    if compiled.op is OpKind.FUSED:  # the label names the group's first member: say which
+        source = f"{source} {compiled.name}"
     return kind(f"{label or compiled.op.value} failed in kernel {source}: "
                 f"{type(error).__name__}: {error}")
 

@@ -4,15 +4,24 @@ dtype and size, within a realize and across replays.
 Policy: a hit reuses an idle buffer; a miss first releases every idle buffer of the device
 back to its backend, then allocates. So the bytes a device holds (live + idle) never exceed
 the live bytes at some allocation point: a realize's peak stays at its liveness bound.
+
+A realized root's host buffer belongs to the user's tensor; when the last reference to it dies
+(and no NumPy view of the buffer survives it), the buffer comes back to the pool, so a loop
+that realizes the same shapes again reuses warm pages instead of faulting in fresh ones.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fuel.memory.storage import Storage
 
 if TYPE_CHECKING:  # the backend layer sits above memory: a type only
     from fuel.backends.base import Backend
@@ -38,14 +47,17 @@ class DevicePool:
 
     def __init__(self) -> None:
         self.idle: OrderedDict[tuple, list] = OrderedDict()
+        self.reclaimed: list[tuple] = []  # buffers of dead user tensors, not yet checked
         self.stats = MemoryStats()
-        self.lock = threading.Lock()
+        # Reentrant: a user tensor collected during an allocation gives its buffer back.
+        self.lock = threading.RLock()
 
     def take(self, backend: Backend, device, dtype, size: int):
         """A Storage for (dtype, size): reused when one is idle, else freshly allocated."""
         key = (dtype, size)
         nbytes = size * dtype.itemsize
         with self.lock:
+            self._settle_reclaimed()
             bucket = self.idle.get(key)
             if bucket:
                 storage = bucket.pop()
@@ -65,8 +77,32 @@ class DevicePool:
 
     def disown(self, storage) -> None:
         """A taken Storage that now belongs to the user: its bytes stay ``allocated`` until it
-        is garbage-collected, and it never comes back to the pool."""
-        weakref.finalize(storage, self._forget, storage.nbytes)
+        is garbage-collected; then a host buffer nothing else references comes back to the
+        pool (device buffers are released by their backend)."""
+        if isinstance(storage.buffer, np.ndarray):
+            weakref.finalize(storage, self._reclaim, [storage.buffer], storage.dtype,
+                             storage.size, storage.device, storage.backend)
+        else:
+            weakref.finalize(storage, self._forget, storage.nbytes)
+
+    def _reclaim(self, holder: list, dtype, size: int, device, backend) -> None:
+        # Called while the Storage dies (its slots still hold the buffer): only note it; the
+        # next take or statistics read decides whether the buffer can be reused.
+        with self.lock:
+            self.reclaimed.append((holder.pop(), dtype, size, device, backend))
+
+    def _settle_reclaimed(self) -> None:
+        """Pool the buffers of dead user tensors that nothing references any more (called
+        with the lock held)."""
+        while self.reclaimed:
+            buffer, dtype, size, device, backend = self.reclaimed.pop()
+            self.stats.allocated -= buffer.nbytes
+            # ``buffer`` and getrefcount's argument: any more is a NumPy view (its ``base``)
+            # or an exported buffer still reading these bytes. Those are never reused.
+            if sys.getrefcount(buffer) == 2:
+                self.idle.setdefault((dtype, size), []).append(
+                    Storage(buffer, dtype, size, device, backend))
+                self.stats.pooled += buffer.nbytes
 
     def give_back(self, storage) -> None:
         """An intermediate no one references any more: keep it for the next allocation."""
@@ -91,7 +127,14 @@ class DevicePool:
 
     def empty(self) -> None:
         with self.lock:
+            self._settle_reclaimed()
             self._release_idle()
+
+    def settled_stats(self) -> MemoryStats:
+        """The statistics, with the buffers of tensors that died since the last call counted."""
+        with self.lock:
+            self._settle_reclaimed()
+            return self.stats
 
 
 _pools: dict = {}
@@ -111,7 +154,7 @@ def memory_stats(device="cpu") -> dict:
     """``{"allocated", "peak", "reused", "pooled", "allocations"}`` for a device, in bytes."""
     from fuel.ir.device import parse_device
 
-    return pool_for(parse_device(device)).stats.as_dict()
+    return pool_for(parse_device(device)).settled_stats().as_dict()
 
 
 def reset_peak(device="cpu") -> None:
@@ -120,6 +163,7 @@ def reset_peak(device="cpu") -> None:
 
     pool = pool_for(parse_device(device))
     with pool.lock:
+        pool._settle_reclaimed()
         pool.stats.peak = pool.stats.allocated + pool.stats.pooled
 
 

@@ -75,6 +75,9 @@ class LlamaModel:
         self.last_stats = GenerationStats()
         # Steps replay captured plans (fuel.jit); False builds and realizes every step.
         self.use_jit = True
+        # Eager steps (a shape's first sighting) realize pipelined: planning, and the C
+        # compiler runs of a cold kernel cache, overlap the execution of earlier steps.
+        self.pipelined = True
         self._cache_pool: dict[int, KVCache] = {}
         self._inverse_frequencies = rope_inverse_frequencies(config)
 
@@ -130,7 +133,7 @@ class LlamaModel:
             leaves = [t._node for t in cache.tensors()]
             try:
                 logits = decoder_step(self.weights, self.config, step, cache, all_logits)
-                fuel.realize(logits, *cache.tensors())
+                fuel.realize(logits, *cache.tensors(), pipelined=self.pipelined)
             except BaseException:  # leave the cache as it was, not holding half a step
                 for tensor, node in zip(cache.tensors(), leaves):
                     tensor._node = node

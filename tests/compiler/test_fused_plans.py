@@ -102,6 +102,9 @@ def test_a_compiler_error_is_a_kernel_error_naming_the_node_and_the_source(monke
     message = str(raised.value)
     assert "test_fused_plans.py" in message and str(tmp_path) in message
     assert "error" in message
+    monkeypatch.undo()  # the renderer works again: the next realize compiles and runs
+    np.testing.assert_allclose((fuel.tensor(x).exp() - fuel.tensor(y)).numpy(), np.exp(x) - y,
+                               rtol=1e-6)
 
 
 def test_without_a_compiler_nothing_fuses(monkeypatch):
@@ -140,3 +143,48 @@ def test_without_vector_math_math_functions_keep_their_numpy_kernels(monkeypatch
     assert [row.op for row in profile.launches] == ["fused(mul,add)", "exp", "fused(mul,sub)"]
     expected = np.exp(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4) * 2 + 1) * 3 - 1
     np.testing.assert_allclose(values, expected, rtol=1e-6)
+
+
+def test_constant_fills_read_only_by_a_group_become_literals():
+    x, y = _arrays()
+    result = (fuel.tensor(x) + fuel.full((5,), 0.25)) * (fuel.tensor(y) - fuel.full((6, 1), 3.0))
+    shared = fuel.full((5,), 2.0)
+    kept = (fuel.tensor(x) * shared).exp(), (fuel.tensor(y) @ shared).reshape(1)
+    with fuel.profile() as profile:
+        fuel.realize(result, *kept)
+    launched = [row.op for row in profile.launches]
+    # the fills of ``result`` launch nothing; ``shared`` is also read by a matmul: filled once
+    assert launched.count("full") == 1 and "fused(add,sub,mul)" in launched
+    np.testing.assert_allclose(result.numpy(), (x + np.float32(0.25)) * (y - np.float32(3)),
+                               rtol=1e-6)
+    np.testing.assert_allclose(kept[0].numpy(), np.exp(x * np.float32(2)), rtol=1e-6)
+    np.testing.assert_allclose(kept[1].numpy(), [y @ np.full(5, 2, np.float32)], rtol=1e-5)
+
+
+@pytest.mark.parametrize("replayed", [False, True])
+def test_a_faulting_fused_launch_names_the_groups_first_line_and_the_next_realize_works(
+        monkeypatch, replayed):
+    from fuel.dispatch import in_flight_counts
+
+    x, y = _arrays()
+    tx, ty = fuel.tensor(x), fuel.tensor(y)
+    if replayed:  # the plan is cached and bound: the fault comes from a replay
+        for _ in range(2):
+            _chain(tx, ty).realize()
+
+    def fault(self, inputs, outputs, layouts, params):
+        def launch():
+            raise OSError("exception: access violation reading 0x0")
+        return launch
+
+    monkeypatch.setattr(cpu.GeneratedKernel, "prepare", fault)
+    result = _chain(tx, ty)  # the group's first member is made on _chain's line
+    with pytest.raises(fuel.KernelError) as raised:
+        result.realize()
+    message = str(raised.value)
+    line = _chain.__code__.co_firstlineno + 1
+    assert f"test_fused_plans.py:{line} failed" in message
+    assert "access violation" in message and "fused(mul,add,exp,sub,relu)" in message
+    assert all(count == 0 for count in in_flight_counts().values())
+    monkeypatch.undo()
+    np.testing.assert_allclose(_chain(tx, ty).numpy(), _expected(x, y), rtol=1e-6)

@@ -72,3 +72,25 @@ def test_a_compiler_error_names_the_kernel_the_source_and_the_message(fresh_cach
         toolchain.build("void fuel_kernel(void) { this is not C; }", "fused(broken)")
     message = str(raised.value)
     assert "fused(broken)" in message and str(fresh_cache) in message and "error" in message
+
+
+def test_builds_run_on_compile_workers_and_are_shared(fresh_cache, monkeypatch):
+    monkeypatch.setattr(toolchain, "_building", {})
+    futures = [toolchain.start_build(SOURCE % n, "answer") for n in (50, 51, 52)]
+    again = toolchain.start_build(SOURCE % 50, "answer")  # under way or done: the same build
+    built = [future.result() for future in futures]
+    assert [_run(b) for b in built] == [50, 51, 52]
+    assert again.result() is built[0] and toolchain.build(SOURCE % 51, "answer") is built[1]
+    assert not toolchain._building  # finished builds leave only the memory cache
+
+
+def test_a_failed_build_is_forgotten_and_retried(fresh_cache, monkeypatch):
+    monkeypatch.setattr(toolchain, "_building", {})
+    broken = "void fuel_kernel(void) { this is not C; }"
+    first = toolchain.start_build(broken, "fused(broken)")
+    with pytest.raises(KernelError):
+        first.result()
+    second = toolchain.start_build(broken, "fused(broken)")
+    assert second is not first
+    with pytest.raises(KernelError, match="fused\\(broken\\)"):
+        second.result()
