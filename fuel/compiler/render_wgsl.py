@@ -35,7 +35,7 @@ WORKGROUP = 256  # invocations per workgroup of every one-invocation-per-item sh
 
 MATH_FUNCTIONS = {
     "exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
-    "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
+    "asin": "fuel_asin", "acos": "fuel_acos", "atan": "fuel_atan", "sinh": "sinh", "cosh": "cosh",
     "tanh": "tanh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
     "expm1": "fuel_expm1", "log1p": "fuel_log1p", "erf": "fuel_erf",
 }
@@ -43,9 +43,37 @@ ARITHMETIC = {"add": "+", "sub": "-", "mul": "*"}
 COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 INTEGER_ONLY = frozenset({"int_div", "bitshift_left", "bitshift_right"})
 FLOAT_ONLY = frozenset(MATH_FUNCTIONS) | {"div"}
+SHIFTS = frozenset({"bitshift_left", "bitshift_right"})
 
 PRELUDE = """
 fn fuel_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+// asin, acos, atan: Cephes' single-precision polynomials (drivers' built-ins, lavapipe's
+// among them, are off by up to 4e-4).
+fn fuel_asin(x: f32) -> f32 {
+  let a = abs(x);
+  if (a > 1.0) { return bitcast<f32>(0x7fc00000u); }
+  var z: f32; var s: f32;
+  if (a > 0.5) { z = 0.5 * (1.0 - a); s = sqrt(z); } else { z = a * a; s = a; }
+  var r = ((((4.2163199048e-2 * z + 2.4181311049e-2) * z + 4.5470025998e-2) * z
+    + 7.4953002686e-2) * z + 1.6666752422e-1) * z * s + s;
+  if (a > 0.5) { r = 1.5707963267948966 - 2.0 * r; }
+  return select(r, -r, x < 0.0);
+}
+fn fuel_acos(x: f32) -> f32 {
+  if (x < -0.5) { return 3.141592653589793 - 2.0 * fuel_asin(sqrt(0.5 * (1.0 + x))); }
+  if (x > 0.5) { return 2.0 * fuel_asin(sqrt(0.5 * (1.0 - x))); }
+  return 1.5707963267948966 - fuel_asin(x);
+}
+fn fuel_atan(x: f32) -> f32 {
+  var a = abs(x);
+  var y = 0.0;
+  if (a > 2.414213562373095) { y = 1.5707963267948966; a = -1.0 / a; }
+  else if (a > 0.4142135623730950) { y = 0.7853981633974483; a = (a - 1.0) / (a + 1.0); }
+  let z = a * a;
+  y = y + (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z
+    - 3.33329491539e-1) * z * a + a;
+  return select(y, -y, x < 0.0);
+}
 fn fuel_expm1(x: f32) -> f32 {
   let u = exp(x);
   if (u == 1.0) { return x; }
@@ -118,6 +146,8 @@ def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
     if op in FLOAT_ONLY and operand is not dt.float32:
         return False
     if op in INTEGER_ONLY and (operand.is_floating or operand.is_bool):
+        return False
+    if op in SHIFTS and operand is dt.int64:  # held as 32 bits: shifts past 31 would differ
         return False
     return True
 
@@ -326,6 +356,10 @@ def _expression(kernel: LoopKernel, value: Value, offsets: str, _unused: str) ->
                 else f"({a} != {b})"
         return f"({a} {ARITHMETIC[op]} {b})"
     if op in COMPARISONS:
+        if first.is_bool and op not in ("eq", "ne"):
+            a, b = f"select(0u, 1u, {a})", f"select(0u, 1u, {b})"
+        if op == "ne" and first is dt.float32:  # NaN differs from everything
+            return f"({a} != {b} || fuel_isnan({a}) || fuel_isnan({b}))"
         return f"({a} {COMPARISONS[op]} {b})"
     return _RENDERERS[op](a, b, first, VALUE_TYPES[first])
 
@@ -336,7 +370,7 @@ def cast(a: str, source: DType, target: DType) -> str:
     if source_type == target_type:
         return a
     if target.is_bool:
-        return f"({a} != {literal(0, source)})"
+        return _truth(a, source)
     if source.is_bool:
         return f"select({literal(0, target)}, {literal(1, target)}, {a})"
     if source_type == "f32" and target_type == "u32":  # through a signed integer, as NumPy
@@ -453,4 +487,7 @@ _RENDERERS = {
 
 
 def _truth(a: str, dtype: DType) -> str:
+    """Whether ``a`` counts as true (NaN does, as in NumPy)."""
+    if dtype is dt.float32:
+        return f"({a} != 0.0 || fuel_isnan({a}))"
     return a if dtype.is_bool else f"({a} != {literal(0, dtype)})"
