@@ -27,6 +27,9 @@ FUSIBLE_OPS = ELEMENTWISE_OPS | {OpKind.CAST}
 # Reductions fused with their prologue and epilogue: over the last dim, keepdim, floats.
 ROW_REDUCE_OPS = frozenset({OpKind.SUM, OpKind.MAX, OpKind.MIN, OpKind.MEAN})
 _switch: list[bool | None] = [None]
+# Backends besides the CPU whose FUSED generator renders every group the planner forms, with
+# no toolchain to probe (the wgpu backend adds its id when it registers its kernels).
+RENDERING_BACKENDS: set[BackendId] = set()
 
 
 def set_fusion(enabled: bool) -> None:
@@ -44,6 +47,8 @@ def fusion_enabled() -> bool:
 
 def fusion_unavailable_reason(backend: BackendId) -> str | None:
     """Why ``backend`` does not fuse (None when it does)."""
+    if backend in RENDERING_BACKENDS:
+        return None
     if backend is not BackendId.CPU:
         return f"no kernel renderer for {backend.value} yet"
     from fuel.compiler import toolchain

@@ -15,6 +15,7 @@ from functools import cache
 import numpy as np
 
 from fuel.backends.wgpu.backend import WGPU_DTYPES, to_words
+from fuel.compiler.fusion import RENDERING_BACKENDS
 from fuel.compiler.kernel_ir import KernelBuilder, Load, LoopKernel, Store, Value, collapse
 from fuel.compiler.render_wgsl import (
     STORAGE_WORDS,
@@ -67,7 +68,8 @@ def _unaliased(inputs: Sequence, output) -> list:
 @cache
 def _loop_source(values: tuple, load_dtypes: tuple, stores: tuple, reduced: int,
                  depth: int) -> str:
-    loads = tuple(Load(d, ()) for d in load_dtypes)
+    """``load_dtypes``: (dtype, constant along the row) per load."""
+    loads = tuple(Load(d, (0 if constant else 1,)) for d, constant in load_dtypes)
     return render_wgsl(LoopKernel("kernel", (), loads, values, stores, (), reduced), depth)
 
 
@@ -96,11 +98,16 @@ def run_loop(kernel: LoopKernel, inputs: Sequence, outputs: Sequence,
     meta = [items, *sizes]
     for offset, operand in zip(offsets, strides):
         meta += [offset, *operand]
-    source = _loop_source(kernel.values, tuple(load.dtype for load in kernel.loads),
+    source = _loop_source(kernel.values, _load_patterns(kernel),
                           kernel.stores, kernel.reduced, depth)
     writable = [False] * len(inputs) + [True] * len(outputs)
     _dispatch(_context(outputs[0]), source, kernel.name,
               [s.buffer for s in list(inputs) + list(outputs)], writable, meta, items)
+
+
+def _load_patterns(kernel: LoopKernel) -> tuple:
+    return tuple((load.dtype, bool(kernel.reduced) and load.strides[-1] == 0)
+                 for load in kernel.loads)
 
 
 @cache
@@ -525,7 +532,7 @@ def generate_wgsl_kernel(kernel: LoopKernel) -> BindingEntry:
                           f"does not hold")
     depth = len(kernel.shape) if kernel.reduced else len(collapse(
         kernel.shape, [load.strides for load in kernel.loads])[0])
-    source = _loop_source(kernel.values, tuple(load.dtype for load in kernel.loads),
+    source = _loop_source(kernel.values, _load_patterns(kernel),
                           kernel.stores, kernel.reduced, depth)
     revision = int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "little")
     return BindingEntry(FusedKernel(kernel), STRIDED, KERNEL_SOURCE, revision)
@@ -582,3 +589,4 @@ def register(table: KernelBindingTable, backend_id: BackendId) -> None:
         add(OpKind.SUM, (source, target), _reduce_kernel("sum"))
         add(OpKind.CUMSUM, (source, target), cumsum_kernel)
     table.register(OpKind.FUSED, (), backend_id, generate_wgsl_kernel, STRIDED, KERNEL_SOURCE)
+    RENDERING_BACKENDS.add(backend_id)
