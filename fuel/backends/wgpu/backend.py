@@ -7,7 +7,7 @@ import weakref
 
 import numpy as np
 
-from fuel.backends.base import Backend
+from fuel.backends.base import Backend, DeviceTimerStop
 from fuel.backends.wgpu import runtime
 from fuel.backends.wgpu.runtime import CommandBatch, DeviceContext
 from fuel.dispatch.kernel import KernelBindingTable
@@ -174,6 +174,12 @@ class WgpuBackend(Backend):
         with context.lock:
             batch = context.batch or (context.in_flight[-1] if context.in_flight else None)
         return None if batch is None else WgpuCompletion(storage.device, context, batch)
+
+    def device_timer(self) -> DeviceTimerStop | None:
+        """Timestamp the compute passes the current launch records (where the adapter has
+        timestamp queries); read when the profile is taken."""
+        context = self._context
+        return runtime.device_timer() if context is not None and context.timestamps else None
 
     def synchronize(self, device: Device) -> None:
         """The drain: submit the open batch and wait for every submitted one."""

@@ -59,6 +59,36 @@ def detect():
     return adapter, ""
 
 
+_capture = threading.local()
+
+
+def device_timer():
+    """Start timestamping this thread's dispatches; the returned stop function gives a callable
+    resolving their device seconds (reading the timestamps waits for their batch)."""
+    queries: list = []
+    previous = getattr(_capture, "queries", None)
+    _capture.queries = queries
+
+    def stop():
+        _capture.queries = previous
+        return lambda: _device_seconds(queries) if queries else None
+
+    return stop
+
+
+def _device_seconds(queries) -> float | None:
+    total = 0.0
+    try:
+        for context, resolved in queries:
+            if context.lost:
+                return None
+            stamps = np.frombuffer(context.read(resolved, 0, 16), np.uint64)
+            total += max(0, int(stamps[1]) - int(stamps[0])) * 1e-9  # nanoseconds
+    except Exception:  # noqa: BLE001 - a failed batch has no times
+        return None
+    return total
+
+
 class CommandBatch:
     """One command encoder being recorded (then submitted), what it must keep alive, and the
     fence buffer whose map says it finished."""
@@ -89,6 +119,7 @@ class DeviceContext:
         limits = adapter.limits
         required = {name: limits[name] for name in REQUESTED_LIMITS if name in limits}
         features = [f for f in ("timestamp-query",) if f in adapter.features]
+        self.timestamps = bool(features)  # compute passes can write timestamps
         self.device = adapter.request_device_sync(required_features=features,
                                                   required_limits=required)
         self.queue = self.device.queue
@@ -225,11 +256,24 @@ class DeviceContext:
             entries += [{"binding": 1 + position, "resource": {"buffer": buffer}}
                         for position, buffer in enumerate(buffers)]
             group = self.device.create_bind_group(layout=layout, entries=entries)
-            compute = batch.encoder.begin_compute_pass()
+            timed = getattr(_capture, "queries", None)
+            if timed is not None and self.timestamps:
+                queries = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+                compute = batch.encoder.begin_compute_pass(timestamp_writes={
+                    "query_set": queries, "beginning_of_pass_write_index": 0,
+                    "end_of_pass_write_index": 1})
+            else:
+                compute = batch.encoder.begin_compute_pass()
             compute.set_pipeline(pipeline)
             compute.set_bind_group(0, group)
             compute.dispatch_workgroups(*groups)
             compute.end()
+            if timed is not None and self.timestamps:
+                resolved = self.device.create_buffer(
+                    size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+                batch.encoder.resolve_query_set(queries, 0, 2, resolved, 0)
+                batch.keep.append(queries)
+                timed.append((self, resolved))
             batch.keep.append(group)
             batch.dispatches += 1
             if batch.dispatches >= DISPATCH_LIMIT:

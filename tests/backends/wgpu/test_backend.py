@@ -195,3 +195,30 @@ def test_int64_beyond_32_bits_is_refused_by_name(wgpu_device):
     backend, device, context = wgpu_device
     with pytest.raises(FuelError, match="int64 tensors as 32-bit"):
         fuel.tensor(np.array([1 << 40], np.int64)).to(device).numpy()
+
+
+def test_profile_shows_device_time_from_timestamp_queries(wgpu_device):
+    backend, device, context = wgpu_device
+    if not context.timestamps:
+        pytest.skip("the adapter has no timestamp queries")
+    x = fuel.tensor(np.ones((64, 64), np.float32)).to(device).realize()
+    with fuel.profile() as prof:
+        (x @ x).to("cpu").realize()
+    rows = {row.op: row for row in prof.launches}
+    assert rows["matmul"].device_seconds is not None and rows["matmul"].device_seconds > 0
+    assert "device ms" in prof.table_text()
+
+
+def test_a_backend_boundary_submits_the_open_batch(wgpu_device, monkeypatch):
+    backend, device, context = wgpu_device
+    calls = []
+    original = type(backend).submit
+    monkeypatch.setattr(type(backend), "submit",
+                        lambda self, where: (calls.append(where), original(self, where)))
+    x = fuel.tensor(np.ones(8, np.float32)).to(device).realize()
+    c = fuel.tensor(np.ones(8, np.float32)).realize()
+    on_device = x + 1
+    on_cpu = c * 3
+    fuel.realize(on_device, on_cpu)
+    assert calls == [device]  # when the walk moved on to the CPU step
+    np.testing.assert_array_equal(on_device.numpy(), np.full(8, 2.0, np.float32))
