@@ -1,13 +1,13 @@
 """Render a LoopKernel into WGSL: one compute shader over a strided loop nest.
 
 Sizes, offsets and strides are not in the source: the shader reads them from a small
-``meta`` array (``array<i32>``, binding 0) that each launch fills, so one shader (and one
+``params`` array (``array<i32>``, binding 0) that each launch fills, so one shader (and one
 pipeline) serves every shape of the same loop depth. Inputs are bindings ``1..n`` (read-only
 storage), outputs follow (read-write). Elements are 32-bit words (``STORAGE_WORDS``): bool is
 a ``u32`` 0/1, and int64 is held as ``i32`` on wgpu (WGSL has no 64-bit integer; see
 ``fuel/backends/wgpu/__init__.py``).
 
-``meta``, elementwise: ``[count, sizes[depth], (offset, strides[depth]) per load, then per
+``params``, elementwise: ``[count, sizes[depth], (offset, strides[depth]) per load, then per
 store]``. With a reduction (``kernel.reduced``) one invocation runs one row (the last dim):
 ``count`` is the number of rows and the same per-operand records follow; a per-row store uses
 its offset and outer strides only. Semantics follow the NumPy kernels as the C renderer does
@@ -166,27 +166,30 @@ def literal(number, dtype: DType) -> str:
     return f"bitcast<i32>({word}u)"
 
 
-def meta_words(depth: int, operands: int) -> int:
-    """How many i32 words ``meta`` holds for ``operands`` strided operands."""
-    return 1 + depth + operands * (1 + depth)
+def shader_header(words: list[str], writable: list[bool], names: list[str]) -> str:
+    """The bindings (``params`` at 0, then one array per operand of the given word types) and
+    the opening of ``main``: one invocation per item, ``item`` below ``params[0]``, over a
+    2-D grid of ``WORKGROUP``-wide groups."""
+    lines = ["@group(0) @binding(0) var<storage, read> params: array<i32>;"]
+    lines += [f"@group(0) @binding({1 + p}) var<storage, {'read_write' if w else 'read'}> "
+              f"{name}: array<{word}>;" for p, (word, w, name) in enumerate(zip(words, writable,
+                                                                              names))]
+    lines += [f"@compute @workgroup_size({WORKGROUP})",
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>,",
+              "        @builtin(num_workgroups) groups: vec3<u32>) {",
+              f"  let item = i32(gid.x + gid.y * groups.x * {WORKGROUP}u);",
+              "  if (item >= params[0]) { return; }"]
+    return "\n".join(lines)
 
 
 def render_wgsl(kernel: LoopKernel, depth: int) -> str:
     """The WGSL source of ``kernel`` over a loop nest of ``depth`` dims (sizes, offsets and
-    strides come from ``meta`` at launch)."""
+    strides come from ``params`` at launch)."""
     loads, stores = kernel.loads, kernel.stores
-    lines = [PRELUDE, "@group(0) @binding(0) var<storage, read> params: array<i32>;"]
-    for position, load in enumerate(loads):
-        lines.append(f"@group(0) @binding({1 + position}) var<storage, read> "
-                     f"in{position}: array<{STORAGE_WORDS[load.dtype]}>;")
-    for position, store in enumerate(stores):
-        lines.append(f"@group(0) @binding({1 + len(loads) + position}) var<storage, read_write> "
-                     f"out{position}: array<{STORAGE_WORDS[store.dtype]}>;")
-    lines += [f"@compute @workgroup_size({WORKGROUP})",
-              "fn main(@builtin(global_invocation_id) gid: vec3<u32>, "
-              "@builtin(num_workgroups) groups: vec3<u32>) {",
-              f"  let item = i32(gid.x + gid.y * groups.x * {WORKGROUP}u);",
-              "  if (item >= params[0]) { return; }"]
+    words = [STORAGE_WORDS[load.dtype] for load in loads] + \
+        [STORAGE_WORDS[store.dtype] for store in stores]
+    names = [f"in{p}" for p in range(len(loads))] + [f"out{p}" for p in range(len(stores))]
+    lines = [PRELUDE, shader_header(words, [False] * len(loads) + [True] * len(stores), names)]
     operands = len(loads) + len(stores)
     outer = depth - 1 if kernel.reduced else depth
     for position in range(operands):
@@ -214,7 +217,7 @@ def render_wgsl(kernel: LoopKernel, depth: int) -> str:
 
 
 def _record(depth: int, position: int) -> int:
-    """Where operand ``position``'s (offset, strides) record starts in ``meta``."""
+    """Where operand ``position``'s (offset, strides) record starts in ``params``."""
     return 1 + depth + position * (1 + depth)
 
 

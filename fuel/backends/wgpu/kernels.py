@@ -23,6 +23,7 @@ from fuel.compiler.render_wgsl import (
     literal,
     render_wgsl,
     renders,
+    shader_header,
 )
 from fuel.dispatch.kernel import BindingEntry, KernelBindingTable, KernelCaps
 from fuel.ir import dtype as dt
@@ -167,21 +168,12 @@ def full_kernel(inputs, outputs, layouts, params) -> None:
         return
     word = STORAGE_WORDS[out.dtype]
     bits = to_words(np.asarray([params.value]).astype(out.dtype.numpy), out.dtype, out.device)
-    source = _FILL.format(word=word)
+    source = "\n".join([shader_header([word], [True], ["b0"]),
+                        f"  b0[item] = bitcast<{word}>(params[1]);", "}", ""])
     _dispatch(_context(out), source, "full", [out.buffer], [True],
               [count, int(bits.view(np.int32)[0])], count)
 
 
-_FILL = """
-@group(0) @binding(0) var<storage, read> params: array<i32>;
-@group(0) @binding(1) var<storage, read_write> out0: array<{word}>;
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{
-  let item = i32(gid.x + gid.y * groups.x * 256u);
-  if (item >= params[0]) {{ return; }}
-  out0[item] = bitcast<{word}>(params[1]);
-}}
-"""
 
 
 def arange_kernel(inputs, outputs, layouts, params) -> None:
@@ -209,19 +201,6 @@ def _walk(depth: int, operands: int, item: str = "item", prefix: str = "base") -
     return lines
 
 
-_HEADER = """@group(0) @binding(0) var<storage, read> params: array<i32>;
-{bindings}
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{
-  let item = i32(gid.x + gid.y * groups.x * 256u);
-  if (item >= params[0]) {{ return; }}
-"""
-
-
-def _bindings(words: Sequence[str], writable: Sequence[bool]) -> str:
-    return "\n".join(
-        f"@group(0) @binding({1 + p}) var<storage, {'read_write' if w else 'read'}> "
-        f"b{p}: array<{word}>;" for p, (word, w) in enumerate(zip(words, writable)))
 
 
 @cache
@@ -232,7 +211,7 @@ def _reduce_source(op: str, source, target, kept: int, reduced: int) -> str:
 
     value = VALUE_TYPES[source]
     words = [STORAGE_WORDS[source], STORAGE_WORDS[target]]
-    lines = [PRELUDE, _HEADER.format(bindings=_bindings(words, [False, True]))]
+    lines = [PRELUDE, shader_header(words, [False, True], ["b0", "b1"])]
     lines += _walk(kept, 1)
     total_at = 1 + kept + (1 + kept)  # reduced sizes follow the operand record
     lines.append("  var total = 1;")
@@ -304,7 +283,7 @@ def _reduce_kernel(op: str):
 @cache
 def _cumsum_source(source, target, depth: int) -> str:
     words = [STORAGE_WORDS[source], STORAGE_WORDS[target]]
-    lines = [_HEADER.format(bindings=_bindings(words, [False, True]))]
+    lines = [shader_header(words, [False, True], ["b0", "b1"])]
     lines += _walk(depth, 2)
     length_at = 1 + depth + 2 * (1 + depth)
     value = "select(0, 1, b0[at] != 0u)" if source.is_bool else "b0[at]"
@@ -340,7 +319,7 @@ def cumsum_kernel(inputs, outputs, layouts, params) -> None:
 @cache
 def _index_select_source(source, index, depth: int) -> str:
     words = [STORAGE_WORDS[source], STORAGE_WORDS[index], STORAGE_WORDS[source], "i32"]
-    lines = [_HEADER.format(bindings=_bindings(words, [False, False, True, True]))]
+    lines = [shader_header(words, [False, False, True, True], ["b0", "b1", "b2", "b3"])]
     lines += _walk(depth, 2)  # operand 0: the source without its dim; 1: the output
     tail = 1 + depth + 2 * (1 + depth)
     lines += ["  var j = item;",
