@@ -14,7 +14,7 @@ from fuel.dispatch.kernel import KernelBindingTable
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId, Device
 from fuel.ir.dtype import DType
-from fuel.ir.errors import DeviceError, DTypeError
+from fuel.ir.errors import DeviceError
 from fuel.ir.layout import Layout
 from fuel.memory import Storage
 
@@ -126,10 +126,7 @@ class WgpuBackend(Backend):
 
     def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
         context = self.context(device)
-        if dtype not in WORDS:
-            raise DTypeError(f"{dtype.name} tensors are not supported on {device}; wgpu holds "
-                             f"{', '.join(d.name for d in WGPU_DTYPES)}")
-        nbytes = max(size, 1) * WORD_BYTES
+        nbytes = buffer_bytes(dtype, size)
         limit = min(context.max_buffer, context.max_binding)
         if nbytes > limit:
             raise DeviceError(
@@ -157,6 +154,12 @@ class WgpuBackend(Backend):
         context = self.context(storage.device)
         if layout.numel == 0:
             return np.empty(layout.shape, storage.dtype.numpy)
+        if storage.dtype not in WORDS:  # raw bytes: the whole buffer, viewed on the host
+            data = context.read(storage.buffer, 0, buffer_bytes(storage.dtype, storage.size))
+            context.check_faults()
+            itemsize = storage.dtype.numpy.itemsize
+            return np.ndarray(layout.shape, storage.dtype.numpy, data, layout.offset * itemsize,
+                              tuple(s * itemsize for s in layout.strides)).copy()
         if not layout.is_contiguous():
             from fuel.backends.wgpu.kernels import strided_copy
 
@@ -200,12 +203,23 @@ class WgpuBackend(Backend):
         kernels.register(table, self.backend_id)
 
 
+def buffer_bytes(dtype: DType, size: int) -> int:
+    """Bytes of a buffer holding ``size`` elements: a word each for the kernel dtypes, the
+    host bytes (one element per ``itemsize``, packed types unpacked) rounded up to a word
+    for the dtypes wgpu only stores and moves."""
+    if dtype in WORDS:
+        return max(size, 1) * WORD_BYTES
+    return max(-(-size * dtype.itemsize // WORD_BYTES), 1) * WORD_BYTES
+
+
 def to_words(array: np.ndarray, dtype: DType, device: Device) -> np.ndarray:
-    """``array`` as the 32-bit words ``dtype`` is held in on the device; int64 values outside
-    the int32 range are refused (WGSL has no 64-bit integers)."""
+    """``array`` as ``dtype`` is held on the device: 32-bit words for the kernel dtypes
+    (int64 values outside the int32 range are refused: WGSL has no 64-bit integers), raw
+    bytes padded to a word for the others."""
     word = WORDS.get(dtype)
     if word is None:
-        raise DTypeError(f"{dtype.name} tensors are not supported on {device}")
+        raw = np.ascontiguousarray(array.astype(dtype.numpy, copy=False)).view(np.uint8)
+        return np.concatenate([raw.reshape(-1), np.zeros(-raw.size % WORD_BYTES, np.uint8)])
     if dtype is dt.int64 and array.size:
         low, high = int(array.min()), int(array.max())
         if low < -(1 << 31) or high >= (1 << 31):

@@ -25,7 +25,7 @@ from fuel.compiler.render_wgsl import (
     renders,
     shader_header,
 )
-from fuel.dispatch.kernel import BindingEntry, KernelBindingTable, KernelCaps
+from fuel.dispatch.kernel import BindingEntry, KernelBindingTable, KernelCaps, Launcher
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.errors import KernelError
@@ -45,11 +45,12 @@ def _context(storage):
 
 
 def _dispatch(context, source: str, label: str, buffers: Sequence, writable: Sequence[bool],
-              meta: Sequence[int], items: int = 0, groups: tuple[int, int, int] | None = None
-              ) -> None:
+              meta: Sequence[int], items: int = 0, groups: tuple[int, int, int] | None = None,
+              bind: bool = False):
+    """Record the dispatch now, or (``bind``) return a launcher that records it."""
     pipeline = context.pipeline(source, writable, label)
-    context.dispatch(pipeline, buffers, np.asarray(meta, np.int64).astype(np.int32), items,
-                     groups)
+    record = context.bind if bind else context.dispatch
+    return record(pipeline, buffers, np.asarray(meta, np.int64).astype(np.int32), items, groups)
 
 
 def _unaliased(inputs: Sequence, output) -> list:
@@ -76,12 +77,15 @@ def _loop_source(values: tuple, load_dtypes: tuple, stores: tuple, reduced: int,
 
 def run_loop(kernel: LoopKernel, inputs: Sequence, outputs: Sequence,
              in_layouts: Sequence[Layout], out_layouts: Sequence[Layout],
-             shape: tuple[int, ...]) -> None:
+             shape: tuple[int, ...], bind: bool = False):
     """Launch ``kernel`` over ``shape``: inputs read through ``in_layouts`` (broadcast to
-    ``shape``), outputs written through ``out_layouts``."""
+    ``shape``), outputs written through ``out_layouts``. With ``bind``: a launcher recording
+    it (None where the launch cannot be bound once: nothing to do, or aliased operands)."""
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if count == 0:
-        return
+        return None
+    if bind and any(s.buffer is outputs[0].buffer for s in inputs):
+        return None
     inputs = _unaliased(inputs, outputs[0])
     offsets = [layout.offset for layout in list(in_layouts) + list(out_layouts)]
     if kernel.reduced:
@@ -102,8 +106,9 @@ def run_loop(kernel: LoopKernel, inputs: Sequence, outputs: Sequence,
     source = _loop_source(kernel.values, _load_patterns(kernel),
                           kernel.stores, kernel.reduced, depth)
     writable = [False] * len(inputs) + [True] * len(outputs)
-    _dispatch(_context(outputs[0]), source, kernel.name,
-              [s.buffer for s in list(inputs) + list(outputs)], writable, meta, items)
+    return _dispatch(_context(outputs[0]), source, kernel.name,
+                     [s.buffer for s in list(inputs) + list(outputs)], writable, meta, items,
+                     bind=bind)
 
 
 def _load_patterns(kernel: LoopKernel) -> tuple:
@@ -134,10 +139,18 @@ class LoopKernelFunction:
         self.__qualname__ = self.__name__ = f"wgsl.{kernel.name}"
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
+        self.launch(inputs, outputs, layouts)
+
+    def prepare(self, inputs, outputs, layouts, params) -> Launcher:
+        """For replays: the params buffer and bind group made once; a launch only records."""
+        return self.launch(inputs, outputs, layouts, bind=True) or (
+            lambda: self(inputs, outputs, layouts, params))
+
+    def launch(self, inputs, outputs, layouts, bind: bool = False):
         out_layout = layouts[-1]
         shape = out_layout.shape
         in_layouts = [layout.broadcast_to(shape) for layout in layouts[:-1]]
-        run_loop(self.kernel, inputs, outputs, in_layouts, [out_layout], shape)
+        return run_loop(self.kernel, inputs, outputs, in_layouts, [out_layout], shape, bind)
 
 
 def strided_copy(source, source_layout: Layout, target, target_layout: Layout) -> None:
@@ -154,7 +167,8 @@ def copy_kernel(inputs, outputs, layouts, params) -> None:
     """Copy out of a wgpu storage: on the same device a strided copy; anywhere else a download
     (a submit point) followed by the destination's ``write_from_host``."""
     source, target = inputs[0], outputs[0]
-    if target.backend is source.backend and target.device == source.device:
+    if target.backend is source.backend and target.device == source.device \
+            and source.dtype in WGPU_DTYPES:
         strided_copy(source, layouts[0], target, layouts[-1])
         return
     host = source.backend.download(source, layouts[0])
@@ -491,6 +505,14 @@ class FusedKernel:
         self.__qualname__ = self.__name__ = kernel.name
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
+        self.launch(inputs, outputs, layouts)
+
+    def prepare(self, inputs, outputs, layouts, params) -> Launcher:
+        """For replays: the params buffer and bind group made once; a launch only records."""
+        return self.launch(inputs, outputs, layouts, bind=True) or (
+            lambda: self(inputs, outputs, layouts, params))
+
+    def launch(self, inputs, outputs, layouts, bind: bool = False):
         kernel = self.loop
         in_layouts = [Layout(kernel.shape, load.strides, layout.offset)
                       for load, layout in zip(kernel.loads, layouts)]
@@ -498,7 +520,7 @@ class FusedKernel:
                               if not store.per_row else
                               contiguous_strides(kernel.shape[:-1]) + (0,), layouts[-1].offset)
                        for store in kernel.stores]
-        run_loop(kernel, inputs, outputs, in_layouts, out_layouts, kernel.shape)
+        return run_loop(kernel, inputs, outputs, in_layouts, out_layouts, kernel.shape, bind)
 
 
 def generate_wgsl_kernel(kernel: LoopKernel) -> BindingEntry:
@@ -542,10 +564,12 @@ def register(table: KernelBindingTable, backend_id: BackendId) -> None:
 
     for op, dtypes, kernel in _elementwise_rows():
         add(op, dtypes, kernel)
+    # Every dtype moves to and from the device (stored as raw bytes where no kernel takes it).
+    for dtypes in definition(OpKind.COPY).coverage:
+        add(OpKind.COPY, dtypes, copy_kernel)
     same = [(d, d) for d in WGPU_DTYPES]
     for d in WGPU_DTYPES:
         add(OpKind.CONTIGUOUS, (d, d), LoopKernelFunction(one_value("copy", (d,), d)))
-        add(OpKind.COPY, (d, d), copy_kernel)
         add(OpKind.FULL, (d,), full_kernel)
         add(OpKind.CAT, (d, d), cat_kernel)
         add(OpKind.SLICE_ASSIGN, (d, d, d), slice_assign_kernel)

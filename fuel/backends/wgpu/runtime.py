@@ -227,20 +227,12 @@ class DeviceContext:
                  groups: tuple[int, int, int] | None = None) -> None:
         """Record one dispatch of ``items`` invocations (``WORKGROUP`` per group), or of
         ``groups`` workgroups, reading ``meta`` and binding ``buffers`` in order."""
-        from fuel.compiler.render_wgsl import WORKGROUP
 
         if groups is None and items <= 0:
             return
         pipeline, layout = pipeline_layout
-        for buffer in buffers:
-            if buffer.size > self.max_binding:
-                raise DeviceError(
-                    f"a {buffer.size}-byte buffer exceeds the adapter's "
-                    f"max-storage-buffer-binding-size ({self.max_binding} bytes)")
-        if groups is None:
-            count = -(-items // WORKGROUP)
-            columns = min(count, self.max_groups)
-            groups = (columns, -(-count // columns), 1)
+        self._check_sizes(buffers)
+        groups = groups or self._groups(items)
         data = np.ascontiguousarray(meta, dtype=np.int32).tobytes()
         with self.lock:
             batch = self.open_batch()
@@ -256,28 +248,66 @@ class DeviceContext:
             entries += [{"binding": 1 + position, "resource": {"buffer": buffer}}
                         for position, buffer in enumerate(buffers)]
             group = self.device.create_bind_group(layout=layout, entries=entries)
-            timed = getattr(_capture, "queries", None)
-            if timed is not None and self.timestamps:
-                queries = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
-                compute = batch.encoder.begin_compute_pass(timestamp_writes={
-                    "query_set": queries, "beginning_of_pass_write_index": 0,
-                    "end_of_pass_write_index": 1})
-            else:
-                compute = batch.encoder.begin_compute_pass()
-            compute.set_pipeline(pipeline)
-            compute.set_bind_group(0, group)
-            compute.dispatch_workgroups(*groups)
-            compute.end()
-            if timed is not None and self.timestamps:
-                resolved = self.device.create_buffer(
-                    size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-                batch.encoder.resolve_query_set(queries, 0, 2, resolved, 0)
-                batch.keep.append(queries)
-                timed.append((self, resolved))
-            batch.keep.append(group)
-            batch.dispatches += 1
-            if batch.dispatches >= DISPATCH_LIMIT:
-                self.submit()
+            self._record(batch, pipeline, group, groups)
+
+    def bind(self, pipeline_layout, buffers: Sequence, meta: np.ndarray, items: int,
+             groups: tuple[int, int, int] | None = None):
+        """A launcher recording this dispatch again and again (a replay's prepared launch):
+        its params in a buffer of their own and its bind group made once, here."""
+        pipeline, layout = pipeline_layout
+        self._check_sizes(buffers)
+        groups = groups or self._groups(items)
+        params = self.device.create_buffer_with_data(
+            data=np.ascontiguousarray(meta, dtype=np.int32), usage=wgpu.BufferUsage.STORAGE)
+        entries = [{"binding": 0, "resource": {"buffer": params}}]
+        entries += [{"binding": 1 + position, "resource": {"buffer": buffer}}
+                    for position, buffer in enumerate(buffers)]
+        group = self.device.create_bind_group(layout=layout, entries=entries)
+
+        def launch() -> None:
+            with self.lock:
+                self._record(self.open_batch(), pipeline, group, groups)
+        launch.params = params  # alive as long as the launcher
+        return launch
+
+    def _check_sizes(self, buffers: Sequence) -> None:
+        for buffer in buffers:
+            if buffer.size > self.max_binding:
+                raise DeviceError(
+                    f"a {buffer.size}-byte buffer exceeds the adapter's "
+                    f"max-storage-buffer-binding-size ({self.max_binding} bytes)")
+
+    def _groups(self, items: int) -> tuple[int, int, int]:
+        from fuel.compiler.render_wgsl import WORKGROUP
+
+        count = -(-items // WORKGROUP)
+        columns = min(count, self.max_groups)
+        return (columns, -(-count // columns), 1)
+
+    def _record(self, batch: CommandBatch, pipeline, group, groups) -> None:
+        """One compute pass (timestamped while a device timer runs) into ``batch``."""
+        timed = getattr(_capture, "queries", None)
+        if timed is not None and self.timestamps:
+            queries = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+            compute = batch.encoder.begin_compute_pass(timestamp_writes={
+                "query_set": queries, "beginning_of_pass_write_index": 0,
+                "end_of_pass_write_index": 1})
+        else:
+            compute = batch.encoder.begin_compute_pass()
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, group)
+        compute.dispatch_workgroups(*groups)
+        compute.end()
+        if timed is not None and self.timestamps:
+            resolved = self.device.create_buffer(
+                size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+            batch.encoder.resolve_query_set(queries, 0, 2, resolved, 0)
+            batch.keep.append(queries)
+            timed.append((self, resolved))
+        batch.keep.append(group)
+        batch.dispatches += 1
+        if batch.dispatches >= DISPATCH_LIMIT:
+            self.submit()
 
     def copy(self, source, source_offset: int, target, target_offset: int, nbytes: int) -> None:
         """Record a buffer-to-buffer copy (offsets and size in bytes, multiples of 4)."""

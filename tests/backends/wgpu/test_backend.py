@@ -222,3 +222,26 @@ def test_a_backend_boundary_submits_the_open_batch(wgpu_device, monkeypatch):
     fuel.realize(on_device, on_cpu)
     assert calls == [device]  # when the walk moved on to the CPU step
     np.testing.assert_array_equal(on_device.numpy(), np.full(8, 2.0, np.float32))
+
+
+def test_a_replayed_plan_records_prepared_launches_into_one_batch(wgpu_device):
+    backend, device, context = wgpu_device
+    fuel.set_fusion(False)
+    try:
+        base = np.linspace(0, 1, 32, dtype=np.float32)
+        x = fuel.tensor(base).to(device).realize()
+        results = []
+        for _ in range(3):  # build, bind, replay
+            y = _chain(x, 30)
+            before = context.submits
+            fuel.realize(y)
+            assert context.submits - before == 1
+            results.append(y.numpy())
+    finally:
+        fuel.set_fusion(True)
+    expected = base
+    for step in range(30):
+        expected = expected * np.float32(1.0001) + np.float32(0.5) if step % 2 \
+            else expected - np.float32(0.25)
+    for got in results:
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
