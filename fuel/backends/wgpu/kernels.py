@@ -34,6 +34,7 @@ from fuel.ir.ops import PRIMITIVE_OPS, OpKind, definition
 
 STRIDED = KernelCaps(strided_input=True)
 KERNEL_SOURCE = "wgsl"
+FUSED_SOURCE = "wgsl-fused"  # generated per fused group (tested by the fusion tests)
 TILE = 16  # the matmul's square tile
 
 
@@ -536,7 +537,7 @@ def generate_wgsl_kernel(kernel: LoopKernel) -> BindingEntry:
     source = _loop_source(kernel.values, _load_patterns(kernel),
                           kernel.stores, kernel.reduced, depth)
     revision = int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "little")
-    return BindingEntry(FusedKernel(kernel), STRIDED, KERNEL_SOURCE, revision)
+    return BindingEntry(FusedKernel(kernel), STRIDED, FUSED_SOURCE, revision)
 
 
 # ------------------------------------------------------------------ registration
@@ -591,5 +592,5 @@ def register(table: KernelBindingTable, backend_id: BackendId) -> None:
                            (dt.int64, dt.int64), (dt.uint32, dt.int64)):
         add(OpKind.SUM, (source, target), _reduce_kernel("sum"))
         add(OpKind.CUMSUM, (source, target), cumsum_kernel)
-    table.register(OpKind.FUSED, (), backend_id, generate_wgsl_kernel, STRIDED, KERNEL_SOURCE)
+    table.register(OpKind.FUSED, (), backend_id, generate_wgsl_kernel, STRIDED, FUSED_SOURCE)
     RENDERING_BACKENDS.add(backend_id)
