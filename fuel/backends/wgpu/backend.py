@@ -161,7 +161,7 @@ class WgpuBackend(Backend):
             return np.ndarray(layout.shape, storage.dtype.numpy, data, layout.offset * itemsize,
                               tuple(s * itemsize for s in layout.strides)).copy()
         if not layout.is_contiguous():
-            from fuel.backends.wgpu.kernels import strided_copy
+            from fuel.backends.wgpu.loops import strided_copy
 
             dense = self.allocate(storage.device, storage.dtype, layout.numel)
             strided_copy(storage, layout, dense, Layout.contiguous(layout.shape))

@@ -102,7 +102,7 @@ def test_reads_and_device_boundaries_submit_and_stay_ordered(wgpu_device):
 
 
 def test_freeing_under_an_open_batch_defers_destruction(wgpu_device):
-    from fuel.backends.wgpu.kernels import strided_copy
+    from fuel.backends.wgpu.loops import strided_copy
     from fuel.ir.layout import Layout
 
     backend, device, context = wgpu_device
