@@ -14,6 +14,8 @@ from fuel.ir.errors import DeviceError, FuelError
 BUILTIN_BACKENDS: dict[BackendId, str] = {
     BackendId.CPU: "fuel.backends.cpu",
     BackendId.OPENCL: "fuel.backends.opencl",
+    BackendId.VULKAN: "fuel.backends.wgpu",
+    BackendId.METAL: "fuel.backends.wgpu",
 }
 
 _backends: dict[BackendId, Backend] = {}
@@ -52,7 +54,8 @@ def _load_builtin(backend_id: BackendId) -> Backend | None:
     except Exception as error:  # an optional dependency that fails to import
         _load_errors[backend_id] = f"{module_name} failed to import: {error}"
         return None
-    backend = module.__dict__.get("BACKEND")
+    backends = module.__dict__.get("BACKENDS")  # a module serving several ids
+    backend = backends.get(backend_id) if backends else module.__dict__.get("BACKEND")
     if backend is None:
         _load_errors[backend_id] = f"{module_name} defines no BACKEND"
         return None

@@ -81,6 +81,13 @@ class Backend(abc.ABC):
         """Why ``is_available`` is false (empty when available). Default: empty."""
         return ""
 
+    def submit(self, device: Device) -> None:
+        """Start the work recorded for ``device`` without waiting for it: the realize walk
+        calls it at a backend boundary (the next step runs on another backend), so a backend
+        that defers its commands (wgpu's batch) runs them while the other one works. Default:
+        nothing (a queue that starts work as it is enqueued)."""
+        return None
+
     def device_timer(self) -> DeviceTimerStop | None:
         """Start timing the device commands of the launch about to run, for a backend whose
         queue timestamps its commands; ``execute_compiled`` calls it while ``op_profile``

@@ -79,6 +79,8 @@ class BackendId:
 
 BackendId.CPU = BackendId.register("cpu")
 BackendId.OPENCL = BackendId.register("opencl")
+BackendId.VULKAN = BackendId.register("vulkan")
+BackendId.METAL = BackendId.register("metal")
 
 
 class Device:

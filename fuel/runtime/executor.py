@@ -145,6 +145,7 @@ class _Walk:
         self.storages: dict[int, object] = {}
         self.pending = PendingWork()
         self.taken: dict[int, object] = {}  # id(storage) -> the pool it came from
+        self.last_step: Step | None = None  # the previous launch (backend boundaries)
 
     def run(self, steps, keep: bool = False):
         """Execute ``steps``; with ``keep`` return the list of what ran (pipelined build)."""
@@ -175,6 +176,10 @@ class _Walk:
 
     def _launch(self, step: Step) -> None:
         storages = self.storages
+        last = self.last_step
+        if last is not None and last.backend is not step.backend:  # a backend boundary
+            last.backend.submit(last.device)
+        self.last_step = step
         if step.wait_slot >= 0:
             self.pending.wait_for(step.wait_slot)
         inputs = [storages[slot] for slot in step.sources]

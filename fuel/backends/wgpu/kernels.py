@@ -1,0 +1,434 @@
+"""The wgpu kernels of the primitive set, as WGSL.
+
+Elementwise ops, casts, where, copies and bitcasts are one-value LoopKernels rendered by
+``fuel.compiler.render_wgsl`` (the renderer fused groups use too); reductions, cumsum,
+index_select and the tiled matmul are shaders written here. Every launch records into the
+device's open command batch (``runtime.DeviceContext.dispatch``) and returns at once.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from fuel.backends.wgpu.backend import WGPU_DTYPES, to_words
+from fuel.backends.wgpu.loops import (
+    FUSED_SOURCE,
+    KERNEL_SOURCE,
+    STRIDED,
+    LoopKernelFunction,
+    device_context,
+    generate_wgsl_kernel,
+    one_value,
+    record_dispatch,
+    strided_copy,
+    unaliased,
+)
+from fuel.compiler.fusion import FusionTarget, register_fusion_target
+from fuel.compiler.render_wgsl import (
+    STORAGE_WORDS,
+    VALUE_TYPES,
+    literal,
+    renders,
+    shader_header,
+)
+from fuel.dispatch.kernel import KernelBindingTable
+from fuel.ir import dtype as dt
+from fuel.ir.device import BackendId
+from fuel.ir.errors import KernelError
+from fuel.ir.layout import Layout, contiguous_strides
+from fuel.ir.ops import PRIMITIVE_OPS, OpKind, definition
+
+TILE = 16  # the matmul's square tile
+
+# ------------------------------------------------------------------ hand-written families
+
+
+def copy_kernel(inputs, outputs, layouts, params) -> None:
+    """Copy out of a wgpu storage: on the same device a strided copy; anywhere else a download
+    (a submit point) followed by the destination's ``write_from_host``."""
+    source, target = inputs[0], outputs[0]
+    if target.backend is source.backend and target.device == source.device \
+            and source.dtype in WGPU_DTYPES:
+        strided_copy(source, layouts[0], target, layouts[-1])
+        return
+    host = source.backend.download(source, layouts[0])
+    target.backend.write_from_host(target, np.ascontiguousarray(host))
+
+
+def full_kernel(inputs, outputs, layouts, params) -> None:
+    out = outputs[0]
+    count = layouts[-1].numel
+    if count == 0:
+        return
+    word = STORAGE_WORDS[out.dtype]
+    bits = to_words(np.asarray([params.value]).astype(out.dtype.numpy), out.dtype, out.device)
+    source = "\n".join([shader_header([word], [True], ["b0"]),
+                        f"  b0[item] = bitcast<{word}>(params[1]);", "}", ""])
+    record_dispatch(device_context(out), source, "full", [out.buffer], [True],
+                    [count, int(bits.view(np.int32)[0])], count)
+
+
+
+
+def arange_kernel(inputs, outputs, layouts, params) -> None:
+    """Values computed on the host as the CPU kernel computes them (float64, then the dtype),
+    recorded as an upload into the batch."""
+    out = outputs[0]
+    if out.dtype.kind in "iu":
+        values = np.arange(params.count, dtype=np.int64) * int(params.step) + int(params.start)
+    else:
+        values = params.start + np.arange(params.count, dtype=np.float64) * params.step
+    out.backend.write_from_host(out, values.astype(out.dtype.numpy))
+
+
+def _walk(depth: int, operands: int, item: str = "item", prefix: str = "base") -> list[str]:
+    """Lines decomposing ``item`` over ``params[1..depth]`` into each operand's offset
+    (record ``p`` at ``1 + depth + p * (1 + depth)``)."""
+    lines = [f"  var {prefix}{p} = params[{1 + depth + p * (1 + depth)}];" for p in range(operands)]
+    if depth:
+        lines += [f"  var rest = {item};",
+                  f"  for (var d = {depth - 1}; d >= 0; d = d - 1) {{",
+                  "    let size = params[1 + d]; let index = rest % size; rest = rest / size;"]
+        lines += [f"    {prefix}{p} = {prefix}{p} + index * params[{1 + depth + p * (1 + depth)}"
+                  f" + 1 + d];" for p in range(operands)]
+        lines.append("  }")
+    return lines
+
+
+
+
+@cache
+def _reduce_source(op: str, source, target, kept: int, reduced: int) -> str:
+    """One invocation per output element: walk the kept dims to the row's start, then every
+    reduced element (decomposed over the reduced sizes, which follow the kept ones)."""
+    from fuel.compiler.render_wgsl import PRELUDE
+
+    value = VALUE_TYPES[source]
+    words = [STORAGE_WORDS[source], STORAGE_WORDS[target]]
+    lines = [PRELUDE, shader_header(words, [False, True], ["b0", "b1"])]
+    lines += _walk(kept, 1)
+    total_at = 1 + kept + (1 + kept)  # reduced sizes follow the operand record
+    lines.append("  var total = 1;")
+    lines += [f"  total = total * params[{total_at + d}];" for d in range(reduced)]
+    load = "b0[at]" if value != "bool" else "(b0[at] != 0u)"
+    lines += ["  var first = true;"]
+    accumulate = VALUE_TYPES[target]
+    if op == "sum":
+        lines += [f"  var acc: {accumulate} = {literal(0, target)};", "  var carry = 0.0;"]
+    elif op == "max":
+        lines.append(f"  var acc: {value} = {literal(0, source)};")
+    else:
+        lines += [f"  var best: {value} = {literal(0, source)};", "  var best_at = 0;"]
+    lines += ["  for (var r = 0; r < total; r = r + 1) {",
+              "    var at = base0; var left = r;"]
+    for d in range(reduced - 1, -1, -1):
+        lines.append(f"    at = at + (left % params[{total_at + d}]) * "
+                     f"params[{total_at + reduced + d}]; left = left / params[{total_at + d}];")
+    lines.append(f"    let v = {load};")
+    if op == "sum":
+        if target is dt.float32:
+            lines += ["    let y = v - carry; let t = acc + y; carry = (t - acc) - y; acc = t;"]
+        elif value == "bool":
+            lines.append(f"    acc = acc + select({literal(0, target)}, {literal(1, target)}, v);")
+        else:
+            lines.append(f"    acc = acc + {accumulate}(v);")
+    elif op == "max":
+        if value == "f32":
+            lines.append("    if (first || v > acc || fuel_isnan(v)) { if (!fuel_isnan(acc) || "
+                         "first) { acc = v; } }")
+        elif value == "bool":
+            lines.append("    acc = acc || v;")
+        else:
+            lines.append("    if (first || v > acc) { acc = v; }")
+    else:  # argmax: the first maximum; the first NaN wins (NumPy)
+        if value == "f32":
+            lines.append("    if (first || (!fuel_isnan(best) && (v > best || fuel_isnan(v)))) "
+                         "{ best = v; best_at = r; }")
+        elif value == "bool":
+            lines.append("    if (first || (v && !best)) { best = v; best_at = r; }")
+        else:
+            lines.append("    if (first || v > best) { best = v; best_at = r; }")
+    lines += ["    first = false;", "  }"]
+    result = "best_at" if op == "argmax" else "acc"
+    stored = f"select(0u, 1u, {result})" if target.is_bool else result
+    lines += [f"  b1[item] = {stored};", "}", ""]
+    return "\n".join(lines)
+
+
+def _reduce_kernel(op: str):
+    def kernel(inputs, outputs, layouts, params) -> None:
+        layout, out = layouts[0], outputs[0]
+        count = layouts[-1].numel
+        if count == 0:
+            return
+        dims = set(params.dims)
+        kept = [d for d in range(layout.ndim) if d not in dims and layout.shape[d] != 1]
+        reduced = [d for d in range(layout.ndim) if d in dims and layout.shape[d] != 1]
+        meta = [count, *(layout.shape[d] for d in kept), layout.offset,
+                *(layout.strides[d] for d in kept), *(layout.shape[d] for d in reduced),
+                *(layout.strides[d] for d in reduced)]
+        source = _reduce_source(op, inputs[0].dtype, out.dtype, len(kept), len(reduced))
+        record_dispatch(device_context(out), source, op, [inputs[0].buffer, out.buffer],
+                        [False, True], meta, count)
+    kernel.__qualname__ = kernel.__name__ = f"wgsl.{op}"
+    return kernel
+
+
+@cache
+def _cumsum_source(source, target, depth: int) -> str:
+    words = [STORAGE_WORDS[source], STORAGE_WORDS[target]]
+    lines = [shader_header(words, [False, True], ["b0", "b1"])]
+    lines += _walk(depth, 2)
+    length_at = 1 + depth + 2 * (1 + depth)
+    value = "select(0, 1, b0[at] != 0u)" if source.is_bool else "b0[at]"
+    convert = VALUE_TYPES[target]
+    lines += [f"  let length = params[{length_at}];",
+              f"  var acc: {convert} = {literal(0, target)};",
+              "  for (var j = 0; j < length; j = j + 1) {",
+              f"    let at = base0 + j * params[{length_at + 1}];",
+              f"    acc = acc + {convert}({value});",
+              f"    b1[base1 + j * params[{length_at + 2}]] = acc;",
+              "  }", "}", ""]
+    return "\n".join(lines)
+
+
+def cumsum_kernel(inputs, outputs, layouts, params) -> None:
+    """One invocation per line along ``dim``, summing in order (as NumPy's cumsum)."""
+    layout, out_layout, out = layouts[0], layouts[-1], outputs[0]
+    dim = params.dim
+    if out_layout.numel == 0:
+        return
+    outer = [d for d in range(layout.ndim) if d != dim]
+    lines = int(np.prod([layout.shape[d] for d in outer], dtype=np.int64))
+    meta = [lines, *(layout.shape[d] for d in outer)]
+    for item in (layout, out_layout):
+        meta += [item.offset, *(item.strides[d] for d in outer)]
+    meta += [layout.shape[dim], layout.strides[dim], out_layout.strides[dim]]
+    source = _cumsum_source(inputs[0].dtype, out.dtype, len(outer))
+    inputs = unaliased(inputs, out)
+    record_dispatch(device_context(out), source, "cumsum", [inputs[0].buffer, out.buffer],
+                    [False, True], meta, lines)
+
+
+@cache
+def _index_select_source(source, index, depth: int) -> str:
+    words = [STORAGE_WORDS[source], STORAGE_WORDS[index], STORAGE_WORDS[source], "i32"]
+    lines = [shader_header(words, [False, False, True, True], ["b0", "b1", "b2", "b3"])]
+    lines += _walk(depth, 2)  # operand 0: the source without its dim; 1: the output
+    tail = 1 + depth + 2 * (1 + depth)
+    lines += ["  var j = item;",
+              f"  for (var d = {depth - 1}; d > params[{tail}]; d = d - 1) "
+              "{ j = j / params[1 + d]; }",
+              f"  j = j % params[1 + params[{tail}]];",
+              f"  var chosen = i32(b1[params[{tail + 1}] + j * params[{tail + 2}]]);",
+              f"  let size = params[{tail + 3}];",
+              "  if (chosen < 0) { chosen = chosen + size; }",
+              "  if (chosen < 0 || chosen >= size) {",
+              "    b3[0] = 1; b3[1] = i32(b1[params[" + str(tail + 1) + "] + j * params["
+              + str(tail + 2) + "]]); b3[2] = size; b3[3] = params[" + str(tail) + "];",
+              "    chosen = 0;", "  }",
+              f"  b2[base1] = b0[base0 + chosen * params[{tail + 4}]];", "}", ""]
+    return "\n".join(lines)
+
+
+def index_select_kernel(inputs, outputs, layouts, params) -> None:
+    """out[..., j, ...] = source[..., index[j], ...]; a negative index counts from the end, an
+    out-of-range one is reported at the next wait (KernelIndexError naming it)."""
+    source_layout, index_layout, out_layout = layouts
+    out = outputs[0]
+    if out_layout.numel == 0:
+        return
+    dim = params.dim
+    shape = out_layout.shape
+    strides = list(source_layout.strides)
+    strides[dim] = 0
+    meta = [out_layout.numel, *shape, source_layout.offset, *strides,
+            out_layout.offset, *out_layout.strides, dim, index_layout.offset,
+            index_layout.strides[0] if index_layout.ndim else 0, source_layout.shape[dim],
+            source_layout.strides[dim]]
+    context = device_context(out)
+    source = _index_select_source(inputs[0].dtype, inputs[1].dtype, len(shape))
+    inputs = unaliased(inputs, out)
+    context.fault_watch.append(f"index_select along dim {dim}")
+    record_dispatch(context, source, "index_select",
+                    [inputs[0].buffer, inputs[1].buffer, out.buffer, context.fault_buffer],
+                    [False, False, True, True], meta, out_layout.numel)
+
+
+def cat_kernel(inputs, outputs, layouts, params) -> None:
+    """Each input copied into its slice of the output along ``dim``."""
+    out, out_layout = outputs[0], layouts[-1]
+    dim, start = params.dim, 0
+    for storage, layout in zip(inputs, layouts[:-1]):
+        size = layout.shape[dim]
+        if size and layout.numel:
+            region = Layout(layout.shape, out_layout.strides,
+                            out_layout.offset + start * out_layout.strides[dim])
+            strided_copy(storage, layout, out, region)
+        start += size
+
+
+def slice_assign_kernel(inputs, outputs, layouts, params) -> None:
+    """The target copied to the output (unless in place), then the value into the region."""
+    target, value = inputs
+    out, out_layout = outputs[0], layouts[-1]
+    if target.buffer is not out.buffer:
+        strided_copy(target, layouts[0], out, out_layout)
+    region = out_layout.slice(params.starts, params.stops, params.steps)
+    if region.numel:
+        strided_copy(value, layouts[1].broadcast_to(region.shape), out, region)
+
+
+@cache
+def _matmul_source(dtype, batch_depth: int) -> str:
+    value = VALUE_TYPES[dtype]
+    word = STORAGE_WORDS[dtype]
+    zero = literal(0, dtype)
+    # meta: [M, N, K, batch sizes..., (offset, row stride, column stride, batch strides...)
+    # for a, b and the output]
+    record = 3 + batch_depth
+    width = 3 + batch_depth
+
+    def operand(p: int) -> str:
+        return str(record + p * width)
+    walk = [f"  var off{p} = params[{operand(p)}];" for p in range(3)]
+    if batch_depth:
+        walk += ["  var rest = i32(wid.z);",
+                 f"  for (var d = {batch_depth - 1}; d >= 0; d = d - 1) {{",
+                 "    let size = params[3 + d]; let index = rest % size; rest = rest / size;"]
+        walk += [f"    off{p} = off{p} + index * params[{operand(p)} + 3 + d];" for p in range(3)]
+        walk.append("  }")
+    return "\n".join([
+        "@group(0) @binding(0) var<storage, read> params: array<i32>;",
+        f"@group(0) @binding(1) var<storage, read> a: array<{word}>;",
+        f"@group(0) @binding(2) var<storage, read> b: array<{word}>;",
+        f"@group(0) @binding(3) var<storage, read_write> c: array<{word}>;",
+        f"var<workgroup> tile_a: array<array<{value}, {TILE}>, {TILE}>;",
+        f"var<workgroup> tile_b: array<array<{value}, {TILE}>, {TILE}>;",
+        f"@compute @workgroup_size({TILE}, {TILE})",
+        "fn main(@builtin(workgroup_id) wid: vec3<u32>, "
+        "@builtin(local_invocation_id) lid: vec3<u32>) {",
+        "  let m = params[0]; let n = params[1]; let k = params[2];",
+        f"  let row = i32(wid.y) * {TILE} + i32(lid.y);",
+        f"  let column = i32(wid.x) * {TILE} + i32(lid.x);",
+        *walk,
+        f"  var acc: {value} = {zero};",
+        f"  for (var t = 0; t < k; t = t + {TILE}) {{",
+        "    let ak = t + i32(lid.x);",
+        "    let bk = t + i32(lid.y);",
+        f"    var x: {value} = {zero};",
+        f"    var y: {value} = {zero};",
+        f"    if (row < m && ak < k) {{ x = a[off0 + row * params[{operand(0)} + 1] + "
+        f"ak * params[{operand(0)} + 2]]; }}",
+        f"    if (bk < k && column < n) {{ y = b[off1 + bk * params[{operand(1)} + 1] + "
+        f"column * params[{operand(1)} + 2]]; }}",
+        "    tile_a[lid.y][lid.x] = x;",
+        "    tile_b[lid.y][lid.x] = y;",
+        "    workgroupBarrier();",
+        f"    for (var i = 0; i < {TILE}; i = i + 1) {{",
+        "      acc = acc + tile_a[lid.y][i] * tile_b[i][lid.x];",
+        "    }",
+        "    workgroupBarrier();",
+        "  }",
+        f"  if (row < m && column < n) {{ c[off2 + row * params[{operand(2)} + 1] + "
+        f"column * params[{operand(2)} + 2]] = acc; }}",
+        "}", ""])
+
+
+def matmul_kernel(inputs, outputs, layouts, params) -> None:
+    """Batched matmul in 16x16 tiles through workgroup memory; batch dims broadcast."""
+    a_layout, b_layout, out_layout = layouts
+    out = outputs[0]
+    if out_layout.numel == 0:
+        return
+    a_layout = a_layout if a_layout.ndim > 1 else Layout((1,) + a_layout.shape,
+                                                         (0,) + a_layout.strides,
+                                                         a_layout.offset)
+    b_layout = b_layout if b_layout.ndim > 1 else Layout(b_layout.shape + (1,),
+                                                         b_layout.strides + (0,),
+                                                         b_layout.offset)
+    m, k = a_layout.shape[-2:]
+    n = b_layout.shape[-1]
+    batch = tuple(np.broadcast_shapes(a_layout.shape[:-2], b_layout.shape[:-2]))
+    c_layout = Layout(batch + (m, n), contiguous_strides(batch + (m, n)), out_layout.offset)
+    a_full = a_layout.broadcast_to(batch + (m, k))
+    b_full = b_layout.broadcast_to(batch + (k, n))
+    meta = [m, n, k, *batch]
+    for layout in (a_full, b_full, c_layout):
+        meta += [layout.offset, layout.strides[-2], layout.strides[-1], *layout.strides[:-2]]
+    inputs = unaliased(inputs, out)
+    count = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    context = device_context(out)
+    if count > context.max_groups:
+        raise KernelError(f"matmul over {count} batches exceeds the adapter's "
+                          f"max-compute-workgroups-per-dimension ({context.max_groups})")
+    if k == 0:
+        full_kernel([], [out], [out_layout], _Zero())
+        return
+    record_dispatch(context, _matmul_source(out.dtype, len(batch)), "matmul",
+                    [inputs[0].buffer, inputs[1].buffer, out.buffer], [False, False, True], meta,
+                    groups=(-(-n // TILE), -(-m // TILE), count))
+
+
+class _Zero:
+    value = 0
+
+# ------------------------------------------------------------------ registration
+
+
+def _elementwise_rows():
+    """(op, dtypes, kernel) for every elementwise primitive over the wgpu dtypes."""
+    rows = []
+    for op in sorted(PRIMITIVE_OPS, key=lambda o: o.value):
+        record = definition(op)
+        if record.family not in ("unary", "binary", "select") and op is not OpKind.CAST:
+            continue
+        for dtypes in record.coverage:
+            if all(d in WGPU_DTYPES for d in dtypes) and renders(
+                    op.value if op is not OpKind.CAST else "cast", dtypes):
+                rows.append((op, dtypes, LoopKernelFunction(one_value(
+                    op.value if op is not OpKind.CAST else "copy", dtypes[:-1], dtypes[-1]))))
+    return rows
+
+
+def register(table: KernelBindingTable, backend_id: BackendId) -> None:
+    """Add the wgpu kernels of the primitive set under ``backend_id``."""
+    def add(op, dtypes, kernel):
+        table.register(op, tuple(dtypes), backend_id, kernel, STRIDED, KERNEL_SOURCE)
+
+    for op, dtypes, kernel in _elementwise_rows():
+        add(op, dtypes, kernel)
+    # Every dtype moves to and from the device (stored as raw bytes where no kernel takes it).
+    for dtypes in definition(OpKind.COPY).coverage:
+        add(OpKind.COPY, dtypes, copy_kernel)
+    same = [(d, d) for d in WGPU_DTYPES]
+    for d in WGPU_DTYPES:
+        add(OpKind.CONTIGUOUS, (d, d), LoopKernelFunction(one_value("copy", (d,), d)))
+        add(OpKind.FULL, (d,), full_kernel)
+        add(OpKind.CAT, (d, d), cat_kernel)
+        add(OpKind.SLICE_ASSIGN, (d, d, d), slice_assign_kernel)
+        add(OpKind.MAX, (d, d), _reduce_kernel("max"))
+        add(OpKind.ARGMAX, (d, dt.int64), _reduce_kernel("argmax"))
+        for index in (dt.int32, dt.int64):
+            add(OpKind.INDEX_SELECT, (d, index, d), index_select_kernel)
+    for source, target in same:
+        add(OpKind.BITCAST, (source, target), LoopKernelFunction(one_value("copy", (source,),
+                                                                           target)))
+    for a in (dt.float32, dt.int32, dt.uint32):
+        for b in (dt.float32, dt.int32, dt.uint32):
+            if a is not b:
+                add(OpKind.BITCAST, (a, b), LoopKernelFunction(one_value("bitcast", (a,), b)))
+    for d in (dt.float32, dt.int32, dt.int64, dt.uint32):
+        add(OpKind.ARANGE, (d,), arange_kernel)
+        add(OpKind.MATMUL, (d, d, d), matmul_kernel)
+    for source, target in ((dt.float32, dt.float32), (dt.bool_, dt.int64), (dt.int32, dt.int64),
+                           (dt.int64, dt.int64), (dt.uint32, dt.int64)):
+        add(OpKind.SUM, (source, target), _reduce_kernel("sum"))
+        add(OpKind.CUMSUM, (source, target), cumsum_kernel)
+    table.register(OpKind.FUSED, (), backend_id, generate_wgsl_kernel, STRIDED, FUSED_SOURCE)
+    # Fused groups render as WGSL; its math functions are the GPU's own (they always pay).
+    register_fusion_target(backend_id, FusionTarget(
+        unavailable_reason=lambda: None, renders=renders, math_pays=lambda: True,
+        reduce_dtypes=frozenset({dt.float32})))

@@ -1,0 +1,496 @@
+"""Render a LoopKernel into WGSL: one compute shader over a strided loop nest.
+
+Sizes, offsets and strides are not in the source: the shader reads them from a small
+``params`` array (``array<i32>``, binding 0) that each launch fills, so one shader (and one
+pipeline) serves every shape of the same loop depth. Inputs are bindings ``1..n`` (read-only
+storage), outputs follow (read-write). Elements are 32-bit words (``STORAGE_WORDS``): bool is
+a ``u32`` 0/1, and int64 is held as ``i32`` on wgpu (WGSL has no 64-bit integer; see
+``fuel/backends/wgpu/__init__.py``).
+
+``params``, elementwise: ``[count, sizes[depth], (offset, strides[depth]) per load, then per
+store]``. With a reduction (``kernel.reduced``) one invocation runs one row (the last dim):
+``count`` is the number of rows and the same per-operand records follow; a per-row store uses
+its offset and outer strides only. Semantics follow the NumPy kernels as the C renderer does
+(integer division by zero gives 0, shifts past the width, NaN-propagating maximum, round half
+to even); float32 sums accumulate with Kahan compensation.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from fuel.compiler.kernel_ir import REDUCE_OPS, LoopKernel, Value, row_values
+from fuel.ir import dtype as dt
+from fuel.ir.dtype import DType
+
+# The WGSL type of a value of each dtype, and of the word that stores it.
+VALUE_TYPES: dict[DType, str] = {
+    dt.float32: "f32", dt.int32: "i32", dt.int64: "i32", dt.uint32: "u32", dt.bool_: "bool",
+}
+STORAGE_WORDS: dict[DType, str] = {
+    dt.float32: "f32", dt.int32: "i32", dt.int64: "i32", dt.uint32: "u32", dt.bool_: "u32",
+}
+WGSL_DTYPES = frozenset(VALUE_TYPES)
+WORKGROUP = 256  # invocations per workgroup of every one-invocation-per-item shader
+
+MATH_FUNCTIONS = {
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
+    "asin": "fuel_asin", "acos": "fuel_acos", "atan": "fuel_atan", "sinh": "sinh", "cosh": "cosh",
+    "tanh": "tanh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
+    "expm1": "fuel_expm1", "log1p": "fuel_log1p", "erf": "fuel_erf",
+}
+ARITHMETIC = {"add": "+", "sub": "-", "mul": "*"}
+COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+INTEGER_ONLY = frozenset({"int_div", "bitshift_left", "bitshift_right"})
+FLOAT_ONLY = frozenset(MATH_FUNCTIONS) | {"div"}
+SHIFTS = frozenset({"bitshift_left", "bitshift_right"})
+
+PRELUDE = """
+fn fuel_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+// asin, acos, atan: Cephes' single-precision polynomials (drivers' built-ins, lavapipe's
+// among them, are off by up to 4e-4).
+fn fuel_asin(x: f32) -> f32 {
+  let a = abs(x);
+  if (a > 1.0) { return bitcast<f32>(0x7fc00000u); }
+  var z: f32; var s: f32;
+  if (a > 0.5) { z = 0.5 * (1.0 - a); s = sqrt(z); } else { z = a * a; s = a; }
+  var r = ((((4.2163199048e-2 * z + 2.4181311049e-2) * z + 4.5470025998e-2) * z
+    + 7.4953002686e-2) * z + 1.6666752422e-1) * z * s + s;
+  if (a > 0.5) { r = 1.5707963267948966 - 2.0 * r; }
+  return select(r, -r, x < 0.0);
+}
+fn fuel_acos(x: f32) -> f32 {
+  if (x < -0.5) { return 3.141592653589793 - 2.0 * fuel_asin(sqrt(0.5 * (1.0 + x))); }
+  if (x > 0.5) { return 2.0 * fuel_asin(sqrt(0.5 * (1.0 - x))); }
+  return 1.5707963267948966 - fuel_asin(x);
+}
+fn fuel_atan(x: f32) -> f32 {
+  var a = abs(x);
+  var y = 0.0;
+  if (a > 2.414213562373095) { y = 1.5707963267948966; a = -1.0 / a; }
+  else if (a > 0.4142135623730950) { y = 0.7853981633974483; a = (a - 1.0) / (a + 1.0); }
+  let z = a * a;
+  y = y + (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z
+    - 3.33329491539e-1) * z * a + a;
+  return select(y, -y, x < 0.0);
+}
+fn fuel_expm1(x: f32) -> f32 {
+  let u = exp(x);
+  if (u == 1.0) { return x; }
+  let m = u - 1.0;
+  if (m == -1.0) { return -1.0; }
+  if (abs(x) > 0.5) { return m; }
+  return m * x / log(u);
+}
+fn fuel_log1p(x: f32) -> f32 {
+  let u = 1.0 + x;
+  if (u == 1.0) { return x; }
+  if (abs(x) > 0.5) { return log(u); }
+  return log(u) * x / (u - 1.0);
+}
+fn fuel_erf(x: f32) -> f32 {
+  let a = abs(x);
+  if (a < 0.5) {
+    let s = x * x;
+    return x * 1.1283791670955126 * (1.0 + s * (-0.3333333333333333 + s * (0.1 + s * (
+      -0.023809523809523808 + s * (0.004629629629629629 + s * -0.0007575757575757576)))));
+  }
+  let t = 1.0 / (1.0 + 0.5 * a);
+  let c = t * exp(-a * a - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
+    + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
+    + t * (-0.82215223 + t * 0.17087277)))))))));
+  return sign(x) * (1.0 - c);
+}
+fn fuel_pow(x: f32, y: f32) -> f32 {
+  if (y == 0.0) { return 1.0; }
+  if (fuel_isnan(x) || fuel_isnan(y)) { return bitcast<f32>(0x7fc00000u); }
+  if (x == 0.0) { if (y > 0.0) { return 0.0; } return bitcast<f32>(0x7f800000u); }
+  if (x < 0.0) {
+    if (floor(y) != y) { return bitcast<f32>(0x7fc00000u); }
+    let p = exp2(y * log2(-x));
+    if (abs(y) < 16777216.0 && (i32(y) & 1) == 1) { return -p; }
+    return p;
+  }
+  return exp2(y * log2(x));
+}
+fn fuel_remainder_f32(x: f32, y: f32) -> f32 {
+  var r = x % y;
+  if (r != 0.0 && ((r < 0.0) != (y < 0.0))) { r = r + y; }
+  return r;
+}
+fn fuel_pow_i32(x: i32, y: i32) -> i32 {
+  if (y < 0) { if (x == 1) { return 1; } if (x == -1) { return select(1, -1, (y & 1) == 1); }
+               return 0; }
+  var result = 1; var base = x; var e = y;
+  loop { if (e == 0) { break; } if ((e & 1) == 1) { result = result * base; }
+         base = base * base; e = e >> 1u; }
+  return result;
+}
+fn fuel_pow_u32(x: u32, y: u32) -> u32 {
+  var result = 1u; var base = x; var e = y;
+  loop { if (e == 0u) { break; } if ((e & 1u) == 1u) { result = result * base; }
+         base = base * base; e = e >> 1u; }
+  return result;
+}
+"""
+
+
+def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
+    """Whether the WGSL renderer renders ``op`` over these dtypes (inputs then output)."""
+    if any(d not in WGSL_DTYPES for d in dtypes):
+        return False
+    if op not in _RENDERERS and op not in MATH_FUNCTIONS and op not in ARITHMETIC \
+            and op not in COMPARISONS:
+        return False
+    operand = dtypes[1] if op == "where" and len(dtypes) > 1 else dtypes[0]
+    if op in FLOAT_ONLY and operand is not dt.float32:
+        return False
+    if op in INTEGER_ONLY and (operand.is_floating or operand.is_bool):
+        return False
+    if op in SHIFTS and operand is dt.int64:  # held as 32 bits: shifts past 31 would differ
+        return False
+    return True
+
+
+def literal(number, dtype: DType) -> str:
+    """An exact WGSL literal of ``number`` as ``dtype``'s value type (floats as bit patterns,
+    so NaN, infinities and every float32 are exact)."""
+    if dtype is dt.float32:
+        bits = struct.unpack("<I", struct.pack("<f", float(number)))[0]
+        return f"bitcast<f32>({bits:#x}u)"
+    if dtype.is_bool:
+        return "true" if number else "false"
+    word = int(number) & 0xFFFFFFFF
+    if VALUE_TYPES[dtype] == "u32":
+        return f"{word}u"
+    return f"bitcast<i32>({word}u)"
+
+
+def shader_header(words: list[str], writable: list[bool], names: list[str]) -> str:
+    """The bindings (``params`` at 0, then one array per operand of the given word types) and
+    the opening of ``main``: one invocation per item, ``item`` below ``params[0]``, over a
+    2-D grid of ``WORKGROUP``-wide groups."""
+    lines = ["@group(0) @binding(0) var<storage, read> params: array<i32>;"]
+    lines += [f"@group(0) @binding({1 + p}) var<storage, {'read_write' if w else 'read'}> "
+              f"{name}: array<{word}>;" for p, (word, w, name) in enumerate(zip(words, writable,
+                                                                              names))]
+    lines += [f"@compute @workgroup_size({WORKGROUP})",
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>,",
+              "        @builtin(num_workgroups) groups: vec3<u32>) {",
+              f"  let item = i32(gid.x + gid.y * groups.x * {WORKGROUP}u);",
+              "  if (item >= params[0]) { return; }"]
+    return "\n".join(lines)
+
+
+def render_wgsl(kernel: LoopKernel, depth: int) -> str:
+    """The WGSL source of ``kernel`` over a loop nest of ``depth`` dims (sizes, offsets and
+    strides come from ``params`` at launch)."""
+    loads, stores = kernel.loads, kernel.stores
+    words = [STORAGE_WORDS[load.dtype] for load in loads] + \
+        [STORAGE_WORDS[store.dtype] for store in stores]
+    names = [f"in{p}" for p in range(len(loads))] + [f"out{p}" for p in range(len(stores))]
+    lines = [PRELUDE, shader_header(words, [False] * len(loads) + [True] * len(stores), names)]
+    operands = len(loads) + len(stores)
+    outer = depth - 1 if kernel.reduced else depth
+    for position in range(operands):
+        lines.append(f"  var base{position} = params[{_record(depth, position)}];")
+    if outer > 0:
+        lines += ["  var rest = item;",
+                  f"  for (var d = {outer - 1}; d >= 0; d = d - 1) {{",
+                  "    let size = params[1 + d];",
+                  "    let index = rest % size;",
+                  "    rest = rest / size;"]
+        for position in range(operands):
+            lines.append(f"    base{position} = base{position} + index * "
+                         f"params[{_record(depth, position)} + 1 + d];")
+        lines.append("  }")
+    if kernel.reduced:
+        lines += _row_body(kernel, depth)
+    else:
+        for index, value in enumerate(kernel.values):
+            lines.append(f"  let v{index} = {_expression(kernel, value, 'base', '')};")
+        for position, store in enumerate(stores):
+            lines.append(f"  out{position}[base{len(loads) + position}] = "
+                         f"{_to_word(f'v{store.value}', store.dtype)};")
+    lines += ["}", ""]
+    return "\n".join(lines)
+
+
+def _record(depth: int, position: int) -> int:
+    """Where operand ``position``'s (offset, strides) record starts in ``params``."""
+    return 1 + depth + position * (1 + depth)
+
+
+def _row_body(kernel: LoopKernel, depth: int) -> list[str]:
+    """Per row: one loop per reduction (recomputing the per-element values it needs), the
+    per-row values, then one loop storing the per-element stores."""
+    per_row = row_values(kernel)
+    loads = kernel.loads
+    lines = [f"  let row_length = params[{depth}];"]
+    for position in range(len(loads) + len(kernel.stores)):
+        lines.append(f"  let step{position} = params[{_record(depth, position)} + {depth}];")
+    defined: set[int] = set()
+
+    def emit_row_values(target: list[str], indent: str) -> None:
+        for index, value in enumerate(kernel.values):
+            if index in defined or not per_row[index] or value.op in REDUCE_OPS:
+                continue
+            if all(a in defined for a in value.args):
+                target.append(f"{indent}let v{index} = "
+                              f"{_expression(kernel, value, 'base', '')};")
+                defined.add(index)
+
+    def element_values(roots: list[int], indent: str) -> list[str]:
+        needed: set[int] = set()
+        stack = list(roots)
+        while stack:
+            index = stack.pop()
+            if index in needed or index in defined:
+                continue
+            needed.add(index)
+            stack.extend(kernel.values[index].args)
+        return [f"{indent}let v{index} = {_expression(kernel, kernel.values[index], 'at', '')};"
+                for index in sorted(needed)]
+
+    at_offsets = [f"    let at{p} = base{p} + j * step{p};" for p in range(len(loads))]
+    emit_row_values(lines, "  ")
+    for index, value in enumerate(kernel.values):
+        if value.op not in REDUCE_OPS:
+            continue
+        emit_row_values(lines, "  ")
+        argument = value.args[0]
+        wgsl = VALUE_TYPES[value.dtype]
+        initial, combine = _reduction(value, f"v{argument}")
+        lines.append(f"  var acc{index}: {wgsl} = {initial};")
+        if value.op in ("sum", "mean") and value.dtype is dt.float32:
+            lines.append(f"  var carry{index}: f32 = 0.0;")
+        lines.append("  for (var j = 0; j < row_length; j = j + 1) {")
+        lines += at_offsets
+        lines += element_values([argument], "    ")
+        lines += [f"    {line}" for line in combine(index)]
+        lines.append("  }")
+        if value.op == "mean":
+            lines.append(f"  let v{index} = acc{index} / {wgsl}(row_length);")
+        else:
+            lines.append(f"  let v{index} = acc{index};")
+        defined.add(index)
+    emit_row_values(lines, "  ")
+    first_store = len(loads)
+    element_stores = [(p, s) for p, s in enumerate(kernel.stores) if not s.per_row]
+    for position, store in enumerate(kernel.stores):
+        if store.per_row:
+            lines.append(f"  out{position}[base{first_store + position}] = "
+                         f"{_to_word(f'v{store.value}', store.dtype)};")
+    if element_stores:
+        lines.append("  for (var j = 0; j < row_length; j = j + 1) {")
+        lines += at_offsets
+        lines += element_values([s.value for _, s in element_stores], "    ")
+        for position, store in element_stores:
+            operand = first_store + position
+            lines.append(f"    out{position}[base{operand} + j * step{operand}] = "
+                         f"{_to_word(f'v{store.value}', store.dtype)};")
+        lines.append("  }")
+    return lines
+
+
+def _reduction(value: Value, argument: str):
+    """(initial accumulator, per-element update lines) of a row reduction."""
+    dtype = value.dtype
+    if value.op in ("sum", "mean"):
+        if dtype is dt.float32:
+            def kahan(index: int) -> list[str]:
+                return [f"let y{index} = {argument} - carry{index};",
+                        f"let t{index} = acc{index} + y{index};",
+                        f"carry{index} = (t{index} - acc{index}) - y{index};",
+                        f"acc{index} = t{index};"]
+            return "0.0", kahan
+        return literal(0, dtype), lambda index: [f"acc{index} = acc{index} + {argument};"]
+    comparison = ">" if value.op == "max" else "<"
+    if dtype is dt.float32:
+        extreme = float("-inf") if value.op == "max" else float("inf")
+        return literal(extreme, dtype), lambda index: [
+            f"if ({argument} {comparison} acc{index} || fuel_isnan({argument}) || "
+            f"fuel_isnan(acc{index})) {{ acc{index} = select({argument}, acc{index}, "
+            f"fuel_isnan(acc{index})); }}"]
+    bounds = {"i32": (-(1 << 31), (1 << 31) - 1), "u32": (0, (1 << 32) - 1), "bool": (0, 1)}
+    low, high = bounds[VALUE_TYPES[dtype]]
+    start = low if value.op == "max" else high
+    if dtype.is_bool:
+        operator = "||" if value.op == "max" else "&&"
+        return literal(start, dtype), lambda index: [
+            f"acc{index} = acc{index} {operator} {argument};"]
+    return literal(start, dtype), lambda index: [
+        f"if ({argument} {comparison} acc{index}) {{ acc{index} = {argument}; }}"]
+
+
+def _to_word(value: str, dtype: DType) -> str:
+    return f"select(0u, 1u, {value})" if dtype.is_bool else value
+
+
+def _from_word(word: str, dtype: DType) -> str:
+    return f"({word} != 0u)" if dtype.is_bool else word
+
+
+def _expression(kernel: LoopKernel, value: Value, offsets: str, _unused: str) -> str:
+    """The WGSL expression of one value over earlier values ``v<index>``; loads read at
+    ``<offsets><load>`` (``base`` per row or element, ``at`` inside a row loop)."""
+    op = value.op
+    if op == "load":
+        load = kernel.loads[value.load]
+        return _from_word(f"in{value.load}[{offsets}{value.load}]", load.dtype)
+    if op == "constant":
+        return literal(value.constant, value.dtype)
+    args = [f"v{a}" for a in value.args]
+    first = kernel.values[value.args[0]].dtype if value.args else value.dtype
+    wgsl = VALUE_TYPES[value.dtype]
+    a = args[0] if args else ""
+    b = args[1] if len(args) > 1 else ""
+    if op == "cast":
+        return cast(a, first, value.dtype)
+    if op == "bitcast":
+        return f"bitcast<{wgsl}>({a})"
+    if op == "where":
+        return f"select({args[2]}, {b}, {a})"
+    if op in MATH_FUNCTIONS:
+        return f"{MATH_FUNCTIONS[op]}({a})"
+    if op in ARITHMETIC:
+        if first.is_bool:  # NumPy's bool add is or, mul is and
+            return f"({a} || {b})" if op == "add" else f"({a} && {b})" if op == "mul" \
+                else f"({a} != {b})"
+        return f"({a} {ARITHMETIC[op]} {b})"
+    if op in COMPARISONS:
+        if first.is_bool and op not in ("eq", "ne"):
+            a, b = f"select(0u, 1u, {a})", f"select(0u, 1u, {b})"
+        if op == "ne" and first is dt.float32:  # NaN differs from everything
+            return f"({a} != {b} || fuel_isnan({a}) || fuel_isnan({b}))"
+        return f"({a} {COMPARISONS[op]} {b})"
+    return _RENDERERS[op](a, b, first, VALUE_TYPES[first])
+
+
+def cast(a: str, source: DType, target: DType) -> str:
+    """``a`` (of ``source``) converted to ``target`` as the NumPy kernels convert."""
+    source_type, target_type = VALUE_TYPES[source], VALUE_TYPES[target]
+    if source_type == target_type:
+        return a
+    if target.is_bool:
+        return _truth(a, source)
+    if source.is_bool:
+        return f"select({literal(0, target)}, {literal(1, target)}, {a})"
+    if source_type == "f32" and target_type == "u32":  # through a signed integer, as NumPy
+        return f"select(u32({a}), bitcast<u32>(i32({a})), {a} < 0.0)"
+    return f"{target_type}({a})"
+
+
+def _shift_left(a, b, dtype, wgsl) -> str:
+    amount = f"u32({b})"
+    limit = f"({b} < {literal(0, dtype)} || {b} >= {literal(32, dtype)})" \
+        if wgsl == "i32" else f"({b} >= 32u)"
+    return f"select({a} << {amount}, {literal(0, dtype)}, {limit})"
+
+
+def _shift_right(a, b, dtype, wgsl) -> str:
+    amount = f"u32({b})"
+    if wgsl == "i32":
+        fill = f"select(0, -1, {a} < 0)"
+        return f"select({a} >> {amount}, {fill}, ({b} < 0 || {b} >= 32))"
+    return f"select({a} >> {amount}, 0u, ({b} >= 32u))"
+
+
+def _remainder(a, b, dtype, wgsl) -> str:
+    if wgsl == "f32":
+        return f"fuel_remainder_f32({a}, {b})"
+    if wgsl == "u32":
+        return f"select({a} % max({b}, 1u), 0u, {b} == 0u)"
+    r = f"({a} % select({b}, 1, {b} == 0 || {b} == -1))"
+    return (f"select(select({r}, {r} + {b}, {r} != 0 && (({r} < 0) != ({b} < 0))), 0, "
+            f"{b} == 0 || {b} == -1)")
+
+
+def _fmod(a, b, dtype, wgsl) -> str:
+    if wgsl == "f32":
+        return f"({a} % {b})"
+    if wgsl == "u32":
+        return f"select({a} % max({b}, 1u), 0u, {b} == 0u)"
+    return f"select({a} % select({b}, 1, {b} == 0 || {b} == -1), 0, {b} == 0 || {b} == -1)"
+
+
+def _int_div(a, b, dtype, wgsl) -> str:
+    if wgsl == "u32":
+        return f"select({a} / max({b}, 1u), 0u, {b} == 0u)"
+    # b == -1: negate (wrapping), as NumPy and the C renderer
+    return (f"select(select({a} / select({b}, 1, {b} == 0 || {b} == -1), 0 - {a}, {b} == -1),"
+            f" 0, {b} == 0)")
+
+
+def _extreme(comparison: str):
+    def render(a, b, dtype, wgsl) -> str:
+        if wgsl == "f32":
+            return f"select({b}, {a}, {a} {comparison} {b} || fuel_isnan({a}))"
+        if wgsl == "bool":
+            return f"({a} || {b})" if comparison == ">" else f"({a} && {b})"
+        return f"select({b}, {a}, {a} {comparison} {b})"
+    return render
+
+
+def _sign(a, b, dtype, wgsl) -> str:
+    if wgsl == "f32":  # NaN and signed zeros come back as they are
+        return f"select(select({a}, -1.0, {a} < 0.0), 1.0, {a} > 0.0)"
+    if wgsl == "u32":
+        return f"select(0u, 1u, {a} > 0u)"
+    return f"(select(0, 1, {a} > 0) - select(0, 1, {a} < 0))"
+
+
+def _integral(function: str):
+    def render(a, b, dtype, wgsl) -> str:
+        return f"{function}({a})" if wgsl == "f32" else a
+    return render
+
+
+def _pow(a, b, dtype, wgsl) -> str:
+    return {"f32": "fuel_pow", "i32": "fuel_pow_i32", "u32": "fuel_pow_u32"}[wgsl] + \
+        f"({a}, {b})"
+
+
+def _bitwise(operator: str, boolean: str):
+    def render(a, b, dtype, wgsl) -> str:
+        return f"({a} {boolean} {b})" if wgsl == "bool" else f"({a} {operator} {b})"
+    return render
+
+
+_RENDERERS = {
+    "neg": lambda a, b, dtype, wgsl: f"(-{a})" if wgsl == "f32" else f"(0u - {a})"
+    if wgsl == "u32" else f"(0 - {a})",
+    "abs": lambda a, b, dtype, wgsl: a if wgsl == "u32" else f"abs({a})"
+    if wgsl == "f32" else f"select({a}, 0 - {a}, {a} < 0)",
+    "floor": _integral("floor"),
+    "ceil": _integral("ceil"),
+    "round": _integral("round"),
+    "sign": _sign,
+    "logical_not": lambda a, b, dtype, wgsl: f"(!{a})" if wgsl == "bool"
+    else f"({a} == {literal(0, dtype)})",
+    "isnan": lambda a, b, dtype, wgsl: f"fuel_isnan({a})" if wgsl == "f32" else "false",
+    "bitwise_not": lambda a, b, dtype, wgsl: f"(!{a})" if wgsl == "bool" else f"(~{a})",
+    "div": lambda a, b, dtype, wgsl: f"({a} / {b})",
+    "pow": _pow,
+    "remainder": _remainder,
+    "fmod": _fmod,
+    "int_div": _int_div,
+    "maximum": _extreme(">"),
+    "minimum": _extreme("<"),
+    "logical_and": lambda a, b, dtype, wgsl: f"({_truth(a, dtype)} && {_truth(b, dtype)})",
+    "logical_or": lambda a, b, dtype, wgsl: f"({_truth(a, dtype)} || {_truth(b, dtype)})",
+    "logical_xor": lambda a, b, dtype, wgsl: f"({_truth(a, dtype)} != {_truth(b, dtype)})",
+    "bitwise_and": _bitwise("&", "&&"),
+    "bitwise_or": _bitwise("|", "||"),
+    "bitwise_xor": _bitwise("^", "!="),
+    "bitshift_left": _shift_left,
+    "bitshift_right": _shift_right,
+    "where": None, "cast": None, "bitcast": None, "load": None, "constant": None,
+}
+
+
+def _truth(a: str, dtype: DType) -> str:
+    """Whether ``a`` counts as true (NaN does, as in NumPy)."""
+    if dtype is dt.float32:
+        return f"({a} != 0.0 || fuel_isnan({a}))"
+    return a if dtype.is_bool else f"({a} != {literal(0, dtype)})"
