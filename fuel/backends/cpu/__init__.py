@@ -12,6 +12,7 @@ from fuel.backends.cpu import (
     elementwise,
     indexing,
     pooling,
+    quantized,
     sampling,
     scatter,
     sorting,
@@ -90,7 +91,7 @@ class CpuBackend(Backend):
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
 KERNEL_MODULES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting,
-                  sampling)
+                  sampling, quantized)
 
 
 BACKEND = CpuBackend()
