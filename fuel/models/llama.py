@@ -428,6 +428,7 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
     if dtype == "quantized":
         source = GGUFModelFile(source_path)
         config = source.llama_config()
+        source.check_tensor_types()
         formats = sorted({t.tensor_type.name for t in source.tensors.values()})
         notice(f"loading {source_path.name} with its weights as stored ({', '.join(formats)}; "
                "memory-mapped, no conversion cache)")

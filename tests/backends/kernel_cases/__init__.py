@@ -15,6 +15,7 @@ from tests.backends.kernel_cases import (
     elementwise,
     indexing,
     pooling,
+    quantized,
     sampling,
     scatter,
     sorting,
@@ -22,7 +23,8 @@ from tests.backends.kernel_cases import (
 )
 from tests.backends.kernel_cases.base import Case
 
-FAMILIES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting, sampling)
+FAMILIES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting, sampling,
+            quantized)
 
 
 def _merge() -> dict[OpKind, Callable[[tuple[DType, ...]], list[Case]]]:
