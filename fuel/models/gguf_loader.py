@@ -213,21 +213,24 @@ class GGUFModelFile:
                                    f"says {shape}")
         return values.reshape(shape)
 
-    def stored(self, name: str, copy: bool = False) -> QuantizedArray | np.ndarray:
+    def stored(self, name: str, copy: bool = False, kernels=None) -> QuantizedArray | np.ndarray:
         """The named tensor as kept in memory: a QuantizedArray over the file's blocks for a
         format fuel has kernels for (a view of the memory map, or read into a fresh array with
         ``copy``, so pages only a copy needs are never mapped in), else float32 in PyTorch
-        layout, dequantized (the first tensor of each such format prints a notice)."""
+        layout, dequantized (the first tensor of each such format prints a notice).
+        ``kernels(dtype)``, when given, says whether the target device runs ``dtype``."""
         tensor = self.tensors.get(name)
         if tensor is None:
             raise ModelFormatError(f"{self.path.name} lacks the tensor '{name}'")
         dtype = QUANTIZED_BY_GGUF_TYPE.get(int(tensor.tensor_type))
-        if dtype is None or len(tensor.shape) != 2:
+        runnable = dtype is not None and (kernels is None or kernels(dtype))
+        if not runnable or len(tensor.shape) != 2:
             kind = tensor.tensor_type.name
             if kind not in ("F32", "F16", "BF16") and kind not in self._noticed:
                 self._noticed.add(kind)
-                notice(f"{self.path.name}: fuel has no kernels for GGUF {kind} tensors (first: "
-                       f"'{name}'); they are dequantized to float32")
+                where = "fuel" if dtype is None else "the device"
+                notice(f"{self.path.name}: {where} has no kernels for GGUF {kind} tensors "
+                       f"(first: '{name}'); they are dequantized to float32")
             return self.tensor(name)
         shape = (int(tensor.shape[1]), int(tensor.shape[0]))
         if copy:

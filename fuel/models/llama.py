@@ -369,12 +369,33 @@ def convert_weights(source: GGUFModelFile, config: LlamaConfig) -> dict[str, np.
     return arrays
 
 
-def quantized_weights(source: GGUFModelFile, config: LlamaConfig) -> dict:
+def device_kernels(device):
+    """A predicate: whether ``device``'s backend runs a quantized format (a dequantize kernel
+    of its own, so quantized ops reach it directly or through their decompositions)."""
+    from fuel.backends import get_backend
+    from fuel.dispatch.kernel import global_table
+    from fuel.ir import dtype as dt
+    from fuel.ir.device import parse_device
+    from fuel.ir.ops import OpKind
+
+    backend_id = get_backend(parse_device(device)).backend_id
+
+    def runs(dtype) -> bool:
+        table = global_table()
+        return bool(table.lookup_alternatives(OpKind.DEQUANTIZE, (dtype, dt.float32),
+                                              backend_id))
+
+    return runs
+
+
+def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -> dict:
     """GGUF tensors kept in their block formats (``QuantizedArray``, ``(out, in)``): q/k rows
     un-permuted, q|k|v and gate|up joined where their formats match (else tuples of parts),
     the attention scale left to the graph (``query_scale``). Tensors used as stored are views
     of the memory map; those reordered or joined are read into fresh arrays. Formats without
-    kernels arrive dequantized and are transposed to ``(in, out)`` like the float path."""
+    kernels (on fuel or on ``device``) arrive dequantized and are transposed to ``(in, out)``
+    like the float path."""
+    kernels = device_kernels(device)
 
     def as_projection(parts: list) -> object:
         if all(isinstance(p, QuantizedArray) for p in parts):
@@ -391,16 +412,16 @@ def quantized_weights(source: GGUFModelFile, config: LlamaConfig) -> dict:
         return unpermute_rope_rows(value, heads)
 
     arrays: dict = {"query_scale": 1.0 / np.sqrt(config.head_dim)}
-    embed = source.stored("token_embd.weight")
+    embed = source.stored("token_embd.weight", kernels=kernels)
     arrays["embed_t"] = embed if isinstance(embed, QuantizedArray) else np.ascontiguousarray(
         embed.T)
     if not config.tied_embeddings:
-        arrays["output_t"] = as_projection([source.stored("output.weight")])
+        arrays["output_t"] = as_projection([source.stored("output.weight", kernels=kernels)])
     arrays["norm"] = source.tensor("output_norm.weight")
     for i in progress(range(config.num_layers), config.num_layers,
                       f"mapping {source.path.name}'s blocks"):
         def get(name: str, copy: bool = False, layer: int = i):
-            return source.stored(f"blk.{layer}.{name}.weight", copy)
+            return source.stored(f"blk.{layer}.{name}.weight", copy, kernels)
 
         q = rope_rows(get("attn_q", True), config.num_heads)
         k = rope_rows(get("attn_k", True), config.num_kv_heads)
@@ -432,7 +453,7 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
         formats = sorted({t.tensor_type.name for t in source.tensors.values()})
         notice(f"loading {source_path.name} with its weights as stored ({', '.join(formats)}; "
                "memory-mapped, no conversion cache)")
-        arrays = quantized_weights(source, config)
+        arrays = quantized_weights(source, config, device)
         return LlamaModel(config, source.tokenizer(), arrays, device,
                           source.value(CHAT_TEMPLATE_KEY), name)
     cache = WeightCache(source_path, "llama")
