@@ -175,8 +175,8 @@ InferRule = Callable[[object, tuple[Shape, ...], tuple[DType, ...]], tuple[Shape
 OPERAND_CONSTRAINTS: dict[str, tuple[tuple[DType, ...], str]] = {
     "index": ((dt.int32, dt.int64), "int32 or int64"),
     "mask": ((dt.bool_,), "bool"),
-    "quantized": (dt.QUANTIZED_DTYPES,
-                  "a block-quantized type (" + ", ".join(d.name for d in dt.QUANTIZED_DTYPES) + ")"),
+    "quantized": (dt.QUANTIZED_DTYPES, "a block-quantized type ("
+                  + ", ".join(d.name for d in dt.QUANTIZED_DTYPES) + ")"),
     "activation": ((dt.float32,), "float32"),
 }
 

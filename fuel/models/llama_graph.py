@@ -20,7 +20,6 @@ from fuel.models.kv_cache import KVCache
 from fuel.nn.functional import rms_norm, silu, softmax
 from fuel.tensor import Tensor
 
-
 # A projection weight: a float matrix stored transposed, ``(in, out)``, for ``x @ w``; a
 # block-quantized ``(out, in)`` matrix (fuel.quantized_matmul); or a tuple of such parts whose
 # outputs are joined (projections whose quantized formats differ).

@@ -17,9 +17,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
-from fuel.dispatch.kernel import KernelCaps, KernelList, Launcher
+from fuel.dispatch.kernel import KernelList, Launcher
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.dtype import QuantizedDType
