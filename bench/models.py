@@ -217,15 +217,24 @@ GREEDY_TOKENS = 32
 def llama_cpp_worker(request: dict) -> dict:
     """In its own process: llama.cpp (llama-cpp-python) on the same GGUF and prompts, with
     ``threads`` threads: time to first token per prompt, decode tok/s, greedy ids."""
+    import llama_cpp
     from llama_cpp import Llama
 
     llm = Llama(model_path=request["path"], n_ctx=512, n_batch=512, n_threads=request["threads"],
                 n_threads_batch=request["threads"], verbose=False)
 
+    vocab = llm.n_vocab()
+
+    def last_logits() -> np.ndarray:
+        # the context's own last row (Llama.scores is only filled with logits_all=True, which
+        # would make llama.cpp compute every prompt position's logits)
+        pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        return np.ctypeslib.as_array(pointer, shape=(vocab,))
+
     def first(ids: list) -> int:
         llm.reset()
         llm.eval(ids)
-        return int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        return int(np.argmax(last_logits()))
 
     def greedy(ids: list, count: int) -> tuple[list, float]:
         token = first(ids)
@@ -233,7 +242,7 @@ def llama_cpp_worker(request: dict) -> dict:
         started = time.perf_counter()
         for _ in range(count - 1):
             llm.eval([token])
-            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            token = int(np.argmax(last_logits()))
             produced.append(token)
         return produced, (count - 1) / (time.perf_counter() - started)
 

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from fuel.dispatch.kernel import KernelList, Launcher
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
@@ -31,6 +33,11 @@ SOURCE = Path(__file__).with_name("quantized.c")
 # costs more than it saves).
 PARALLEL_BYTES = 1 << 16
 DEQUANTIZE, MATMUL, EMBEDDING = 0, 1, 2
+# Prompt shapes (at least this many activation rows) de-quantize the weight a tile of rows at
+# a time (about TILE_FLOATS values, cache-sized) and multiply through BLAS: compute-bound there,
+# where the per-row C dot (memory-bound decode shapes) would not use the cache for reuse.
+BLAS_ROWS = 16
+TILE_FLOATS = 1 << 18
 
 _libraries: dict[QuantizedDType, object] = {}
 _lock = threading.Lock()
@@ -112,6 +119,8 @@ class QuantizedKernel:
         data = (ctypes.c_void_p * len(pointers))(*pointers)
         size_array = (ctypes.c_int64 * len(sizes))(*sizes)
         function = library(self.dtype)
+        if self.operation == MATMUL and sizes[1] >= BLAS_ROWS:
+            return self._tiled(function, storages, layouts, sizes)
         if self.operation != EMBEDDING:
             return lambda: function(data, size_array, None)
         rows = layouts[0].shape[0]
@@ -125,6 +134,33 @@ class QuantizedKernel:
                 raise IndexOutOfRange(f"embedding index {bad} is out of range for a table of "
                                       f"{rows} rows")
             function(data, size_array, None)
+
+        return launch
+
+    def _tiled(self, function, storages: list, layouts: Sequence[Layout], sizes) -> Launcher:
+        """The prompt-shape launcher: per tile of weight rows, de-quantize (the C kernel's
+        operation 0) into a scratch buffer, then one BLAS matmul into the output columns."""
+        _, rows, n, k, _ = sizes
+        x_storage, weight_storage, out_storage = storages
+        x_layout, weight_layout, out_layout = layouts
+        x = x_storage.buffer[x_layout.offset:x_layout.offset + rows * k].reshape(rows, k)
+        out = out_storage.buffer[out_layout.offset:out_layout.offset + rows * n].reshape(rows, n)
+        tile = max(16, min(n, TILE_FLOATS // k))
+        scratch = np.empty((tile, k), np.float32)
+        part = np.empty((rows, tile), np.float32)
+        row_bytes = self.dtype.row_bytes(k)
+        base = address(weight_storage, weight_layout)
+        calls = []
+        for start in range(0, n, tile):
+            count = min(tile, n - start)
+            data = (ctypes.c_void_p * 2)(base + start * row_bytes, scratch.ctypes.data)
+            calls.append((start, count, data, (ctypes.c_int64 * 2)(DEQUANTIZE, count * k)))
+
+        def launch() -> None:
+            for start, count, data, size_array in calls:
+                function(data, size_array, None)
+                np.matmul(x, scratch[:count].T, out=part[:, :count])
+                out[:, start:start + count] = part[:, :count]
 
         return launch
 

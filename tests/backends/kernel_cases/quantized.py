@@ -81,9 +81,11 @@ def quantized_matmul_cases(dtypes):
         return []
     rng = rng_for("quantized_matmul", dtypes)
     cases = []
-    # decode (one row), prompt (several rows, batched), odd output widths
+    # decode (one row), a short prompt (C dots), batched rows, a long prompt (>= BLAS_ROWS:
+    # de-quantized tiles through BLAS), odd output widths
     for rows_shape, n, blocks_per_row, kind in (((1,), 7, 2, "dense"), ((5,), 13, 1, "dense"),
-                                                ((2, 3), 5, 3, "transposed")):
+                                                ((2, 3), 5, 3, "transposed"),
+                                                ((21,), 37, 2, "dense")):
         k = blocks_per_row * dtype.block_size
         blocks = quantized_blocks(dtype, n, k, rng)
         x = rng.normal(0.0, 1.0, rows_shape + (k,)).astype(np.float32)
