@@ -1,15 +1,24 @@
-"""Peak memory of a realize against the liveness lower bound of its order.
+"""Peak memory of a realize against the liveness lower bound of its order, and the resident
+memory of a loaded SmolLM2 against its GGUF file's size.
 
 For a MiniLM forward (1 x 12 and 8 x 128 tokens) and a SmolLM2 decode step, builds the graph,
 computes the bound (every buffer freed right after its last reader), realizes from an empty
 buffer pool and prints the measured peak (fuel.memory_stats) and the ratio peak / bound.
 The bound counts an in-place write (the KV cache's index_copy_) as an allocation, so a decode
 step can come in under it.
+
+Resident memory (``--only resident``): a fresh process per weight format (quantized, the
+default, and float32) reports its resident set (VmRSS) after ``import fuel``, after
+``load_gguf`` and after generating 16 tokens (every weight page touched); the model's share is
+the difference to the first, set against the file size (target: at most 1.3x).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 
 import numpy as np
 
@@ -56,10 +65,57 @@ def smollm_rows(rows: list) -> None:
     measure("SmolLM2 decode step", logits, rows)
 
 
+def resident_bytes() -> int:
+    """This process's resident set size (VmRSS) in bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def resident_worker(dtype: str) -> None:
+    """In a fresh process: RSS after import, after loading, after 16 tokens (JSON)."""
+    import fuel.models.llama as llama
+
+    baseline = resident_bytes()
+    model = llama.load_gguf(dtype=dtype)
+    loaded = resident_bytes()
+    model.generate_ids(model.encode("Once upon a time"), 16)
+    path = llama.model_file(None, llama.DEFAULT_PACKAGE, llama.DEFAULT_FILE, "SmolLM2")
+    print(json.dumps({"baseline": baseline, "loaded": loaded, "generated": resident_bytes(),
+                      "file": path.stat().st_size}))
+
+
+def resident_rows() -> None:
+    print(f"{'SmolLM2 weights':<16}{'import MiB':>11}{'loaded MiB':>11}{'+16 tok MiB':>12}"
+          f"{'model MiB':>10}{'file MiB':>9}{'model/file':>11}{'process/file':>13}")
+    for dtype in ("quantized", "float32"):
+        result = subprocess.run([sys.executable, __file__, "--resident-worker", dtype],
+                                capture_output=True, text=True, check=True)
+        values = json.loads(result.stdout.strip().splitlines()[-1])
+        model = values["generated"] - values["baseline"]
+        mib = 2**20
+        print(f"{dtype:<16}{values['baseline'] / mib:>11.1f}{values['loaded'] / mib:>11.1f}"
+              f"{values['generated'] / mib:>12.1f}{model / mib:>10.1f}"
+              f"{values['file'] / mib:>9.1f}{model / values['file']:>11.2f}"
+              f"{values['generated'] / values['file']:>13.2f}")
+    print("model: resident after 16 tokens minus resident after import fuel (target <= 1.3x "
+          "the file)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("minilm", "smollm"), default=None)
+    parser.add_argument("--only", choices=("minilm", "smollm", "resident"), default=None)
+    parser.add_argument("--resident-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.resident_worker:
+        resident_worker(args.resident_worker)
+        return
+    if args.only in (None, "resident"):
+        resident_rows()
+        if args.only == "resident":
+            return
     rows: list = []
     if args.only in (None, "minilm"):
         minilm_rows(rows)

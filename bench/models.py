@@ -11,6 +11,11 @@ export of the same model by torch.onnx, cached under the fuel cache folder), all
 thread count; the table gives each time and the ratios against onnxruntime.
 
     python bench/models.py [--runs N] [--rounds N] [--threads N] [--profile] [--no-torch]
+                           [--llama-cpp]
+
+``--llama-cpp`` adds SmolLM2 against llama.cpp (llama-cpp-python, the same GGUF, the same
+thread count, its own process): time to first token, decode tok/s and greedy agreement over
+3 prompts (``pip install llama-cpp-python``; not a fuel dependency).
 """
 
 from __future__ import annotations
@@ -348,6 +353,112 @@ def print_rows(rows: list) -> None:
     print("ratio: fuel / torch (times: <= 1.0 means fuel is faster; tok/s: >= 1.0)")
 
 
+# ------------------------------------------------------------------ llama.cpp (--llama-cpp)
+GREEDY_PROMPTS = ("Once upon a time", "The capital of France is", "def fibonacci(n):\n")
+GREEDY_TOKENS = 32
+
+
+def llama_cpp_worker(request: dict) -> dict:
+    """In its own process: llama.cpp (llama-cpp-python) on the same GGUF and prompts, with
+    ``threads`` threads: time to first token per prompt, decode tok/s, greedy ids."""
+    import llama_cpp
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=request["path"], n_ctx=512, n_batch=512, n_threads=request["threads"],
+                n_threads_batch=request["threads"], verbose=False)
+
+    vocab = llm.n_vocab()
+
+    def last_logits() -> np.ndarray:
+        # the context's own last row (Llama.scores is only filled with logits_all=True, which
+        # would make llama.cpp compute every prompt position's logits)
+        pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        return np.ctypeslib.as_array(pointer, shape=(vocab,))
+
+    def first(ids: list) -> int:
+        llm.reset()
+        llm.eval(ids)
+        return int(np.argmax(last_logits()))
+
+    def greedy(ids: list, count: int) -> tuple[list, float]:
+        token = first(ids)
+        produced = [token]
+        started = time.perf_counter()
+        for _ in range(count - 1):
+            llm.eval([token])
+            token = int(np.argmax(last_logits()))
+            produced.append(token)
+        return produced, (count - 1) / (time.perf_counter() - started)
+
+    result = {"ttft_ms": {}, "greedy": []}
+    for length, ids in request["prompts"].items():
+        first(ids)  # warm-up
+        result["ttft_ms"][length] = median_ms(lambda ids=ids: first(ids), request["runs"], 1)
+    result["decode"] = greedy(request["prompts"]["4"], DECODE_TOKENS + 1)[1]
+    result["greedy"] = [greedy(ids, GREEDY_TOKENS)[0] for ids in request["greedy"]]
+    return result
+
+
+def bench_llama_cpp(runs: int, threads: int, profile: bool) -> None:
+    """fuel (this process, quantized weights) against llama.cpp (a fresh process per round,
+    same GGUF, same threads), alternated rounds; prints its own table."""
+    import json
+    import subprocess
+    import sys
+
+    from fuel.models.llama import DEFAULT_FILE, DEFAULT_PACKAGE, load_gguf, model_file
+
+    path = model_file(None, DEFAULT_PACKAGE, DEFAULT_FILE, "SmolLM2")
+    model = load_gguf(path)
+    rng = np.random.default_rng(0)
+    prompts = {"4": model.encode("Once upon a time"),
+               "128": rng.integers(100, 40000, size=128).tolist()}
+    greedy_ids = [model.encode(text) for text in GREEDY_PROMPTS]
+    request = {"path": str(path), "threads": threads, "prompts": prompts, "runs": runs,
+               "greedy": greedy_ids}
+    rounds = 3
+    ours: dict = {"4": [], "128": [], "decode": []}
+    theirs: dict = {"4": [], "128": [], "decode": []}
+    peer = None
+    model.generate_ids(prompts["4"], DECODE_TOKENS + 1)  # warm-up: kernels, captured steps
+    for _ in range(rounds):
+        for length, ids in prompts.items():
+            ours[length].append(median_ms(lambda ids=ids: model.generate_ids(ids, 1), runs, 1))
+        model.generate_ids(prompts["4"], DECODE_TOKENS + 1)
+        ours["decode"].append(model.last_stats.tokens_per_second)
+        completed = subprocess.run([sys.executable, __file__, "--llama-cpp-worker",
+                                    json.dumps(request)], capture_output=True, text=True)
+        if completed.returncode != 0:
+            raise SystemExit(f"the llama.cpp process failed: {completed.stderr.strip()[-2000:]}")
+        peer = json.loads(completed.stdout.strip().splitlines()[-1])
+        for length in prompts:
+            theirs[length].append(peer["ttft_ms"][length])
+        theirs["decode"].append(peer["decode"])
+    print(f"\nSmolLM2 {path.name}: fuel (quantized) vs llama.cpp, {threads} threads each, "
+          f"medians of {rounds} alternated rounds")
+    print(f"{'benchmark':<38}{'unit':>6}{'fuel':>10}{'llama.cpp':>11}{'ratio':>8}")
+    for key, name, unit, kind in (("4", "first token, 4-token prompt", "ms", "time"),
+                                  ("128", "first token, 128-token prompt", "ms", "time"),
+                                  ("decode", f"decode, {DECODE_TOKENS} tokens", "tok/s", "rate")):
+        a, b = statistics.median(ours[key]), statistics.median(theirs[key])
+        ratio = a / b
+        verdict = "ok" if (ratio <= 1.0 if kind == "time" else ratio >= 1.0) else "MISSED"
+        print(f"{name:<38}{unit:>6}{a:>10.2f}{b:>11.2f}{ratio:>8.2f}  {verdict}")
+    for text, ids, expected in zip(GREEDY_PROMPTS, greedy_ids, peer["greedy"]):
+        got = model.generate_ids(ids, GREEDY_TOKENS)
+        same = next((i for i, (x, y) in enumerate(zip(got, expected)) if x != y), len(got))
+        print(f"greedy {text!r}: {same}/{GREEDY_TOKENS} tokens agree before the first "
+              f"difference{'' if same < GREEDY_TOKENS else ' (identical)'}")
+    if profile:
+        cache = model.new_cache(256)
+        token = int(np.argmax(model.forward(prompts["4"], cache)[-1]))
+        with fuel.profile() as prof:
+            for _ in range(16):
+                token = int(np.argmax(model.forward([token], cache)[-1]))
+        print("\nfuel op_profile, 16 quantized SmolLM2 decode steps (replayed):")
+        prof.table()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="timed runs per measurement")
@@ -365,7 +476,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="BLAS / torch threads for both (default: their own defaults); "
                              "1 keeps a busy machine from distorting the comparison")
+    parser.add_argument("--llama-cpp", action="store_true",
+                        help="also compare SmolLM2 with llama.cpp (llama-cpp-python, own process)")
+    parser.add_argument("--llama-cpp-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.llama_cpp_worker:
+        import json
+
+        print(json.dumps(llama_cpp_worker(json.loads(args.llama_cpp_worker))))
+        return
     with_torch = not args.no_torch
     if args.threads is not None:
         try:
@@ -397,6 +516,8 @@ def main() -> None:
         if not with_torch:
             systems = tuple(s for s in systems if s != "torch")
         bench_minilm_processes(args.runs, args.rounds, args.threads, systems)
+    if args.llama_cpp:
+        bench_llama_cpp(args.runs, args.threads or len(os.sched_getaffinity(0)), args.profile)
 
 
 if __name__ == "__main__":

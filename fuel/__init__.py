@@ -25,6 +25,12 @@ from fuel.frontend.factories import (
 )
 from fuel.frontend.generated import *  # noqa: F403 - the elementwise functions (exp, add, ...)
 from fuel.frontend.generated import FUNCTIONS as _GENERATED_FUNCTIONS
+from fuel.frontend.quantized import (
+    dequantize,
+    from_quantized,
+    quantized_embedding,
+    quantized_matmul,
+)
 from fuel.frontend.shape import cat, chunk, gather, index_select, split, stack
 from fuel.frontend.structured import matmul, softmax
 from fuel.functions import *  # noqa: F403 - sum, mean, reshape, clamp, where, ...
@@ -49,6 +55,11 @@ from fuel.ir.dtype import (
     int32,
     int64,
     promote_types,
+    q4_0,
+    q4_1,
+    q4_k,
+    q6_k,
+    q8_0,
     string,
     uint2,
     uint4,
@@ -125,5 +136,7 @@ __all__ = [
     "memory_stats",
     "empty_cache", "plan_cache_stats", "set_plan_cache_capacity", "jit",
     "set_fusion",
+    "dequantize", "from_quantized", "quantized_embedding", "quantized_matmul", "q4_0", "q4_1",
+    "q8_0", "q4_k", "q6_k",
     *_GENERATED_FUNCTIONS, *_FUNCTIONS,
 ]

@@ -22,7 +22,7 @@ import threading
 import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fuel.dispatch import op_profile
@@ -134,19 +134,41 @@ def unavailable_reason() -> str | None:
     return found if isinstance(found, str) else None
 
 
-def build(source: str, name: str) -> BuiltKernel:
+def openmp_flags() -> tuple[str, ...]:
+    """``("-fopenmp",)`` where the compiler builds OpenMP code, else ``()`` (probed once).
+    For hand-written kernels that thread themselves (the quantized matmul picks its thread
+    count per launch); generated kernels stay single-threaded unless FUEL_OPENMP=1."""
+    found = detect()
+    if isinstance(found, str):
+        return ()
+    with _lock:
+        if not _openmp_probe:
+            with tempfile.TemporaryDirectory(prefix="fuel-cc-") as folder:
+                works = _try_compile(found.compiler, found.flags + ("-fopenmp",), folder) is None
+            _openmp_probe.append(("-fopenmp",) if works else ())
+        return _openmp_probe[0]
+
+
+_openmp_probe: list = []
+
+
+def build(source: str, name: str, extra_flags: tuple[str, ...] = ()) -> BuiltKernel:
     """The loaded ``fuel_kernel`` of ``source``: from memory, from the disk cache, or compiled
-    now. Raises KernelError naming the kernel, the source's path and the compiler's message."""
-    return start_build(source, name).result()
+    now (with ``extra_flags`` after the toolchain's). Raises KernelError naming the kernel,
+    the source's path and the compiler's message."""
+    return start_build(source, name, extra_flags).result()
 
 
-def start_build(source: str, name: str) -> Future:
+def start_build(source: str, name: str, extra_flags: tuple[str, ...] = ()) -> Future:
     """Begin ``build`` on a compile worker and return its future (of a BuiltKernel). Builds
     run in parallel, one C compiler per core, while the caller goes on planning; a build
     already done or under way is shared. A failed build is forgotten: the next call retries."""
     found = detect()
     if isinstance(found, str):
         raise KernelError(f"cannot compile {name}: {found}")
+    extra_flags = tuple(flag for flag in extra_flags if flag not in found.flags)
+    if extra_flags:
+        found = replace(found, flags=found.flags + extra_flags)
     key = hashlib.sha256("\x1f".join((source, found.identity, *found.flags,
                                        *found.libraries)).encode()
                          ).hexdigest()[:32]

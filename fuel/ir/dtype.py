@@ -39,6 +39,11 @@ class DType:
         return (count * self.bits + 7) // 8
 
     @property
+    def is_quantized(self) -> bool:
+        """Whether this is a block-quantized format (a QuantizedDType)."""
+        return self.kind == "q"
+
+    @property
     def is_floating(self) -> bool:
         return self.kind == "f"
 
@@ -225,3 +230,40 @@ def _collect_kinds(data, kinds: set) -> None:
             _collect_kinds(item, kinds)
     else:
         kinds.add(scalar_kind(data))
+
+
+# ------------------------------------------------------------------ block-quantized types
+# GGUF's block formats (issue 12). A quantized tensor's last dim is cut into blocks of
+# ``block_size`` elements, each stored as ``block_bytes`` bytes (scales and packed codes, as
+# ggml lays them out); storage is those bytes (uint8). Only the quantized ops take them.
+
+
+class QuantizedDType(DType):
+    """A GGUF block format: ``block_size`` elements in ``block_bytes`` bytes per block;
+    ``gguf_type`` is its GGMLQuantizationType number."""
+
+    __slots__ = ("block_size", "block_bytes", "gguf_type")
+
+    def __init__(self, name: str, block_size: int, block_bytes: int, gguf_type: int) -> None:
+        super().__init__(name, np.uint8, "q", -2, bits=8)
+        self.block_size = block_size
+        self.block_bytes = block_bytes
+        self.gguf_type = gguf_type
+
+    def storage_bytes(self, count: int) -> int:
+        """Bytes of ``count`` elements: whole blocks (a partial block takes a whole one)."""
+        return -(-count // self.block_size) * self.block_bytes
+
+    def row_bytes(self, row: int) -> int:
+        """Bytes of one row of ``row`` elements (a multiple of ``block_size``)."""
+        return row // self.block_size * self.block_bytes
+
+
+q4_0 = QuantizedDType("q4_0", 32, 18, 2)
+q4_1 = QuantizedDType("q4_1", 32, 20, 3)
+q8_0 = QuantizedDType("q8_0", 32, 34, 8)
+q4_k = QuantizedDType("q4_k", 256, 144, 12)
+q6_k = QuantizedDType("q6_k", 256, 210, 14)
+QUANTIZED_DTYPES: tuple[QuantizedDType, ...] = (q4_0, q4_1, q8_0, q4_k, q6_k)
+QUANTIZED_BY_GGUF_TYPE = {d.gguf_type: d for d in QUANTIZED_DTYPES}
+_BY_NAME.update((d.name, d) for d in QUANTIZED_DTYPES)

@@ -176,6 +176,9 @@ class OpKind(enum.Enum):
     LABEL_ENCODE = "label_encode"
     TFIDF = "tfidf"
     TREE_ENSEMBLE = "tree_ensemble"
+    DEQUANTIZE = "dequantize"
+    QUANTIZED_MATMUL = "quantized_matmul"
+    QUANTIZED_EMBEDDING = "quantized_embedding"
     FUSED = "fused"
 
     def __repr__(self) -> str:
@@ -189,6 +192,9 @@ InferRule = Callable[[object, tuple[Shape, ...], tuple[DType, ...]], tuple[Shape
 OPERAND_CONSTRAINTS: dict[str, tuple[tuple[DType, ...], str]] = {
     "index": ((dt.int32, dt.int64), "int32 or int64"),
     "mask": ((dt.bool_,), "bool"),
+    "quantized": (dt.QUANTIZED_DTYPES, "a block-quantized type ("
+                  + ", ".join(d.name for d in dt.QUANTIZED_DTYPES) + ")"),
+    "activation": ((dt.float32,), "float32"),
 }
 
 
@@ -478,6 +484,18 @@ define(OpKind.TREE_ENSEMBLE, "model", rules_text.tree_ensemble, params=TreeEnsem
        coverage=combos((dt.float16, dt.float32, dt.float64), 1),
        host_only=True,
        doc="Sum (or average, min, max) the leaf weights a tree ensemble reaches per target.")
+
+# ------------------------------------------------------------------ block-quantized weights
+# A quantized operand's last dim is a whole number of blocks (rules.quantized_rows).
+define(OpKind.DEQUANTIZE, "quantized", rules.dequantize, params=NoParams,
+       operands=("quantized",), primitive=True, function="dequantize",
+       doc="A block-quantized tensor's values as float32 (same shape).")
+define(OpKind.QUANTIZED_MATMUL, "quantized", rules.quantized_matmul, params=NoParams,
+       operands=("activation", "quantized"), function="quantized_matmul",
+       doc="x @ dequantize(weight).T: float32 (..., k) by a quantized (n, k) weight -> (..., n).")
+define(OpKind.QUANTIZED_EMBEDDING, "quantized", rules.quantized_embedding, params=NoParams,
+       operands=("quantized", "index"), function="quantized_embedding",
+       doc="Rows of a quantized (rows, k) table picked by a 1-D index, as float32.")
 
 # ------------------------------------------------------------------ planner-made
 define(OpKind.FUSED, "fused", rules.same_as_input,

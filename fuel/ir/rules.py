@@ -448,3 +448,39 @@ def numeric_binary(params, shapes, dtypes):
     return binary(params, shapes, dtypes)
 
 
+
+
+# ------------------------------------------------------------------ block-quantized weights
+def quantized_rows(shape, dtype, role: str) -> None:
+    """A quantized operand has 1+ dims and a last dim of whole blocks; ShapeError otherwise."""
+    if not shape:
+        raise ShapeError(f"the {role} ({dtype.name}) needs at least one dim, got a scalar")
+    if shape[-1] % dtype.block_size:
+        raise ShapeError(f"the {role}'s last dim ({shape[-1]}) is not a whole number of "
+                         f"{dtype.name} blocks of {dtype.block_size}")
+
+
+def dequantize(params, shapes, dtypes):
+    quantized_rows(shapes[0], dtypes[0], "dequantized tensor")
+    return shapes[0], dt.float32
+
+
+def quantized_matmul(params, shapes, dtypes):
+    x, weight = shapes
+    if len(weight) != 2:
+        raise ShapeError(f"quantized_matmul's weight must be (n, k), got shape {weight}")
+    quantized_rows(weight, dtypes[1], "weight")
+    if not x or x[-1] != weight[1]:
+        raise ShapeError(f"quantized_matmul of {x} by a weight of {weight}: the input's last "
+                         f"dim must be the weight's k ({weight[1]})")
+    return x[:-1] + (weight[0],), dt.float32
+
+
+def quantized_embedding(params, shapes, dtypes):
+    table, index = shapes
+    if len(table) != 2:
+        raise ShapeError(f"quantized_embedding's table must be (rows, k), got shape {table}")
+    if len(index) != 1:
+        raise ShapeError(f"quantized_embedding takes a 1-D index, got shape {index}")
+    quantized_rows(table, dtypes[0], "table")
+    return (index[0], table[1]), dt.float32

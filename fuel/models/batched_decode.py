@@ -17,7 +17,9 @@ from fuel.models.kv_cache import KVCache
 from fuel.models.llama_graph import (
     LayerWeights,
     attention_mask,
+    embed,
     feed_forward,
+    project,
     rope_matrices,
 )
 from fuel.nn.functional import rms_norm, softmax
@@ -38,7 +40,7 @@ def batched_attention(model: LlamaModel, x: Tensor, layer: LayerWeights, index: 
     group = heads // kv_heads
     count = len(caches)
     h = rms_norm(x, (config.hidden_size,), layer.attn_norm, config.rms_eps)
-    qkv = h @ layer.qkv_t
+    qkv = project(h, layer.qkv_t)
     rotated = qkv[:, :(heads + kv_heads) * d].reshape(count, heads + kv_heads, d) @ rope
     values_in = qkv[:, (heads + kv_heads) * d:].reshape(count, kv_heads, d)
     rows = []
@@ -47,9 +49,12 @@ def batched_attention(model: LlamaModel, x: Tensor, layer: LayerWeights, index: 
         k = rotated[b:b + 1, heads:].permute(1, 0, 2)
         v = values_in[b:b + 1].permute(1, 0, 2)
         keys, values = cache.write(index, positions[b], k, v)
-        scores = q @ keys.transpose(1, 2) + masks[b]
+        scores = q @ keys.transpose(1, 2)
+        if model.weights.query_scale != 1.0:
+            scores = scores * model.weights.query_scale
+        scores = scores + masks[b]
         rows.append((softmax(scores, -1) @ values).reshape(1, heads * d))
-    return fuel.cat(rows, 0) @ layer.o_t
+    return project(fuel.cat(rows, 0), layer.o_t)
 
 
 def batched_step(model: LlamaModel, caches: Sequence[KVCache], ids: Tensor, rope: Tensor,
@@ -58,11 +63,12 @@ def batched_step(model: LlamaModel, caches: Sequence[KVCache], ids: Tensor, rope
     count = len(caches)
     positions, masks = positions_and_masks[:count], positions_and_masks[count:]
     weights, config = model.weights, model.config
-    x = weights.embed_t.index_select(1, ids).t()
+    x = embed(weights, ids)
     for index, layer in enumerate(weights.layers):
         x = x + batched_attention(model, x, layer, index, rope, positions, masks, caches)
         x = x + feed_forward(x, layer, config)
-    return rms_norm(x, (config.hidden_size,), weights.norm, config.rms_eps) @ weights.output_t
+    return project(rms_norm(x, (config.hidden_size,), weights.norm, config.rms_eps),
+                   weights.output_t)
 
 
 def _leaves(caches: Sequence[KVCache]) -> list:

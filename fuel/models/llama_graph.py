@@ -15,37 +15,48 @@ from dataclasses import dataclass
 import numpy as np
 
 import fuel
-from fuel.models.gguf_loader import LlamaConfig
+from fuel.models.gguf_loader import LlamaConfig, QuantizedArray
 from fuel.models.kv_cache import KVCache
 from fuel.nn.functional import rms_norm, silu, softmax
 from fuel.tensor import Tensor
 
+# A projection weight: a float matrix stored transposed, ``(in, out)``, for ``x @ w``; a
+# block-quantized ``(out, in)`` matrix (fuel.quantized_matmul); or a tuple of such parts whose
+# outputs are joined (projections whose quantized formats differ).
+Projection = Tensor | tuple
+
 
 @dataclass
 class LayerWeights:
-    """One decoder layer; matrices are stored transposed, ``(in, out)``, for ``x @ w``."""
+    """One decoder layer's weights (projections as described at ``Projection``)."""
 
     attn_norm: Tensor
-    qkv_t: Tensor
-    o_t: Tensor
+    qkv_t: Projection
+    o_t: Projection
     ffn_norm: Tensor
-    gate_up_t: Tensor
-    down_t: Tensor
+    gate_up_t: Projection
+    down_t: Projection
 
 
 @dataclass
 class LlamaWeights:
-    """All weights as realized fuel tensors."""
+    """All weights as realized fuel tensors. ``embed_t`` is the float ``(hidden, vocab)``
+    table or the quantized ``(vocab, hidden)`` one; ``query_scale`` multiplies the attention
+    scores where it is not folded into the q weights (quantized weights keep their blocks)."""
 
     embed_t: Tensor
-    output_t: Tensor
+    output_t: Projection
     norm: Tensor
     layers: list[LayerWeights]
+    query_scale: float = 1.0
 
     @classmethod
     def from_arrays(cls, arrays: dict, num_layers: int, device=None) -> LlamaWeights:
-        def leaf(name: str) -> Tensor:
-            return fuel.from_numpy(arrays[name], device=device)
+        """Leaves from NumPy arrays and QuantizedArrays (tuples of them stay tuples); the
+        ``query_scale`` entry, when present, is the unfolded attention scale."""
+
+        def leaf(name: str):
+            return _leaf(arrays[name], device)
 
         embed = leaf("embed_t")
         layers = [
@@ -54,7 +65,32 @@ class LlamaWeights:
             for i in range(num_layers)
         ]
         output = leaf("output_t") if "output_t" in arrays else embed
-        return cls(embed, output, leaf("norm"), layers)
+        return cls(embed, output, leaf("norm"), layers,
+                   float(arrays.get("query_scale", 1.0)))
+
+
+def _leaf(value, device):
+    if isinstance(value, tuple):
+        return tuple(_leaf(part, device) for part in value)
+    if isinstance(value, QuantizedArray):
+        return fuel.from_quantized(value.data, value.dtype, value.shape, device=device)
+    return fuel.from_numpy(value, device=device)
+
+
+def project(x: Tensor, weight: Projection) -> Tensor:
+    """``x`` through one projection (see ``Projection``)."""
+    if isinstance(weight, tuple):
+        return fuel.cat([project(x, part) for part in weight], -1)
+    if weight.dtype.is_quantized:
+        return fuel.quantized_matmul(x, weight)
+    return x @ weight
+
+
+def embed(weights: LlamaWeights, ids: Tensor) -> Tensor:
+    """The ``(n, hidden)`` embeddings of ``ids``."""
+    if weights.embed_t.dtype.is_quantized:
+        return fuel.quantized_embedding(weights.embed_t, ids)
+    return weights.embed_t.index_select(1, ids).t()
 
 
 def rope_inverse_frequencies(config: LlamaConfig) -> np.ndarray:
@@ -118,41 +154,45 @@ class StepInputs:
 
 
 def attention(x: Tensor, layer: LayerWeights, index: int, step: StepInputs, cache: KVCache,
-              config: LlamaConfig) -> Tensor:
+              config: LlamaConfig, query_scale: float = 1.0) -> Tensor:
     """Grouped-query self-attention of ``x`` (n, hidden) over the cache; returns (n, hidden)."""
     n, d = step.count, config.head_dim
     heads, kv_heads = config.num_heads, config.num_kv_heads
     group = heads // kv_heads
     h = rms_norm(x, (config.hidden_size,), layer.attn_norm, config.rms_eps)
-    qkv = h @ layer.qkv_t
+    qkv = project(h, layer.qkv_t)
     rotated = qkv[:, :(heads + kv_heads) * d].reshape(n, heads + kv_heads, d) @ step.rope
     q = rotated[:, :heads].reshape(n, kv_heads, group, d).permute(1, 0, 2, 3)
     q = q.reshape(kv_heads, n * group, d)
     k = rotated[:, heads:].permute(1, 0, 2)
     v = qkv[:, (heads + kv_heads) * d:].reshape(n, kv_heads, d).permute(1, 0, 2)
     keys, values = cache.write(index, step.positions, k, v)
-    scores = q @ keys.transpose(1, 2) + step.mask
+    scores = q @ keys.transpose(1, 2)
+    if query_scale != 1.0:
+        scores = scores * query_scale
+    scores = scores + step.mask
     out = softmax(scores, -1) @ values
     out = out.reshape(kv_heads, n, group, d).permute(1, 0, 2, 3).reshape(n, heads * d)
-    return out @ layer.o_t
+    return project(out, layer.o_t)
 
 
 def feed_forward(x: Tensor, layer: LayerWeights, config: LlamaConfig) -> Tensor:
     """SwiGLU: down(silu(gate(h)) * up(h)) with gate and up from one matmul."""
     h = rms_norm(x, (config.hidden_size,), layer.ffn_norm, config.rms_eps)
-    gate_up = h @ layer.gate_up_t
+    gate_up = project(h, layer.gate_up_t)
     width = config.intermediate_size
-    return (silu(gate_up[:, :width]) * gate_up[:, width:]) @ layer.down_t
+    return project(silu(gate_up[:, :width]) * gate_up[:, width:], layer.down_t)
 
 
 def decoder_step(weights: LlamaWeights, config: LlamaConfig, step: StepInputs,
                  cache: KVCache, all_logits: bool) -> Tensor:
     """The lazy logits of one step: ``(n, vocab)`` with ``all_logits``, else the last row's
     ``(1, vocab)``. Building it queues the cache writes; realize it with ``cache.tensors()``."""
-    x = weights.embed_t.index_select(1, step.ids).t()
+    x = embed(weights, step.ids)
     for index, layer in enumerate(weights.layers):
-        x = x + attention(x, layer, index, step, cache, config)
+        x = x + attention(x, layer, index, step, cache, config, weights.query_scale)
         x = x + feed_forward(x, layer, config)
     if not all_logits:
         x = x[step.count - 1:]
-    return rms_norm(x, (config.hidden_size,), weights.norm, config.rms_eps) @ weights.output_t
+    return project(rms_norm(x, (config.hidden_size,), weights.norm, config.rms_eps),
+                   weights.output_t)

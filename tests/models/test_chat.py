@@ -25,9 +25,10 @@ def test_template_comes_from_the_file_and_survives_the_weight_cache(tiny_gguf, t
 
     monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path / "cache"))
     path = tiny_gguf(chat_template=CHATML_TEMPLATE)
-    assert llama.load_gguf(path).chat_template == CHATML_TEMPLATE
+    assert llama.load_gguf(path).chat_template == CHATML_TEMPLATE  # quantized: from the file
+    assert llama.load_gguf(path, dtype="float32").chat_template == CHATML_TEMPLATE
     monkeypatch.setattr(llama, "GGUFModelFile", None)  # a cached load never opens the GGUF
-    model = llama.load_gguf(path)
+    model = llama.load_gguf(path, dtype="float32")
     messages = [{"role": "user", "content": "hi"}]
     assert model.apply_chat_template(messages) == (
         "<|im_start|>system\nYou are tiny.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"

@@ -46,11 +46,11 @@ def test_weight_cache_round_trip(tiny_gguf, cache_dir, monkeypatch):
     import fuel.models.llama as llama
 
     path = tiny_gguf()
-    first = llama.load_gguf(path)
+    first = llama.load_gguf(path, dtype="float32")
     entries = list(cache_dir.iterdir())
     assert len(entries) == 1 and (entries[0] / "weights.bin").exists()
     monkeypatch.setattr(llama, "GGUFModelFile", None)  # a cached load never opens the GGUF
-    second = llama.load_gguf(path)
+    second = llama.load_gguf(path, dtype="float32")
     ids = first.encode("the hat")
     assert second.generate_ids(ids, 6) == first.generate_ids(ids, 6)
     assert second.config == first.config
@@ -60,11 +60,11 @@ def test_damaged_cache_is_rebuilt(tiny_gguf, cache_dir):
     from fuel.models.llama import load_gguf
 
     path = tiny_gguf()
-    ids = load_gguf(path).encode("the hat")
-    expected = load_gguf(path).generate_ids(ids, 6)
+    ids = load_gguf(path, dtype="float32").encode("the hat")
+    expected = load_gguf(path, dtype="float32").generate_ids(ids, 6)
     blob = next(cache_dir.iterdir()) / "weights.bin"
     blob.write_bytes(blob.read_bytes()[:100])
-    assert load_gguf(path).generate_ids(ids, 6) == expected
+    assert load_gguf(path, dtype="float32").generate_ids(ids, 6) == expected
     assert blob.stat().st_size > 100
 
 
@@ -72,9 +72,9 @@ def test_changed_source_gets_a_new_cache_entry(tiny_gguf, cache_dir):
     from fuel.models.llama import load_gguf
 
     path = tiny_gguf()
-    load_gguf(path)
+    load_gguf(path, dtype="float32")
     tiny_gguf(seed=1)  # same name, new weights
-    load_gguf(path)
+    load_gguf(path, dtype="float32")
     assert len(list(cache_dir.iterdir())) == 2
 
 
@@ -85,7 +85,7 @@ def test_unwritable_cache_only_warns(tiny_gguf, tmp_path, monkeypatch):
     blocker.write_text("x")
     monkeypatch.setenv("FUEL_CACHE_DIR", str(blocker))
     with pytest.warns(UserWarning, match="could not cache"):
-        model = load_gguf(tiny_gguf())
+        model = load_gguf(tiny_gguf(), dtype="float32")
     assert len(model.generate_ids(model.encode("the"), 3)) >= 1
 
 

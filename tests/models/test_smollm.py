@@ -1,7 +1,8 @@
 """SmolLM2-135M-Instruct (Q4_1 GGUF) on fuel against transformers loading the same file.
 
-transformers is loaded once for the module (~18 s); fuel converts the GGUF once into a
-module-private cache folder, and one test checks that loading from that cache agrees."""
+transformers is loaded once for the module (~18 s). fuel runs the GGUF's blocks as stored (the
+default); the float32 path converts the GGUF once into a module-private cache folder, one test
+checks that loading from that cache agrees, and one compares the two paths' logits."""
 
 from __future__ import annotations
 
@@ -31,6 +32,13 @@ def fuel_model(smollm_path, cache_dir):
     from fuel.models.llama import load_gguf
 
     return load_gguf()
+
+
+@pytest.fixture(scope="module")
+def fuel_float_model(smollm_path, cache_dir):
+    from fuel.models.llama import load_gguf
+
+    return load_gguf(dtype="float32")
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +134,22 @@ def test_seeded_sampling_is_reproducible(fuel_model):
     assert fuel_model.generate_ids(ids, 8, temperature=1.0, top_k=1, seed=3) == greedy
 
 
-def test_second_load_comes_from_the_disk_cache(fuel_model, cache_dir, monkeypatch):
+def test_quantized_logits_match_the_float32_path(fuel_model, fuel_float_model):
+    """Teacher-forced over 64 tokens: the quantized kernels against the dequantized float32
+    weights (both from the same blocks, so only summation order differs)."""
+    ids = fuel_model.encode("The history of the printing press begins in") + list(range(
+        1000, 1000 + 64))
+    ids = ids[:64]
+    quantized = fuel_model.forward(ids, fuel_model.new_cache(64), all_logits=True)
+    reference = fuel_float_model.forward(ids, fuel_float_model.new_cache(64), all_logits=True)
+    agreement = float(np.mean(quantized.argmax(-1) == reference.argmax(-1)))
+    difference = float(np.abs(quantized - reference).max())
+    print(f"top-1 agreement {agreement:.4f}, max |logit difference| {difference:.2e}")
+    assert agreement >= 0.99
+    assert difference <= 1e-3
+
+
+def test_second_load_comes_from_the_disk_cache(fuel_float_model, cache_dir, monkeypatch):
     import fuel.models.llama as llama
 
     # (the generated kernels' folder, "kernels", may sit next to the weights)
@@ -138,9 +161,10 @@ def test_second_load_comes_from_the_disk_cache(fuel_model, cache_dir, monkeypatc
         raise AssertionError("a cached load must not read the GGUF")
 
     monkeypatch.setattr(llama, "GGUFModelFile", no_gguf)
-    again = llama.load_gguf()  # the patched reader proves the GGUF is not touched
-    ids = fuel_model.encode("Once upon a time")
-    assert again.generate_ids(ids, 4) == fuel_model.generate_ids(ids, 4)
+    # the patched reader proves the GGUF is not touched
+    again = llama.load_gguf(dtype="float32")
+    ids = fuel_float_model.encode("Once upon a time")
+    assert again.generate_ids(ids, 4) == fuel_float_model.generate_ids(ids, 4)
 
 
 def test_generate_command_streams_text(fuel_model, capsys):

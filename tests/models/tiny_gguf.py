@@ -27,6 +27,9 @@ class TinyLlama:
     extra_tensors: dict = field(default_factory=dict)  # name -> (array, GGUF type name)
     chat_template: str | None = None  # written as tokenizer.chat_template when given
     eos: bool = True  # False writes no EOS token: generation then never stops early
+    # per-tensor types by the name's last two parts ("attn_v.weight": "Q8_0"), as mixed
+    # files (Q4_K_M) have them
+    type_overrides: dict = field(default_factory=dict)
 
 
 # A ChatML template in the style of SmolLM2's (test data for the chat and serving tests).
@@ -91,6 +94,7 @@ def write_tiny_llama(path: Path, spec: TinyLlama | None = None, seed: int = 0) -
         writer.add_chat_template(spec.chat_template)
 
     def add(name: str, array: np.ndarray, kind: str) -> None:
+        kind = spec.type_overrides.get(name.split(".", 2)[-1], kind)
         qtype = gguf.GGMLQuantizationType[kind]
         array = array.astype(np.float32)
         if kind in ("F32", "F16"):

@@ -13,6 +13,7 @@ from fuel.backends.cpu import (
     indexing,
     ml,
     pooling,
+    quantized,
     sampling,
     scatter,
     sorting,
@@ -95,7 +96,7 @@ class CpuBackend(Backend):
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
 KERNEL_MODULES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting,
-                  sampling, strings, ml)
+                  sampling, strings, ml, quantized)
 
 
 BACKEND = CpuBackend()

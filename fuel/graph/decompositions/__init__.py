@@ -9,6 +9,7 @@ from fuel.graph.decompositions import (  # noqa: F401 - registration
     elementwise,
     indexing,
     placement,
+    quantized,
     reductions,
     rows,
     windows,

@@ -15,6 +15,7 @@ from tests.backends.kernel_cases import (
     elementwise,
     indexing,
     pooling,
+    quantized,
     sampling,
     scatter,
     sorting,
@@ -24,7 +25,7 @@ from tests.backends.kernel_cases import (
 from tests.backends.kernel_cases.base import Case
 
 FAMILIES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting, sampling,
-            text)
+            text, quantized)
 
 
 def _merge() -> dict[OpKind, Callable[[tuple[DType, ...]], list[Case]]]:

@@ -31,10 +31,13 @@ class Operand:
     base: np.ndarray
     layout: Layout
     kind: str = "dense"
+    dtype: DType | None = None  # a block-quantized type: ``base`` holds its blocks (uint8)
 
     @property
     def array(self) -> np.ndarray:
-        """The logical array the kernel sees."""
+        """The logical array the kernel sees (a quantized operand's blocks, as stored)."""
+        if self.dtype is not None:
+            return self.base
         itemsize = self.base.itemsize
         if self.layout.numel == 0:
             return np.empty(self.layout.shape, self.base.dtype)

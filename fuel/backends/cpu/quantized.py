@@ -1,0 +1,178 @@
+"""Kernels on block-quantized (GGUF) weights: dequantize, quantized matmul (float32 rows by an
+(n, k) quantized weight), embedding lookup. Written in C (``quantized.c``), built per format
+through the kernel compiler's toolchain and cache on first use, registered with source tag
+``c``.
+
+Threads: the matmul splits its output rows over OpenMP threads when the weight is large
+enough (``PARALLEL_BYTES``); OpenBLAS's pool is idle meanwhile (no BLAS call runs inside a
+kernel), and ``OMP_WAIT_POLICY`` defaults to passive so finished OpenMP threads sleep instead
+of spinning against OpenBLAS's threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fuel.dispatch.kernel import KernelList, Launcher
+from fuel.ir import dtype as dt
+from fuel.ir.device import BackendId
+from fuel.ir.dtype import QuantizedDType
+from fuel.ir.errors import IndexOutOfRange
+from fuel.ir.layout import Layout
+from fuel.ir.ops import OpKind
+
+KERNELS = KernelList(BackendId.CPU, "c")
+SOURCE = Path(__file__).with_name("quantized.c")
+# Weights of at least this many bytes are split over threads (below it a thread's start-up
+# costs more than it saves).
+PARALLEL_BYTES = 1 << 16
+DEQUANTIZE, MATMUL, EMBEDDING = 0, 1, 2
+# Prompt shapes (at least this many activation rows) de-quantize the weight a tile of rows at
+# a time (about TILE_FLOATS values, cache-sized) and multiply through BLAS: compute-bound there,
+# where the per-row C dot (memory-bound decode shapes) would not use the cache for reuse.
+BLAS_ROWS = 16
+TILE_FLOATS = 1 << 18
+
+_libraries: dict[QuantizedDType, object] = {}
+_lock = threading.Lock()
+
+
+def thread_count() -> int:
+    """Threads a large quantized matmul uses: ``FUEL_THREADS`` or the cores this process may
+    run on."""
+    configured = os.environ.get("FUEL_THREADS")
+    if configured and configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - platforms without affinity
+        return os.cpu_count() or 1
+
+
+def source_of(dtype: QuantizedDType) -> str:
+    """The C source of ``dtype``'s library: its format macros, then ``quantized.c``."""
+    return (f"#define FORMAT_{dtype.name.upper()} 1\n#define BLOCK_SIZE {dtype.block_size}\n"
+            f"#define BLOCK_BYTES {dtype.block_bytes}\n" + SOURCE.read_text())
+
+
+def library(dtype: QuantizedDType):
+    """``dtype``'s compiled entry point (built or fetched from the kernel cache once)."""
+    function = _libraries.get(dtype)
+    if function is None:
+        from fuel.compiler import toolchain
+
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+        with _lock:
+            function = _libraries.get(dtype)
+            if function is None:
+                built = toolchain.build(source_of(dtype), f"quantized_{dtype.name}",
+                                        toolchain.openmp_flags())
+                function = _libraries[dtype] = built.function
+    return function
+
+
+def address(storage, layout: Layout) -> int:
+    """The address of ``layout``'s first element (whole blocks for a quantized storage)."""
+    dtype = storage.dtype
+    if dtype.is_quantized:
+        return storage.buffer.ctypes.data + dtype.storage_bytes(layout.offset)
+    return storage.buffer.ctypes.data + layout.offset * storage.buffer.itemsize
+
+
+class QuantizedKernel:
+    """One operation on one format; ``prepare`` binds pointers and sizes once, so a replayed
+    launch is one foreign call."""
+
+    def __init__(self, operation: int, dtype: QuantizedDType) -> None:
+        self.operation = operation
+        self.dtype = dtype
+        self.__qualname__ = self.__name__ = (
+            f"{('dequantize', 'quantized_matmul', 'quantized_embedding')[operation]}_"
+            f"{dtype.name}")
+
+    def sizes(self, inputs: Sequence, layouts: Sequence[Layout]) -> tuple[int, ...]:
+        if self.operation == DEQUANTIZE:
+            return (DEQUANTIZE, layouts[0].numel)
+        if self.operation == MATMUL:
+            x, weight = layouts[0].shape, layouts[1].shape
+            rows = 1
+            for size in x[:-1]:
+                rows *= size
+            n, k = weight
+            big = self.dtype.storage_bytes(n * k) >= PARALLEL_BYTES
+            return (MATMUL, rows, n, k, thread_count() if big else 1)
+        return (EMBEDDING, layouts[1].shape[0], layouts[0].shape[1], inputs[1].dtype.itemsize)
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: object) -> Launcher:
+        sizes = self.sizes(inputs, layouts)
+        if any(size == 0 for size in sizes[1:]):
+            return lambda: None
+        storages = list(inputs) + list(outputs)
+        pointers = [address(storage, layout) for storage, layout in zip(storages, layouts)]
+        data = (ctypes.c_void_p * len(pointers))(*pointers)
+        size_array = (ctypes.c_int64 * len(sizes))(*sizes)
+        function = library(self.dtype)
+        if self.operation == MATMUL and sizes[1] >= BLAS_ROWS:
+            return self._tiled(function, storages, layouts, sizes)
+        if self.operation != EMBEDDING:
+            return lambda: function(data, size_array, None)
+        rows = layouts[0].shape[0]
+        ids_storage, ids_layout = inputs[1], layouts[1]
+        ids = ids_storage.buffer[ids_layout.offset:ids_layout.offset + ids_layout.shape[0]]
+
+        def launch() -> None:
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= rows:
+                bad = low if low < 0 else high
+                raise IndexOutOfRange(f"embedding index {bad} is out of range for a table of "
+                                      f"{rows} rows")
+            function(data, size_array, None)
+
+        return launch
+
+    def _tiled(self, function, storages: list, layouts: Sequence[Layout], sizes) -> Launcher:
+        """The prompt-shape launcher: per tile of weight rows, de-quantize (the C kernel's
+        operation 0) into a scratch buffer, then one BLAS matmul into the output columns."""
+        _, rows, n, k, _ = sizes
+        x_storage, weight_storage, out_storage = storages
+        x_layout, weight_layout, out_layout = layouts
+        x = x_storage.buffer[x_layout.offset:x_layout.offset + rows * k].reshape(rows, k)
+        out = out_storage.buffer[out_layout.offset:out_layout.offset + rows * n].reshape(rows, n)
+        tile = max(16, min(n, TILE_FLOATS // k))
+        scratch = np.empty((tile, k), np.float32)
+        part = np.empty((rows, tile), np.float32)
+        row_bytes = self.dtype.row_bytes(k)
+        base = address(weight_storage, weight_layout)
+        calls = []
+        for start in range(0, n, tile):
+            count = min(tile, n - start)
+            data = (ctypes.c_void_p * 2)(base + start * row_bytes, scratch.ctypes.data)
+            calls.append((start, count, data, (ctypes.c_int64 * 2)(DEQUANTIZE, count * k)))
+
+        def launch() -> None:
+            for start, count, data, size_array in calls:
+                function(data, size_array, None)
+                np.matmul(x, scratch[:count].T, out=part[:, :count])
+                out[:, start:start + count] = part[:, :count]
+
+        return launch
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params: object) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
+for _format in dt.QUANTIZED_DTYPES:
+    KERNELS.add(OpKind.DEQUANTIZE, [(_format, dt.float32)], QuantizedKernel(DEQUANTIZE, _format))
+    KERNELS.add(OpKind.QUANTIZED_MATMUL, [(dt.float32, _format, dt.float32)],
+                QuantizedKernel(MATMUL, _format))
+    KERNELS.add(OpKind.QUANTIZED_EMBEDDING,
+                [(_format, index, dt.float32) for index in (dt.int32, dt.int64)],
+                QuantizedKernel(EMBEDDING, _format))

@@ -1,0 +1,122 @@
+"""Kernel-suite cases of the block-quantized ops (dequantize, quantized_matmul,
+quantized_embedding). The reference is gguf's own NumPy de-quantizer (then a float64 matmul
+or a row pick); the blocks come from gguf's quantizer where it has one (q4_0, q4_1, q8_0) and
+are random bytes with sane scales otherwise (q4_k, q6_k)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuel.ir.dtype import QuantizedDType
+from fuel.ir.layout import Layout
+from fuel.ir.ops import OpKind
+from tests.backends.kernel_cases.base import Case, Operand, operand, rng_for
+
+K = OpKind
+# Byte offsets of each format's float16 scales inside a block (the rest are codes).
+SCALE_OFFSETS = {"q4_0": (0,), "q4_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2), "q6_k": (208,)}
+
+
+def gguf_type(dtype: QuantizedDType):
+    import gguf
+
+    return gguf.GGMLQuantizationType(dtype.gguf_type)
+
+
+def quantized_blocks(dtype: QuantizedDType, rows: int, k: int, rng) -> np.ndarray:
+    """(rows, row bytes) uint8 blocks of ``dtype`` for a (rows, k) matrix."""
+    import gguf
+
+    kind = gguf_type(dtype)
+    try:
+        return gguf.quants.quantize(rng.normal(0.0, 1.0, (rows, k)).astype(np.float32), kind)
+    except NotImplementedError:
+        blocks = rng.integers(0, 256, (rows, k // dtype.block_size, dtype.block_bytes),
+                              dtype=np.uint8)
+        for offset in SCALE_OFFSETS[dtype.name]:
+            scales = rng.uniform(0.002, 0.05, blocks.shape[:2]).astype(np.float16)
+            blocks[:, :, offset:offset + 2] = scales.view(np.uint8).reshape(*scales.shape, 2)
+        return blocks.reshape(rows, -1)
+
+
+def dequantized(blocks: np.ndarray, dtype: QuantizedDType) -> np.ndarray:
+    """gguf's de-quantization of ``blocks`` (float32, (rows, k))."""
+    import gguf
+
+    return gguf.quants.dequantize(blocks, gguf_type(dtype))
+
+
+def blocks_operand(blocks: np.ndarray, dtype: QuantizedDType, shape) -> Operand:
+    return Operand(np.ascontiguousarray(blocks).reshape(-1), Layout.contiguous(tuple(shape)),
+                   "blocks", dtype)
+
+
+def _available() -> bool:
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def dequantize_cases(dtypes):
+    dtype = dtypes[0]
+    if not _available():
+        return []
+    rng = rng_for("dequantize", dtypes)
+    cases = []
+    for rows, blocks_per_row in ((1, 1), (3, 2), (5, 3)):
+        k = blocks_per_row * dtype.block_size
+        blocks = quantized_blocks(dtype, rows, k, rng)
+        cases.append(Case(None, [blocks_operand(blocks, dtype, (rows, k))],
+                          lambda arrays, params, shape=(rows, k): dequantized(
+                              arrays[0].reshape(shape[0], -1), dtype).reshape(shape),
+                          f"dequantize {rows}x{k}", rtol=1e-6, atol=0.0))
+    return cases
+
+
+def quantized_matmul_cases(dtypes):
+    _, dtype, _ = dtypes
+    if not _available():
+        return []
+    rng = rng_for("quantized_matmul", dtypes)
+    cases = []
+    # decode (one row), a short prompt (C dots), batched rows, a long prompt (>= BLAS_ROWS:
+    # de-quantized tiles through BLAS), odd output widths
+    for rows_shape, n, blocks_per_row, kind in (((1,), 7, 2, "dense"), ((5,), 13, 1, "dense"),
+                                                ((2, 3), 5, 3, "transposed"),
+                                                ((21,), 37, 2, "dense")):
+        k = blocks_per_row * dtype.block_size
+        blocks = quantized_blocks(dtype, n, k, rng)
+        x = rng.normal(0.0, 1.0, rows_shape + (k,)).astype(np.float32)
+        weight = dequantized(blocks, dtype).astype(np.float64)
+        scale = float((np.abs(x.astype(np.float64)) @ np.abs(weight).T).max())
+
+        def reference(arrays, params, weight=weight):
+            return arrays[0].astype(np.float64) @ weight.T
+
+        cases.append(Case(None, [operand(x, kind), blocks_operand(blocks, dtype, (n, k))],
+                          reference, f"quantized_matmul {rows_shape} x ({n}, {k})",
+                          rtol=1e-5, atol=1e-6 * scale))
+    return cases
+
+
+def quantized_embedding_cases(dtypes):
+    dtype, index_dtype, _ = dtypes
+    if not _available():
+        return []
+    rng = rng_for("quantized_embedding", dtypes)
+    rows, k = 9, 2 * dtype.block_size
+    blocks = quantized_blocks(dtype, rows, k, rng)
+    table = dequantized(blocks, dtype)
+    index = rng.integers(0, rows, 6).astype(index_dtype.numpy)
+    return [Case(None, [blocks_operand(blocks, dtype, (rows, k)), operand(index, "flipped")],
+                 lambda arrays, params: table[arrays[1].astype(np.int64)],
+                 "quantized_embedding", rtol=1e-6, atol=0.0)]
+
+
+CASES = {
+    K.DEQUANTIZE: dequantize_cases,
+    K.QUANTIZED_MATMUL: quantized_matmul_cases,
+    K.QUANTIZED_EMBEDDING: quantized_embedding_cases,
+}
