@@ -11,13 +11,6 @@ import numpy as np
 import pytest
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    folder = tmp_path / "fuel-cache"
-    monkeypatch.setenv("FUEL_CACHE_DIR", str(folder))
-    return folder
-
-
 def _weight_entries(folder):
     """Converted-weight cache entries (the kernel cache's own folder left out)."""
     if not folder.exists():
