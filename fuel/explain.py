@@ -35,16 +35,24 @@ class Explanation:
         self.rows = rows
 
     def __str__(self) -> str:
-        header = (f"{'id':>4}  {'op':<14}{'shape':<18}{'dtype':<10}{'backend':<9}"
-                  f"{'inputs':<12}kernel")
-        lines = [header]
-        for row in self.rows:
+        def width(values, least: int) -> int:
+            return max([least, *(len(value) + 2 for value in values)])
+
+        shapes = [str(list(row.shape)) for row in self.rows]
+        inputs = [",".join(map(str, row.inputs)) or "-" for row in self.rows]
+        op_width = width([row.op for row in self.rows], 14)
+        shape_width = width(shapes, 18)
+        dtype_width = width([row.dtype for row in self.rows], 10)
+        backend_width = width([row.backend for row in self.rows], 9)
+        inputs_width = width(inputs, 12)
+        lines = [f"{'id':>4}  {'op':<{op_width}}{'shape':<{shape_width}}{'dtype':<{dtype_width}}"
+                 f"{'backend':<{backend_width}}{'inputs':<{inputs_width}}kernel"]
+        for row, shape, used in zip(self.rows, shapes, inputs):
             revision = f" #{row.kernel_revision_hash:016x}" if row.kernel_revision_hash else ""
             label = f"{row.node_id}.{row.part}" if row.part >= 0 else str(row.node_id)
             lines.append(
-                f"{label:>4}  {row.op:<14}{str(list(row.shape)):<18}{row.dtype:<10}"
-                f"{row.backend:<9}{','.join(map(str, row.inputs)) or '-':<12}"
-                f"{row.dispatch}{revision}"
+                f"{label:>4}  {row.op:<{op_width}}{shape:<{shape_width}}{row.dtype:<{dtype_width}}"
+                f"{row.backend:<{backend_width}}{used:<{inputs_width}}{row.dispatch}{revision}"
             )
         return "\n".join(lines)
 
