@@ -25,6 +25,7 @@ from fuel.backends.wgpu.loops import (
     strided_copy,
     unaliased,
 )
+from fuel.backends.wgpu.windows import split_launch
 from fuel.compiler.fusion import FusionTarget, register_fusion_target
 from fuel.compiler.render_wgsl import (
     STORAGE_WORDS,
@@ -65,11 +66,13 @@ def full_kernel(inputs, outputs, layouts, params) -> None:
     word = STORAGE_WORDS[out.dtype]
     bits = to_words(np.asarray([params.value]).astype(out.dtype.numpy), out.dtype, out.device)
     source = "\n".join([shader_header([word], [True], ["b0"]),
-                        f"  b0[item] = bitcast<{word}>(params[1]);", "}", ""])
-    record_dispatch(device_context(out), source, "full", [out.buffer], [True],
-                    [count, int(bits.view(np.int32)[0])], count)
-
-
+                        f"  b0[params[2] + item] = bitcast<{word}>(params[1]);", "}", ""])
+    context = device_context(out)
+    for piece in split_launch(context, (count,), [out.buffer],
+                              [Layout((count,), (1,), layouts[-1].offset)], label="full"):
+        items = piece.shape[0]
+        record_dispatch(context, source, "full", piece.bindings, [True],
+                        [items, int(bits.view(np.int32)[0]), piece.layouts[0].offset], items)
 
 
 def arange_kernel(inputs, outputs, layouts, params) -> None:
@@ -108,8 +111,8 @@ def _reduce_source(op: str, source, target, kept: int, reduced: int) -> str:
     value = VALUE_TYPES[source]
     words = [STORAGE_WORDS[source], STORAGE_WORDS[target]]
     lines = [PRELUDE, shader_header(words, [False, True], ["b0", "b1"])]
-    lines += _walk(kept, 1)
-    total_at = 1 + kept + (1 + kept)  # reduced sizes follow the operand record
+    lines += _walk(kept, 2)
+    total_at = 1 + kept + 2 * (1 + kept)  # reduced sizes follow the operand records
     lines.append("  var total = 1;")
     lines += [f"  total = total * params[{total_at + d}];" for d in range(reduced)]
     load = "b0[at]" if value != "bool" else "(b0[at] != 0u)"
@@ -153,7 +156,7 @@ def _reduce_source(op: str, source, target, kept: int, reduced: int) -> str:
     lines += ["    first = false;", "  }"]
     result = "best_at" if op == "argmax" else "acc"
     stored = f"select(0u, 1u, {result})" if target.is_bool else result
-    lines += [f"  b1[item] = {stored};", "}", ""]
+    lines += [f"  b1[base1] = {stored};", "}", ""]
     return "\n".join(lines)
 
 
@@ -166,12 +169,23 @@ def _reduce_kernel(op: str):
         dims = set(params.dims)
         kept = [d for d in range(layout.ndim) if d not in dims and layout.shape[d] != 1]
         reduced = [d for d in range(layout.ndim) if d in dims and layout.shape[d] != 1]
-        meta = [count, *(layout.shape[d] for d in kept), layout.offset,
-                *(layout.strides[d] for d in kept), *(layout.shape[d] for d in reduced),
-                *(layout.strides[d] for d in reduced)]
+        order = kept + reduced
+        space = tuple(layout.shape[d] for d in order)
+        kept_shape = space[:len(kept)]
+        spaced = [Layout(space, tuple(layout.strides[d] for d in order), layout.offset),
+                  Layout(space, contiguous_strides(kept_shape) + (0,) * len(reduced),
+                         layouts[-1].offset)]
         source = _reduce_source(op, inputs[0].dtype, out.dtype, len(kept), len(reduced))
-        record_dispatch(device_context(out), source, op, [inputs[0].buffer, out.buffer],
-                        [False, True], meta, count)
+        context = device_context(out)
+        for piece in split_launch(context, space, [inputs[0].buffer, out.buffer], spaced,
+                                  fixed=range(len(kept), len(order)), label=op):
+            source_layout, out_piece = piece.layouts
+            sizes = piece.shape[:len(kept)]
+            items = int(np.prod(sizes, dtype=np.int64))
+            meta = [items, *sizes, source_layout.offset, *source_layout.strides[:len(kept)],
+                    out_piece.offset, *out_piece.strides[:len(kept)], *piece.shape[len(kept):],
+                    *source_layout.strides[len(kept):]]
+            record_dispatch(context, source, op, piece.bindings, [False, True], meta, items)
     kernel.__qualname__ = kernel.__name__ = f"wgsl.{op}"
     return kernel
 
@@ -355,9 +369,6 @@ def matmul_kernel(inputs, outputs, layouts, params) -> None:
     c_layout = Layout(batch + (m, n), contiguous_strides(batch + (m, n)), out_layout.offset)
     a_full = a_layout.broadcast_to(batch + (m, k))
     b_full = b_layout.broadcast_to(batch + (k, n))
-    meta = [m, n, k, *batch]
-    for layout in (a_full, b_full, c_layout):
-        meta += [layout.offset, layout.strides[-2], layout.strides[-1], *layout.strides[:-2]]
     inputs = unaliased(inputs, out)
     count = int(np.prod(batch, dtype=np.int64)) if batch else 1
     context = device_context(out)
@@ -367,9 +378,27 @@ def matmul_kernel(inputs, outputs, layouts, params) -> None:
     if k == 0:
         full_kernel([], [out], [out_layout], _Zero())
         return
-    record_dispatch(context, _matmul_source(out.dtype, len(batch)), "matmul",
-                    [inputs[0].buffer, inputs[1].buffer, out.buffer], [False, False, True], meta,
-                    groups=(-(-n // TILE), -(-m // TILE), count))
+    # The launch's index space is (batch..., m, n, k): k is never cut (no partial sums).
+    depth = len(batch)
+    space = batch + (m, n, k)
+    spaced = [Layout(space, a_full.strides[:-2] + (a_full.strides[-2], 0, a_full.strides[-1]),
+                     a_full.offset),
+              Layout(space, b_full.strides[:-2] + (0, b_full.strides[-1], b_full.strides[-2]),
+                     b_full.offset),
+              Layout(space, c_layout.strides[:-2] + (c_layout.strides[-2], c_layout.strides[-1],
+                                                     0), c_layout.offset)]
+    source = _matmul_source(out.dtype, depth)
+    for piece in split_launch(context, space, [inputs[0].buffer, inputs[1].buffer, out.buffer],
+                              spaced, fixed=(depth + 2,), label="matmul"):
+        rows, columns = piece.shape[depth], piece.shape[depth + 1]
+        a, b, c = piece.layouts
+        meta = [rows, columns, k, *piece.shape[:depth]]
+        meta += [a.offset, a.strides[depth], a.strides[depth + 2], *a.strides[:depth]]
+        meta += [b.offset, b.strides[depth + 2], b.strides[depth + 1], *b.strides[:depth]]
+        meta += [c.offset, c.strides[depth], c.strides[depth + 1], *c.strides[:depth]]
+        pieces = int(np.prod(piece.shape[:depth], dtype=np.int64)) if depth else 1
+        record_dispatch(context, source, "matmul", piece.bindings, [False, False, True], meta,
+                        groups=(-(-columns // TILE), -(-rows // TILE), pieces))
 
 
 class _Zero:

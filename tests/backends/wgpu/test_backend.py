@@ -15,26 +15,6 @@ from fuel.dispatch.completion import CompletionHandle, in_flight
 from fuel.ir.errors import DeviceError, FuelError, KernelIndexError, NoBackendForOp
 
 
-@pytest.fixture
-def wgpu_device():
-    """(backend, device, context); afterwards the device works and nothing is in flight."""
-    from fuel.backends import find_backend
-    from fuel.ir.device import BackendId
-
-    backend = None
-    for backend_id in (BackendId.VULKAN, BackendId.METAL):
-        candidate = find_backend(backend_id)
-        if candidate is not None and candidate.is_available():
-            backend = candidate
-    if backend is None:
-        reason = find_backend(BackendId.VULKAN)
-        pytest.skip(f"no wgpu adapter: {reason.unavailable_reason() if reason else 'no module'}")
-    device = backend.devices()[0]
-    yield backend, device, backend.context(device)
-    backend.restore_device()
-    assert in_flight(device) == 0
-
-
 def _chain(x, count: int):
     for step in range(count):
         x = x * 1.0001 + 0.5 if step % 2 else x - 0.25
