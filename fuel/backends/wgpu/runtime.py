@@ -146,6 +146,7 @@ class DeviceContext:
             data=np.zeros(4, np.int32), usage=wgpu.BufferUsage.STORAGE
             | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
         self.fault_watch: list[str] = []  # what the index kernels since the last check were
+        self.matmul_shape: str | None = None  # None: the adapter's (see matmul.shader_shape)
 
     def check_faults(self) -> None:
         """After a finished wait: raise the index fault an index kernel recorded, if any."""

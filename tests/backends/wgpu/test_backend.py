@@ -154,13 +154,19 @@ def test_fused_softmax_and_layer_norm_match_torch(wgpu_device):
         rtol=1e-4, atol=1e-5)
 
 
-def test_tiled_matmul_matches_numpy_with_batches_and_transposes(wgpu_device):
+@pytest.mark.parametrize("shape", ["tiled", "register"])
+def test_both_matmul_shaders_match_numpy_with_batches_and_transposes(wgpu_device, monkeypatch,
+                                                                      shape):
     backend, device, context = wgpu_device
+    monkeypatch.setattr(context, "matmul_shape", shape)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((3, 37, 50)).astype(np.float32)
     b = rng.standard_normal((50, 19)).astype(np.float32)
     got = (fuel.tensor(a).to(device) @ fuel.tensor(b.T.copy()).to(device).transpose(0, 1))
     np.testing.assert_allclose(got.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    vector = rng.standard_normal((1, 50)).astype(np.float32)  # one row: its own block size
+    np.testing.assert_allclose((fuel.tensor(vector).to(device) @ fuel.tensor(b).to(device))
+                               .numpy(), vector @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_an_op_without_kernel_or_decomposition_names_the_primitive(wgpu_device):
