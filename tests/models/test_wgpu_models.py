@@ -1,5 +1,5 @@
 """The models on the wgpu backend (lavapipe in CI) against the CPU backend: a tiny Llama by
-default; MiniLM embeddings and SmolLM2's greedy ids with --runslow (lavapipe is slow)."""
+default; MiniLM embeddings and SmolLM2's first greedy ids with --runslow (lavapipe is slow)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ def test_minilm_embeddings_on_wgpu_match_the_cpu(minilm_folder):
 
 @pytest.mark.slow
 def test_smollm2_greedy_ids_on_wgpu_match_the_cpu(smollm_path, cache_dir):
+    """A few tokens: lavapipe runs the 135M model's float32 matmuls on the host's cores."""
     from fuel.models.llama import load_gguf
 
     device = wgpu_device()
     on_cpu, on_device = load_gguf(), load_gguf(device=device)
-    for prompt in ("The capital of France is", "def fibonacci(n):\n"):
-        ids = on_cpu.encode(prompt)
-        assert on_device.generate_ids(ids, 12) == on_cpu.generate_ids(ids, 12), prompt
+    ids = on_cpu.encode("The capital of France is")
+    assert on_device.generate_ids(ids, 4) == on_cpu.generate_ids(ids, 4)

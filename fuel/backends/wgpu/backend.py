@@ -127,7 +127,7 @@ class WgpuBackend(Backend):
     def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
         context = self.context(device)
         nbytes = buffer_bytes(dtype, size)
-        limit = min(context.max_buffer, context.max_binding)
+        limit = context.max_buffer
         if nbytes > limit:
             raise DeviceError(
                 f"cannot allocate {size} x {dtype.name} on {device} ({nbytes} bytes): above the "

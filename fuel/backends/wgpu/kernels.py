@@ -25,6 +25,8 @@ from fuel.backends.wgpu.loops import (
     strided_copy,
     unaliased,
 )
+from fuel.backends.wgpu.matmul import matmul_kernel
+from fuel.backends.wgpu.windows import split_launch
 from fuel.compiler.fusion import FusionTarget, register_fusion_target
 from fuel.compiler.render_wgsl import (
     STORAGE_WORDS,
@@ -36,11 +38,8 @@ from fuel.compiler.render_wgsl import (
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
-from fuel.ir.errors import KernelError
 from fuel.ir.layout import Layout, contiguous_strides
 from fuel.ir.ops import PRIMITIVE_OPS, OpKind, definition
-
-TILE = 16  # the matmul's square tile
 
 # ------------------------------------------------------------------ hand-written families
 
@@ -65,11 +64,13 @@ def full_kernel(inputs, outputs, layouts, params) -> None:
     word = STORAGE_WORDS[out.dtype]
     bits = to_words(np.asarray([params.value]).astype(out.dtype.numpy), out.dtype, out.device)
     source = "\n".join([shader_header([word], [True], ["b0"]),
-                        f"  b0[item] = bitcast<{word}>(params[1]);", "}", ""])
-    record_dispatch(device_context(out), source, "full", [out.buffer], [True],
-                    [count, int(bits.view(np.int32)[0])], count)
-
-
+                        f"  b0[params[2] + item] = bitcast<{word}>(params[1]);", "}", ""])
+    context = device_context(out)
+    for piece in split_launch(context, (count,), [out.buffer],
+                              [Layout((count,), (1,), layouts[-1].offset)], label="full"):
+        items = piece.shape[0]
+        record_dispatch(context, source, "full", piece.bindings, [True],
+                        [items, int(bits.view(np.int32)[0]), piece.layouts[0].offset], items)
 
 
 def arange_kernel(inputs, outputs, layouts, params) -> None:
@@ -108,8 +109,8 @@ def _reduce_source(op: str, source, target, kept: int, reduced: int) -> str:
     value = VALUE_TYPES[source]
     words = [STORAGE_WORDS[source], STORAGE_WORDS[target]]
     lines = [PRELUDE, shader_header(words, [False, True], ["b0", "b1"])]
-    lines += _walk(kept, 1)
-    total_at = 1 + kept + (1 + kept)  # reduced sizes follow the operand record
+    lines += _walk(kept, 2)
+    total_at = 1 + kept + 2 * (1 + kept)  # reduced sizes follow the operand records
     lines.append("  var total = 1;")
     lines += [f"  total = total * params[{total_at + d}];" for d in range(reduced)]
     load = "b0[at]" if value != "bool" else "(b0[at] != 0u)"
@@ -153,7 +154,7 @@ def _reduce_source(op: str, source, target, kept: int, reduced: int) -> str:
     lines += ["    first = false;", "  }"]
     result = "best_at" if op == "argmax" else "acc"
     stored = f"select(0u, 1u, {result})" if target.is_bool else result
-    lines += [f"  b1[item] = {stored};", "}", ""]
+    lines += [f"  b1[base1] = {stored};", "}", ""]
     return "\n".join(lines)
 
 
@@ -166,12 +167,23 @@ def _reduce_kernel(op: str):
         dims = set(params.dims)
         kept = [d for d in range(layout.ndim) if d not in dims and layout.shape[d] != 1]
         reduced = [d for d in range(layout.ndim) if d in dims and layout.shape[d] != 1]
-        meta = [count, *(layout.shape[d] for d in kept), layout.offset,
-                *(layout.strides[d] for d in kept), *(layout.shape[d] for d in reduced),
-                *(layout.strides[d] for d in reduced)]
+        order = kept + reduced
+        space = tuple(layout.shape[d] for d in order)
+        kept_shape = space[:len(kept)]
+        spaced = [Layout(space, tuple(layout.strides[d] for d in order), layout.offset),
+                  Layout(space, contiguous_strides(kept_shape) + (0,) * len(reduced),
+                         layouts[-1].offset)]
         source = _reduce_source(op, inputs[0].dtype, out.dtype, len(kept), len(reduced))
-        record_dispatch(device_context(out), source, op, [inputs[0].buffer, out.buffer],
-                        [False, True], meta, count)
+        context = device_context(out)
+        for piece in split_launch(context, space, [inputs[0].buffer, out.buffer], spaced,
+                                  fixed=range(len(kept), len(order)), label=op):
+            source_layout, out_piece = piece.layouts
+            sizes = piece.shape[:len(kept)]
+            items = int(np.prod(sizes, dtype=np.int64))
+            meta = [items, *sizes, source_layout.offset, *source_layout.strides[:len(kept)],
+                    out_piece.offset, *out_piece.strides[:len(kept)], *piece.shape[len(kept):],
+                    *source_layout.strides[len(kept):]]
+            record_dispatch(context, source, op, piece.bindings, [False, True], meta, items)
     kernel.__qualname__ = kernel.__name__ = f"wgsl.{op}"
     return kernel
 
@@ -280,100 +292,6 @@ def slice_assign_kernel(inputs, outputs, layouts, params) -> None:
     if region.numel:
         strided_copy(value, layouts[1].broadcast_to(region.shape), out, region)
 
-
-@cache
-def _matmul_source(dtype, batch_depth: int) -> str:
-    value = VALUE_TYPES[dtype]
-    word = STORAGE_WORDS[dtype]
-    zero = literal(0, dtype)
-    # meta: [M, N, K, batch sizes..., (offset, row stride, column stride, batch strides...)
-    # for a, b and the output]
-    record = 3 + batch_depth
-    width = 3 + batch_depth
-
-    def operand(p: int) -> str:
-        return str(record + p * width)
-    walk = [f"  var off{p} = params[{operand(p)}];" for p in range(3)]
-    if batch_depth:
-        walk += ["  var rest = i32(wid.z);",
-                 f"  for (var d = {batch_depth - 1}; d >= 0; d = d - 1) {{",
-                 "    let size = params[3 + d]; let index = rest % size; rest = rest / size;"]
-        walk += [f"    off{p} = off{p} + index * params[{operand(p)} + 3 + d];" for p in range(3)]
-        walk.append("  }")
-    return "\n".join([
-        "@group(0) @binding(0) var<storage, read> params: array<i32>;",
-        f"@group(0) @binding(1) var<storage, read> a: array<{word}>;",
-        f"@group(0) @binding(2) var<storage, read> b: array<{word}>;",
-        f"@group(0) @binding(3) var<storage, read_write> c: array<{word}>;",
-        f"var<workgroup> tile_a: array<array<{value}, {TILE}>, {TILE}>;",
-        f"var<workgroup> tile_b: array<array<{value}, {TILE}>, {TILE}>;",
-        f"@compute @workgroup_size({TILE}, {TILE})",
-        "fn main(@builtin(workgroup_id) wid: vec3<u32>, "
-        "@builtin(local_invocation_id) lid: vec3<u32>) {",
-        "  let m = params[0]; let n = params[1]; let k = params[2];",
-        f"  let row = i32(wid.y) * {TILE} + i32(lid.y);",
-        f"  let column = i32(wid.x) * {TILE} + i32(lid.x);",
-        *walk,
-        f"  var acc: {value} = {zero};",
-        f"  for (var t = 0; t < k; t = t + {TILE}) {{",
-        "    let ak = t + i32(lid.x);",
-        "    let bk = t + i32(lid.y);",
-        f"    var x: {value} = {zero};",
-        f"    var y: {value} = {zero};",
-        f"    if (row < m && ak < k) {{ x = a[off0 + row * params[{operand(0)} + 1] + "
-        f"ak * params[{operand(0)} + 2]]; }}",
-        f"    if (bk < k && column < n) {{ y = b[off1 + bk * params[{operand(1)} + 1] + "
-        f"column * params[{operand(1)} + 2]]; }}",
-        "    tile_a[lid.y][lid.x] = x;",
-        "    tile_b[lid.y][lid.x] = y;",
-        "    workgroupBarrier();",
-        f"    for (var i = 0; i < {TILE}; i = i + 1) {{",
-        "      acc = acc + tile_a[lid.y][i] * tile_b[i][lid.x];",
-        "    }",
-        "    workgroupBarrier();",
-        "  }",
-        f"  if (row < m && column < n) {{ c[off2 + row * params[{operand(2)} + 1] + "
-        f"column * params[{operand(2)} + 2]] = acc; }}",
-        "}", ""])
-
-
-def matmul_kernel(inputs, outputs, layouts, params) -> None:
-    """Batched matmul in 16x16 tiles through workgroup memory; batch dims broadcast."""
-    a_layout, b_layout, out_layout = layouts
-    out = outputs[0]
-    if out_layout.numel == 0:
-        return
-    a_layout = a_layout if a_layout.ndim > 1 else Layout((1,) + a_layout.shape,
-                                                         (0,) + a_layout.strides,
-                                                         a_layout.offset)
-    b_layout = b_layout if b_layout.ndim > 1 else Layout(b_layout.shape + (1,),
-                                                         b_layout.strides + (0,),
-                                                         b_layout.offset)
-    m, k = a_layout.shape[-2:]
-    n = b_layout.shape[-1]
-    batch = tuple(np.broadcast_shapes(a_layout.shape[:-2], b_layout.shape[:-2]))
-    c_layout = Layout(batch + (m, n), contiguous_strides(batch + (m, n)), out_layout.offset)
-    a_full = a_layout.broadcast_to(batch + (m, k))
-    b_full = b_layout.broadcast_to(batch + (k, n))
-    meta = [m, n, k, *batch]
-    for layout in (a_full, b_full, c_layout):
-        meta += [layout.offset, layout.strides[-2], layout.strides[-1], *layout.strides[:-2]]
-    inputs = unaliased(inputs, out)
-    count = int(np.prod(batch, dtype=np.int64)) if batch else 1
-    context = device_context(out)
-    if count > context.max_groups:
-        raise KernelError(f"matmul over {count} batches exceeds the adapter's "
-                          f"max-compute-workgroups-per-dimension ({context.max_groups})")
-    if k == 0:
-        full_kernel([], [out], [out_layout], _Zero())
-        return
-    record_dispatch(context, _matmul_source(out.dtype, len(batch)), "matmul",
-                    [inputs[0].buffer, inputs[1].buffer, out.buffer], [False, False, True], meta,
-                    groups=(-(-n // TILE), -(-m // TILE), count))
-
-
-class _Zero:
-    value = 0
 
 # ------------------------------------------------------------------ registration
 

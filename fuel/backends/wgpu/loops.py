@@ -10,6 +10,7 @@ from functools import cache
 import numpy as np
 
 from fuel.backends.wgpu.backend import WGPU_DTYPES
+from fuel.backends.wgpu.windows import split_launch
 from fuel.compiler.kernel_ir import KernelBuilder, Load, LoopKernel, Store, Value, collapse
 from fuel.compiler.render_wgsl import (
     render_wgsl,
@@ -75,28 +76,36 @@ def run_loop(kernel: LoopKernel, inputs: Sequence, outputs: Sequence,
     if bind and any(s.buffer is outputs[0].buffer for s in inputs):
         return None
     inputs = unaliased(inputs, outputs[0])
-    offsets = [layout.offset for layout in list(in_layouts) + list(out_layouts)]
-    if kernel.reduced:
-        depth = len(shape)
-        sizes = list(shape)
-        strides = [layout.strides for layout in in_layouts]
-        for store, layout in zip(kernel.stores, out_layouts):
-            strides.append(tuple(layout.strides[:depth - 1]) + (0,) if store.per_row
-                           else layout.strides)
-        items = count // shape[-1] if shape[-1] else 0
-    else:
-        sizes, strides = collapse(shape, [layout.strides for layout in in_layouts]
-                                  + [layout.strides for layout in out_layouts])
-        depth, items = len(sizes), count
-    meta = [items, *sizes]
-    for offset, operand in zip(offsets, strides):
-        meta += [offset, *operand]
-    source = _loop_source(kernel.values, _load_patterns(kernel),
-                          kernel.stores, kernel.reduced, depth)
+    layouts = list(in_layouts)
+    for store, layout in zip(kernel.stores, out_layouts):
+        strides = layout.strides
+        if kernel.reduced and store.per_row:
+            strides = tuple(strides[:len(shape) - 1]) + (0,)
+        layouts.append(Layout(tuple(shape), strides, layout.offset))
+    buffers = [s.buffer for s in list(inputs) + list(outputs)]
+    context = device_context(outputs[0])
+    pieces = split_launch(context, shape, buffers, layouts,
+                          fixed=(len(shape) - 1,) if kernel.reduced else (), label=kernel.name)
+    if bind and len(pieces) > 1:
+        return None
     writable = [False] * len(inputs) + [True] * len(outputs)
-    return record_dispatch(device_context(outputs[0]), source, kernel.name,
-                           [s.buffer for s in list(inputs) + list(outputs)], writable, meta, items,
-                           bind=bind)
+    launcher = None
+    for piece in pieces:
+        if kernel.reduced:
+            depth, sizes = len(piece.shape), list(piece.shape)
+            strides = [layout.strides for layout in piece.layouts]
+            items = int(np.prod(piece.shape[:-1], dtype=np.int64)) if piece.shape[-1] else 0
+        else:
+            sizes, strides = collapse(piece.shape, [layout.strides for layout in piece.layouts])
+            depth, items = len(sizes), int(np.prod(piece.shape, dtype=np.int64))
+        meta = [items, *sizes]
+        for layout, operand in zip(piece.layouts, strides):
+            meta += [layout.offset, *operand]
+        source = _loop_source(kernel.values, _load_patterns(kernel),
+                              kernel.stores, kernel.reduced, depth)
+        launcher = record_dispatch(context, source, kernel.name, piece.bindings, writable, meta,
+                                   items, bind=bind)
+    return launcher
 
 
 def _load_patterns(kernel: LoopKernel) -> tuple:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fuel.backends.wgpu.windows import binding_resource
 from fuel.ir.errors import DeviceError, KernelError, KernelIndexError
 
 try:  # optional dependency: pip install pyfuel[wgpu]
@@ -145,6 +146,7 @@ class DeviceContext:
             data=np.zeros(4, np.int32), usage=wgpu.BufferUsage.STORAGE
             | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
         self.fault_watch: list[str] = []  # what the index kernels since the last check were
+        self.matmul_shape: str | None = None  # None: the adapter's (see matmul.shader_shape)
 
     def check_faults(self) -> None:
         """After a finished wait: raise the index fault an index kernel recorded, if any."""
@@ -245,7 +247,7 @@ class DeviceContext:
             batch.arena.extend(data)
             entries = [{"binding": 0, "resource": {"buffer": batch.arena_buffer,
                                                    "offset": start, "size": len(data)}}]
-            entries += [{"binding": 1 + position, "resource": {"buffer": buffer}}
+            entries += [{"binding": 1 + position, "resource": binding_resource(buffer)}
                         for position, buffer in enumerate(buffers)]
             group = self.device.create_bind_group(layout=layout, entries=entries)
             self._record(batch, pipeline, group, groups)
@@ -260,7 +262,7 @@ class DeviceContext:
         params = self.device.create_buffer_with_data(
             data=np.ascontiguousarray(meta, dtype=np.int32), usage=wgpu.BufferUsage.STORAGE)
         entries = [{"binding": 0, "resource": {"buffer": params}}]
-        entries += [{"binding": 1 + position, "resource": {"buffer": buffer}}
+        entries += [{"binding": 1 + position, "resource": binding_resource(buffer)}
                     for position, buffer in enumerate(buffers)]
         group = self.device.create_bind_group(layout=layout, entries=entries)
 
@@ -271,10 +273,11 @@ class DeviceContext:
         return launch
 
     def _check_sizes(self, buffers: Sequence) -> None:
-        for buffer in buffers:
-            if buffer.size > self.max_binding:
+        for binding in buffers:
+            size = binding.size
+            if size > self.max_binding:
                 raise DeviceError(
-                    f"a {buffer.size}-byte buffer exceeds the adapter's "
+                    f"a {size}-byte buffer binding exceeds the adapter's "
                     f"max-storage-buffer-binding-size ({self.max_binding} bytes)")
 
     def _groups(self, items: int) -> tuple[int, int, int]:

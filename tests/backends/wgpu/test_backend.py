@@ -15,26 +15,6 @@ from fuel.dispatch.completion import CompletionHandle, in_flight
 from fuel.ir.errors import DeviceError, FuelError, KernelIndexError, NoBackendForOp
 
 
-@pytest.fixture
-def wgpu_device():
-    """(backend, device, context); afterwards the device works and nothing is in flight."""
-    from fuel.backends import find_backend
-    from fuel.ir.device import BackendId
-
-    backend = None
-    for backend_id in (BackendId.VULKAN, BackendId.METAL):
-        candidate = find_backend(backend_id)
-        if candidate is not None and candidate.is_available():
-            backend = candidate
-    if backend is None:
-        reason = find_backend(BackendId.VULKAN)
-        pytest.skip(f"no wgpu adapter: {reason.unavailable_reason() if reason else 'no module'}")
-    device = backend.devices()[0]
-    yield backend, device, backend.context(device)
-    backend.restore_device()
-    assert in_flight(device) == 0
-
-
 def _chain(x, count: int):
     for step in range(count):
         x = x * 1.0001 + 0.5 if step % 2 else x - 0.25
@@ -174,13 +154,19 @@ def test_fused_softmax_and_layer_norm_match_torch(wgpu_device):
         rtol=1e-4, atol=1e-5)
 
 
-def test_tiled_matmul_matches_numpy_with_batches_and_transposes(wgpu_device):
+@pytest.mark.parametrize("shape", ["tiled", "register"])
+def test_both_matmul_shaders_match_numpy_with_batches_and_transposes(wgpu_device, monkeypatch,
+                                                                      shape):
     backend, device, context = wgpu_device
+    monkeypatch.setattr(context, "matmul_shape", shape)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((3, 37, 50)).astype(np.float32)
     b = rng.standard_normal((50, 19)).astype(np.float32)
     got = (fuel.tensor(a).to(device) @ fuel.tensor(b.T.copy()).to(device).transpose(0, 1))
     np.testing.assert_allclose(got.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    vector = rng.standard_normal((1, 50)).astype(np.float32)  # one row: its own block size
+    np.testing.assert_allclose((fuel.tensor(vector).to(device) @ fuel.tensor(b).to(device))
+                               .numpy(), vector @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_an_op_without_kernel_or_decomposition_names_the_primitive(wgpu_device):
