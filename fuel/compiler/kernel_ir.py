@@ -122,7 +122,10 @@ class KernelBuilder:
         return self.value(Value("cast", dtype, (value,)))
 
     def expression(self, expression: Expression, operands: tuple[int, ...], dtype: DType) -> int:
-        """Lower a registry scalar expression over ``operands`` (values) in ``dtype``."""
+        """Lower a registry scalar expression over ``operands`` (values) in ``dtype``; a half
+        type's in float32, rounded once at the end (as the NumPy kernels compute them)."""
+        if dtype in HALF_DTYPES:
+            return self.cast(self.expression(expression, operands, dt.float32), dtype)
         lowered: dict[int, int] = {}
         for node in expression.walk():
             if node.operand is not None:
@@ -144,6 +147,8 @@ class KernelBuilder:
 
 
 REDUCE_OPS = frozenset({"sum", "max", "min", "mean"})
+# Storage-only float types: renderers compute them in float32.
+HALF_DTYPES = frozenset({dt.float16, dt.bfloat16})
 PREDICATE_OPS = frozenset({OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE,
                            OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR,
                            OpKind.LOGICAL_NOT, OpKind.ISNAN})

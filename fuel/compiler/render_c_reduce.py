@@ -17,11 +17,13 @@ from __future__ import annotations
 from fuel.compiler.kernel_ir import REDUCE_OPS, LoopKernel, collapse, row_values
 from fuel.compiler.render_c import (
     C_TYPES,
-    PRELUDE,
     CProgram,
     _expression,
     _vector_declarations,
     outer_inputs,
+    prelude,
+    storage_type,
+    stored,
 )
 from fuel.compiler.render_expression import element_dependencies
 from fuel.ir import dtype as dt
@@ -38,7 +40,7 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
     row_strides = [load.strides[-1] for load in kernel.loads]
     patterns = ["dense" if s == 1 else "broadcast" if s == 0 else "strided" for s in row_strides]
     per_row = row_values(kernel)
-    lines = [PRELUDE, *(_vector_declarations(kernel) if vector_math else ()),
+    lines = [prelude(kernel), *(_vector_declarations(kernel) if vector_math else ()),
              "void fuel_kernel(char **data, const int64_t *sizes, const int64_t *strides) {",
              f"  const int64_t row = sizes[{depth}];",
              "  int64_t outer_count = 1;",
@@ -46,7 +48,7 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
              "  for (int64_t outer = 0; outer < outer_count; outer++) {"]
     lines += outer_inputs(kernel, patterns, depth, depth + 1)
     for position, store in enumerate(kernel.stores):
-        ctype = C_TYPES[store.dtype]
+        ctype = storage_type(store.dtype)
         offset = "outer" if store.per_row else "outer * row"
         lines.append(f"    {ctype} *restrict out{position} = "
                      f"({ctype} *)data[{len(kernel.loads) + position}] + {offset};")
@@ -64,11 +66,11 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
         lines.append("    for (int64_t i = 0; i < row; i++) {")
         lines += _element_lines(kernel, needed, patterns, "      ")
         for position, store in element_stores:
-            lines.append(f"      out{position}[i] = v{store.value};")
+            lines.append(f"      out{position}[i] = {stored(store)};")
         lines.append("    }")
     for position, store in enumerate(kernel.stores):
         if store.per_row:
-            lines.append(f"    out{position}[0] = v{store.value};")
+            lines.append(f"    out{position}[0] = {stored(store)};")
     lines += ["  }", "}", ""]
     flat = tuple(s for load, r in zip(strides, row_strides) for s in (*load, r))
     return CProgram("\n".join(lines), (*sizes, row), flat)

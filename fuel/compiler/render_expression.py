@@ -35,6 +35,8 @@ RENDERED_OPS = (MATH_FUNCTIONS | frozenset(ARITHMETIC) | frozenset(COMPARISONS)
                     "bitwise_not", "div", "remainder", "fmod", "int_div", "pow", "maximum",
                     "minimum", "logical_and", "logical_or", "logical_xor", "bitshift_left",
                     "bitshift_right", "where", "cast", "load", "constant"})
+# The dtypes computed in float (the half types are storage only).
+FLOAT_COMPUTED = frozenset({dt.float32, dt.float16, dt.bfloat16})
 # The signed integer types' unsigned twins (negation and left shifts wrap through them).
 UNSIGNED_OF = {dt.uint8: dt.uint8, dt.int8: dt.uint8, dt.int16: dt.uint16, dt.int32: dt.uint32,
                dt.int64: dt.uint64}
@@ -51,8 +53,8 @@ class Dialect:
     integer_suffix: str  # of 64-bit integer literals
 
     def function(self, name: str, dtype: DType) -> str:
-        """A math function's name for arguments of ``dtype``."""
-        return name + (self.float_suffix if dtype is dt.float32 else "")
+        """A math function's name for arguments of ``dtype`` (half types compute in float)."""
+        return name + (self.float_suffix if dtype in FLOAT_COMPUTED else "")
 
     def unsigned(self, dtype: DType) -> str:
         return self.unsigned_types[UNSIGNED_OF[dtype]]
