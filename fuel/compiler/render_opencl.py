@@ -10,11 +10,8 @@ with that pattern (the backend's program cache keys on the source).
 Elementwise kernels run one work-item per output element (the flat index decoded over the
 outer dims; launches rounded up to whole work-groups clamp to the last element, so no branch
 stops the compiler from vectorizing across work-items). Kernels with a reduction (``reduced``)
-run one row per work-item (``serial``: CPUs vectorize across rows) or one work-group per row
-(``group``: a strided loop per work-item, then a tree in local memory), like the hand-written
-row kernels: per reduction, a loop over the row recomputes the values its argument needs;
-per-row values follow; a last loop writes the per-element stores. Values are computed as the C
-renderer computes them (``render_expression``); sums of float32 accumulate in float.
+are ``render_opencl_rows``'s: a row per work-item or a work-group per row. Values are computed
+as the C renderer computes them (``render_expression``); sums of float32 accumulate in float.
 """
 
 from __future__ import annotations
