@@ -17,6 +17,7 @@ from typing import NamedTuple
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.expression import Expression
+from fuel.ir.layout import contiguous_strides
 from fuel.ir.ops import OPS, OpKind
 
 
@@ -47,20 +48,25 @@ _new_value = functools.partial(tuple.__new__, Value)
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    """Write value ``value`` (already of the output dtype) densely: one element per loop
-    point, or one per row (``per_row``) in a kernel with a reduction."""
+    """Write value ``value`` (already of the output dtype): one element per loop point, or one
+    per row (``per_row``) in a kernel with a reduction. Densely (in loop order; per row, in
+    row order), or through ``strides`` over the loop shape (elements; per-element stores of
+    row kernels only: a row op writing along a dim that is not the output's last)."""
 
     value: int
     dtype: DType
     per_row: bool = False
+    strides: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LoopKernel:
     """A loop nest over ``shape``: loads, a value DAG in topological order, stores.
-    A value whose op is in ``REDUCE_OPS`` (sum, max, min, mean) reduces its argument over
-    the row (the last dim of ``shape``) and is one scalar per row; so is every value that
-    depends only on such values and on loads constant along the row.
+    With ``reduced`` > 0 the last ``reduced`` dims of ``shape`` are the row (reduced axes are
+    moved there, their strides with them; the other dims index the rows). A value whose op is
+    in ``REDUCE_OPS`` folds its argument over the row (``COMBINES``) and is one scalar per
+    row; so is every value that depends only on such values and on loads constant along the
+    row. A ``SCAN_OPS`` value folds the row in order and is, per element, the fold so far.
     ``name`` is what profiles and plans show (``fused(sub,exp,div)``); ``nodes`` the graph
     ops it covers, in order. Hashable: it is a plan's and the compile cache's key."""
 
@@ -70,7 +76,17 @@ class LoopKernel:
     values: tuple[Value, ...]
     stores: tuple[Store, ...]
     nodes: tuple[str, ...] = ()
-    reduced: int = 0  # > 0: the last dim is a row that REDUCE_OPS values reduce (one row each)
+    reduced: int = 0  # how many trailing dims of shape form the row REDUCE_OPS values fold
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """The row's dims (empty without a reduction)."""
+        return self.shape[len(self.shape) - self.reduced:] if self.reduced else ()
+
+    @property
+    def rows_shape(self) -> tuple[int, ...]:
+        """The dims that index the rows (the whole shape without a reduction)."""
+        return self.shape[:len(self.shape) - self.reduced]
 
     def __str__(self) -> str:
         return f"{self.name}{list(self.shape)}"
@@ -116,13 +132,29 @@ class KernelBuilder:
             return found
         return self.expression(expression, args, dtype)
 
+    def fold(self, op: str, argument: int, dtype: DType) -> int:
+        """A ``REDUCE_OPS`` or ``SCAN_OPS`` value folding ``argument`` over the row, giving
+        ``dtype`` (sums and products fold in their output dtype: the argument is cast)."""
+        if op not in REDUCE_OPS and op not in SCAN_OPS:
+            raise ValueError(f"{op!r} is not a reduction or a scan of the kernel IR")
+        if op in ("argmax", "argmin"):
+            return self.value(Value(op, dtype, (argument,)))
+        if op in ("all", "any"):
+            argument = self.cast(argument, dt.bool_)
+        elif op in ("sum", "prod", "mean", "cumsum"):
+            argument = self.cast(argument, dtype)
+        return self.value(Value(op, dtype, (argument,)))
+
     def cast(self, value: int, dtype: DType) -> int:
         if self.values[value].dtype is dtype:
             return value
         return self.value(Value("cast", dtype, (value,)))
 
     def expression(self, expression: Expression, operands: tuple[int, ...], dtype: DType) -> int:
-        """Lower a registry scalar expression over ``operands`` (values) in ``dtype``."""
+        """Lower a registry scalar expression over ``operands`` (values) in ``dtype``; a half
+        type's in float32, rounded once at the end (as the NumPy kernels compute them)."""
+        if dtype in HALF_DTYPES:
+            return self.cast(self.expression(expression, operands, dt.float32), dtype)
         lowered: dict[int, int] = {}
         for node in expression.walk():
             if node.operand is not None:
@@ -143,7 +175,16 @@ class KernelBuilder:
                           tuple(stores), nodes, reduced)
 
 
-REDUCE_OPS = frozenset({"sum", "max", "min", "mean"})
+# The reductions a row folds into one value per row (renderers give each its identity and
+# combine: render_expression.COMBINES). max and min keep a NaN; argmax and argmin fold
+# (value, index) pairs, the first index winning ties and NaN winning (NumPy's rules); mean is
+# the sum over the row's length; all and any fold truth values.
+REDUCE_OPS = frozenset({"sum", "mean", "prod", "max", "min", "all", "any", "argmax",
+                        "argmin"})
+# Folds in row order, one value per element: the running sum.
+SCAN_OPS = frozenset({"cumsum"})
+# Storage-only float types: renderers compute them in float32.
+HALF_DTYPES = frozenset({dt.float16, dt.bfloat16})
 PREDICATE_OPS = frozenset({OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE,
                            OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_XOR,
                            OpKind.LOGICAL_NOT, OpKind.ISNAN})
@@ -171,15 +212,33 @@ def collapse(shape: tuple[int, ...], strides: list[tuple[int, ...]]
     return tuple(sizes), [tuple(m) for m in merged]
 
 
+def store_strides(kernel: LoopKernel, position: int) -> tuple[int, ...]:
+    """A store's strides over the loop shape (dense: in loop order; per row, in row order)."""
+    store = kernel.stores[position]
+    if store.strides is not None:
+        return store.strides
+    if store.per_row:
+        return contiguous_strides(kernel.rows_shape) + (0,) * kernel.reduced
+    return contiguous_strides(kernel.shape)
+
+
+def has_scan(kernel: LoopKernel) -> bool:
+    """Whether a value of ``kernel`` is a scan (its row must be folded in order)."""
+    return any(value.op in SCAN_OPS for value in kernel.values)
+
+
 def row_values(kernel: LoopKernel) -> list[bool]:
     """For each value of a kernel with a reduction, whether it is one scalar per row (a
     reduction, or computed only from reductions, constants and loads constant along the row)."""
     per_row: list[bool] = []
+    first = len(kernel.shape) - kernel.reduced
     for value in kernel.values:
         if value.op == "load":
-            per_row.append(kernel.loads[value.load].strides[-1] == 0)
+            per_row.append(not any(kernel.loads[value.load].strides[first:]))
         elif value.op in REDUCE_OPS:
             per_row.append(True)
+        elif value.op in SCAN_OPS:
+            per_row.append(False)
         else:
             per_row.append(all(per_row[a] for a in value.args))
     return per_row

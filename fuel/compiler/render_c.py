@@ -10,7 +10,11 @@ runs dense, so contiguous operands vectorize. Semantics follow the NumPy kernels
 division and remainder by zero give 0, shifts past the width give 0 (or -1), maximum and
 minimum propagate NaN, round is half to even.
 
-float16 and bfloat16 are not rendered yet (``C_DTYPES``): groups touching them stay unfused.
+float16 and bfloat16 are storage types (``STORAGE_TYPES``: ``_Float16``, and bfloat16's bits in a
+``uint16_t``) computed in float: each value of a half dtype is rounded to it (to nearest even)
+where it is computed, as the NumPy kernels round each node's result (a composite op is lowered
+in float32 and rounded once: ``KernelBuilder.expression``), so a fused chain gives the bits of
+the unfused one. A cast from float64 or an integer rounds once, straight to the half type.
 """
 
 from __future__ import annotations
@@ -24,10 +28,14 @@ from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.layout import contiguous_strides
 
+# The type each dtype is computed in; ``STORAGE_TYPES`` where it differs in memory.
 C_TYPES: dict[DType, str] = {
     dt.bool_: "bool", dt.uint8: "uint8_t", dt.int8: "int8_t", dt.int16: "int16_t",
     dt.int32: "int32_t", dt.int64: "int64_t", dt.float32: "float", dt.float64: "double",
+    dt.float16: "float", dt.bfloat16: "float",
 }
+STORAGE_TYPES: dict[DType, str] = {dt.float16: "_Float16", dt.bfloat16: "uint16_t"}
+HALF_DTYPES = frozenset(STORAGE_TYPES)
 C_DTYPES = frozenset(C_TYPES)
 C_DIALECT = Dialect(
     types=C_TYPES,
@@ -63,7 +71,7 @@ def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
     load_strides = strides[:len(kernel.loads)]
     patterns = ["dense" if s[-1] == 1 else "broadcast" if s[-1] == 0 else "strided"
                 for s in load_strides]
-    lines = [PRELUDE, *(_vector_declarations(kernel) if vector_math else ()),
+    lines = [prelude(kernel), *(_vector_declarations(kernel) if vector_math else ()),
              "void fuel_kernel(char **data, const int64_t *sizes, "
              "const int64_t *strides) {",
              f"  const int64_t inner = sizes[{depth - 1}];",
@@ -75,7 +83,7 @@ def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
     lines.append("  for (int64_t outer = 0; outer < outer_count; outer++) {")
     lines += outer_inputs(kernel, patterns, depth - 1, depth)
     for position, store in enumerate(kernel.stores):
-        ctype = C_TYPES[store.dtype]
+        ctype = storage_type(store.dtype)
         lines.append(f"    {ctype} *restrict out{position} = "
                      f"({ctype} *)data[{len(kernel.loads) + position}] + outer * inner;")
     lines.append("    for (int64_t i = 0; i < inner; i++) {")
@@ -83,7 +91,7 @@ def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
         lines.append(f"      const {C_TYPES[value.dtype]} v{index} = "
                      f"{_expression(kernel, value, patterns)};")
     for position, store in enumerate(kernel.stores):
-        lines.append(f"      out{position}[i] = v{store.value};")
+        lines.append(f"      out{position}[i] = {stored(store)};")
     lines += ["    }", "  }", "}", ""]
     flat = tuple(s for load in load_strides for s in load)
     return CProgram("\n".join(lines), sizes, flat)
@@ -97,6 +105,45 @@ PRELUDE = """#include <math.h>
 FUEL_REMAINDER_FLOAT(float, fmodf)
 FUEL_REMAINDER_FLOAT(double, fmod)
 """
+# Half types: bfloat16 from and to its bits (round to nearest even, NaN kept quiet), and the
+# roundings of a computed value. From double, bfloat16 rounds once: to float rounding to odd
+# (an inexact result gets its last bit set), then to nearest even.
+HALF_PRELUDE = """#include <string.h>
+static inline float fuel_bf16_load(uint16_t bits) {
+  const uint32_t word = (uint32_t)bits << 16; float value; memcpy(&value, &word, 4);
+  return value; }
+static inline uint16_t fuel_bf16_bits(float value) {
+  uint32_t word; memcpy(&word, &value, 4);
+  if ((word & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((word >> 16) | 0x40u);
+  word += 0x7fffu + ((word >> 16) & 1u); return (uint16_t)(word >> 16); }
+static inline float fuel_bf16_round(float value) { return fuel_bf16_load(fuel_bf16_bits(value)); }
+static inline float fuel_bf16_from_double(double value) {
+  float narrow = (float)value; uint32_t word; memcpy(&word, &narrow, 4);
+  if ((double)narrow != value && !(word & 1u) && value == value) {
+    word += fabs((double)narrow) > fabs(value) ? -1 : 1; memcpy(&narrow, &word, 4); }
+  return fuel_bf16_round(narrow); }
+static inline float fuel_f16_round(float value) { return (float)(_Float16)value; }
+"""
+
+
+def storage_type(dtype: DType) -> str:
+    """The C type of ``dtype`` in memory (a half type's differs from its compute type)."""
+    return STORAGE_TYPES.get(dtype) or C_TYPES[dtype]
+
+
+def prelude(kernel: LoopKernel) -> str:
+    """The includes and helpers ``kernel``'s source needs (the half types' only if it has any)."""
+    if any(load.dtype in HALF_DTYPES for load in kernel.loads) or any(
+            value.dtype in HALF_DTYPES for value in kernel.values):
+        return PRELUDE + HALF_PRELUDE
+    return PRELUDE
+
+
+def stored(store) -> str:
+    """The stored form of a store's value (a bfloat16's bits; a float16 converts exactly)."""
+    if store.dtype is dt.bfloat16:
+        return f"fuel_bf16_bits(v{store.value})"
+    return f"v{store.value}"
 
 
 # libmvec's vector variants (glibc 2.35+) of the math functions the renderer calls.
@@ -117,7 +164,7 @@ def outer_inputs(kernel: LoopKernel, patterns: list[str], outer_dims: int,
             lines.append(f"      base{position} += index * strides[{position * stride_count} + d];")
         lines.append("    }")
     for position, load in enumerate(kernel.loads):
-        ctype = C_TYPES[load.dtype]
+        ctype = storage_type(load.dtype)
         lines.append(f"    const {ctype} *restrict in{position} = "
                      f"(const {ctype} *)data[{position}] + base{position};")
         if patterns[position] == "strided":
@@ -143,5 +190,22 @@ def _vector_declarations(kernel: LoopKernel) -> list[str]:
 
 
 def _expression(kernel: LoopKernel, value: Value, patterns: list[str]) -> str:
-    """The C expression of one value, over earlier values ``v<index>``."""
-    return render_value(kernel, value, patterns, C_DIALECT)
+    """The C expression of one value, over earlier values ``v<index>``; a value of a half type
+    is read from its storage or rounded to it."""
+    dtype = value.dtype
+    if dtype not in HALF_DTYPES or value.op == "where":
+        return render_value(kernel, value, patterns, C_DIALECT)
+    if value.op == "load":
+        read = render_value(kernel, value, patterns, C_DIALECT)
+        return f"fuel_bf16_load({read})" if dtype is dt.bfloat16 else f"(float){read}"
+    if value.op == "cast":
+        source = kernel.values[value.args[0]].dtype
+        if source is dtype:
+            return f"v{value.args[0]}"
+        if dtype is dt.float16:  # one rounding from any source (gcc converts directly)
+            return f"(float)(_Float16)v{value.args[0]}"
+        if source is dt.float64 or not source.is_floating:
+            return f"fuel_bf16_from_double((double)v{value.args[0]})"
+        return f"fuel_bf16_round((float)v{value.args[0]})"
+    rounding = "fuel_f16_round" if dtype is dt.float16 else "fuel_bf16_round"
+    return f"{rounding}({render_value(kernel, value, patterns, C_DIALECT)})"

@@ -14,16 +14,31 @@ and ``strides`` each load's strides per collapsed rows dim, then its row stride.
 
 from __future__ import annotations
 
-from fuel.compiler.kernel_ir import REDUCE_OPS, LoopKernel, collapse, row_values
+from fuel.compiler.kernel_ir import (
+    REDUCE_OPS,
+    SCAN_OPS,
+    LoopKernel,
+    collapse,
+    row_values,
+    store_strides,
+)
 from fuel.compiler.render_c import (
+    C_DIALECT,
     C_TYPES,
-    PRELUDE,
     CProgram,
     _expression,
     _vector_declarations,
     outer_inputs,
+    prelude,
+    storage_type,
+    stored,
 )
-from fuel.compiler.render_expression import element_dependencies
+from fuel.compiler.render_expression import (
+    combine,
+    element_dependencies,
+    identity,
+    index_wins,
+)
 from fuel.ir import dtype as dt
 
 _INITIAL = {"max": "-INFINITY", "min": "INFINITY"}
@@ -31,76 +46,175 @@ _INITIAL = {"max": "-INFINITY", "min": "INFINITY"}
 
 def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
     """The C source of a row-reduction ``kernel`` and its sizes/strides arguments."""
-    rows_shape = kernel.shape[:-1]
-    row = kernel.shape[-1]
-    sizes, strides = collapse(rows_shape, [load.strides[:-1] for load in kernel.loads])
+    split = len(kernel.shape) - kernel.reduced
+    strided = [k for k, store in enumerate(kernel.stores) if store.strides is not None]
+    operands = [load.strides for load in kernel.loads] + [store_strides(kernel, k)
+                                                         for k in strided]
+    sizes, strides = collapse(kernel.shape[:split], [s[:split] for s in operands])
     depth = len(sizes)
-    row_strides = [load.strides[-1] for load in kernel.loads]
-    patterns = ["dense" if s == 1 else "broadcast" if s == 0 else "strided" for s in row_strides]
+    if kernel.reduced == 1:
+        row_sizes, row_strides = (kernel.shape[-1],), [(s[-1],) for s in operands]
+    else:
+        row_sizes, row_strides = collapse(kernel.shape[split:], [s[split:] for s in operands])
+    patterns = [_pattern(row) for row in row_strides]
     per_row = row_values(kernel)
-    lines = [PRELUDE, *(_vector_declarations(kernel) if vector_math else ()),
+    lines = [prelude(kernel), *(_vector_declarations(kernel) if vector_math else ()),
              "void fuel_kernel(char **data, const int64_t *sizes, const int64_t *strides) {",
-             f"  const int64_t row = sizes[{depth}];",
+             f"  const int64_t row = sizes[{depth}];" if len(row_sizes) == 1 else
+             f"  int64_t row = 1; for (int d = {depth}; d < {depth + len(row_sizes)}; d++) "
+             "row *= sizes[d];",
              "  int64_t outer_count = 1;",
              f"  for (int d = 0; d < {depth}; d++) outer_count *= sizes[d];",
              "  for (int64_t outer = 0; outer < outer_count; outer++) {"]
-    lines += outer_inputs(kernel, patterns, depth, depth + 1)
-    for position, store in enumerate(kernel.stores):
-        ctype = C_TYPES[store.dtype]
-        offset = "outer" if store.per_row else "outer * row"
-        lines.append(f"    {ctype} *restrict out{position} = "
-                     f"({ctype} *)data[{len(kernel.loads) + position}] + {offset};")
+    width = depth + len(row_sizes)
+    lines += outer_inputs(kernel, patterns, depth, width)
+    lines += _stores(kernel, strided, patterns[len(kernel.loads):], depth, width)
+    loop_head = _decode(patterns, depth, len(row_sizes), width, len(kernel.loads))
     for index, value in enumerate(kernel.values):
         if not per_row[index]:
             continue
         if value.op in REDUCE_OPS:
-            lines += _reduction(kernel, index, per_row, patterns)
+            lines += _reduction(kernel, index, per_row, patterns, loop_head)
         else:
             lines.append(f"    const {C_TYPES[value.dtype]} v{index} = "
                          f"{_expression(kernel, value, patterns)};")
     element_stores = [(p, s) for p, s in enumerate(kernel.stores) if not s.per_row]
     if element_stores:
         needed = element_dependencies(kernel, [s.value for _, s in element_stores], per_row)
+        for index in needed:
+            if kernel.values[index].op in SCAN_OPS:
+                lines.append(f"    {C_TYPES[kernel.values[index].dtype]} a{index} = 0;")
         lines.append("    for (int64_t i = 0; i < row; i++) {")
+        lines += loop_head
         lines += _element_lines(kernel, needed, patterns, "      ")
         for position, store in element_stores:
-            lines.append(f"      out{position}[i] = v{store.value};")
+            lines.append(f"      out{position}[{_store_index(kernel, position, strided, patterns)}]"
+                         f" = {stored(store)};")
         lines.append("    }")
     for position, store in enumerate(kernel.stores):
         if store.per_row:
-            lines.append(f"    out{position}[0] = v{store.value};")
+            lines.append(f"    out{position}[0] = {stored(store)};")
     lines += ["  }", "}", ""]
-    flat = tuple(s for load, r in zip(strides, row_strides) for s in (*load, r))
-    return CProgram("\n".join(lines), (*sizes, row), flat)
+    flat = tuple(s for own, row in zip(strides, row_strides) for s in (*own, *row))
+    return CProgram("\n".join(lines), (*sizes, *row_sizes), flat)
+
+
+def _pattern(row_strides: tuple[int, ...]) -> str:
+    if not any(row_strides):
+        return "broadcast"
+    if len(row_strides) > 1:
+        return "decoded"
+    return "dense" if row_strides[0] == 1 else "strided"
+
+
+def _stores(kernel: LoopKernel, strided: list[int], patterns: list[str], depth: int,
+            width: int) -> list[str]:
+    """Each store's pointer at this row: dense ones at ``outer`` (per row) or ``outer * row``,
+    strided ones at their strides' offset (strides after the loads', ``width`` each)."""
+    lines = []
+    for position, store in enumerate(kernel.stores):
+        ctype = storage_type(store.dtype)
+        pointer = f"({ctype} *)data[{len(kernel.loads) + position}]"
+        if position not in strided:
+            offset = "outer" if store.per_row else "outer * row"
+            lines.append(f"    {ctype} *restrict out{position} = {pointer} + {offset};")
+            continue
+        operand = len(kernel.loads) + strided.index(position)
+        lines += [f"    int64_t base_out{position} = 0;", "    {", "      int64_t rest = outer;",
+                  f"      for (int d = {depth - 1}; d >= 0; d--) {{",
+                  "        const int64_t index = rest % sizes[d]; rest /= sizes[d];",
+                  f"        base_out{position} += index * strides[{operand * width} + d];",
+                  "      }", "    }",
+                  f"    {ctype} *restrict out{position} = {pointer} + base_out{position};"]
+        if patterns[strided.index(position)] == "strided":
+            lines.append(f"    const int64_t step_out{position} = "
+                         f"strides[{operand * width + width - 1}];")
+    return lines
+
+
+def _store_index(kernel: LoopKernel, position: int, strided: list[int], patterns: list[str]
+                 ) -> str:
+    if position not in strided:
+        return "i"
+    pattern = patterns[len(kernel.loads) + strided.index(position)]
+    operand = len(kernel.loads) + strided.index(position)
+    return {"dense": "i", "broadcast": "0", "strided": f"i * step_out{position}",
+            "decoded": f"at{operand}"}[pattern]
+
+
+def _decode(patterns: list[str], depth: int, row_depth: int, width: int, loads: int
+            ) -> list[str]:
+    """Inside a loop over a row of several dims: each decoded operand's offset ``at<k>``
+    (loads' ``k`` is theirs; strided stores' follow the loads)."""
+    decoded = [k for k, pattern in enumerate(patterns) if pattern == "decoded"]
+    if not decoded:
+        return []
+    lines = ["      " + " ".join(f"int64_t at{k} = 0;" for k in decoded),
+             "      { int64_t left = i;",
+             f"        for (int d = {depth + row_depth - 1}; d >= {depth}; d--) {{",
+             "          const int64_t index = left % sizes[d]; left /= sizes[d];"]
+    lines += [f"          at{k} += index * strides[{k * width} + d];" for k in decoded]
+    return lines + ["        }", "      }"]
 
 
 def _element_lines(kernel: LoopKernel, needed: list[int], patterns: list[str], indent: str
                    ) -> list[str]:
-    return [f"{indent}const {C_TYPES[kernel.values[i].dtype]} v{i} = "
-            f"{_expression(kernel, kernel.values[i], patterns)};" for i in needed]
+    lines = []
+    for i in needed:
+        value = kernel.values[i]
+        ctype = C_TYPES[value.dtype]
+        if value.op in SCAN_OPS:  # the running fold, in row order
+            lines += [f"{indent}a{i} += v{value.args[0]};", f"{indent}const {ctype} v{i} = a{i};"]
+        else:
+            lines.append(f"{indent}const {ctype} v{i} = {_expression(kernel, value, patterns)};")
+    return lines
 
 
-def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: list[str]
-               ) -> list[str]:
+_SIMD_COMBINES = {"sum": "+", "mean": "+", "prod": "*", "all": "&&", "any": "||"}
+
+
+def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: list[str],
+               loop_head: list[str]) -> list[str]:
     """One loop over the row folding the argument into an accumulator, vectorized through an
-    OpenMP SIMD reduction (``-fopenmp-simd``: no threads); max and min track NaN apart."""
+    OpenMP SIMD reduction (``-fopenmp-simd``: no threads); float max and min track NaN apart;
+    argmax and argmin fold (value, index) pairs in order."""
     value = kernel.values[index]
     op = value.op
     argument = value.args[0]
     ctype = C_TYPES[value.dtype]
-    wide = "double" if op in ("sum", "mean") and value.dtype is dt.float32 else ctype
     accumulator = f"a{index}"
     needed = element_dependencies(kernel, [argument], per_row)
-    body = _element_lines(kernel, needed, patterns, "      ")
-    term = f"({wide})v{argument}"
+    body = [*loop_head, *_element_lines(kernel, needed, patterns, "      ")]
+    if op in ("argmax", "argmin"):
+        folded = kernel.values[argument].dtype
+        best = C_TYPES[folded]
+        wins = index_wins(op, folded, f"v{argument}", "i", accumulator, f"ai{index}")
+        return [f"    {best} {accumulator} = 0;", f"    int64_t ai{index} = -1;",
+                "    for (int64_t i = 0; i < row; i++) {", *body,
+                f"      if ({wins}) {{ {accumulator} = v{argument}; ai{index} = i; }}", "    }",
+                f"    const int64_t v{index} = ai{index};"]
     if op in ("sum", "mean"):
-        lines = [f"    {wide} {accumulator} = 0;",
-                 f"    #pragma omp simd reduction(+:{accumulator})",
+        wide = "double" if value.dtype is dt.float32 else ctype
+    else:
+        wide = "int" if value.dtype is dt.bool_ else ctype
+    term = f"({wide})v{argument}"
+    if op in _SIMD_COMBINES:
+        lines = [f"    {wide} {accumulator} = {identity(op, value.dtype, C_DIALECT)};",
+                 f"    #pragma omp simd reduction({_SIMD_COMBINES[op]}:{accumulator})",
                  "    for (int64_t i = 0; i < row; i++) {",
                  *body,
-                 f"      {accumulator} += {term};",
+                 f"      {accumulator} += {term};" if _SIMD_COMBINES[op] == "+" else
+                 f"      {accumulator} = {combine(op, accumulator, term)};",
                  "    }"]
         result = f"{accumulator} / (double)row" if op == "mean" else accumulator
+    elif not value.dtype.is_floating:
+        lines = [f"    {wide} {accumulator} = {identity(op, value.dtype, C_DIALECT)};",
+                 f"    #pragma omp simd reduction({op}:{accumulator})",
+                 "    for (int64_t i = 0; i < row; i++) {",
+                 *body,
+                 f"      {accumulator} = {combine(op, accumulator, term)};",
+                 "    }"]
+        result = accumulator
     else:
         comparison = ">" if op == "max" else "<"
         nan = f"n{index}"

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from fuel.compiler.kernel_ir import LoopKernel, Value
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
@@ -35,6 +37,18 @@ RENDERED_OPS = (MATH_FUNCTIONS | frozenset(ARITHMETIC) | frozenset(COMPARISONS)
                     "bitwise_not", "div", "remainder", "fmod", "int_div", "pow", "maximum",
                     "minimum", "logical_and", "logical_or", "logical_xor", "bitshift_left",
                     "bitshift_right", "where", "cast", "load", "constant"})
+# How each reduction folds (kernel_ir.REDUCE_OPS): its accumulator's identity ("lowest" and
+# "highest": the dtype's -inf/+inf or integer bounds) and the combine of the accumulator and
+# an element (argmax/argmin: the comparison of their (value, index) fold).
+COMBINES = {
+    "sum": ("0", "{acc} + {x}"), "mean": ("0", "{acc} + {x}"), "prod": ("1", "{acc} * {x}"),
+    "max": ("lowest", "(({x} > {acc} || {x} != {x}) ? {x} : {acc})"),
+    "min": ("highest", "(({x} < {acc} || {x} != {x}) ? {x} : {acc})"),
+    "all": ("1", "({acc} && {x})"), "any": ("0", "({acc} || {x})"),
+    "argmax": ("0", ">"), "argmin": ("0", "<"),
+}
+# The dtypes computed in float (the half types are storage only).
+FLOAT_COMPUTED = frozenset({dt.float32, dt.float16, dt.bfloat16})
 # The signed integer types' unsigned twins (negation and left shifts wrap through them).
 UNSIGNED_OF = {dt.uint8: dt.uint8, dt.int8: dt.uint8, dt.int16: dt.uint16, dt.int32: dt.uint32,
                dt.int64: dt.uint64}
@@ -51,8 +65,8 @@ class Dialect:
     integer_suffix: str  # of 64-bit integer literals
 
     def function(self, name: str, dtype: DType) -> str:
-        """A math function's name for arguments of ``dtype``."""
-        return name + (self.float_suffix if dtype is dt.float32 else "")
+        """A math function's name for arguments of ``dtype`` (half types compute in float)."""
+        return name + (self.float_suffix if dtype in FLOAT_COMPUTED else "")
 
     def unsigned(self, dtype: DType) -> str:
         return self.unsigned_types[UNSIGNED_OF[dtype]]
@@ -85,6 +99,41 @@ def element_dependencies(kernel: LoopKernel, roots: list[int], per_row: list[boo
     return sorted(needed)
 
 
+def identity(op: str, dtype: DType, dialect: Dialect) -> str:
+    """The initial accumulator of reduction ``op`` folding values of ``dtype``."""
+    found = COMBINES[op][0]
+    if found not in ("lowest", "highest"):
+        return found
+    lowest = found == "lowest"
+    if dtype.is_floating:
+        return "(-INFINITY)" if lowest else "INFINITY"
+    if dtype.is_bool:
+        return "0" if lowest else "1"
+    info = np.iinfo(dtype.numpy)
+    bound = int(info.min if lowest else info.max)
+    if bound == -(2 ** 63):
+        return f"(-9223372036854775807{dialect.integer_suffix} - 1)"
+    return f"({bound}{dialect.integer_suffix})"
+
+
+def combine(op: str, accumulator: str, element: str) -> str:
+    """The accumulator of reduction ``op`` folded with one element."""
+    return COMBINES[op][1].format(acc=accumulator, x=element)
+
+
+def index_wins(op: str, dtype: DType, value: str, index: str, best: str, best_index: str
+               ) -> str:
+    """Whether (value, index) replaces the (best, best_index) of argmax/argmin: a larger
+    (smaller) value, an equal one at a lower index, or a first NaN. An index of -1 marks an
+    empty fold (it never wins; anything beats it)."""
+    better = COMBINES[op][1]
+    wins = f"({value} {better} {best} || ({value} == {best} && {index} < {best_index}))"
+    if dtype.is_floating:
+        wins = (f"(({best} != {best}) ? ({value} != {value} && {index} < {best_index}) : "
+                f"({value} != {value} || {wins}))")
+    return f"({index} >= 0 && ({best_index} < 0 || {wins}))"
+
+
 def literal(number, dtype: DType, dialect: Dialect) -> str:
     """A constant of ``dtype`` (floats exactly, as hexadecimal literals)."""
     ctype = dialect.types[dtype]
@@ -103,9 +152,10 @@ def literal(number, dtype: DType, dialect: Dialect) -> str:
 
 
 def load_index(value: Value, patterns: list[str]) -> str:
-    """Where a load reads in the innermost loop: dense ``i``, broadcast ``0``, strided."""
-    return {"dense": "i", "broadcast": "0",
-            "strided": f"i * step{value.load}"}[patterns[value.load]]
+    """Where a load reads in the innermost loop: dense ``i``, broadcast ``0``, strided, or
+    decoded (``at<k>``, from a row of several dims)."""
+    return {"dense": "i", "broadcast": "0", "strided": f"i * step{value.load}",
+            "decoded": f"at{value.load}"}[patterns[value.load]]
 
 
 def render_value(kernel: LoopKernel, value: Value, patterns: list[str], dialect: Dialect) -> str:

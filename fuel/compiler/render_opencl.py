@@ -10,24 +10,16 @@ with that pattern (the backend's program cache keys on the source).
 Elementwise kernels run one work-item per output element (the flat index decoded over the
 outer dims; launches rounded up to whole work-groups clamp to the last element, so no branch
 stops the compiler from vectorizing across work-items). Kernels with a reduction (``reduced``)
-run one row per work-item (``serial``: CPUs vectorize across rows) or one work-group per row
-(``group``: a strided loop per work-item, then a tree in local memory), like the hand-written
-row kernels: per reduction, a loop over the row recomputes the values its argument needs;
-per-row values follow; a last loop writes the per-element stores. Values are computed as the C
-renderer computes them (``render_expression``); sums of float32 accumulate in float.
+are ``render_opencl_rows``'s: a row per work-item or a work-group per row. Values are computed
+as the C renderer computes them (``render_expression``); sums of float32 accumulate in float.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuel.compiler.kernel_ir import REDUCE_OPS, LoopKernel, collapse, row_values
-from fuel.compiler.render_expression import (
-    Dialect,
-    element_dependencies,
-    render_value,
-    renders,
-)
+from fuel.compiler.kernel_ir import LoopKernel, collapse
+from fuel.compiler.render_expression import Dialect, render_value, renders
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.layout import contiguous_strides
@@ -62,25 +54,21 @@ inline long fuel_power_integer(long base, long exponent) {
 _DOUBLE_HELPERS = """inline double fuel_remainder_double(double a, double b) {
   double r = fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
 """
-_INITIAL = {"max": "-INFINITY", "min": "INFINITY", "sum": "0", "mean": "0"}
-_COMBINE = {  # acc folded with x; max and min let a NaN through and keep it
-    "sum": "{acc} + {x}", "mean": "{acc} + {x}",
-    "max": "(({x} > {acc} || {x} != {x}) ? {x} : {acc})",
-    "min": "(({x} < {acc} || {x} != {x}) ? {x} : {acc})",
-}
 
 
 @dataclass(frozen=True, slots=True)
 class OpenClProgram:
     """A rendered kernel: its source, whether it needs cl_khr_fp64, its arguments for this
     shape and layout (int64 values; ``offsets`` are where each operand's element offset goes,
-    loads then stores), and the collapsed sizes (for the launch)."""
+    loads then stores), the collapsed sizes (for the launch) and the local memory a
+    work-group-per-row launch needs per work-item."""
 
     source: str
     fp64: bool
     arguments: tuple[int, ...]
     offsets: tuple[int, ...]
     sizes: tuple[int, ...]
+    scratch: int = 8  # bytes of local memory per work-item (work-group-per-row variant)
 
     def bind(self, offsets) -> tuple[int, ...]:
         """The arguments with each operand's element offset (loads, then stores)."""
@@ -152,26 +140,28 @@ def render_opencl(kernel: LoopKernel, group: bool = False) -> OpenClProgram:
     """The OpenCL C of ``kernel``. With a reduction, ``group`` renders the work-group-per-row
     variant (one work-item per row otherwise)."""
     if kernel.reduced:
-        return _render_rows(kernel, group)
+        from fuel.compiler.render_opencl_rows import render_opencl_rows  # it builds on this
+
+        return render_opencl_rows(kernel, group)
     return _render_elements(kernel)
 
 
-def _uses_double(kernel: LoopKernel) -> bool:
+def uses_double(kernel: LoopKernel) -> bool:
     return any(v.dtype is dt.float64 for v in kernel.values) or any(
         load.dtype is dt.float64 for load in kernel.loads)
 
 
-def _storage(dtype: DType) -> str:
+def storage(dtype: DType) -> str:
     return STORAGE_TYPES.get(dtype, OPENCL_TYPES[dtype])
 
 
-def _head(kernel: LoopKernel, argument_count: int, extra: str = "") -> list[str]:
+def head(kernel: LoopKernel, argument_count: int, extra: str = "") -> list[str]:
     """Helpers, the argument struct and the kernel's signature."""
-    lines = [helpers(_uses_double(kernel)),
+    lines = [helpers(uses_double(kernel)),
              f"typedef struct {{ long v[{argument_count}]; }} fuel_arguments_t;"]
-    parameters = [f"__global const {_storage(load.dtype)} *data{k}"
+    parameters = [f"__global const {storage(load.dtype)} *data{k}"
                   for k, load in enumerate(kernel.loads)]
-    parameters += [f"__global {_storage(store.dtype)} *result{k}"
+    parameters += [f"__global {storage(store.dtype)} *result{k}"
                    for k, store in enumerate(kernel.stores)]
     parameters.append("const fuel_arguments_t arguments" + extra)
     lines.append(f"__kernel void {KERNEL_NAME}(" + ", ".join(parameters) + ") {")
@@ -198,7 +188,7 @@ def _bases(kernel: LoopKernel, outer_dims: int, dims: int, index: str, sizes_at:
             lines += [f"    base{k} += position * {stride(k, d)};" for k in loads]
             lines.append("  }")
     for k, load in enumerate(kernel.loads):
-        lines.append(f"  __global const {_storage(load.dtype)} *in{k} = data{k} + base{k};")
+        lines.append(f"  __global const {storage(load.dtype)} *in{k} = data{k} + base{k};")
         if patterns[k] == "strided":
             lines.append(f"  const long step{k} = {stride(k, dims - 1)};")
     return lines
@@ -244,7 +234,7 @@ def _render_elements(kernel: LoopKernel) -> OpenClProgram:
     for size in sizes:
         count *= size
     arguments, offsets = _arguments(sizes, load_strides, kernel, (count,))
-    lines = _head(kernel, len(arguments))
+    lines = head(kernel, len(arguments))
     lines.append("  const long flat = min((long)get_global_id(0), arguments.v[0] - 1);")
     if depth > 1:
         lines.append(f"  const long inner = arguments.v[{depth}];")
@@ -258,113 +248,5 @@ def _render_elements(kernel: LoopKernel) -> OpenClProgram:
         lines.append("  " + store_statement(
             kernel, k, f"result{k}", f"{_store_offset(kernel, k, len(arguments))} + flat"))
     lines += ["}", ""]
-    return OpenClProgram("\n".join(lines), _uses_double(kernel), arguments, offsets,
+    return OpenClProgram("\n".join(lines), uses_double(kernel), arguments, offsets,
                          tuple(sizes))
-
-
-def _render_rows(kernel: LoopKernel, group: bool) -> OpenClProgram:
-    sizes, strides = collapse(kernel.shape[:-1], [load.strides[:-1] for load in kernel.loads])
-    depth = len(sizes)
-    row_strides = [load.strides[-1] for load in kernel.loads]
-    patterns = _patterns(row_strides)
-    rows = 1
-    for size in sizes:
-        rows *= size
-    all_sizes = (*sizes, kernel.shape[-1])
-    arguments, offsets = _arguments(all_sizes, [(*s, r) for s, r in zip(strides, row_strides)],
-                                    kernel, (rows,))
-    per_row = row_values(kernel)
-    lines = _head(kernel, len(arguments), ", __local uchar *scratch" if group else "")
-    if group:
-        lines += ["  const long outer = get_group_id(0);",
-                  "  const long first = get_local_id(0), stride = get_local_size(0);"]
-    else:
-        lines += ["  const long outer = get_global_id(0);",
-                  "  if (outer >= arguments.v[0]) return;",  # (a stash must have one writer)
-                  "  const long first = 0, stride = 1;"]
-    lines.append(f"  const long row = arguments.v[{depth + 1}];")
-    lines += _bases(kernel, depth, depth + 1, "outer", 1, patterns)
-    for k, store in enumerate(kernel.stores):
-        offset = "outer" if store.per_row else "outer * row"
-        lines.append(f"  __global {_storage(store.dtype)} *out{k} = result{k} + "
-                     f"{_store_offset(kernel, k, len(arguments))} + {offset};")
-    element_stores = [(k, s) for k, s in enumerate(kernel.stores) if not s.per_row]
-    stash = _stash(kernel, per_row, element_stores)
-    last = max((i for i, v in enumerate(kernel.values) if v.op in REDUCE_OPS), default=-1)
-    for index, value in enumerate(kernel.values):
-        if not per_row[index]:
-            continue
-        if value.op in REDUCE_OPS:
-            lines += _reduction(kernel, index, per_row, patterns, group,
-                                stash if index == last else None)
-        else:
-            lines += _value_lines(kernel, [index], patterns, "  ")
-    if element_stores:
-        available = list(per_row)
-        if stash is not None:
-            available[stash[1]] = True
-        needed = element_dependencies(kernel, [s.value for _, s in element_stores], available)
-        lines.append("  for (long i = first; i < row; i += stride) {")
-        if stash is not None:
-            position, value = stash
-            lines.append(f"    const {OPENCL_TYPES[kernel.values[value].dtype]} v{value} = "
-                         f"out{position}[i];")
-        lines += _value_lines(kernel, needed, patterns, "    ")
-        lines += ["    " + store_statement(kernel, k, f"out{k}", "i") for k, _ in element_stores]
-        lines.append("  }")
-    for k, store in enumerate(kernel.stores):
-        if store.per_row:
-            lines.append(f"  if (first == 0) {store_statement(kernel, k, f'out{k}', '0')}")
-    lines += ["}", ""]
-    return OpenClProgram("\n".join(lines), _uses_double(kernel), arguments, offsets, all_sizes)
-
-
-def _stash(kernel: LoopKernel, per_row: list[bool], element_stores) -> tuple[int, int] | None:
-    """(store position, value): a per-element value the last reduction's loop computes and the
-    store loop needs again, kept in the output between the two loops instead of recomputed
-    (softmax's exp: one exp per element, not two). None when there is none worth it (a load),
-    or the output's dtype differs."""
-    reductions = [i for i, v in enumerate(kernel.values) if v.op in REDUCE_OPS]
-    if not reductions or len(element_stores) != 1:
-        return None
-    position, store = element_stores[0]
-    computed = element_dependencies(kernel, [kernel.values[reductions[-1]].args[0]], per_row)
-    needed = set(element_dependencies(kernel, [store.value], per_row))
-    shared = [i for i in computed if i in needed and kernel.values[i].op not in ("load", "constant")
-              and kernel.values[i].dtype is store.dtype]
-    return (position, shared[-1]) if shared else None
-
-
-def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: list[str],
-               group: bool, stash: tuple[int, int] | None = None) -> list[str]:
-    """Fold the argument over the row: a strided loop per work-item, then (``group``) a tree
-    over the work-group in local memory. ``stash``: (store, value) to write to the output."""
-    value = kernel.values[index]
-    ctype = OPENCL_TYPES[value.dtype]
-    argument = value.args[0]
-    accumulator = f"a{index}"
-    combine = _COMBINE[value.op]
-    lines = [f"  {ctype} {accumulator} = {_INITIAL[value.op]};",
-             "  for (long i = first; i < row; i += stride) {",
-             *_value_lines(kernel, element_dependencies(kernel, [argument], per_row), patterns,
-                           "    "),
-             f"    {accumulator} = {combine.format(acc=accumulator, x=f'v{argument}')};",
-             *([f"    out{stash[0]}[i] = v{stash[1]};"] if stash is not None else []),
-             "  }"]
-    if group:
-        lines += [f"  {{ __local {ctype} *partial = (__local {ctype} *)scratch;",
-                  f"    partial[first] = {accumulator};",
-                  "    barrier(CLK_LOCAL_MEM_FENCE);",
-                  "    for (long width = stride / 2; width > 0; width >>= 1) {",
-                  "      if (first < width) {",
-                  f"        const {ctype} x = partial[first + width], acc = partial[first];",
-                  f"        partial[first] = {combine.format(acc='acc', x='x')};",
-                  "      }",
-                  "      barrier(CLK_LOCAL_MEM_FENCE);",
-                  "    }",
-                  f"    {accumulator} = partial[0];",
-                  "    barrier(CLK_LOCAL_MEM_FENCE);",
-                  "  }"]
-    result = f"{accumulator} / ({ctype})row" if value.op == "mean" else accumulator
-    lines.append(f"  const {ctype} v{index} = {result};")
-    return lines

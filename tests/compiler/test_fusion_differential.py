@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(toolchain.unavailable_reason() is not None,
                                 reason=str(toolchain.unavailable_reason()))
 
 DTYPES = (fuel.float32, fuel.float64, fuel.int64, fuel.int32, fuel.int16, fuel.int8, fuel.uint8,
-          fuel.bool, fuel.float16)
+          fuel.bool, fuel.float16, fuel.bfloat16)
 # (name, arity, function, exact, float results only); exact: the same bits from libm and NumPy.
 EXACT_UNARY = {
     "neg": fuel.neg, "abs": fuel.abs, "square": fuel.square, "relu": F.relu,
@@ -181,12 +181,13 @@ def _check(data, device="cpu"):
     for index, a, b in zip((len(exact) - 1, extra), fused, unfused):
         message = f"value {index} of {steps}"
         assert a.dtype == b.dtype and a.shape == b.shape, message
-        if exact[index] or not a.dtype.kind == "f":
+        if exact[index] or not (a.dtype.kind == "f" or a.dtype == fuel.bfloat16.numpy):
             np.testing.assert_array_equal(a, b, err_msg=message)
         else:
             wide = b.astype(np.float64)
             scale = max(1.0, float(np.abs(wide[np.isfinite(wide)]).max(initial=0)))
-            tolerance = 1e-3 if a.dtype == np.float16 else 1e-4
+            tolerance = {np.dtype(np.float16): 1e-3, np.dtype(fuel.bfloat16.numpy): 8e-3}.get(
+                a.dtype, 1e-4)
             np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64),
                                        rtol=tolerance, atol=tolerance * scale, equal_nan=True,
                                        err_msg=message)

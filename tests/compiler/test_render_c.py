@@ -103,7 +103,7 @@ def test_rendered_kernels_match_numpy(dtype):
         expected, actual = reference.buffer, output.buffer
         message = f"{op.value} {[d.name for d in key]} operands {positions}"
         if key[-1].is_floating:
-            tolerance = 2e-6 if key[-1] is dt.float32 else 1e-13
+            tolerance = {dt.float32: 2e-6, dt.float16: 1e-3, dt.bfloat16: 8e-3}.get(key[-1], 1e-13)
             np.testing.assert_allclose(actual, expected, rtol=tolerance, atol=tolerance,
                                        equal_nan=True, err_msg=message)
         else:

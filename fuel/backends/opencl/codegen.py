@@ -117,17 +117,6 @@ typedef struct {{
     long strides[{operands}][MAX_DIMS];
     long offsets[{operands}];
 }} walk_t;
-typedef struct {{
-    int ondim; int rndim; long nout; long nred;
-    long oshape[MAX_DIMS]; long ostride[MAX_DIMS];
-    long rshape[MAX_DIMS]; long rstride[MAX_DIMS];
-    long offset; long out_offset;
-}} reduce_t;
-typedef struct {{
-    int ndim; int pad; long nrows; long len;
-    long shape[MAX_DIMS]; long istride[MAX_DIMS]; long ostride[MAX_DIMS];
-    long ioff; long ooff; long istep; long ostep;
-}} rows_t;
 
 inline float bf16_load(ushort bits) {{ return as_float(((uint)bits) << 16); }}
 inline ushort bf16_store(float value) {{
@@ -217,18 +206,6 @@ WALK_DTYPE = np.dtype([
     ("ndim", np.int32), ("clamp", np.int32), ("n", np.int64),
     ("shape", np.int64, MAX_DIMS), ("strides", np.int64, (WALK_OPERANDS, MAX_DIMS)),
     ("offsets", np.int64, WALK_OPERANDS),
-])
-REDUCE_DTYPE = np.dtype([
-    ("ondim", np.int32), ("rndim", np.int32), ("nout", np.int64), ("nred", np.int64),
-    ("oshape", np.int64, MAX_DIMS), ("ostride", np.int64, MAX_DIMS),
-    ("rshape", np.int64, MAX_DIMS), ("rstride", np.int64, MAX_DIMS),
-    ("offset", np.int64), ("out_offset", np.int64),
-])
-ROWS_DTYPE = np.dtype([
-    ("ndim", np.int32), ("pad", np.int32), ("nrows", np.int64), ("len", np.int64),
-    ("shape", np.int64, MAX_DIMS), ("istride", np.int64, MAX_DIMS),
-    ("ostride", np.int64, MAX_DIMS),
-    ("ioff", np.int64), ("ooff", np.int64), ("istep", np.int64), ("ostep", np.int64),
 ])
 
 

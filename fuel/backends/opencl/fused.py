@@ -1,5 +1,6 @@
 """Fused nodes on OpenCL: each group's LoopKernel rendered to OpenCL C (fuel.compiler's
-``render_opencl``) and launched like every other OpenCL kernel.
+``render_opencl``) and launched like every other OpenCL kernel; ``RenderedKernel`` registers
+the reductions and row ops the same way (one LoopKernel per launch's layouts).
 
 The backend registers ``generate_opencl_kernel`` at ``(OpKind.FUSED, (), opencl)`` and its
 ``FusionTarget``; ``compile_node`` calls the generator with a fused node's LoopKernel and gets a
@@ -11,7 +12,8 @@ first launch on that device; a build failure is a KernelError carrying the compi
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -19,7 +21,7 @@ from fuel.backends.opencl.codegen import ProgramSpec
 from fuel.backends.opencl.common import group_size, launch_1d, use_groups
 from fuel.backends.opencl.runtime import cl
 from fuel.compiler.fusion import FusionTarget
-from fuel.compiler.kernel_ir import LoopKernel
+from fuel.compiler.kernel_ir import LoopKernel, has_scan
 from fuel.compiler.render_expression import renders
 from fuel.compiler.render_opencl import KERNEL_NAME, render_opencl, rendered_dtypes
 from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
@@ -37,10 +39,13 @@ class FusedOpenClKernel:
 
     def __init__(self, kernel: LoopKernel) -> None:
         self.loop = kernel
-        self.empty = any(size == 0 for size in kernel.shape)
-        self.rows = 1
-        for size in kernel.shape[:-1]:
+        self.empty = any(size == 0 for size in kernel.rows_shape)  # (an empty row folds)
+        self.rows = self.length = 1
+        for size in kernel.rows_shape:
             self.rows *= size
+        for size in kernel.row_shape:
+            self.length *= size
+        self.serial = not kernel.reduced or has_scan(kernel)  # (a scan folds its row in order)
         self.variants = {}  # group? -> (OpenClProgram, ProgramSpec)
         self.__qualname__ = self.__name__ = kernel.name
 
@@ -60,15 +65,14 @@ class FusedOpenClKernel:
         if self.empty:
             return lambda: None
         context = outputs[0].backend.context(outputs[0].device)
-        length = self.loop.shape[-1] if self.loop.reduced else 0
-        group = bool(self.loop.reduced) and use_groups(context, self.rows, length)
+        group = not self.serial and use_groups(context, self.rows, self.length)
         program, spec = self.variant(group)
         compiled = context.kernel(spec, KERNEL_NAME)
         arguments = np.array(program.bind([layout.offset for layout in layouts]), np.int64)
         buffers = [storage.buffer for storage in (*inputs, *outputs)]
         if group:
-            size = group_size(context, compiled, length)
-            scratch = cl.LocalMemory(size * 8)
+            size = group_size(context, compiled, self.length)
+            scratch = cl.LocalMemory(size * program.scratch)
             rows = self.rows
             return lambda: context.launch(compiled, (rows * size,), (size,), *buffers,
                                           arguments, scratch)
@@ -78,6 +82,41 @@ class FusedOpenClKernel:
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params: object) -> None:
         self.prepare(inputs, outputs, layouts, params)()
+
+
+@lru_cache(maxsize=4096)
+def loop_kernel(kernel: LoopKernel) -> FusedOpenClKernel:
+    """The kernel of ``kernel``, made (and rendered) once per LoopKernel."""
+    return FusedOpenClKernel(kernel)
+
+
+class RenderedKernel:
+    """A registered OpenCL kernel (a reduction, a row op) whose launches are LoopKernels:
+    ``build(inputs, outputs, layouts, params)`` describes one launch in the kernel IR (or
+    gives None: nothing to do) and ``render_opencl`` writes its program. ``__qualname__``
+    carries the digest of ``sample``'s rendering, so the binding's revision hash changes
+    whenever the renderer's output does."""
+
+    def __init__(self, name: str, build: Callable, sample: LoopKernel) -> None:
+        self.build = build
+        self.name = name
+        source = render_opencl(sample).source
+        digest = hashlib.blake2b(source.encode(), digest_size=8).hexdigest()
+        self.__qualname__ = f"opencl.{name}[{build.__qualname__}]#{digest}"
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: object) -> Launcher:
+        loop = self.build(inputs, outputs, layouts, params)
+        if loop is None:
+            return lambda: None
+        return loop_kernel(loop).prepare(inputs, outputs, layouts, params)
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params: object) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+    def __repr__(self) -> str:
+        return f"RenderedKernel({self.__qualname__})"
 
 
 def generate_opencl_kernel(kernel: LoopKernel) -> BindingEntry:
