@@ -248,6 +248,24 @@ def _c_unavailable_reason() -> str | None:
 register_fusion_target(BackendId.CPU, FusionTarget(_c_unavailable_reason, renders, _vector_math))
 
 
+def group_reads(graph, group: FusionGroup) -> tuple[list[int], tuple[int, ...]]:
+    """The node ids the group reads from outside itself, in first-use order (members in
+    order, each one's inputs in order: the loads ``lower_group`` makes), and the group's
+    wiring: for each member's each input, its member position, or ``-1 - i`` for source i."""
+    inputs = graph.inputs
+    local = {member: position for position, member in enumerate(group.members)}
+    sources: list[int] = []
+    wiring: list[int] = []
+    for member in group.members:
+        for source in inputs[member]:
+            position = local.get(source)
+            if position is None:
+                position = local[source] = -1 - len(sources)
+                sources.append(source)
+            wiring.append(position)
+    return sources, tuple(wiring)
+
+
 def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKernel, list[int]]:
     """The group's LoopKernel over its anchor's shape, and the node ids it loads, in order
     (their planned ``(slot, layout)`` in ``node_values``)."""
