@@ -117,29 +117,49 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
     spaces: dict[int, tuple[tuple[int, ...], bool]] = {}  # anchor -> (loop shape, reduced)
     nodes = graph.nodes
     expand, full = OpKind.EXPAND, OpKind.FULL
+    rendered = _rendered
     for node_id in range(len(nodes) - 1, -1, -1):
         node = nodes[node_id]
         op = node.op
-        if node.buffer is not None or not (op in FUSIBLE_OPS or op is expand or op is full
-                                           or op in ROW_REDUCE_OPS):
+        if node.buffer is not None:
             continue
-        backend = graph.target_backend(node_id)
-        if backend in usable:
-            found = usable[backend]
-        else:
+        elementwise = op in FUSIBLE_OPS
+        if not (elementwise or op is expand or op is full or op in ROW_REDUCE_OPS):
+            continue
+        # The node's kernel backend: its device's (none of these ops is a COPY).
+        backend = node.device.backend
+        found = usable.get(backend, False)
+        if found is False:
             found = usable[backend] = ((_targets[backend], _targets[backend].math_pays())
                                        if fusion_unavailable_reason(backend) is None else None)
         if found is None:
             continue
         target, math_pays = found
-        # Broadcasts and constant fills join a group (never start one) and launch nothing.
-        broadcast = op is expand or (op is full and target.renders("cast", (node.dtype,
-                                                                            node.dtype)))
-        reduce = op in ROW_REDUCE_OPS and _row_reduce(node, target)
-        if not (reduce or broadcast or op in FUSIBLE_OPS and _renders(node, target, math_pays)):
-            continue
-        if reads[node_id] == 1:
+        if elementwise:  # _renders, its memo looked up inline (the common case)
+            sources = node.inputs
+            if len(sources) == 2:
+                key = (id(target), math_pays, op, sources[0].dtype, sources[1].dtype,
+                       node.dtype)
+            else:
+                key = (id(target), math_pays, op, *[i.dtype for i in sources], node.dtype)
+            renders_here = rendered.get(key)
+            if renders_here is None:
+                renders_here = _renders(node, target, math_pays)
+            if not renders_here:
+                continue
+            broadcast = reduce = False
+        else:
+            # Broadcasts and constant fills join a group (never start one), launch nothing.
+            broadcast = op is expand or (op is full and target.renders("cast", (node.dtype,
+                                                                                node.dtype)))
+            reduce = op in ROW_REDUCE_OPS and _row_reduce(node, target)
+            if not (reduce or broadcast):
+                continue
+        count = reads[node_id]
+        if count == 1:
             anchor = anchor_of.get(last_use[node_id])
+        elif count == 0:  # read by nothing: a root (no consumers to list)
+            anchor = None
         else:
             anchors = {anchor_of.get(reader) for reader in graph.consumers()[node_id]}
             anchor = anchors.pop() if len(anchors) == 1 else None
