@@ -111,13 +111,14 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         return {}
     usable: dict[BackendId, tuple[FusionTarget, bool] | None] = {}  # target, math pays
     reads, last_use = graph.reads, graph.last_use  # a node read once: its reader is its last use
-    roots = set(graph.roots)
+    kept = set(graph.roots) | waited  # never internal to a group
     anchor_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}
     spaces: dict[int, tuple[tuple[int, ...], bool]] = {}  # anchor -> (loop shape, reduced)
     nodes = graph.nodes
     expand, full = OpKind.EXPAND, OpKind.FULL
     rendered = _rendered
+    last_device = last_found = None
     for node_id in range(len(nodes) - 1, -1, -1):
         node = nodes[node_id]
         op = node.op
@@ -127,11 +128,17 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         if not (elementwise or op is expand or op is full or op in ROW_REDUCE_OPS):
             continue
         # The node's kernel backend: its device's (none of these ops is a COPY).
-        backend = node.device.backend
-        found = usable.get(backend, False)
-        if found is False:
-            found = usable[backend] = ((_targets[backend], _targets[backend].math_pays())
-                                       if fusion_unavailable_reason(backend) is None else None)
+        device = node.device
+        if device is not last_device:
+            backend = device.backend
+            found = usable.get(backend, False)
+            if found is False:
+                found = usable[backend] = (
+                    (_targets[backend], _targets[backend].math_pays())
+                    if fusion_unavailable_reason(backend) is None else None)
+            last_device, last_found = device, found
+        else:
+            found = last_found
         if found is None:
             continue
         target, math_pays = found
@@ -164,7 +171,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
             anchors = {anchor_of.get(reader) for reader in graph.consumers()[node_id]}
             anchor = anchors.pop() if len(anchors) == 1 else None
         space = None
-        if anchor is not None and node_id not in roots and node_id not in waited:
+        if anchor is not None and node_id not in kept:
             space = spaces[anchor]
             if reduce or node.shape != space[0]:  # else it joins the loop shape as it is
                 space = _joined_space(graph, node, reduce, members[anchor], space)
@@ -183,9 +190,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         ordered = tuple(sorted(ids))
         name = "fused(" + ",".join([nodes[i].op._value_ for i in ordered
                                     if nodes[i].op not in LAUNCHLESS_MEMBERS]) + ")"
-        group = FusionGroup(ordered, name, *spaces[anchor])
-        for member in ordered:
-            groups[member] = group
+        groups.update(dict.fromkeys(ordered, FusionGroup(ordered, name, *spaces[anchor])))
     return groups
 
 
@@ -273,17 +278,12 @@ def group_reads(graph, group: FusionGroup) -> tuple[list[int], tuple[int, ...]]:
     order, each one's inputs in order: the loads ``lower_group`` makes), and the group's
     wiring: for each member's each input, its member position, or ``-1 - i`` for source i."""
     inputs = graph.inputs
-    local = {member: position for position, member in enumerate(group.members)}
-    sources: list[int] = []
-    wiring: list[int] = []
-    for member in group.members:
-        for source in inputs[member]:
-            position = local.get(source)
-            if position is None:
-                position = local[source] = -1 - len(sources)
-                sources.append(source)
-            wiring.append(position)
-    return sources, tuple(wiring)
+    members = group.members
+    local = dict(zip(members, range(len(members))))
+    read = [source for member in members for source in inputs[member]]
+    sources = list(dict.fromkeys([source for source in read if source not in local]))
+    local.update(zip(sources, range(-1, -1 - len(sources), -1)))
+    return sources, tuple([local[source] for source in read])
 
 
 def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKernel, list[int]]:
