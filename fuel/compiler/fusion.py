@@ -111,40 +111,67 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         return {}
     usable: dict[BackendId, tuple[FusionTarget, bool] | None] = {}  # target, math pays
     reads, last_use = graph.reads, graph.last_use  # a node read once: its reader is its last use
-    roots = set(graph.roots)
+    kept = set(graph.roots) | waited  # never internal to a group
     anchor_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}
     spaces: dict[int, tuple[tuple[int, ...], bool]] = {}  # anchor -> (loop shape, reduced)
     nodes = graph.nodes
     expand, full = OpKind.EXPAND, OpKind.FULL
+    rendered = _rendered
+    last_device = last_found = None
     for node_id in range(len(nodes) - 1, -1, -1):
         node = nodes[node_id]
         op = node.op
-        if node.buffer is not None or not (op in FUSIBLE_OPS or op is expand or op is full
-                                           or op in ROW_REDUCE_OPS):
+        if node.buffer is not None:
             continue
-        backend = graph.target_backend(node_id)
-        if backend in usable:
-            found = usable[backend]
+        elementwise = op in FUSIBLE_OPS
+        if not (elementwise or op is expand or op is full or op in ROW_REDUCE_OPS):
+            continue
+        # The node's kernel backend: its device's (none of these ops is a COPY).
+        device = node.device
+        if device is not last_device:
+            backend = device.backend
+            found = usable.get(backend, False)
+            if found is False:
+                found = usable[backend] = (
+                    (_targets[backend], _targets[backend].math_pays())
+                    if fusion_unavailable_reason(backend) is None else None)
+            last_device, last_found = device, found
         else:
-            found = usable[backend] = ((_targets[backend], _targets[backend].math_pays())
-                                       if fusion_unavailable_reason(backend) is None else None)
+            found = last_found
         if found is None:
             continue
         target, math_pays = found
-        # Broadcasts and constant fills join a group (never start one) and launch nothing.
-        broadcast = op is expand or (op is full and target.renders("cast", (node.dtype,
-                                                                            node.dtype)))
-        reduce = op in ROW_REDUCE_OPS and _row_reduce(node, target)
-        if not (reduce or broadcast or op in FUSIBLE_OPS and _renders(node, target, math_pays)):
-            continue
-        if reads[node_id] == 1:
+        if elementwise:  # _renders, its memo looked up inline (the common case)
+            sources = node.inputs
+            if len(sources) == 2:
+                key = (id(target), math_pays, op, sources[0].dtype, sources[1].dtype,
+                       node.dtype)
+            else:
+                key = (id(target), math_pays, op, *[i.dtype for i in sources], node.dtype)
+            renders_here = rendered.get(key)
+            if renders_here is None:
+                renders_here = _renders(node, target, math_pays)
+            if not renders_here:
+                continue
+            broadcast = reduce = False
+        else:
+            # Broadcasts and constant fills join a group (never start one), launch nothing.
+            broadcast = op is expand or (op is full and target.renders("cast", (node.dtype,
+                                                                                node.dtype)))
+            reduce = op in ROW_REDUCE_OPS and _row_reduce(node, target)
+            if not (reduce or broadcast):
+                continue
+        count = reads[node_id]
+        if count == 1:
             anchor = anchor_of.get(last_use[node_id])
+        elif count == 0:  # read by nothing: a root (no consumers to list)
+            anchor = None
         else:
             anchors = {anchor_of.get(reader) for reader in graph.consumers()[node_id]}
             anchor = anchors.pop() if len(anchors) == 1 else None
         space = None
-        if anchor is not None and node_id not in roots and node_id not in waited:
+        if anchor is not None and node_id not in kept:
             space = spaces[anchor]
             if reduce or node.shape != space[0]:  # else it joins the loop shape as it is
                 space = _joined_space(graph, node, reduce, members[anchor], space)
@@ -163,9 +190,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         ordered = tuple(sorted(ids))
         name = "fused(" + ",".join([nodes[i].op._value_ for i in ordered
                                     if nodes[i].op not in LAUNCHLESS_MEMBERS]) + ")"
-        group = FusionGroup(ordered, name, *spaces[anchor])
-        for member in ordered:
-            groups[member] = group
+        groups.update(dict.fromkeys(ordered, FusionGroup(ordered, name, *spaces[anchor])))
     return groups
 
 
@@ -246,6 +271,19 @@ def _c_unavailable_reason() -> str | None:
 
 # The C renderer's target (the CPU backend registers its generator, fuel.compiler.cpu).
 register_fusion_target(BackendId.CPU, FusionTarget(_c_unavailable_reason, renders, _vector_math))
+
+
+def group_reads(graph, group: FusionGroup) -> tuple[list[int], tuple[int, ...]]:
+    """The node ids the group reads from outside itself, in first-use order (members in
+    order, each one's inputs in order: the loads ``lower_group`` makes), and the group's
+    wiring: for each member's each input, its member position, or ``-1 - i`` for source i."""
+    inputs = graph.inputs
+    members = group.members
+    local = dict(zip(members, range(len(members))))
+    read = [source for member in members for source in inputs[member]]
+    sources = list(dict.fromkeys([source for source in read if source not in local]))
+    local.update(zip(sources, range(-1, -1 - len(sources), -1)))
+    return sources, tuple([local[source] for source in read])
 
 
 def lower_group(graph, group: FusionGroup, node_values: list) -> tuple[LoopKernel, list[int]]:

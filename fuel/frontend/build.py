@@ -97,6 +97,7 @@ def make(op: OpKind, inputs: tuple[Node, ...], params, device: Device | None = N
 
 
 _PAIR_RULES: dict = {}
+_SITES: dict[str, dict[int, tuple[str, int]]] = {}  # file -> line -> the site tuple
 
 
 def make_pair(op: OpKind, first: Node, second: Node) -> Node | None:
@@ -122,7 +123,16 @@ def make_pair(op: OpKind, first: Node, second: Node) -> Node | None:
         runtime = _is_runtime.get(code.co_filename)
         if runtime is None:
             runtime = is_runtime_file(code.co_filename)
-        site = creation_site() if runtime else (code.co_filename, caller.f_lineno)
+        if runtime:
+            site = creation_site()
+        else:  # one shared (file, line) tuple per site: no new object per node for the GC
+            lines = _SITES.get(code.co_filename)
+            if lines is None:
+                lines = _SITES[code.co_filename] = {}
+            line = caller.f_lineno
+            site = lines.get(line)
+            if site is None:
+                site = lines[line] = (code.co_filename, line)
     return Node(op, (first, second), NO_PARAMS, found[1], found[0], first.device, site,
                 found[2])
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from fuel.backends import get_backend
 from fuel.backends.base import Backend
-from fuel.compiler.fusion import FusionGroup, fusion_groups, lower_group
+from fuel.compiler.fusion import FusionGroup, fusion_groups, group_reads, lower_group
 from fuel.dispatch.compiled import CompiledNode, compile_node, node_lookup_dtypes
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.graph import Graph
@@ -119,6 +119,18 @@ def _wait_set(graph: Graph) -> set[int]:
     return waited
 
 
+def _lowering_signature(graph: Graph, group: FusionGroup, outside: list[int],
+                        wiring: tuple[int, ...], values: list, backend_id) -> tuple:
+    """What a group's LoopKernel depends on, without lowering it: its members' structural
+    keys (``Node.key``: op, params, dtype, shape, inputs' keys; the trust the plan cache places
+    in them), its wiring, its outside inputs' dtypes and planned layouts, the loop space and
+    the backend."""
+    nodes = graph.nodes
+    return (FusionGroup, tuple([nodes[m].key for m in group.members]), wiring,
+            tuple([nodes[s].dtype for s in outside]), tuple([values[s][1] for s in outside]),
+            group.shape, group.reduced, backend_id)
+
+
 class PlanBuilder:
     """Decides slots, layouts, kernels and frees node by node; ``steps()`` yields each Step
     (or a tuple of slots to free) as soon as it is decided, so execution can start early."""
@@ -213,18 +225,19 @@ class PlanBuilder:
         """One launch of the group's generated kernel, materializing only its anchor."""
         graph = self.graph
         values = self.plan.node_values
-        kernel, sources = lower_group(graph, group, values)
         backend_id = graph.target_backend(group.anchor)
-        dtypes = tuple(graph.nodes[s].dtype for s in sources) + (node.dtype,)
         memo = _compiled_memo(self.table)
-        key = (OpKind.FUSED, dtypes, backend_id, kernel)
-        compiled = memo.get(key)
-        if compiled is None:
-            try:
-                compiled = compile_node(OpKind.FUSED, dtypes, backend_id, kernel, self.table)
-            except FuelError as error:
-                raise type(error)(f"{error} [{node_label(graph, group.members[0])}]") from None
-            memo[key] = compiled
+        outside, wiring = group_reads(graph, group)
+        signature = _lowering_signature(graph, group, outside, wiring, values, backend_id)
+        found = memo.get(signature)
+        if found is not None:  # a group lowered before: no lowering, no LoopKernel to hash
+            compiled, order = found
+            sources = [outside[i] for i in order]
+        else:
+            compiled, sources = self._lower_and_compile(node, group, backend_id)
+            position = {source: i for i, source in enumerate(outside)}
+            if all(source in position for source in sources):
+                memo[signature] = (compiled, tuple([position[s] for s in sources]))
         for source in sources:
             self._use(values[source][0], group.anchor)
         device = node.device
@@ -236,6 +249,23 @@ class PlanBuilder:
                     [values[s][1] for s in sources] + [out_layout], target, device,
                     self._backend(device), pool_for(device), node.dtype, out_layout.numel,
                     waited=group.anchor in self.waited)
+
+    def _lower_and_compile(self, node, group: FusionGroup, backend_id
+                           ) -> tuple[CompiledNode, list[int]]:
+        """The group's LoopKernel compiled (memoized per kernel), and the node ids it loads."""
+        graph = self.graph
+        kernel, sources = lower_group(graph, group, self.plan.node_values)
+        dtypes = tuple(graph.nodes[s].dtype for s in sources) + (node.dtype,)
+        memo = _compiled_memo(self.table)
+        key = (OpKind.FUSED, dtypes, backend_id, kernel)
+        compiled = memo.get(key)
+        if compiled is None:
+            try:
+                compiled = compile_node(OpKind.FUSED, dtypes, backend_id, kernel, self.table)
+            except FuelError as error:
+                raise type(error)(f"{error} [{node_label(graph, group.members[0])}]") from None
+            memo[key] = compiled
+        return compiled, sources
 
     def _contiguous_kernel(self, dtype, device) -> CompiledNode:
         compiled = self.contiguous.get((dtype, device.backend))
