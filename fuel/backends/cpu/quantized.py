@@ -37,6 +37,10 @@ DEQUANTIZE, MATMUL, EMBEDDING = 0, 1, 2
 # a time (about TILE_FLOATS values, cache-sized) and multiply through BLAS: compute-bound there,
 # where the per-row C dot (memory-bound decode shapes) would not use the cache for reuse.
 BLAS_ROWS = 16
+# Formats whose matmul (below BLAS_ROWS rows) quantizes the activations to 8-bit blocks of 32
+# and dots each weight block in integers (quantized.c's INTEGER_DOT).
+INTEGER_DOT_FORMATS = frozenset({"q4_0", "q4_1", "q8_0"})
+ACTIVATION_BLOCK = 32
 TILE_FLOATS = 1 << 18
 
 _libraries: dict[QuantizedDType, object] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fuel.backends.cpu.quantized import ACTIVATION_BLOCK, BLAS_ROWS, INTEGER_DOT_FORMATS
 from fuel.ir.dtype import QuantizedDType
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
@@ -51,6 +52,17 @@ def blocks_operand(blocks: np.ndarray, dtype: QuantizedDType, shape) -> Operand:
                    "blocks", dtype)
 
 
+def activation_rounding_bound(x: np.ndarray, weight: np.ndarray) -> float:
+    """The largest error the 8-bit activation blocks can add to an output: each activation
+    x_l is replaced by d_b * round(x_l / d_b) with d_b = max|x| over its block of 32 / 127, off
+    by at most d_b / 2, so |error[i, j]| <= sum_b d_b[i] / 2 * sum_(l in b) |w[j, l]|."""
+    rows, k = x.shape
+    blocks = np.abs(x.astype(np.float64)).reshape(rows, k // ACTIVATION_BLOCK, -1)
+    half_steps = blocks.max(axis=2) / 127.0 / 2.0
+    weight_sums = np.abs(weight).reshape(weight.shape[0], k // ACTIVATION_BLOCK, -1).sum(axis=2)
+    return float((half_steps @ weight_sums.T).max())
+
+
 def _available() -> bool:
     try:
         import gguf  # noqa: F401
@@ -92,12 +104,17 @@ def quantized_matmul_cases(dtypes):
         weight = dequantized(blocks, dtype).astype(np.float64)
         scale = float((np.abs(x.astype(np.float64)) @ np.abs(weight).T).max())
 
+        rows = int(np.prod(rows_shape))
+        tolerance = 1e-6 * scale
+        if dtype.name in INTEGER_DOT_FORMATS and rows < BLAS_ROWS:
+            tolerance += activation_rounding_bound(x.reshape(rows, k), weight)
+
         def reference(arrays, params, weight=weight):
             return arrays[0].astype(np.float64) @ weight.T
 
         cases.append(Case(None, [operand(x, kind), blocks_operand(blocks, dtype, (n, k))],
                           reference, f"quantized_matmul {rows_shape} x ({n}, {k})",
-                          rtol=1e-5, atol=1e-6 * scale))
+                          rtol=1e-5, atol=tolerance))
     return cases
 
 
