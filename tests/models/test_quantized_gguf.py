@@ -18,6 +18,25 @@ def cache_dir(tmp_path, monkeypatch):
     return folder
 
 
+# The decode-shape matmuls (fewer than BLAS_ROWS activation rows) quantize the activations to
+# 8-bit blocks of 32, each value off by at most half a step (max|x| / 254 of its block), as
+# llama.cpp's q8 dots: the logits then differ from the float32 path by about 1% of their span
+# (measured on these tiny models: below 0.7%), not by summation order only.
+ACTIVATION_ROUNDING = 0.02
+
+
+def assert_close_to_float_path(ours: np.ndarray, theirs: np.ndarray) -> None:
+    """Logits within ACTIVATION_ROUNDING of the reference's span, and every position's top-1
+    the same where the reference's top-2 margin is larger than twice the difference allowed."""
+    allowed = ACTIVATION_ROUNDING * float(np.ptp(theirs))
+    difference = float(np.abs(ours - theirs).max())
+    print(f"max |logit difference| {difference:.2e} (allowed {allowed:.2e})")
+    assert difference <= allowed
+    top = np.sort(theirs, axis=-1)
+    clear = top[..., -1] - top[..., -2] > 2 * allowed
+    assert (ours.argmax(-1) == theirs.argmax(-1))[clear].all()
+
+
 def _weight_entries(folder):
     """Converted-weight cache entries (the kernel cache's own folder left out)."""
     if not folder.exists():
@@ -41,8 +60,7 @@ def test_quantized_model_matches_the_float32_path(tiny_gguf, cache_dir, fields):
     ids = quantized.encode("the hat in the")
     ours = quantized.forward(ids, quantized.new_cache(32), all_logits=True)
     theirs = reference.forward(ids, reference.new_cache(32), all_logits=True)
-    assert np.abs(ours - theirs).max() <= 1e-4
-    assert quantized.generate_ids(ids, 6) == reference.generate_ids(ids, 6)
+    assert_close_to_float_path(ours, theirs)
 
 
 def test_mixed_formats_run_as_separate_projections(tiny_gguf, cache_dir):
@@ -59,7 +77,7 @@ def test_mixed_formats_run_as_separate_projections(tiny_gguf, cache_dir):
     ids = model.encode("the hat")
     ours = model.forward(ids, model.new_cache(16), all_logits=True)
     theirs = reference.forward(ids, reference.new_cache(16), all_logits=True)
-    assert np.abs(ours - theirs).max() <= 1e-4
+    assert_close_to_float_path(ours, theirs)
 
 
 def test_format_without_kernels_is_dequantized_with_a_notice(tiny_gguf, cache_dir, capsys):
@@ -144,7 +162,7 @@ def test_primitive_backend_runs_the_quantized_model_through_dequantize(tiny_gguf
     ids = on_cpu.encode("the cat in the hat")
     expected = on_cpu.forward(ids, on_cpu.new_cache(32), all_logits=True)
     got = on_primitives.forward(ids, on_primitives.new_cache(32), all_logits=True)
-    assert np.abs(got - expected).max() <= 1e-4
+    assert_close_to_float_path(expected, got)  # the primitive path has no activation rounding
     x = fuel.ones(2, 64, device=DEVICE)
     report = str(fuel.quantized_matmul(x, on_primitives.weights.layers[0].o_t).explain())
     assert "decomposed" in report and "dequantize" in report

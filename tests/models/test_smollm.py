@@ -136,17 +136,27 @@ def test_seeded_sampling_is_reproducible(fuel_model):
 
 def test_quantized_logits_match_the_float32_path(fuel_model, fuel_float_model):
     """Teacher-forced over 64 tokens: the quantized kernels against the dequantized float32
-    weights (both from the same blocks, so only summation order differs)."""
+    weights (both from the same blocks). As one 64-row prompt (de-quantized tiles through
+    BLAS) only summation order differs; one token at a time (the decode shape, activations
+    quantized to 8-bit blocks as llama.cpp does) the logits move by the activation rounding:
+    measured max 1.27 on a span of 56.6 and 89% top-1 agreement, every miss at a reference
+    top-2 margin below 0.3 (the issue's 99% holds for the prompt shape only)."""
     ids = fuel_model.encode("The history of the printing press begins in") + list(range(
         1000, 1000 + 64))
     ids = ids[:64]
-    quantized = fuel_model.forward(ids, fuel_model.new_cache(64), all_logits=True)
+    prompt = fuel_model.forward(ids, fuel_model.new_cache(64), all_logits=True)
     reference = fuel_float_model.forward(ids, fuel_float_model.new_cache(64), all_logits=True)
-    agreement = float(np.mean(quantized.argmax(-1) == reference.argmax(-1)))
-    difference = float(np.abs(quantized - reference).max())
-    print(f"top-1 agreement {agreement:.4f}, max |logit difference| {difference:.2e}")
-    assert agreement >= 0.99
-    assert difference <= 1e-3
+    cache = fuel_model.new_cache(64)
+    decoded = np.concatenate([fuel_model.forward([token], cache) for token in ids])
+    span = float(np.ptp(reference))
+    for name, quantized, bound, least in (("prompt", prompt, 1e-3, 0.99),
+                                          ("decode", decoded, 0.03 * span, 0.85)):
+        agreement = float(np.mean(quantized.argmax(-1) == reference.argmax(-1)))
+        difference = float(np.abs(quantized - reference).max())
+        print(f"{name}: top-1 agreement {agreement:.4f}, max |logit difference| "
+              f"{difference:.2e} (logits span {span:.1f})")
+        assert agreement >= least
+        assert difference <= bound
 
 
 def test_second_load_comes_from_the_disk_cache(fuel_float_model, cache_dir, monkeypatch):
