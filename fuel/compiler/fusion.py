@@ -147,7 +147,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
         if anchor is not None and node_id not in roots and node_id not in waited:
             space = spaces[anchor]
             if reduce or node.shape != space[0]:  # else it joins the loop shape as it is
-                space = _joined_space(graph, node, members[anchor], space, target)
+                space = _joined_space(graph, node, reduce, members[anchor], space)
         if space is not None:
             anchor_of[node_id] = anchor
             members[anchor].append(node_id)
@@ -184,10 +184,11 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return lead >= 0 and all(s in (1, t) for s, t in zip(shape, target[lead:]))
 
 
-def _joined_space(graph, node, ids: list[int], space, target: FusionTarget):
-    """The group's (loop shape, reduced) with ``node`` added, or None when it cannot join."""
+def _joined_space(graph, node, reduce: bool, ids: list[int], space):
+    """The group's (loop shape, reduced) with ``node`` (a row reduction when ``reduce``)
+    added, or None when it cannot join."""
     shape, reduced = space
-    if not _row_reduce(node, target):
+    if not reduce:
         return space if _broadcasts(node.shape, shape) else None
     source = node.inputs[0].shape
     if reduced:

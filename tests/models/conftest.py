@@ -64,6 +64,14 @@ def oracle():
 
 
 @pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    """A fresh fuel cache folder (``FUEL_CACHE_DIR``) for one test."""
+    folder = tmp_path / "fuel-cache"
+    monkeypatch.setenv("FUEL_CACHE_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
 def tiny_gguf(tmp_path):
     """A factory writing a tiny random Llama GGUF: ``tiny_gguf(**TinyLlama fields)``."""
     require_modules("gguf", "tokenizers")

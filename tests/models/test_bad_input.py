@@ -16,11 +16,6 @@ from fuel.extras import install_command
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path / "fuel-cache"))
-
-
-@pytest.fixture
 def tiny_model(tiny_gguf, cache_dir):
     from fuel.models.llama import load_gguf
 

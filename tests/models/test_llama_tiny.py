@@ -9,12 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    folder = tmp_path / "fuel-cache"
-    monkeypatch.setenv("FUEL_CACHE_DIR", str(folder))
-    return folder
+from tests.models.tiny_gguf import assert_matches_the_cpu
 
 
 @pytest.mark.parametrize("fields", [
@@ -215,17 +210,10 @@ def test_tiny_model_on_another_device_matches_the_cpu(tiny_gguf, cache_dir):
     from fuel.backends import get_backend
     from fuel.ir.device import parse_device
     from fuel.ir.errors import DeviceError
-    from fuel.models.llama import load_gguf
 
     device = parse_device("opencl:0")
     try:
         get_backend(device)
     except DeviceError as error:
         pytest.skip(f"no OpenCL device: {error}")
-    path = tiny_gguf()
-    on_cpu, on_device = load_gguf(path), load_gguf(path, device=device)
-    ids = on_cpu.encode("the cat in the hat")
-    expected = on_cpu.forward(ids, on_cpu.new_cache(32), all_logits=True)
-    got = on_device.forward(ids, on_device.new_cache(32), all_logits=True)
-    assert np.abs(got - expected).max() <= 1e-4
-    assert on_device.generate_ids(ids, 8) == on_cpu.generate_ids(ids, 8)
+    assert_matches_the_cpu(tiny_gguf(), device)

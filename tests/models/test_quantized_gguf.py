@@ -11,13 +11,6 @@ import numpy as np
 import pytest
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    folder = tmp_path / "fuel-cache"
-    monkeypatch.setenv("FUEL_CACHE_DIR", str(folder))
-    return folder
-
-
 # The decode-shape matmuls (fewer than BLAS_ROWS activation rows) quantize the activations to
 # 8-bit blocks of 32, each value off by at most half a step (max|x| / 254 of its block), as
 # llama.cpp's q8 dots: the logits then differ from the float32 path by about 1% of their span

@@ -7,28 +7,13 @@ import numpy as np
 import pytest
 
 from tests.backends.wgpu.support import wgpu_device
+from tests.models.tiny_gguf import assert_matches_the_cpu
 
 SENTENCES = ["hello world", "A man is eating a piece of bread.", "The girl is carrying a baby."]
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    folder = tmp_path / "fuel-cache"
-    monkeypatch.setenv("FUEL_CACHE_DIR", str(folder))
-    return folder
-
-
 def test_tiny_llama_on_wgpu_matches_the_cpu(tiny_gguf, cache_dir):
-    from fuel.models.llama import load_gguf
-
-    device = wgpu_device()
-    path = tiny_gguf()
-    on_cpu, on_device = load_gguf(path), load_gguf(path, device=device)
-    ids = on_cpu.encode("the cat in the hat")
-    expected = on_cpu.forward(ids, on_cpu.new_cache(32), all_logits=True)
-    got = on_device.forward(ids, on_device.new_cache(32), all_logits=True)
-    assert np.abs(got - expected).max() <= 1e-4
-    assert on_device.generate_ids(ids, 8) == on_cpu.generate_ids(ids, 8)
+    assert_matches_the_cpu(tiny_gguf(), wgpu_device())
 
 
 @pytest.mark.slow

@@ -130,3 +130,16 @@ def write_tiny_llama(path: Path, spec: TinyLlama | None = None, seed: int = 0) -
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def assert_matches_the_cpu(path: Path, device) -> None:
+    """The Llama GGUF at ``path`` on ``device`` gives the CPU backend's logits (within 1e-4)
+    for a short prompt, and the same 8 greedy ids."""
+    from fuel.models.llama import load_gguf
+
+    on_cpu, on_device = load_gguf(path), load_gguf(path, device=device)
+    ids = on_cpu.encode("the cat in the hat")
+    expected = on_cpu.forward(ids, on_cpu.new_cache(32), all_logits=True)
+    got = on_device.forward(ids, on_device.new_cache(32), all_logits=True)
+    assert np.abs(got - expected).max() <= 1e-4
+    assert on_device.generate_ids(ids, 8) == on_cpu.generate_ids(ids, 8)

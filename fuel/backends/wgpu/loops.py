@@ -118,13 +118,9 @@ def one_value(op: str, in_dtypes: tuple, out_dtype) -> LoopKernel:
     return builder.build(op, [Store(builder.cast(value, out_dtype), out_dtype)], (op,))
 
 
-class LoopKernelFunction:
-    """A registered kernel made of one LoopKernel: walks strided inputs, writes a dense
-    output."""
-
-    def __init__(self, kernel: LoopKernel) -> None:
-        self.kernel = kernel
-        self.__qualname__ = self.__name__ = f"wgsl.{kernel.name}"
+class LoopLaunch:
+    """A kernel that runs as one WGSL launch: ``launch`` records it (``bind``: for replays,
+    the params buffer and bind group made once, returning the recording launcher)."""
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
         self.launch(inputs, outputs, layouts)
@@ -133,6 +129,18 @@ class LoopKernelFunction:
         """For replays: the params buffer and bind group made once; a launch only records."""
         return self.launch(inputs, outputs, layouts, bind=True) or (
             lambda: self(inputs, outputs, layouts, params))
+
+    def launch(self, inputs, outputs, layouts, bind: bool = False):
+        raise NotImplementedError
+
+
+class LoopKernelFunction(LoopLaunch):
+    """A registered kernel made of one LoopKernel: walks strided inputs, writes a dense
+    output."""
+
+    def __init__(self, kernel: LoopKernel) -> None:
+        self.kernel = kernel
+        self.__qualname__ = self.__name__ = f"wgsl.{kernel.name}"
 
     def launch(self, inputs, outputs, layouts, bind: bool = False):
         out_layout = layouts[-1]
@@ -150,20 +158,12 @@ def strided_copy(source, source_layout: Layout, target, target_layout: Layout) -
 # ------------------------------------------------------------------ fused groups
 
 
-class FusedKernel:
+class FusedKernel(LoopLaunch):
     """A planner's fused group (a LoopKernel with its loads' strides) as one WGSL launch."""
 
     def __init__(self, kernel: LoopKernel) -> None:
         self.loop = kernel
         self.__qualname__ = self.__name__ = kernel.name
-
-    def __call__(self, inputs, outputs, layouts, params) -> None:
-        self.launch(inputs, outputs, layouts)
-
-    def prepare(self, inputs, outputs, layouts, params) -> Launcher:
-        """For replays: the params buffer and bind group made once; a launch only records."""
-        return self.launch(inputs, outputs, layouts, bind=True) or (
-            lambda: self(inputs, outputs, layouts, params))
 
     def launch(self, inputs, outputs, layouts, bind: bool = False):
         kernel = self.loop
