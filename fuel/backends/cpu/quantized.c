@@ -6,11 +6,14 @@
  *   0 dequantize:  data = {weight, out};        sizes = {0, elements}
  *   1 matmul:      data = {x, weight, out};     sizes = {1, m, n, k, threads}
  *                  out[i, j] = sum_l x[i, l] * w[j, l]  (w: n rows of k)
- *                  q4_0, q4_1, q8_0: x is first quantized to 8-bit blocks of 32 (ggml's q8_1:
- *                  x ~ d * q, d = max|x| / 127, s = d * sum(q)) and each weight block's dot is
- *                  integer arithmetic; the other formats de-quantize each weight row to floats.
+ *                  q4_0, q4_1, q8_0: x is first rounded to 8-bit blocks of 32 (the registry's
+ *                  round_int8_blocks: x ~ d * q, d = max|x| / 127, s = d * sum(q)) and each
+ *                  weight block's dot is integer arithmetic; the other formats de-quantize each
+ *                  weight row to floats.
  *   2 embedding:   data = {table, ids, out};    sizes = {2, count, k, id_bytes}
+ *   3 round:       data = {x, out};             sizes = {3, blocks}  (round_int8_blocks)
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,16 +144,14 @@ static inline float dot(const float *restrict a, const float *restrict b, int64_
     return sum;
 }
 
-#if defined(FORMAT_Q4_0) || defined(FORMAT_Q4_1) || defined(FORMAT_Q8_0)
-#define INTEGER_DOT 1
-
-/* One block of 32 activations quantized to 8 bits: x ~ d * q, s = d * sum(q). */
+/* One block of 32 activations rounded to 8 bits: x ~ d * q, s = d * sum(q). */
 typedef struct {
     float d, s;
     int8_t q[32];
 } activation_block;
 
-/* count blocks of x into out (round half away from zero, as ggml's quantize_row_q8_1). */
+/* count blocks of x into out: the registry's round_int8_blocks (d = max|x| / 127, q =
+ * round_half_even(x * (1 / d)), 0 where d is 0), as float32 steps in the decomposition's order. */
 static void quantize_activations(const float *restrict x, activation_block *restrict out,
                                  int64_t count) {
     for (int64_t block = 0; block < count; block++) {
@@ -158,15 +159,14 @@ static void quantize_activations(const float *restrict x, activation_block *rest
         float largest = 0.0f;
 #pragma omp simd reduction(max : largest)
         for (int l = 0; l < 32; l++) {
-            float magnitude = values[l] < 0.0f ? -values[l] : values[l];
+            float magnitude = fabsf(values[l]);
             largest = magnitude > largest ? magnitude : largest;
         }
         const float d = largest / 127.0f, inverse = d > 0.0f ? 1.0f / d : 0.0f;
         int sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int l = 0; l < 32; l++) {
-            float scaled = values[l] * inverse;
-            int q = (int)(scaled + (scaled < 0.0f ? -0.5f : 0.5f));
+            int q = (int)rintf(values[l] * inverse);
             out[block].q[l] = (int8_t)q;
             sum += q;
         }
@@ -174,6 +174,20 @@ static void quantize_activations(const float *restrict x, activation_block *rest
         out[block].s = d * (float)sum;
     }
 }
+
+/* count blocks of x rounded to 8 bits, back as floats d * q (the operand the float paths
+ * multiply). */
+static void round_blocks(const float *restrict x, float *restrict out, int64_t count) {
+    activation_block block;
+    for (int64_t b = 0; b < count; b++) {
+        quantize_activations(x + 32 * b, &block, 1);
+#pragma omp simd
+        for (int l = 0; l < 32; l++) out[32 * b + l] = (float)block.q[l] * block.d;
+    }
+}
+
+#if defined(FORMAT_Q4_0) || defined(FORMAT_Q4_1) || defined(FORMAT_Q8_0)
+#define INTEGER_DOT 1
 
 #if defined(__AVX2__)
 /* The 32 products of one weight block's codes with the activation codes, summed to 8 int32. */
@@ -327,6 +341,9 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     case 2:
         embedding((const uint8_t *)data[0], data[1], (float *)data[2], sizes[1], sizes[2],
                   sizes[3]);
+        break;
+    case 3:
+        round_blocks((const float *)data[0], (float *)data[1], sizes[1]);
         break;
     }
 }
