@@ -21,7 +21,6 @@ from fuel.nn.functional import rms_norm, silu, softmax
 from fuel.tensor import Tensor
 
 
-
 @dataclass(frozen=True)
 class RoundedInput:
     """A float ``(in, out)`` projection de-quantized at load from a format whose

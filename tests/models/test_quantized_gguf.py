@@ -10,7 +10,6 @@ import struct
 import numpy as np
 import pytest
 
-
 # The decode-shape matmuls (fewer than BLAS_ROWS activation rows) quantize the activations to
 # 8-bit blocks of 32, each value off by at most half a step (max|x| / 254 of its block), as
 # llama.cpp's q8 dots: the logits then differ from the float32 path by about 1% of their span
