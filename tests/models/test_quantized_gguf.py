@@ -10,10 +10,10 @@ import struct
 import numpy as np
 import pytest
 
-# The decode-shape matmuls (fewer than BLAS_ROWS activation rows) quantize the activations to
-# 8-bit blocks of 32, each value off by at most half a step (max|x| / 254 of its block), as
-# llama.cpp's q8 dots: the logits then differ from the float32 path by about 1% of their span
-# (measured on these tiny models: below 0.7%), not by summation order only.
+# quantized_matmul rounds the activations to 8-bit blocks of 32 for q4_0/q4_1/q8_0 weights
+# (round_int8_blocks, every row count), each value off by at most half a step (max|x| / 254 of
+# its block), as llama.cpp's q8 dots: the logits then differ from the float32 path by about 1%
+# of their span (measured on these tiny models: below 0.7%), not by summation order only.
 ACTIVATION_ROUNDING = 0.02
 
 
