@@ -66,9 +66,17 @@ def dequantize(x: Tensor) -> Tensor:
 @at_user_line
 def quantized_matmul(x: Tensor, weight: Tensor) -> Tensor:
     """``x @ dequantize(weight).T`` for float32 ``x`` (..., k) and a quantized (n, k) weight,
-    computed on the blocks (torch.nn.functional.linear without a bias)."""
+    computed on the blocks (torch.nn.functional.linear without a bias); for q4_0, q4_1 and q8_0
+    weights ``x`` is first ``round_int8_blocks(x)``, as llama.cpp does."""
     return make(OpKind.QUANTIZED_MATMUL, (_tensor(x, "input"), _tensor(weight, "weight")),
                 NO_PARAMS)
+
+
+@at_user_line
+def round_int8_blocks(x: Tensor) -> Tensor:
+    """float32 ``x`` rounded per block of 32 along its last dim to 8-bit codes times a scale
+    (``max|x| / 127``): the activation rounding of llama.cpp's q8_0 / q8_1 dots."""
+    return make(OpKind.ROUND_INT8_BLOCKS, (_tensor(x, "input"),), NO_PARAMS)
 
 
 @at_user_line

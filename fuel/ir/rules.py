@@ -476,6 +476,14 @@ def quantized_matmul(params, shapes, dtypes):
     return x[:-1] + (weight[0],), dt.float32
 
 
+def int8_blocks(params, shapes, dtypes):
+    x = shapes[0]
+    if not x or x[-1] % 32:
+        raise ShapeError(f"round_int8_blocks needs a last dim that is a multiple of 32, got "
+                         f"shape {x}")
+    return x, dt.float32
+
+
 def quantized_embedding(params, shapes, dtypes):
     table, index = shapes
     if len(table) != 2:

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import fuel
+from fuel.ir.dtype import QUANTIZED_BY_GGUF_TYPE
 from fuel.ir.errors import InvalidArgument
+from fuel.ir.ops import ACTIVATION_ROUNDED_FORMATS
 from fuel.models.common import model_file, notice, progress, require
 from fuel.models.gguf_loader import (
     GGUFModelFile,
@@ -29,6 +31,7 @@ from fuel.models.gguf_loader import (
 from fuel.models.kv_cache import KVCache
 from fuel.models.llama_graph import (
     LlamaWeights,
+    RoundedInput,
     StepInputs,
     decoder_step,
     rope_inverse_frequencies,
@@ -400,14 +403,24 @@ def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -
     like the float path."""
     kernels = device_kernels(device)
 
-    def as_projection(parts: list) -> object:
+    def rounds_input(name: str) -> bool:
+        """Whether the stored format's quantized_matmul rounds its input (ops' definition)."""
+        stored_as = QUANTIZED_BY_GGUF_TYPE.get(int(source.tensors[name].tensor_type))
+        return stored_as in ACTIVATION_ROUNDED_FORMATS
+
+    def float_part(part: np.ndarray, name: str) -> object:
+        values = np.ascontiguousarray(part.T)
+        return RoundedInput(values) if rounds_input(name) else values
+
+    def as_projection(parts: list, names: list[str]) -> object:
         if all(isinstance(p, QuantizedArray) for p in parts):
             joined = join_rows(parts)
             if joined is not None:
                 return joined
             return tuple(parts)
-        return tuple(p if isinstance(p, QuantizedArray) else np.ascontiguousarray(p.T)
-                     for p in parts) if len(parts) > 1 else np.ascontiguousarray(parts[0].T)
+        floats = tuple(p if isinstance(p, QuantizedArray) else float_part(p, name)
+                       for p, name in zip(parts, names))
+        return floats if len(floats) > 1 else floats[0]
 
     def rope_rows(value, heads: int):
         if isinstance(value, QuantizedArray):
@@ -419,22 +432,32 @@ def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -
     arrays["embed_t"] = embed if isinstance(embed, QuantizedArray) else np.ascontiguousarray(
         embed.T)
     if not config.tied_embeddings:
-        arrays["output_t"] = as_projection([source.stored("output.weight", kernels=kernels)])
+        arrays["output_t"] = as_projection([source.stored("output.weight", kernels=kernels)],
+                                           ["output.weight"])
+    elif not isinstance(embed, QuantizedArray):
+        arrays["tied_output_rounds"] = rounds_input("token_embd.weight")
     arrays["norm"] = source.tensor("output_norm.weight")
     for i in progress(range(config.num_layers), config.num_layers,
                       f"mapping {source.path.name}'s blocks"):
         def get(name: str, copy: bool = False, layer: int = i):
-            return source.stored(f"blk.{layer}.{name}.weight", copy, kernels)
+            return source.stored(full(name, layer), copy, kernels)
+
+        def full(name: str, layer: int = i) -> str:
+            return f"blk.{layer}.{name}.weight"
+
+        def projection(names: list[str], parts: list | None = None) -> object:
+            parts = parts or [get(name, True) for name in names]
+            return as_projection(parts, [full(name) for name in names])
 
         q = rope_rows(get("attn_q", True), config.num_heads)
         k = rope_rows(get("attn_k", True), config.num_kv_heads)
         arrays[f"layers.{i}.attn_norm"] = source.tensor(f"blk.{i}.attn_norm.weight")
-        arrays[f"layers.{i}.qkv_t"] = as_projection([q, k, get("attn_v", True)])
-        arrays[f"layers.{i}.o_t"] = as_projection([get("attn_output")])
+        arrays[f"layers.{i}.qkv_t"] = projection(["attn_q", "attn_k", "attn_v"],
+                                                 [q, k, get("attn_v", True)])
+        arrays[f"layers.{i}.o_t"] = projection(["attn_output"], [get("attn_output")])
         arrays[f"layers.{i}.ffn_norm"] = source.tensor(f"blk.{i}.ffn_norm.weight")
-        arrays[f"layers.{i}.gate_up_t"] = as_projection([get("ffn_gate", True),
-                                                         get("ffn_up", True)])
-        arrays[f"layers.{i}.down_t"] = as_projection([get("ffn_down")])
+        arrays[f"layers.{i}.gate_up_t"] = projection(["ffn_gate", "ffn_up"])
+        arrays[f"layers.{i}.down_t"] = projection(["ffn_down"], [get("ffn_down")])
     return arrays
 
 

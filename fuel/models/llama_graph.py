@@ -20,10 +20,21 @@ from fuel.models.kv_cache import KVCache
 from fuel.nn.functional import rms_norm, silu, softmax
 from fuel.tensor import Tensor
 
+
+@dataclass(frozen=True)
+class RoundedInput:
+    """A float ``(in, out)`` projection de-quantized at load from a format whose
+    quantized_matmul rounds its input (``fuel.ir.ops.ACTIVATION_ROUNDED_FORMATS``), for a device
+    without quantized kernels: ``x`` is rounded to 8-bit blocks first, so the device computes
+    the quantized op's numerics."""
+
+    weight: object  # np.ndarray in the loader's arrays, Tensor in LlamaWeights
+
+
 # A projection weight: a float matrix stored transposed, ``(in, out)``, for ``x @ w``; a
-# block-quantized ``(out, in)`` matrix (fuel.quantized_matmul); or a tuple of such parts whose
-# outputs are joined (projections whose quantized formats differ).
-Projection = Tensor | tuple
+# block-quantized ``(out, in)`` matrix (fuel.quantized_matmul); a RoundedInput; or a tuple of
+# such parts whose outputs are joined (projections whose quantized formats differ).
+Projection = Tensor | RoundedInput | tuple
 
 
 @dataclass
@@ -64,7 +75,10 @@ class LlamaWeights:
                 "attn_norm", "qkv_t", "o_t", "ffn_norm", "gate_up_t", "down_t")))
             for i in range(num_layers)
         ]
-        output = leaf("output_t") if "output_t" in arrays else embed
+        if "output_t" in arrays:
+            output = leaf("output_t")
+        else:  # tied: the table's (in, out) float values, rounding x where its format does
+            output = RoundedInput(embed) if arrays.get("tied_output_rounds") else embed
         return cls(embed, output, leaf("norm"), layers,
                    float(arrays.get("query_scale", 1.0)))
 
@@ -72,6 +86,8 @@ class LlamaWeights:
 def _leaf(value, device):
     if isinstance(value, tuple):
         return tuple(_leaf(part, device) for part in value)
+    if isinstance(value, RoundedInput):
+        return RoundedInput(_leaf(value.weight, device))
     if isinstance(value, QuantizedArray):
         return fuel.from_quantized(value.data, value.dtype, value.shape, device=device)
     return fuel.from_numpy(value, device=device)
@@ -81,6 +97,8 @@ def project(x: Tensor, weight: Projection) -> Tensor:
     """``x`` through one projection (see ``Projection``)."""
     if isinstance(weight, tuple):
         return fuel.cat([project(x, part) for part in weight], -1)
+    if isinstance(weight, RoundedInput):
+        return fuel.round_int8_blocks(x) @ weight.weight
     if weight.dtype.is_quantized:
         return fuel.quantized_matmul(x, weight)
     return x @ weight

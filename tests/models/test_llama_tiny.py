@@ -22,7 +22,7 @@ def test_tiny_model_matches_transformers(tiny_gguf, oracle, cache_dir, fields):
 
     torch, transformers = oracle
     path = tiny_gguf(**fields)
-    ours = load_gguf(path)
+    ours = load_gguf(path, dtype="float32")  # transformers computes in float32 throughout
     theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent),
                                                                gguf_file=path.name).eval()
     ids = ours.encode("the cat in the hat sat on the mat")

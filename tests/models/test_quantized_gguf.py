@@ -10,6 +10,24 @@ import struct
 import numpy as np
 import pytest
 
+# quantized_matmul rounds the activations to 8-bit blocks of 32 for q4_0/q4_1/q8_0 weights
+# (round_int8_blocks, every row count), each value off by at most half a step (max|x| / 254 of
+# its block), as llama.cpp's q8 dots: the logits then differ from the float32 path by about 1%
+# of their span (measured on these tiny models: below 0.7%), not by summation order only.
+ACTIVATION_ROUNDING = 0.02
+
+
+def assert_close_to_float_path(ours: np.ndarray, theirs: np.ndarray) -> None:
+    """Logits within ACTIVATION_ROUNDING of the reference's span, and every position's top-1
+    the same where the reference's top-2 margin is larger than twice the difference allowed."""
+    allowed = ACTIVATION_ROUNDING * float(np.ptp(theirs))
+    difference = float(np.abs(ours - theirs).max())
+    print(f"max |logit difference| {difference:.2e} (allowed {allowed:.2e})")
+    assert difference <= allowed
+    top = np.sort(theirs, axis=-1)
+    clear = top[..., -1] - top[..., -2] > 2 * allowed
+    assert (ours.argmax(-1) == theirs.argmax(-1))[clear].all()
+
 
 def _weight_entries(folder):
     """Converted-weight cache entries (the kernel cache's own folder left out)."""
@@ -34,8 +52,7 @@ def test_quantized_model_matches_the_float32_path(tiny_gguf, cache_dir, fields):
     ids = quantized.encode("the hat in the")
     ours = quantized.forward(ids, quantized.new_cache(32), all_logits=True)
     theirs = reference.forward(ids, reference.new_cache(32), all_logits=True)
-    assert np.abs(ours - theirs).max() <= 1e-4
-    assert quantized.generate_ids(ids, 6) == reference.generate_ids(ids, 6)
+    assert_close_to_float_path(ours, theirs)
 
 
 def test_mixed_formats_run_as_separate_projections(tiny_gguf, cache_dir):
@@ -52,7 +69,7 @@ def test_mixed_formats_run_as_separate_projections(tiny_gguf, cache_dir):
     ids = model.encode("the hat")
     ours = model.forward(ids, model.new_cache(16), all_logits=True)
     theirs = reference.forward(ids, reference.new_cache(16), all_logits=True)
-    assert np.abs(ours - theirs).max() <= 1e-4
+    assert_close_to_float_path(ours, theirs)
 
 
 def test_format_without_kernels_is_dequantized_with_a_notice(tiny_gguf, cache_dir, capsys):
@@ -125,7 +142,8 @@ def test_quantized_kernels_show_in_explain_and_the_kernel_list(tiny_gguf, cache_
 
 def test_primitive_backend_runs_the_quantized_model_through_dequantize(tiny_gguf, cache_dir):
     """A backend with only the primitive set (dequantize among it) runs quantized_matmul and
-    quantized_embedding as their decompositions: dequantize, then matmul / index_select."""
+    quantized_embedding as their decompositions (round_int8_blocks of the activations,
+    dequantize, then matmul / index_select): the CPU's logits to float summation error."""
     import fuel
     from fuel.models.llama import load_gguf
     from tests.backends.primitive_backend import DEVICE, primitive_backend
@@ -141,3 +159,4 @@ def test_primitive_backend_runs_the_quantized_model_through_dequantize(tiny_gguf
     x = fuel.ones(2, 64, device=DEVICE)
     report = str(fuel.quantized_matmul(x, on_primitives.weights.layers[0].o_t).explain())
     assert "decomposed" in report and "dequantize" in report
+    assert " round " in report and " abs " in report  # round_int8_blocks, decomposed too

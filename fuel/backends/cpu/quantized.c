@@ -6,11 +6,20 @@
  *   0 dequantize:  data = {weight, out};        sizes = {0, elements}
  *   1 matmul:      data = {x, weight, out};     sizes = {1, m, n, k, threads}
  *                  out[i, j] = sum_l x[i, l] * w[j, l]  (w: n rows of k)
+ *                  q4_0, q4_1, q8_0: x is first rounded to 8-bit blocks of 32 (the registry's
+ *                  round_int8_blocks: x ~ d * q, d = max|x| / 127, s = d * sum(q)) and each
+ *                  weight block's dot is integer arithmetic; the other formats de-quantize each
+ *                  weight row to floats.
  *   2 embedding:   data = {table, ids, out};    sizes = {2, count, k, id_bytes}
+ *   3 round:       data = {x, out};             sizes = {3, blocks}  (round_int8_blocks)
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
@@ -135,6 +144,130 @@ static inline float dot(const float *restrict a, const float *restrict b, int64_
     return sum;
 }
 
+/* One block of 32 activations rounded to 8 bits: x ~ d * q, s = d * sum(q). */
+typedef struct {
+    float d, s;
+    int8_t q[32];
+} activation_block;
+
+/* count blocks of x into out: the registry's round_int8_blocks (d = max|x| / 127, q =
+ * round_half_even(x * (1 / d)), 0 where d is 0), as float32 steps in the decomposition's order. */
+static void quantize_activations(const float *restrict x, activation_block *restrict out,
+                                 int64_t count) {
+    for (int64_t block = 0; block < count; block++) {
+        const float *values = x + 32 * block;
+        float largest = 0.0f;
+#pragma omp simd reduction(max : largest)
+        for (int l = 0; l < 32; l++) {
+            float magnitude = fabsf(values[l]);
+            largest = magnitude > largest ? magnitude : largest;
+        }
+        const float d = largest / 127.0f, inverse = d > 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int l = 0; l < 32; l++) {
+            int q = (int)rintf(values[l] * inverse);
+            out[block].q[l] = (int8_t)q;
+            sum += q;
+        }
+        out[block].d = d;
+        out[block].s = d * (float)sum;
+    }
+}
+
+/* count blocks of x rounded to 8 bits, back as floats d * q (the operand the float paths
+ * multiply). */
+static void round_blocks(const float *restrict x, float *restrict out, int64_t count) {
+    activation_block block;
+    for (int64_t b = 0; b < count; b++) {
+        quantize_activations(x + 32 * b, &block, 1);
+#pragma omp simd
+        for (int l = 0; l < 32; l++) out[32 * b + l] = (float)block.q[l] * block.d;
+    }
+}
+
+#if defined(FORMAT_Q4_0) || defined(FORMAT_Q4_1) || defined(FORMAT_Q8_0)
+#define INTEGER_DOT 1
+
+#if defined(__AVX2__)
+/* The 32 products of one weight block's codes with the activation codes, summed to 8 int32. */
+static inline __m256i block_products(const uint8_t *block, const int8_t *activations) {
+    const __m256i x = _mm256_loadu_si256((const __m256i *)activations);
+#if defined(FORMAT_Q8_0)
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(block + 2));
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+#else
+    const __m128i packed = _mm_loadu_si128((const __m128i *)(block + BLOCK_BYTES - 16));
+    const __m128i nibble = _mm_set1_epi8(0x0f);
+    const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble),
+                                       _mm_and_si128(packed, nibble));
+    const __m256i pairs = _mm256_maddubs_epi16(w, x);
+#endif
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+#else
+/* sum over the block of code * activation code (portable). */
+static inline int block_products(const uint8_t *block, const int8_t *activations) {
+    int sum = 0;
+#if defined(FORMAT_Q8_0)
+    const int8_t *codes = (const int8_t *)(block + 2);
+#pragma omp simd reduction(+ : sum)
+    for (int l = 0; l < 32; l++) sum += codes[l] * activations[l];
+#else
+    const uint8_t *codes = block + BLOCK_BYTES - 16;
+#pragma omp simd reduction(+ : sum)
+    for (int l = 0; l < 16; l++)
+        sum += (codes[l] & 0x0f) * activations[l] + (codes[l] >> 4) * activations[l + 16];
+#endif
+    return sum;
+}
+#endif
+
+/* One weight row (blocks of BLOCK_BYTES) dotted with one quantized activation row. Per block:
+ * q4_0 d_w * (d_x * sum(q_w q_x) - 8 s_x); q4_1 d_w d_x sum(q_w q_x) + m_w s_x;
+ * q8_0 d_w d_x sum(q_w q_x). */
+static float integer_dot(const uint8_t *row, const activation_block *x, int64_t blocks) {
+    float offsets = 0.0f;
+#if defined(__AVX2__)
+    __m256 sums = _mm256_setzero_ps();
+#else
+    float sum = 0.0f;
+#endif
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *block = row + b * BLOCK_BYTES;
+        const float scale = half_to_float(block);
+#if defined(FORMAT_Q4_0)
+        offsets -= 8.0f * scale * x[b].s;
+#elif defined(FORMAT_Q4_1)
+        offsets += half_to_float(block + 2) * x[b].s;
+#endif
+#if defined(__AVX2__)
+        sums = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_products(block, x[b].q)),
+                               _mm256_set1_ps(scale * x[b].d), sums);
+#else
+        sum += (float)block_products(block, x[b].q) * (scale * x[b].d);
+#endif
+    }
+#if defined(__AVX2__)
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1));
+    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    half = _mm_add_ss(half, _mm_movehdup_ps(half));
+    return _mm_cvtss_f32(half) + offsets;
+#else
+    return sum + offsets;
+#endif
+}
+
+/* Rows [first, last) of the weight against the m quantized activation rows. */
+static void integer_matmul_rows(const activation_block *x, const uint8_t *weight, float *out,
+                                int64_t m, int64_t n, int64_t k, int64_t first, int64_t last) {
+    const int64_t blocks = k / 32, row_bytes = blocks * BLOCK_BYTES;
+    for (int64_t j = first; j < last; j++)
+        for (int64_t i = 0; i < m; i++)
+            out[i * n + j] = integer_dot(weight + j * row_bytes, x + i * blocks, blocks);
+}
+#endif
+
 /* Rows [first, last) of the weight: each is dequantized once into an L1-sized buffer, then
  * dotted with every activation row. */
 static void matmul_rows(const float *x, const uint8_t *weight, float *out, int64_t m,
@@ -148,6 +281,25 @@ static void matmul_rows(const float *x, const uint8_t *weight, float *out, int64
 
 static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m, int64_t n,
                    int64_t k, int64_t threads) {
+#if defined(INTEGER_DOT)
+    activation_block *quantized = malloc(sizeof(activation_block) * (size_t)(m * (k / 32)));
+    if (quantized == NULL) return;
+    quantize_activations(x, quantized, m * (k / 32));
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int count = omp_get_num_threads(), index = omp_get_thread_num();
+        int64_t share = (n + count - 1) / count;
+        int64_t first = share * index, last = first + share < n ? first + share : n;
+        if (first < last) integer_matmul_rows(quantized, weight, out, m, n, k, first, last);
+    }
+#else
+    (void)threads;
+    integer_matmul_rows(quantized, weight, out, m, n, k, 0, n);
+#endif
+    free(quantized);
+    return;
+#endif
 #if defined(_OPENMP)
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
@@ -189,6 +341,9 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     case 2:
         embedding((const uint8_t *)data[0], data[1], (float *)data[2], sizes[1], sizes[2],
                   sizes[3]);
+        break;
+    case 3:
+        round_blocks((const float *)data[0], (float *)data[1], sizes[1]);
         break;
     }
 }

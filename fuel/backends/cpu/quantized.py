@@ -25,17 +25,20 @@ from fuel.ir.device import BackendId
 from fuel.ir.dtype import QuantizedDType
 from fuel.ir.errors import IndexOutOfRange
 from fuel.ir.layout import Layout
-from fuel.ir.ops import OpKind
+from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_ROUNDED_FORMATS, OpKind
 
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("quantized.c")
 # Weights of at least this many bytes are split over threads (below it a thread's start-up
 # costs more than it saves).
 PARALLEL_BYTES = 1 << 16
-DEQUANTIZE, MATMUL, EMBEDDING = 0, 1, 2
+DEQUANTIZE, MATMUL, EMBEDDING, ROUND = 0, 1, 2, 3
 # Prompt shapes (at least this many activation rows) de-quantize the weight a tile of rows at
 # a time (about TILE_FLOATS values, cache-sized) and multiply through BLAS: compute-bound there,
-# where the per-row C dot (memory-bound decode shapes) would not use the cache for reuse.
+# where the per-row C dot (memory-bound decode shapes) would not use the cache for reuse. For
+# the formats in ops.ACTIVATION_ROUNDED_FORMATS the rows are first rounded to 8-bit blocks (the
+# C kernel's operation 3), so both shapes compute the op's one numerics; below BLAS_ROWS the C
+# kernel dots those 8-bit blocks in integers.
 BLAS_ROWS = 16
 TILE_FLOATS = 1 << 18
 
@@ -92,9 +95,9 @@ class QuantizedKernel:
     def __init__(self, operation: int, dtype: QuantizedDType) -> None:
         self.operation = operation
         self.dtype = dtype
-        self.__qualname__ = self.__name__ = (
-            f"{('dequantize', 'quantized_matmul', 'quantized_embedding')[operation]}_"
-            f"{dtype.name}")
+        name = ("dequantize", "quantized_matmul", "quantized_embedding")[operation] + "_" \
+            + dtype.name if operation != ROUND else "round_int8_blocks"
+        self.__qualname__ = self.__name__ = name
 
     def sizes(self, inputs: Sequence, layouts: Sequence[Layout]) -> tuple[int, ...]:
         if self.operation == DEQUANTIZE:
@@ -107,6 +110,8 @@ class QuantizedKernel:
             n, k = weight
             big = self.dtype.storage_bytes(n * k) >= PARALLEL_BYTES
             return (MATMUL, rows, n, k, thread_count() if big else 1)
+        if self.operation == ROUND:
+            return (ROUND, layouts[0].numel // ACTIVATION_BLOCK)
         return (EMBEDDING, layouts[1].shape[0], layouts[0].shape[1], inputs[1].dtype.itemsize)
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
@@ -150,6 +155,13 @@ class QuantizedKernel:
         part = np.empty((rows, tile), np.float32)
         row_bytes = self.dtype.row_bytes(k)
         base = address(weight_storage, weight_layout)
+        if self.dtype in ACTIVATION_ROUNDED_FORMATS:
+            rounded = np.empty((rows, k), np.float32)
+            rounding = ((ctypes.c_void_p * 2)(x.ctypes.data, rounded.ctypes.data),
+                        (ctypes.c_int64 * 2)(ROUND, rows * k // ACTIVATION_BLOCK))
+            x = rounded
+        else:
+            rounding = None
         calls = []
         for start in range(0, n, tile):
             count = min(tile, n - start)
@@ -157,6 +169,8 @@ class QuantizedKernel:
             calls.append((start, count, data, (ctypes.c_int64 * 2)(DEQUANTIZE, count * k)))
 
         def launch() -> None:
+            if rounding is not None:
+                function(*rounding, None)
             for start, count, data, size_array in calls:
                 function(data, size_array, None)
                 np.matmul(x, scratch[:count].T, out=part[:, :count])
@@ -176,3 +190,5 @@ for _format in dt.QUANTIZED_DTYPES:
     KERNELS.add(OpKind.QUANTIZED_EMBEDDING,
                 [(_format, index, dt.float32) for index in (dt.int32, dt.int64)],
                 QuantizedKernel(EMBEDDING, _format))
+# The rounding is format-independent C; the q8_0 library's copy serves the op itself.
+KERNELS.add(OpKind.ROUND_INT8_BLOCKS, [(dt.float32, dt.float32)], QuantizedKernel(ROUND, dt.q8_0))

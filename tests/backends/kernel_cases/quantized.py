@@ -1,15 +1,18 @@
 """Kernel-suite cases of the block-quantized ops (dequantize, quantized_matmul,
-quantized_embedding). The reference is gguf's own NumPy de-quantizer (then a float64 matmul
-or a row pick); the blocks come from gguf's quantizer where it has one (q4_0, q4_1, q8_0) and
+quantized_embedding, round_int8_blocks). The reference is gguf's own NumPy de-quantizer (then a
+float64 matmul or a row pick), with the activations first rounded to 8-bit blocks by
+``rounded_activations`` (the registry's definition, written here in NumPy) for the formats
+that round them; the blocks come from gguf's quantizer where it has one (q4_0, q4_1, q8_0) and
 are random bytes with sane scales otherwise (q4_k, q6_k)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from fuel.backends.cpu.quantized import BLAS_ROWS
 from fuel.ir.dtype import QuantizedDType
 from fuel.ir.layout import Layout
-from fuel.ir.ops import OpKind
+from fuel.ir.ops import ACTIVATION_ROUNDED_FORMATS, OpKind
 from tests.backends.kernel_cases.base import Case, Operand, operand, rng_for
 
 K = OpKind
@@ -51,6 +54,17 @@ def blocks_operand(blocks: np.ndarray, dtype: QuantizedDType, shape) -> Operand:
                    "blocks", dtype)
 
 
+def rounded_activations(x: np.ndarray) -> np.ndarray:
+    """x (..., k) rounded per block of 32 along its last dim, in float32 steps: d = max|x| /
+    127, d * round_half_even(x * (1 / d)), 0 where d is 0 (llama.cpp's q8 activation blocks
+    with the scale kept in float32)."""
+    blocks = x.astype(np.float32).reshape(x.shape[:-1] + (-1, 32))
+    scale = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127.0)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(scale > 0, np.float32(1.0) / scale, np.float32(0.0))
+    return (np.round(blocks * inverse) * scale).astype(np.float32).reshape(x.shape)
+
+
 def _available() -> bool:
     try:
         import gguf  # noqa: F401
@@ -85,15 +99,20 @@ def quantized_matmul_cases(dtypes):
     # de-quantized tiles through BLAS), odd output widths
     for rows_shape, n, blocks_per_row, kind in (((1,), 7, 2, "dense"), ((5,), 13, 1, "dense"),
                                                 ((2, 3), 5, 3, "transposed"),
-                                                ((21,), 37, 2, "dense")):
+                                                ((BLAS_ROWS + 5,), 37, 2, "dense")):
         k = blocks_per_row * dtype.block_size
         blocks = quantized_blocks(dtype, n, k, rng)
         x = rng.normal(0.0, 1.0, rows_shape + (k,)).astype(np.float32)
         weight = dequantized(blocks, dtype).astype(np.float64)
         scale = float((np.abs(x.astype(np.float64)) @ np.abs(weight).T).max())
 
-        def reference(arrays, params, weight=weight):
-            return arrays[0].astype(np.float64) @ weight.T
+        rounds = dtype in ACTIVATION_ROUNDED_FORMATS
+
+        # Within float32 summation error of the float64 product: the rounded activations are
+        # the same codes and scales on every path (same float32 steps), only sums differ.
+        def reference(arrays, params, weight=weight, rounds=rounds):
+            x = rounded_activations(arrays[0]) if rounds else arrays[0]
+            return x.astype(np.float64) @ weight.T
 
         cases.append(Case(None, [operand(x, kind), blocks_operand(blocks, dtype, (n, k))],
                           reference, f"quantized_matmul {rows_shape} x ({n}, {k})",
@@ -115,8 +134,19 @@ def quantized_embedding_cases(dtypes):
                  "quantized_embedding", rtol=1e-6, atol=0.0)]
 
 
+def round_int8_blocks_cases(dtypes):
+    rng = rng_for("round_int8_blocks", dtypes)
+    x = rng.normal(0.0, 1.0, (3, 4, 64)).astype(np.float32)
+    x[0, 0, :32] = 0.0  # a block of zeros (scale 0)
+    x[1, 2, 5] = 40.0  # an outlier: the rest of its block rounds coarsely
+    return [Case(None, [operand(x, kind)], lambda arrays, params: rounded_activations(arrays[0]),
+                 f"round_int8_blocks {kind}", rtol=0.0, atol=0.0)
+            for kind in ("dense", "transposed")]
+
+
 CASES = {
     K.DEQUANTIZE: dequantize_cases,
+    K.ROUND_INT8_BLOCKS: round_int8_blocks_cases,
     K.QUANTIZED_MATMUL: quantized_matmul_cases,
     K.QUANTIZED_EMBEDDING: quantized_embedding_cases,
 }
