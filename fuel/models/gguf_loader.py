@@ -136,6 +136,29 @@ def check_tensor_header(gguf, field, start: int, file_bytes: int) -> None:
                                f"({file_bytes} bytes)")
 
 
+@dataclass(frozen=True)
+class TensorEntry:
+    """A tensor's header: name, GGUF type, shape (GGUF order: the row length first), where
+    its data starts in the file, and the NumPy type and shape gguf reads its bytes as."""
+
+    name: str
+    tensor_type: object  # gguf.GGMLQuantizationType
+    shape: tuple[int, ...]
+    data_offset: int
+    data_type: np.dtype
+    data_shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, tensor) -> TensorEntry:
+        """The entry of a gguf ``ReaderTensor``."""
+        return cls(tensor.name, tensor.tensor_type, tuple(int(d) for d in tensor.shape),
+                   int(tensor.data_offset), tensor.data.dtype, tuple(tensor.data.shape))
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.data_shape, dtype=np.int64)) * self.data_type.itemsize
+
+
 class GGUFModelFile:
     """An opened GGUF file: metadata lookups, config, tokenizer and its tensors (as stored or
     dequantized)."""
@@ -148,16 +171,26 @@ class GGUFModelFile:
         except (ValueError, OSError, IndexError, KeyError) as error:
             raise ModelFormatError(f"{self.path} is not a readable GGUF file: {error}") from None
         self._gguf = gguf
-        self.tensors = {tensor.name: tensor for tensor in self._reader.tensors}
+        self.tensors = {tensor.name: TensorEntry.of(tensor) for tensor in self._reader.tensors}
         self._noticed: set[str] = set()
+
+    def drop_metadata(self) -> None:
+        """Drop gguf's reader (the vocabulary alone is some 100k small arrays, and its map of
+        the whole file) once the config, tokenizer and chat template are read, so it is freed
+        before the weights are loaded; ``value`` answers ``default`` afterwards. The tensors
+        stay readable (``TensorEntry`` records, read through maps of their own)."""
+        self._reader = None
+
+    def _field(self, key: str):
+        return None if self._reader is None else self._reader.get_field(key)
 
     def value(self, key: str, default=None):
         """A metadata value (strings, numbers, lists), or ``default`` when absent."""
-        field = self._reader.get_field(key)
+        field = self._field(key)
         return default if field is None else field.contents()
 
     def required(self, key: str):
-        field = self._reader.get_field(key)
+        field = self._field(key)
         if field is None:
             raise ModelFormatError(f"{self.path.name} lacks the metadata key '{key}'")
         return field.contents()
@@ -224,10 +257,10 @@ class GGUFModelFile:
         if kind not in SUPPORTED_TENSOR_TYPES:
             self.check_tensor_types()
         shape = tuple(int(s) for s in reversed(tensor.shape))
-        if kind == "F32":
-            values = np.asarray(tensor.data, dtype=np.float32)
+        if kind == "F32":  # a copy, not a view that keeps the map
+            values = np.array(self._mapped(tensor), dtype=np.float32)
         else:
-            values = self._gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+            values = self._gguf.quants.dequantize(self._mapped(tensor), tensor.tensor_type)
         values = np.asarray(values, dtype=np.float32)
         if values.size != int(np.prod(shape)):
             raise ModelFormatError(f"tensor '{name}' holds {values.size} values, its header "
@@ -255,11 +288,22 @@ class GGUFModelFile:
             return self.tensor(name)
         shape = (int(tensor.shape[1]), int(tensor.shape[0]))
         if copy:
-            data = np.fromfile(self.path, np.uint8, tensor.data.nbytes,
-                               offset=tensor.data_offset).reshape(tensor.data.shape)
+            data = np.fromfile(self.path, np.uint8, tensor.nbytes,
+                               offset=tensor.data_offset).reshape(tensor.data_shape)
         else:
-            data = tensor.data
+            data = self._mapped(tensor)
         return QuantizedArray(data, dtype, shape)
+
+    def _mapped(self, tensor) -> np.ndarray:
+        """``tensor``'s bytes over a map of their own, not the reader's map of the whole file:
+        the reader's map holds the metadata's pages (freed with the reader), and the kernel
+        maps the cached pages around each fault (fault-around), so over one map of the file
+        the first reads of a tensor would make its neighbours' pages resident too, tensors
+        that were copied out and are never read through the map."""
+        if tensor.nbytes == 0:
+            return np.empty(tensor.data_shape, tensor.data_type)
+        return np.memmap(self.path, tensor.data_type, "r", tensor.data_offset,
+                         tensor.data_shape).view(np.ndarray)
 
     def iter_tensors(self, names: list[str], description: str) -> Iterator[tuple[str, np.ndarray]]:
         """(name, float32 array) for each name, with a progress bar."""

@@ -453,12 +453,13 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
         source = GGUFModelFile(source_path)
         config = source.llama_config()
         source.check_tensor_types()
+        tokenizer, template = source.tokenizer(), source.value(CHAT_TEMPLATE_KEY)
+        source.drop_metadata()  # freed before the weights' arrays are made, not interleaved
         formats = sorted({t.tensor_type.name for t in source.tensors.values()})
         notice(f"loading {source_path.name} with its weights as stored ({', '.join(formats)}; "
                "memory-mapped, no conversion cache)")
         arrays = quantized_weights(source, config, device)
-        return LlamaModel(config, source.tokenizer(), arrays, device,
-                          source.value(CHAT_TEMPLATE_KEY), name)
+        return LlamaModel(config, tokenizer, arrays, device, template, name)
     cache = WeightCache(source_path, "llama")
     cached = cache.load() if use_cache else None
     if cached is not None:
@@ -475,6 +476,7 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
     source.check_tensor_types()
     tokenizer = source.tokenizer()
     template = source.value(CHAT_TEMPLATE_KEY)
+    source.drop_metadata()
     started = time.perf_counter()
     notice(f"first load of {source_path.name}: converting its weights to float32 (once; "
            "later starts read the cache)")
