@@ -125,7 +125,7 @@ def resident_rows() -> None:
         print(f"{dtype:<16}{values['baseline'] / mib:>11.1f}{values['loaded'] / mib:>11.1f}"
               f"{values['generated'] / mib:>12.1f}{model / mib:>10.1f}"
               f"{values['mapped'] / mib:>9.1f}{values['anonymous'] / mib:>7.1f}"
-              f"{values['file'] / mib:>9.1f}{model / values['file']:>11.2f}"
+              f"{values['file'] / mib:>9.1f}{model / values['file']:>11.3f}"
               f"{values['generated'] / values['file']:>13.2f}")
     print("model: resident after 16 tokens minus the baseline, resident after import fuel "
           "(Python, NumPy, fuel); target <= 1.3x the file. GGUF map: the file's pages mapped "

@@ -8,6 +8,7 @@ anything runs."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -57,27 +58,46 @@ class LlamaConfig:
 class QuantizedArray:
     """A matrix kept as its GGUF blocks: ``data`` is uint8 ``(rows, row bytes)`` (a view of
     the memory-mapped file, or a copy where rows were reordered or joined), ``shape`` is the
-    logical ``(rows, k)``."""
+    logical ``(rows, k)``. ``order``, when set, is a pending reordering: the matrix is
+    ``data[order]``, made by ``materialized`` or ``join_rows`` straight from the map."""
 
     data: np.ndarray
     dtype: QuantizedDType
     shape: tuple[int, int]
+    order: np.ndarray | None = None
 
     def reorder_rows(self, transform) -> QuantizedArray:
         """The matrix with its rows rearranged by ``transform`` (a function of an array whose
-        first axis is the rows), e.g. ``unpermute_rope_rows``."""
-        return QuantizedArray(np.ascontiguousarray(transform(self.data)), self.dtype, self.shape)
+        first axis is the rows, e.g. ``unpermute_rope_rows``), pending: nothing is copied
+        yet."""
+        rows = self.order if self.order is not None else np.arange(self.data.shape[0])
+        return QuantizedArray(self.data, self.dtype, self.shape, transform(rows))
+
+    def materialized(self) -> QuantizedArray:
+        """The matrix with its pending reordering applied (itself when there is none)."""
+        if self.order is None:
+            return self
+        return QuantizedArray(np.take(self.data, self.order, axis=0), self.dtype, self.shape)
 
 
 def join_rows(parts: list[QuantizedArray]) -> QuantizedArray | None:
     """The parts stacked along their rows (one matmul for several projections; a single part
-    as it is), or None when their formats or widths differ."""
+    as it is), or None when their formats or widths differ. Each part is read once, into
+    its place in the result (no intermediate copies)."""
     first = parts[0]
     if len(parts) == 1:
-        return first  # nothing to join: keep the view of the memory map, never a copy
+        return first.materialized()  # nothing to join: a view of the map stays a view
     if any(p.dtype is not first.dtype or p.shape[1] != first.shape[1] for p in parts):
         return None
-    data = np.concatenate([p.data for p in parts])
+    data = np.empty((sum(p.data.shape[0] for p in parts), first.data.shape[1]), np.uint8)
+    start = 0
+    for part in parts:
+        end = start + part.data.shape[0]
+        if part.order is None:
+            data[start:end] = part.data
+        else:
+            np.take(part.data, part.order, axis=0, out=data[start:end])
+        start = end
     return QuantizedArray(data, first.dtype, (sum(p.shape[0] for p in parts), first.shape[1]))
 
 
@@ -154,6 +174,18 @@ class TensorEntry:
         return cls(tensor.name, tensor.tensor_type, tuple(int(d) for d in tensor.shape),
                    int(tensor.data_offset), tensor.data.dtype, tuple(tensor.data.shape))
 
+    def header(self) -> list:
+        """The record as JSON-able values (``from_header`` reads them back)."""
+        return [self.name, int(self.tensor_type), list(self.shape), self.data_offset,
+                self.data_type.str, list(self.data_shape)]
+
+    @classmethod
+    def from_header(cls, values: list) -> TensorEntry:
+        name, kind, shape, offset, data_type, data_shape = values
+        gguf = require("gguf", "loading a GGUF model")
+        return cls(name, gguf.GGMLQuantizationType(kind), tuple(shape), offset,
+                   np.dtype(data_type), tuple(data_shape))
+
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.data_shape, dtype=np.int64)) * self.data_type.itemsize
@@ -179,7 +211,14 @@ class GGUFModelFile:
         the whole file) once the config, tokenizer and chat template are read, so it is freed
         before the weights are loaded; ``value`` answers ``default`` afterwards. The tensors
         stay readable (``TensorEntry`` records, read through maps of their own)."""
-        self._reader = None
+        # The records are made anew after the reader is gone: the first ones were made among
+        # the reader's objects, and each one left there would keep a 1 MiB arena of Python's
+        # allocator resident when the rest is freed (8 arenas for SmolLM2). In between they
+        # are one string.
+        headers = json.dumps([entry.header() for entry in self.tensors.values()])
+        self._reader = self.tensors = None
+        self.tensors = {entry.name: entry for entry in map(TensorEntry.from_header,
+                                                            json.loads(headers))}
 
     def _field(self, key: str):
         return None if self._reader is None else self._reader.get_field(key)
@@ -267,10 +306,10 @@ class GGUFModelFile:
                                    f"says {shape}")
         return values.reshape(shape)
 
-    def stored(self, name: str, copy: bool = False, kernels=None) -> QuantizedArray | np.ndarray:
+    def stored(self, name: str, kernels=None) -> QuantizedArray | np.ndarray:
         """The named tensor as kept in memory: a QuantizedArray over the file's blocks for a
-        format fuel has kernels for (a view of the memory map, or read into a fresh array with
-        ``copy``, so pages only a copy needs are never mapped in), else float32 in PyTorch
+        format fuel has kernels for (a view of a map of its own bytes, unmapped when the last
+        view goes: a tensor copied from it leaves no pages resident), else float32 in PyTorch
         layout, dequantized (the first tensor of each such format prints a notice).
         ``kernels(dtype)``, when given, says whether the target device runs ``dtype``."""
         tensor = self.tensors.get(name)
@@ -287,12 +326,28 @@ class GGUFModelFile:
                        f"(first: '{name}'); they are dequantized to float32")
             return self.tensor(name)
         shape = (int(tensor.shape[1]), int(tensor.shape[0]))
-        if copy:
-            data = np.fromfile(self.path, np.uint8, tensor.nbytes,
-                               offset=tensor.data_offset).reshape(tensor.data_shape)
-        else:
-            data = self._mapped(tensor)
-        return QuantizedArray(data, dtype, shape)
+        return QuantizedArray(self._mapped(tensor), dtype, shape)
+
+    def stored_together(self, names: list[str], kernels=None) -> QuantizedArray | None:
+        """The named matrices joined along their rows as one view of the file, when they lie
+        back to back in it in one format and width (as ``ffn_gate`` and ``ffn_up`` do in
+        llama.cpp's files): nothing copied. None when they do not."""
+        entries = [self.tensors.get(name) for name in names]
+        if any(entry is None or len(entry.shape) != 2 for entry in entries):
+            return None
+        first = entries[0]
+        dtype = QUANTIZED_BY_GGUF_TYPE.get(int(first.tensor_type))
+        if dtype is None or (kernels is not None and not kernels(dtype)):
+            return None
+        for before, after in zip(entries, entries[1:]):
+            if (after.tensor_type != first.tensor_type or after.shape[0] != first.shape[0]
+                    or before.data_offset + before.nbytes != after.data_offset):
+                return None
+        rows = sum(entry.shape[1] for entry in entries)
+        joined = TensorEntry(" | ".join(names), first.tensor_type, (first.shape[0], rows),
+                             first.data_offset, first.data_type,
+                             (rows, first.data_shape[-1]))
+        return QuantizedArray(self._mapped(joined), dtype, (rows, first.shape[0]))
 
     def _mapped(self, tensor) -> np.ndarray:
         """``tensor``'s bytes over a map of their own, not the reader's map of the whole file:

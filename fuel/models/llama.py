@@ -395,7 +395,8 @@ def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -
     """GGUF tensors kept in their block formats (``QuantizedArray``, ``(out, in)``): q/k rows
     un-permuted, q|k|v and gate|up joined where their formats match (else tuples of parts),
     the attention scale left to the graph (``query_scale``). Tensors used as stored are views
-    of the memory map; those reordered or joined are read into fresh arrays. Formats without
+    of the memory map (gate|up too where they lie back to back in the file); those reordered
+    or joined are read from it once, into their place in fresh arrays. Formats without
     kernels (on fuel or on ``device``) arrive dequantized and are transposed to ``(in, out)``
     like the float path."""
     kernels = device_kernels(device)
@@ -405,8 +406,9 @@ def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -
             joined = join_rows(parts)
             if joined is not None:
                 return joined
-            return tuple(parts)
-        return tuple(p if isinstance(p, QuantizedArray) else np.ascontiguousarray(p.T)
+            return tuple(p.materialized() for p in parts)
+        return tuple(p.materialized() if isinstance(p, QuantizedArray)
+                     else np.ascontiguousarray(p.T)
                      for p in parts) if len(parts) > 1 else np.ascontiguousarray(parts[0].T)
 
     def rope_rows(value, heads: int):
@@ -423,17 +425,19 @@ def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -
     arrays["norm"] = source.tensor("output_norm.weight")
     for i in progress(range(config.num_layers), config.num_layers,
                       f"mapping {source.path.name}'s blocks"):
-        def get(name: str, copy: bool = False, layer: int = i):
-            return source.stored(f"blk.{layer}.{name}.weight", copy, kernels)
+        def get(name: str, layer: int = i):
+            return source.stored(f"blk.{layer}.{name}.weight", kernels)
 
-        q = rope_rows(get("attn_q", True), config.num_heads)
-        k = rope_rows(get("attn_k", True), config.num_kv_heads)
+        q = rope_rows(get("attn_q"), config.num_heads)
+        k = rope_rows(get("attn_k"), config.num_kv_heads)
         arrays[f"layers.{i}.attn_norm"] = source.tensor(f"blk.{i}.attn_norm.weight")
-        arrays[f"layers.{i}.qkv_t"] = as_projection([q, k, get("attn_v", True)])
+        arrays[f"layers.{i}.qkv_t"] = as_projection([q, k, get("attn_v")])
         arrays[f"layers.{i}.o_t"] = as_projection([get("attn_output")])
         arrays[f"layers.{i}.ffn_norm"] = source.tensor(f"blk.{i}.ffn_norm.weight")
-        arrays[f"layers.{i}.gate_up_t"] = as_projection([get("ffn_gate", True),
-                                                         get("ffn_up", True)])
+        together = source.stored_together([f"blk.{i}.ffn_gate.weight",
+                                           f"blk.{i}.ffn_up.weight"], kernels)
+        arrays[f"layers.{i}.gate_up_t"] = together or as_projection(
+            [get("ffn_gate"), get("ffn_up")])
         arrays[f"layers.{i}.down_t"] = as_projection([get("ffn_down")])
     return arrays
 
