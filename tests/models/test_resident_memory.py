@@ -42,8 +42,9 @@ def test_metadata_and_tensors_match_ggufs_own_reader(smollm_path):
 
 def test_weights_used_as_stored_are_views_of_maps_and_the_reader_is_dropped(tiny_gguf,
                                                                             cache_dir):
-    """Single projections (o, down) and the embedding are read through maps, not copied;
-    joined ones (q|k|v, gate|up) are one array each; after loading, no metadata is held."""
+    """Single projections (o, down), the embedding and gate|up (back to back in the file)
+    are read through maps, not copied; q|k|v is one array; after loading, no metadata is
+    held."""
     from fuel.models.gguf_loader import GGUFModelFile, QuantizedArray
     from fuel.models.llama import load_gguf, quantized_weights
 
@@ -54,11 +55,15 @@ def test_weights_used_as_stored_are_views_of_maps_and_the_reader_is_dropped(tiny
     assert source.value("general.architecture") is None
     assert source.value("general.architecture", "absent") == "absent"
     arrays = quantized_weights(source, config)
-    for name in ("layers.0.o_t", "layers.0.down_t", "embed_t"):
+    for name in ("layers.0.o_t", "layers.0.down_t", "embed_t", "layers.0.gate_up_t"):
         assert isinstance(arrays[name], QuantizedArray)
         assert isinstance(_mapped_base(arrays[name].data), mmap.mmap), name
-    for name in ("layers.0.qkv_t", "layers.0.gate_up_t"):
-        assert arrays[name].data.flags.owndata, name
+    assert arrays["layers.0.qkv_t"].data.flags.owndata  # q, k, v are not back to back
+    gate, up = (f"blk.0.ffn_{part}.weight" for part in ("gate", "up"))
+    together = source.stored_together([gate, up])
+    assert np.array_equal(together.data, np.concatenate(
+        [source.stored(gate).data, source.stored(up).data]))
+    assert source.stored_together([up, gate]) is None  # not in the file's order
     model = load_gguf(path)
     assert model.encode("the hat")  # the tokenizer was built before the reader was dropped
 
