@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from collections import OrderedDict
 
 import numpy as np
@@ -26,9 +27,9 @@ class KVCache:
         # the model's captured steps (fuel.jit) bound to this cache, by (tokens, all_logits)
         self.replays: OrderedDict = OrderedDict()
         shape = (kv_heads, capacity, head_dim)
-        self.keys = [fuel.from_numpy(np.zeros(shape, np.float32), device=device)
+        self.keys = [fuel.from_numpy(lazy_zeros(shape), device=device)
                      for _ in range(num_layers)]
-        self.values = [fuel.from_numpy(np.zeros(shape, np.float32), device=device)
+        self.values = [fuel.from_numpy(lazy_zeros(shape), device=device)
                        for _ in range(num_layers)]
 
     def write(self, layer: int, positions: Tensor, keys: Tensor, values: Tensor
@@ -57,8 +58,22 @@ class KVCache:
         device = self.keys[0].device if self.keys else None
         for mine, theirs in ((self.keys, source.keys), (self.values, source.values)):
             for layer, tensor in enumerate(theirs):
-                array = np.zeros(mine[layer].shape, np.float32)
+                array = lazy_zeros(mine[layer].shape)
                 array[:, :length] = tensor.numpy()[:, :length]
                 mine[layer] = fuel.from_numpy(array, device=device)
         self.replays.clear()
         self.length = length
+
+
+def lazy_zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 array of zeros over an anonymous memory map of its own: the pages become
+    resident only where positions are written (reading the rest maps the kernel's shared zero
+    page), so a cache costs memory for the positions it holds, not its capacity. ``np.zeros``
+    may instead take reused, already-resident heap memory and clear it."""
+    count = int(np.prod(shape))
+    private = getattr(mmap, "MAP_PRIVATE", None)
+    if count == 0 or private is None:  # no POSIX mmap flags (Windows): plain zeros
+        return np.zeros(shape, np.float32)
+    # private: a shared anonymous map is shared memory, whose pages are made when read
+    pages = mmap.mmap(-1, count * 4, flags=private | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(pages, np.float32, count).reshape(shape)

@@ -398,7 +398,8 @@ def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -
     """GGUF tensors kept in their block formats (``QuantizedArray``, ``(out, in)``): q/k rows
     un-permuted, q|k|v and gate|up joined where their formats match (else tuples of parts),
     the attention scale left to the graph (``query_scale``). Tensors used as stored are views
-    of the memory map; those reordered or joined are read into fresh arrays. Formats without
+    of the memory map (gate|up too where they lie back to back in the file); those reordered
+    or joined are read from it once, into their place in fresh arrays. Formats without
     kernels (on fuel or on ``device``) arrive dequantized and are transposed to ``(in, out)``
     like the float path."""
     kernels = device_kernels(device)
@@ -417,8 +418,8 @@ def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -
             joined = join_rows(parts)
             if joined is not None:
                 return joined
-            return tuple(parts)
-        floats = tuple(p if isinstance(p, QuantizedArray) else float_part(p, name)
+            return tuple(p.materialized() for p in parts)
+        floats = tuple(p.materialized() if isinstance(p, QuantizedArray) else float_part(p, name)
                        for p, name in zip(parts, names))
         return floats if len(floats) > 1 else floats[0]
 
@@ -439,25 +440,26 @@ def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -
     arrays["norm"] = source.tensor("output_norm.weight")
     for i in progress(range(config.num_layers), config.num_layers,
                       f"mapping {source.path.name}'s blocks"):
-        def get(name: str, copy: bool = False, layer: int = i):
-            return source.stored(full(name, layer), copy, kernels)
+        def get(name: str, layer: int = i):
+            return source.stored(full(name, layer), kernels)
 
         def full(name: str, layer: int = i) -> str:
             return f"blk.{layer}.{name}.weight"
 
         def projection(names: list[str], parts: list | None = None) -> object:
-            parts = parts or [get(name, True) for name in names]
+            parts = parts or [get(name) for name in names]
             return as_projection(parts, [full(name) for name in names])
 
-        q = rope_rows(get("attn_q", True), config.num_heads)
-        k = rope_rows(get("attn_k", True), config.num_kv_heads)
+        q = rope_rows(get("attn_q"), config.num_heads)
+        k = rope_rows(get("attn_k"), config.num_kv_heads)
         arrays[f"layers.{i}.attn_norm"] = source.tensor(f"blk.{i}.attn_norm.weight")
         arrays[f"layers.{i}.qkv_t"] = projection(["attn_q", "attn_k", "attn_v"],
-                                                 [q, k, get("attn_v", True)])
-        arrays[f"layers.{i}.o_t"] = projection(["attn_output"], [get("attn_output")])
+                                                 [q, k, get("attn_v")])
+        arrays[f"layers.{i}.o_t"] = projection(["attn_output"])
         arrays[f"layers.{i}.ffn_norm"] = source.tensor(f"blk.{i}.ffn_norm.weight")
-        arrays[f"layers.{i}.gate_up_t"] = projection(["ffn_gate", "ffn_up"])
-        arrays[f"layers.{i}.down_t"] = projection(["ffn_down"], [get("ffn_down")])
+        together = source.stored_together([full("ffn_gate"), full("ffn_up")], kernels)
+        arrays[f"layers.{i}.gate_up_t"] = together or projection(["ffn_gate", "ffn_up"])
+        arrays[f"layers.{i}.down_t"] = projection(["ffn_down"])
     return arrays
 
 
@@ -476,12 +478,13 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
         source = GGUFModelFile(source_path)
         config = source.llama_config()
         source.check_tensor_types()
+        tokenizer, template = source.tokenizer(), source.value(CHAT_TEMPLATE_KEY)
+        source.drop_metadata()  # freed before the weights' arrays are made, not interleaved
         formats = sorted({t.tensor_type.name for t in source.tensors.values()})
         notice(f"loading {source_path.name} with its weights as stored ({', '.join(formats)}; "
                "memory-mapped, no conversion cache)")
         arrays = quantized_weights(source, config, device)
-        return LlamaModel(config, source.tokenizer(), arrays, device,
-                          source.value(CHAT_TEMPLATE_KEY), name)
+        return LlamaModel(config, tokenizer, arrays, device, template, name)
     cache = WeightCache(source_path, "llama")
     cached = cache.load() if use_cache else None
     if cached is not None:
@@ -498,6 +501,7 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
     source.check_tensor_types()
     tokenizer = source.tokenizer()
     template = source.value(CHAT_TEMPLATE_KEY)
+    source.drop_metadata()
     started = time.perf_counter()
     notice(f"first load of {source_path.name}: converting its weights to float32 (once; "
            "later starts read the cache)")
