@@ -38,6 +38,7 @@ from fuel.compiler.render_expression import (
     element_dependencies,
     identity,
     index_wins,
+    row_pattern,
 )
 from fuel.ir import dtype as dt
 
@@ -56,7 +57,7 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
         row_sizes, row_strides = (kernel.shape[-1],), [(s[-1],) for s in operands]
     else:
         row_sizes, row_strides = collapse(kernel.shape[split:], [s[split:] for s in operands])
-    patterns = [_pattern(row) for row in row_strides]
+    patterns = [row_pattern(row) for row in row_strides]
     per_row = row_values(kernel)
     lines = [prelude(kernel), *(_vector_declarations(kernel) if vector_math else ()),
              "void fuel_kernel(char **data, const int64_t *sizes, const int64_t *strides) {",
@@ -97,14 +98,6 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
     lines += ["  }", "}", ""]
     flat = tuple(s for own, row in zip(strides, row_strides) for s in (*own, *row))
     return CProgram("\n".join(lines), (*sizes, *row_sizes), flat)
-
-
-def _pattern(row_strides: tuple[int, ...]) -> str:
-    if not any(row_strides):
-        return "broadcast"
-    if len(row_strides) > 1:
-        return "decoded"
-    return "dense" if row_strides[0] == 1 else "strided"
 
 
 def _stores(kernel: LoopKernel, strided: list[int], patterns: list[str], depth: int,

@@ -295,3 +295,14 @@ _SPECIAL = {
     "bitshift_left": _shift_left,
     "bitshift_right": _shift_right,
 }
+
+
+def row_pattern(row_strides: tuple[int, ...]) -> str:
+    """How an operand walks a kernel's row (its strides over the reduced dims): ``broadcast``
+    (all zero), ``dense`` (one dim, stride 1), ``strided`` (one dim) or ``decoded`` (several
+    dims, the row index decoded into them)."""
+    if not any(row_strides):
+        return "broadcast"
+    if len(row_strides) > 1:
+        return "decoded"
+    return "dense" if row_strides[0] == 1 else "strided"

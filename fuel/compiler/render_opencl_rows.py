@@ -25,7 +25,13 @@ from fuel.compiler.kernel_ir import (
     row_values,
     store_strides,
 )
-from fuel.compiler.render_expression import combine, element_dependencies, identity, index_wins
+from fuel.compiler.render_expression import (
+    combine,
+    element_dependencies,
+    identity,
+    index_wins,
+    row_pattern,
+)
 from fuel.compiler.render_opencl import (
     OPENCL_DIALECT,
     OPENCL_TYPES,
@@ -67,7 +73,7 @@ def render_opencl_rows(kernel: LoopKernel, group: bool) -> OpenClProgram:
     layout = _Layout(len(outer_sizes), len(row_sizes), len(operands))
     names = [f"in{k}" for k in range(len(kernel.loads))] + [
         f"out{k}" for k in range(len(kernel.stores))]
-    patterns = [_pattern(row) for row in row_strides]
+    patterns = [row_pattern(row) for row in row_strides]
     arguments_needed = any(v.op in ARGUMENT_REDUCTIONS for v in kernel.values)
     lines = head(kernel, len(arguments), ", __local uchar *scratch" if group else "")
     if group:
@@ -153,14 +159,6 @@ class _Layout:
 
     def size(self, dim: int) -> str:
         return f"arguments.v[{self.sizes_at + dim}]"
-
-
-def _pattern(row_strides: tuple[int, ...]) -> str:
-    if not any(row_strides):
-        return "broadcast"
-    if len(row_strides) > 1:
-        return "decoded"
-    return "dense" if row_strides[0] == 1 else "strided"
 
 
 def _index(name: str, pattern: str) -> str:
