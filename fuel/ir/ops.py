@@ -495,7 +495,7 @@ define(OpKind.DEQUANTIZE, "quantized", rules.dequantize, params=NoParams,
 # ACTIVATION_ROUNDED_FORMATS the activations are first rounded to 8-bit blocks (round_int8_blocks,
 # llama.cpp's q8_0/q8_1 rounding with the scale kept in float32), then multiplied; for the other
 # formats they are multiplied as they are. Kernels may sum in any order (integer dots included).
-ACTIVATION_BLOCK = 32
+ACTIVATION_BLOCK = rules.ACTIVATION_BLOCK
 ACTIVATION_ROUNDED_FORMATS: frozenset[DType] = frozenset({dt.q4_0, dt.q4_1, dt.q8_0})
 define(OpKind.QUANTIZED_MATMUL, "quantized", rules.quantized_matmul, params=NoParams,
        operands=("activation", "quantized"), function="quantized_matmul",

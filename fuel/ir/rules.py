@@ -476,11 +476,15 @@ def quantized_matmul(params, shapes, dtypes):
     return x[:-1] + (weight[0],), dt.float32
 
 
+# round_int8_blocks' block along the last dim (ops.ACTIVATION_BLOCK is this constant).
+ACTIVATION_BLOCK = 32
+
+
 def int8_blocks(params, shapes, dtypes):
     x = shapes[0]
-    if not x or x[-1] % 32:
-        raise ShapeError(f"round_int8_blocks needs a last dim that is a multiple of 32, got "
-                         f"shape {x}")
+    if not x or x[-1] % ACTIVATION_BLOCK:
+        raise ShapeError(f"round_int8_blocks needs a last dim that is a multiple of "
+                         f"{ACTIVATION_BLOCK}, got shape {x}")
     return x, dt.float32
 
 

@@ -229,15 +229,12 @@ class PlanBuilder:
         memo = _compiled_memo(self.table)
         outside, wiring = group_reads(graph, group)
         signature = _lowering_signature(graph, group, outside, wiring, values, backend_id)
-        found = memo.get(signature)
-        if found is not None:  # a group lowered before: no lowering, no LoopKernel to hash
-            compiled, order = found
-            sources = [outside[i] for i in order]
-        else:
+        compiled = memo.get(signature)
+        sources = outside
+        if compiled is None:  # else a group lowered before: no lowering, no LoopKernel to hash
             compiled, sources = self._lower_and_compile(node, group, backend_id)
-            position = {source: i for i, source in enumerate(outside)}
-            if all(source in position for source in sources):
-                memo[signature] = (compiled, tuple([position[s] for s in sources]))
+            if sources == outside:  # the loads in group_reads' order, as lower_group makes them
+                memo[signature] = compiled
         for source in sources:
             self._use(values[source][0], group.anchor)
         device = node.device
