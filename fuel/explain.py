@@ -9,7 +9,7 @@ from fuel.dispatch.kernel import global_table
 from fuel.graph import Graph
 from fuel.ir.errors import FuelError
 from fuel.ir.ops import VIEW_OPS, OpKind
-from fuel.runtime.decompose import decomposed_rows, expand_for_table
+from fuel.runtime.decompose import decomposed_rows, expand_for_table, expanded_labels
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,11 @@ def explain(tensors) -> Explanation:
     expansion = expand_for_table(graph, table, strict=False)
     for node_id, node in enumerate(graph.nodes):
         identity = None
-        if node_id in fused:
-            source, revision, name, anchor = fused[node_id]
+        label = str(node_id)
+        if label in fused:
+            source, revision, name, anchor = fused[label]
             identity = (source, revision)
-            dispatch = f"{source} {name}" + ("" if anchor == node_id else f" in node {anchor}")
+            dispatch = f"{source} {name}" + ("" if anchor == label else f" in node {anchor}")
         elif expansion is not None and node_id in expansion.decomposed:
             dispatch = "decomposed"
         elif node.buffer is not None:
@@ -91,22 +92,24 @@ def explain(tensors) -> Explanation:
             dispatch, identity[1] if identity else None, f"{file}:{line}",
         ))
         if dispatch == "decomposed":
-            rows.extend(decomposed_rows(expansion, node_id, table))
+            rows.extend(decomposed_rows(expansion, node_id, table, fused))
     return Explanation(rows)
 
 
-def _fused_kernels(graph: Graph, table) -> dict[int, tuple[str, int, str, int]]:
-    """Each fused node -> (source tag, revision, group name, anchor node), from the plan a
-    realize would build (fused kernels are compiled at plan time, so explain compiles them)."""
+def _fused_kernels(graph: Graph, table) -> dict[str, tuple[str, int, str, str]]:
+    """Each fused node's explain label (``"7"``, or ``"7.2"`` for a part of decomposed node 7)
+    -> (source tag, revision, group name, the anchor's label), from the plan a realize would
+    build (fused kernels are compiled at plan time, so explain compiles them)."""
     from fuel.runtime.plan import PlanBuilder
 
-    builder = PlanBuilder(graph, table)
-    if not builder.groups:
-        return {}
     try:
-        steps = list(builder.steps())
+        builder = PlanBuilder(graph, table)
+        if not builder.groups:
+            return {}
+        steps = list(builder.expanded_steps())
     except FuelError:  # the realize would fail; the per-node rows say where
         return {}
+    labels = expanded_labels(builder.expansion, len(builder.graph.nodes))
     found = {}
     for step in steps:
         if step.__class__ is tuple or step.compiled.op is not OpKind.FUSED:
@@ -114,6 +117,6 @@ def _fused_kernels(graph: Graph, table) -> dict[int, tuple[str, int, str, int]]:
         group = builder.groups[step.node_id]
         entry = step.compiled.entry
         for member in group.members:
-            found[member] = (entry.kernel_source, entry.kernel_revision_hash, group.name,
-                             group.anchor)
+            found[labels[member]] = (entry.kernel_source, entry.kernel_revision_hash, group.name,
+                                     labels[group.anchor])
     return found

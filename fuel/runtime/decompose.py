@@ -101,9 +101,25 @@ def translate_steps(expansion: Expansion, steps: Iterator, plan) -> Iterator:
     plan.node_values[:] = [values[p] for p in expansion.position]
 
 
-def decomposed_rows(expansion: Expansion, user_id: int, table: KernelBindingTable) -> list:
+def expanded_labels(expansion: Expansion | None, count: int) -> list[str]:
+    """explain()'s label of each expanded node: its user node's id (``"7"``), or ``"7.2"`` for
+    the third primitive replacing decomposed user node 7; ``count`` nodes when not expanded."""
+    if expansion is None:
+        return [str(node_id) for node_id in range(count)]
+    labels = [""] * len(expansion.graph.nodes)
+    for user, expanded in enumerate(expansion.position):
+        labels[expanded] = str(user)
+    for user, parts in expansion.decomposed.items():
+        for k, expanded in enumerate(parts):
+            labels[expanded] = f"{user}.{k}"
+    return labels
+
+
+def decomposed_rows(expansion: Expansion, user_id: int, table: KernelBindingTable,
+                    fused: dict | None = None) -> list:
     """explain() rows of the primitives that replace decomposed user node ``user_id``: ids
-    ``7.0, 7.1, ...``, inputs by user id or by such a label."""
+    ``7.0, 7.1, ...``, inputs by user id or by such a label; ``fused`` maps such a label to
+    its fused kernel (as ``explain._fused_kernels`` builds it)."""
     from fuel.explain import ExplainRow
 
     graph = expansion.graph
@@ -113,8 +129,13 @@ def decomposed_rows(expansion: Expansion, user_id: int, table: KernelBindingTabl
     rows = []
     for k, expanded in enumerate(parts):
         node = graph.nodes[expanded]
+        label = labels[expanded]
         identity = dispatched_kernel_ident(graph, expanded, table)
-        if node.op in VIEW_OPS:
+        if fused and label in fused:
+            source, revision, name, anchor = fused[label]
+            identity = (source, revision)
+            dispatch = f"{source} {name}" + ("" if anchor == label else f" in node {anchor}")
+        elif node.op in VIEW_OPS:
             dispatch = "view"
         else:
             dispatch = identity[0] if identity else "MISSING (NoBackendForOp at realize)"

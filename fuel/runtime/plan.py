@@ -176,6 +176,11 @@ class PlanBuilder:
             return self._steps()
         return translate_steps(self.expansion, self._steps(), self.plan)
 
+    def expanded_steps(self) -> Iterator:
+        """The steps with the expanded graph's node ids (``steps()`` relabels them with the
+        user's); explain() maps them to its own labels."""
+        return self._steps()
+
     def _steps(self) -> Iterator:
         graph = self.graph
         values = self.plan.node_values

@@ -64,6 +64,25 @@ def test_explain_names_the_fused_kernel_and_the_nodes_it_covers():
     assert fused[0].dispatch.endswith(f"in node {fused[-1].node_id}")
 
 
+def test_explain_labels_a_decomposed_members_by_the_users_node_ids():
+    # softmax decomposes when fusion is on, so the plan's graph has more nodes than the
+    # user's: explain must still name user nodes (and "1.k" parts), never expanded-graph ids.
+    x = fuel.tensor(_arrays()[0])
+    rows = (x.softmax(-1) * 2.0 + 1.0).explain().rows
+    by_label = {(f"{row.node_id}.{row.part}" if row.part >= 0 else str(row.node_id)): row
+                for row in rows}
+    softmax = next(row for row in rows if row.op == "softmax")
+    assert softmax.dispatch == "decomposed"
+    anchor = next(row for row in rows if row.part < 0 and row.dispatch.startswith("c fused(")
+                  and " in node " not in row.dispatch)
+    assert anchor.op == "add"  # the last user node of the group
+    members = [row for row in rows if row.dispatch.endswith(f"in node {anchor.node_id}")]
+    assert {row.op.strip() for row in members} >= {"max", "sub", "exp", "sum", "div", "mul"}
+    assert all(f"{row.node_id}.{row.part}" in by_label for row in members if row.part >= 0)
+    loads = [row for row in rows if row.op == "load"]
+    assert loads and all(row.dispatch == "leaf" for row in loads)
+
+
 def test_set_fusion_false_runs_one_numpy_kernel_per_node():
     x, y = _arrays()
     fuel.set_fusion(False)
