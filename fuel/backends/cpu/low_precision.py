@@ -9,6 +9,7 @@ import numpy as np
 from fuel.ir import dtype as dt
 
 _WIDE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_SUB_BYTE_INTEGERS = (dt.int2, dt.int4, dt.uint2, dt.uint4)
 _EXPONENT_MASK = np.uint32(0xFF)
 _MANTISSA_MASK = np.uint32(0x7FFFFF)
 
@@ -16,15 +17,31 @@ _MANTISSA_MASK = np.uint32(0x7FFFFF)
 def cast_source(source: np.ndarray, target: dt.DType) -> np.ndarray:
     """``source`` ready for assignment into a ``target`` array: half and float8 values go to
     integers through float32; anything else goes to a low-precision float through float64 (one
-    rounding)."""
+    rounding); between two ml_dtypes integers without a direct cast (ml_dtypes before 0.7),
+    through int64 (the same wrap-around values as the direct cast)."""
     floating = dt.from_numpy(source.dtype).is_floating
+    if floating and target in _SUB_BYTE_INTEGERS:
+        return _truncated_or_zero(source, target)
     narrow_float = floating and source.dtype not in _WIDE_FLOATS
     if narrow_float and not target.is_floating:
         return source.astype(np.float32)
     low_precision = target in dt.LOW_PRECISION_DTYPES
     if low_precision and target.is_floating and source.dtype not in _WIDE_FLOATS:
         return source.astype(np.float64)
+    if not np.can_cast(source.dtype, target.numpy, "unsafe"):
+        return source.astype(np.int64)
     return source
+
+
+def _truncated_or_zero(source: np.ndarray, target: dt.DType) -> np.ndarray:
+    """A float array into a 2- or 4-bit integer dtype: truncated toward zero where in range,
+    else 0 (NaN too). ml_dtypes 0.7's direct cast does this (checked on every float16 and
+    float8 value); earlier versions wrap instead, so fuel does not leave it to the library."""
+    limits = ml_dtypes.iinfo(target.numpy)
+    truncated = np.trunc(source.astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        in_range = (truncated >= int(limits.min)) & (truncated <= int(limits.max))
+    return np.where(in_range, truncated, 0).astype(np.int64)
 
 
 def saturate(source: np.ndarray, target: dt.DType) -> np.ndarray:

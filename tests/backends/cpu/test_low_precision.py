@@ -41,3 +41,20 @@ def test_packing_matches_onnx(dtype):
     assert pack(data, dtype).tobytes() == numpy_helper.from_array(data).raw_data
     assert np.array_equal(unpack(pack(data, dtype), 9, dtype).view(np.uint8),
                           data.view(np.uint8))
+
+
+def test_float_to_sub_byte_integer_truncates_and_zeroes_out_of_range():
+    # The stated rule (ONNX leaves it undefined; its node tests and ml_dtypes 0.7 agree):
+    # truncate toward zero; a result outside the type's range, NaN and infinities give 0.
+    data = np.array([-9.7, -8.5, -2.5, -0.5, 0.5, 2.9, 7.6, 8.0, 15.5, 16.0, np.nan, np.inf],
+                    np.float32)
+    expected = {
+        dt.int4: [0, -8, -2, 0, 0, 2, 7, 0, 0, 0, 0, 0],
+        dt.uint4: [0, 0, 0, 0, 0, 2, 7, 8, 15, 0, 0, 0],
+        dt.int2: [0, 0, -2, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        dt.uint2: [0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0],
+    }
+    for dtype, values in expected.items():
+        for source in (fuel.float32, fuel.float16):
+            cast = fuel.tensor(data).to(source).to(dtype).numpy()
+            assert cast.astype(np.int64).tolist() == values, (dtype.name, source)
