@@ -27,7 +27,7 @@ def test_every_piece_binds_at_most_the_limit_and_covers_the_space(small_bindings
     backend, device, context = small_bindings
     buffer = backend.allocate(device, dt.float32, 1200).buffer
     transposed = Layout((30, 40), (1, 30), 0)
-    pieces = split_launch(context, (30, 40), [buffer], [transposed])
+    pieces = split_launch(context, (30, 40), [buffer], [transposed], [4])
     assert len(pieces) > 1
     seen = np.zeros((30, 40), bool)
     for piece in pieces:
