@@ -132,6 +132,16 @@ def test_a_small_float16_network_on_wgpu_matches_the_cpu(float16_device):
                                rtol=2e-2, atol=2e-3)
 
 
+def test_fuel_backends_shows_the_feature_and_the_dtypes(float16_device, capsys):
+    from fuel.cli import main
+
+    backend, device, context = float16_device
+    assert "shader-f16" in context.features
+    assert main(["backends"]) == 0
+    listed = " ".join(capsys.readouterr().out.split())
+    assert "shader-f16" in listed and "uint32, bool, float16" in listed
+
+
 def test_every_cpu_float16_primitive_has_a_wgpu_kernel(float16_device):
     """The float16 primitive keys over the dtypes wgpu holds, all registered (so the kernel
     suite runs each against the CPU); grid_sample has no wgpu kernel in any dtype."""
