@@ -61,6 +61,26 @@ def test_odd_element_counts_offsets_and_strides_move_and_compute(float16_device,
         np.testing.assert_array_equal((x[1:] + x[:-1]).numpy(), data[1:] + data[:-1])
 
 
+def test_casts_to_and_from_float16_around_cross_device_copies(float16_device):
+    from fuel.backends import find_backend
+
+    backend, device, context = float16_device
+    data = np.linspace(-70000, 70000, 301, dtype=np.float32)  # beyond float16's range too
+    with np.errstate(over="ignore"):
+        halves = data.astype(np.float16)
+    on_device = fuel.tensor(data).to(device).to(fuel.float16)  # Copy in, Cast there
+    stops = ["cpu"]
+    opencl = find_backend(BackendId.OPENCL)
+    if opencl is not None and opencl.is_available():
+        stops.append(opencl.devices()[0])
+    for stop in stops:  # float16 out to another device and back, then cast to float32
+        back = on_device.to(stop).to(device).to(fuel.float32).to("cpu").numpy()
+        np.testing.assert_array_equal(back, halves.astype(np.float32), err_msg=str(stop))
+    finite = halves[np.isfinite(halves)]  # (an infinity's integer is the driver's choice)
+    np.testing.assert_array_equal(_bits(fuel.tensor(finite).to(device).to(fuel.int32).to(
+        fuel.float16).numpy()), _bits(finite.astype(np.int32).astype(np.float16)))
+
+
 def test_reductions_accumulate_in_float32_and_round_once(float16_device):
     backend, device, context = float16_device
     rng = np.random.default_rng(1)
