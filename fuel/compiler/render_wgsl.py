@@ -289,6 +289,7 @@ def _expression(kernel: LoopKernel, value: Value, offsets: str, _unused: str) ->
 
 
 def _compute(kernel: LoopKernel, value: Value, offsets: str) -> str:
+    """The WGSL expression of one value in its value type (f32 for float16: unrounded)."""
     op = value.op
     if op == "load":
         load = kernel.loads[value.load]
