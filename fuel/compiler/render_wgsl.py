@@ -3,32 +3,40 @@
 Sizes, offsets and strides are not in the source: the shader reads them from a small
 ``params`` array (``array<i32>``, binding 0) that each launch fills, so one shader (and one
 pipeline) serves every shape of the same loop depth. Inputs are bindings ``1..n`` (read-only
-storage), outputs follow (read-write). Elements are 32-bit words (``STORAGE_WORDS``): bool is
-a ``u32`` 0/1, and int64 is held as ``i32`` on wgpu (WGSL has no 64-bit integer; see
-``fuel/backends/wgpu/__init__.py``).
+storage), outputs follow (read-write). Elements are 32-bit words (``STORAGE_WORDS``) but
+float16's: bool is a ``u32`` 0/1, and int64 is held as ``i32`` on wgpu (WGSL has no 64-bit
+integer; see ``fuel/backends/wgpu/__init__.py``). float16 is stored as ``f16`` (a shader using
+it starts with ``enable f16;``: the device needs ``shader-f16``) and computed in ``f32``, as the
+C renderer computes it: each float16 value is rounded to float16 (to nearest even,
+``fuel_f16_round``) where it is computed; reductions accumulate in f32 and round once.
 
 ``params``, elementwise: ``[count, sizes[depth], (offset, strides[depth]) per load, then per
 store]``. With a reduction (``kernel.reduced``) one invocation runs one row (the last dim):
 ``count`` is the number of rows and the same per-operand records follow; a per-row store uses
 its offset and outer strides only. Semantics follow the NumPy kernels as the C renderer does
 (integer division by zero gives 0, shifts past the width, NaN-propagating maximum, round half
-to even); float32 sums accumulate with Kahan compensation.
+to even); float32 and float16 sums accumulate in f32 with Kahan compensation.
 """
 
 from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 from fuel.compiler.kernel_ir import REDUCE_OPS, LoopKernel, Value, row_values
+from fuel.compiler.render_wgsl_prelude import FLOAT16_ROUND, PRELUDE
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 
 # The WGSL type of a value of each dtype, and of the word that stores it.
 VALUE_TYPES: dict[DType, str] = {
     dt.float32: "f32", dt.int32: "i32", dt.int64: "i32", dt.uint32: "u32", dt.bool_: "bool",
+    dt.float16: "f32",
 }
 STORAGE_WORDS: dict[DType, str] = {
     dt.float32: "f32", dt.int32: "i32", dt.int64: "i32", dt.uint32: "u32", dt.bool_: "u32",
+    dt.float16: "f16",
 }
 WGSL_DTYPES = frozenset(VALUE_TYPES)
 WORKGROUP = 256  # invocations per workgroup of every one-invocation-per-item shader
@@ -45,94 +53,6 @@ INTEGER_ONLY = frozenset({"int_div", "bitshift_left", "bitshift_right"})
 FLOAT_ONLY = frozenset(MATH_FUNCTIONS) | {"div"}
 SHIFTS = frozenset({"bitshift_left", "bitshift_right"})
 
-PRELUDE = """
-fn fuel_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
-// asin, acos, atan: Cephes' single-precision polynomials (drivers' built-ins, lavapipe's
-// among them, are off by up to 4e-4).
-fn fuel_asin(x: f32) -> f32 {
-  let a = abs(x);
-  if (a > 1.0) { return bitcast<f32>(0x7fc00000u); }
-  var z: f32; var s: f32;
-  if (a > 0.5) { z = 0.5 * (1.0 - a); s = sqrt(z); } else { z = a * a; s = a; }
-  var r = ((((4.2163199048e-2 * z + 2.4181311049e-2) * z + 4.5470025998e-2) * z
-    + 7.4953002686e-2) * z + 1.6666752422e-1) * z * s + s;
-  if (a > 0.5) { r = 1.5707963267948966 - 2.0 * r; }
-  return select(r, -r, x < 0.0);
-}
-fn fuel_acos(x: f32) -> f32 {
-  if (x < -0.5) { return 3.141592653589793 - 2.0 * fuel_asin(sqrt(0.5 * (1.0 + x))); }
-  if (x > 0.5) { return 2.0 * fuel_asin(sqrt(0.5 * (1.0 - x))); }
-  return 1.5707963267948966 - fuel_asin(x);
-}
-fn fuel_atan(x: f32) -> f32 {
-  var a = abs(x);
-  var y = 0.0;
-  if (a > 2.414213562373095) { y = 1.5707963267948966; a = -1.0 / a; }
-  else if (a > 0.4142135623730950) { y = 0.7853981633974483; a = (a - 1.0) / (a + 1.0); }
-  let z = a * a;
-  y = y + (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z
-    - 3.33329491539e-1) * z * a + a;
-  return select(y, -y, x < 0.0);
-}
-fn fuel_expm1(x: f32) -> f32 {
-  let u = exp(x);
-  if (u == 1.0) { return x; }
-  let m = u - 1.0;
-  if (m == -1.0) { return -1.0; }
-  if (abs(x) > 0.5) { return m; }
-  return m * x / log(u);
-}
-fn fuel_log1p(x: f32) -> f32 {
-  let u = 1.0 + x;
-  if (u == 1.0) { return x; }
-  if (abs(x) > 0.5) { return log(u); }
-  return log(u) * x / (u - 1.0);
-}
-fn fuel_erf(x: f32) -> f32 {
-  let a = abs(x);
-  if (a < 0.5) {
-    let s = x * x;
-    return x * 1.1283791670955126 * (1.0 + s * (-0.3333333333333333 + s * (0.1 + s * (
-      -0.023809523809523808 + s * (0.004629629629629629 + s * -0.0007575757575757576)))));
-  }
-  let t = 1.0 / (1.0 + 0.5 * a);
-  let c = t * exp(-a * a - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
-    + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
-    + t * (-0.82215223 + t * 0.17087277)))))))));
-  return sign(x) * (1.0 - c);
-}
-fn fuel_pow(x: f32, y: f32) -> f32 {
-  if (y == 0.0) { return 1.0; }
-  if (fuel_isnan(x) || fuel_isnan(y)) { return bitcast<f32>(0x7fc00000u); }
-  if (x == 0.0) { if (y > 0.0) { return 0.0; } return bitcast<f32>(0x7f800000u); }
-  if (x < 0.0) {
-    if (floor(y) != y) { return bitcast<f32>(0x7fc00000u); }
-    let p = exp2(y * log2(-x));
-    if (abs(y) < 16777216.0 && (i32(y) & 1) == 1) { return -p; }
-    return p;
-  }
-  return exp2(y * log2(x));
-}
-fn fuel_remainder_f32(x: f32, y: f32) -> f32 {
-  var r = x % y;
-  if (r != 0.0 && ((r < 0.0) != (y < 0.0))) { r = r + y; }
-  return r;
-}
-fn fuel_pow_i32(x: i32, y: i32) -> i32 {
-  if (y < 0) { if (x == 1) { return 1; } if (x == -1) { return select(1, -1, (y & 1) == 1); }
-               return 0; }
-  var result = 1; var base = x; var e = y;
-  loop { if (e == 0) { break; } if ((e & 1) == 1) { result = result * base; }
-         base = base * base; e = e >> 1u; }
-  return result;
-}
-fn fuel_pow_u32(x: u32, y: u32) -> u32 {
-  var result = 1u; var base = x; var e = y;
-  loop { if (e == 0u) { break; } if ((e & 1u) == 1u) { result = result * base; }
-         base = base * base; e = e >> 1u; }
-  return result;
-}
-"""
 
 
 def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
@@ -143,7 +63,7 @@ def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
             and op not in COMPARISONS:
         return False
     operand = dtypes[1] if op == "where" and len(dtypes) > 1 else dtypes[0]
-    if op in FLOAT_ONLY and operand is not dt.float32:
+    if op in FLOAT_ONLY and not is_float(operand):
         return False
     if op in INTEGER_ONLY and (operand.is_floating or operand.is_bool):
         return False
@@ -152,10 +72,17 @@ def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
     return True
 
 
+def is_float(dtype: DType) -> bool:
+    """Whether values of ``dtype`` are computed as floats (float32, and float16 in f32)."""
+    return VALUE_TYPES.get(dtype) == "f32"
+
+
 def literal(number, dtype: DType) -> str:
     """An exact WGSL literal of ``number`` as ``dtype``'s value type (floats as bit patterns,
-    so NaN, infinities and every float32 are exact)."""
-    if dtype is dt.float32:
+    so NaN, infinities and every float32 are exact; a float16 one rounded to float16)."""
+    if is_float(dtype):
+        with np.errstate(over="ignore"):  # beyond the type's range: its infinity
+            number = np.asarray(number).astype(dtype.numpy).astype(np.float32)
         bits = struct.unpack("<I", struct.pack("<f", float(number)))[0]
         return f"bitcast<f32>({bits:#x}u)"
     if dtype.is_bool:
@@ -166,11 +93,20 @@ def literal(number, dtype: DType) -> str:
     return f"bitcast<i32>({word}u)"
 
 
-def shader_header(words: list[str], writable: list[bool], names: list[str]) -> str:
-    """The bindings (``params`` at 0, then one array per operand of the given word types) and
-    the opening of ``main``: one invocation per item, ``item`` below ``params[0]``, over a
-    2-D grid of ``WORKGROUP``-wide groups."""
-    lines = ["@group(0) @binding(0) var<storage, read> params: array<i32>;"]
+def float16_support(words: list[str]) -> list[str]:
+    """The lines a shader with these storage words starts with: where one is ``f16``, the
+    ``enable f16;`` directive (before any declaration) and ``fuel_f16_round``."""
+    return ["enable f16;", FLOAT16_ROUND] if "f16" in words else []
+
+
+def shader_header(words: list[str], writable: list[bool], names: list[str],
+                  prelude: str = "") -> str:
+    """The module's start (``float16_support``, then ``prelude``), the bindings (``params`` at
+    0, then one array per operand of the given word types) and the opening of ``main``: one
+    invocation per item, ``item`` below ``params[0]``, over a 2-D grid of ``WORKGROUP``-wide
+    groups."""
+    lines = float16_support(words) + ([prelude] if prelude else [])
+    lines += ["@group(0) @binding(0) var<storage, read> params: array<i32>;"]
     lines += [f"@group(0) @binding({1 + p}) var<storage, {'read_write' if w else 'read'}> "
               f"{name}: array<{word}>;" for p, (word, w, name) in enumerate(zip(words, writable,
                                                                               names))]
@@ -189,7 +125,7 @@ def render_wgsl(kernel: LoopKernel, depth: int) -> str:
     words = [STORAGE_WORDS[load.dtype] for load in loads] + \
         [STORAGE_WORDS[store.dtype] for store in stores]
     names = [f"in{p}" for p in range(len(loads))] + [f"out{p}" for p in range(len(stores))]
-    lines = [PRELUDE, shader_header(words, [False] * len(loads) + [True] * len(stores), names)]
+    lines = [shader_header(words, [False] * len(loads) + [True] * len(stores), names, PRELUDE)]
     operands = len(loads) + len(stores)
     outer = depth - 1 if kernel.reduced else depth
     for position in range(operands):
@@ -211,7 +147,7 @@ def render_wgsl(kernel: LoopKernel, depth: int) -> str:
             lines.append(f"  let v{index} = {_expression(kernel, value, 'base', '')};")
         for position, store in enumerate(stores):
             lines.append(f"  out{position}[base{len(loads) + position}] = "
-                         f"{_to_word(f'v{store.value}', store.dtype)};")
+                         f"{to_word(f'v{store.value}', store.dtype)};")
     lines += ["}", ""]
     return "\n".join(lines)
 
@@ -262,17 +198,15 @@ def _row_body(kernel: LoopKernel, depth: int) -> list[str]:
         wgsl = VALUE_TYPES[value.dtype]
         initial, combine = _reduction(value, f"v{argument}")
         lines.append(f"  var acc{index}: {wgsl} = {initial};")
-        if value.op in ("sum", "mean") and value.dtype is dt.float32:
+        if value.op in ("sum", "mean") and is_float(value.dtype):
             lines.append(f"  var carry{index}: f32 = 0.0;")
         lines.append("  for (var j = 0; j < row_length; j = j + 1) {")
         lines += at_offsets
         lines += element_values([argument], "    ")
         lines += [f"    {line}" for line in combine(index)]
         lines.append("  }")
-        if value.op == "mean":
-            lines.append(f"  let v{index} = acc{index} / {wgsl}(row_length);")
-        else:
-            lines.append(f"  let v{index} = acc{index};")
+        result = f"acc{index} / {wgsl}(row_length)" if value.op == "mean" else f"acc{index}"
+        lines.append(f"  let v{index} = {rounded(result, value.dtype)};")
         defined.add(index)
     emit_row_values(lines, "  ")
     first_store = len(loads)
@@ -280,7 +214,7 @@ def _row_body(kernel: LoopKernel, depth: int) -> list[str]:
     for position, store in enumerate(kernel.stores):
         if store.per_row:
             lines.append(f"  out{position}[base{first_store + position}] = "
-                         f"{_to_word(f'v{store.value}', store.dtype)};")
+                         f"{to_word(f'v{store.value}', store.dtype)};")
     if element_stores:
         lines.append("  for (var j = 0; j < row_length; j = j + 1) {")
         lines += at_offsets
@@ -288,7 +222,7 @@ def _row_body(kernel: LoopKernel, depth: int) -> list[str]:
         for position, store in element_stores:
             operand = first_store + position
             lines.append(f"    out{position}[base{operand} + j * step{operand}] = "
-                         f"{_to_word(f'v{store.value}', store.dtype)};")
+                         f"{to_word(f'v{store.value}', store.dtype)};")
         lines.append("  }")
     return lines
 
@@ -297,7 +231,7 @@ def _reduction(value: Value, argument: str):
     """(initial accumulator, per-element update lines) of a row reduction."""
     dtype = value.dtype
     if value.op in ("sum", "mean"):
-        if dtype is dt.float32:
+        if is_float(dtype):
             def kahan(index: int) -> list[str]:
                 return [f"let y{index} = {argument} - carry{index};",
                         f"let t{index} = acc{index} + y{index};",
@@ -306,7 +240,7 @@ def _reduction(value: Value, argument: str):
             return "0.0", kahan
         return literal(0, dtype), lambda index: [f"acc{index} = acc{index} + {argument};"]
     comparison = ">" if value.op == "max" else "<"
-    if dtype is dt.float32:
+    if is_float(dtype):
         extreme = float("-inf") if value.op == "max" else float("inf")
         return literal(extreme, dtype), lambda index: [
             f"if ({argument} {comparison} acc{index} || fuel_isnan({argument}) || "
@@ -323,21 +257,43 @@ def _reduction(value: Value, argument: str):
         f"if ({argument} {comparison} acc{index}) {{ acc{index} = {argument}; }}"]
 
 
-def _to_word(value: str, dtype: DType) -> str:
+def to_word(value: str, dtype: DType) -> str:
+    """The stored form of a value of ``dtype`` (a float16 value is already rounded: exact)."""
+    if dtype is dt.float16:
+        return f"f16({value})"
     return f"select(0u, 1u, {value})" if dtype.is_bool else value
 
 
-def _from_word(word: str, dtype: DType) -> str:
+def from_word(word: str, dtype: DType) -> str:
+    """The value of a stored word of ``dtype``."""
+    if dtype is dt.float16:
+        return f"f32({word})"
     return f"({word} != 0u)" if dtype.is_bool else word
+
+
+def rounded(value: str, dtype: DType) -> str:
+    """``value`` (an f32 expression) rounded to ``dtype`` where it is float16."""
+    return f"fuel_f16_round({value})" if dtype is dt.float16 else value
+
+
+# Values that hold a float16 value already (read, a literal, chosen, cast: ``cast`` rounds).
+EXACT_VALUES = frozenset({"load", "constant", "where", "cast", "bitcast"})
 
 
 def _expression(kernel: LoopKernel, value: Value, offsets: str, _unused: str) -> str:
     """The WGSL expression of one value over earlier values ``v<index>``; loads read at
-    ``<offsets><load>`` (``base`` per row or element, ``at`` inside a row loop)."""
+    ``<offsets><load>`` (``base`` per row or element, ``at`` inside a row loop); a computed
+    float16 value rounded to float16."""
+    expression = _compute(kernel, value, offsets)
+    return expression if value.op in EXACT_VALUES else rounded(expression, value.dtype)
+
+
+def _compute(kernel: LoopKernel, value: Value, offsets: str) -> str:
+    """The WGSL expression of one value in its value type (f32 for float16: unrounded)."""
     op = value.op
     if op == "load":
         load = kernel.loads[value.load]
-        return _from_word(f"in{value.load}[{offsets}{value.load}]", load.dtype)
+        return from_word(f"in{value.load}[{offsets}{value.load}]", load.dtype)
     if op == "constant":
         return literal(value.constant, value.dtype)
     args = [f"v{a}" for a in value.args]
@@ -361,14 +317,18 @@ def _expression(kernel: LoopKernel, value: Value, offsets: str, _unused: str) ->
     if op in COMPARISONS:
         if first.is_bool and op not in ("eq", "ne"):
             a, b = f"select(0u, 1u, {a})", f"select(0u, 1u, {b})"
-        if op == "ne" and first is dt.float32:  # NaN differs from everything
+        if op == "ne" and is_float(first):  # NaN differs from everything
             return f"({a} != {b} || fuel_isnan({a}) || fuel_isnan({b}))"
         return f"({a} {COMPARISONS[op]} {b})"
     return _RENDERERS[op](a, b, first, VALUE_TYPES[first])
 
 
 def cast(a: str, source: DType, target: DType) -> str:
-    """``a`` (of ``source``) converted to ``target`` as the NumPy kernels convert."""
+    """``a`` (of ``source``) converted to ``target`` as the NumPy kernels convert (to float16:
+    through f32, then rounded once; integers above 2**24 round to float16's infinity either
+    way)."""
+    if target is dt.float16 and source is not dt.float16:
+        return rounded(cast(a, source, dt.float32), target)
     source_type, target_type = VALUE_TYPES[source], VALUE_TYPES[target]
     if source_type == target_type:
         return a
@@ -491,6 +451,6 @@ _RENDERERS = {
 
 def _truth(a: str, dtype: DType) -> str:
     """Whether ``a`` counts as true (NaN does, as in NumPy)."""
-    if dtype is dt.float32:
+    if is_float(dtype):
         return f"({a} != 0.0 || fuel_isnan({a}))"
     return a if dtype.is_bool else f"({a} != {literal(0, dtype)})"

@@ -6,7 +6,9 @@ both; the one the adapter does not speak reports itself unavailable with the rea
 Optional: without ``wgpu`` (``pip install pyfuel[wgpu]``) or an adapter, the backend loads,
 reports itself unavailable and registers nothing.
 
-Dtypes: kernels take float32, int32, uint32 and bool (a 32-bit word each). WGSL has no
+Dtypes: kernels take float32, int32, uint32 and bool (a 32-bit word each), and float16 (two
+bytes, computed in f32 and rounded as NumPy rounds) where the adapter has ``shader-f16``
+(``WgpuBackend.kernel_dtypes``; without it float16 only moves). WGSL has no
 64-bit integers, so int64 tensors are held as 32-bit integers: uploads refuse values outside
 +-2**31, and integer arithmetic on them wraps at 32 bits. Index tensors (token ids, gather
 indices, shapes) fit; a model needing wider integers keeps those tensors on the CPU. Every

@@ -18,13 +18,18 @@ from fuel.ir.errors import DeviceError
 from fuel.ir.layout import Layout
 from fuel.memory import Storage
 
-# How each dtype is held on the device: one 32-bit word per element (see the package doc).
-WORDS: dict[DType, np.dtype] = {
+# How each dtype kernels take is held on the device: one 32-bit word per element, float16 in
+# two bytes (see the package doc). Every other dtype is stored as its host bytes and only moves.
+ELEMENTS: dict[DType, np.dtype] = {
     dt.float32: np.dtype(np.float32), dt.int32: np.dtype(np.int32),
     dt.int64: np.dtype(np.int32), dt.uint32: np.dtype(np.uint32), dt.bool_: np.dtype(np.uint32),
+    dt.float16: np.dtype(np.float16),
 }
-WGPU_DTYPES = tuple(WORDS)
-WORD_BYTES = 4
+WGPU_DTYPES = tuple(ELEMENTS)
+# The dtypes whose kernels need an adapter feature (requested when the adapter has it).
+FEATURE_DTYPES: dict[DType, str] = {dt.float16: "shader-f16"}
+# Buffer copies and storage bindings take offsets and sizes in multiples of 4 bytes.
+ALIGNMENT_BYTES = 4
 CACHE_CEILING = 1 << 30  # released buffers kept for reuse, in bytes at most
 
 
@@ -107,7 +112,21 @@ class WgpuBackend(Backend):
         return self._context
 
     def describe_device(self, device: Device) -> str:
-        return self.context(device).describe()
+        context = self.context(device)
+        names = {dt.int64: "int64 (as int32)"}
+        dtypes = ", ".join(names.get(d, d.name) for d in WGPU_DTYPES if d in self.kernel_dtypes(
+            device))
+        missing = "; ".join(f"no {d.name} kernels (the adapter lacks {feature})"
+                            for d, feature in FEATURE_DTYPES.items()
+                            if feature not in context.features)
+        return f"{context.describe()}; kernels for {dtypes}" + (f"; {missing}" if missing else "")
+
+    def kernel_dtypes(self, device: Device) -> frozenset[DType]:
+        """The dtypes this device's kernels take: float16 only where the adapter has
+        ``shader-f16`` (other dtypes are stored and moved, never computed on)."""
+        features = self.context(device).features
+        return frozenset(d for d in WGPU_DTYPES
+                         if d not in FEATURE_DTYPES or FEATURE_DTYPES[d] in features)
 
     def lose_device(self, reason: str) -> None:
         """Mark the device lost (as wgpu reports a lost device): the open and in-flight
@@ -144,32 +163,34 @@ class WgpuBackend(Backend):
         return storage
 
     def write_from_host(self, storage: Storage, array: np.ndarray) -> None:
-        """Record a copy of ``array`` (converted to the device words) into ``storage``: ordered
-        with the recorded kernels, the host array copied at once."""
-        words = to_words(np.asarray(array).reshape(-1), storage.dtype, storage.device)
-        self.context(storage.device).write(storage.buffer, words)
+        """Record a copy of ``array`` (converted to the device's elements) into ``storage``:
+        ordered with the recorded kernels, the host array copied at once."""
+        data = device_bytes(np.asarray(array).reshape(-1), storage.dtype, storage.device)
+        self.context(storage.device).write(storage.buffer, data)
 
     def download(self, storage: Storage, layout: Layout) -> np.ndarray:
         """The elements ``layout`` views (submits the open batch and waits for it)."""
         context = self.context(storage.device)
         if layout.numel == 0:
             return np.empty(layout.shape, storage.dtype.numpy)
-        if storage.dtype not in WORDS:  # raw bytes: the whole buffer, viewed on the host
-            data = context.read(storage.buffer, 0, buffer_bytes(storage.dtype, storage.size))
-            context.check_faults()
-            itemsize = storage.dtype.numpy.itemsize
-            return np.ndarray(layout.shape, storage.dtype.numpy, data, layout.offset * itemsize,
-                              tuple(s * itemsize for s in layout.strides)).copy()
-        if not layout.is_contiguous():
+        computed = storage.dtype in self.kernel_dtypes(storage.device)
+        if computed and not layout.is_contiguous():  # gathered on the device: fewer bytes move
             from fuel.backends.wgpu.loops import strided_copy
 
             dense = self.allocate(storage.device, storage.dtype, layout.numel)
             strided_copy(storage, layout, dense, Layout.contiguous(layout.shape))
             storage, layout = dense, Layout.contiguous(layout.shape)
-        data = context.read(storage.buffer, layout.offset * WORD_BYTES, layout.numel * WORD_BYTES)
+        # The bytes the layout spans (widened to whole words), viewed on the host.
+        element = ELEMENTS.get(storage.dtype, storage.dtype.numpy)
+        itemsize = element.itemsize
+        low, high = layout.span()
+        start = low * itemsize // ALIGNMENT_BYTES * ALIGNMENT_BYTES
+        end = -(-high * itemsize // ALIGNMENT_BYTES) * ALIGNMENT_BYTES
+        data = context.read(storage.buffer, start, end - start)
         context.check_faults()
-        words = np.frombuffer(data, WORDS[storage.dtype])
-        return words.astype(storage.dtype.numpy).reshape(layout.shape)
+        held = np.ndarray(layout.shape, element, data, layout.offset * itemsize - start,
+                          tuple(s * itemsize for s in layout.strides))
+        return held.astype(storage.dtype.numpy)
 
     def record_completion(self, storage: Storage) -> WgpuCompletion | None:
         """The batch holding the work recorded so far (None when nothing is pending)."""
@@ -200,30 +221,34 @@ class WgpuBackend(Backend):
     def register(self, table: KernelBindingTable) -> None:
         from fuel.backends.wgpu import kernels
 
-        kernels.register(table, self.backend_id)
+        kernels.register(table, self.backend_id, self.kernel_dtypes(self.devices()[0]))
+
+
+def element_bytes(dtype: DType) -> int:
+    """Bytes of one element of ``dtype`` on the device (``ELEMENTS``; else its host bytes,
+    packed types unpacked)."""
+    element = ELEMENTS.get(dtype)
+    return element.itemsize if element is not None else dtype.itemsize
 
 
 def buffer_bytes(dtype: DType, size: int) -> int:
-    """Bytes of a buffer holding ``size`` elements: a word each for the kernel dtypes, the
-    host bytes (one element per ``itemsize``, packed types unpacked) rounded up to a word
-    for the dtypes wgpu only stores and moves."""
-    if dtype in WORDS:
-        return max(size, 1) * WORD_BYTES
-    return max(-(-size * dtype.itemsize // WORD_BYTES), 1) * WORD_BYTES
+    """Bytes of a buffer holding ``size`` elements, rounded up to whole words (a binding's
+    size is a multiple of 4 bytes: an odd count of float16 elements gets 2 bytes of padding)."""
+    return max(-(-size * element_bytes(dtype) // ALIGNMENT_BYTES), 1) * ALIGNMENT_BYTES
 
 
-def to_words(array: np.ndarray, dtype: DType, device: Device) -> np.ndarray:
-    """``array`` as ``dtype`` is held on the device: 32-bit words for the kernel dtypes
-    (int64 values outside the int32 range are refused: WGSL has no 64-bit integers), raw
-    bytes padded to a word for the others."""
-    word = WORDS.get(dtype)
-    if word is None:
-        raw = np.ascontiguousarray(array.astype(dtype.numpy, copy=False)).view(np.uint8)
-        return np.concatenate([raw.reshape(-1), np.zeros(-raw.size % WORD_BYTES, np.uint8)])
+def device_bytes(array: np.ndarray, dtype: DType, device: Device) -> np.ndarray:
+    """The bytes of ``array`` as ``dtype`` is held on the device (``ELEMENTS``: int64 values
+    outside the int32 range are refused, WGSL has no 64-bit integers; else the host bytes),
+    padded to a whole word."""
+    element = ELEMENTS.get(dtype, dtype.numpy)
     if dtype is dt.int64 and array.size:
         low, high = int(array.min()), int(array.max())
         if low < -(1 << 31) or high >= (1 << 31):
             raise DeviceError(
                 f"int64 values up to {high if high >= (1 << 31) else low} cannot move to "
                 f"{device}: wgpu holds int64 tensors as 32-bit integers (range +-2**31)")
-    return np.ascontiguousarray(array.astype(word, copy=False))
+    raw = np.ascontiguousarray(array.astype(element, copy=False)).reshape(-1).view(np.uint8)
+    if raw.size % ALIGNMENT_BYTES:
+        raw = np.concatenate([raw, np.zeros(-raw.size % ALIGNMENT_BYTES, np.uint8)])
+    return raw

@@ -4,6 +4,8 @@ Elementwise ops, casts, where, copies and bitcasts are one-value LoopKernels ren
 ``fuel.compiler.render_wgsl`` (the renderer fused groups use too); reductions, cumsum,
 index_select and the tiled matmul are shaders written here. Every launch records into the
 device's open command batch (``runtime.DeviceContext.dispatch``) and returns at once.
+float16 kernels are registered only where the adapter has ``shader-f16`` (``register``'s
+``dtypes``); they compute in f32 and round each result to float16, as the CPU's do.
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ from functools import cache
 
 import numpy as np
 
-from fuel.backends.wgpu.backend import WGPU_DTYPES, to_words
+from fuel.backends.wgpu.backend import WGPU_DTYPES, device_bytes, element_bytes
 from fuel.backends.wgpu.loops import (
     FUSED_SOURCE,
     KERNEL_SOURCE,
     STRIDED,
     LoopKernelFunction,
+    WgslKernelGenerator,
     device_context,
-    generate_wgsl_kernel,
     one_value,
     record_dispatch,
     strided_copy,
@@ -29,11 +31,16 @@ from fuel.backends.wgpu.matmul import matmul_kernel
 from fuel.backends.wgpu.windows import split_launch
 from fuel.compiler.fusion import FusionTarget, register_fusion_target
 from fuel.compiler.render_wgsl import (
+    PRELUDE,
     STORAGE_WORDS,
     VALUE_TYPES,
+    from_word,
+    is_float,
     literal,
     renders,
+    rounded,
     shader_header,
+    to_word,
 )
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.ir import dtype as dt
@@ -49,7 +56,7 @@ def copy_kernel(inputs, outputs, layouts, params) -> None:
     (a submit point) followed by the destination's ``write_from_host``."""
     source, target = inputs[0], outputs[0]
     if target.backend is source.backend and target.device == source.device \
-            and source.dtype in WGPU_DTYPES:
+            and source.dtype in source.backend.kernel_dtypes(source.device):
         strided_copy(source, layouts[0], target, layouts[-1])
         return
     host = source.backend.download(source, layouts[0])
@@ -62,15 +69,22 @@ def full_kernel(inputs, outputs, layouts, params) -> None:
     if count == 0:
         return
     word = STORAGE_WORDS[out.dtype]
-    bits = to_words(np.asarray([params.value]).astype(out.dtype.numpy), out.dtype, out.device)
+    if word == "f16":  # the float16 value passed as the f32 holding it (converts exactly)
+        with np.errstate(over="ignore"):  # beyond float16's range: its infinity
+            bits = np.float32(np.float16(params.value)).view(np.int32)
+        stored = "f16(bitcast<f32>(params[1]))"
+    else:  # the word's bits, as the device holds the value (int64 as int32, bool as u32)
+        held = device_bytes(np.asarray([params.value]), out.dtype, out.device)
+        bits, stored = held.view(np.int32)[0], f"bitcast<{word}>(params[1])"
     source = "\n".join([shader_header([word], [True], ["b0"]),
-                        f"  b0[params[2] + item] = bitcast<{word}>(params[1]);", "}", ""])
+                        f"  b0[params[2] + item] = {stored};", "}", ""])
     context = device_context(out)
     for piece in split_launch(context, (count,), [out.buffer],
-                              [Layout((count,), (1,), layouts[-1].offset)], label="full"):
+                              [Layout((count,), (1,), layouts[-1].offset)],
+                              [element_bytes(out.dtype)], label="full"):
         items = piece.shape[0]
         record_dispatch(context, source, "full", piece.bindings, [True],
-                        [items, int(bits.view(np.int32)[0]), piece.layouts[0].offset], items)
+                        [items, int(bits), piece.layouts[0].offset], items)
 
 
 def arange_kernel(inputs, outputs, layouts, params) -> None:
@@ -103,17 +117,16 @@ def _walk(depth: int, operands: int, item: str = "item", prefix: str = "base") -
 @cache
 def _reduce_source(op: str, source, target, kept: int, reduced: int) -> str:
     """One invocation per output element: walk the kept dims to the row's start, then every
-    reduced element (decomposed over the reduced sizes, which follow the kept ones)."""
-    from fuel.compiler.render_wgsl import PRELUDE
-
+    reduced element (decomposed over the reduced sizes, which follow the kept ones). Float
+    sums accumulate in f32 (Kahan), float16's rounded once at the store."""
     value = VALUE_TYPES[source]
     words = [STORAGE_WORDS[source], STORAGE_WORDS[target]]
-    lines = [PRELUDE, shader_header(words, [False, True], ["b0", "b1"])]
+    lines = [shader_header(words, [False, True], ["b0", "b1"], PRELUDE)]
     lines += _walk(kept, 2)
     total_at = 1 + kept + 2 * (1 + kept)  # reduced sizes follow the operand records
     lines.append("  var total = 1;")
     lines += [f"  total = total * params[{total_at + d}];" for d in range(reduced)]
-    load = "b0[at]" if value != "bool" else "(b0[at] != 0u)"
+    load = from_word("b0[at]", source)
     lines += ["  var first = true;"]
     accumulate = VALUE_TYPES[target]
     if op == "sum":
@@ -129,7 +142,7 @@ def _reduce_source(op: str, source, target, kept: int, reduced: int) -> str:
                      f"params[{total_at + reduced + d}]; left = left / params[{total_at + d}];")
     lines.append(f"    let v = {load};")
     if op == "sum":
-        if target is dt.float32:
+        if is_float(target):
             lines += ["    let y = v - carry; let t = acc + y; carry = (t - acc) - y; acc = t;"]
         elif value == "bool":
             lines.append(f"    acc = acc + select({literal(0, target)}, {literal(1, target)}, v);")
@@ -152,9 +165,8 @@ def _reduce_source(op: str, source, target, kept: int, reduced: int) -> str:
         else:
             lines.append("    if (first || v > best) { best = v; best_at = r; }")
     lines += ["    first = false;", "  }"]
-    result = "best_at" if op == "argmax" else "acc"
-    stored = f"select(0u, 1u, {result})" if target.is_bool else result
-    lines += [f"  b1[base1] = {stored};", "}", ""]
+    result = "best_at" if op == "argmax" else rounded("acc", target)
+    lines += [f"  b1[base1] = {to_word(result, target)};", "}", ""]
     return "\n".join(lines)
 
 
@@ -176,6 +188,7 @@ def _reduce_kernel(op: str):
         source = _reduce_source(op, inputs[0].dtype, out.dtype, len(kept), len(reduced))
         context = device_context(out)
         for piece in split_launch(context, space, [inputs[0].buffer, out.buffer], spaced,
+                                  [element_bytes(inputs[0].dtype), element_bytes(out.dtype)],
                                   fixed=range(len(kept), len(order)), label=op):
             source_layout, out_piece = piece.layouts
             sizes = piece.shape[:len(kept)]
@@ -194,14 +207,15 @@ def _cumsum_source(source, target, depth: int) -> str:
     lines = [shader_header(words, [False, True], ["b0", "b1"])]
     lines += _walk(depth, 2)
     length_at = 1 + depth + 2 * (1 + depth)
-    value = "select(0, 1, b0[at] != 0u)" if source.is_bool else "b0[at]"
+    value = "select(0, 1, b0[at] != 0u)" if source.is_bool else from_word("b0[at]", source)
     convert = VALUE_TYPES[target]
     lines += [f"  let length = params[{length_at}];",
               f"  var acc: {convert} = {literal(0, target)};",
               "  for (var j = 0; j < length; j = j + 1) {",
               f"    let at = base0 + j * params[{length_at + 1}];",
               f"    acc = acc + {convert}({value});",
-              f"    b1[base1 + j * params[{length_at + 2}]] = acc;",
+              f"    b1[base1 + j * params[{length_at + 2}]] = "
+              f"{to_word(rounded('acc', target), target)};",
               "  }", "}", ""]
     return "\n".join(lines)
 
@@ -296,33 +310,36 @@ def slice_assign_kernel(inputs, outputs, layouts, params) -> None:
 # ------------------------------------------------------------------ registration
 
 
-def _elementwise_rows():
-    """(op, dtypes, kernel) for every elementwise primitive over the wgpu dtypes."""
+def _elementwise_rows(kernel_dtypes: frozenset):
+    """(op, dtypes, kernel) for every elementwise primitive over ``kernel_dtypes``."""
     rows = []
     for op in sorted(PRIMITIVE_OPS, key=lambda o: o.value):
         record = definition(op)
         if record.family not in ("unary", "binary", "select") and op is not OpKind.CAST:
             continue
         for dtypes in record.coverage:
-            if all(d in WGPU_DTYPES for d in dtypes) and renders(
+            if all(d in kernel_dtypes for d in dtypes) and renders(
                     op.value if op is not OpKind.CAST else "cast", dtypes):
                 rows.append((op, dtypes, LoopKernelFunction(one_value(
                     op.value if op is not OpKind.CAST else "copy", dtypes[:-1], dtypes[-1]))))
     return rows
 
 
-def register(table: KernelBindingTable, backend_id: BackendId) -> None:
-    """Add the wgpu kernels of the primitive set under ``backend_id``."""
-    def add(op, dtypes, kernel):
-        table.register(op, tuple(dtypes), backend_id, kernel, STRIDED, KERNEL_SOURCE)
+def register(table: KernelBindingTable, backend_id: BackendId, dtypes: frozenset) -> None:
+    """Add the wgpu kernels of the primitive set under ``backend_id``, over the dtypes the
+    device's kernels take (``WgpuBackend.kernel_dtypes``: float16 only with shader-f16)."""
+    def add(op, key, kernel):
+        table.register(op, tuple(key), backend_id, kernel, STRIDED, KERNEL_SOURCE)
 
-    for op, dtypes, kernel in _elementwise_rows():
-        add(op, dtypes, kernel)
+    floats = [d for d in (dt.float32, dt.float16) if d in dtypes]
+    for op, key, kernel in _elementwise_rows(dtypes):
+        add(op, key, kernel)
     # Every dtype moves to and from the device (stored as raw bytes where no kernel takes it).
-    for dtypes in definition(OpKind.COPY).coverage:
-        add(OpKind.COPY, dtypes, copy_kernel)
-    same = [(d, d) for d in WGPU_DTYPES]
+    for key in definition(OpKind.COPY).coverage:
+        add(OpKind.COPY, key, copy_kernel)
     for d in WGPU_DTYPES:
+        if d not in dtypes:
+            continue
         add(OpKind.CONTIGUOUS, (d, d), LoopKernelFunction(one_value("copy", (d,), d)))
         add(OpKind.FULL, (d,), full_kernel)
         add(OpKind.CAT, (d, d), cat_kernel)
@@ -331,22 +348,22 @@ def register(table: KernelBindingTable, backend_id: BackendId) -> None:
         add(OpKind.ARGMAX, (d, dt.int64), _reduce_kernel("argmax"))
         for index in (dt.int32, dt.int64):
             add(OpKind.INDEX_SELECT, (d, index, d), index_select_kernel)
-    for source, target in same:
-        add(OpKind.BITCAST, (source, target), LoopKernelFunction(one_value("copy", (source,),
-                                                                           target)))
-    for a in (dt.float32, dt.int32, dt.uint32):
+        add(OpKind.BITCAST, (d, d), LoopKernelFunction(one_value("copy", (d,), d)))
+    for a in (dt.float32, dt.int32, dt.uint32):  # the 32-bit ones (no 16-bit integers here)
         for b in (dt.float32, dt.int32, dt.uint32):
             if a is not b:
                 add(OpKind.BITCAST, (a, b), LoopKernelFunction(one_value("bitcast", (a,), b)))
-    for d in (dt.float32, dt.int32, dt.int64, dt.uint32):
+    for d in (*floats, dt.int32, dt.int64, dt.uint32):
         add(OpKind.ARANGE, (d,), arange_kernel)
         add(OpKind.MATMUL, (d, d, d), matmul_kernel)
-    for source, target in ((dt.float32, dt.float32), (dt.bool_, dt.int64), (dt.int32, dt.int64),
-                           (dt.int64, dt.int64), (dt.uint32, dt.int64)):
+    for source, target in ((*((f, f) for f in floats), (dt.bool_, dt.int64),
+                            (dt.int32, dt.int64), (dt.int64, dt.int64), (dt.uint32, dt.int64))):
         add(OpKind.SUM, (source, target), _reduce_kernel("sum"))
         add(OpKind.CUMSUM, (source, target), cumsum_kernel)
-    table.register(OpKind.FUSED, (), backend_id, generate_wgsl_kernel, STRIDED, FUSED_SOURCE)
+    table.register(OpKind.FUSED, (), backend_id, WgslKernelGenerator(dtypes), STRIDED,
+                   FUSED_SOURCE)
     # Fused groups render as WGSL; its math functions are the GPU's own (they always pay).
     register_fusion_target(backend_id, FusionTarget(
-        unavailable_reason=lambda: None, renders=renders, math_pays=lambda: True,
-        reduce_dtypes=frozenset({dt.float32})))
+        unavailable_reason=lambda: None, math_pays=lambda: True,
+        renders=lambda op, key: all(d in dtypes for d in key) and renders(op, key),
+        reduce_dtypes=frozenset(floats)))

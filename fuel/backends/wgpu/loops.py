@@ -9,7 +9,7 @@ from functools import cache
 
 import numpy as np
 
-from fuel.backends.wgpu.backend import WGPU_DTYPES
+from fuel.backends.wgpu.backend import buffer_bytes, element_bytes
 from fuel.backends.wgpu.windows import split_launch
 from fuel.compiler.kernel_ir import KernelBuilder, Load, LoopKernel, Store, Value, collapse
 from fuel.compiler.render_wgsl import (
@@ -50,7 +50,7 @@ def unaliased(inputs: Sequence, output) -> list:
         if storage.buffer is output.buffer:
             copy = storage.backend.allocate(storage.device, storage.dtype, storage.size)
             device_context(storage).copy(storage.buffer, 0, copy.buffer, 0,
-                                   max(storage.size, 1) * 4)
+                                         buffer_bytes(storage.dtype, storage.size))
             storage = copy
         result.append(storage)
     return result
@@ -82,9 +82,10 @@ def run_loop(kernel: LoopKernel, inputs: Sequence, outputs: Sequence,
         if kernel.reduced and store.per_row:
             strides = tuple(strides[:len(shape) - 1]) + (0,)
         layouts.append(Layout(tuple(shape), strides, layout.offset))
-    buffers = [s.buffer for s in list(inputs) + list(outputs)]
+    operands = list(inputs) + list(outputs)
     context = device_context(outputs[0])
-    pieces = split_launch(context, shape, buffers, layouts,
+    pieces = split_launch(context, shape, [s.buffer for s in operands], layouts,
+                          [element_bytes(s.dtype) for s in operands],
                           fixed=(len(shape) - 1,) if kernel.reduced else (), label=kernel.name)
     if bind and len(pieces) > 1:
         return None
@@ -185,14 +186,26 @@ class FusedKernel(LoopLaunch):
         return run_loop(kernel, inputs, outputs, in_layouts, out_layouts, kernel.shape, bind)
 
 
-def generate_wgsl_kernel(kernel: LoopKernel) -> BindingEntry:
-    """The binding of a fused group on wgpu: its WGSL (rendered now, so an unsupported dtype
-    fails at plan time with the group's name)."""
+class WgslKernelGenerator:
+    """The generator of fused kernels a wgpu backend registers at ``(FUSED, (), backend)``,
+    for the dtypes its device's kernels take."""
+
+    def __init__(self, dtypes: frozenset) -> None:
+        self.dtypes = dtypes
+        self.__qualname__ = self.__name__ = "generate_wgsl_kernel"
+
+    def __call__(self, kernel: LoopKernel) -> BindingEntry:
+        return generate_wgsl_kernel(kernel, self.dtypes)
+
+
+def generate_wgsl_kernel(kernel: LoopKernel, kernel_dtypes: frozenset) -> BindingEntry:
+    """The binding of a fused group on wgpu: its WGSL (rendered now, so a dtype the device's
+    kernels do not take fails at plan time with the group's name)."""
     dtypes = [load.dtype for load in kernel.loads] + [s.dtype for s in kernel.stores]
-    unsupported = sorted({d.name for d in dtypes if d not in WGPU_DTYPES})
+    unsupported = sorted({d.name for d in dtypes if d not in kernel_dtypes})
     if unsupported:
-        raise KernelError(f"{kernel.name} reads or writes {', '.join(unsupported)}, which wgpu "
-                          f"does not hold")
+        raise KernelError(f"{kernel.name} reads or writes {', '.join(unsupported)}, which this "
+                          f"wgpu device's kernels do not take")
     depth = len(kernel.shape) if kernel.reduced else len(collapse(
         kernel.shape, [load.strides for load in kernel.loads])[0])
     source = _loop_source(kernel.values, _load_patterns(kernel),

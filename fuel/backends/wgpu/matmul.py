@@ -5,7 +5,8 @@ memory (``TILED``). On a CPU adapter (lavapipe runs shaders as LLVM code on the 
 cores, where a workgroup barrier is expensive and there is no on-chip memory to stage
 through), each invocation accumulates ``BLOCK_ROWS`` rows of one output column in
 registers, with no workgroup memory and no barrier (``REGISTER``): on lavapipe this is
-the faster one (``bench/wgpu_matmul.py`` prints the ratio).
+the faster one (``bench/wgpu_matmul.py`` prints the ratio). float16 operands are read into
+f32, accumulated in f32 and rounded once to float16 at the store (as the CPU's float16 matmul).
 """
 
 from __future__ import annotations
@@ -14,9 +15,18 @@ from functools import cache
 
 import numpy as np
 
+from fuel.backends.wgpu.backend import element_bytes
 from fuel.backends.wgpu.loops import device_context, record_dispatch, unaliased
 from fuel.backends.wgpu.windows import split_launch
-from fuel.compiler.render_wgsl import STORAGE_WORDS, VALUE_TYPES, literal
+from fuel.compiler.render_wgsl import (
+    STORAGE_WORDS,
+    VALUE_TYPES,
+    float16_support,
+    from_word,
+    literal,
+    rounded,
+    to_word,
+)
 from fuel.ir.errors import KernelError
 from fuel.ir.layout import Layout, contiguous_strides
 
@@ -35,7 +45,8 @@ def _header(dtype, batch_depth: int) -> tuple[list[str], callable]:
 
     def operand(p: int) -> int:
         return 3 + batch_depth + p * width
-    return ["@group(0) @binding(0) var<storage, read> params: array<i32>;",
+    return [*float16_support([word]),
+            "@group(0) @binding(0) var<storage, read> params: array<i32>;",
             f"@group(0) @binding(1) var<storage, read> a: array<{word}>;",
             f"@group(0) @binding(2) var<storage, read> b: array<{word}>;",
             f"@group(0) @binding(3) var<storage, read_write> c: array<{word}>;"], operand
@@ -58,6 +69,12 @@ def matmul_source(dtype, batch_depth: int, shape: str, block_rows: int = BLOCK_R
     """The WGSL of a batched matmul over ``dtype`` in the given shader ``shape`` (the register
     shape accumulating ``block_rows`` rows per invocation)."""
     value, zero = VALUE_TYPES[dtype], literal(0, dtype)
+
+    def read(word: str) -> str:
+        return from_word(word, dtype)
+
+    def store(result: str) -> str:
+        return to_word(rounded(result, dtype), dtype)
     bindings, operand = _header(dtype, batch_depth)
     a, b, c = operand(0), operand(1), operand(2)
     entry = ("fn main(@builtin(workgroup_id) wid: vec3<u32>, "
@@ -79,12 +96,12 @@ def matmul_source(dtype, batch_depth: int, shape: str, block_rows: int = BLOCK_R
             f"  let b0 = off1 + column * params[{b} + 2];",
             *[f"  var acc{r}: {value} = {zero};" for r in rows],
             "  for (var t = 0; t < k; t = t + 1) {",
-            "    let y = b[b0 + t * b_step];",
-            *[f"    acc{r} = acc{r} + a[a{r} + t * a_step] * y;" for r in rows],
+            f"    let y = {read('b[b0 + t * b_step]')};",
+            *[f"    acc{r} = acc{r} + {read(f'a[a{r} + t * a_step]')} * y;" for r in rows],
             "  }",
             f"  let c0 = off2 + column * params[{c} + 2];",
-            *[f"  if (first + {r} < m) {{ c[c0 + (first + {r}) * params[{c} + 1]] = acc{r}; }}"
-              for r in rows],
+            *[f"  if (first + {r} < m) {{ c[c0 + (first + {r}) * params[{c} + 1]] = "
+              f"{store(f'acc{r}')}; }}" for r in rows],
             "}", ""])
     return "\n".join([
         *bindings,
@@ -101,10 +118,10 @@ def matmul_source(dtype, batch_depth: int, shape: str, block_rows: int = BLOCK_R
         "    let bk = t + i32(lid.y);",
         f"    var x: {value} = {zero};",
         f"    var y: {value} = {zero};",
-        f"    if (row < m && ak < k) {{ x = a[off0 + row * params[{a} + 1] + "
-        f"ak * params[{a} + 2]]; }}",
-        f"    if (bk < k && column < n) {{ y = b[off1 + bk * params[{b} + 1] + "
-        f"column * params[{b} + 2]]; }}",
+        f"    if (row < m && ak < k) {{ x = "
+        f"{read(f'a[off0 + row * params[{a} + 1] + ak * params[{a} + 2]]')}; }}",
+        f"    if (bk < k && column < n) {{ y = "
+        f"{read(f'b[off1 + bk * params[{b} + 1] + column * params[{b} + 2]]')}; }}",
         "    tile_a[lid.y][lid.x] = x;",
         "    tile_b[lid.y][lid.x] = y;",
         "    workgroupBarrier();",
@@ -114,7 +131,7 @@ def matmul_source(dtype, batch_depth: int, shape: str, block_rows: int = BLOCK_R
         "    workgroupBarrier();",
         "  }",
         f"  if (row < m && column < n) {{ c[off2 + row * params[{c} + 1] + "
-        f"column * params[{c} + 2]] = acc; }}",
+        f"column * params[{c} + 2]] = {store('acc')}; }}",
         "}", ""])
 
 
@@ -169,7 +186,8 @@ def matmul_kernel(inputs, outputs, layouts, params) -> None:
     source = matmul_source(out.dtype, depth, shape, block_rows)
     across, down = (BLOCK_COLUMNS, block_rows) if shape == REGISTER else (TILE, TILE)
     for piece in split_launch(context, space, [inputs[0].buffer, inputs[1].buffer, out.buffer],
-                              spaced, fixed=(depth + 2,), label="matmul"):
+                              spaced, [element_bytes(s.dtype) for s in (*inputs, out)],
+                              fixed=(depth + 2,), label="matmul"):
         rows, columns = piece.shape[depth], piece.shape[depth + 1]
         a, b, c = piece.layouts
         meta = [rows, columns, k, *piece.shape[:depth]]

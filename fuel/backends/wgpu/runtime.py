@@ -43,6 +43,9 @@ REQUESTED_LIMITS = ("max-storage-buffers-per-shader-stage", "max-buffer-size",
                     "max-storage-buffer-binding-size", "max-compute-workgroup-storage-size",
                     "max-compute-invocations-per-workgroup", "max-compute-workgroup-size-x",
                     "max-bind-groups")
+# Features requested where the adapter has them: timestamps for the profile's device time,
+# 16-bit floats in shaders (the float16 kernels).
+OPTIONAL_FEATURES = ("timestamp-query", "shader-f16")
 SHOWN_LIMITS = ("max-buffer-size", "max-storage-buffer-binding-size",
                 "max-storage-buffers-per-shader-stage", "max-compute-workgroups-per-dimension")
 
@@ -119,8 +122,9 @@ class DeviceContext:
         self.info = adapter.info
         limits = adapter.limits
         required = {name: limits[name] for name in REQUESTED_LIMITS if name in limits}
-        features = [f for f in ("timestamp-query",) if f in adapter.features]
-        self.timestamps = bool(features)  # compute passes can write timestamps
+        features = [f for f in OPTIONAL_FEATURES if f in adapter.features]
+        self.features = frozenset(features)  # requested, so the device has them
+        self.timestamps = "timestamp-query" in self.features  # passes can write timestamps
         self.device = adapter.request_device_sync(required_features=features,
                                                   required_limits=required)
         self.queue = self.device.queue
@@ -169,8 +173,10 @@ class DeviceContext:
     def describe(self) -> str:
         info = self.info
         limits = ", ".join(f"{name} {self.limits[name]}" for name in SHOWN_LIMITS)
+        features = ", ".join(sorted(self.features)) or "none"
         return (f"{info.get('device', '?')} ({info.get('adapter_type', '?')}) through "
-                f"{self.backend_type}, driver {info.get('description', '?')}; {limits}")
+                f"{self.backend_type}, driver {info.get('description', '?')}; {limits}; "
+                f"features {features}")
 
     def check(self) -> None:
         if self.lost:
@@ -313,7 +319,8 @@ class DeviceContext:
             self.submit()
 
     def copy(self, source, source_offset: int, target, target_offset: int, nbytes: int) -> None:
-        """Record a buffer-to-buffer copy (offsets and size in bytes, multiples of 4)."""
+        """Record a buffer-to-buffer copy (offsets and size in bytes, multiples of 4: whole
+        buffers, which are sized in words, always are)."""
         if nbytes <= 0:
             return
         with self.lock:

@@ -6,7 +6,9 @@ index space and one ``Layout`` per operand over that space; ``split_launch`` cut
 splittable dims until every buffer above the binding size is touched, per piece, within one
 window (a binding offset aligned to ``min-storage-buffer-offset-alignment`` plus a size). Each
 piece comes with its operands' layouts shifted into their windows, so the kernels run
-unchanged on every piece.
+unchanged on every piece. Elements are 4 bytes but float16's 2: a window's offset is aligned
+(so it falls on an element) and its size rounded up to whole words, as bindings need (the
+buffer itself is sized in words, so the rounded window stays inside it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import NamedTuple
 from fuel.ir.errors import DeviceError
 from fuel.ir.layout import Layout
 
-WORD_BYTES = 4  # every element a kernel binds is one 32-bit word
+WORD_BYTES = 4  # a binding's size is a multiple of 4 bytes
 
 
 class Window(NamedTuple):
@@ -46,11 +48,13 @@ def binding_resource(binding) -> dict:
 
 
 def split_launch(context, shape: Sequence[int], buffers: Sequence, layouts: Sequence[Layout],
-                 fixed: Sequence[int] = (), label: str = "a kernel") -> list[Piece]:
-    """Pieces of the launch over ``shape`` (one when every buffer fits a binding): the dims in
-    ``fixed`` are never cut (a reduction's reduced dims, a gather's source dim)."""
+                 item_bytes: Sequence[int], fixed: Sequence[int] = (),
+                 label: str = "a kernel") -> list[Piece]:
+    """Pieces of the launch over ``shape`` (one when every buffer fits a binding); each
+    buffer's elements are ``item_bytes`` wide. The dims in ``fixed`` are never cut (a
+    reduction's reduced dims, a gather's source dim)."""
     shape, fixed = tuple(shape), frozenset(fixed)
-    limit, alignment = context.max_binding, context.alignment
+    limit, alignment = context.max_binding, max(context.alignment, WORD_BYTES)
     large = [buffer.size > limit for buffer in buffers]
     if not any(large):
         return [Piece((0,) * len(shape), shape, list(layouts), list(buffers))]
@@ -60,19 +64,18 @@ def split_launch(context, shape: Sequence[int], buffers: Sequence, layouts: Sequ
     while starts_list:
         starts, sizes = starts_list.pop(), shapes_list.pop()
         moved = [_shifted(layout, starts, sizes) for layout in layouts]
-        windows = [_window(buffer, layout, alignment) if big else None
-                   for buffer, layout, big in zip(buffers, moved, large)]
+        windows = [_window(buffer, layout, alignment, item) if big else None
+                   for buffer, layout, big, item in zip(buffers, moved, large, item_bytes)]
         if all(window is None or window.size <= limit for window in windows):
             bindings = [buffer if window is None else window
                         for buffer, window in zip(buffers, windows)]
             shifted = [layout if window is None else
-                       Layout(layout.shape, layout.strides,
-                              layout.offset - window.offset // WORD_BYTES)
-                       for layout, window in zip(moved, windows)]
+                       Layout(layout.shape, layout.strides, layout.offset - window.offset // item)
+                       for layout, window, item in zip(moved, windows, item_bytes)]
             pieces.append(Piece(starts, sizes, shifted, bindings))
             continue
         worst = max(w.size for w in windows if w is not None)
-        dim, after = _best_cut(moved, sizes, large, fixed, buffers, alignment)
+        dim, after = _best_cut(moved, sizes, large, fixed, buffers, alignment, item_bytes)
         if dim is None or after >= worst:
             raise DeviceError(
                 f"{label} reads or writes {worst} bytes of one buffer in a single element "
@@ -91,13 +94,15 @@ def _shifted(layout: Layout, starts: tuple[int, ...], sizes: tuple[int, ...]) ->
     return Layout(sizes, layout.strides, offset)
 
 
-def _window(buffer, layout: Layout, alignment: int) -> Window:
+def _window(buffer, layout: Layout, alignment: int, item_bytes: int) -> Window:
     low, high = layout.span()
-    start = low * WORD_BYTES // alignment * alignment
-    return Window(buffer, start, max(high * WORD_BYTES - start, WORD_BYTES))
+    start = low * item_bytes // alignment * alignment
+    end = -(-high * item_bytes // WORD_BYTES) * WORD_BYTES
+    return Window(buffer, start, max(end - start, WORD_BYTES))
 
 
-def _best_cut(layouts, sizes, large, fixed, buffers, alignment) -> tuple[int | None, int]:
+def _best_cut(layouts, sizes, large, fixed, buffers, alignment,
+              item_bytes) -> tuple[int | None, int]:
     """The cuttable dim whose halving shrinks the largest oversized window most, and the
     largest window after that cut."""
     best, best_size = None, None
@@ -105,8 +110,10 @@ def _best_cut(layouts, sizes, large, fixed, buffers, alignment) -> tuple[int | N
         if size < 2 or dim in fixed:
             continue
         half = sizes[:dim] + (size - size // 2,) + sizes[dim + 1:]
-        worst = max(_window(buffer, Layout(half, layout.strides, layout.offset), alignment).size
-                    for buffer, layout, big in zip(buffers, layouts, large) if big)
+        worst = max(_window(buffer, Layout(half, layout.strides, layout.offset), alignment,
+                            item).size
+                    for buffer, layout, big, item in zip(buffers, layouts, large, item_bytes)
+                    if big)
         if best_size is None or worst < best_size:
             best, best_size = dim, worst
     return best, best_size or 0

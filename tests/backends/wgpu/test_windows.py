@@ -27,7 +27,7 @@ def test_every_piece_binds_at_most_the_limit_and_covers_the_space(small_bindings
     backend, device, context = small_bindings
     buffer = backend.allocate(device, dt.float32, 1200).buffer
     transposed = Layout((30, 40), (1, 30), 0)
-    pieces = split_launch(context, (30, 40), [buffer], [transposed])
+    pieces = split_launch(context, (30, 40), [buffer], [transposed], [4])
     assert len(pieces) > 1
     seen = np.zeros((30, 40), bool)
     for piece in pieces:
@@ -66,3 +66,48 @@ def test_a_row_above_the_limit_that_cannot_be_split_is_refused_by_name(small_bin
     x = fuel.tensor(np.ones((2, 300), np.float32)).to(device)
     with pytest.raises(FuelError, match="max-storage-buffer-binding-size"):
         fuel.nn.functional.softmax(x, dim=-1).numpy()
+
+
+def test_float16_windows_are_word_aligned_and_cover_the_space(small_bindings):
+    backend, device, context = small_bindings
+    if dt.float16 not in backend.kernel_dtypes(device):
+        pytest.skip("the wgpu adapter lacks shader-f16: no float16 kernels")
+    buffer = backend.allocate(device, dt.float16, 31 * 41).buffer  # odd count: padded
+    assert buffer.size % 4 == 0 and buffer.size >= 31 * 41 * 2
+    transposed = Layout((31, 41), (1, 31), 0)
+    pieces = split_launch(context, (31, 41), [buffer], [transposed], [2])
+    assert len(pieces) > 1
+    seen = np.zeros((31, 41), bool)
+    for piece in pieces:
+        (binding,) = piece.bindings
+        assert binding.size <= LIMIT and binding.size % 4 == 0
+        assert binding.offset % context.alignment == 0
+        assert binding.offset + binding.size <= buffer.size
+        low, high = piece.layouts[0].span()
+        assert low >= 0 and high * 2 <= binding.size
+        rows, columns = piece.starts
+        seen[rows:rows + piece.shape[0], columns:columns + piece.shape[1]] = True
+    assert seen.all()
+
+
+def test_float16_launches_split_over_windows(small_bindings):
+    backend, device, context = small_bindings
+    if dt.float16 not in backend.kernel_dtypes(device):
+        pytest.skip("the wgpu adapter lacks shader-f16: no float16 kernels")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((41, 31)).astype(np.float16)  # 2542 bytes: five windows at least
+    row = rng.standard_normal(31).astype(np.float16)
+    a = rng.standard_normal((9, 51)).astype(np.float16)
+    weight = rng.standard_normal((23, 51)).astype(np.float16)
+    on = fuel.tensor(x).to(device)
+    np.testing.assert_array_equal((on[1:] * 2 + fuel.tensor(row).to(device)).numpy(),
+                                  x[1:] * np.float16(2) + row)
+    np.testing.assert_allclose(on.sum(dim=1).numpy().astype(np.float32),
+                               x.astype(np.float32).sum(1), rtol=2e-3, atol=2e-3)
+    got = fuel.tensor(a).to(device) @ fuel.tensor(weight).to(device).transpose(0, 1)
+    expected = (a.astype(np.float32) @ weight.T.astype(np.float32)).astype(np.float16)
+    np.testing.assert_allclose(got.numpy().astype(np.float32), expected.astype(np.float32),
+                               rtol=2e-3, atol=2e-3)
+    np.testing.assert_array_equal(fuel.full((41, 31), 1.5, dtype=fuel.float16,
+                                            device=device).numpy(),
+                                  np.full((41, 31), 1.5, np.float16))
