@@ -111,12 +111,19 @@ class KernelBindingTable:
     def __init__(self) -> None:
         self._entries: dict[BindingKey, tuple[BindingEntry, ...]] = {}
         self._by_op: dict[OpKind, list[BindingKey]] = {}
+        self._dtype_notes: dict[tuple[BackendId, DType], str] = {}
 
     def copy(self) -> KernelBindingTable:
         clone = KernelBindingTable()
         clone._entries = dict(self._entries)
         clone._by_op = {op: list(keys) for op, keys in self._by_op.items()}
+        clone._dtype_notes = dict(self._dtype_notes)
         return clone
+
+    def note_missing_dtype(self, backend: BackendId, dtype: DType, reason: str) -> None:
+        """Say why ``backend`` has no kernels for ``dtype`` (e.g. an adapter feature it lacks);
+        a miss on that dtype there quotes ``reason``."""
+        self._dtype_notes[(backend, dtype)] = reason
 
     def register(
         self,
@@ -175,6 +182,9 @@ class KernelBindingTable:
                 message += f"dtype combinations on {backend.value}: {', '.join(here)}."
             else:
                 message += f"{backend.value} has no {op.value} kernel at all."
+        notes = {self._dtype_notes.get((backend, dtype)) for dtype in dtypes} - {None}
+        if notes:
+            message += " " + " ".join(sorted(notes))
         return NoBackendForOp(message)
 
     def finalize(self) -> list[str]:

@@ -221,7 +221,15 @@ class WgpuBackend(Backend):
     def register(self, table: KernelBindingTable) -> None:
         from fuel.backends.wgpu import kernels
 
-        kernels.register(table, self.backend_id, self.kernel_dtypes(self.devices()[0]))
+        device = self.devices()[0]
+        dtypes = self.kernel_dtypes(device)
+        kernels.register(table, self.backend_id, dtypes)
+        for dtype, feature in FEATURE_DTYPES.items():
+            if dtype not in dtypes:
+                table.note_missing_dtype(
+                    self.backend_id, dtype, f"{device}'s adapter lacks the {feature} feature, "
+                    f"which {dtype.name} kernels need: move the tensor to another device or "
+                    f"cast it to float32.")
 
 
 def element_bytes(dtype: DType) -> int:
