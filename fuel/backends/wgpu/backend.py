@@ -30,7 +30,6 @@ WGPU_DTYPES = tuple(ELEMENTS)
 FEATURE_DTYPES: dict[DType, str] = {dt.float16: "shader-f16"}
 # Buffer copies and storage bindings take offsets and sizes in multiples of 4 bytes.
 ALIGNMENT_BYTES = 4
-CACHE_CEILING = 1 << 30  # released buffers kept for reuse, in bytes at most
 
 
 class WgpuCompletion:
