@@ -59,10 +59,13 @@ INLINE void dot_tile(const int rows, const float *a, int64_t a_row, const float 
     int64_t l = 0;
     for (; l + 8 <= k; l += 8) {
         __m256 x[DOT_ROWS];
-        for (int r = 0; r < rows; r++) x[r] = _mm256_loadu_ps(a + r * a_row + l);
+        for (int r = 0; r < rows; r++) {
+            x[r] = _mm256_loadu_ps(a + r * a_row + l);
+            __asm__("" : "+x"(x[r]));  /* in a register: one load, not one per FMA using it */
+        }
         for (int c = 0; c < DOT_COLUMNS; c++) {
             __m256 y = _mm256_loadu_ps(w[c] + l);
-            __asm__("" : "+x"(y));  /* one load per weight vector, not one per row using it */
+            __asm__("" : "+x"(y));
             for (int r = 0; r < rows; r++) sums[r][c] = _mm256_fmadd_ps(x[r], y, sums[r][c]);
         }
     }
@@ -110,29 +113,44 @@ static void dot_block(const Problem *p, const float *a, const float *b, float *o
 }
 
 /* rows (1..ROWS_ROWS) rows of a x vectors (1..ROWS_VECTORS) 8-wide column vectors of b; the
- * last vector is loaded and stored through `last` when `masked`. */
+ * last vector is loaded and stored through `last` when `masked`. With fewer than ROWS_ROWS
+ * rows, `splits` sets of sums take alternate steps of k (more independent FMA chains). */
 INLINE void rows_tile(const int rows, const int vectors, const int masked, const float *a,
                       int64_t a_row, int64_t a_inner, const float *b, int64_t b_inner,
                       float *out, int64_t out_row, int64_t k, __m256i last) {
+    const int splits = ROWS_ROWS / rows < 4 ? ROWS_ROWS / rows : 4;
     __m256 sums[ROWS_ROWS][ROWS_VECTORS];
-    for (int r = 0; r < rows; r++)
-        for (int v = 0; v < vectors; v++) sums[r][v] = _mm256_setzero_ps();
-    for (int64_t l = 0; l < k; l++) {
-        const float *row = b + l * b_inner;
-        __m256 y[ROWS_VECTORS];
-        for (int v = 0; v < vectors; v++)
-            y[v] = (masked && v == vectors - 1) ? _mm256_maskload_ps(row + 8 * v, last)
-                                                : _mm256_loadu_ps(row + 8 * v);
-        for (int r = 0; r < rows; r++) {
-            __m256 x = _mm256_broadcast_ss(a + r * a_row + l * a_inner);
-            for (int v = 0; v < vectors; v++) sums[r][v] = _mm256_fmadd_ps(x, y[v], sums[r][v]);
-        }
-    }
+    for (int q = 0; q < splits * rows; q++)
+        for (int v = 0; v < vectors; v++) sums[q][v] = _mm256_setzero_ps();
+#define ROWS_STEP(L, SPLIT)                                                                   \
+    do {                                                                                      \
+        const float *row = b + (L) * b_inner;                                                 \
+        __m256 y[ROWS_VECTORS];                                                               \
+        for (int v = 0; v < vectors; v++) {                                                   \
+            y[v] = (masked && v == vectors - 1) ? _mm256_maskload_ps(row + 8 * v, last)       \
+                                                : _mm256_loadu_ps(row + 8 * v);               \
+            __asm__("" : "+x"(y[v])); /* one load per vector, not one per FMA using it */     \
+        }                                                                                     \
+        for (int r = 0; r < rows; r++) {                                                      \
+            __m256 x = _mm256_broadcast_ss(a + r * a_row + (L) * a_inner);                    \
+            for (int v = 0; v < vectors; v++)                                                 \
+                sums[(SPLIT) * rows + r][v] =                                                 \
+                    _mm256_fmadd_ps(x, y[v], sums[(SPLIT) * rows + r][v]);                    \
+        }                                                                                     \
+    } while (0)
+    int64_t l = 0;
+    for (; l + splits <= k; l += splits)
+        for (int split = 0; split < splits; split++) ROWS_STEP(l + split, split);
+    for (; l < k; l++) ROWS_STEP(l, 0);
+#undef ROWS_STEP
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < vectors; v++) {
+            __m256 total = sums[r][v];
+            for (int split = 1; split < splits; split++)
+                total = _mm256_add_ps(total, sums[split * rows + r][v]);
             float *target = out + r * out_row + 8 * v;
-            if (masked && v == vectors - 1) _mm256_maskstore_ps(target, last, sums[r][v]);
-            else _mm256_storeu_ps(target, sums[r][v]);
+            if (masked && v == vectors - 1) _mm256_maskstore_ps(target, last, total);
+            else _mm256_storeu_ps(target, total);
         }
 }
 

@@ -36,9 +36,13 @@ SOURCE = Path(__file__).with_name("matmul.c")
 DOT, ROWS = 0, 1
 DOT_ROWS, ROWS_ROWS = 3, 4  # matmul.c's tile heights (row chunks are multiples of them)
 COLUMN_ALIGNMENT = 24  # a multiple of both forms' tile widths (4 weight rows, 24 columns)
-# The rule's bound (bench/matmul.py, threads=1 on this 2-core AMD EPYC): the C kernel beats
-# OpenBLAS up to this many rows per batch entry; above it OpenBLAS's packed kernels win.
-C_ROWS = 64
+# The rule's bounds (bench/matmul.py, threads=1 on this 2-core AMD EPYC, loaded machine): the
+# C kernel beats OpenBLAS up to C_ROWS rows per batch entry (m = 12: 1.5x in the dot form;
+# m = 48-64: 0.5-0.9x, OpenBLAS's packed kernels win). The rows form walks b in strips of 24
+# columns, so a wide b (more than ROWS_COLUMNS) or a single row (a vector-matrix product, where
+# OpenBLAS streams b's rows whole) stays with OpenBLAS.
+C_ROWS = 32
+ROWS_COLUMNS = 256
 # From this many multiply-adds a launch splits its tiles over threads.
 PARALLEL_WORK = 1 << 20
 CHUNK_BYTES = 1 << 17  # a row chunk of ``a`` kept in L2 while the columns stream past it
@@ -103,9 +107,10 @@ def _batch_dims(layouts: Sequence[Layout]) -> list[list[int]]:
     return merged
 
 
-def plan_launch(layouts: Sequence[Layout], row_limit: float = C_ROWS) -> LaunchPlan:
-    """The selection rule: the C kernel's form for this launch, or BLAS (form None); at most
-    ``row_limit`` rows per batch entry take the C kernel (``bench/matmul.py`` lifts it)."""
+def plan_launch(layouts: Sequence[Layout], forced: bool = False) -> LaunchPlan:
+    """The selection rule: the C kernel's form for this launch, or BLAS (form None).
+    ``forced`` drops the measured bounds (C_ROWS, ROWS_COLUMNS): every launch a form fits
+    runs the C kernel (bench/matmul.py and the tests)."""
     a, b, out = layouts
     m, k = a.shape[-2:]
     n = b.shape[-1]
@@ -131,10 +136,11 @@ def plan_launch(layouts: Sequence[Layout], row_limit: float = C_ROWS) -> LaunchP
         a_row, out_row = k * a_inner, n
     strides = (a_row, a_inner, b_inner, b_column, out_row)
     form = None
-    if m <= row_limit and len(batch) <= MAX_BATCH_DIMS and (out.strides[-1] == 1 or n == 1):
-        if a_inner == 1 and b_inner == 1:
+    if len(batch) <= MAX_BATCH_DIMS and (out.strides[-1] == 1 or n == 1):
+        measured = forced or m <= C_ROWS
+        if a_inner == 1 and b_inner == 1 and measured:
             form = DOT
-        elif b_column == 1:
+        elif b_column == 1 and measured and (forced or 1 < m and n <= ROWS_COLUMNS):
             form = ROWS
     return LaunchPlan(form, m, n, k, strides, tuple(tuple(row) for row in batch))
 
@@ -164,12 +170,12 @@ class CMatmul:
 
     __name__ = __qualname__ = "matmul_float32"
 
-    def __init__(self, row_limit: float = C_ROWS) -> None:
-        self.row_limit = row_limit
+    def __init__(self, forced: bool = False) -> None:
+        self.forced = forced
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object) -> Launcher:
-        plan = plan_launch(layouts, self.row_limit)
+        plan = plan_launch(layouts, self.forced)
         function = library() if plan.form is not None else None
         if function is None:
             return self._blas(plan, inputs, outputs, layouts, params)

@@ -15,7 +15,7 @@ from fuel.ir.ops import OpKind
 
 pytestmark = pytest.mark.skipif(toolchain.unavailable_reason() is not None,
                                 reason="no C compiler")
-FORCED = matmul.CMatmul(float("inf"))
+FORCED = matmul.CMatmul(forced=True)
 
 
 def storage_and_layout(array: np.ndarray):
@@ -81,7 +81,7 @@ def test_strided_flipped_and_transposed_operands():
     # neither form fits (b strided along both dims): the kernel runs OpenBLAS
     c = random(14, 42, seed=3)[:, ::2]
     layouts = (storage_and_layout(a)[1], storage_and_layout(c)[1], Layout.contiguous((5, 21)))
-    assert matmul.plan_launch(layouts, float("inf")).form is None
+    assert matmul.plan_launch(layouts, forced=True).form is None
     check(run(FORCED, a, c), a, c)
 
 
@@ -95,7 +95,7 @@ def test_batched_broadcast_operands():
     w = random(96, 384, seed=3)
     layouts = (storage_and_layout(x)[1], storage_and_layout(w.T)[1],
                Layout.contiguous((8, 12, 96)))
-    plan = matmul.plan_launch(layouts, float("inf"))
+    plan = matmul.plan_launch(layouts, forced=True)
     assert (plan.m, plan.batch) == (96, ())
     check(run(FORCED, x, w.T), x, w.T)
     expanded = np.broadcast_to(random(2, 1, 9, 16, seed=4), (2, 3, 9, 16))  # stride 0
