@@ -25,6 +25,9 @@
 
 #define DOT_ROWS 3
 #define DOT_COLUMNS 4
+#ifndef PREFETCH_TILES
+#define PREFETCH_TILES 4  /* how far ahead (in weight tiles) the dot form prefetches */
+#endif
 #define ROWS_ROWS 4
 #define ROWS_VECTORS 3
 #define MAX_BATCH_DIMS 8
@@ -52,12 +55,16 @@ INLINE __m128 sum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
 /* rows (1..DOT_ROWS) rows of a (unit inner stride) against DOT_COLUMNS weight rows; stores
  * the first `columns` of the DOT_COLUMNS results of each row. */
 INLINE void dot_tile(const int rows, const float *a, int64_t a_row, const float *const *w,
-                     float *out, int64_t out_row, int columns, int64_t k, __m256i tail) {
+                     float *out, int64_t out_row, int columns, int64_t k, __m256i tail,
+                     const float *next) {
     __m256 sums[DOT_ROWS][DOT_COLUMNS];
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < DOT_COLUMNS; c++) sums[r][c] = _mm256_setzero_ps();
     int64_t l = 0;
     for (; l + 8 <= k; l += 8) {
+        if (next != NULL && l % 16 == 0)  /* the next weight rows, a cache line per row */
+            for (int c = 0; c < DOT_COLUMNS; c++) _mm_prefetch((const char *)(next + c * k + l),
+                                                               _MM_HINT_T0);
         __m256 x[DOT_ROWS];
         for (int r = 0; r < rows; r++) {
             x[r] = _mm256_loadu_ps(a + r * a_row + l);
@@ -99,16 +106,21 @@ static void dot_block(const Problem *p, const float *a, const float *b, float *o
         const float *w[DOT_COLUMNS];
         for (int c = 0; c < DOT_COLUMNS; c++)  /* past the last column: repeat it, unstored */
             w[c] = b + (j + (c < columns ? c : columns - 1)) * p->b_column;
+        /* While the first row tile runs, prefetch the weight rows PREFETCH_TILES tiles on
+         * when they lie back to back (a row-major weight): rows of a few KiB are too short
+         * for the hardware prefetcher. A prefetch past the end never faults. */
+        const float *next = p->b_column == p->k
+                                ? b + (j + PREFETCH_TILES * DOT_COLUMNS) * p->b_column : NULL;
         int64_t i = row_start;
-        for (; i + DOT_ROWS <= row_end; i += DOT_ROWS)
+        for (; i + DOT_ROWS <= row_end; i += DOT_ROWS, next = NULL)
             dot_tile(DOT_ROWS, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j,
-                     p->out_row, columns, p->k, tail);
+                     p->out_row, columns, p->k, tail, next);
         if (row_end - i == 2)
             dot_tile(2, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j, p->out_row,
-                     columns, p->k, tail);
+                     columns, p->k, tail, next);
         else if (row_end - i == 1)
             dot_tile(1, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j, p->out_row,
-                     columns, p->k, tail);
+                     columns, p->k, tail, next);
     }
 }
 

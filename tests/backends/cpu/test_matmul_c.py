@@ -160,3 +160,21 @@ def test_front_end_runs_the_c_kernel_and_attributes_it():
     scores = fuel.from_numpy(q).reshape(3, 3, 1, 64) @ expanded.transpose(2, 3)
     reference_keys = np.broadcast_to(keys[:, None], (3, 3, 20, 64))
     check(scores.numpy(), q.reshape(3, 3, 1, 64), np.swapaxes(reference_keys, 2, 3))
+
+
+def test_selection_rule():
+    """Small row counts in a form the kernel fits run C; large ones and ill-fitting strides
+    run OpenBLAS (the rule is stated in matmul.py and docs/ARCHITECTURE.md)."""
+    def form(a_shape, b_shape, transposed, out_shape):
+        b = np.zeros(b_shape, np.float32)
+        b = np.swapaxes(b, -1, -2) if transposed else b
+        layouts = (Layout.contiguous(a_shape), storage_and_layout(b)[1],
+                   Layout.contiguous(out_shape))
+        return matmul.plan_launch(layouts)
+
+    assert form((12, 384), (1536, 384), True, (12, 1536)).form == matmul.DOT
+    assert form((matmul.C_ROWS + 1, 384), (1536, 384), True, (33, 1536)).form is None
+    assert form((8, 128, 384), (1536, 384), True, (8, 128, 1536)).form is None  # m = 1024
+    assert form((3, 3, 512), (3, 512, 64), False, (3, 3, 64)).form == matmul.ROWS
+    assert form((1, 512), (512, 64), False, (1, 64)).form is None  # one row: OpenBLAS
+    assert form((12, 384), (384, 1536), False, (12, 1536)).form is None  # wide b
