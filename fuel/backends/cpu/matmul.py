@@ -15,6 +15,7 @@ multiply-adds, ``FUEL_THREADS`` threads, no BLAS call inside the kernel.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from collections.abc import Sequence
@@ -164,6 +165,25 @@ def _chunks(plan: LaunchPlan, threads: int) -> tuple[int, int]:
     return row_chunk, column_chunk
 
 
+@functools.lru_cache(maxsize=4096)
+def launch_arguments(layouts: tuple[Layout, ...], forced: bool, threads: int):
+    """(plan, (sizes, strides) as the C entry's int64 arrays, or None for an empty output),
+    memoized per layouts: an eager launch (no replay) pays the planning once per shape."""
+    plan = plan_launch(layouts, forced)
+    elements = plan.m * plan.n
+    for size, *_ in plan.batch:
+        elements *= size
+    if plan.form is None or elements == 0:
+        return plan, None
+    threads = threads if elements * plan.k >= PARALLEL_WORK else 1
+    row_chunk, column_chunk = _chunks(plan, threads)
+    sizes = [plan.form, threads, plan.m, plan.n, plan.k, row_chunk, column_chunk,
+             len(plan.batch)] + [row[0] for row in plan.batch]
+    strides = list(plan.strides) + [s for row in plan.batch for s in row[1:]]
+    return plan, ((ctypes.c_int64 * len(sizes))(*sizes),
+                  (ctypes.c_int64 * len(strides))(*strides))
+
+
 class CMatmul:
     """float32 matmul: the C kernel for the shapes ``plan_launch`` gives it, OpenBLAS for the
     rest; ``prepare`` decides once per launch, so a replay is one foreign call."""
@@ -175,26 +195,15 @@ class CMatmul:
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object) -> Launcher:
-        plan = plan_launch(layouts, self.forced)
+        plan, arguments = launch_arguments(tuple(layouts), self.forced, thread_count())
         function = library() if plan.form is not None else None
         if function is None:
             return self._blas(plan, inputs, outputs, layouts, params)
-        elements = plan.m * plan.n
-        for size, *_ in plan.batch:
-            elements *= size
-        if elements == 0:
+        if arguments is None:  # an empty output
             return lambda: None
-        work = elements * plan.k
-        threads = thread_count() if work >= PARALLEL_WORK else 1
-        row_chunk, column_chunk = _chunks(plan, threads)
-        sizes = [plan.form, threads, plan.m, plan.n, plan.k, row_chunk, column_chunk,
-                 len(plan.batch)] + [row[0] for row in plan.batch]
-        strides = list(plan.strides) + [s for row in plan.batch for s in row[1:]]
-        pointers = [address(storage, layout)
-                    for storage, layout in zip(list(inputs) + list(outputs), layouts)]
-        data = (ctypes.c_void_p * 3)(*pointers)
-        size_array = (ctypes.c_int64 * len(sizes))(*sizes)
-        stride_array = (ctypes.c_int64 * len(strides))(*strides)
+        data = (ctypes.c_void_p * 3)(*(address(storage, layout) for storage, layout in
+                                       zip((inputs[0], inputs[1], outputs[0]), layouts)))
+        size_array, stride_array = arguments
         return lambda: function(data, size_array, stride_array)
 
     @staticmethod

@@ -142,10 +142,14 @@ def test_nan_and_inf_propagate_like_numpy():
 def test_threads_split_the_same_result(monkeypatch):
     monkeypatch.setenv("FUEL_THREADS", "2")
     monkeypatch.setattr(matmul, "PARALLEL_WORK", 0)
+    matmul.launch_arguments.cache_clear()  # plans memoized under the real threshold
+    assert matmul.launch_arguments((Layout.contiguous((12, 384)), Layout((384, 1536), (1, 384)),
+                                    Layout.contiguous((12, 1536))), True, 2)[1][0][1] == 2
     for a, b in [(random(12, 384), random(1536, 384, seed=1).T),
                  (random(3, 3, 50), random(3, 50, 64, seed=2)),
                  (random(7, 33), random(33, 45, seed=3))]:
         check(run(FORCED, a, b), a, b)
+    matmul.launch_arguments.cache_clear()
 
 
 def test_front_end_runs_the_c_kernel_and_attributes_it():
