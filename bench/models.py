@@ -493,6 +493,7 @@ def main() -> None:
             raise SystemExit("--threads needs threadpoolctl (pip install threadpoolctl)") \
                 from None
         threadpool_limits(args.threads)
+        os.environ["FUEL_THREADS"] = str(args.threads)  # fuel's C kernels (OpenMP)
     if args.minilm_child:
         minilm_system_child(args.minilm_child, args.runs, args.threads, args.child_folder)
         return

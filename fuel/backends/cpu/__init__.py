@@ -11,6 +11,7 @@ from fuel.backends.cpu import (
     convolution,
     elementwise,
     indexing,
+    matmul,
     ml,
     pooling,
     quantized,
@@ -95,7 +96,7 @@ class CpuBackend(Backend):
 
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
-KERNEL_MODULES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting,
+KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution, pooling, scatter, sorting,
                   sampling, strings, ml, quantized)
 
 

@@ -1,0 +1,277 @@
+/* float32 matmul for small row counts: out[b, i, j] = sum_l a[b, i, l] * b[b, l, j], every
+ * operand walked through its own strides (batch dims may broadcast with stride 0), no packing.
+ *
+ * Entry: fuel_kernel(data, sizes, strides)
+ *   data    = {a, b, out}                      (float *, the first element of each operand)
+ *   sizes   = {form, threads, m, n, k, row_chunk, column_chunk, batch_dims, batch sizes...}
+ *   strides = {a_row, a_inner, b_inner, b_column, out_row,
+ *              then per batch dim: a, b, out}  (elements; out's column stride is 1)
+ * Forms:
+ *   0 dot:  a_inner == 1 and b_inner == 1 (b is the transposed view of a row-major (n, k)
+ *           weight, Linear's x @ W.T): each output is the dot of a row of a with a row of W;
+ *           a tile of DOT_ROWS rows x DOT_COLUMNS weight rows keeps 8-wide partial sums along
+ *           k and reduces them horizontally at the end.
+ *   1 rows: b_column == 1 (b's rows are contiguous): a tile of ROWS_ROWS rows of a x 24
+ *           columns of b broadcasts each a[i, l] against the row vector b[l, j:j+24].
+ * Work is cut into units (a batch entry x row_chunk rows x column_chunk columns), split over
+ * OpenMP threads when threads > 1. No BLAS call runs in here.
+ */
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define VECTOR 1
+#endif
+
+#define DOT_ROWS 3
+#define DOT_COLUMNS 4
+#ifndef PREFETCH_TILES
+#define PREFETCH_TILES 4  /* how far ahead (in weight tiles) the dot form prefetches */
+#endif
+#define ROWS_ROWS 4
+#define ROWS_VECTORS 3
+#define MAX_BATCH_DIMS 8
+
+typedef struct {
+    int64_t m, n, k, a_row, a_inner, b_inner, b_column, out_row;
+} Problem;
+
+#if defined(VECTOR)
+#define INLINE static inline __attribute__((always_inline))
+
+static const int32_t MASK_TABLE[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* Lanes [0, count) set, count in 0..8. */
+INLINE __m256i lane_mask(int64_t count) {
+    return _mm256_loadu_si256((const __m256i *)(MASK_TABLE + 8 - count));
+}
+
+/* The four lanes' sums of four vectors: {sum(v0), sum(v1), sum(v2), sum(v3)}. */
+INLINE __m128 sum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+    __m256 pair = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
+    return _mm_add_ps(_mm256_castps256_ps128(pair), _mm256_extractf128_ps(pair, 1));
+}
+
+/* rows (1..DOT_ROWS) rows of a (unit inner stride) against DOT_COLUMNS weight rows; stores
+ * the first `columns` of the DOT_COLUMNS results of each row. */
+INLINE void dot_tile(const int rows, const float *a, int64_t a_row, const float *const *w,
+                     float *out, int64_t out_row, int columns, int64_t k, __m256i tail,
+                     const float *next) {
+    __m256 sums[DOT_ROWS][DOT_COLUMNS];
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < DOT_COLUMNS; c++) sums[r][c] = _mm256_setzero_ps();
+    int64_t l = 0;
+    for (; l + 8 <= k; l += 8) {
+        if (next != NULL && l % 16 == 0)  /* the next weight rows, a cache line per row */
+            for (int c = 0; c < DOT_COLUMNS; c++) _mm_prefetch((const char *)(next + c * k + l),
+                                                               _MM_HINT_T0);
+        __m256 x[DOT_ROWS];
+        for (int r = 0; r < rows; r++) {
+            x[r] = _mm256_loadu_ps(a + r * a_row + l);
+            __asm__("" : "+x"(x[r]));  /* in a register: one load, not one per FMA using it */
+        }
+        for (int c = 0; c < DOT_COLUMNS; c++) {
+            __m256 y = _mm256_loadu_ps(w[c] + l);
+            __asm__("" : "+x"(y));
+            for (int r = 0; r < rows; r++) sums[r][c] = _mm256_fmadd_ps(x[r], y, sums[r][c]);
+        }
+    }
+    if (l < k) {
+        __m256 x[DOT_ROWS];
+        for (int r = 0; r < rows; r++) x[r] = _mm256_maskload_ps(a + r * a_row + l, tail);
+        for (int c = 0; c < DOT_COLUMNS; c++) {
+            __m256 y = _mm256_maskload_ps(w[c] + l, tail);
+            for (int r = 0; r < rows; r++) sums[r][c] = _mm256_fmadd_ps(x[r], y, sums[r][c]);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        __m128 result = sum4(sums[r][0], sums[r][1], sums[r][2], sums[r][3]);
+        float *target = out + r * out_row;
+        if (columns == DOT_COLUMNS) {
+            _mm_storeu_ps(target, result);
+        } else {
+            float lanes[4];
+            _mm_storeu_ps(lanes, result);
+            memcpy(target, lanes, (size_t)columns * sizeof(float));
+        }
+    }
+}
+
+static void dot_block(const Problem *p, const float *a, const float *b, float *out,
+                      int64_t row_start, int64_t row_end, int64_t column_start,
+                      int64_t column_end) {
+    const __m256i tail = lane_mask(p->k % 8);
+    for (int64_t j = column_start; j < column_end; j += DOT_COLUMNS) {
+        int columns = (int)(column_end - j < DOT_COLUMNS ? column_end - j : DOT_COLUMNS);
+        const float *w[DOT_COLUMNS];
+        for (int c = 0; c < DOT_COLUMNS; c++)  /* past the last column: repeat it, unstored */
+            w[c] = b + (j + (c < columns ? c : columns - 1)) * p->b_column;
+        /* While the first row tile runs, prefetch the weight rows PREFETCH_TILES tiles on
+         * when they lie back to back (a row-major weight): rows of a few KiB are too short
+         * for the hardware prefetcher. A prefetch past the end never faults. */
+        const float *next = p->b_column == p->k
+                                ? b + (j + PREFETCH_TILES * DOT_COLUMNS) * p->b_column : NULL;
+        int64_t i = row_start;
+        for (; i + DOT_ROWS <= row_end; i += DOT_ROWS, next = NULL)
+            dot_tile(DOT_ROWS, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j,
+                     p->out_row, columns, p->k, tail, next);
+        if (row_end - i == 2)
+            dot_tile(2, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j, p->out_row,
+                     columns, p->k, tail, next);
+        else if (row_end - i == 1)
+            dot_tile(1, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j, p->out_row,
+                     columns, p->k, tail, next);
+    }
+}
+
+/* rows (1..ROWS_ROWS) rows of a x vectors (1..ROWS_VECTORS) 8-wide column vectors of b; the
+ * last vector is loaded and stored through `last` when `masked`. With fewer than ROWS_ROWS
+ * rows, `splits` sets of sums take alternate steps of k (more independent FMA chains). */
+INLINE void rows_tile(const int rows, const int vectors, const int masked, const float *a,
+                      int64_t a_row, int64_t a_inner, const float *b, int64_t b_inner,
+                      float *out, int64_t out_row, int64_t k, __m256i last) {
+    const int splits = ROWS_ROWS / rows < 4 ? ROWS_ROWS / rows : 4;
+    __m256 sums[ROWS_ROWS][ROWS_VECTORS];
+    for (int q = 0; q < splits * rows; q++)
+        for (int v = 0; v < vectors; v++) sums[q][v] = _mm256_setzero_ps();
+#define ROWS_STEP(L, SPLIT)                                                                   \
+    do {                                                                                      \
+        const float *row = b + (L) * b_inner;                                                 \
+        __m256 y[ROWS_VECTORS];                                                               \
+        for (int v = 0; v < vectors; v++) {                                                   \
+            y[v] = (masked && v == vectors - 1) ? _mm256_maskload_ps(row + 8 * v, last)       \
+                                                : _mm256_loadu_ps(row + 8 * v);               \
+            __asm__("" : "+x"(y[v])); /* one load per vector, not one per FMA using it */     \
+        }                                                                                     \
+        for (int r = 0; r < rows; r++) {                                                      \
+            __m256 x = _mm256_broadcast_ss(a + r * a_row + (L) * a_inner);                    \
+            for (int v = 0; v < vectors; v++)                                                 \
+                sums[(SPLIT) * rows + r][v] =                                                 \
+                    _mm256_fmadd_ps(x, y[v], sums[(SPLIT) * rows + r][v]);                    \
+        }                                                                                     \
+    } while (0)
+    int64_t l = 0;
+    for (; l + splits <= k; l += splits)
+        for (int split = 0; split < splits; split++) ROWS_STEP(l + split, split);
+    for (; l < k; l++) ROWS_STEP(l, 0);
+#undef ROWS_STEP
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < vectors; v++) {
+            __m256 total = sums[r][v];
+            for (int split = 1; split < splits; split++)
+                total = _mm256_add_ps(total, sums[split * rows + r][v]);
+            float *target = out + r * out_row + 8 * v;
+            if (masked && v == vectors - 1) _mm256_maskstore_ps(target, last, total);
+            else _mm256_storeu_ps(target, total);
+        }
+}
+
+#define ROWS_CASE(R, V, M)                                                                    \
+    rows_tile(R, V, M, a + i * p->a_row, p->a_row, p->a_inner, b + j, p->b_inner,            \
+              out + i * p->out_row + j, p->out_row, p->k, last)
+
+/* One column strip [j, j + width) for every row of [row_start, row_end). */
+INLINE void rows_strip(const int vectors, const int masked, const Problem *p, const float *a,
+                       const float *b, float *out, int64_t row_start, int64_t row_end,
+                       int64_t j, __m256i last) {
+    int64_t i = row_start;
+    for (; i + ROWS_ROWS <= row_end; i += ROWS_ROWS) ROWS_CASE(ROWS_ROWS, vectors, masked);
+    switch (row_end - i) {
+    case 3: ROWS_CASE(3, vectors, masked); break;
+    case 2: ROWS_CASE(2, vectors, masked); break;
+    case 1: ROWS_CASE(1, vectors, masked); break;
+    default: break;
+    }
+}
+
+static void rows_block(const Problem *p, const float *a, const float *b, float *out,
+                       int64_t row_start, int64_t row_end, int64_t column_start,
+                       int64_t column_end) {
+    const __m256i full = lane_mask(8);
+    int64_t j = column_start;
+    for (; j + 8 * ROWS_VECTORS <= column_end; j += 8 * ROWS_VECTORS)
+        rows_strip(ROWS_VECTORS, 0, p, a, b, out, row_start, row_end, j, full);
+    int64_t rest = column_end - j;
+    if (rest == 0) return;
+    int vectors = (int)((rest + 7) / 8);
+    __m256i last = lane_mask(rest - 8 * (vectors - 1));
+    int masked = rest % 8 != 0;
+    if (vectors == 1) {
+        if (masked) rows_strip(1, 1, p, a, b, out, row_start, row_end, j, last);
+        else rows_strip(1, 0, p, a, b, out, row_start, row_end, j, last);
+    } else if (vectors == 2) {
+        if (masked) rows_strip(2, 1, p, a, b, out, row_start, row_end, j, last);
+        else rows_strip(2, 0, p, a, b, out, row_start, row_end, j, last);
+    } else {
+        rows_strip(3, 1, p, a, b, out, row_start, row_end, j, last);
+    }
+}
+#else
+/* Portable fallback: the same walks, vectorized by the compiler where it can. */
+static void dot_block(const Problem *p, const float *a, const float *b, float *out,
+                      int64_t row_start, int64_t row_end, int64_t column_start,
+                      int64_t column_end) {
+    for (int64_t i = row_start; i < row_end; i++)
+        for (int64_t j = column_start; j < column_end; j++) {
+            const float *x = a + i * p->a_row, *w = b + j * p->b_column;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t l = 0; l < p->k; l++) sum += x[l] * w[l];
+            out[i * p->out_row + j] = sum;
+        }
+}
+
+static void rows_block(const Problem *p, const float *a, const float *b, float *out,
+                       int64_t row_start, int64_t row_end, int64_t column_start,
+                       int64_t column_end) {
+    for (int64_t i = row_start; i < row_end; i++) {
+        float *target = out + i * p->out_row;
+        for (int64_t j = column_start; j < column_end; j++) target[j] = 0.0f;
+        for (int64_t l = 0; l < p->k; l++) {
+            const float x = a[i * p->a_row + l * p->a_inner];
+            const float *row = b + l * p->b_inner;
+#pragma omp simd
+            for (int64_t j = column_start; j < column_end; j++) target[j] += x * row[j];
+        }
+    }
+}
+#endif
+
+void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
+    const int64_t form = sizes[0], threads = sizes[1];
+    const Problem problem = {sizes[2], sizes[3], sizes[4], strides[0], strides[1], strides[2],
+                             strides[3], strides[4]};
+    const int64_t row_chunk = sizes[5], column_chunk = sizes[6];
+    const int batch_dims = (int)sizes[7];
+    const int64_t *batch_sizes = sizes + 8, *batch_strides = strides + 5;
+    int64_t batch = 1;
+    for (int d = 0; d < batch_dims; d++) batch *= batch_sizes[d];
+    const int64_t row_units = (problem.m + row_chunk - 1) / row_chunk;
+    const int64_t column_units = (problem.n + column_chunk - 1) / column_chunk;
+    const int64_t units = batch * row_units * column_units;
+    const float *a = (const float *)data[0], *b = (const float *)data[1];
+    float *out = (float *)data[2];
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && units > 1)
+    for (int64_t unit = 0; unit < units; unit++) {
+        int64_t column_unit = unit % column_units, rest = unit / column_units;
+        int64_t row_unit = rest % row_units, entry = rest / row_units;
+        int64_t a_offset = 0, b_offset = 0, out_offset = 0;
+        for (int d = batch_dims - 1; d >= 0; d--) {
+            int64_t index = entry % batch_sizes[d];
+            entry /= batch_sizes[d];
+            a_offset += index * batch_strides[3 * d];
+            b_offset += index * batch_strides[3 * d + 1];
+            out_offset += index * batch_strides[3 * d + 2];
+        }
+        int64_t row_start = row_unit * row_chunk, column_start = column_unit * column_chunk;
+        int64_t row_end = row_start + row_chunk < problem.m ? row_start + row_chunk : problem.m;
+        int64_t column_end = column_start + column_chunk < problem.n ? column_start + column_chunk
+                                                                     : problem.n;
+        if (form == 0)
+            dot_block(&problem, a + a_offset, b + b_offset, out + out_offset, row_start, row_end,
+                      column_start, column_end);
+        else
+            rows_block(&problem, a + a_offset, b + b_offset, out + out_offset, row_start, row_end,
+                       column_start, column_end);
+    }
+}

@@ -1,0 +1,232 @@
+"""float32 matmul in C (``matmul.c``) for the shapes where it beats OpenBLAS: few rows per
+launch (decode, short prompts, per-head attention), batched and broadcast operands walked
+through their strides without copies. Built through the kernel compiler's toolchain and
+cache on first use; registered with source tag ``c`` ahead of the NumPy kernel.
+
+The selection rule (``plan_launch``, measured by ``bench/matmul.py``): after folding batch
+dims into rows where the layout allows, a launch runs the C kernel when it has at most
+``C_ROWS`` rows per batch entry and its strides fit one of the kernel's forms (``dot``: both
+operands unit-stride along k, Linear's ``x @ W.T``; ``rows``: ``b``'s rows unit-stride), else
+it runs OpenBLAS (``np.matmul``, over the folded 2-D views when there are no batch dims left).
+Threads follow ``quantized.py``'s rules: OpenMP over output tiles from ``PARALLEL_WORK``
+multiply-adds, ``FUEL_THREADS`` threads, no BLAS call inside the kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fuel.backends.cpu import structured
+from fuel.backends.cpu.quantized import SPIN_COUNT, address, thread_count
+from fuel.dispatch.kernel import KernelCaps, KernelList, Launcher
+from fuel.ir import dtype as dt
+from fuel.ir.device import BackendId
+from fuel.ir.layout import Layout
+from fuel.ir.ops import OpKind
+
+KERNELS = KernelList(BackendId.CPU, "c")
+SOURCE = Path(__file__).with_name("matmul.c")
+DOT, ROWS = 0, 1
+DOT_ROWS, ROWS_ROWS = 3, 4  # matmul.c's tile heights (row chunks are multiples of them)
+COLUMN_ALIGNMENT = 24  # a multiple of both forms' tile widths (4 weight rows, 24 columns)
+# The rule's bounds (bench/matmul.py, threads=1 on this 2-core AMD EPYC, loaded machine): the
+# C kernel beats OpenBLAS up to C_ROWS rows per batch entry (m = 12: 1.5x in the dot form;
+# m = 48-64: 0.5-0.9x, OpenBLAS's packed kernels win). The rows form walks b in strips of 24
+# columns, so a wide b (more than ROWS_COLUMNS) or a single row (a vector-matrix product, where
+# OpenBLAS streams b's rows whole) stays with OpenBLAS.
+C_ROWS = 32
+ROWS_COLUMNS = 256
+# From this many multiply-adds a launch splits its tiles over threads.
+PARALLEL_WORK = 1 << 20
+CHUNK_BYTES = 1 << 17  # a row chunk of ``a`` kept in L2 while the columns stream past it
+MAX_BATCH_DIMS = 8
+
+_library: list = []
+_lock = threading.Lock()
+
+
+def library():
+    """The compiled kernel (built or fetched from the kernel cache once), or None when the
+    machine has no working C compiler."""
+    if not _library:
+        from fuel.compiler import toolchain
+
+        if toolchain.unavailable_reason() is not None:
+            return None
+        os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)  # read when libgomp loads
+        with _lock:
+            if not _library:
+                built = toolchain.build(SOURCE.read_text(), "matmul_float32",
+                                        toolchain.openmp_flags())
+                _library.append(built.function)
+    return _library[0]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """One matmul launch in the kernel's terms: form (None: BLAS), sizes, strides in elements
+    (a row, a inner, b inner, b column, out row) and batch dims (size, a, b, out strides)."""
+
+    form: int | None
+    m: int
+    n: int
+    k: int
+    strides: tuple[int, int, int, int, int]
+    batch: tuple[tuple[int, int, int, int], ...]
+
+
+def _batch_dims(layouts: Sequence[Layout]) -> list[list[int]]:
+    """[size, a stride, b stride, out stride] per output batch dim; broadcast dims stride 0,
+    size-1 dims dropped, adjacent dims merged where every operand walks them as one."""
+    a, b, out = layouts
+    rank = len(out.shape) - 2
+    dims = []
+    for d in range(rank):
+        size = out.shape[d]
+        if size == 1:
+            continue
+        row = [size]
+        for layout in (a, b, out):
+            position = d - (rank - (len(layout.shape) - 2))
+            own = layout.shape[position] if position >= 0 else 1
+            row.append(layout.strides[position] if position >= 0 and own != 1 else 0)
+        dims.append(row)
+    merged: list[list[int]] = []
+    for row in dims:
+        if merged and all(merged[-1][i] == row[i] * row[0] for i in (1, 2, 3)):
+            merged[-1] = [merged[-1][0] * row[0]] + row[1:]
+        else:
+            merged.append(row)
+    return merged
+
+
+def plan_launch(layouts: Sequence[Layout], forced: bool = False) -> LaunchPlan:
+    """The selection rule: the C kernel's form for this launch, or BLAS (form None).
+    ``forced`` drops the measured bounds (C_ROWS, ROWS_COLUMNS): every launch a form fits
+    runs the C kernel (bench/matmul.py and the tests)."""
+    a, b, out = layouts
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    a_row, a_inner = a.strides[-2:]
+    b_inner, b_column = b.strides[-2:]
+    out_row = out.strides[-2]
+    if k == 1:
+        a_inner = b_inner = 1
+    if n == 1:
+        b_column = 1
+    if m == 1:
+        a_row = out_row = 0
+    batch = _batch_dims(layouts)
+    # Rows of a batch dim that b broadcasts over are more rows of one matmul when a and out
+    # step over them as over their rows.
+    while batch and batch[-1][2] == 0 and (m == 1 or (batch[-1][1] == m * a_row
+                                                      and batch[-1][3] == m * out_row)):
+        size, a_step, _, out_step = batch.pop()
+        if m == 1:
+            a_row, out_row = a_step, out_step
+        m *= size
+    if m == 1:
+        a_row, out_row = k * a_inner, n
+    strides = (a_row, a_inner, b_inner, b_column, out_row)
+    form = None
+    if len(batch) <= MAX_BATCH_DIMS and (out.strides[-1] == 1 or n == 1):
+        measured = forced or m <= C_ROWS
+        if a_inner == 1 and b_inner == 1 and measured:
+            form = DOT
+        elif b_column == 1 and measured and (forced or 1 < m and n <= ROWS_COLUMNS):
+            form = ROWS
+    return LaunchPlan(form, m, n, k, strides, tuple(tuple(row) for row in batch))
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def _chunks(plan: LaunchPlan, threads: int) -> tuple[int, int]:
+    """(row_chunk, column_chunk): row chunks of a about CHUNK_BYTES; columns split evenly over
+    the threads when the batch and row chunks alone do not give each thread work."""
+    height = DOT_ROWS if plan.form == DOT else ROWS_ROWS
+    row_chunk = max(height, CHUNK_BYTES // (4 * max(plan.k, 1)) // height * height)
+    row_chunk = min(row_chunk, _round_up(max(plan.m, 1), height))
+    units = -(-plan.m // row_chunk)
+    for size, *_ in plan.batch:
+        units *= size
+    column_chunk = max(plan.n, 1)
+    if threads > 1 and units < 2 * threads:
+        column_chunk = _round_up(-(-plan.n // threads), COLUMN_ALIGNMENT)
+    return row_chunk, column_chunk
+
+
+@functools.lru_cache(maxsize=4096)
+def launch_arguments(layouts: tuple[Layout, ...], forced: bool, threads: int):
+    """(plan, (sizes, strides) as the C entry's int64 arrays, or None for an empty output),
+    memoized per layouts: an eager launch (no replay) pays the planning once per shape."""
+    plan = plan_launch(layouts, forced)
+    elements = plan.m * plan.n
+    for size, *_ in plan.batch:
+        elements *= size
+    if plan.form is None or elements == 0:
+        return plan, None
+    threads = threads if elements * plan.k >= PARALLEL_WORK else 1
+    row_chunk, column_chunk = _chunks(plan, threads)
+    sizes = [plan.form, threads, plan.m, plan.n, plan.k, row_chunk, column_chunk,
+             len(plan.batch)] + [row[0] for row in plan.batch]
+    strides = list(plan.strides) + [s for row in plan.batch for s in row[1:]]
+    return plan, ((ctypes.c_int64 * len(sizes))(*sizes),
+                  (ctypes.c_int64 * len(strides))(*strides))
+
+
+class CMatmul:
+    """float32 matmul: the C kernel for the shapes ``plan_launch`` gives it, OpenBLAS for the
+    rest; ``prepare`` decides once per launch, so a replay is one foreign call."""
+
+    __name__ = __qualname__ = "matmul_float32"
+
+    def __init__(self, forced: bool = False) -> None:
+        self.forced = forced
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: object) -> Launcher:
+        plan, arguments = launch_arguments(tuple(layouts), self.forced, thread_count())
+        function = library() if plan.form is not None else None
+        if function is None:
+            return self._blas(plan, inputs, outputs, layouts, params)
+        if arguments is None:  # an empty output
+            return lambda: None
+        data = (ctypes.c_void_p * 3)(*(address(storage, layout) for storage, layout in
+                                       zip((inputs[0], inputs[1], outputs[0]), layouts)))
+        size_array, stride_array = arguments
+        return lambda: function(data, size_array, stride_array)
+
+    @staticmethod
+    def _blas(plan: LaunchPlan, inputs, outputs, layouts, params) -> Launcher:
+        """OpenBLAS through NumPy; one 2-D call when the batch dims folded into rows."""
+        if plan.batch or plan.m * plan.n * plan.k == 0:
+            return structured.matmul.prepare(inputs, outputs, layouts, params)
+        a_row, a_inner, b_inner, b_column, out_row = plan.strides
+        a = _strided(inputs[0], layouts[0], (plan.m, plan.k), (a_row, a_inner))
+        b = _strided(inputs[1], layouts[1], (plan.k, plan.n), (b_inner, b_column))
+        out = _strided(outputs[0], layouts[2], (plan.m, plan.n), (out_row, 1))
+        return lambda: np.matmul(a, b, out=out)
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params: object) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
+def _strided(storage, layout: Layout, shape: tuple[int, int], strides: tuple[int, int]):
+    buffer = storage.buffer
+    return np.ndarray(shape, buffer.dtype, buffer=buffer, offset=layout.offset * buffer.itemsize,
+                      strides=tuple(s * buffer.itemsize for s in strides))
+
+
+KERNELS.add(OpKind.MATMUL, [(dt.float32, dt.float32, dt.float32)], CMatmul(),
+            KernelCaps(strided_input=True))
