@@ -65,7 +65,8 @@ class BindingEntry:
 
 def revision_hash(kernel: Kernel, extra: str = "") -> int:
     """A stable 64-bit identity of a kernel's code and of the values a template closed over:
-    the same in every process, different when the code or a closed-over value changes."""
+    the same in every process, different when the code or a closed-over value changes (a
+    kernel object's ``revision_source`` text, e.g. its C source, and its methods count)."""
     parts: list[str] = [extra]
     _fingerprint(kernel, parts, depth=0)
     digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
@@ -80,6 +81,15 @@ def _fingerprint(value, parts: list[str], depth: int) -> None:
     if isinstance(value, type(_fingerprint.__code__)):
         code = value
     if code is None:
+        source = getattr(value, "revision_source", None)
+        if isinstance(source, str):  # a kernel object built from generated or foreign code
+            parts.append(getattr(value, "__qualname__", None) or type(value).__qualname__)
+            parts.append(source)
+            for method in ("prepare", "__call__"):
+                function = getattr(type(value), method, None)
+                if function is not None:
+                    _fingerprint(function, parts, depth + 1)
+            return
         # Not Python code (a ufunc, a number, a dtype, ...): its repr is stable.
         parts.append(getattr(value, "__qualname__", None) or repr(value))
         return

@@ -158,3 +158,25 @@ def test_revision_hash_is_the_same_in_a_fresh_process():
                            check=True).stdout for _ in range(2)}
     here = global_table().lookup_entry(OpKind.GELU, (dt.float32,) * 2, BackendId.CPU)
     assert runs == {f"{here.kernel_revision_hash}\n"}
+
+
+class _ForeignKernel:
+    """A kernel object whose work is in foreign code (as the C matmul's)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    @property
+    def revision_source(self) -> str:
+        return self.text
+
+    def __call__(self, inputs, outputs, layouts, params) -> None:
+        pass
+
+
+def test_a_kernel_objects_revision_follows_its_foreign_source():
+    from fuel.dispatch.kernel import revision_hash
+
+    first, same, edited = (_ForeignKernel(text) for text in ("int f;", "int f;", "int g;"))
+    assert revision_hash(first) == revision_hash(same)
+    assert revision_hash(first) != revision_hash(edited)

@@ -193,6 +193,11 @@ class CMatmul:
     def __init__(self, forced: bool = False) -> None:
         self.forced = forced
 
+    @property
+    def revision_source(self) -> str:
+        """What the revision hash covers besides the Python code: the C source."""
+        return SOURCE.read_text()
+
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object) -> Launcher:
         plan, arguments = launch_arguments(tuple(layouts), self.forced, thread_count())

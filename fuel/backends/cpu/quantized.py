@@ -104,6 +104,11 @@ class QuantizedKernel:
             + dtype.name if operation != ROUND else "round_int8_blocks"
         self.__qualname__ = self.__name__ = name
 
+    @property
+    def revision_source(self) -> str:
+        """What the revision hash covers besides the Python code: the format's C source."""
+        return source_of(self.dtype)
+
     def sizes(self, inputs: Sequence, layouts: Sequence[Layout]) -> tuple[int, ...]:
         if self.operation == DEQUANTIZE:
             return (DEQUANTIZE, layouts[0].numel)
