@@ -135,12 +135,13 @@ class LlamaModel:
         return np.concatenate(rows) if len(rows) > 1 else rows[0]
 
     def _step(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> np.ndarray:
-        step = StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
-                                 cache.capacity, self.device)
         replay = self._replay_function(cache, ids.size, all_logits)
         if replay is not None:
+            step = self._replay_inputs(ids, cache, all_logits)
             logits = replay(step.ids, step.positions, step.rope, step.mask)
         else:
+            step = StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
+                                     cache.capacity, self.device)
             leaves = [t._node for t in cache.tensors()]
             try:
                 logits = decoder_step(self.weights, self.config, step, cache, all_logits)
@@ -151,6 +152,22 @@ class LlamaModel:
                 raise
         cache.length += ids.size
         return logits.numpy()
+
+    def _replay_inputs(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> StepInputs:
+        """The leaves of a replayed step: for the one-token decode step, the cache's own,
+        refilled in place (the replay then finds the storages it prepared its launchers
+        on); for a prompt chunk, new ones (their rotation matrices and masks are large)."""
+        if ids.size != 1 or all_logits:
+            return StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
+                                     cache.capacity, self.device)
+        if cache.decode_inputs is None:
+            cache.decode_inputs = StepInputs.create(ids, cache.length, self.config,
+                                                    self._inverse_frequencies, cache.capacity,
+                                                    self.device)
+        else:
+            cache.decode_inputs.refill(ids, cache.length, self.config,
+                                       self._inverse_frequencies, cache.capacity)
+        return cache.decode_inputs
 
     def _replay_function(self, cache: KVCache, count: int, all_logits: bool):
         """The step of ``count`` tokens as a fuel.jit function bound to ``cache`` (captured,
