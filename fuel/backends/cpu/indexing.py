@@ -12,6 +12,7 @@ from fuel.ir.ops import OpKind
 
 KERNELS = kernel_list()
 INDEX_DTYPES = (dt.int32, dt.int64)
+SHORT_INDEX = 256  # positions checked as a Python list up to this many
 
 
 def check_indices(index: np.ndarray, size: int, dim: int) -> np.ndarray:
@@ -100,9 +101,11 @@ def contiguous_run(index: np.ndarray, size: int) -> slice | None:
         return slice(first, first + 1) if 0 <= first < size else None
     if first < 0 or first + count > size or int(index[-1]) != first + count - 1:
         return None
-    if not (index[1:] - index[:-1] == 1).all():
-        return None
-    return slice(first, first + count)
+    if count <= SHORT_INDEX:  # a list compare costs less than NumPy's temporaries here
+        consecutive = index.tolist() == list(range(first, first + count))
+    else:
+        consecutive = bool((index[1:] - index[:-1] == 1).all())
+    return slice(first, first + count) if consecutive else None
 
 
 def _prepare_index_copy(inputs, outputs, layouts, params):

@@ -49,6 +49,10 @@ def test_contiguous_run_takes_only_in_range_increasing_runs():
     for index in ([8], [-9], [7, 8], [2, 2], [3, 2], [-2, -1], [1, 3]):
         assert contiguous_run(np.array(index), 8) is None
     assert contiguous_run(np.array([], np.int64), 8) is None
+    long = np.arange(5, 605)  # past the list compare: NumPy's
+    assert contiguous_run(long, 700) == slice(5, 605)
+    long[300] += 1
+    assert contiguous_run(long, 700) is None
 
 
 @pytest.mark.parametrize("index", [[8], [-9], [6, 7, 8], [1, 9, 2]])
