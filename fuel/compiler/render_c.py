@@ -72,6 +72,7 @@ def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
     patterns = ["dense" if s[-1] == 1 else "broadcast" if s[-1] == 0 else "strided"
                 for s in load_strides]
     lines = [prelude(kernel), *(_vector_declarations(kernel) if vector_math else ()),
+             *helpers(kernel),
              "void fuel_kernel(char **data, const int64_t *sizes, "
              "const int64_t *strides) {",
              f"  const int64_t inner = sizes[{depth - 1}];",
@@ -189,10 +190,44 @@ def _vector_declarations(kernel: LoopKernel) -> list[str]:
     return declarations
 
 
+# exp in float: libmvec's vector expf leaves its vector path for a vector with any lane below
+# -87.34 (-inf included, as in a masked softmax: 50 us for 9 rows of 256 instead of 5) and
+# calls scalar expf per lane. fuel_expf floors the argument at -87.33 and gives 0 below it:
+# results under FLT_MIN (subnormals) are flushed to 0, as GPUs and -ffast-math do (exact
+# subnormals, as exp(x/2)^2, cost a denormal assist per lane). The selects are bit masks:
+# gcc does not if-convert ternaries around a call in an omp simd loop that accumulates in
+# double, and would call scalar expf. NaN stays NaN.
+EXP_HELPER = """#include <string.h>
+static inline float fuel_expf(float x) {
+  const uint32_t keep = -(uint32_t)!(x < -87.33f), floor_bits = 0xc2aea8f6u; /* -87.33f */
+  uint32_t bits; memcpy(&bits, &x, 4);
+  bits = (bits & keep) | (floor_bits & ~keep);
+  float value; memcpy(&value, &bits, 4);
+  value = expf(value);
+  memcpy(&bits, &value, 4); bits &= keep; memcpy(&value, &bits, 4);
+  return value; }"""
+
+
+def helpers(kernel: LoopKernel) -> list[str]:
+    """Helper functions ``kernel``'s expressions call (after the vector declarations, so the
+    math functions they call vectorize)."""
+    if any(_is_float_exp(kernel, value) for value in kernel.values):
+        return [EXP_HELPER]
+    return []
+
+
+def _is_float_exp(kernel: LoopKernel, value: Value) -> bool:
+    return value.op == "exp" and C_TYPES[kernel.values[value.args[0]].dtype] == "float"
+
+
 def _expression(kernel: LoopKernel, value: Value, patterns: list[str]) -> str:
     """The C expression of one value, over earlier values ``v<index>``; a value of a half type
     is read from its storage or rounded to it."""
     dtype = value.dtype
+    if _is_float_exp(kernel, value):
+        call = f"fuel_expf(v{value.args[0]})"
+        return call if dtype not in HALF_DTYPES else (
+            f"{'fuel_f16_round' if dtype is dt.float16 else 'fuel_bf16_round'}({call})")
     if dtype not in HALF_DTYPES or value.op == "where":
         return render_value(kernel, value, patterns, C_DIALECT)
     if value.op == "load":

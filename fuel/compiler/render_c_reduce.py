@@ -28,6 +28,7 @@ from fuel.compiler.render_c import (
     CProgram,
     _expression,
     _vector_declarations,
+    helpers,
     outer_inputs,
     prelude,
     storage_type,
@@ -60,6 +61,7 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
     patterns = [row_pattern(row) for row in row_strides]
     per_row = row_values(kernel)
     lines = [prelude(kernel), *(_vector_declarations(kernel) if vector_math else ()),
+             *helpers(kernel),
              "void fuel_kernel(char **data, const int64_t *sizes, const int64_t *strides) {",
              f"  const int64_t row = sizes[{depth}];" if len(row_sizes) == 1 else
              f"  int64_t row = 1; for (int d = {depth}; d < {depth + len(row_sizes)}; d++) "

@@ -3,6 +3,8 @@ folder and the progress bar. Nothing here imports an optional dependency at modu
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import importlib
 import importlib.util
 import os
@@ -101,3 +103,13 @@ def progress(items: Iterable[T], total: int, description: str) -> Iterator[T]:
     with tqdm(items, total=total, desc=description, unit="tensor", disable=None,
               leave=False) as bar:
         yield from bar
+
+
+def release_freed_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``), after a
+    large structure was dropped: its freed blocks would otherwise stay resident until reused.
+    Nothing where the C library has no such call."""
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is not None:
+        trim(0)

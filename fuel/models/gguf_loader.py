@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from fuel.ir.dtype import QUANTIZED_BY_GGUF_TYPE, QuantizedDType
-from fuel.models.common import ModelFormatError, notice, progress, require
+from fuel.models.common import (
+    ModelFormatError,
+    notice,
+    progress,
+    release_freed_heap,
+    require,
+)
 from fuel.models.tokenizer import byte_level_bpe
 
 # Tensor types gguf's NumPy dequantizer handles and fuel accepts for weights.
@@ -219,6 +225,7 @@ class GGUFModelFile:
         self._reader = self.tensors = None
         self.tensors = {entry.name: entry for entry in map(TensorEntry.from_header,
                                                             json.loads(headers))}
+        release_freed_heap()  # the reader's ~30 MiB: the weights' copies would reuse a part
 
     def _field(self, key: str):
         return None if self._reader is None else self._reader.get_field(key)

@@ -26,6 +26,8 @@ class KVCache:
         self.in_use = False
         # the model's captured steps (fuel.jit) bound to this cache, by (tokens, all_logits)
         self.replays: OrderedDict = OrderedDict()
+        # the input leaves of the short captured steps, by the same keys, refilled in place
+        self.step_inputs: dict = {}
         shape = (kv_heads, capacity, head_dim)
         self.keys = [fuel.from_numpy(lazy_zeros(shape), device=device)
                      for _ in range(num_layers)]

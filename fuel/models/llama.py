@@ -48,6 +48,7 @@ PREFILL_CHUNK = 128  # prompt tokens per graph: bounds the (heads, chunk, capaci
 CACHE_BUCKET = 256  # KV cache capacities are rounded up to a multiple of this
 CACHE_POOL_SIZE = 2  # KV caches (one per capacity) kept for reuse across generations
 REPLAYS_PER_CACHE = 8  # captured step shapes kept per KV cache
+REFILLED_STEP_TOKENS = 16  # replayed steps up to this many tokens keep their input leaves
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
 
 
@@ -135,12 +136,13 @@ class LlamaModel:
         return np.concatenate(rows) if len(rows) > 1 else rows[0]
 
     def _step(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> np.ndarray:
-        step = StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
-                                 cache.capacity, self.device)
         replay = self._replay_function(cache, ids.size, all_logits)
         if replay is not None:
+            step = self._replay_inputs(ids, cache, all_logits)
             logits = replay(step.ids, step.positions, step.rope, step.mask)
         else:
+            step = StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
+                                     cache.capacity, self.device)
             leaves = [t._node for t in cache.tensors()]
             try:
                 logits = decoder_step(self.weights, self.config, step, cache, all_logits)
@@ -151,6 +153,28 @@ class LlamaModel:
                 raise
         cache.length += ids.size
         return logits.numpy()
+
+    def _replay_inputs(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> StepInputs:
+        """The leaves of a replayed step: for a step of up to REFILLED_STEP_TOKENS tokens,
+        the cache's own for that shape, refilled in place (the replay then finds the
+        storages it prepared its launchers on); for a longer prompt chunk, new ones (its
+        rotation matrices are large: 16 KiB a token)."""
+        if ids.size > REFILLED_STEP_TOKENS:
+            return StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
+                                     cache.capacity, self.device)
+        kept = cache.step_inputs
+        for stale in kept.keys() - cache.replays.keys():  # its replay was dropped
+            del kept[stale]
+        key = (ids.size, all_logits)
+        step = kept.get(key)
+        if step is None:
+            step = kept[key] = StepInputs.create(ids, cache.length, self.config,
+                                                 self._inverse_frequencies, cache.capacity,
+                                                 self.device)
+        else:
+            step.refill(ids, cache.length, self.config, self._inverse_frequencies,
+                        cache.capacity)
+        return step
 
     def _replay_function(self, cache: KVCache, count: int, all_logits: bool):
         """The step of ``count`` tokens as a fuel.jit function bound to ``cache`` (captured,

@@ -161,14 +161,27 @@ class StepInputs:
     def create(cls, ids: np.ndarray, start: int, config: LlamaConfig,
                inverse_frequencies: np.ndarray, capacity: int, device) -> StepInputs:
         """Leaves for ``ids`` at cache positions ``start, start + 1, ...``."""
-        count = ids.size
-        group = config.num_heads // config.num_kv_heads
-        return cls(
-            fuel.from_numpy(ids.astype(np.int64), device=device),
-            fuel.from_numpy(np.arange(start, start + count, dtype=np.int64), device=device),
-            fuel.from_numpy(rope_matrices(inverse_frequencies, start, count), device=device),
-            fuel.from_numpy(attention_mask(start, count, group, capacity), device=device),
-        )
+        values = step_values(ids, start, config, inverse_frequencies, capacity)
+        return cls(*(fuel.from_numpy(array, device=device) for array in values))
+
+    def refill(self, ids: np.ndarray, start: int, config: LlamaConfig,
+               inverse_frequencies: np.ndarray, capacity: int) -> None:
+        """Overwrite these leaves in place with ``create``'s values for ``ids`` (as many as
+        they hold) at ``start``: a replay given the same storages re-prepares nothing."""
+        values = step_values(ids, start, config, inverse_frequencies, capacity)
+        for tensor, array in zip((self.ids, self.positions, self.rope, self.mask), values):
+            storage = tensor._node.buffer
+            storage.backend.write_from_host(storage, array)
+
+
+def step_values(ids: np.ndarray, start: int, config: LlamaConfig,
+                inverse_frequencies: np.ndarray, capacity: int) -> tuple[np.ndarray, ...]:
+    """The arrays of a step's leaves: ids, positions, rotation matrices and mask."""
+    count = ids.size
+    group = config.num_heads // config.num_kv_heads
+    return (ids.astype(np.int64), np.arange(start, start + count, dtype=np.int64),
+            rope_matrices(inverse_frequencies, start, count),
+            attention_mask(start, count, group, capacity))
 
 
 def attention(x: Tensor, layer: LayerWeights, index: int, step: StepInputs, cache: KVCache,

@@ -18,6 +18,7 @@ from fuel.backends.cpu.arrays import (
 )
 from fuel.backends.cpu.low_precision import (
     cast_source,
+    is_packed,
     saturate,
     to_float8_e8m0,
     unpacked_output,
@@ -298,6 +299,17 @@ def cast(inputs, outputs, layouts, params):
 @unpacked_output
 def strided_copy(inputs, outputs, layouts, params):
     output(outputs[0], layouts[-1])[...] = view(inputs[0], layouts[0])
+
+
+def _prepare_strided_copy(inputs, outputs, layouts, params):
+    """The views made once (a packed dtype's copy unpacks at every launch instead)."""
+    if is_packed(outputs[0]) or is_packed(inputs[0]):
+        return functools.partial(strided_copy, inputs, outputs, layouts, params)
+    return functools.partial(np.copyto, output(outputs[0], layouts[-1]),
+                             view(inputs[0], layouts[0]))
+
+
+strided_copy.prepare = _prepare_strided_copy
 
 
 @KERNELS.kernel(OpKind.COPY, definition(OpKind.COPY).coverage, STRIDED)

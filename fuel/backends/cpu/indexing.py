@@ -12,6 +12,7 @@ from fuel.ir.ops import OpKind
 
 KERNELS = kernel_list()
 INDEX_DTYPES = (dt.int32, dt.int64)
+SHORT_INDEX = 256  # positions checked as a Python list up to this many
 
 
 def check_indices(index: np.ndarray, size: int, dim: int) -> np.ndarray:
@@ -87,14 +88,54 @@ def slice_assign(inputs, outputs, layouts, params):
     view(outputs[0], region)[...] = value
 
 
-@KERNELS.kernel(OpKind.INDEX_COPY,
-                [(d, i, d, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES], STRIDED)
-@array_kernel
-def index_copy(target, index, source, out, params):
-    index = check_indices(index, target.shape[params.dim], params.dim)
-    if not np.shares_memory(out, target):
-        out[...] = target
-    out[(slice(None),) * params.dim + (index,)] = source
+def contiguous_run(index: np.ndarray, size: int) -> slice | None:
+    """The slice a 1-D ``index`` selects when it is a run of consecutive in-range positions
+    (one position may be negative: it wraps), else None (the general path checks it)."""
+    count = index.shape[0]
+    if count == 0:
+        return None
+    first = int(index[0])
+    if count == 1:
+        if -size <= first < 0:
+            first += size
+        return slice(first, first + 1) if 0 <= first < size else None
+    if first < 0 or first + count > size or int(index[-1]) != first + count - 1:
+        return None
+    if count <= SHORT_INDEX:  # a list compare costs less than NumPy's temporaries here
+        consecutive = index.tolist() == list(range(first, first + count))
+    else:
+        consecutive = bool((index[1:] - index[:-1] == 1).all())
+    return slice(first, first + count) if consecutive else None
+
+
+def _prepare_index_copy(inputs, outputs, layouts, params):
+    """The bound launcher of index_copy: views and the aliasing test made once; a run of
+    consecutive positions (a KV cache write) is one slice assignment."""
+    target, index, source = (view(s, layout) for s, layout in zip(inputs, layouts))
+    out = output(outputs[0], layouts[-1])
+    aliased = np.shares_memory(out, target)
+    dim = params.dim
+    size = target.shape[dim]
+    leading = (slice(None),) * dim
+
+    def launch() -> None:
+        if not aliased:
+            out[...] = target
+        run = contiguous_run(index, size)
+        if run is None:  # duplicates (the last wins), any order, negatives, bad positions
+            run = check_indices(index, size, dim)
+        out[leading + (run,)] = source
+
+    return launch
+
+
+def index_copy(inputs, outputs, layouts, params):
+    _prepare_index_copy(inputs, outputs, layouts, params)()
+
+
+index_copy.prepare = _prepare_index_copy
+KERNELS.add(OpKind.INDEX_COPY, [(d, i, d, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES],
+            index_copy, STRIDED)
 
 
 @KERNELS.kernel(OpKind.FULL, [(d,) for d in dt.ALL_DTYPES])
