@@ -5,13 +5,17 @@ medians are printed with the ratio fuel / NumPy read (1.0 = the kernel reads its
 fast as NumPy can stream them).
 
     python bench/quant.py [--rows N] [--k K] [--rounds R] [--formats q4_0,q4_1,...]
-                          [--smollm [--activations M]]
+                          [--smollm [--activations M]] [--cpu-time]
 
 ``--smollm`` prints instead the per-launch time of SmolLM2-135M's quantized matmuls (q|k|v,
 o, gate|up, down in q4_1; the tied lm_head in q8_0) at ``M`` activation rows (1: decode): the
 kernel's prepared launcher, replayed as a decode step replays it, cycling over enough copies
 of each weight (64 MB) that they stream from memory as in a real step; beside it NumPy's
 streaming read of the same copies.
+
+``--cpu-time`` times the process's CPU time instead of wall time, with fuel's kernels on one
+thread (``FUEL_THREADS=1``): on a machine other processes load, it compares the work per call
+where wall times mostly measure the load.
 """
 
 from __future__ import annotations
@@ -50,12 +54,13 @@ def blocks(name: str, rows: int, k: int) -> np.ndarray:
 
 
 def time_median(function, repeats: int) -> float:
+    clock = time.process_time if os.environ.get("FUEL_BENCH_CPU_TIME") else time.perf_counter
     function()
     samples = []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started = clock()
         function()
-        samples.append(time.perf_counter() - started)
+        samples.append(clock() - started)
     return statistics.median(samples)
 
 
@@ -118,8 +123,11 @@ def run(system: str, name: str, args, rows: int | None = None, k: int | None = N
                "--repeats", str(args.repeats), "--activations", str(args.activations)]
     if args.smollm:
         command.append("--smollm")
+    environment = dict(os.environ)
+    if args.cpu_time:
+        environment.update(FUEL_BENCH_CPU_TIME="1", FUEL_THREADS="1")
     result = subprocess.run(command, capture_output=True, text=True, check=True,
-                            env=dict(os.environ))
+                            env=environment)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -134,6 +142,8 @@ def main() -> None:
                         help="per-launch time of SmolLM2's quantized matmul shapes")
     parser.add_argument("--activations", type=int, default=1,
                         help="activation rows for --smollm (1: decode)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="CPU time, fuel on one thread (for a loaded machine)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     formats = args.formats.split(",")
@@ -149,7 +159,8 @@ def main() -> None:
         smollm_table(args)
         return
     print(f"decode shape: (1, {args.k}) x ({args.rows}, {args.k}).T, {os.cpu_count()} CPUs, "
-          f"medians of {args.rounds} alternated rounds x {args.repeats} calls")
+          f"medians of {args.rounds} alternated rounds x {args.repeats} calls"
+          f"{', one thread, CPU time' if args.cpu_time else ''}")
     copies = [run("numpy-copy", "q8_0", args) for _ in range(args.rounds)]
     copy = statistics.median(c["bytes"] / c["seconds"] for c in copies)
     print(f"machine copy bandwidth (np.copyto, read + write of the q8_0 bytes): "
@@ -174,7 +185,8 @@ def smollm_table(args) -> None:
     """Per-launch microseconds of SmolLM2's shapes, fuel's launcher against NumPy's read."""
     print(f"SmolLM2-135M quantized matmuls, {args.activations} activation row(s), "
           f"{os.cpu_count()} CPUs, medians of {args.rounds} alternated rounds x {args.repeats} "
-          f"cycles over {STREAMED_BYTES >> 20} MB of weight copies per shape")
+          f"cycles over {STREAMED_BYTES >> 20} MB of weight copies per shape"
+          f"{', one thread, CPU time' if args.cpu_time else ''}")
     print(f"\n{'shape':<9}{'format':<8}{'n x k':>12}{'KB':>8}{'fuel us':>9}{'fuel GB/s':>11}"
           f"{'numpy read GB/s':>17}{'ratio':>8}")
     total = 0.0
