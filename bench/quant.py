@@ -5,6 +5,17 @@ medians are printed with the ratio fuel / NumPy read (1.0 = the kernel reads its
 fast as NumPy can stream them).
 
     python bench/quant.py [--rows N] [--k K] [--rounds R] [--formats q4_0,q4_1,...]
+                          [--smollm [--activations M]] [--cpu-time]
+
+``--smollm`` prints instead the per-launch time of SmolLM2-135M's quantized matmuls (q|k|v,
+o, gate|up, down in q4_1; the tied lm_head in q8_0) at ``M`` activation rows (1: decode): the
+kernel's prepared launcher, replayed as a decode step replays it, cycling over enough copies
+of each weight (64 MB) that they stream from memory as in a real step; beside it NumPy's
+streaming read of the same copies.
+
+``--cpu-time`` times the process's CPU time instead of wall time, with fuel's kernels on one
+thread (``FUEL_THREADS=1``): on a machine other processes load, it compares the work per call
+where wall times mostly measure the load.
 """
 
 from __future__ import annotations
@@ -20,6 +31,11 @@ import time
 import numpy as np
 
 FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k")
+# SmolLM2-135M's quantized matmuls per decode step: (name, format, n, k, launches per token)
+SMOLLM_SHAPES = (("q|k|v", "q4_1", 960, 576, 30), ("o", "q4_1", 576, 576, 30),
+                 ("gate|up", "q4_1", 3072, 576, 30), ("down", "q4_1", 576, 1536, 30),
+                 ("lm_head", "q8_0", 49152, 576, 1))
+STREAMED_BYTES = 64 << 20  # weight copies cycled per shape: more than the last-level cache
 # float16 scale offsets inside a block (the codes around them are random bytes)
 SCALE_OFFSETS = {"q4_0": (0,), "q4_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2), "q6_k": (208,)}
 
@@ -38,13 +54,49 @@ def blocks(name: str, rows: int, k: int) -> np.ndarray:
 
 
 def time_median(function, repeats: int) -> float:
+    clock = time.process_time if os.environ.get("FUEL_BENCH_CPU_TIME") else time.perf_counter
     function()
     samples = []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started = clock()
         function()
-        samples.append(time.perf_counter() - started)
+        samples.append(clock() - started)
     return statistics.median(samples)
+
+
+def launch_worker(system: str, name: str, rows: int, k: int, activations: int,
+                  repeats: int) -> dict:
+    """Seconds per launch at one SmolLM2 shape, cycling over weight copies."""
+    import types
+
+    data = blocks(name, rows, k)
+    copies = [data.copy() for _ in range(max(1, STREAMED_BYTES // data.nbytes))]
+    calls = []
+    if system == "numpy-read":
+        for copy in copies:
+            calls.append(copy.reshape(-1).view(np.uint64).sum)
+    else:
+        from fuel.backends.cpu.quantized import MATMUL, QuantizedKernel
+        from fuel.ir import dtype as dt
+        from fuel.ir.layout import Layout
+
+        dtype = dt.from_name(name)
+        kernel = QuantizedKernel(MATMUL, dtype)
+        x = np.random.default_rng(1).normal(size=(activations * k,)).astype(np.float32)
+        out = np.empty(activations * rows, np.float32)
+        layouts = [Layout.contiguous((activations, k)), Layout.contiguous((rows, k)),
+                   Layout.contiguous((activations, rows))]
+        for copy in copies:
+            storages = [types.SimpleNamespace(buffer=x, dtype=dt.float32),
+                        types.SimpleNamespace(buffer=copy.reshape(-1), dtype=dtype),
+                        types.SimpleNamespace(buffer=out, dtype=dt.float32)]
+            calls.append(kernel.prepare(storages[:2], storages[2:], layouts, None))
+
+    def cycle() -> None:
+        for call in calls:
+            call()
+
+    return {"seconds": time_median(cycle, repeats) / len(calls), "bytes": int(data.nbytes)}
 
 
 def worker(system: str, name: str, rows: int, k: int, repeats: int) -> dict:
@@ -65,11 +117,17 @@ def worker(system: str, name: str, rows: int, k: int, repeats: int) -> dict:
     return {"seconds": seconds, "bytes": int(data.nbytes)}
 
 
-def run(system: str, name: str, args) -> dict:
+def run(system: str, name: str, args, rows: int | None = None, k: int | None = None) -> dict:
     command = [sys.executable, __file__, "--worker", system, "--formats", name,
-               "--rows", str(args.rows), "--k", str(args.k), "--repeats", str(args.repeats)]
+               "--rows", str(rows or args.rows), "--k", str(k or args.k),
+               "--repeats", str(args.repeats), "--activations", str(args.activations)]
+    if args.smollm:
+        command.append("--smollm")
+    environment = dict(os.environ)
+    if args.cpu_time:
+        environment.update(FUEL_BENCH_CPU_TIME="1", FUEL_THREADS="1")
     result = subprocess.run(command, capture_output=True, text=True, check=True,
-                            env=dict(os.environ))
+                            env=environment)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -80,14 +138,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternated rounds per system")
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per process")
     parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--smollm", action="store_true",
+                        help="per-launch time of SmolLM2's quantized matmul shapes")
+    parser.add_argument("--activations", type=int, default=1,
+                        help="activation rows for --smollm (1: decode)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="CPU time, fuel on one thread (for a loaded machine)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     formats = args.formats.split(",")
     if args.worker:
-        print(json.dumps(worker(args.worker, formats[0], args.rows, args.k, args.repeats)))
+        if args.smollm:
+            result = launch_worker(args.worker, formats[0], args.rows, args.k, args.activations,
+                                   args.repeats)
+        else:
+            result = worker(args.worker, formats[0], args.rows, args.k, args.repeats)
+        print(json.dumps(result))
+        return
+    if args.smollm:
+        smollm_table(args)
         return
     print(f"decode shape: (1, {args.k}) x ({args.rows}, {args.k}).T, {os.cpu_count()} CPUs, "
-          f"medians of {args.rounds} alternated rounds x {args.repeats} calls")
+          f"medians of {args.rounds} alternated rounds x {args.repeats} calls"
+          f"{', one thread, CPU time' if args.cpu_time else ''}")
     copies = [run("numpy-copy", "q8_0", args) for _ in range(args.rounds)]
     copy = statistics.median(c["bytes"] / c["seconds"] for c in copies)
     print(f"machine copy bandwidth (np.copyto, read + write of the q8_0 bytes): "
@@ -105,6 +178,29 @@ def main() -> None:
         ours, theirs = statistics.median(fuel_rates), statistics.median(numpy_rates)
         print(f"{name:<8}{size / 1e6:>8.1f}{size / ours * 1e3:>9.2f}{ours / 1e9:>11.1f}"
               f"{theirs / 1e9:>17.1f}{ours / theirs:>8.2f}")
+    print("ratio: fuel's weight-read GB/s / NumPy's streaming read of the same bytes")
+
+
+def smollm_table(args) -> None:
+    """Per-launch microseconds of SmolLM2's shapes, fuel's launcher against NumPy's read."""
+    print(f"SmolLM2-135M quantized matmuls, {args.activations} activation row(s), "
+          f"{os.cpu_count()} CPUs, medians of {args.rounds} alternated rounds x {args.repeats} "
+          f"cycles over {STREAMED_BYTES >> 20} MB of weight copies per shape"
+          f"{', one thread, CPU time' if args.cpu_time else ''}")
+    print(f"\n{'shape':<9}{'format':<8}{'n x k':>12}{'KB':>8}{'fuel us':>9}{'fuel GB/s':>11}"
+          f"{'numpy read GB/s':>17}{'ratio':>8}")
+    total = 0.0
+    for label, name, rows, k, per_token in SMOLLM_SHAPES:
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+            ours.append(run("fuel", name, args, rows, k)["seconds"])
+            theirs.append(run("numpy-read", name, args, rows, k)["seconds"])
+        seconds, read = statistics.median(ours), statistics.median(theirs)
+        size = blocks(name, 1, k).nbytes * rows
+        total += seconds * per_token
+        print(f"{label:<9}{name:<8}{f'{rows} x {k}':>12}{size / 1e3:>8.0f}{seconds * 1e6:>9.1f}"
+              f"{size / seconds / 1e9:>11.1f}{size / read / 1e9:>17.1f}{read / seconds:>8.2f}")
+    print(f"per token (launches x time): {total * 1e3:.2f} ms of quantized matmul")
     print("ratio: fuel's weight-read GB/s / NumPy's streaming read of the same bytes")
 
 

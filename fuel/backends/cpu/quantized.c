@@ -188,83 +188,164 @@ static void round_blocks(const float *restrict x, float *restrict out, int64_t c
 
 #if defined(FORMAT_Q4_0) || defined(FORMAT_Q4_1) || defined(FORMAT_Q8_0)
 #define INTEGER_DOT 1
+/* Per block: q4_0 d_w * (d_x * sum(q_w q_x) - 8 s_x); q4_1 d_w d_x sum(q_w q_x) + m_w s_x;
+ * q8_0 d_w d_x sum(q_w q_x). A tile is ROWS weight rows by ACTIVATIONS activation rows: each
+ * weight block is loaded and unpacked once for all the tile's activation rows, each
+ * activation block once for all its weight rows, with one accumulator per (weight row,
+ * activation row) so no chain of dependent adds limits the loop. */
+#if defined(FORMAT_Q4_0)
+#define OFFSET_FACTOR (-8.0f)
+#elif defined(FORMAT_Q4_1)
+#define OFFSET_FACTOR 1.0f
+#else
+#define OFFSET_FACTOR 0.0f
+#endif
 
-#if defined(__AVX2__)
-/* The 32 products of one weight block's codes with the activation codes, summed to 8 int32. */
-static inline __m256i block_products(const uint8_t *block, const int8_t *activations) {
-    const __m256i x = _mm256_loadu_si256((const __m256i *)activations);
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#define PREFETCH_BYTES 1024
+/* One weight block's 32 codes as bytes: unsigned nibbles (q4) or signed bytes (q8). */
+static inline __attribute__((always_inline)) __m256i block_codes(const uint8_t *block) {
 #if defined(FORMAT_Q8_0)
-    const __m256i w = _mm256_loadu_si256((const __m256i *)(block + 2));
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_loadu_si256((const __m256i *)(block + 2));
 #else
     const __m128i packed = _mm_loadu_si128((const __m128i *)(block + BLOCK_BYTES - 16));
-    const __m128i nibble = _mm_set1_epi8(0x0f);
-    const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble),
-                                       _mm_and_si128(packed, nibble));
-    const __m256i pairs = _mm256_maddubs_epi16(w, x);
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 #endif
-    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
-#else
-/* sum over the block of code * activation code (portable). */
-static inline int block_products(const uint8_t *block, const int8_t *activations) {
-    int sum = 0;
-#if defined(FORMAT_Q8_0)
-    const int8_t *codes = (const int8_t *)(block + 2);
-#pragma omp simd reduction(+ : sum)
-    for (int l = 0; l < 32; l++) sum += codes[l] * activations[l];
-#else
-    const uint8_t *codes = block + BLOCK_BYTES - 16;
-#pragma omp simd reduction(+ : sum)
-    for (int l = 0; l < 16; l++)
-        sum += (codes[l] & 0x0f) * activations[l] + (codes[l] >> 4) * activations[l + 16];
-#endif
-    return sum;
-}
-#endif
 
-/* One weight row (blocks of BLOCK_BYTES) dotted with one quantized activation row. Per block:
- * q4_0 d_w * (d_x * sum(q_w q_x) - 8 s_x); q4_1 d_w d_x sum(q_w q_x) + m_w s_x;
- * q8_0 d_w d_x sum(q_w q_x). */
-static float integer_dot(const uint8_t *row, const activation_block *x, int64_t blocks) {
-    float offsets = 0.0f;
-#if defined(__AVX2__)
-    __m256 sums = _mm256_setzero_ps();
+/* The block's float16 scales as floats: {d, m} (q4_1) or d in every lane. */
+static inline __attribute__((always_inline)) __m128 block_scales(const uint8_t *block) {
+#if defined(FORMAT_Q4_1)
+    int32_t bits;
+    memcpy(&bits, block, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
 #else
-    float sum = 0.0f;
+    int16_t bits;
+    memcpy(&bits, block, 2);
+    return _mm_cvtph_ps(_mm_set1_epi16(bits));
 #endif
+}
+
+static inline __attribute__((always_inline)) void integer_tile(
+    const uint8_t *weight, int64_t row_bytes, const activation_block *x, int64_t blocks,
+    float *out, int64_t n, const int rows, const int activations) {
+    __m256 sums[4][4];
+    __m128 offsets[4][4];
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < activations; i++) {
+            sums[r][i] = _mm256_setzero_ps();
+            offsets[r][i] = _mm_setzero_ps();
+        }
+    const __m256i ones = _mm256_set1_epi16(1);
+    /* The tiles run through the weight in address order, their rows side by side: the
+     * hardware prefetcher sees short interleaved streams, so the next tile's bytes (plus
+     * PREFETCH_BYTES) are requested in order, a tile ahead. */
+    const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_BYTES;
     for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *block = row + b * BLOCK_BYTES;
-        const float scale = half_to_float(block);
-#if defined(FORMAT_Q4_0)
-        offsets -= 8.0f * scale * x[b].s;
-#elif defined(FORMAT_Q4_1)
-        offsets += half_to_float(block + 2) * x[b].s;
-#endif
-#if defined(__AVX2__)
-        sums = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_products(block, x[b].q)),
-                               _mm256_set1_ps(scale * x[b].d), sums);
+        __m256i codes[4];
+        __m128 scales[4];
+        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
+            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *block = weight + r * row_bytes + b * BLOCK_BYTES;
+            codes[r] = block_codes(block);
+            scales[r] = block_scales(block);
+        }
+        for (int i = 0; i < activations; i++) {
+            const activation_block *a = x + i * blocks + b;
+            const __m256i q = _mm256_loadu_si256((const __m256i *)a->q);
+            /* {d_x, s_x, 0, 0} */
+            const __m128 ds = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)a));
+            for (int r = 0; r < rows; r++) {
+#if defined(FORMAT_Q8_0)
+                const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(codes[r], codes[r]),
+                                                           _mm256_sign_epi8(q, codes[r]));
 #else
-        sum += (float)block_products(block, x[b].q) * (scale * x[b].d);
+                const __m256i pairs = _mm256_maddubs_epi16(codes[r], q);
 #endif
+                const __m256 products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                /* {d_w d_x, m_w s_x} (q4_1) or {d_w d_x, d_w s_x} */
+                const __m128 scaled = _mm_mul_ps(scales[r], ds);
+                sums[r][i] = _mm256_fmadd_ps(products, _mm256_broadcastss_ps(scaled), sums[r][i]);
+                offsets[r][i] = _mm_add_ps(offsets[r][i], scaled);
+            }
+        }
     }
-#if defined(__AVX2__)
-    __m128 half = _mm_add_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1));
-    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    half = _mm_add_ss(half, _mm_movehdup_ps(half));
-    return _mm_cvtss_f32(half) + offsets;
-#else
-    return sum + offsets;
-#endif
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < activations; i++) {
+            __m128 half = _mm_add_ps(_mm256_castps256_ps128(sums[r][i]),
+                                     _mm256_extractf128_ps(sums[r][i], 1));
+            half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+            half = _mm_add_ss(half, _mm_movehdup_ps(half));
+            out[i * n + r] = _mm_cvtss_f32(half) +
+                             OFFSET_FACTOR * _mm_cvtss_f32(_mm_movehdup_ps(offsets[r][i]));
+        }
 }
+#else
+/* Portable: the same sums, one block's integer dot at a time. */
+static inline __attribute__((always_inline)) void integer_tile(
+    const uint8_t *weight, int64_t row_bytes, const activation_block *x, int64_t blocks,
+    float *out, int64_t n, const int rows, const int activations) {
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < activations; i++) {
+            const uint8_t *row = weight + r * row_bytes;
+            const activation_block *a = x + i * blocks;
+            float sum = 0.0f, offsets = 0.0f;
+            for (int64_t b = 0; b < blocks; b++) {
+                const uint8_t *block = row + b * BLOCK_BYTES;
+                const float scale = half_to_float(block);
+                int products = 0;
+#if defined(FORMAT_Q8_0)
+                const int8_t *codes = (const int8_t *)(block + 2);
+#pragma omp simd reduction(+ : products)
+                for (int l = 0; l < 32; l++) products += codes[l] * a[b].q[l];
+#else
+                const uint8_t *codes = block + BLOCK_BYTES - 16;
+#pragma omp simd reduction(+ : products)
+                for (int l = 0; l < 16; l++)
+                    products += (codes[l] & 0x0f) * a[b].q[l] + (codes[l] >> 4) * a[b].q[l + 16];
+#endif
+                sum += (float)products * (scale * a[b].d);
+#if defined(FORMAT_Q4_1)
+                offsets += half_to_float(block + 2) * a[b].s;
+#else
+                offsets += scale * a[b].s;
+#endif
+            }
+            out[i * n + r] = sum + OFFSET_FACTOR * offsets;
+        }
+}
+#endif
 
-/* Rows [first, last) of the weight against the m quantized activation rows. */
+/* Weight rows [first, last) against the m quantized activation rows: four weight rows at a
+ * time for one activation row (decode), else one weight row at a time for up to four
+ * activation rows, so a weight row is read from memory once for all m (short prompts). */
 static void integer_matmul_rows(const activation_block *x, const uint8_t *weight, float *out,
                                 int64_t m, int64_t n, int64_t k, int64_t first, int64_t last) {
     const int64_t blocks = k / 32, row_bytes = blocks * BLOCK_BYTES;
-    for (int64_t j = first; j < last; j++)
-        for (int64_t i = 0; i < m; i++)
-            out[i * n + j] = integer_dot(weight + j * row_bytes, x + i * blocks, blocks);
+    int64_t j = first;
+    if (m == 1) {
+        for (; j + 4 <= last; j += 4)
+            integer_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, n, 4, 1);
+        for (; j < last; j++)
+            integer_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, n, 1, 1);
+        return;
+    }
+    for (; j < last; j++) {
+        const uint8_t *row = weight + j * row_bytes;
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4)
+            integer_tile(row, row_bytes, x + i * blocks, blocks, out + i * n + j, n, 1, 4);
+        switch (m - i) {
+        case 3: integer_tile(row, row_bytes, x + i * blocks, blocks, out + i * n + j, n, 1, 3);
+            break;
+        case 2: integer_tile(row, row_bytes, x + i * blocks, blocks, out + i * n + j, n, 1, 2);
+            break;
+        case 1: integer_tile(row, row_bytes, x + i * blocks, blocks, out + i * n + j, n, 1, 1);
+            break;
+        }
+    }
 }
 #endif
 
@@ -279,6 +360,7 @@ static void matmul_rows(const float *x, const uint8_t *weight, float *out, int64
     }
 }
 
+#define CHUNKS_PER_THREAD 4
 static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m, int64_t n,
                    int64_t k, int64_t threads) {
 #if defined(INTEGER_DOT)
@@ -286,12 +368,15 @@ static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m,
     if (quantized == NULL) return;
     quantize_activations(x, quantized, m * (k / 32));
 #if defined(_OPENMP)
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int count = omp_get_num_threads(), index = omp_get_thread_num();
-        int64_t share = (n + count - 1) / count;
-        int64_t first = share * index, last = first + share < n ? first + share : n;
-        if (first < last) integer_matmul_rows(quantized, weight, out, m, n, k, first, last);
+    /* Chunks of output rows (a multiple of 4, about 8 per thread) taken in turn: a thread
+     * that another process delays leaves its work to the others. */
+    int64_t chunk = (n / (threads * CHUNKS_PER_THREAD) + 3) / 4 * 4;
+    chunk = chunk < 16 ? 16 : chunk;
+    const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && chunks > 1)
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t first = c * chunk, last = first + chunk < n ? first + chunk : n;
+        integer_matmul_rows(quantized, weight, out, m, n, k, first, last);
     }
 #else
     (void)threads;

@@ -36,12 +36,14 @@ SOURCE = Path(__file__).with_name("quantized.c")
 PARALLEL_BYTES = 1 << 16
 DEQUANTIZE, MATMUL, EMBEDDING, ROUND = 0, 1, 2, 3
 # Prompt shapes (at least this many activation rows) de-quantize the weight a tile of rows at
-# a time (about TILE_FLOATS values, cache-sized) and multiply through BLAS: compute-bound there,
-# where the per-row C dot (memory-bound decode shapes) would not use the cache for reuse. For
-# the formats in ops.ACTIVATION_ROUNDED_FORMATS the rows are first rounded to 8-bit blocks (the
-# C kernel's operation 3), so both shapes compute the op's one numerics; below BLAS_ROWS the C
-# kernel dots those 8-bit blocks in integers.
-BLAS_ROWS = 16
+# a time (about TILE_FLOATS values, cache-sized) and multiply through BLAS. For the formats in
+# ops.ACTIVATION_ROUNDED_FORMATS the rows are first rounded to 8-bit blocks (the C kernel's
+# operation 3), so both shapes compute the op's one numerics; below BLAS_ROWS the C kernel dots
+# those 8-bit blocks in integers, each weight block unpacked once for four activation rows.
+# Crossover (SmolLM2's four layer matmuls, one thread each, CPU time): C / BLAS 0.52 at 16
+# rows, 0.95 at 64, 1.03 at 96, 1.04 at 128; the BLAS path's rounding and de-quantization run
+# on one thread while the C path splits all its work, so with more threads C gains further.
+BLAS_ROWS = 96
 TILE_FLOATS = 1 << 18
 
 _libraries: dict[QuantizedDType, object] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuel.backends.cpu.quantized import BLAS_ROWS
+from fuel.backends.cpu.quantized import BLAS_ROWS, PARALLEL_BYTES
 from fuel.ir.dtype import QuantizedDType
 from fuel.ir.layout import Layout
 from fuel.ir.ops import ACTIVATION_ROUNDED_FORMATS, OpKind
@@ -95,10 +95,19 @@ def quantized_matmul_cases(dtypes):
         return []
     rng = rng_for("quantized_matmul", dtypes)
     cases = []
-    # decode (one row), a short prompt (C dots), batched rows, a long prompt (>= BLAS_ROWS:
-    # de-quantized tiles through BLAS), odd output widths
+    # decode (one row), short prompts (C dots; tiles of 4 weight rows for one activation row,
+    # of 4 activation rows below BLAS_ROWS, and their remainders), batched rows, a long prompt
+    # (>= BLAS_ROWS: de-quantized tiles through BLAS), odd output widths, and weights of at
+    # least PARALLEL_BYTES (output rows split over threads in chunks, a prime count of rows)
+    threaded = -(-PARALLEL_BYTES // (2 * dtype.block_bytes)) | 1
+    while any(threaded % p == 0 for p in range(3, int(threaded ** 0.5) + 1, 2)):
+        threaded += 2
     for rows_shape, n, blocks_per_row, kind in (((1,), 7, 2, "dense"), ((5,), 13, 1, "dense"),
                                                 ((2, 3), 5, 3, "transposed"),
+                                                ((3,), 9, 2, "dense"),
+                                                ((BLAS_ROWS - 1,), 6, 3, "dense"),
+                                                ((1,), threaded, 2, "dense"),
+                                                ((7,), threaded, 2, "dense"),
                                                 ((BLAS_ROWS + 5,), 37, 2, "dense")):
         k = blocks_per_row * dtype.block_size
         blocks = quantized_blocks(dtype, n, k, rng)

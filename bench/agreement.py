@@ -1,0 +1,106 @@
+"""SmolLM2's quantized path against its float32 path: teacher-forced top-1 agreement and the
+maximum |logit difference| over 64 tokens of 3 natural-text passages, as one 64-row prompt and
+one token at a time; with ``--llama-cpp``, llama.cpp's own agreement with the same float32
+logits (llama-cpp-python, the same GGUF, its own process).
+
+    python bench/agreement.py [--llama-cpp]
+
+The quantized kernels round the activations to 8-bit blocks (``round_int8_blocks``), as
+llama.cpp does; both paths read the same weight blocks, so every difference is that rounding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+TOKENS = 64
+TEXTS = (
+    "The history of the printing press begins in the fifteenth century, when Johannes "
+    "Gutenberg, a goldsmith from Mainz, combined movable metal type, oil-based ink and a wooden "
+    "press adapted from those used to make wine. His workshop printed a Bible around 1455, and "
+    "within fifty years presses were running in more than two hundred cities across Europe, "
+    "spreading books, pamphlets and news faster than ever before.",
+    "To make a simple loaf of bread, mix five hundred grams of flour with a teaspoon of salt and "
+    "a packet of dried yeast. Add about three hundred millilitres of warm water and stir until a "
+    "rough dough forms. Knead it on a floured surface for ten minutes, until it is smooth and "
+    "elastic, then leave it covered in a warm place for an hour, or until it has doubled in "
+    "size.",
+    "Photosynthesis is the process by which green plants, algae and some bacteria turn light "
+    "energy into chemical energy. In the chloroplasts, chlorophyll absorbs sunlight, which "
+    "drives the splitting of water molecules and releases oxygen as a by-product. The energy "
+    "captured is stored in molecules of glucose, built from carbon dioxide taken from the air, "
+    "and this sugar feeds the plant's growth.",
+)
+
+
+def llama_cpp_worker(request: dict) -> None:
+    """In its own process: llama.cpp's logits for each id list, saved to one .npz."""
+    from llama_cpp import Llama
+
+    model = Llama(model_path=request["path"], n_ctx=512, n_batch=512,
+                  n_threads=request["threads"], logits_all=True, verbose=False)
+    logits = {}
+    for index, ids in enumerate(request["ids"]):
+        model.reset()
+        model.eval(ids)
+        logits[f"text{index}"] = np.array(model.scores[:len(ids)], np.float32)
+    np.savez(request["output"], **logits)
+
+
+def compare(name: str, ours: list, references: list) -> None:
+    matches = [int(np.sum(a.argmax(-1) == r.argmax(-1))) for a, r in zip(ours, references)]
+    differences = [float(np.abs(a - r).max()) for a, r in zip(ours, references)]
+    total = sum(a.shape[0] for a in ours)
+    per_text = " ".join(f"{m}/{a.shape[0]}" for m, a in zip(matches, ours))
+    print(f"{name:<34}{sum(matches) / total:>10.4f}{f'{sum(matches)}/{total}':>9}"
+          f"{max(differences):>11.3f}   {per_text}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llama-cpp", action="store_true",
+                        help="also llama.cpp's agreement with the float32 path")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        llama_cpp_worker(json.loads(args.worker))
+        return
+    from fuel.models.llama import DEFAULT_FILE, DEFAULT_PACKAGE, load_gguf, model_file
+
+    quantized, reference = load_gguf(), load_gguf(dtype="float32")
+    ids = [quantized.encode(text)[:TOKENS] for text in TEXTS]
+    floats = [reference.forward(i, reference.new_cache(TOKENS), all_logits=True) for i in ids]
+    prompt = [quantized.forward(i, quantized.new_cache(TOKENS), all_logits=True) for i in ids]
+    decoded = []
+    for row in ids:
+        cache = quantized.new_cache(TOKENS)
+        decoded.append(np.concatenate([quantized.forward([token], cache) for token in row]))
+    span = max(float(np.ptp(f)) for f in floats)
+    print(f"teacher-forced over {TOKENS} tokens x {len(TEXTS)} texts against fuel's float32 "
+          f"path (logits span up to {span:.1f})")
+    print(f"{'system':<34}{'top-1':>10}{'tokens':>9}{'max |diff|':>11}   per text")
+    compare("fuel quantized, one prompt", prompt, floats)
+    compare("fuel quantized, token by token", decoded, floats)
+    if args.llama_cpp:
+        path = model_file(None, DEFAULT_PACKAGE, DEFAULT_FILE, "the SmolLM2 GGUF file")
+        with tempfile.TemporaryDirectory() as folder:
+            output = str(Path(folder) / "logits.npz")
+            request = {"path": str(path), "threads": args.threads, "output": output,
+                       "ids": [list(map(int, i)) for i in ids]}
+            subprocess.run([sys.executable, __file__, "--worker", json.dumps(request)],
+                           check=True)
+            saved = np.load(output)
+            theirs = [saved[f"text{index}"] for index in range(len(ids))]
+        compare("llama.cpp (its q8 activations)", theirs, floats)
+
+
+if __name__ == "__main__":
+    main()
