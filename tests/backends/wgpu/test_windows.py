@@ -23,21 +23,29 @@ def small_bindings(wgpu_device, monkeypatch):
     return backend, device, context
 
 
+def _assert_windows_cover(pieces, shape, element_bytes: int, buffer, context) -> None:
+    """More than one piece; each binds an aligned window of whole words, inside the buffer and
+    at most LIMIT bytes, that holds its layout's span; together they cover ``shape``."""
+    assert len(pieces) > 1
+    seen = np.zeros(shape, bool)
+    for piece in pieces:
+        (binding,) = piece.bindings
+        assert binding.size <= LIMIT and binding.size % 4 == 0
+        assert binding.offset % context.alignment == 0
+        assert binding.offset + binding.size <= buffer.size
+        low, high = piece.layouts[0].span()
+        assert low >= 0 and high * element_bytes <= binding.size
+        rows, columns = piece.starts
+        seen[rows:rows + piece.shape[0], columns:columns + piece.shape[1]] = True
+    assert seen.all()
+
+
 def test_every_piece_binds_at_most_the_limit_and_covers_the_space(small_bindings):
     backend, device, context = small_bindings
     buffer = backend.allocate(device, dt.float32, 1200).buffer
     transposed = Layout((30, 40), (1, 30), 0)
     pieces = split_launch(context, (30, 40), [buffer], [transposed], [4])
-    assert len(pieces) > 1
-    seen = np.zeros((30, 40), bool)
-    for piece in pieces:
-        (binding,) = piece.bindings
-        assert binding.size <= LIMIT and binding.offset % context.alignment == 0
-        low, high = piece.layouts[0].span()
-        assert low >= 0 and high * 4 <= binding.size
-        rows, columns = piece.starts
-        seen[rows:rows + piece.shape[0], columns:columns + piece.shape[1]] = True
-    assert seen.all()
+    _assert_windows_cover(pieces, (30, 40), 4, buffer, context)
 
 
 def test_elementwise_matmul_and_reductions_split_over_windows(small_bindings):
@@ -76,18 +84,7 @@ def test_float16_windows_are_word_aligned_and_cover_the_space(small_bindings):
     assert buffer.size % 4 == 0 and buffer.size >= 31 * 41 * 2
     transposed = Layout((31, 41), (1, 31), 0)
     pieces = split_launch(context, (31, 41), [buffer], [transposed], [2])
-    assert len(pieces) > 1
-    seen = np.zeros((31, 41), bool)
-    for piece in pieces:
-        (binding,) = piece.bindings
-        assert binding.size <= LIMIT and binding.size % 4 == 0
-        assert binding.offset % context.alignment == 0
-        assert binding.offset + binding.size <= buffer.size
-        low, high = piece.layouts[0].span()
-        assert low >= 0 and high * 2 <= binding.size
-        rows, columns = piece.starts
-        seen[rows:rows + piece.shape[0], columns:columns + piece.shape[1]] = True
-    assert seen.all()
+    _assert_windows_cover(pieces, (31, 41), 2, buffer, context)
 
 
 def test_float16_launches_split_over_windows(small_bindings):
