@@ -19,12 +19,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np  # before threadpool_limits, which limits only the BLAS already loaded
+from child import child_result
 
 CASES = ("cold, pipelined", "cold, serial", "warm")
 
@@ -69,18 +68,17 @@ def main() -> None:
             for case in CASES:
                 folder = warm_folder if case == "warm" else tempfile.mkdtemp(
                     prefix="fuel-cold-kernels-")
-                command = [sys.executable, __file__, "--case", case, "--kernel-folder", folder,
-                           "--prompt-tokens", str(args.prompt_tokens)]
+                arguments = ["--case", case, "--kernel-folder", folder,
+                             "--prompt-tokens", str(args.prompt_tokens)]
                 if args.threads is not None:
-                    command += ["--threads", str(args.threads)]
-                done = subprocess.run(command, capture_output=True, text=True)
-                if case == "cold, serial":  # leave its kernels for the warm case
-                    shutil.copytree(folder, warm_folder, dirs_exist_ok=True)
-                if folder != warm_folder:
-                    shutil.rmtree(folder, ignore_errors=True)
-                if done.returncode != 0:
-                    raise SystemExit(f"{case} failed:\n{done.stderr[-3000:]}")
-                samples[case].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                    arguments += ["--threads", str(args.threads)]
+                try:
+                    samples[case].append(child_result(__file__, arguments))
+                finally:
+                    if case == "cold, serial":  # leave its kernels for the warm case
+                        shutil.copytree(folder, warm_folder, dirs_exist_ok=True)
+                    if folder != warm_folder:
+                        shutil.rmtree(folder, ignore_errors=True)
     finally:
         shutil.rmtree(warm_folder, ignore_errors=True)
     warm = statistics.median(s["ms"] for s in samples["warm"])

@@ -16,11 +16,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 import numpy as np
+from child import child_result
 
 SYSTEMS = ("c", "fuel", "numpy", "torch")
 ROWS = (1, 4, 12, 64, 1024)
@@ -135,11 +134,8 @@ def main() -> None:
         samples: dict = {s: {} for s in systems}
         for _ in range(args.rounds):
             for system in systems:
-                done = subprocess.run([sys.executable, __file__, "--worker", system],
-                                      capture_output=True, text=True, env=environment)
-                if done.returncode != 0:
-                    raise SystemExit(f"{system} failed:\n{done.stderr[-3000:]}")
-                for name, seconds in json.loads(done.stdout.strip().splitlines()[-1]).items():
+                for name, seconds in child_result(__file__, ["--worker", system],
+                                                  environment).items():
                     samples[system].setdefault(name, []).append(seconds)
         print(f"\nfloat32 matmul GFLOP/s, threads={threads}, median of {args.rounds} alternated "
               f"rounds, each system in its own process:")

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 
 import numpy as np
+from child import child_result
 
 import fuel
 from fuel.graph import Graph
@@ -117,9 +116,7 @@ def resident_rows() -> None:
           f"{'model MiB':>10}{'GGUF map':>9}{'anon':>7}{'file MiB':>9}{'model/file':>11}"
           f"{'process/file':>13}")
     for dtype in ("quantized", "float32"):
-        result = subprocess.run([sys.executable, __file__, "--resident-worker", dtype],
-                                capture_output=True, text=True, check=True)
-        values = json.loads(result.stdout.strip().splitlines()[-1])
+        values = child_result(__file__, ["--resident-worker", dtype])
         model = values["generated"] - values["baseline"]
         mib = 2**20
         print(f"{dtype:<16}{values['baseline'] / mib:>11.1f}{values['loaded'] / mib:>11.1f}"

@@ -25,14 +25,13 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+from child import child_result
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -221,6 +220,13 @@ def minilm_system_child(system: str, runs: int, threads: int | None, folder: str
     print(json.dumps(medians))
 
 
+# Ratio columns of the per-process table, printed where both systems ran.
+MINILM_RATIOS = (("fuel/ort", "fuel", "onnxruntime"),
+                 ("unfused/ort", "fuel-unfused", "onnxruntime"),
+                 ("fused/unfused", "fuel", "fuel-unfused"),
+                 ("fuel/torch", "fuel", "torch"))
+
+
 def bench_minilm_processes(runs: int, rounds: int, threads: int | None,
                            systems: tuple[str, ...] = MINILM_SYSTEMS) -> None:
     """MiniLM, each system in its own process, the systems alternated over ``rounds``; prints
@@ -231,14 +237,11 @@ def bench_minilm_processes(runs: int, rounds: int, threads: int | None,
     with tempfile.TemporaryDirectory() as folder:
         for _ in range(rounds):
             for system in systems:
-                command = [sys.executable, __file__, "--minilm-child", system,
-                           "--runs", str(runs), "--child-folder", folder]
+                arguments = ["--minilm-child", system, "--runs", str(runs),
+                             "--child-folder", folder]
                 if threads is not None:
-                    command += ["--threads", str(threads)]
-                done = subprocess.run(command, capture_output=True, text=True)
-                if done.returncode != 0:
-                    raise SystemExit(f"{system} failed:\n{done.stderr[-3000:]}")
-                for shape, ms in json.loads(done.stdout.strip().splitlines()[-1]).items():
+                    arguments += ["--threads", str(threads)]
+                for shape, ms in child_result(__file__, arguments).items():
                     samples[system].setdefault(shape, []).append(ms)
         for batch, length in MINILM_SHAPES:  # every system computes the same embeddings
             outputs = {s: np.load(Path(folder) / f"{s}-{batch}x{length}.npy") for s in systems}
@@ -248,17 +251,15 @@ def bench_minilm_processes(runs: int, rounds: int, threads: int | None,
                                            err_msg=f"{system} {batch}x{length}")
     print(f"\nMiniLM forward, ms, each system in its own process, median of {rounds} "
           f"alternated rounds x {runs} runs, threads={threads or 'default'}:")
+    ratios = [(name, ours, theirs) for name, ours, theirs in MINILM_RATIOS
+              if {ours, theirs} <= set(systems)]
     print(f"{'shape':<10}" + "".join(f"{s:>14}" for s in systems)
-          + ("  fuel/ort  unfused/ort  fused/unfused" if "onnxruntime" in systems else ""))
+          + "".join(f"{name:>15}" for name, _, _ in ratios))
     for batch, length in MINILM_SHAPES:
         shape = f"{batch}x{length}"
         times = {s: statistics.median(samples[s][shape]) for s in systems}
-        line = f"{shape:<10}" + "".join(f"{times[s]:>14.2f}" for s in systems)
-        if {"onnxruntime", "fuel", "fuel-unfused"} <= set(systems):
-            ort = times["onnxruntime"]
-            line += (f"{times['fuel'] / ort:>10.2f}{times['fuel-unfused'] / ort:>13.2f}"
-                     f"{times['fuel'] / times['fuel-unfused']:>15.2f}")
-        print(line)
+        print(f"{shape:<10}" + "".join(f"{times[s]:>14.2f}" for s in systems)
+              + "".join(f"{times[ours] / times[theirs]:>15.2f}" for _, ours, theirs in ratios))
 
 
 def bench_smollm(runs: int, with_torch: bool, rows: list, profile: bool,
@@ -403,8 +404,6 @@ def bench_llama_cpp(runs: int, threads: int, profile: bool) -> None:
     """fuel (this process, quantized weights) against llama.cpp (a fresh process per round,
     same GGUF, same threads), alternated rounds; prints its own table."""
     import json
-    import subprocess
-    import sys
 
     from fuel.models.llama import DEFAULT_FILE, DEFAULT_PACKAGE, load_gguf, model_file
 
@@ -426,11 +425,7 @@ def bench_llama_cpp(runs: int, threads: int, profile: bool) -> None:
             ours[length].append(median_ms(lambda ids=ids: model.generate_ids(ids, 1), runs, 1))
         model.generate_ids(prompts["4"], DECODE_TOKENS + 1)
         ours["decode"].append(model.last_stats.tokens_per_second)
-        completed = subprocess.run([sys.executable, __file__, "--llama-cpp-worker",
-                                    json.dumps(request)], capture_output=True, text=True)
-        if completed.returncode != 0:
-            raise SystemExit(f"the llama.cpp process failed: {completed.stderr.strip()[-2000:]}")
-        peer = json.loads(completed.stdout.strip().splitlines()[-1])
+        peer = child_result(__file__, ["--llama-cpp-worker", json.dumps(request)])
         for length in prompts:
             theirs[length].append(peer["ttft_ms"][length])
         theirs["decode"].append(peer["decode"])

@@ -14,11 +14,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 import numpy as np
+from child import child_result
 
 
 def chain_model(nodes: int):
@@ -119,10 +118,8 @@ def main() -> None:
     for name in args.models.split(","):
         results = {}
         for system in ("fuel", "onnxruntime"):
-            output = subprocess.run(
-                [sys.executable, __file__, "--system", system, "--model", name,
-                 "--repeats", str(args.repeats)], capture_output=True, text=True, check=True)
-            results[system] = json.loads(output.stdout.strip().splitlines()[-1])
+            results[system] = child_result(
+                __file__, ["--system", system, "--model", name, "--repeats", str(args.repeats)])
         fuel_result, peer = results["fuel"], results["onnxruntime"]["call"]
         overhead = fuel_result["overhead"]
         print(f"{name}: fuel {fuel_result['call'] * 1e3:.2f} ms/call (kernels "

@@ -24,11 +24,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 import numpy as np
+from child import child_result
 
 FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k")
 # SmolLM2-135M's quantized matmuls per decode step: (name, format, n, k, launches per token)
@@ -118,17 +117,15 @@ def worker(system: str, name: str, rows: int, k: int, repeats: int) -> dict:
 
 
 def run(system: str, name: str, args, rows: int | None = None, k: int | None = None) -> dict:
-    command = [sys.executable, __file__, "--worker", system, "--formats", name,
-               "--rows", str(rows or args.rows), "--k", str(k or args.k),
-               "--repeats", str(args.repeats), "--activations", str(args.activations)]
+    arguments = ["--worker", system, "--formats", name,
+                 "--rows", str(rows or args.rows), "--k", str(k or args.k),
+                 "--repeats", str(args.repeats), "--activations", str(args.activations)]
     if args.smollm:
-        command.append("--smollm")
+        arguments.append("--smollm")
     environment = dict(os.environ)
     if args.cpu_time:
         environment.update(FUEL_BENCH_CPU_TIME="1", FUEL_THREADS="1")
-    result = subprocess.run(command, capture_output=True, text=True, check=True,
-                            env=environment)
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return child_result(__file__, arguments, environment)
 
 
 def main() -> None:

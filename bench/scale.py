@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from child import repository_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ("the quick brown fox jumps over a lazy dog while seven cats sleep in the warm "
@@ -96,9 +97,8 @@ def run_system(name: str, corpus: Path, batch_size: int, address: str | None) ->
     """Run one system in a fresh process; its result, or why it could not run."""
     command = [sys.executable, __file__, "--system", name, "--corpus", str(corpus),
                "--batch-size", str(batch_size)] + (["--address", address] if address else [])
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    result = subprocess.run(command, capture_output=True, text=True, env=environment)
+    result = subprocess.run(command, capture_output=True, text=True,
+                            env=repository_environment())
     for line in reversed(result.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
+
+from child import child_result, repository_environment
 
 
 def measure(mode: str, ops: int, repeats: int) -> float:
@@ -54,16 +53,12 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.child, args.ops, 5)))
         return
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get(
-            "PYTHONPATH")])))
+    env = repository_environment()
     results: dict[str, list[float]] = {"batched": [], "per-op": []}
     for _ in range(args.rounds):
         for mode in results:
-            output = subprocess.run([sys.executable, __file__, "--child", mode, "--ops",
-                                     str(args.ops)], env=env, check=True, capture_output=True,
-                                    text=True).stdout
-            results[mode].append(json.loads(output.strip().splitlines()[-1]))
+            results[mode].append(child_result(__file__, ["--child", mode, "--ops",
+                                                         str(args.ops)], env))
     batched = statistics.median(results["batched"])
     per_op = statistics.median(results["per-op"])
     print(f"wgpu, chain of {args.ops} small ops, median of {args.rounds} rounds")

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
+
+from child import child_result, repository_environment
 
 SHAPES = ((1, 576, 960), (1, 576, 3072), (1, 1536, 576), (6, 576, 1536))  # (m, k, n)
 
@@ -51,15 +50,11 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.child, 3)))
         return
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get(
-            "PYTHONPATH")])))
+    env = repository_environment()
     results: dict[str, list[float]] = {"register": [], "tiled": []}
     for _ in range(args.rounds):
         for shape in results:
-            output = subprocess.run([sys.executable, __file__, "--child", shape], env=env,
-                                    check=True, capture_output=True, text=True).stdout
-            results[shape].append(json.loads(output.strip().splitlines()[-1]))
+            results[shape].append(child_result(__file__, ["--child", shape], env))
     register = statistics.median(results["register"])
     tiled = statistics.median(results["tiled"])
     print(f"wgpu matmul, SmolLM2 shapes {SHAPES} (m, k, n), median of {args.rounds} rounds")

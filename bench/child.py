@@ -1,0 +1,31 @@
+"""Running one benchmarked system in its own process: every bench script re-runs itself with
+worker arguments and reads the JSON its worker prints on the last line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def repository_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment with the repository first on PYTHONPATH (a worker imports
+    this checkout's fuel, not an installed one), plus ``overrides``."""
+    paths = [str(ROOT), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **overrides)
+
+
+def child_result(script: str, arguments: Sequence[str], environment=None):
+    """Run ``script`` with ``arguments`` in a fresh Python process and return the JSON value on
+    the last line of its output; a failed worker stops the benchmark with its error's tail."""
+    done = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True,
+                          env=environment)
+    if done.returncode != 0:
+        raise SystemExit(f"{Path(script).name} {' '.join(arguments)[:200]} failed:\n"
+                         f"{done.stderr.strip()[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
