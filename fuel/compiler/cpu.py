@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from fuel.compiler import toolchain
+from fuel.compiler.foreign import ForeignCall
 from fuel.compiler.kernel_ir import LoopKernel
 from fuel.compiler.render_c import CProgram, render_c
 from fuel.compiler.render_c_reduce import render_c_reduce
@@ -57,8 +58,7 @@ class GeneratedKernel:
                 address = storage.address = storage.buffer.ctypes.data
             pointers.append(address + layout.offset * storage.buffer.itemsize)
         data = (ctypes.c_void_p * len(pointers))(*pointers)
-        function, sizes, strides = self.function, self.sizes, self.strides
-        return lambda: function(data, sizes, strides)
+        return ForeignCall(self.function, data, self.sizes, self.strides)
 
     def _wait_for_library(self) -> None:
         """Take the finished build (a KernelError naming the source and the compiler's message

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fuel.backends import get_backend
+from fuel.compiler.foreign import LaunchBatcher, batched_launch_error
 from fuel.dispatch import op_profile
 from fuel.dispatch.compiled import execute_compiled_with_wait_hint, kernel_error
 from fuel.dispatch.kernel import Launcher, global_table, table_generation
@@ -86,6 +87,7 @@ class Capture:
             for index, captured in enumerate(self.steps)]
         # Steps a later step waits (cross-device copies) need handles: every launch is tracked.
         self.tracked = any(c.step.waited or c.step.wait_slot >= 0 for c in self.steps)
+        self.batcher = LaunchBatcher()
 
     def _bind(self, graph: Graph, steps: list) -> list[CapturedStep]:
         """Give every step its storages by walking the plan without launching anything."""
@@ -161,19 +163,24 @@ class Capture:
             if self.tracked or op_profile._enabled or op_profile._trace:
                 self._launch_each(launchers, operands)
             else:
-                # execute_compiled with profiling off and no handle is one launcher call.
-                launch = None
-                try:
-                    for launch in launchers:
-                        launch()
-                except Exception as error:
-                    index = next(i for i, known in enumerate(launchers) if known is launch)
-                    captured = self.steps[index]
-                    raise kernel_error(captured.step.compiled, captured.label, error) from error
+                self._launch_all(launchers)
         for device in self.devices:
             get_backend(device).synchronize(device)
         return [bound[slot] if slot in bound else self.leaf_storages[slot]
                 for slot in self.output_slots]
+
+    def _launch_all(self, launchers: list) -> None:
+        """execute_compiled with profiling off and no handle is one launcher call; runs of C
+        kernels go as one foreign call each (``LaunchBatcher``)."""
+        batcher = self.batcher
+        launch = None
+        try:
+            for launch in batcher.batch(launchers):
+                launch()
+        except Exception as error:
+            raise batched_launch_error(error, launch, batcher, launchers,
+                                       lambda index: (self.steps[index].step.compiled,
+                                                      self.steps[index].label)) from error
 
     def _launch_each(self, launchers: list, operands: dict) -> None:
         """Every step through execute_compiled: profiled, Pending handles kept and waited."""

@@ -17,6 +17,7 @@ import threading
 import numpy as np
 
 from fuel.backends import get_backend
+from fuel.compiler.foreign import LaunchBatcher, batched_launch_error
 from fuel.dispatch import op_profile
 from fuel.dispatch.compiled import execute_compiled_with_wait_hint, kernel_error
 from fuel.graph import Graph
@@ -52,6 +53,7 @@ class BoundPlan:
         self.devices = set(plan.devices)
         self.tracked = any(step.waited or step.wait_slot >= 0 for step in steps)
         self.lock = threading.Lock()
+        self.batcher = LaunchBatcher()
 
     @classmethod
     def bind(cls, graph: Graph, plan: Plan) -> BoundPlan | None:
@@ -210,15 +212,19 @@ class BoundPlan:
                                        error) from error
 
     def _launch_all(self, graph: Graph) -> None:
-        """execute_compiled with profiling off and no handle is one launcher call."""
+        """execute_compiled with profiling off and no handle is one launcher call; runs of C
+        kernels go as one foreign call each (``LaunchBatcher``)."""
+        launchers, batcher = self.launchers, self.batcher
         launch = None
         try:
-            for launch in self.launchers:
+            for launch in batcher.batch(launchers):
                 launch()
         except Exception as error:
-            index = next(i for i, known in enumerate(self.launchers) if known is launch)
-            step = self.steps[index]
-            raise kernel_error(step.compiled, node_label(graph, step.node_id), error) from error
+            steps = self.steps
+            raise batched_launch_error(error, launch, batcher, launchers,
+                                       lambda index: (steps[index].compiled,
+                                                      node_label(graph, steps[index].node_id))
+                                       ) from error
 
     def _launch_each(self, graph: Graph) -> None:
         """Every step through execute_compiled: profiled, Pending handles kept and waited."""

@@ -26,6 +26,7 @@ import numpy as np
 
 from fuel.backends.cpu import structured
 from fuel.backends.cpu.quantized import SPIN_COUNT, address, thread_count
+from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelCaps, KernelList, Launcher
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
@@ -209,7 +210,7 @@ class CMatmul:
         data = (ctypes.c_void_p * 3)(*(address(storage, layout) for storage, layout in
                                        zip((inputs[0], inputs[1], outputs[0]), layouts)))
         size_array, stride_array = arguments
-        return lambda: function(data, size_array, stride_array)
+        return ForeignCall(function, data, size_array, stride_array)
 
     @staticmethod
     def _blas(plan: LaunchPlan, inputs, outputs, layouts, params) -> Launcher:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
@@ -139,7 +140,7 @@ class QuantizedKernel:
         if self.operation == MATMUL and sizes[1] >= BLAS_ROWS:
             return self._tiled(function, storages, layouts, sizes)
         if self.operation != EMBEDDING:
-            return lambda: function(data, size_array, None)
+            return ForeignCall(function, data, size_array)
         rows = layouts[0].shape[0]
         ids_storage, ids_layout = inputs[1], layouts[1]
         ids = ids_storage.buffer[ids_layout.offset:ids_layout.offset + ids_layout.shape[0]]
