@@ -5,7 +5,7 @@ logits (llama-cpp-python, the same GGUF, its own process).
 
     python bench/agreement.py [--llama-cpp]
 
-The quantized kernels round the activations to 8-bit blocks (``round_int8_blocks``), as
+The quantized kernels round the activations to 8-bit blocks (``round_int16_blocks``), as
 llama.cpp does; both paths read the same weight blocks, so every difference is that rounding.
 """
 

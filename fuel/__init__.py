@@ -30,7 +30,7 @@ from fuel.frontend.quantized import (
     from_quantized,
     quantized_embedding,
     quantized_matmul,
-    round_int8_blocks,
+    round_int16_blocks,
 )
 from fuel.frontend.shape import cat, chunk, gather, index_select, split, stack
 from fuel.frontend.structured import matmul, softmax
@@ -137,7 +137,7 @@ __all__ = [
     "memory_stats",
     "empty_cache", "plan_cache_stats", "set_plan_cache_capacity", "jit",
     "set_fusion",
-    "dequantize", "from_quantized", "quantized_embedding", "quantized_matmul", "round_int8_blocks",
+    "dequantize", "from_quantized", "quantized_embedding", "quantized_matmul", "round_int16_blocks",
     "q4_0", "q4_1",
     "q8_0", "q4_k", "q6_k",
     *_GENERATED_FUNCTIONS, *_FUNCTIONS,

@@ -67,16 +67,16 @@ def dequantize(x: Tensor) -> Tensor:
 def quantized_matmul(x: Tensor, weight: Tensor) -> Tensor:
     """``x @ dequantize(weight).T`` for float32 ``x`` (..., k) and a quantized (n, k) weight,
     computed on the blocks (torch.nn.functional.linear without a bias); for q4_0, q4_1 and q8_0
-    weights ``x`` is first ``round_int8_blocks(x)``, as llama.cpp does."""
+    weights ``x`` is first ``round_int16_blocks(x)`` (the registry's definition)."""
     return make(OpKind.QUANTIZED_MATMUL, (_tensor(x, "input"), _tensor(weight, "weight")),
                 NO_PARAMS)
 
 
 @at_user_line
-def round_int8_blocks(x: Tensor) -> Tensor:
-    """float32 ``x`` rounded per block of 32 along its last dim to 8-bit codes times a scale
-    (``max|x| / 127``): the activation rounding of llama.cpp's q8_0 / q8_1 dots."""
-    return make(OpKind.ROUND_INT8_BLOCKS, (_tensor(x, "input"),), NO_PARAMS)
+def round_int16_blocks(x: Tensor) -> Tensor:
+    """float32 ``x`` rounded per block of 32 along its last dim to 16-bit codes times a scale
+    (``max|x| / 32767``): the activation rounding of quantized_matmul's integer dots."""
+    return make(OpKind.ROUND_INT16_BLOCKS, (_tensor(x, "input"),), NO_PARAMS)
 
 
 @at_user_line

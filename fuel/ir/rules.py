@@ -476,14 +476,16 @@ def quantized_matmul(params, shapes, dtypes):
     return x[:-1] + (weight[0],), dt.float32
 
 
-# round_int8_blocks' block along the last dim (ops.ACTIVATION_BLOCK is this constant).
+# round_int16_blocks' block along the last dim and its largest code (ops.ACTIVATION_BLOCK and
+# ops.ACTIVATION_CODE_MAX are these constants).
 ACTIVATION_BLOCK = 32
+ACTIVATION_CODE_MAX = 32767
 
 
-def int8_blocks(params, shapes, dtypes):
+def int16_blocks(params, shapes, dtypes):
     x = shapes[0]
     if not x or x[-1] % ACTIVATION_BLOCK:
-        raise ShapeError(f"round_int8_blocks needs a last dim that is a multiple of "
+        raise ShapeError(f"round_int16_blocks needs a last dim that is a multiple of "
                          f"{ACTIVATION_BLOCK}, got shape {x}")
     return x, dt.float32
 

@@ -25,7 +25,7 @@ from fuel.tensor import Tensor
 class RoundedInput:
     """A float ``(in, out)`` projection de-quantized at load from a format whose
     quantized_matmul rounds its input (``fuel.ir.ops.ACTIVATION_ROUNDED_FORMATS``), for a device
-    without quantized kernels: ``x`` is rounded to 8-bit blocks first, so the device computes
+    without quantized kernels: ``x`` is rounded to 16-bit blocks first, so the device computes
     the quantized op's numerics."""
 
     weight: object  # np.ndarray in the loader's arrays, Tensor in LlamaWeights
@@ -98,7 +98,7 @@ def project(x: Tensor, weight: Projection) -> Tensor:
     if isinstance(weight, tuple):
         return fuel.cat([project(x, part) for part in weight], -1)
     if isinstance(weight, RoundedInput):
-        return fuel.round_int8_blocks(x) @ weight.weight
+        return fuel.round_int16_blocks(x) @ weight.weight
     if weight.dtype.is_quantized:
         return fuel.quantized_matmul(x, weight)
     return x @ weight

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 # quantized_matmul rounds the activations to 8-bit blocks of 32 for q4_0/q4_1/q8_0 weights
-# (round_int8_blocks, every row count), each value off by at most half a step (max|x| / 254 of
+# (round_int16_blocks, every row count), each value off by at most half a step (max|x| / 254 of
 # its block), as llama.cpp's q8 dots: the logits then differ from the float32 path by about 1%
 # of their span (measured on these tiny models: below 0.7%), not by summation order only.
 ACTIVATION_ROUNDING = 0.02
@@ -142,7 +142,7 @@ def test_quantized_kernels_show_in_explain_and_the_kernel_list(tiny_gguf, cache_
 
 def test_primitive_backend_runs_the_quantized_model_through_dequantize(tiny_gguf, cache_dir):
     """A backend with only the primitive set (dequantize among it) runs quantized_matmul and
-    quantized_embedding as their decompositions (round_int8_blocks of the activations,
+    quantized_embedding as their decompositions (round_int16_blocks of the activations,
     dequantize, then matmul / index_select): the CPU's logits to float summation error."""
     import fuel
     from fuel.models.llama import load_gguf
@@ -159,4 +159,4 @@ def test_primitive_backend_runs_the_quantized_model_through_dequantize(tiny_gguf
     x = fuel.ones(2, 64, device=DEVICE)
     report = str(fuel.quantized_matmul(x, on_primitives.weights.layers[0].o_t).explain())
     assert "decomposed" in report and "dequantize" in report
-    assert " round " in report and " abs " in report  # round_int8_blocks, decomposed too
+    assert " round " in report and " abs " in report  # round_int16_blocks, decomposed too

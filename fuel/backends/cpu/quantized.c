@@ -1,17 +1,18 @@
 /* Block-quantized (GGUF) kernels: dequantize, matmul of float32 rows by a quantized weight,
  * embedding lookup. One library per format: the including Python module defines FORMAT_*
- * (and BLOCK_SIZE, BLOCK_BYTES) before this text. Byte layouts are ggml's.
+ * (and BLOCK_SIZE, BLOCK_BYTES, ACTIVATION_CODE_MAX) before this text. Byte layouts are
+ * ggml's.
  *
  * Entry: fuel_kernel(data, sizes, strides) with sizes[0] the operation:
  *   0 dequantize:  data = {weight, out};        sizes = {0, elements}
  *   1 matmul:      data = {x, weight, out};     sizes = {1, m, n, k, threads}
  *                  out[i, j] = sum_l x[i, l] * w[j, l]  (w: n rows of k)
- *                  q4_0, q4_1, q8_0: x is first rounded to 8-bit blocks of 32 (the registry's
- *                  round_int8_blocks: x ~ d * q, d = max|x| / 127, s = d * sum(q)) and each
- *                  weight block's dot is integer arithmetic; the other formats de-quantize each
- *                  weight row to floats.
+ *                  q4_0, q4_1, q8_0: x is first rounded to 16-bit blocks of 32 (the registry's
+ *                  round_int16_blocks: x ~ d * q, d = max|x| / ACTIVATION_CODE_MAX = 32767,
+ *                  s = d * sum(q)) and each weight block's dot is integer arithmetic; the
+ *                  other formats de-quantize each weight row to floats.
  *   2 embedding:   data = {table, ids, out};    sizes = {2, count, k, id_bytes}
- *   3 round:       data = {x, out};             sizes = {3, blocks}  (round_int8_blocks)
+ *   3 round:       data = {x, out};             sizes = {3, blocks}  (round_int16_blocks)
  */
 #include <math.h>
 #include <stdint.h>
@@ -144,15 +145,20 @@ static inline float dot(const float *restrict a, const float *restrict b, int64_
     return sum;
 }
 
-/* One block of 32 activations rounded to 8 bits: x ~ d * q, s = d * sum(q). */
+/* Blocks of 32 activations rounded to 16 bits: block b is x ~ d * q with q = codes[32 b ..
+ * 32 b + 31] (64 bytes, one aligned cache line) and {d, s} = scales[2 b, 2 b + 1], s = d * sum(q).
+ */
 typedef struct {
-    float d, s;
-    int8_t q[32];
-} activation_block;
+    int16_t *codes;
+    float *scales;
+} activation_blocks;
 
-/* count blocks of x into out: the registry's round_int8_blocks (d = max|x| / 127, q =
- * round_half_even(x * (1 / d)), 0 where d is 0), as float32 steps in the decomposition's order. */
-static void quantize_activations(const float *restrict x, activation_block *restrict out,
+_Static_assert(ACTIVATION_CODE_MAX == 32767, "activation codes are int16_t");
+
+/* count blocks of x into out: the registry's round_int16_blocks (d = max|x| / 32767, q =
+ * round_half_even(x * (1 / d)), 0 where d is 0), as float32 steps in the decomposition's order.
+ * |q| <= 32767: x * (1 / d) is within a few ulps of 32767 at the block's largest value. */
+static void quantize_activations(const float *restrict x, activation_blocks out,
                                  int64_t count) {
     for (int64_t block = 0; block < count; block++) {
         const float *values = x + 32 * block;
@@ -162,27 +168,29 @@ static void quantize_activations(const float *restrict x, activation_block *rest
             float magnitude = fabsf(values[l]);
             largest = magnitude > largest ? magnitude : largest;
         }
-        const float d = largest / 127.0f, inverse = d > 0.0f ? 1.0f / d : 0.0f;
+        const float d = largest / (float)ACTIVATION_CODE_MAX, inverse = d > 0.0f ? 1.0f / d : 0.0f;
         int sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int l = 0; l < 32; l++) {
             int q = (int)rintf(values[l] * inverse);
-            out[block].q[l] = (int8_t)q;
+            out.codes[32 * block + l] = (int16_t)q;
             sum += q;
         }
-        out[block].d = d;
-        out[block].s = d * (float)sum;
+        out.scales[2 * block] = d;
+        out.scales[2 * block + 1] = d * (float)sum;
     }
 }
 
-/* count blocks of x rounded to 8 bits, back as floats d * q (the operand the float paths
+/* count blocks of x rounded to 16 bits, back as floats d * q (the operand the float paths
  * multiply). */
 static void round_blocks(const float *restrict x, float *restrict out, int64_t count) {
-    activation_block block;
+    int16_t codes[32];
+    float scales[2];
+    const activation_blocks block = {codes, scales};
     for (int64_t b = 0; b < count; b++) {
-        quantize_activations(x + 32 * b, &block, 1);
+        quantize_activations(x + 32 * b, block, 1);
 #pragma omp simd
-        for (int l = 0; l < 32; l++) out[32 * b + l] = (float)block.q[l] * block.d;
+        for (int l = 0; l < 32; l++) out[32 * b + l] = (float)codes[l] * scales[0];
     }
 }
 
@@ -192,7 +200,9 @@ static void round_blocks(const float *restrict x, float *restrict out, int64_t c
  * q8_0 d_w d_x sum(q_w q_x). A tile is ROWS weight rows by ACTIVATIONS activation rows: each
  * weight block is loaded and unpacked once for all the tile's activation rows, each
  * activation block once for all its weight rows, with one accumulator per (weight row,
- * activation row) so no chain of dependent adds limits the loop. */
+ * activation row) so no chain of dependent adds limits the loop. The weight codes widen to 16
+ * bits and meet the activation codes in madd: each 32-bit lane sums four products, at most
+ * 4 * 128 * 32767 < 2^24 in magnitude, so its conversion to float is exact. */
 #if defined(FORMAT_Q4_0)
 #define OFFSET_FACTOR (-8.0f)
 #elif defined(FORMAT_Q4_1)
@@ -203,14 +213,19 @@ static void round_blocks(const float *restrict x, float *restrict out, int64_t c
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 #define PREFETCH_BYTES 1024
-/* One weight block's 32 codes as bytes: unsigned nibbles (q4) or signed bytes (q8). */
-static inline __attribute__((always_inline)) __m256i block_codes(const uint8_t *block) {
+/* One weight block's 32 codes as 16-bit integers in two vectors, codes 0-15 then 16-31:
+ * unsigned nibbles (q4) or signed bytes (q8). */
+static inline __attribute__((always_inline)) void block_codes(const uint8_t *block,
+                                                              __m256i *low, __m256i *high) {
 #if defined(FORMAT_Q8_0)
-    return _mm256_loadu_si256((const __m256i *)(block + 2));
+    *low = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(block + 2)));
+    *high = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(block + 18)));
 #else
-    const __m128i packed = _mm_loadu_si128((const __m128i *)(block + BLOCK_BYTES - 16));
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+    /* byte l holds code l (low nibble) and code l + 16 (high nibble) */
+    const __m256i bytes = _mm256_cvtepu8_epi16(
+        _mm_loadu_si128((const __m128i *)(block + BLOCK_BYTES - 16)));
+    *low = _mm256_and_si256(bytes, _mm256_set1_epi16(0x0f));
+    *high = _mm256_srli_epi16(bytes, 4);
 #endif
 }
 
@@ -228,7 +243,7 @@ static inline __attribute__((always_inline)) __m128 block_scales(const uint8_t *
 }
 
 static inline __attribute__((always_inline)) void integer_tile(
-    const uint8_t *weight, int64_t row_bytes, const activation_block *x, int64_t blocks,
+    const uint8_t *weight, int64_t row_bytes, activation_blocks x, int64_t blocks,
     float *out, int64_t n, const int rows, const int activations) {
     __m256 sums[4][4];
     __m128 offsets[4][4];
@@ -237,34 +252,31 @@ static inline __attribute__((always_inline)) void integer_tile(
             sums[r][i] = _mm256_setzero_ps();
             offsets[r][i] = _mm_setzero_ps();
         }
-    const __m256i ones = _mm256_set1_epi16(1);
     /* The tiles run through the weight in address order, their rows side by side: the
      * hardware prefetcher sees short interleaved streams, so the next tile's bytes (plus
      * PREFETCH_BYTES) are requested in order, a tile ahead. */
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_BYTES;
     for (int64_t b = 0; b < blocks; b++) {
-        __m256i codes[4];
+        __m256i low[4], high[4];
         __m128 scales[4];
         for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
             _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
         for (int r = 0; r < rows; r++) {
             const uint8_t *block = weight + r * row_bytes + b * BLOCK_BYTES;
-            codes[r] = block_codes(block);
+            block_codes(block, &low[r], &high[r]);
             scales[r] = block_scales(block);
         }
         for (int i = 0; i < activations; i++) {
-            const activation_block *a = x + i * blocks + b;
-            const __m256i q = _mm256_loadu_si256((const __m256i *)a->q);
+            const int16_t *q = x.codes + 32 * (i * blocks + b);
+            const __m256i q_low = _mm256_load_si256((const __m256i *)q);
+            const __m256i q_high = _mm256_load_si256((const __m256i *)(q + 16));
             /* {d_x, s_x, 0, 0} */
-            const __m128 ds = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)a));
+            const __m128 ds = _mm_castpd_ps(
+                _mm_load_sd((const double *)(const void *)(x.scales + 2 * (i * blocks + b))));
             for (int r = 0; r < rows; r++) {
-#if defined(FORMAT_Q8_0)
-                const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(codes[r], codes[r]),
-                                                           _mm256_sign_epi8(q, codes[r]));
-#else
-                const __m256i pairs = _mm256_maddubs_epi16(codes[r], q);
-#endif
-                const __m256 products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                const __m256i pairs = _mm256_add_epi32(_mm256_madd_epi16(low[r], q_low),
+                                                       _mm256_madd_epi16(high[r], q_high));
+                const __m256 products = _mm256_cvtepi32_ps(pairs);
                 /* {d_w d_x, m_w s_x} (q4_1) or {d_w d_x, d_w s_x} */
                 const __m128 scaled = _mm_mul_ps(scales[r], ds);
                 sums[r][i] = _mm256_fmadd_ps(products, _mm256_broadcastss_ps(scaled), sums[r][i]);
@@ -285,12 +297,13 @@ static inline __attribute__((always_inline)) void integer_tile(
 #else
 /* Portable: the same sums, one block's integer dot at a time. */
 static inline __attribute__((always_inline)) void integer_tile(
-    const uint8_t *weight, int64_t row_bytes, const activation_block *x, int64_t blocks,
+    const uint8_t *weight, int64_t row_bytes, activation_blocks x, int64_t blocks,
     float *out, int64_t n, const int rows, const int activations) {
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < activations; i++) {
             const uint8_t *row = weight + r * row_bytes;
-            const activation_block *a = x + i * blocks;
+            const int16_t *q = x.codes + 32 * i * blocks;
+            const float *ds = x.scales + 2 * i * blocks;
             float sum = 0.0f, offsets = 0.0f;
             for (int64_t b = 0; b < blocks; b++) {
                 const uint8_t *block = row + b * BLOCK_BYTES;
@@ -299,18 +312,19 @@ static inline __attribute__((always_inline)) void integer_tile(
 #if defined(FORMAT_Q8_0)
                 const int8_t *codes = (const int8_t *)(block + 2);
 #pragma omp simd reduction(+ : products)
-                for (int l = 0; l < 32; l++) products += codes[l] * a[b].q[l];
+                for (int l = 0; l < 32; l++) products += codes[l] * q[32 * b + l];
 #else
                 const uint8_t *codes = block + BLOCK_BYTES - 16;
 #pragma omp simd reduction(+ : products)
                 for (int l = 0; l < 16; l++)
-                    products += (codes[l] & 0x0f) * a[b].q[l] + (codes[l] >> 4) * a[b].q[l + 16];
+                    products += (codes[l] & 0x0f) * q[32 * b + l] +
+                                (codes[l] >> 4) * q[32 * b + l + 16];
 #endif
-                sum += (float)products * (scale * a[b].d);
+                sum += (float)products * (scale * ds[2 * b]);
 #if defined(FORMAT_Q4_1)
-                offsets += half_to_float(block + 2) * a[b].s;
+                offsets += half_to_float(block + 2) * ds[2 * b + 1];
 #else
-                offsets += scale * a[b].s;
+                offsets += scale * ds[2 * b + 1];
 #endif
             }
             out[i * n + r] = sum + OFFSET_FACTOR * offsets;
@@ -318,10 +332,16 @@ static inline __attribute__((always_inline)) void integer_tile(
 }
 #endif
 
+/* Activation rows from row i on (rows of blocks blocks). */
+static inline activation_blocks activation_rows(activation_blocks x, int64_t i, int64_t blocks) {
+    const activation_blocks rows = {x.codes + 32 * i * blocks, x.scales + 2 * i * blocks};
+    return rows;
+}
+
 /* Weight rows [first, last) against the m quantized activation rows: four weight rows at a
  * time for one activation row (decode), else one weight row at a time for up to four
  * activation rows, so a weight row is read from memory once for all m (short prompts). */
-static void integer_matmul_rows(const activation_block *x, const uint8_t *weight, float *out,
+static void integer_matmul_rows(activation_blocks x, const uint8_t *weight, float *out,
                                 int64_t m, int64_t n, int64_t k, int64_t first, int64_t last) {
     const int64_t blocks = k / 32, row_bytes = blocks * BLOCK_BYTES;
     int64_t j = first;
@@ -336,13 +356,15 @@ static void integer_matmul_rows(const activation_block *x, const uint8_t *weight
         const uint8_t *row = weight + j * row_bytes;
         int64_t i = 0;
         for (; i + 4 <= m; i += 4)
-            integer_tile(row, row_bytes, x + i * blocks, blocks, out + i * n + j, n, 1, 4);
+            integer_tile(row, row_bytes, activation_rows(x, i, blocks), blocks, out + i * n + j,
+                         n, 1, 4);
+        const activation_blocks rest = activation_rows(x, i, blocks);
         switch (m - i) {
-        case 3: integer_tile(row, row_bytes, x + i * blocks, blocks, out + i * n + j, n, 1, 3);
+        case 3: integer_tile(row, row_bytes, rest, blocks, out + i * n + j, n, 1, 3);
             break;
-        case 2: integer_tile(row, row_bytes, x + i * blocks, blocks, out + i * n + j, n, 1, 2);
+        case 2: integer_tile(row, row_bytes, rest, blocks, out + i * n + j, n, 1, 2);
             break;
-        case 1: integer_tile(row, row_bytes, x + i * blocks, blocks, out + i * n + j, n, 1, 1);
+        case 1: integer_tile(row, row_bytes, rest, blocks, out + i * n + j, n, 1, 1);
             break;
         }
     }
@@ -364,9 +386,14 @@ static void matmul_rows(const float *x, const uint8_t *weight, float *out, int64
 static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m, int64_t n,
                    int64_t k, int64_t threads) {
 #if defined(INTEGER_DOT)
-    activation_block *quantized = malloc(sizeof(activation_block) * (size_t)(m * (k / 32)));
-    if (quantized == NULL) return;
-    quantize_activations(x, quantized, m * (k / 32));
+    const size_t count = (size_t)(m * (k / 32));
+    activation_blocks quantized = {aligned_alloc(64, 64 * count), malloc(8 * count)};
+    if (quantized.codes == NULL || quantized.scales == NULL) {
+        free(quantized.codes);
+        free(quantized.scales);
+        return;
+    }
+    quantize_activations(x, quantized, (int64_t)count);
 #if defined(_OPENMP)
     /* Chunks of output rows (a multiple of 4, about 8 per thread) taken in turn: a thread
      * that another process delays leaves its work to the others. */
@@ -382,7 +409,8 @@ static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m,
     (void)threads;
     integer_matmul_rows(quantized, weight, out, m, n, k, 0, n);
 #endif
-    free(quantized);
+    free(quantized.codes);
+    free(quantized.scales);
     return;
 #endif
 #if defined(_OPENMP)

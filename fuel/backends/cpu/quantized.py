@@ -28,7 +28,7 @@ from fuel.ir.device import BackendId
 from fuel.ir.dtype import QuantizedDType
 from fuel.ir.errors import IndexOutOfRange
 from fuel.ir.layout import Layout
-from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_ROUNDED_FORMATS, OpKind
+from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_CODE_MAX, ACTIVATION_ROUNDED_FORMATS, OpKind
 
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("quantized.c")
@@ -38,9 +38,9 @@ PARALLEL_BYTES = 1 << 16
 DEQUANTIZE, MATMUL, EMBEDDING, ROUND = 0, 1, 2, 3
 # Prompt shapes (at least this many activation rows) de-quantize the weight a tile of rows at
 # a time (about TILE_FLOATS values, cache-sized) and multiply through BLAS. For the formats in
-# ops.ACTIVATION_ROUNDED_FORMATS the rows are first rounded to 8-bit blocks (the C kernel's
+# ops.ACTIVATION_ROUNDED_FORMATS the rows are first rounded to 16-bit blocks (the C kernel's
 # operation 3), so both shapes compute the op's one numerics; below BLAS_ROWS the C kernel dots
-# those 8-bit blocks in integers, each weight block unpacked once for four activation rows.
+# those 16-bit blocks in integers, each weight block unpacked once for four activation rows.
 # Crossover (SmolLM2's four layer matmuls, one thread each, CPU time): C / BLAS 0.52 at 16
 # rows, 0.95 at 64, 1.03 at 96, 1.04 at 128; the BLAS path's rounding and de-quantization run
 # on one thread while the C path splits all its work, so with more threads C gains further.
@@ -67,9 +67,11 @@ SPIN_COUNT = "10000"  # libgomp's idle spin before a finished thread sleeps (its
 
 
 def source_of(dtype: QuantizedDType) -> str:
-    """The C source of ``dtype``'s library: its format macros, then ``quantized.c``."""
+    """The C source of ``dtype``'s library: its format macros (and the registry's activation
+    code bound), then ``quantized.c``."""
     return (f"#define FORMAT_{dtype.name.upper()} 1\n#define BLOCK_SIZE {dtype.block_size}\n"
-            f"#define BLOCK_BYTES {dtype.block_bytes}\n" + SOURCE.read_text())
+            f"#define BLOCK_BYTES {dtype.block_bytes}\n"
+            f"#define ACTIVATION_CODE_MAX {ACTIVATION_CODE_MAX}\n" + SOURCE.read_text())
 
 
 def library(dtype: QuantizedDType):
@@ -104,7 +106,7 @@ class QuantizedKernel:
         self.operation = operation
         self.dtype = dtype
         name = ("dequantize", "quantized_matmul", "quantized_embedding")[operation] + "_" \
-            + dtype.name if operation != ROUND else "round_int8_blocks"
+            + dtype.name if operation != ROUND else "round_int16_blocks"
         self.__qualname__ = self.__name__ = name
 
     @property
@@ -204,4 +206,4 @@ for _format in dt.QUANTIZED_DTYPES:
                 [(_format, index, dt.float32) for index in (dt.int32, dt.int64)],
                 QuantizedKernel(EMBEDDING, _format))
 # The rounding is format-independent C; the q8_0 library's copy serves the op itself.
-KERNELS.add(OpKind.ROUND_INT8_BLOCKS, [(dt.float32, dt.float32)], QuantizedKernel(ROUND, dt.q8_0))
+KERNELS.add(OpKind.ROUND_INT16_BLOCKS, [(dt.float32, dt.float32)], QuantizedKernel(ROUND, dt.q8_0))

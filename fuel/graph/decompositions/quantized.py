@@ -1,20 +1,20 @@
 """Quantized ops from DEQUANTIZE: a backend without quantized kernels (OpenCL, the primitive
-set) runs quantized_matmul as round_int8_blocks (for the formats that round their activations),
+set) runs quantized_matmul as round_int16_blocks (for the formats that round their activations),
 dequantize then matmul, quantized_embedding as dequantize then index_select, and
-round_int8_blocks as the elementwise steps and the block max it is defined by."""
+round_int16_blocks as the elementwise steps and the block max it is defined by."""
 
 from __future__ import annotations
 
 from fuel.graph.decompositions.builder import Builder
 from fuel.graph.decompositions.registry import decomposes
 from fuel.graph.node import Node
-from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_ROUNDED_FORMATS, OpKind
+from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_CODE_MAX, ACTIVATION_ROUNDED_FORMATS, OpKind
 
 
 @decomposes(OpKind.QUANTIZED_MATMUL)
 def quantized_matmul(node: Node, build: Builder) -> Node:
     """x (..., k) @ dequantize(w).T as one (rows, k) x (k, n) matmul, reshaped back; x rounded
-    to 8-bit blocks first where the weight's format says so (ops.ACTIVATION_ROUNDED_FORMATS)."""
+    to 16-bit blocks first where the weight's format says so (ops.ACTIVATION_ROUNDED_FORMATS)."""
     x, weight = node.inputs
     k = x.shape[-1]
     rows = 1
@@ -22,21 +22,21 @@ def quantized_matmul(node: Node, build: Builder) -> Node:
         rows *= size
     x = build.reshape(x, (rows, k))
     if weight.dtype in ACTIVATION_ROUNDED_FORMATS:
-        x = build.op(OpKind.ROUND_INT8_BLOCKS, x)
+        x = build.op(OpKind.ROUND_INT16_BLOCKS, x)
     values = build.op(OpKind.DEQUANTIZE, weight)
     product = build.matmul(x, build.permute(values, (1, 0)))
     return build.reshape(product, node.shape)
 
 
-@decomposes(OpKind.ROUND_INT8_BLOCKS)
-def round_int8_blocks(node: Node, build: Builder) -> Node:
-    """Per block of 32: d = max|x| / 127, inverse = 1 / d (0 where d is 0),
+@decomposes(OpKind.ROUND_INT16_BLOCKS)
+def round_int16_blocks(node: Node, build: Builder) -> Node:
+    """Per block of 32: d = max|x| / 32767, inverse = 1 / d (0 where d is 0),
     d * round(x * inverse), in that order of float32 steps (as the CPU kernel computes it)."""
     (x,) = node.inputs
     blocks = x.shape[:-1] + (x.shape[-1] // ACTIVATION_BLOCK, ACTIVATION_BLOCK)
     values = build.reshape(x, blocks)
     largest = build.max(build.op(OpKind.ABS, values), (len(blocks) - 1,), keepdim=True)
-    scale = build.scalar(OpKind.DIV, largest, 127.0)
+    scale = build.scalar(OpKind.DIV, largest, float(ACTIVATION_CODE_MAX))
     positive = build.scalar(OpKind.GT, scale, 0.0)
     one = build.constant(1.0, scale.dtype, scale.shape)
     inverse = build.where(positive, build.div(one, scale), build.constant(0.0, scale.dtype,

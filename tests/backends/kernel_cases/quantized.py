@@ -1,6 +1,6 @@
 """Kernel-suite cases of the block-quantized ops (dequantize, quantized_matmul,
-quantized_embedding, round_int8_blocks). The reference is gguf's own NumPy de-quantizer (then a
-float64 matmul or a row pick), with the activations first rounded to 8-bit blocks by
+quantized_embedding, round_int16_blocks). The reference is gguf's own NumPy de-quantizer (then a
+float64 matmul or a row pick), with the activations first rounded to 16-bit blocks by
 ``rounded_activations`` (the registry's definition, written here in NumPy) for the formats
 that round them; the blocks come from gguf's quantizer where it has one (q4_0, q4_1, q8_0) and
 are random bytes with sane scales otherwise (q4_k, q6_k)."""
@@ -55,11 +55,11 @@ def blocks_operand(blocks: np.ndarray, dtype: QuantizedDType, shape) -> Operand:
 
 
 def rounded_activations(x: np.ndarray) -> np.ndarray:
-    """x (..., k) rounded per block of 32 along its last dim, in float32 steps: d = max|x| /
-    127, d * round_half_even(x * (1 / d)), 0 where d is 0 (llama.cpp's q8 activation blocks
-    with the scale kept in float32)."""
+    """x (..., k) rounded per block of 32 along its last dim to 16-bit codes, in float32
+    steps: d = max|x| / 32767, d * round_half_even(x * (1 / d)), 0 where d is 0 (written from
+    the registry's stated rule, not from its constants)."""
     blocks = x.astype(np.float32).reshape(x.shape[:-1] + (-1, 32))
-    scale = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127.0)
+    scale = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(32767.0)
     with np.errstate(divide="ignore"):
         inverse = np.where(scale > 0, np.float32(1.0) / scale, np.float32(0.0))
     return (np.round(blocks * inverse) * scale).astype(np.float32).reshape(x.shape)
@@ -143,19 +143,22 @@ def quantized_embedding_cases(dtypes):
                  "quantized_embedding", rtol=1e-6, atol=0.0)]
 
 
-def round_int8_blocks_cases(dtypes):
-    rng = rng_for("round_int8_blocks", dtypes)
+def round_int16_blocks_cases(dtypes):
+    rng = rng_for("round_int16_blocks", dtypes)
     x = rng.normal(0.0, 1.0, (3, 4, 64)).astype(np.float32)
     x[0, 0, :32] = 0.0  # a block of zeros (scale 0)
     x[1, 2, 5] = 40.0  # an outlier: the rest of its block rounds coarsely
+    # d = 1 exactly: the largest code (negative here), ties rounded half to even
+    x[2, 1, :32] = 0.0
+    x[2, 1, :8] = [-32767.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 32766.5]
     return [Case(None, [operand(x, kind)], lambda arrays, params: rounded_activations(arrays[0]),
-                 f"round_int8_blocks {kind}", rtol=0.0, atol=0.0)
+                 f"round_int16_blocks {kind}", rtol=0.0, atol=0.0)
             for kind in ("dense", "transposed")]
 
 
 CASES = {
     K.DEQUANTIZE: dequantize_cases,
-    K.ROUND_INT8_BLOCKS: round_int8_blocks_cases,
+    K.ROUND_INT16_BLOCKS: round_int16_blocks_cases,
     K.QUANTIZED_MATMUL: quantized_matmul_cases,
     K.QUANTIZED_EMBEDDING: quantized_embedding_cases,
 }
