@@ -133,13 +133,17 @@ def write_tiny_llama(path: Path, spec: TinyLlama | None = None, seed: int = 0) -
 
 
 def assert_matches_the_cpu(path: Path, device) -> None:
-    """The Llama GGUF at ``path`` on ``device`` gives the CPU backend's logits (within 1e-4)
-    for a short prompt, and the same 8 greedy ids."""
+    """The Llama GGUF at ``path`` on ``device`` gives the CPU backend's logits for a short
+    prompt, and the same 8 greedy ids. Within 2e-4 of the logits' span: quantized weights round
+    the activations to 16-bit blocks on every device, and float summation order upstream may
+    move a code by one step (max|x| / 32767 of its block)."""
     from fuel.models.llama import load_gguf
 
     on_cpu, on_device = load_gguf(path), load_gguf(path, device=device)
     ids = on_cpu.encode("the cat in the hat")
     expected = on_cpu.forward(ids, on_cpu.new_cache(32), all_logits=True)
     got = on_device.forward(ids, on_device.new_cache(32), all_logits=True)
-    assert np.abs(got - expected).max() <= 1e-4
+    difference, span = float(np.abs(got - expected).max()), float(np.ptp(expected))
+    print(f"max |logit difference| {difference:.2e} on a span of {span:.2f}")
+    assert difference <= 2e-4 * span
     assert on_device.generate_ids(ids, 8) == on_cpu.generate_ids(ids, 8)
