@@ -116,3 +116,33 @@ def test_c_float32_arithmetic_gives_numpy_bits(op):
         expected = numpy_function(x, y)
     got = fuel_function(fuel.from_numpy(x), fuel.from_numpy(y)).numpy()
     assert got.view(np.uint32).tolist() == expected.view(np.uint32).tolist()
+
+
+def test_cached_plan_replays_in_sequences_and_names_a_failing_copy():
+    """A realize whose plan is cached (BoundPlan) runs its C steps as sequences too; a bad
+    position in a later realize raises naming the index_copy node, and the plan still works."""
+    from fuel.graph import Graph
+    from fuel.ir.errors import IndexOutOfRange
+    from fuel.runtime.executor import PLAN_CACHE
+
+    rng = np.random.default_rng(2)
+
+    def build(position: int, values: np.ndarray):
+        cache = fuel.from_numpy(np.zeros((5, 4), np.float32))
+        hidden = fuel.from_numpy(values) * 2.0 + 1.0
+        written = cache.index_copy(0, fuel.from_numpy(np.array([position], np.int64)), hidden)
+        return written + fuel.from_numpy(np.ones((5, 4), np.float32))
+
+    for position in (0, 3, 4, 1):
+        values = rng.standard_normal((1, 4)).astype(np.float32)
+        result = build(position, values)
+        key = Graph.build([result._node]).structure_key()
+        expected = np.ones((5, 4), np.float32)
+        expected[position] += values[0] * 2.0 + 1.0
+        np.testing.assert_allclose(result.numpy(), expected, rtol=1e-6)
+    bound = PLAN_CACHE.plans[key].replay
+    assert any(type(launch) is SequenceCall for launch in bound.batcher.batched)
+    with pytest.raises(IndexOutOfRange) as caught:
+        build(7, values).numpy()
+    assert "index 7 is out of range" in str(caught.value) and "index_copy" in str(caught.value)
+    np.testing.assert_allclose(build(2, values).numpy()[2], values[0] * 2.0 + 2.0, rtol=1e-6)
