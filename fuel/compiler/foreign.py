@@ -105,9 +105,11 @@ class SequenceCall:
 
     def replace(self, position: int, call: ForeignCall) -> None:
         """Put ``call`` where the ``position``-th call was."""
+        old = self.calls[position]
         self.calls[position] = call
         self.entries[4 * position:4 * position + 4] = call.entry()
-        self.checked = [known for known in self.calls if known.status is not None]
+        if old.status is not None or call.status is not None:
+            self.checked = [known for known in self.calls if known.status is not None]
 
     def __call__(self) -> None:
         for call in self.checked:

@@ -97,6 +97,9 @@ def _fingerprint(value, parts: list[str], depth: int) -> None:
     parts.append(getattr(value, "__qualname__", "") or code.co_name)
     parts.append(code.co_code.hex())
     parts.append(" ".join(sorted(code.co_names)))
+    source = getattr(value, "revision_source", None)
+    if isinstance(source, str):  # a Python kernel with a C path: the C source counts too
+        parts.append(source)
     for constant in code.co_consts:
         if isinstance(constant, type(code)):
             _fingerprint(constant, parts, depth + 1)

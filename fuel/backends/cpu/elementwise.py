@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -16,6 +18,7 @@ from fuel.backends.cpu.arrays import (
     output,
     view,
 )
+from fuel.backends.cpu.c_library import entry_point
 from fuel.backends.cpu.low_precision import (
     cast_source,
     is_packed,
@@ -24,6 +27,7 @@ from fuel.backends.cpu.low_precision import (
     unpacked_output,
 )
 from fuel.backends.cpu.special import erf_into, gelu_into
+from fuel.compiler.foreign import ForeignCall
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind, definition
 
@@ -201,15 +205,42 @@ BINARY_FUNCTIONS = {
 
 
 
-def _make_elementwise(function):
+# float32 arithmetic over small operands of one contiguous shape runs in C (``binary.c``):
+# the same IEEE results, and a replay runs it inside its neighbours' sequence (ForeignCall)
+# instead of a NumPy call between them. Larger operands stay with NumPy's loops.
+C_BINARY_OPERATIONS = {OpKind.ADD: 0, OpKind.SUB: 1, OpKind.MUL: 2, OpKind.DIV: 3}
+C_BINARY_ELEMENTS = 1 << 16
+BINARY_SOURCE = Path(__file__).with_name("binary.c")
+
+
+def _foreign_binary(operation: int, arrays: list, out: np.ndarray) -> ForeignCall | None:
+    """The C launch of a float32 binary op, or None where it does not apply."""
+    if (out.size > C_BINARY_ELEMENTS or out.dtype != np.float32 or not out.flags.c_contiguous
+            or any(a.dtype != np.float32 or a.shape != out.shape or not a.flags.c_contiguous
+                   or (np.shares_memory(a, out) and a.ctypes.data != out.ctypes.data)
+                   for a in arrays)):
+        return None
+    function = entry_point("binary_float32", BINARY_SOURCE.read_text)
+    if function is None:
+        return None
+    data = (ctypes.c_void_p * 3)(arrays[0].ctypes.data, arrays[1].ctypes.data, out.ctypes.data)
+    return ForeignCall(function, data, (ctypes.c_int64 * 2)(operation, out.size))
+
+
+def _make_elementwise(function, c_operation: int | None = None):
     """A kernel applying ``function`` to strided input views, writing the output once.
-    Its ``prepare`` binds the views once and returns a launcher for replays (fuel.jit)."""
+    Its ``prepare`` binds the views once and returns a launcher for replays (fuel.jit);
+    ``c_operation``: the op's ``binary.c`` operation, for the operands it takes."""
     direct = isinstance(function, np.ufunc)
     writes_output = getattr(function, "writes_output", False)
 
     def bind(inputs, outputs, layouts):
         out = output(outputs[0], layouts[-1])
         arrays = [operand(s, layout) for s, layout in zip(inputs, layouts)]
+        if c_operation is not None:
+            foreign = _foreign_binary(c_operation, arrays, out)
+            if foreign is not None:
+                return foreign
         if writes_output:
             source = view(inputs[0], layouts[0])
             return lambda: function(source, out)
@@ -223,13 +254,16 @@ def _make_elementwise(function):
 
     elementwise.prepare = lambda inputs, outputs, layouts, params: bind(inputs, outputs, layouts)
     elementwise.__qualname__ = f"elementwise[{getattr(function, '__name__', function)}]"
+    if c_operation is not None:
+        elementwise.revision_source = BINARY_SOURCE.read_text()
     return elementwise
 
 
 for _op, _function in UNARY_FUNCTIONS.items():
     KERNELS.add(_op, definition(_op).coverage, _make_elementwise(_function), STRIDED)
 for _op, _function in BINARY_FUNCTIONS.items():
-    KERNELS.add(_op, definition(_op).coverage, _make_elementwise(_function), STRIDED)
+    KERNELS.add(_op, definition(_op).coverage,
+                _make_elementwise(_function, C_BINARY_OPERATIONS.get(_op)), STRIDED)
 
 
 def _truncating_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:

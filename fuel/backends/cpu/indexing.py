@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+from pathlib import Path
+
 import numpy as np
 
 from fuel.backends.cpu.arrays import STRIDED, array_kernel, kernel_list, output, view
+from fuel.backends.cpu.c_library import entry_point
+from fuel.compiler.foreign import ForeignCall
 from fuel.ir import dtype as dt
 from fuel.ir.errors import IndexOutOfRange
 from fuel.ir.layout import Layout
@@ -13,6 +18,8 @@ from fuel.ir.ops import OpKind
 KERNELS = kernel_list()
 INDEX_DTYPES = (dt.int32, dt.int64)
 SHORT_INDEX = 256  # positions checked as a Python list up to this many
+INDEXING_SOURCE = Path(__file__).with_name("indexing.c")
+MAX_COPY_DIMS = 16  # indexing.c's MAX_DIMS
 
 
 def check_indices(index: np.ndarray, size: int, dim: int) -> np.ndarray:
@@ -109,13 +116,18 @@ def contiguous_run(index: np.ndarray, size: int) -> slice | None:
 
 
 def _prepare_index_copy(inputs, outputs, layouts, params):
-    """The bound launcher of index_copy: views and the aliasing test made once; a run of
-    consecutive positions (a KV cache write) is one slice assignment."""
+    """The bound launcher of index_copy: views and the aliasing test made once; the C copy
+    (``indexing.c``, a ForeignCall a replay runs in sequence with its neighbours) where the
+    operands are plain memory, else NumPy, where a run of consecutive positions (a KV cache
+    write) is one slice assignment."""
     target, index, source = (view(s, layout) for s, layout in zip(inputs, layouts))
     out = output(outputs[0], layouts[-1])
     aliased = np.shares_memory(out, target)
     dim = params.dim
     size = target.shape[dim]
+    foreign = _foreign_index_copy(inputs, outputs, layouts, index, aliased, dim)
+    if foreign is not None:
+        return foreign
     leading = (slice(None),) * dim
 
     def launch() -> None:
@@ -129,11 +141,48 @@ def _prepare_index_copy(inputs, outputs, layouts, params):
     return launch
 
 
+def _foreign_index_copy(inputs, outputs, layouts, index: np.ndarray, aliased: bool,
+                       dim: int) -> ForeignCall | None:
+    """index_copy as one call of ``indexing.c``, or None where it does not apply (no C
+    compiler, object or sub-byte elements, a strided index, more dims than the C walks)."""
+    storages = (inputs[0], inputs[2], outputs[0])
+    item = storages[0].buffer.itemsize
+    target_layout, index_layout, source_layout, out_layout = layouts
+    if (len(target_layout.shape) > MAX_COPY_DIMS or index_layout.strides[:1] not in ((), (1,))
+            or any(s.buffer.dtype.hasobject or s.buffer.itemsize != item or
+                   s.dtype.itemsize != item for s in storages)):
+        return None
+    function = entry_point("indexing", INDEXING_SOURCE.read_text)
+    if function is None:
+        return None
+    pointers = [_element_address(storage, layout) for storage, layout in
+                zip((inputs[0], inputs[1], inputs[2], outputs[0]), layouts)]
+    status = (ctypes.c_int64 * 1)()
+    data = (ctypes.c_void_p * 5)(*pointers, ctypes.addressof(status))
+    shape = target_layout.shape
+    sizes = [item, len(shape), dim, index_layout.numel, inputs[1].buffer.itemsize,
+             0 if aliased else 1, *shape]
+    strides = [*target_layout.strides, *source_layout.strides, *out_layout.strides]
+    size = shape[dim]
+
+    def failure(code: int) -> IndexOutOfRange:
+        bad = int(index.reshape(-1)[code - 1])
+        return IndexOutOfRange(f"index {bad} is out of range for dim {dim} of size {size}")
+
+    return ForeignCall(function, data, (ctypes.c_int64 * len(sizes))(*sizes),
+                       (ctypes.c_int64 * max(1, len(strides)))(*strides), status, failure)
+
+
+def _element_address(storage, layout: Layout) -> int:
+    return storage.buffer.ctypes.data + layout.offset * storage.buffer.itemsize
+
+
 def index_copy(inputs, outputs, layouts, params):
     _prepare_index_copy(inputs, outputs, layouts, params)()
 
 
 index_copy.prepare = _prepare_index_copy
+index_copy.revision_source = INDEXING_SOURCE.read_text()
 KERNELS.add(OpKind.INDEX_COPY, [(d, i, d, d) for d in dt.ALL_DTYPES for i in INDEX_DTYPES],
             index_copy, STRIDED)
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from fuel.backends.cpu import structured
-from fuel.backends.cpu.quantized import SPIN_COUNT, address, thread_count
+from fuel.backends.cpu.c_library import entry_point
+from fuel.backends.cpu.quantized import address, thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelCaps, KernelList, Launcher
 from fuel.ir import dtype as dt
@@ -50,25 +49,10 @@ PARALLEL_WORK = 1 << 20
 CHUNK_BYTES = 1 << 17  # a row chunk of ``a`` kept in L2 while the columns stream past it
 MAX_BATCH_DIMS = 8
 
-_library: list = []
-_lock = threading.Lock()
-
-
 def library():
     """The compiled kernel (built or fetched from the kernel cache once), or None when the
     machine has no working C compiler."""
-    if not _library:
-        from fuel.compiler import toolchain
-
-        if toolchain.unavailable_reason() is not None:
-            return None
-        os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)  # read when libgomp loads
-        with _lock:
-            if not _library:
-                built = toolchain.build(SOURCE.read_text(), "matmul_float32",
-                                        toolchain.openmp_flags())
-                _library.append(built.function)
-    return _library[0]
+    return entry_point("matmul_float32", SOURCE.read_text, openmp=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,28 +5,25 @@ through the kernel compiler's toolchain and cache on first use, registered with 
 
 Threads: the matmul splits its output rows over OpenMP threads when the weight is large
 enough (``PARALLEL_BYTES``); OpenBLAS's pool is idle meanwhile (no BLAS call runs inside a
-kernel). Finished OpenMP threads spin a bounded while (``GOMP_SPINCOUNT`` defaults to
-``SPIN_COUNT``), then sleep: a decode step launches ~120 short matmuls back to back, and waking
-a sleeping thread for each cost ~40% of decode speed (``bench/models.py``: 38-47 tok/s passive,
-57-67 bounded spin on 2 cores), while an unbounded spin would fight OpenBLAS's threads.
+kernel). How finished threads wait: ``c_library``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from fuel.backends.cpu.c_library import entry_point
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.dtype import QuantizedDType
-from fuel.ir.errors import IndexOutOfRange
+from fuel.ir.errors import IndexOutOfRange, KernelError
 from fuel.ir.layout import Layout
 from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_CODE_MAX, ACTIVATION_ROUNDED_FORMATS, OpKind
 
@@ -47,10 +44,6 @@ DEQUANTIZE, MATMUL, EMBEDDING, ROUND = 0, 1, 2, 3
 BLAS_ROWS = 96
 TILE_FLOATS = 1 << 18
 
-_libraries: dict[QuantizedDType, object] = {}
-_lock = threading.Lock()
-
-
 def thread_count() -> int:
     """Threads a large quantized matmul uses: ``FUEL_THREADS`` or the cores this process may
     run on."""
@@ -63,9 +56,6 @@ def thread_count() -> int:
         return os.cpu_count() or 1
 
 
-SPIN_COUNT = "10000"  # libgomp's idle spin before a finished thread sleeps (its default: 300000)
-
-
 def source_of(dtype: QuantizedDType) -> str:
     """The C source of ``dtype``'s library: its format macros (and the registry's activation
     code bound), then ``quantized.c``."""
@@ -75,18 +65,14 @@ def source_of(dtype: QuantizedDType) -> str:
 
 
 def library(dtype: QuantizedDType):
-    """``dtype``'s compiled entry point (built or fetched from the kernel cache once)."""
-    function = _libraries.get(dtype)
+    """``dtype``'s compiled entry point (built or fetched from the kernel cache once); a
+    KernelError where the machine has no working C compiler."""
+    function = entry_point(f"quantized_{dtype.name}", lambda: source_of(dtype), openmp=True)
     if function is None:
         from fuel.compiler import toolchain
 
-        os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)  # read when libgomp loads
-        with _lock:
-            function = _libraries.get(dtype)
-            if function is None:
-                built = toolchain.build(source_of(dtype), f"quantized_{dtype.name}",
-                                        toolchain.openmp_flags())
-                function = _libraries[dtype] = built.function
+        raise KernelError(f"cannot compile quantized_{dtype.name}: "
+                          f"{toolchain.unavailable_reason()}")
     return function
 
 

@@ -82,3 +82,58 @@ def test_replayed_index_copy_writes_each_runs_positions():
         out = replay(fuel.from_numpy(np.array([position], np.int64)), fuel.from_numpy(values))
         expected[:, position] = values[:, 0]
         np.testing.assert_array_equal(out.numpy(), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.int64, np.bool_,
+                                   "bfloat16"])
+def test_index_copy_of_strided_views_matches_numpy(dtype):
+    """The C copy walks strides: a source that is a slice of a wider tensor (a KV cache write
+    from the fused qkv projection), a transposed target, a copy to a fresh output."""
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        dtype = ml_dtypes.bfloat16
+    rng = np.random.default_rng(3)
+    wide = (rng.standard_normal((3, 2, 10)) * 5).astype(dtype)
+    target = (rng.standard_normal((4, 3, 8)) * 5).astype(dtype)
+    index = np.array([6, -1], np.int64)
+    source_view = wide[:, :, 3:7].transpose(0, 2, 1)  # (3, 4, 2), strided
+    expected_target = target.transpose(1, 0, 2)  # (3, 4, 8) viewed across
+    expected = reference(expected_target, 2, index, source_view)
+    fuel_wide = fuel.from_numpy(wide)
+    fuel_target = fuel.from_numpy(target).permute(1, 0, 2)
+    fuel_source = fuel_wide[:, :, 3:7].permute(0, 2, 1)
+    result = fuel_target.index_copy(2, fuel.from_numpy(index), fuel_source).numpy()
+    np.testing.assert_array_equal(result.astype(np.float64), expected.astype(np.float64))
+
+
+def test_replayed_index_copy_out_of_range_is_named_inside_a_sequence():
+    """In a replay the copy runs inside one C sequence with its neighbours; a bad position
+    written into the refilled positions tensor still raises naming the index_copy node."""
+    cache = fuel.from_numpy(np.zeros((2, 6, 4), np.float32))
+
+    def write(positions, values):
+        scaled = values * 2.0 + 1.0
+        cache.index_copy_(1, positions, scaled)
+        return cache + 0.5
+
+    replay = fuel.jit(write)
+    positions = fuel.from_numpy(np.array([1], np.int64))
+    values = fuel.from_numpy(np.ones((2, 1, 4), np.float32))
+    np.testing.assert_array_equal(replay(positions, values).numpy()[:, 1], 3.5)
+    replay(positions, values)
+    capture = next(iter(replay.captures.values()))[0]
+    first = capture.batcher.batched[0]  # values * 2 + 1 (fused C), then the copy
+    assert type(first).__name__ == "SequenceCall" and len(first.calls) == 2
+    storage = positions._node.buffer
+    for bad in (6, -7):
+        storage.backend.write_from_host(storage, np.array([bad], np.int64))
+        with pytest.raises(IndexOutOfRange) as caught:
+            replay(positions, values)
+        message = str(caught.value)
+        assert f"index {bad} is out of range for dim 1 of size 6" in message
+        assert "index_copy" in message and "test_index_copy.py" in message
+    storage.backend.write_from_host(storage, np.array([4], np.int64))
+    out = replay(positions, values).numpy()
+    np.testing.assert_array_equal(out[:, 4], 3.5)
+    np.testing.assert_array_equal(out[:, 1], 3.5)

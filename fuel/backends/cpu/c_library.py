@@ -1,0 +1,41 @@
+"""The CPU backend's hand-written C kernels (the float32 matmul, the quantized kernels, the
+indexing copies): each source built once per process through the kernel compiler's toolchain
+and its on-disk cache, then looked up by name.
+
+Threads: kernels built with OpenMP leave finished threads spinning a bounded while
+(``GOMP_SPINCOUNT`` defaults to ``SPIN_COUNT``), then sleeping: a decode step launches ~120
+short matmuls back to back, and waking a sleeping thread for each cost ~40% of decode speed
+(``bench/models.py``: 38-47 tok/s passive, 57-67 bounded spin on 2 cores), while an unbounded
+spin would fight OpenBLAS's threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+SPIN_COUNT = "10000"  # libgomp's idle spin before a finished thread sleeps (its default: 300000)
+
+_functions: dict[str, object] = {}
+_lock = threading.Lock()
+
+
+def entry_point(name: str, source: Callable[[], str], openmp: bool = False):
+    """The loaded ``fuel_kernel`` of the library ``name`` (``source()`` built or fetched from
+    the kernel cache the first time), or None where the machine has no working C compiler."""
+    function = _functions.get(name)
+    if function is not None:
+        return function
+    from fuel.compiler import toolchain
+
+    if toolchain.unavailable_reason() is not None:
+        return None
+    if openmp:
+        os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)  # read when libgomp loads
+    with _lock:
+        function = _functions.get(name)
+        if function is None:
+            flags = toolchain.openmp_flags() if openmp else ()
+            function = _functions[name] = toolchain.build(source(), name, flags).function
+    return function
