@@ -120,7 +120,7 @@ class OpenClBackend(Backend):
 
     def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
         context = self.context(device)
-        nbytes = size * dtype.itemsize
+        nbytes = dtype.storage_bytes(size)
         buffer = context.buffers.buffer(nbytes, f"{size} x {dtype.name} on {device}")
         storage = Storage(buffer, dtype, size, device, self)
         context.buffers.track(storage, nbytes)
@@ -193,10 +193,10 @@ class OpenClBackend(Backend):
     def register(self, table: KernelBindingTable) -> None:
         """Add each kernel module's bindings; float64 ones only where every device runs
         double precision."""
-        from fuel.backends.opencl import elementwise, matmul, movement, reduce, rows
+        from fuel.backends.opencl import elementwise, matmul, movement, quantized, reduce, rows
 
         keep = None if self.supports_fp64() else _without_float64
-        for module in (elementwise, movement, reduce, rows, matmul):
+        for module in (elementwise, movement, reduce, rows, matmul, quantized):
             module.KERNELS.register_into(table, keep)
         from fuel.backends.opencl import fused
         from fuel.compiler.fusion import register_fusion_target
