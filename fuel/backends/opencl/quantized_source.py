@@ -1,8 +1,9 @@
 """The OpenCL C of the block-quantized (GGUF) kernels: per format, how one 32-value part of a
-block de-quantizes (and, for the formats whose matmul rounds its activations, how a block's
-codes dot 8-bit activation codes); shared by every format, the registry's activation rounding
-(``round_int8_block``, the only place OpenCL computes it) and the dequantize, matmul,
-embedding and round_int8_blocks kernels. Byte layouts are ggml's (``fuel/ir/dtype.py``)."""
+block de-quantizes (and, for the formats whose matmul rounds its activations, a block's codes
+as float vectors with its scale and offset); shared by every format, the registry's
+activation rounding (``round_int8_block``, the only place OpenCL computes it) and the
+dequantize, matmul, embedding and round_int8_blocks kernels. Byte layouts are ggml's
+(``fuel/ir/dtype.py``)."""
 
 from __future__ import annotations
 
@@ -36,23 +37,19 @@ inline float round_int8_block(__global const float* x, char* q) {
 
 _HALF = """
 inline float half_at(__global const uchar* p) { return vload_half(0, (__global const half*)p); }
-/* A weight block's 32 codes (two short16 halves) dotted with 32 activation codes at q (short
- * products, int sums: no 64-byte vectors, which need AVX-512 on CPU drivers). */
-inline int dot32(short16 low, short16 high, __local const char* q) {
-    const short16 a = low * convert_short16(vload16(0, q));
-    const short16 b = high * convert_short16(vload16(1, q));
-    const int8 s = convert_int8(a.lo) + convert_int8(a.hi) + convert_int8(b.lo)
-        + convert_int8(b.hi);
-    const int4 t = s.lo + s.hi;
-    const int2 u = t.lo + t.hi;
-    return u.x + u.y;
+/* A q4 block's 32 nibbles (the low ones first) as four float8. */
+inline void nibbles(uchar16 bytes, float8* codes) {
+    const uchar16 low = bytes & (uchar)15, high = bytes >> (uchar)4;
+    codes[0] = convert_float8(low.lo);
+    codes[1] = convert_float8(low.hi);
+    codes[2] = convert_float8(high.lo);
+    codes[3] = convert_float8(high.hi);
 }
 """
 
 # Per format: dequantize_part(block, part, out) writes values [32 part, 32 part + 32) of the
 # block, in the float32 steps of gguf's de-quantizer. The formats that round activations also
-# have unpack (the block's 32 codes as two char16 halves, its scale and offset) and combine
-# (the block's contribution from the integer dot with one activation block's codes).
+# have unpack: the block's 32 codes c as four float8, and d, m with value = d * c + m.
 FORMATS = {
     "q4_0": """
 inline void dequantize_part(__global const uchar* block, int part, float* out) {
@@ -62,14 +59,11 @@ inline void dequantize_part(__global const uchar* block, int part, float* out) {
         out[j + 16] = (float)((int)(block[2 + j] >> 4) - 8) * d;
     }
 }
-inline void unpack(__global const uchar* block, char16* low, char16* high, float* d, float* m) {
-    const uchar16 codes = vload16(0, block + 2);
-    *low = as_char16(codes & (uchar)15) - (char)8;
-    *high = as_char16(codes >> (uchar)4) - (char)8;
+inline void unpack(__global const uchar* block, float8* codes, float* d, float* m) {
+    nibbles(vload16(0, block + 2), codes);
     *d = half_at(block);
-    *m = 0.0f;
+    *m = -8.0f * *d;
 }
-inline float combine(float d, float m, float dx, float sx, int dot) { return d * dx * (float)dot; }
 """,
     "q4_1": """
 inline void dequantize_part(__global const uchar* block, int part, float* out) {
@@ -79,15 +73,10 @@ inline void dequantize_part(__global const uchar* block, int part, float* out) {
         out[j + 16] = (float)(block[4 + j] >> 4) * d + m;
     }
 }
-inline void unpack(__global const uchar* block, char16* low, char16* high, float* d, float* m) {
-    const uchar16 codes = vload16(0, block + 4);
-    *low = as_char16(codes & (uchar)15);
-    *high = as_char16(codes >> (uchar)4);
+inline void unpack(__global const uchar* block, float8* codes, float* d, float* m) {
+    nibbles(vload16(0, block + 4), codes);
     *d = half_at(block);
     *m = half_at(block + 2);
-}
-inline float combine(float d, float m, float dx, float sx, int dot) {
-    return d * dx * (float)dot + m * sx;
 }
 """,
     "q8_0": """
@@ -95,13 +84,15 @@ inline void dequantize_part(__global const uchar* block, int part, float* out) {
     const float d = half_at(block);
     for (int j = 0; j < 32; ++j) out[j] = (float)((char)block[2 + j]) * d;
 }
-inline void unpack(__global const uchar* block, char16* low, char16* high, float* d, float* m) {
-    *low = as_char16(vload16(0, block + 2));
-    *high = as_char16(vload16(0, block + 18));
+inline void unpack(__global const uchar* block, float8* codes, float* d, float* m) {
+    const char16 low = as_char16(vload16(0, block + 2)), high = as_char16(vload16(0, block + 18));
+    codes[0] = convert_float8(low.lo);
+    codes[1] = convert_float8(low.hi);
+    codes[2] = convert_float8(high.lo);
+    codes[3] = convert_float8(high.hi);
     *d = half_at(block);
     *m = 0.0f;
 }
-inline float combine(float d, float m, float dx, float sx, int dot) { return d * dx * (float)dot; }
 """,
     "q4_k": """
 inline void dequantize_part(__global const uchar* block, int part, float* out) {
@@ -167,8 +158,9 @@ __kernel void round_int8_blocks(__global float* out, __global const float* x, lo
 
 /* out (m, n) = x (m, k) @ dequantize(w).T. A work-group is get_local_size(0) output columns
  * by ROWS activation rows: per CHUNK of k it stages those rows in local memory (rounded to
- * 8-bit blocks where the format says so), then each work-item reads its weight row's blocks
- * once for all ROWS rows. Sums accumulate in float32 (the integer dot per block in int). */
+ * 8-bit blocks where the format says so, with each block's sum), then each work-item reads its
+ * weight row's blocks once for all ROWS rows. A rounded format's block adds d * (codes . x) +
+ * m * sum(x) (value = d * code + m): float32 products and sums, in float8 lanes. */
 __kernel void quantized_matmul(__global float* out, __global const float* x,
                                __global const uchar* w, long m, long n, long k, long x_offset,
                                long offset, long row_bytes, long out_offset) {
@@ -180,12 +172,11 @@ __kernel void quantized_matmul(__global float* out, __global const float* x,
     __global const uchar* weights = w + offset + (active ? column : 0) * row_bytes;
     float total[ROWS];
     for (int r = 0; r < ROWS; ++r) total[r] = 0.0f;
-#if ROUNDED
-    __local char codes[ROWS * CHUNK];
-    __local float scales[ROWS * (CHUNK / ACTIVATION_BLOCK)];
-    __local float sums[ROWS * (CHUNK / ACTIVATION_BLOCK)];
-#else
     __local float values[ROWS * CHUNK];
+#if ROUNDED
+    __local float sums[ROWS * (CHUNK / ACTIVATION_BLOCK)];
+    float8 partial[ROWS];
+    for (int r = 0; r < ROWS; ++r) partial[r] = (float8)0.0f;
 #endif
     for (long start = 0; start < k; start += CHUNK) {
         const int length = (int)min((long)CHUNK, k - start);
@@ -200,10 +191,9 @@ __kernel void quantized_matmul(__global float* out, __global const float* x,
             const float d = round_int8_block(source, q);
             int sum = 0;
             for (int l = 0; l < ACTIVATION_BLOCK; ++l) {
-                codes[r * CHUNK + ACTIVATION_BLOCK * c + l] = q[l];
+                values[r * CHUNK + ACTIVATION_BLOCK * c + l] = (float)q[l] * d;
                 sum += q[l];
             }
-            scales[r * (CHUNK / ACTIVATION_BLOCK) + c] = d;
             sums[r * (CHUNK / ACTIVATION_BLOCK) + c] = d * (float)sum;
 #else
             for (int l = 0; l < ACTIVATION_BLOCK; ++l)
@@ -216,14 +206,15 @@ __kernel void quantized_matmul(__global float* out, __global const float* x,
         for (int c = 0; c < length / BLOCK_SIZE; ++c) {
             __global const uchar* block = blocks + c * BLOCK_BYTES;
 #if ROUNDED
-            char16 low, high;
-            float d, offset_value;
-            unpack(block, &low, &high, &d, &offset_value);
-            const short16 wide_low = convert_short16(low), wide_high = convert_short16(high);
+            float8 codes[4];
+            float d, m;
+            unpack(block, codes, &d, &m);
             for (int r = 0; r < rows; ++r) {
-                const int dot = dot32(wide_low, wide_high, codes + r * CHUNK + BLOCK_SIZE * c);
-                const int at = r * (CHUNK / ACTIVATION_BLOCK) + c;
-                total[r] += combine(d, offset_value, scales[at], sums[at], dot);
+                __local const float* v = values + r * CHUNK + BLOCK_SIZE * c;
+                const float8 dot = codes[0] * vload8(0, v) + codes[1] * vload8(1, v)
+                    + codes[2] * vload8(2, v) + codes[3] * vload8(3, v);
+                partial[r] += d * dot;
+                total[r] += m * sums[r * (CHUNK / ACTIVATION_BLOCK) + c];
             }
 #else
             for (int part = 0; part < PARTS; ++part) {
@@ -240,6 +231,13 @@ __kernel void quantized_matmul(__global float* out, __global const float* x,
         }
     }
     if (!active) return;
+#if ROUNDED
+    for (int r = 0; r < rows; ++r) {
+        const float4 four = partial[r].lo + partial[r].hi;
+        const float2 two = four.lo + four.hi;
+        total[r] += two.x + two.y;
+    }
+#endif
     for (int r = 0; r < rows; ++r) out[out_offset + (row0 + r) * n + column] = total[r];
 }
 """
