@@ -120,7 +120,7 @@ class OpenClBackend(Backend):
 
     def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
         context = self.context(device)
-        nbytes = dtype.storage_bytes(size)
+        nbytes = size * dtype.itemsize
         buffer = context.buffers.buffer(nbytes, f"{size} x {dtype.name} on {device}")
         storage = Storage(buffer, dtype, size, device, self)
         context.buffers.track(storage, nbytes)
