@@ -17,7 +17,8 @@ streaming read of the same copies.
 as stored against the float32 matmul by the de-quantized weight on the same device (what the
 device ran when it had no quantized kernels: weights de-quantized at load), at the decode
 shape: GB/s of weight bytes read by each, and the ratio of their times; then the bytes the
-SmolLM2 weights take on the device loaded quantized against loaded de-quantized (float32).
+SmolLM2 weights take on the device and its greedy decode tokens/s, loaded quantized against
+loaded de-quantized (float32).
 
 ``--cpu-time`` times the process's CPU time instead of wall time, with fuel's kernels on one
 thread (``FUEL_THREADS=1``): on a machine other processes load, it compares the work per call
@@ -147,9 +148,10 @@ def opencl_worker(system: str, name: str, rows: int, k: int, repeats: int) -> di
     return {"seconds": time_median(lambda: step(x).numpy(), repeats), "bytes": int(size)}
 
 
-def opencl_memory_worker(system: str) -> dict:
-    """Bytes fuel holds on opencl:0 once SmolLM2 is loaded there, its weights as stored
-    (``opencl-memory-quantized``) or de-quantized to float32 at load."""
+def opencl_model_worker(system: str, tokens: int) -> dict:
+    """SmolLM2 loaded on opencl:0 with its weights as stored (``opencl-model-quantized``) or
+    de-quantized to float32 at load: the bytes fuel holds there after the load, and greedy
+    decode tokens/s over ``tokens`` tokens (after a warm-up generation)."""
     import gc
 
     import fuel
@@ -158,14 +160,19 @@ def opencl_memory_worker(system: str) -> dict:
     from fuel.models.llama import load_gguf
 
     device = parse_device(OPENCL)
-    quantized = system == "opencl-memory-quantized"
+    quantized = system == "opencl-model-quantized"
     model = load_gguf(device=OPENCL, dtype="quantized" if quantized else "float32",
                       use_cache=False)
     fuel.empty_cache()
     gc.collect()
-    stats = get_backend(device).memory_stats(device)
-    layer = model.weights.layers[0]
-    return {"bytes": int(stats["live_bytes"]), "quantized": bool(layer.o_t.dtype.is_quantized)}
+    held = int(get_backend(device).memory_stats(device)["live_bytes"])
+    ids = model.encode("The capital of France is")
+    model.generate_ids(ids, 4)
+    started = time.perf_counter()
+    generated = model.generate_ids(ids, tokens)
+    seconds = time.perf_counter() - started
+    return {"bytes": held, "quantized": bool(model.weights.layers[0].o_t.dtype.is_quantized),
+            "tokens_per_second": len(generated) / seconds}
 
 
 def opencl_table(args) -> None:
@@ -190,20 +197,25 @@ def opencl_table(args) -> None:
         print(f"{name:<8}{qb / 1e6:>7.1f}{q * 1e3:>8.2f}{qb / q / 1e9:>8.2f}{fb / 1e6:>8.1f}"
               f"{f * 1e3:>8.2f}{fb / f / 1e9:>10.2f}{f / q:>15.2f}")
     print("GB/s: weight bytes read per second by each kernel; ratio > 1: quantized is faster")
-    memory = {system: run(system, "q8_0", args)
-              for system in ("opencl-memory-quantized", "opencl-memory-float32")}
-    kept = memory["opencl-memory-quantized"]
-    dense = memory["opencl-memory-float32"]
-    print(f"\nSmolLM2 on opencl:0, bytes fuel holds after load: weights as stored "
-          f"{kept['bytes'] / 2**20:.1f} MiB (quantized: {kept['quantized']}), de-quantized "
-          f"to float32 {dense['bytes'] / 2**20:.1f} MiB, ratio "
-          f"{dense['bytes'] / kept['bytes']:.2f}")
+    kept, dense = [], []
+    for _ in range(args.rounds):
+        kept.append(run("opencl-model-quantized", "q8_0", args))
+        dense.append(run("opencl-model-float32", "q8_0", args))
+    fast, slow = (statistics.median(r["tokens_per_second"] for r in rs) for rs in (kept, dense))
+    print(f"\nSmolLM2 on opencl:0, weights as stored (quantized: {kept[0]['quantized']}) / "
+          f"de-quantized to float32 at load:")
+    held, full = kept[0]["bytes"], dense[0]["bytes"]
+    print(f"  bytes fuel holds after load  {held / 2**20:8.1f} MiB {full / 2**20:8.1f} MiB   "
+          f"ratio {full / held:.2f}")
+    print(f"  greedy decode tok/s ({args.tokens} tokens, median of {args.rounds}) {fast:8.2f} "
+          f"{slow:8.2f}   ratio {fast / slow:.2f}")
 
 
 def run(system: str, name: str, args, rows: int | None = None, k: int | None = None) -> dict:
     arguments = ["--worker", system, "--formats", name,
                  "--rows", str(rows or args.rows), "--k", str(k or args.k),
-                 "--repeats", str(args.repeats), "--activations", str(args.activations)]
+                 "--repeats", str(args.repeats), "--activations", str(args.activations),
+                 "--tokens", str(args.tokens)]
     if args.smollm:
         arguments.append("--smollm")
     environment = dict(os.environ)
@@ -228,12 +240,14 @@ def main() -> None:
     parser.add_argument("--opencl", action="store_true",
                         help="quantized vs de-quantized float32 matmul and weight bytes on "
                              "opencl:0")
+    parser.add_argument("--tokens", type=int, default=16,
+                        help="greedy tokens timed per SmolLM2 decode with --opencl")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     formats = args.formats.split(",")
     if args.worker:
-        if args.worker.startswith("opencl-memory"):
-            result = opencl_memory_worker(args.worker)
+        if args.worker.startswith("opencl-model"):
+            result = opencl_model_worker(args.worker, args.tokens)
         elif args.worker.startswith("opencl"):
             result = opencl_worker(args.worker, formats[0], args.rows, args.k, args.repeats)
         elif args.smollm:
