@@ -36,7 +36,16 @@ inline float round_int8_block(__global const float* x, char* q) {
 """
 
 _HALF = """
-inline float half_at(__global const uchar* p) { return vload_half(0, (__global const half*)p); }
+/* The float16 at p, exactly, in integer steps (subnormals, infinities and NaN included): on
+ * PoCL this is twice as fast as vload_half, which was half of a decode matmul's time. */
+inline float half_at(__global const uchar* p) {
+    const uint bits = (uint)p[0] | ((uint)p[1] << 8);
+    const uint sign = (bits & 0x8000u) << 16, exponent = (bits >> 10) & 31u;
+    const uint mantissa = bits & 1023u;
+    if (exponent == 0u) return as_float(sign | as_uint((float)mantissa * 0x1p-24f));
+    if (exponent == 31u) return as_float(sign | 0x7f800000u | (mantissa << 13));
+    return as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
 /* A q4 block's 32 nibbles (the low ones first) as four float8. */
 inline void nibbles(uchar16 bytes, float8* codes) {
     const uchar16 low = bytes & (uchar)15, high = bytes >> (uchar)4;

@@ -41,6 +41,22 @@ def test_dequantize_views_of_whole_blocks(opencl, dtype):
                                   values[1:5, columns])
 
 
+def test_every_kind_of_float16_scale_reads_exactly(opencl):
+    """The kernels read float16 scales in integer steps: zeros, subnormals, the largest
+    normal, infinities and NaN give gguf's values bit for bit (NaN where it has NaN)."""
+    _, device = opencl
+    blocks, _ = _weight(dt.q4_1, 2, 5 * 32, 7, None)
+    scales = np.array([0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00,
+                       0x7E00], np.uint16)
+    for place, offset in enumerate((0, 2)):  # d, then m, of every block
+        blocks.reshape(10, 20)[:, offset:offset + 2] = np.roll(scales, place).view(
+            np.uint8).reshape(10, 2)
+    weight = fuel.from_quantized(blocks.reshape(-1), dt.q4_1, (2, 160), device=device)
+    with np.errstate(invalid="ignore"):
+        expected = dequantized(blocks, dt.q4_1)
+    np.testing.assert_array_equal(fuel.dequantize(weight).numpy(), expected)
+
+
 def test_a_view_inside_a_block_is_refused_by_name(opencl):
     _, device = opencl
     _, weight = _weight(dt.q8_0, 4, 64, 2, device)
