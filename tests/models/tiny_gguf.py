@@ -132,9 +132,9 @@ def write_tiny_llama(path: Path, spec: TinyLlama | None = None, seed: int = 0) -
     return path
 
 
-def assert_matches_the_cpu(path: Path, device) -> None:
+def assert_matches_the_cpu(path: Path, device):
     """The Llama GGUF at ``path`` on ``device`` gives the CPU backend's logits (within 1e-4)
-    for a short prompt, and the same 8 greedy ids."""
+    for a short prompt, and the same 8 greedy ids; returns the model on ``device``."""
     from fuel.models.llama import load_gguf
 
     on_cpu, on_device = load_gguf(path), load_gguf(path, device=device)
@@ -143,3 +143,4 @@ def assert_matches_the_cpu(path: Path, device) -> None:
     got = on_device.forward(ids, on_device.new_cache(32), all_logits=True)
     assert np.abs(got - expected).max() <= 1e-4
     assert on_device.generate_ids(ids, 8) == on_cpu.generate_ids(ids, 8)
+    return on_device
