@@ -5,13 +5,20 @@ medians are printed with the ratio fuel / NumPy read (1.0 = the kernel reads its
 fast as NumPy can stream them).
 
     python bench/quant.py [--rows N] [--k K] [--rounds R] [--formats q4_0,q4_1,...]
-                          [--smollm [--activations M]] [--cpu-time]
+                          [--smollm [--activations M]] [--cpu-time] [--opencl]
 
 ``--smollm`` prints instead the per-launch time of SmolLM2-135M's quantized matmuls (q|k|v,
 o, gate|up, down in q4_1; the tied lm_head in q8_0) at ``M`` activation rows (1: decode): the
 kernel's prepared launcher, replayed as a decode step replays it, cycling over enough copies
 of each weight (64 MB) that they stream from memory as in a real step; beside it NumPy's
 streaming read of the same copies.
+
+``--opencl`` compares, on ``opencl:0`` (PoCL here), fuel's quantized_matmul reading the blocks
+as stored against the float32 matmul by the de-quantized weight on the same device (what the
+device ran when it had no quantized kernels: weights de-quantized at load), at the decode
+shape: GB/s of weight bytes read by each, and the ratio of their times; then the bytes the
+SmolLM2 weights take on the device and its greedy decode tokens/s, loaded quantized against
+loaded de-quantized (float32).
 
 ``--cpu-time`` times the process's CPU time instead of wall time, with fuel's kernels on one
 thread (``FUEL_THREADS=1``): on a machine other processes load, it compares the work per call
@@ -34,6 +41,7 @@ FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k")
 SMOLLM_SHAPES = (("q|k|v", "q4_1", 960, 576, 30), ("o", "q4_1", 576, 576, 30),
                  ("gate|up", "q4_1", 3072, 576, 30), ("down", "q4_1", 576, 1536, 30),
                  ("lm_head", "q8_0", 49152, 576, 1))
+OPENCL = "opencl:0"
 STREAMED_BYTES = 64 << 20  # weight copies cycled per shape: more than the last-level cache
 # float16 scale offsets inside a block (the codes around them are random bytes)
 SCALE_OFFSETS = {"q4_0": (0,), "q4_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2), "q6_k": (208,)}
@@ -116,10 +124,98 @@ def worker(system: str, name: str, rows: int, k: int, repeats: int) -> dict:
     return {"seconds": seconds, "bytes": int(data.nbytes)}
 
 
+def opencl_worker(system: str, name: str, rows: int, k: int, repeats: int) -> dict:
+    """Seconds per decode-shape call on opencl:0: ``opencl-quantized`` (quantized_matmul on
+    the blocks) or ``opencl-float32`` (x @ the de-quantized (k, n) float32 weight)."""
+    import fuel
+
+    data = blocks(name, rows, k)
+    x = fuel.tensor(np.random.default_rng(1).normal(size=(1, k)).astype(np.float32),
+                    device=OPENCL)
+    if system == "opencl-quantized":
+        weight = fuel.from_quantized(data, name, (rows, k), device=OPENCL)
+        step = fuel.jit(lambda x: fuel.quantized_matmul(x, weight))
+        size = data.nbytes
+    else:
+        from gguf.quants import dequantize
+
+        from fuel.ir.dtype import from_name
+
+        values = dequantize(data, from_name(name).gguf_type)
+        weight = fuel.tensor(np.ascontiguousarray(values.T), device=OPENCL)
+        step = fuel.jit(lambda x: x @ weight)
+        size = values.nbytes
+    return {"seconds": time_median(lambda: step(x).numpy(), repeats), "bytes": int(size)}
+
+
+def opencl_model_worker(system: str, tokens: int) -> dict:
+    """SmolLM2 loaded on opencl:0 with its weights as stored (``opencl-model-quantized``) or
+    de-quantized to float32 at load: the bytes fuel holds there after the load, and greedy
+    decode tokens/s over ``tokens`` tokens (after a warm-up generation)."""
+    import gc
+
+    import fuel
+    from fuel.backends import get_backend
+    from fuel.ir.device import parse_device
+    from fuel.models.llama import load_gguf
+
+    device = parse_device(OPENCL)
+    quantized = system == "opencl-model-quantized"
+    model = load_gguf(device=OPENCL, dtype="quantized" if quantized else "float32",
+                      use_cache=False)
+    fuel.empty_cache()
+    gc.collect()
+    held = int(get_backend(device).memory_stats(device)["live_bytes"])
+    ids = model.encode("The capital of France is")
+    model.generate_ids(ids, 4)
+    started = time.perf_counter()
+    generated = model.generate_ids(ids, tokens)
+    seconds = time.perf_counter() - started
+    return {"bytes": held, "quantized": bool(model.weights.layers[0].o_t.dtype.is_quantized),
+            "tokens_per_second": len(generated) / seconds}
+
+
+def opencl_table(args) -> None:
+    """Decode-shape quantized_matmul against the de-quantized float32 matmul on opencl:0, then
+    the device bytes of SmolLM2's weights both ways."""
+    from fuel.backends import get_backend
+    from fuel.ir.device import parse_device
+
+    device = parse_device(OPENCL)
+    print(f"opencl:0 = {get_backend(device).describe_device(device)}")
+    print(f"decode shape: (1, {args.k}) x ({args.rows}, {args.k}).T, medians of {args.rounds} "
+          f"alternated rounds x {args.repeats} calls (each call downloads its 1 x n result)")
+    print(f"\n{'format':<8}{'q MB':>7}{'q ms':>8}{'q GB/s':>8}{'f32 MB':>8}{'f32 ms':>8}"
+          f"{'f32 GB/s':>10}{'f32 ms / q ms':>15}")
+    for name in args.formats.split(","):
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+            ours.append(run("opencl-quantized", name, args))
+            theirs.append(run("opencl-float32", name, args))
+        q, f = (statistics.median(r["seconds"] for r in rs) for rs in (ours, theirs))
+        qb, fb = ours[0]["bytes"], theirs[0]["bytes"]
+        print(f"{name:<8}{qb / 1e6:>7.1f}{q * 1e3:>8.2f}{qb / q / 1e9:>8.2f}{fb / 1e6:>8.1f}"
+              f"{f * 1e3:>8.2f}{fb / f / 1e9:>10.2f}{f / q:>15.2f}")
+    print("GB/s: weight bytes read per second by each kernel; ratio > 1: quantized is faster")
+    kept, dense = [], []
+    for _ in range(args.rounds):
+        kept.append(run("opencl-model-quantized", "q8_0", args))
+        dense.append(run("opencl-model-float32", "q8_0", args))
+    fast, slow = (statistics.median(r["tokens_per_second"] for r in rs) for rs in (kept, dense))
+    print(f"\nSmolLM2 on opencl:0, weights as stored (quantized: {kept[0]['quantized']}) / "
+          f"de-quantized to float32 at load:")
+    held, full = kept[0]["bytes"], dense[0]["bytes"]
+    print(f"  bytes fuel holds after load  {held / 2**20:8.1f} MiB {full / 2**20:8.1f} MiB   "
+          f"ratio {full / held:.2f}")
+    print(f"  greedy decode tok/s ({args.tokens} tokens, median of {args.rounds}) {fast:8.2f} "
+          f"{slow:8.2f}   ratio {fast / slow:.2f}")
+
+
 def run(system: str, name: str, args, rows: int | None = None, k: int | None = None) -> dict:
     arguments = ["--worker", system, "--formats", name,
                  "--rows", str(rows or args.rows), "--k", str(k or args.k),
-                 "--repeats", str(args.repeats), "--activations", str(args.activations)]
+                 "--repeats", str(args.repeats), "--activations", str(args.activations),
+                 "--tokens", str(args.tokens)]
     if args.smollm:
         arguments.append("--smollm")
     environment = dict(os.environ)
@@ -141,11 +237,20 @@ def main() -> None:
                         help="activation rows for --smollm (1: decode)")
     parser.add_argument("--cpu-time", action="store_true",
                         help="CPU time, fuel on one thread (for a loaded machine)")
+    parser.add_argument("--opencl", action="store_true",
+                        help="quantized vs de-quantized float32 matmul and weight bytes on "
+                             "opencl:0")
+    parser.add_argument("--tokens", type=int, default=16,
+                        help="greedy tokens timed per SmolLM2 decode with --opencl")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     formats = args.formats.split(",")
     if args.worker:
-        if args.smollm:
+        if args.worker.startswith("opencl-model"):
+            result = opencl_model_worker(args.worker, args.tokens)
+        elif args.worker.startswith("opencl"):
+            result = opencl_worker(args.worker, formats[0], args.rows, args.k, args.repeats)
+        elif args.smollm:
             result = launch_worker(args.worker, formats[0], args.rows, args.k, args.activations,
                                    args.repeats)
         else:
@@ -154,6 +259,9 @@ def main() -> None:
         return
     if args.smollm:
         smollm_table(args)
+        return
+    if args.opencl:
+        opencl_table(args)
         return
     print(f"decode shape: (1, {args.k}) x ({args.rows}, {args.k}).T, {os.cpu_count()} CPUs, "
           f"medians of {args.rounds} alternated rounds x {args.repeats} calls"

@@ -15,7 +15,6 @@ from fuel.ir.device import parse_device
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
 from fuel.ir.layout import Layout
 from fuel.ir.ops import NO_PARAMS, OpKind
-from fuel.memory import Storage
 
 if TYPE_CHECKING:
     from fuel.tensor import Tensor
@@ -44,8 +43,11 @@ def from_quantized(data: np.ndarray, dtype, shape, device=None) -> Tensor:
 
     device = parse_device(device)
     backend = get_backend(device)
-    raw = backend.upload(device, np.ascontiguousarray(data).reshape(-1))
-    storage = Storage(raw.buffer, chosen, count, raw.device, backend)
+    # The uploaded bytes' storage is retyped, not wrapped in a second Storage: a device
+    # backend's pool recycles a buffer when the storage it tracks dies, and would hand the
+    # weights' buffer to the next allocation of its size while the tensor still reads it.
+    storage = backend.upload(device, np.ascontiguousarray(data).reshape(-1))
+    storage.dtype, storage.size = chosen, count
     node = Node(OpKind.LOAD, (), None, chosen, shape, device, creation_site())
     node.attach(storage, Layout.contiguous(shape))
     return wrap(node)

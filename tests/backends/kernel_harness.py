@@ -11,7 +11,6 @@ from fuel.dispatch.kernel import BindingEntry, global_table
 from fuel.ir.device import CPU, BackendId
 from fuel.ir.layout import Layout
 from fuel.ir.ops import CopyParams, OpKind, infer
-from fuel.memory import Storage
 from tests.backends.kernel_cases.base import Case, tolerance
 
 
@@ -65,9 +64,9 @@ def run_case(backend: Backend, entry: BindingEntry, op: OpKind, dtypes, case: Ca
     storages, layouts = [], []
     for item in case.operands:
         storage = backend.upload(device, item.base)
-        if item.dtype is not None:  # blocks uploaded as bytes, typed as their format
-            storage = Storage(storage.buffer, item.dtype, item.layout.numel, storage.device,
-                              backend)
+        if item.dtype is not None:  # blocks uploaded as bytes, retyped as their format (the
+            # same storage: a second one over its buffer would let the pool recycle it)
+            storage.dtype, storage.size = item.dtype, item.layout.numel
         layout = item.layout
         if not entry.caps.strided_input and not layout.is_dense_from_zero():
             storage, layout = _contiguize(backend, device, storage, layout)

@@ -206,7 +206,13 @@ def test_prompt_chunks_of_a_repeated_length_are_replayed(tiny_gguf, cache_dir):
     assert cache.replays[(4, False)].replays == 2  # eager, captured, replayed twice
 
 
-def test_tiny_model_on_another_device_matches_the_cpu(tiny_gguf, cache_dir):
+@pytest.mark.parametrize("fields", [
+    {},  # q4_1 matrices, a q8_0 output projection, a float16 embedding
+    {"tied": True, "matrix_type": "Q8_0", "embedding_type": "Q4_0", "kv_heads": 1},
+])
+def test_tiny_model_on_another_device_matches_the_cpu(tiny_gguf, cache_dir, fields):
+    """On OpenCL the weights stay in their GGUF formats (its dequantize, quantized_matmul and
+    quantized_embedding kernels) and the model gives the CPU's logits and greedy ids."""
     from fuel.backends import get_backend
     from fuel.ir.device import parse_device
     from fuel.ir.errors import DeviceError
@@ -216,4 +222,7 @@ def test_tiny_model_on_another_device_matches_the_cpu(tiny_gguf, cache_dir):
         get_backend(device)
     except DeviceError as error:
         pytest.skip(f"no OpenCL device: {error}")
-    assert_matches_the_cpu(tiny_gguf(), device)
+    model = assert_matches_the_cpu(tiny_gguf(**fields), device)
+    layer = model.weights.layers[0]
+    assert layer.qkv_t.dtype.is_quantized and layer.qkv_t.device == device
+    assert model.weights.embed_t.dtype.is_quantized == ("embedding_type" in fields)

@@ -132,11 +132,11 @@ def write_tiny_llama(path: Path, spec: TinyLlama | None = None, seed: int = 0) -
     return path
 
 
-def assert_matches_the_cpu(path: Path, device) -> None:
+def assert_matches_the_cpu(path: Path, device):
     """The Llama GGUF at ``path`` on ``device`` gives the CPU backend's logits for a short
-    prompt, and the same 8 greedy ids. Within 2e-4 of the logits' span: quantized weights round
-    the activations to 16-bit blocks on every device, and float summation order upstream may
-    move a code by one step (max|x| / 32767 of its block)."""
+    prompt, and the same 8 greedy ids; returns the model on ``device``. Logits within 2e-4 of
+    their span: quantized weights round the activations to 16-bit blocks on every device, and
+    float summation order upstream may move a code by one step (max|x| / 32767 of its block)."""
     from fuel.models.llama import load_gguf
 
     on_cpu, on_device = load_gguf(path), load_gguf(path, device=device)
@@ -147,3 +147,4 @@ def assert_matches_the_cpu(path: Path, device) -> None:
     print(f"max |logit difference| {difference:.2e} on a span of {span:.2f}")
     assert difference <= 2e-4 * span
     assert on_device.generate_ids(ids, 8) == on_cpu.generate_ids(ids, 8)
+    return on_device

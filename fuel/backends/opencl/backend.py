@@ -193,10 +193,10 @@ class OpenClBackend(Backend):
     def register(self, table: KernelBindingTable) -> None:
         """Add each kernel module's bindings; float64 ones only where every device runs
         double precision."""
-        from fuel.backends.opencl import elementwise, matmul, movement, reduce, rows
+        from fuel.backends.opencl import elementwise, matmul, movement, quantized, reduce, rows
 
         keep = None if self.supports_fp64() else _without_float64
-        for module in (elementwise, movement, reduce, rows, matmul):
+        for module in (elementwise, movement, reduce, rows, matmul, quantized):
             module.KERNELS.register_into(table, keep)
         from fuel.backends.opencl import fused
         from fuel.compiler.fusion import register_fusion_target

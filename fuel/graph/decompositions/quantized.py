@@ -1,6 +1,6 @@
-"""Quantized ops from DEQUANTIZE: a backend without quantized kernels (OpenCL, the primitive
-set) runs quantized_matmul as round_int16_blocks (for the formats that round their activations),
-dequantize then matmul, quantized_embedding as dequantize then index_select, and
+"""Quantized ops from DEQUANTIZE: a backend whose only quantized kernel is dequantize (the
+primitive set) runs quantized_matmul as round_int16_blocks (for the formats that round their
+activations), dequantize then matmul, quantized_embedding as dequantize then index_select, and
 round_int16_blocks as the elementwise steps and the block max it is defined by."""
 
 from __future__ import annotations
