@@ -44,6 +44,7 @@ class ForeignCall:
     nonzero status) where the kernel validates at launch."""
 
     __slots__ = ("function", "data", "sizes", "strides", "status", "failure")
+    kernel_source = "c"  # what profile rows of its launches say ran
 
     def __init__(self, function, data, sizes, strides=None, status=None,
                  failure: Callable[[int], BaseException] | None = None) -> None:

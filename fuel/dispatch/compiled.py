@@ -132,13 +132,14 @@ def execute_compiled_with_wait_hint(
         timer = _device_timer(inputs, outputs) if op_profile._trace else None
         start = time.perf_counter()
         try:
-            if launcher is None:
-                compiled.kernel(inputs, outputs, layouts, compiled.op_params)
-            else:
-                launcher()
+            if launcher is None:  # bound first, so the row can say which code the launch ran
+                launcher = compiled.prepare(inputs, outputs, layouts)
+                start = time.perf_counter()
+            launcher()
         finally:
             seconds = time.perf_counter() - start
-            _record(compiled, inputs, outputs, start, seconds, label, timer() if timer else None)
+            _record(compiled, inputs, outputs, start, seconds, label, timer() if timer else None,
+                    getattr(launcher, "kernel_source", None))
     if not will_be_waited or not outputs:
         return READY
     output = outputs[0]
@@ -170,7 +171,10 @@ def _device_timer(inputs, outputs):
 
 
 def _record(compiled: CompiledNode, inputs, outputs, start: float, seconds: float, label: str,
-            device_seconds=None) -> None:
+            device_seconds=None, launch_source: str | None = None) -> None:
+    """One LaunchRow; its kernel_source is the launcher's own where it states one (a kernel
+    with two paths: a ForeignCall ran C, the float32 matmul's OpenBLAS path NumPy), else the
+    binding's."""
     first_in = inputs[0] if inputs else None
     first_out = outputs[0] if outputs else None
     op_profile.record_launch(op_profile.LaunchRow(
@@ -181,7 +185,7 @@ def _record(compiled: CompiledNode, inputs, outputs, start: float, seconds: floa
         bytes=first_in.nbytes if first_in is not None else 0,
         seconds=seconds,
         start=start,
-        kernel_source=compiled.entry.kernel_source if compiled.entry else "",
+        kernel_source=launch_source or (compiled.entry.kernel_source if compiled.entry else ""),
         node=label,
         device_seconds=device_seconds,
     ))

@@ -146,3 +146,20 @@ def test_cached_plan_replays_in_sequences_and_names_a_failing_copy():
         build(7, values).numpy()
     assert "index 7 is out of range" in str(caught.value) and "index_copy" in str(caught.value)
     np.testing.assert_allclose(build(2, values).numpy()[2], values[0] * 2.0 + 2.0, rtol=1e-6)
+
+
+def test_profile_rows_name_the_code_each_launch_ran():
+    """A kernel with a C path and a NumPy (or OpenBLAS) one: each profiled launch's row says
+    which ran, eager or replayed, not only the binding's tag."""
+    small = fuel.from_numpy(np.ones(64, np.float32))
+    large = fuel.from_numpy(np.ones(1 << 17, np.float32))
+    square = fuel.from_numpy(np.ones((128, 128), np.float32))
+    with fuel.profile() as prof:
+        (small + small).realize()  # binary.c
+        (large + large).realize()  # NumPy's loop
+        (square @ square).realize()  # 128 rows: OpenBLAS
+        (square[:2] @ square).realize()  # 2 rows: the C kernel
+    sources = {(row.op, row.bytes): row.kernel_source for row in prof.launches}
+    assert sources[("add", 64 * 4)] == "c"
+    assert sources[("add", (1 << 17) * 4)] == "numpy"
+    assert [row.kernel_source for row in prof.launches if row.op == "matmul"] == ["numpy", "c"]

@@ -109,7 +109,7 @@ def test_dispatched_kernel_ident_matches_what_runs_and_views_have_none():
     assert idents[ops.index(OpKind.RELU)] == ("numpy", relu.kernel_revision_hash)
 
 
-def test_run_time_extension_publishes_a_new_table_and_is_used_by_realize():
+def test_run_time_extension_publishes_a_new_table_and_is_used_by_realize(restored_global_table):
     before_table, before_generation = global_table(), table_generation()
     calls = []
 

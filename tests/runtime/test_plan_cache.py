@@ -80,7 +80,7 @@ def test_device_change_misses():
     np.testing.assert_array_equal(on_device.to("cpu").numpy(), a + 1)
 
 
-def test_binding_table_extension_invalidates_cached_plans():
+def test_binding_table_extension_invalidates_cached_plans(restored_global_table):
     def graph():
         return (fuel.ones(3, dtype=fuel.int16) * 3).sum()
 
