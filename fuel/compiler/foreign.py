@@ -152,6 +152,17 @@ class LaunchBatcher:
         self._build(launchers)
         return self.batched
 
+    def run(self, launchers: Sequence[Callable[[], None]],
+            step: Callable[[int], tuple]) -> None:
+        """Launch ``launchers`` as batched; a failure raises the KernelError naming its step
+        (``step(index)``: a launcher index's (compiled node, label))."""
+        launch = None
+        try:
+            for launch in self.batch(launchers):
+                launch()
+        except Exception as error:
+            raise _launch_error(error, launch, self, launchers, step) from error
+
     def step_of(self, launch, launchers: Sequence) -> int:
         """The index of the launcher that ``launch`` (an entry of the batched list) ran first."""
         for index, (sequence, position) in enumerate(self.where):
@@ -174,9 +185,9 @@ class LaunchBatcher:
                 continue
             sequence, position = where[index]
             if sequence is None:
-                if new.__class__ is ForeignCall:
+                if new.__class__ is ForeignCall and old.__class__ is not ForeignCall:
                     return False  # it could join a sequence: rebuild
-                self.batched[position] = new
+                self.batched[position] = new  # a lone call stays lone: its neighbours are not C
             elif new.__class__ is ForeignCall:
                 sequence.replace(position, new)
             else:
@@ -214,8 +225,8 @@ class LaunchBatcher:
         self.where = where
 
 
-def batched_launch_error(error: BaseException, launch, batcher: LaunchBatcher,
-                         launchers: Sequence, step: Callable[[int], tuple]) -> BaseException:
+def _launch_error(error: BaseException, launch, batcher: LaunchBatcher,
+                  launchers: Sequence, step: Callable[[int], tuple]) -> BaseException:
     """The KernelError for ``error`` raised by ``launch`` (an entry of ``batcher``'s list),
     naming the step that failed; ``step(index)`` gives a launcher index's (compiled, label)."""
     from fuel.dispatch.compiled import kernel_error

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fuel.backends import get_backend
-from fuel.compiler.foreign import LaunchBatcher, batched_launch_error
+from fuel.compiler.foreign import LaunchBatcher
 from fuel.dispatch import op_profile
 from fuel.dispatch.compiled import execute_compiled_with_wait_hint, kernel_error
 from fuel.dispatch.kernel import Launcher, global_table, table_generation
@@ -172,15 +172,8 @@ class Capture:
     def _launch_all(self, launchers: list) -> None:
         """execute_compiled with profiling off and no handle is one launcher call; runs of C
         kernels go as one foreign call each (``LaunchBatcher``)."""
-        batcher = self.batcher
-        launch = None
-        try:
-            for launch in batcher.batch(launchers):
-                launch()
-        except Exception as error:
-            raise batched_launch_error(error, launch, batcher, launchers,
-                                       lambda index: (self.steps[index].step.compiled,
-                                                      self.steps[index].label)) from error
+        self.batcher.run(launchers, lambda index: (self.steps[index].step.compiled,
+                                                   self.steps[index].label))
 
     def _launch_each(self, launchers: list, operands: dict) -> None:
         """Every step through execute_compiled: profiled, Pending handles kept and waited."""

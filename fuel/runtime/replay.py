@@ -17,7 +17,7 @@ import threading
 import numpy as np
 
 from fuel.backends import get_backend
-from fuel.compiler.foreign import LaunchBatcher, batched_launch_error
+from fuel.compiler.foreign import LaunchBatcher
 from fuel.dispatch import op_profile
 from fuel.dispatch.compiled import execute_compiled_with_wait_hint, kernel_error
 from fuel.graph import Graph
@@ -214,17 +214,9 @@ class BoundPlan:
     def _launch_all(self, graph: Graph) -> None:
         """execute_compiled with profiling off and no handle is one launcher call; runs of C
         kernels go as one foreign call each (``LaunchBatcher``)."""
-        launchers, batcher = self.launchers, self.batcher
-        launch = None
-        try:
-            for launch in batcher.batch(launchers):
-                launch()
-        except Exception as error:
-            steps = self.steps
-            raise batched_launch_error(error, launch, batcher, launchers,
-                                       lambda index: (steps[index].compiled,
-                                                      node_label(graph, steps[index].node_id))
-                                       ) from error
+        steps = self.steps
+        self.batcher.run(self.launchers, lambda index: (
+            steps[index].compiled, node_label(graph, steps[index].node_id)))
 
     def _launch_each(self, graph: Graph) -> None:
         """Every step through execute_compiled: profiled, Pending handles kept and waited."""

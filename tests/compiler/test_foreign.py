@@ -48,8 +48,15 @@ def test_batcher_runs_consecutive_calls_as_one_sequence_and_patches_them():
     for launch in batched:
         launch()
     np.testing.assert_array_equal(d, 2 * x)
+    e = np.zeros(8, np.float32)
+    lone = _add(x, x, e)  # the lone call after the Python step: swapped in place, no rebuild
+    patched = batcher.batch([replaced, second, python_step, lone])
+    assert patched is batched and patched[-1] is lone
+    for launch in patched:
+        launch()
+    np.testing.assert_array_equal(e, 2 * x)
     other = lambda: log.append("other")  # noqa: E731
-    batched = batcher.batch([replaced, second, other, third])
+    batched = batcher.batch([replaced, second, other, lone])
     for launch in batched:
         launch()
     assert log[-1] == "other"

@@ -15,10 +15,21 @@ import os
 import threading
 from collections.abc import Callable
 
+from fuel.ir.layout import Layout
+
 SPIN_COUNT = "10000"  # libgomp's idle spin before a finished thread sleeps (its default: 300000)
 
 _functions: dict[str, object] = {}
 _lock = threading.Lock()
+
+
+def address(storage, layout: Layout) -> int:
+    """The address a C kernel is handed for ``layout``'s first element (whole blocks for a
+    quantized storage)."""
+    dtype = storage.dtype
+    if dtype.is_quantized:
+        return storage.buffer.ctypes.data + dtype.storage_bytes(layout.offset)
+    return storage.buffer.ctypes.data + layout.offset * storage.buffer.itemsize
 
 
 def entry_point(name: str, source: Callable[[], str], openmp: bool = False):

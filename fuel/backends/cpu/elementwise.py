@@ -211,6 +211,7 @@ BINARY_FUNCTIONS = {
 C_BINARY_OPERATIONS = {OpKind.ADD: 0, OpKind.SUB: 1, OpKind.MUL: 2, OpKind.DIV: 3}
 C_BINARY_ELEMENTS = 1 << 16
 BINARY_SOURCE = Path(__file__).with_name("binary.c")
+_BINARY_TEXT = BINARY_SOURCE.read_text()  # the kernels' revision source and the build's
 
 
 def _foreign_binary(operation: int, arrays: list, out: np.ndarray) -> ForeignCall | None:
@@ -220,7 +221,7 @@ def _foreign_binary(operation: int, arrays: list, out: np.ndarray) -> ForeignCal
                    or (np.shares_memory(a, out) and a.ctypes.data != out.ctypes.data)
                    for a in arrays)):
         return None
-    function = entry_point("binary_float32", BINARY_SOURCE.read_text)
+    function = entry_point("binary_float32", lambda: _BINARY_TEXT)
     if function is None:
         return None
     data = (ctypes.c_void_p * 3)(arrays[0].ctypes.data, arrays[1].ctypes.data, out.ctypes.data)
@@ -255,7 +256,7 @@ def _make_elementwise(function, c_operation: int | None = None):
     elementwise.prepare = lambda inputs, outputs, layouts, params: bind(inputs, outputs, layouts)
     elementwise.__qualname__ = f"elementwise[{getattr(function, '__name__', function)}]"
     if c_operation is not None:
-        elementwise.revision_source = BINARY_SOURCE.read_text()
+        elementwise.revision_source = _BINARY_TEXT
     return elementwise
 
 

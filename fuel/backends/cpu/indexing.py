@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from fuel.backends.cpu.arrays import STRIDED, array_kernel, kernel_list, output, view
-from fuel.backends.cpu.c_library import entry_point
+from fuel.backends.cpu.c_library import address, entry_point
 from fuel.compiler.foreign import ForeignCall
 from fuel.ir import dtype as dt
 from fuel.ir.errors import IndexOutOfRange
@@ -155,7 +155,7 @@ def _foreign_index_copy(inputs, outputs, layouts, index: np.ndarray, aliased: bo
     function = entry_point("indexing", INDEXING_SOURCE.read_text)
     if function is None:
         return None
-    pointers = [_element_address(storage, layout) for storage, layout in
+    pointers = [address(storage, layout) for storage, layout in
                 zip((inputs[0], inputs[1], inputs[2], outputs[0]), layouts)]
     status = (ctypes.c_int64 * 1)()
     data = (ctypes.c_void_p * 5)(*pointers, ctypes.addressof(status))
@@ -171,10 +171,6 @@ def _foreign_index_copy(inputs, outputs, layouts, index: np.ndarray, aliased: bo
 
     return ForeignCall(function, data, (ctypes.c_int64 * len(sizes))(*sizes),
                        (ctypes.c_int64 * max(1, len(strides)))(*strides), status, failure)
-
-
-def _element_address(storage, layout: Layout) -> int:
-    return storage.buffer.ctypes.data + layout.offset * storage.buffer.itemsize
 
 
 def index_copy(inputs, outputs, layouts, params):

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from fuel.backends.cpu import structured
-from fuel.backends.cpu.c_library import entry_point
-from fuel.backends.cpu.quantized import address, thread_count
+from fuel.backends.cpu.c_library import address, entry_point
+from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelCaps, KernelList, Launcher
 from fuel.ir import dtype as dt

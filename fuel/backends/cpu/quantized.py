@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fuel.backends.cpu.c_library import entry_point
+from fuel.backends.cpu.c_library import address, entry_point
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher
 from fuel.ir import dtype as dt
@@ -74,14 +74,6 @@ def library(dtype: QuantizedDType):
         raise KernelError(f"cannot compile quantized_{dtype.name}: "
                           f"{toolchain.unavailable_reason()}")
     return function
-
-
-def address(storage, layout: Layout) -> int:
-    """The address of ``layout``'s first element (whole blocks for a quantized storage)."""
-    dtype = storage.dtype
-    if dtype.is_quantized:
-        return storage.buffer.ctypes.data + dtype.storage_bytes(layout.offset)
-    return storage.buffer.ctypes.data + layout.offset * storage.buffer.itemsize
 
 
 class QuantizedKernel:
