@@ -119,5 +119,6 @@ def backend_rows() -> list[tuple[str, bool, str, list[tuple[str, str]]]]:
         devices = (
             [(str(d), backend.describe_device(d)) for d in backend.devices()] if available else []
         )
+        devices += [("not used", f"{name}: {why}") for name, why in backend.unusable_devices()]
         rows.append((backend_id.value, available, backend.unavailable_reason(), devices))
     return rows

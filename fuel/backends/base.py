@@ -81,6 +81,11 @@ class Backend(abc.ABC):
         """Why ``is_available`` is false (empty when available). Default: empty."""
         return ""
 
+    def unusable_devices(self) -> list[tuple[str, str]]:
+        """(device, why) for each device found here that fuel will not use (a failed probe),
+        for ``fuel backends``. Default: none."""
+        return []
+
     def submit(self, device: Device) -> None:
         """Start the work recorded for ``device`` without waiting for it: the realize walk
         calls it at a backend boundary (the next step runs on another backend), so a backend

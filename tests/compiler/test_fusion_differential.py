@@ -215,7 +215,8 @@ def test_fused_opencl_dags_match_unfused_cpu_hundreds(opencl_device, data):
 
 @pytest.fixture(scope="module")
 def opencl_device():
-    """``opencl:0`` (fusion there renders OpenCL C), or a skip naming why it is unavailable."""
+    """The default OpenCL device (fusion there renders OpenCL C), or a skip naming why it is
+    unavailable."""
     return str(opencl_backend().devices()[0])
 
 

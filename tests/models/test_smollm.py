@@ -219,24 +219,19 @@ def test_chat_template_prompt_and_greedy_answer_match_transformers(fuel_float_mo
 
 @pytest.mark.slow
 def test_opencl_keeps_the_weights_quantized_and_decodes_as_the_cpu(fuel_model):
-    """SmolLM2 on opencl:0 keeps its Q4_1/Q8_0 blocks as stored (OpenCL's quantized kernels)
-    and gives the CPU quantized path's greedy ids for 8 tokens. The two run the same op
-    numerics (activations rounded to 16-bit blocks of 32) with float32 sums in different
+    """SmolLM2 on the default OpenCL device keeps its Q4_1/Q8_0 blocks as stored (OpenCL's
+    quantized kernels) and gives the CPU quantized path's greedy ids for 8 tokens. The two run
+    the same op numerics (activations rounded to 16-bit blocks of 32) with float32 sums in different
     orders, so the logits agree to the rounding's size where a code moves, not to summation
     error: teacher-forced over a short prompt the top-1 ids must agree wherever the CPU's top-2
     margin exceeds 0.05, and the logits within 1e-3 of their span (the bound the quantized path
     meets against the float32 path above). Measured: 3.0e-3 of a span of 47.1, the same 8 ids
     (with 8-bit blocks: 1.11)."""
-    from fuel.backends import get_backend
     from fuel.ir.device import parse_device
-    from fuel.ir.errors import DeviceError
     from fuel.models.llama import load_gguf
+    from tests.backends.opencl.support import opencl_device
 
-    device = parse_device("opencl:0")
-    try:
-        get_backend(device)
-    except DeviceError as error:
-        pytest.skip(f"no OpenCL device: {error}")
+    device = parse_device(opencl_device())
     model = load_gguf(device=device)
     layer = model.weights.layers[0]
     assert layer.qkv_t.dtype.is_quantized and model.weights.embed_t.dtype.is_quantized

@@ -140,13 +140,13 @@ def test_if_loop_and_sequences():
 
 
 def test_run_on_another_device_when_available():
-    backends = dict((name, ok) for name, ok, _, _ in fuel._backends.backend_rows())
-    if not backends.get("opencl"):
-        pytest.skip("no OpenCL device")
+    from tests.backends.opencl.support import opencl_device
+
+    device = opencl_device()
     model = fuel.onnx.load(_mlp())
     x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
     on_cpu = model.run({"x": x})
-    on_device = model.run({"x": x}, device="opencl")
+    on_device = model.run({"x": x}, device=device)
     np.testing.assert_allclose(on_device["probs"], on_cpu["probs"], rtol=1e-4, atol=1e-6)
 
 

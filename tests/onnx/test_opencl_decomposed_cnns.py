@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.backends.opencl.support import opencl_backend
+from tests.backends.opencl.support import opencl_device
 
 onnx = pytest.importorskip("onnx")
 
@@ -18,9 +18,9 @@ def _run(name: str) -> None:
     from fuel.conformance.cases import LIGHT_SUITE, load_cases
     from fuel.conformance.runner import PASS, run_case
 
-    opencl_backend()
+    device = opencl_device()
     (case,) = load_cases((LIGHT_SUITE,), f"^light_{name}$")
-    result = run_case(case, "opencl:0", "fuel")
+    result = run_case(case, device, "fuel")
     assert result.status == PASS, f"{result.status}: {result.detail}"
 
 

@@ -133,7 +133,8 @@ def test_string_tensors_stay_on_the_cpu():
     from fuel.backends.opencl import BACKEND as OPENCL
 
     if OPENCL.is_available():
+        device = str(OPENCL.devices()[0])
         with pytest.raises(fuel.NoBackendForOp, match="string"):
-            fuel.tensor(np.array(["a"]), device="opencl:0")
+            fuel.tensor(np.array(["a"]), device=device)
         with pytest.raises(fuel.NoBackendForOp, match="string"):
-            words.to("opencl:0").numpy()
+            words.to(device).numpy()

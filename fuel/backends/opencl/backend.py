@@ -48,9 +48,11 @@ class OpenClBackend(Backend):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._detected = False
-        self._contexts: list[DeviceContext] = []
-        self._numbers: list[int] = []  # the N of opencl:N for each context
+        self._candidates: list = []  # runtime.Candidate of each working device
+        self._contexts: dict[int, DeviceContext] = {}  # made on a device's first use
+        self._numbers: list[int] = []  # the N of opencl:N for each candidate
         self._devices: list[Device] = []
+        self._rejected: list = []  # devices the probe turned down
         self._reason = ""
         self._offline = ""
 
@@ -63,13 +65,14 @@ class OpenClBackend(Backend):
             if self._detected:
                 return
             try:
-                candidates, reason = runtime.detect()
-                contexts = [DeviceContext(c) for c in candidates]
+                found = runtime.detect_devices()
+                candidates, reason, rejected = found.working, found.reason, found.rejected
             except Exception as error:  # detection must never raise
-                contexts, reason = [], f"OpenCL detection failed: {error}"
-            self._contexts = contexts
-            self._numbers = [c.number for c in candidates] if contexts else []
+                candidates, reason, rejected = [], f"OpenCL detection failed: {error}", []
+            self._candidates = candidates
+            self._numbers = [c.number for c in candidates]
             self._devices = [Device(BackendId.OPENCL, n) for n in self._numbers]
+            self._rejected = rejected
             self._reason = reason
             self._detected = True
 
@@ -79,11 +82,16 @@ class OpenClBackend(Backend):
             self._detect()
         except Exception:
             return False
-        return bool(self._contexts) and not self._offline
+        return bool(self._candidates) and not self._offline
 
     def unavailable_reason(self) -> str:
         self._detect()
-        return self._offline or ("" if self._contexts else self._reason)
+        return self._offline or ("" if self._candidates else self._reason)
+
+    def unusable_devices(self) -> list[tuple[str, str]]:
+        """(device, why) for each device the probe turned down."""
+        self._detect()
+        return [(candidate.label, candidate.error) for candidate in self._rejected]
 
     def take_offline(self, reason: str) -> None:
         """Make the backend unavailable, as when its devices disappear: every later use of an
@@ -106,15 +114,27 @@ class OpenClBackend(Backend):
         if device.backend is not BackendId.OPENCL or device.index not in self._numbers:
             names = ", ".join(str(d) for d in self._devices) or "none"
             raise DeviceError(f"device {device} does not exist; opencl has: {names}")
-        return self._contexts[self._numbers.index(device.index)]
+        found = self._contexts.get(device.index)
+        if found is None:
+            with self._lock:
+                found = self._contexts.get(device.index)
+                if found is None:
+                    candidate = self._candidates[self._numbers.index(device.index)]
+                    with wrap_errors(f"cannot set up {device}"):
+                        found = self._contexts[device.index] = DeviceContext(candidate)
+        return found
 
     def describe_device(self, device: Device) -> str:
+        self._detect()
+        if device.index in self._numbers:
+            return runtime.describe(self._candidates[self._numbers.index(device.index)])
         return self.context(device).describe()
 
     def supports_fp64(self) -> bool:
         """Whether every device runs float64 kernels (cl_khr_fp64)."""
         self._detect()
-        return bool(self._contexts) and all(c.fp64 for c in self._contexts)
+        return bool(self._candidates) and all(runtime.has_fp64(c.device)
+                                              for c in self._candidates)
 
     # ------------------------------------------------------------------ storage
 
@@ -187,7 +207,7 @@ class OpenClBackend(Backend):
 
     def empty_cache(self) -> None:
         """Give every cached (released, kept for reuse) buffer back to the driver."""
-        for context in self._contexts:
+        for context in list(self._contexts.values()):
             context.buffers.release_cached()
 
     def register(self, table: KernelBindingTable) -> None:

@@ -1,9 +1,11 @@
-"""OpenCL devices: detection by probing, one context + in-order queue per device, the program
-cache, launches, deferred fault reporting and buffer accounting.
+"""OpenCL devices: detection by probing, one context + in-order queue per device (made on the
+device's first use), the program cache, launches, deferred fault reporting and buffer accounting.
 
 Detection never raises: pyopencl may be missing, an ICD may list a platform whose compiler
-cannot build for this CPU (the PoCL bundled in the pyopencl wheel on some AVX-512 parts), so
-every device is probed by building and running a trivial kernel, and only working ones are kept.
+builds a trivial kernel but fails real ones (the PoCL bundled by pocl-binary-distribution on
+AMD EPYC), so every device is probed with a representative set of fuel's kernels in a child
+process (``fuel.backends.opencl.probe``, cached per device and driver), and only working ones
+are kept. A system ICD is preferred to one a Python wheel bundles.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ else:
 
 DEVICE_ENVIRONMENT = "FUEL_OPENCL_DEVICE"
 _capture = threading.local()  # .events: the list a device timer is filling on this thread
-_PROBE_SOURCE = "__kernel void fuel_probe(__global int* out) { out[get_global_id(0)] = 7; }"
 _TYPE_RANK = {"GPU": 0, "ACCELERATOR": 1, "CPU": 2}
 FAULT_WORDS = 4
 
@@ -58,46 +59,53 @@ class Candidate:
     device_index: int
     error: str = ""
     number: int = 0  # its N in opencl:N: the position among the working devices
+    bundled: bool = False  # its ICD comes with a Python wheel, not the system
+
+    @property
+    def platform_label(self) -> str:
+        return f"{self.platform.name.strip()} [{self.platform.version.strip()}]"
 
     @property
     def label(self) -> str:
-        return (f"{self.platform.name.strip()} [{self.platform.version.strip()}] / "
-                f"{self.device.name.strip()}")
+        return f"{self.platform_label} / {self.device.name.strip()}"
+
+    @property
+    def driver(self) -> str:
+        return str(getattr(self.device, "driver_version", "")).strip()
 
     @property
     def sort_key(self) -> tuple:
-        return (_TYPE_RANK.get(_kind(self.device), 3), self.platform.name, self.platform.version,
-                self.platform_index, self.device_index)
+        """GPUs first; among equals a system ICD before a wheel's bundled one."""
+        return (_TYPE_RANK.get(_kind(self.device), 3), self.bundled, self.platform.name,
+                self.platform.version, self.platform_index, self.device_index)
 
 
-def probe(candidate: Candidate) -> str:
-    """Build and run a trivial kernel; '' when the device works, else why not."""
-    try:
-        context = cl.Context([candidate.device])
-        queue = cl.CommandQueue(context)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = cl.Program(context, _PROBE_SOURCE).build()
-        buffer = cl.Buffer(context, cl.mem_flags.READ_WRITE, 4)
-        cl.Kernel(program, "fuel_probe")(queue, (1,), None, buffer)
-        host = np.zeros(1, np.int32)
-        cl.enqueue_copy(queue, host, buffer, is_blocking=True)
-        queue.finish()
-        return "" if host[0] == 7 else f"probe kernel returned {host[0]}, expected 7"
-    except Exception as error:  # any failure only disqualifies this device
-        return _first_line(error)
+@dataclass
+class Detection:
+    """What detection found: the working devices, why there is none, the rejected ones."""
+
+    working: list[Candidate]
+    reason: str = ""
+    rejected: list[Candidate] = field(default_factory=list)
 
 
 def detect() -> tuple[list[Candidate], str]:
     """(working devices in a stable order, reason when there is none). Never raises."""
+    found = detect_devices()
+    return found.working, found.reason
+
+
+def detect_devices() -> Detection:
+    """Enumerate, probe (cached) and order the devices. Never raises."""
     if cl is None:
-        return [], IMPORT_ERROR or "pyopencl is not importable; install it with pip install " \
-                                   "'pyfuel[opencl]'"
+        return Detection([], IMPORT_ERROR or "pyopencl is not importable; install it with pip "
+                                             "install 'pyfuel[opencl]'")
     try:
         platforms = cl.get_platforms()
     except Exception as error:
-        return [], f"no OpenCL platform found ({_first_line(error)}); install an ICD such as " \
-                   "Debian's pocl-opencl-icd, or pip install pocl-binary-distribution"
+        return Detection([], f"no OpenCL platform found ({_first_line(error)}); install an ICD "
+                             "such as Debian's pocl-opencl-icd or your GPU's driver, or pip "
+                             "install 'pyfuel[opencl-cpu]'")
     seen: list[Candidate] = []
     for platform_index, platform in enumerate(platforms):
         try:
@@ -105,16 +113,28 @@ def detect() -> tuple[list[Candidate], str]:
         except Exception:
             continue
         for device_index, device in enumerate(devices):
-            candidate = Candidate(platform, device, platform_index, device_index)
-            candidate.error = probe(candidate)
-            seen.append(candidate)
+            seen.append(Candidate(platform, device, platform_index, device_index))
+    from fuel.backends.opencl import probe
+
+    target = os.environ.get(probe.TARGET_ENVIRONMENT, "")
+    if target:  # a probe's child process: that one device, unprobed
+        chosen = [c for c in seen if f"{c.platform_index}:{c.device_index}" == target]
+        return Detection(chosen, "" if chosen else f"probe target {target} not found")
+    try:
+        probe.probe_devices(seen, [probe.platform_label(p) for p in platforms])
+    except Exception as error:  # probing must not take detection down with it
+        for candidate in seen:
+            candidate.error = f"probing failed: {_first_line(error)}"
     seen.sort(key=lambda c: c.sort_key)
     working = [c for c in seen if not c.error]
+    rejected = [c for c in seen if c.error]
     if not seen:
-        return [], "no OpenCL device found on any platform"
+        return Detection([], "no OpenCL device found on any platform")
     if not working:
-        return [], "no working OpenCL device: " + "; ".join(f"{c.label}: {c.error}" for c in seen)
-    return _choose(working)
+        return Detection([], "no working OpenCL device: " + "; ".join(
+            f"{c.label}: {c.error}" for c in seen), rejected)
+    chosen, reason = _choose(working)
+    return Detection(chosen, reason, rejected)
 
 
 def _choose(working: list[Candidate]) -> tuple[list[Candidate], str]:
@@ -134,6 +154,31 @@ def _choose(working: list[Candidate]) -> tuple[list[Candidate], str]:
     listed = "; ".join(f"{i}: {c.label}" for i, c in enumerate(working))
     return [], f"{DEVICE_ENVIRONMENT}={choice!r} matches no working device (by index or by " \
                f"name): {listed}"
+
+
+def _build_log(program, device) -> str:
+    """The first lines of a program's build log on ``device`` ('empty' when there is none)."""
+    try:
+        log = program.get_build_info(device, cl.program_build_info.LOG) or ""
+    except Exception:
+        log = ""
+    lines = [line.strip() for line in str(log).splitlines() if line.strip()]
+    return " | ".join(lines[:3])[:400] or "empty"
+
+
+def has_fp64(device) -> bool:
+    """Whether ``device`` runs double precision (cl_khr_fp64)."""
+    return bool(getattr(device, "double_fp_config", 0)) or "cl_khr_fp64" in device.extensions
+
+
+def describe(candidate: Candidate) -> str:
+    """A one-line description of a device, without setting it up."""
+    device = candidate.device
+    memory = device.global_mem_size / 2**30
+    version = " ".join(candidate.platform.version.split()[:4])
+    origin = ", bundled by a Python wheel" if candidate.bundled else ""
+    return (f"{device.name.strip()} ({_kind(device)}, {device.max_compute_units} compute "
+            f"units, {memory:.1f} GiB) on {candidate.platform.name.strip()}, {version}{origin}")
 
 
 @dataclass
@@ -180,8 +225,7 @@ class DeviceContext:
 
     @property
     def fp64(self) -> bool:
-        return bool(getattr(self.device, "double_fp_config", 0)) or \
-            "cl_khr_fp64" in self.device.extensions
+        return has_fp64(self.device)
 
     @property
     def max_allocation(self) -> int:
@@ -208,11 +252,7 @@ class DeviceContext:
         return int(min(wide, self.device.max_work_group_size))
 
     def describe(self) -> str:
-        device = self.device
-        memory = device.global_mem_size / 2**30
-        version = " ".join(self.candidate.platform.version.split()[:4])
-        return (f"{device.name.strip()} ({_kind(device)}, {device.max_compute_units} compute "
-                f"units, {memory:.1f} GiB) on {self.candidate.platform.name.strip()}, {version}")
+        return describe(self.candidate)
 
     # ------------------------------------------------------------------ programs and launches
 
@@ -229,7 +269,14 @@ class DeviceContext:
                 self.programs[spec.digest] = program
             found = self.kernels.get(key)
             if found is None:
-                found = cl.Kernel(program, name)
+                try:
+                    found = cl.Kernel(program, name)
+                except cl.Error as error:  # built, but the compiler dropped the kernel
+                    raise KernelError(
+                        f"OpenCL program {spec.name} built for {self.device.name.strip()} "
+                        f"({self.candidate.platform_label}) has no kernel {name} "
+                        f"({_first_line(error)}); build log: {_build_log(program, self.device)}"
+                    ) from error
                 self.kernels[key] = found
             return found
 
@@ -242,8 +289,8 @@ class DeviceContext:
                     options=list(self.build_options))
         except cl.Error as error:
             raise KernelError(
-                f"OpenCL program {spec.name} failed to build for {self.device.name.strip()}:\n"
-                f"{error}"
+                f"OpenCL program {spec.name} failed to build for {self.device.name.strip()} "
+                f"({self.candidate.platform_label}):\n{error}"
             ) from error
 
     def launch(self, kernel, global_size, local_size, *args, offset=None) -> None:

@@ -22,6 +22,12 @@ def opencl_backend() -> Backend:
         pytest.skip(f"OpenCL is unavailable: {error}")
 
 
+def opencl_device() -> str:
+    """The default OpenCL device (the first one detection accepted, whatever its number), or a
+    skip naming why there is none."""
+    return str(opencl_backend().devices()[0])
+
+
 def live_buffers(backend, device) -> int:
     """OpenCL buffers fuel still holds on ``device`` once idle pooled buffers are released."""
     fuel.empty_cache()
