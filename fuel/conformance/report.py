@@ -153,6 +153,20 @@ def markdown(results: list[Result], meta: dict, peer: list[Result] | None = None
         "string,",
         "uint16/32/64, float8, int4, ...); **error** (any other failure).",
         "",
+        "Casts from a float to a 2- or 4-bit integer (INT4, UINT4, INT2, UINT2) truncate toward "
+        "zero and give 0",
+        "where the truncated value is out of the type's range, NaN and infinities included. "
+        "The ONNX specification",
+        "leaves a float out of a fixed-point type's range undefined (Cast: \"fixed point: "
+        "undefined if OOR\"); fuel",
+        "takes ml_dtypes' answer from 0.7 on, the library that defines these types for NumPy "
+        "(0.6 wrapped: -9 -> 7),",
+        "and the node cases' expected outputs are written from that rule on every ml_dtypes "
+        "(`fuel.conformance.cases`),",
+        "so the counts do not depend on the machine's version. The generated cases are cached "
+        "per onnx, ml_dtypes and",
+        "NumPy version under `$FUEL_CACHE_DIR/onnx-node-cases` (`$FUEL_ONNX_CASES` moves them).",
+        "",
         "## Totals",
         "",
         "| suite | cases | " + " | ".join(SHORT[s] for s in STATUSES) + extra_head + " |",

@@ -24,7 +24,7 @@ def test_the_chosen_device_keeps_its_number(monkeypatch):
     monkeypatch.setenv(runtime.DEVICE_ENVIRONMENT, "1")
     chosen, reason = runtime._choose(_candidates(3))
     assert not reason and [c.number for c in chosen] == [1]
-    monkeypatch.setattr(runtime, "detect", lambda: (chosen, ""))
+    monkeypatch.setattr(runtime, "detect_devices", lambda: runtime.Detection(chosen, ""))
     monkeypatch.setattr(backend, "DeviceContext", lambda candidate: candidate)
     opencl = OpenClBackend()
     assert opencl.devices() == [Device(BackendId.OPENCL, 1)]

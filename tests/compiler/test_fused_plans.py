@@ -136,6 +136,11 @@ def test_without_a_compiler_nothing_fuses(monkeypatch):
 
 
 def test_pipelined_realize_compiles_cold_kernels_on_its_planning_thread(monkeypatch, tmp_path):
+    """The two groups' kernels are compiled (into this test's cache folder) during the
+    pipelined realize. Counted among the kernels built into that folder only: a build an
+    earlier test left running may finish now and land in the loaded list too."""
+    for pending in list(toolchain._building.values()):
+        pending.result()
     monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(toolchain, "_loaded", {})
     monkeypatch.setattr(plan, "_compiled_cache", {})
@@ -148,9 +153,9 @@ def test_pipelined_realize_compiles_cold_kernels_on_its_planning_thread(monkeypa
     expected = _expected(x, y)
     np.testing.assert_allclose(first.numpy(), expected, rtol=1e-6)
     np.testing.assert_allclose(second.numpy(), np.tanh(expected * 3 - y) + 1.5, rtol=1e-5)
-    assert len(toolchain.built_kernels()) == 2
-    assert all(str(kernel.source_path).startswith(str(tmp_path))
-               for kernel in toolchain.built_kernels())
+    built_here = [kernel for kernel in toolchain.built_kernels()
+                  if str(kernel.source_path).startswith(str(tmp_path))]
+    assert len(built_here) == 2
 
 
 def test_without_vector_math_math_functions_keep_their_numpy_kernels(monkeypatch):

@@ -275,6 +275,10 @@ def _main(arguments: list[str]) -> int:
             platforms = []
         print(json.dumps({"platforms": platforms}), flush=True)
         return 0
+    if len(arguments) != 1 or arguments[0] != os.environ.get(TARGET_ENVIRONMENT):
+        print(f"usage: {TARGET_ENVIRONMENT}=P:D python -m fuel.backends.opencl.probe P:D, or "
+              "python -m fuel.backends.opencl.probe --bundled", file=sys.stderr)
+        return 2
     import warnings
 
     warnings.simplefilter("ignore")
