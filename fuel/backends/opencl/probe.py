@@ -16,6 +16,7 @@ D and prints the verdict as JSON; ``--bundled`` lists the platforms that come fr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -40,6 +41,7 @@ def cache_path() -> Path:
     return root / _CACHE_NAME
 
 
+@functools.cache
 def revision() -> str:
     """This probe's revision: its own source and the fuel version that runs it."""
     from fuel.backends.opencl import codegen
