@@ -9,7 +9,7 @@ import pytest
 
 import fuel
 import fuel.nn.tensor_ops
-from fuel.backends.opencl import OpenClBackend, runtime
+from fuel.backends.opencl import OpenClBackend, probe, runtime
 from fuel.backends.opencl.codegen import ProgramSpec
 from fuel.dispatch import in_flight
 from fuel.dispatch.kernel import global_table
@@ -30,10 +30,17 @@ def test_detection_never_raises_without_pyopencl(monkeypatch):
 
 def test_devices_whose_compiler_fails_are_left_out(monkeypatch):
     opencl_backend()
-    monkeypatch.setattr(runtime, "probe", lambda c: "error: unknown target CPU 'generic'")
+
+    def reject(candidates, platforms):
+        for candidate in candidates:
+            candidate.error = "matmul kernel failed: error: unknown target CPU 'generic'"
+
+    monkeypatch.setattr(probe, "probe_devices", reject)
     backend = OpenClBackend()
     assert not backend.is_available()
     assert "unknown target CPU" in backend.unavailable_reason()
+    unusable = backend.unusable_devices()
+    assert unusable and all("unknown target CPU" in why for _, why in unusable)
 
 
 def test_detection_order_is_stable_and_env_picks_one(monkeypatch):
