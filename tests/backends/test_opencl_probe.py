@@ -36,7 +36,7 @@ def test_verdicts_are_cached_under_fuel_cache_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path))
     calls = []
 
-    def child(arguments, extra):
+    def child(arguments, extra, module="fuel.backends.opencl.probe"):
         calls.append(arguments)
         if arguments == ["--bundled"]:
             return "", {"platforms": ["B [OpenCL 3.0]"]}
@@ -62,7 +62,7 @@ def test_verdicts_are_cached_under_fuel_cache_dir(monkeypatch, tmp_path):
 
 
 def test_a_child_without_a_verdict_is_a_reason_not_a_crash():
-    error, verdict = probe._run_child(["not-a-device"], {})
+    error, verdict = probe._run_child(["not-a-device"], {}, probe.CHECKS_MODULE)
     assert verdict is None and "exited with status 2" in error and "usage" in error
 
 
@@ -114,5 +114,7 @@ def test_accepted_devices_run_the_checks_in_this_process():
 
     if not BACKEND.is_available():
         pytest.skip(BACKEND.unavailable_reason())
+    from fuel.conformance.opencl_probe import run_checks
+
     for device in BACKEND.devices():
-        assert probe.run_checks(str(device)) == ""
+        assert run_checks(str(device)) == ""

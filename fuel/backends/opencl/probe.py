@@ -4,14 +4,14 @@ Some ICDs list a device whose compiler builds a trivial kernel but fails real on
 bundled by ``pocl-binary-distribution``, LLVM 14, on AMD EPYC: a float64 matmul program builds
 without its kernel, and a later ``finish`` may crash the process). So each device is probed in a
 child process (a crash there only disqualifies the device) that runs a representative set of
-fuel's kernels on it through fuel itself (elementwise and fused, reductions, a row kernel, a
-convolution, matmuls, a quantized dot) and compares each with NumPy.
+fuel's kernels on it through fuel itself and compares each with NumPy: the checks are
+``fuel.conformance.opencl_probe`` (they build graphs, so they live above the front end; this
+module starts them by name and imports nothing of theirs).
 
 Results are cached in ``$FUEL_CACHE_DIR/opencl-probe.json`` (default ``~/.cache/fuel``) keyed by
-the platforms listed, the device, its driver version and this probe's revision, so a later
-process probes nothing. ``python -m fuel.backends.opencl.probe P D`` probes platform P's device
-D and prints the verdict as JSON; ``--bundled`` lists the platforms that come from Python wheels
-(found with the system's ICD folder hidden).
+the platforms listed, the device, its driver version and the probe's revision, so a later
+process probes nothing. ``python -m fuel.backends.opencl.probe --bundled`` lists the platforms
+that come from Python wheels (run with the system's ICD folder hidden).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 TARGET_ENVIRONMENT = "FUEL_OPENCL_PROBE_TARGET"  # "P:D": the child sees that device only
+# The child's checks run fuel's kernels through the front end, so they live in the layer
+# above it (applications); this layer only starts them, by module name.
+CHECKS_MODULE = "fuel.conformance.opencl_probe"
 PROBE_TIMEOUT_S = 180.0
 _CACHE_NAME = "opencl-probe.json"
 
@@ -46,113 +47,11 @@ def revision() -> str:
     """This probe's revision: its own source and the fuel version that runs it."""
     from fuel.backends.opencl import codegen
 
+    checks = Path(__file__).parents[2] / "conformance" / "opencl_probe.py"
     digest = hashlib.blake2b(digest_size=8)
-    for module in (__file__, codegen.__file__):
-        digest.update(Path(module).read_bytes())
+    for module in (Path(__file__), Path(codegen.__file__), checks):
+        digest.update(module.read_bytes() if module.exists() else b"")
     return digest.hexdigest()
-
-
-# ------------------------------------------------------------------ the checks (child side)
-
-def _q8_0_blocks(rng: np.random.Generator, rows: int, columns: int) -> tuple[np.ndarray,
-                                                                           np.ndarray]:
-    """Random q8_0 bytes of a (rows, columns) weight and the float32 values they encode."""
-    blocks = rows * columns // 32
-    scales = (rng.random(blocks, np.float32) * 0.02 + 0.005).astype(np.float16)
-    codes = rng.integers(-127, 128, (blocks, 32), dtype=np.int8)
-    data = np.empty((blocks, 34), np.uint8)
-    data[:, :2] = scales.view(np.uint8).reshape(blocks, 2)
-    data[:, 2:] = codes.view(np.uint8)
-    values = scales.astype(np.float32)[:, None] * codes.astype(np.float32)
-    return data.reshape(-1), values.reshape(rows, columns)
-
-
-def _checks(device: str, fp64: bool) -> list:
-    """(name, run) pairs: ``run()`` returns (fuel's result, NumPy's, tolerance of the span)."""
-    import fuel
-    import fuel.nn.functional as F
-
-    rng = np.random.default_rng(7)
-    a = rng.standard_normal((33, 70), np.float32)
-    b = rng.standard_normal((33, 70), np.float32)
-    image = rng.standard_normal((1, 3, 9, 11), np.float32)
-    kernel = rng.standard_normal((4, 3, 3, 3), np.float32)
-    left = rng.standard_normal((2, 19, 37), np.float32)
-    right = rng.standard_normal((37, 23), np.float32)
-
-    def on(array):
-        return fuel.tensor(array, device=device)
-
-    def elementwise():
-        x, y = on(a), on(b)
-        return ((x * 2.0 + y).exp() - x.abs()).numpy(), np.exp(a * 2 + b) - np.abs(a), 1e-5
-
-    def reductions():
-        x = on(a)
-        got = np.concatenate([x.sum(dim=0).numpy(), x.max(dim=1).values.numpy()])
-        want = np.concatenate([a.sum(axis=0), a.max(axis=1)])
-        return got, want, 1e-5
-
-    def row():
-        shifted = np.exp(a - a.max(axis=1, keepdims=True))
-        return on(a).softmax(dim=-1).numpy(), shifted / shifted.sum(axis=1, keepdims=True), 1e-5
-
-    def convolution():
-        got = F.conv2d(on(image), on(kernel), stride=1, padding=1).numpy()
-        padded = np.pad(image, ((0, 0), (0, 0), (1, 1), (1, 1)))
-        windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
-        want = np.einsum("nchwij,ocij->nohw", windows, kernel)
-        return got, want, 1e-5
-
-    def matmul():
-        return (on(left) @ on(right)).numpy(), left @ right, 1e-5
-
-    def matmul_float64():
-        l64, r64 = left.astype(np.float64), right.astype(np.float64)
-        return (on(l64) @ on(r64)).numpy(), l64 @ r64, 1e-12
-
-    def quantized_dot():
-        data, values = _q8_0_blocks(rng, 24, 64)
-        weight = fuel.from_quantized(data, "q8_0", (24, 64), device=device)
-        x = rng.standard_normal((3, 64), np.float32)
-        return fuel.quantized_matmul(on(x), weight).numpy(), x @ values.T, 1e-3
-
-    checks = [("elementwise", elementwise), ("reduction", reductions), ("row kernel", row),
-              ("convolution", convolution), ("matmul", matmul), ("quantized dot", quantized_dot)]
-    if fp64:
-        checks.append(("float64 matmul", matmul_float64))
-    return checks
-
-
-def run_checks(device: str = "opencl:0") -> str:
-    """Run every check on ``device`` in this process: '' when all agree, else why not."""
-    from fuel.backends import get_backend
-    from fuel.ir.device import parse_device
-
-    parsed = parse_device(device)
-    fp64 = get_backend(parsed).context(parsed).fp64
-    for name, check in _checks(device, fp64):
-        try:
-            got, want, tolerance = check()
-        except Exception as error:
-            return f"{name} kernel failed: {_first_line(error)}"
-        got = np.asarray(got, np.float64)
-        want = np.asarray(want, np.float64)
-        span = float(np.max(np.abs(want))) or 1.0
-        if got.shape != want.shape or not np.all(np.abs(got - want) <= tolerance * span):
-            worst = float(np.max(np.abs(got - want))) if got.shape == want.shape else "shape"
-            return f"{name} kernel gave wrong results (worst difference {worst})"
-    return ""
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    text = lines[0] if lines else type(error).__name__
-    for line in lines:  # a build log's first error line says more than the wrapper's
-        if "error" in line.lower() and line is not lines[0]:
-            text = f"{text} ({line})"
-            break
-    return text[:300]
 
 
 # ------------------------------------------------------------------ the parent side
@@ -196,10 +95,11 @@ def _child_environment(extra: dict[str, str]) -> dict[str, str]:
     return environment
 
 
-def _run_child(arguments: list[str], extra: dict[str, str]) -> tuple[str, dict | None]:
-    """(error, parsed JSON verdict) of ``python -m fuel.backends.opencl.probe ARGUMENTS``."""
+def _run_child(arguments: list[str], extra: dict[str, str],
+               module: str = "fuel.backends.opencl.probe") -> tuple[str, dict | None]:
+    """(error, parsed JSON verdict) of ``python -m MODULE ARGUMENTS``."""
     try:
-        done = subprocess.run([sys.executable, "-m", "fuel.backends.opencl.probe", *arguments],
+        done = subprocess.run([sys.executable, "-m", module, *arguments],
                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                               env=_child_environment(extra), stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -233,7 +133,7 @@ def probe_devices(candidates: list, platforms: list[str]) -> None:
     def probe_one(candidate) -> dict:
         started = time.perf_counter()
         target = f"{candidate.platform_index}:{candidate.device_index}"
-        error, verdict = _run_child([target], {TARGET_ENVIRONMENT: target})
+        error, verdict = _run_child([target], {TARGET_ENVIRONMENT: target}, CHECKS_MODULE)
         if verdict is not None:
             error = verdict.get("error", "")
         return {"label": candidate.label, "error": error, "revision": revision(),
@@ -268,32 +168,19 @@ def platform_label(platform) -> str:
 
 
 def _main(arguments: list[str]) -> int:
-    if arguments == ["--bundled"]:
-        try:
-            import pyopencl as cl
-
-            platforms = [platform_label(p) for p in cl.get_platforms()]
-        except Exception:
-            platforms = []
-        print(json.dumps({"platforms": platforms}), flush=True)
-        return 0
-    if len(arguments) != 1 or arguments[0] != os.environ.get(TARGET_ENVIRONMENT):
-        print(f"usage: {TARGET_ENVIRONMENT}=P:D python -m fuel.backends.opencl.probe P:D, or "
-              "python -m fuel.backends.opencl.probe --bundled", file=sys.stderr)
+    """``--bundled``: print the platforms listed (the parent hides the system's ICD folder)."""
+    if arguments != ["--bundled"]:
+        print("usage: python -m fuel.backends.opencl.probe --bundled (devices are probed by "
+              f"python -m {CHECKS_MODULE} P:D)", file=sys.stderr)
         return 2
-    import warnings
-
-    warnings.simplefilter("ignore")
     try:
-        error = run_checks("opencl:0")
-    except Exception as failure:  # the device could not even be set up
-        error = f"setting up the device failed: {_first_line(failure)}"
-    print(json.dumps({"error": error}), flush=True)
-    # Leave without running the driver's teardown: some ICDs print or crash there, and the
-    # verdict is already out.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+        import pyopencl as cl
+
+        platforms = [platform_label(p) for p in cl.get_platforms()]
+    except Exception:
+        platforms = []
+    print(json.dumps({"platforms": platforms}), flush=True)
+    return 0
 
 
 if __name__ == "__main__":
