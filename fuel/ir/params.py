@@ -1,10 +1,114 @@
-"""Frozen params dataclasses of the op families (metadata only, hashable: plan-cache keys)."""
+"""Frozen params dataclasses of the op families (metadata only, hashable: plan-cache keys).
+
+Floats are keyed by their bits, here and only here: ``bits_key`` turns a params object or a
+constant into a hashable key in which a float is its IEEE bit pattern (-0.0 is not 0.0, a NaN
+matches only the same NaN). The params classes holding floats compare and hash through it
+(``bits_keyed``), and a kernel IR constant is a ``BitsFloat``; so every cache keyed on params
+or constants (the front end's constants, the node structure hash and the plan cache built on
+it, the inference and compile memos, the renderers' caches) tells them apart.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import struct
+from dataclasses import dataclass, fields
+
+import numpy as np
 
 from fuel.ir.dtype import DType
+
+_pack_double = struct.Struct("<d").pack
+
+
+class _Tag:
+    """A private marker heading a key that is not the value itself (no value holds one)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_FLOAT, _COMPLEX, _NUMPY, _PARAMS = (_Tag("float"), _Tag("complex"), _Tag("numpy"),
+                                     _Tag("params"))
+
+
+def bits_key(value) -> object:
+    """A hashable key of ``value`` in which floats count by their bits: Python floats (and
+    NumPy float64, a float) by their IEEE double bits, complex numbers by both parts', other
+    NumPy scalars by dtype and bytes, tuples element by element and the params dataclasses
+    field by field. Anything else is its own key (an unhashable value stays unhashable, for
+    the caller's ``TypeError`` path). Equal keys mean interchangeable values: ``-0.0`` and
+    ``0.0`` differ, a NaN equals only a NaN of the same payload."""
+    kind = value.__class__
+    if kind is float:
+        return (_FLOAT, _pack_double(value))
+    if kind is int or kind is bool or kind is str or value is None:
+        return value
+    if isinstance(value, float):
+        return (_FLOAT, _pack_double(value))
+    if isinstance(value, tuple):
+        return tuple([bits_key(item) for item in value])
+    if isinstance(value, complex):
+        return (_COMPLEX, _pack_double(value.real), _pack_double(value.imag))
+    if isinstance(value, np.generic):
+        return (_NUMPY, value.dtype, value.tobytes())
+    names = getattr(kind, "__bits_fields__", None)
+    if names is not None:
+        return (_PARAMS, kind, tuple([bits_key(getattr(value, name)) for name in names]))
+    return value
+
+
+def bits_keyed(cls):
+    """Make a frozen params dataclass compare and hash by ``bits_key`` of its fields (applied
+    to the classes that can hold floats; the others keep the dataclass's own, equivalent)."""
+    names = tuple(f.name for f in fields(cls))
+    cls.__bits_fields__ = names
+
+    def __eq__(self, other) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return bits_key(self) == bits_key(other)
+
+    def __hash__(self) -> int:
+        return hash(bits_key(self))
+
+    cls.__eq__ = __eq__
+    cls.__hash__ = __hash__
+    return cls
+
+
+class BitsFloat(float):
+    """A float equal only to a float of the same bits (hashed by them): the kernel IR's
+    float constants, so that equal kernels (and their caches) tell -0.0 from 0.0 and one NaN
+    from another. Arithmetic and formatting are a float's."""
+
+    __slots__ = ()
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, float) and _pack_double(self) == _pack_double(other)
+
+    def __ne__(self, other) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:  # a float's hash (-0.0 shares 0.0's); a NaN's from its bits
+        return float.__hash__(self) if float.__eq__(self, self) else hash(_pack_double(self))
+
+    def __reduce__(self):
+        return (BitsFloat, (float(self),))
+
+
+def exact_constant(number):
+    """``number`` as the kernel IR keeps a constant: a float as a ``BitsFloat``, anything
+    else as it is."""
+    if isinstance(number, float) and number.__class__ is not BitsFloat:
+        return BitsFloat(number)
+    if isinstance(number, np.floating):
+        return BitsFloat(float(number))
+    return number
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +172,7 @@ class IndexCopyParams:
     inplace: bool = False
 
 
+@bits_keyed
 @dataclass(frozen=True, slots=True)
 class FullParams:
     shape: tuple[int, ...]
@@ -75,6 +180,7 @@ class FullParams:
     dtype: DType
 
 
+@bits_keyed
 @dataclass(frozen=True, slots=True)
 class ArangeParams:
     start: float | int
@@ -98,6 +204,7 @@ class AxisParams:
     dim: int
 
 
+@bits_keyed
 @dataclass(frozen=True, slots=True)
 class NormParams:
     """layer_norm / rms_norm over the trailing ``axes`` dims."""
@@ -111,6 +218,7 @@ class DiagonalParams:
     diagonal: int = 0
 
 
+@bits_keyed
 @dataclass(frozen=True, slots=True)
 class PadParams:
     """``widths[d] = (before, after)`` for every dim; non-negative."""
@@ -217,6 +325,7 @@ class PatternParams:
     pattern: str
 
 
+@bits_keyed
 @dataclass(frozen=True, slots=True)
 class LabelEncodeParams:
     """Map each ``keys[i]`` to ``values[i]`` and anything else to ``default``; ``dtype`` is
@@ -228,6 +337,7 @@ class LabelEncodeParams:
     dtype: DType
 
 
+@bits_keyed
 @dataclass(frozen=True, slots=True)
 class TfIdfParams:
     """ONNX TfIdfVectorizer: n-grams of ``min_gram``..``max_gram`` tokens, up to
@@ -245,6 +355,7 @@ class TfIdfParams:
     width: int
 
 
+@bits_keyed
 @dataclass(frozen=True, slots=True)
 class TreeEnsembleParams:
     """ONNX ai.onnx.ml TreeEnsemble: the node arrays as the operator states them
