@@ -11,7 +11,7 @@ it, the inference and compile memos, the renderers' caches) tells them apart.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,7 +21,8 @@ _pack_double = struct.Struct("<d").pack
 
 
 class _Tag:
-    """A private marker heading a key that is not the value itself (no value holds one)."""
+    """A private marker heading a key that is not the value itself (no value holds one);
+    unpickled as the module's own (a params object's stored key stays comparable)."""
 
     __slots__ = ("name",)
 
@@ -31,9 +32,16 @@ class _Tag:
     def __repr__(self) -> str:
         return self.name
 
+    def __reduce__(self) -> str:
+        return self.name
 
-_FLOAT, _COMPLEX, _NUMPY, _PARAMS = (_Tag("float"), _Tag("complex"), _Tag("numpy"),
-                                     _Tag("params"))
+
+_FLOAT, _COMPLEX, _NUMPY, _PARAMS = (_Tag("_FLOAT"), _Tag("_COMPLEX"), _Tag("_NUMPY"),
+                                     _Tag("_PARAMS"))
+
+
+# Types whose values are their own keys (no float inside): the common params fields.
+_PLAIN = frozenset({int, bool, str, type(None), DType})
 
 
 def bits_key(value) -> object:
@@ -46,8 +54,15 @@ def bits_key(value) -> object:
     kind = value.__class__
     if kind is float:
         return (_FLOAT, _pack_double(value))
-    if kind is int or kind is bool or kind is str or value is None:
+    if kind in _PLAIN:
         return value
+    if kind is tuple:
+        for item in value:
+            if item.__class__ not in _PLAIN:  # a float (or a nested tuple) in it
+                return tuple([bits_key(item) for item in value])
+        return value  # ints, strings, dtypes: their own keys
+    if kind.__dict__.get("__bits_fields__") is not None:  # a bits_keyed params object
+        return value._bits_key
     if isinstance(value, float):
         return (_FLOAT, _pack_double(value))
     if isinstance(value, tuple):
@@ -56,26 +71,37 @@ def bits_key(value) -> object:
         return (_COMPLEX, _pack_double(value.real), _pack_double(value.imag))
     if isinstance(value, np.generic):
         return (_NUMPY, value.dtype, value.tobytes())
-    names = getattr(kind, "__bits_fields__", None)
-    if names is not None:
-        return (_PARAMS, kind, tuple([bits_key(getattr(value, name)) for name in names]))
     return value
 
 
 def bits_keyed(cls):
-    """Make a frozen params dataclass compare and hash by ``bits_key`` of its fields (applied
-    to the classes that can hold floats; the others keep the dataclass's own, equivalent)."""
-    names = tuple(f.name for f in fields(cls))
+    """Make a params dataclass compare and hash by ``bits_key`` of its fields, computed once
+    into the hidden field ``_bits_key`` (applied to the classes that can hold floats, under
+    ``@dataclass(frozen=True, slots=True)``: the others keep the dataclass's own eq and hash,
+    equivalent for them)."""
+    names = tuple(cls.__annotations__)
     cls.__bits_fields__ = names
+    cls.__annotations__ = {**cls.__annotations__, "_bits_key": "object"}
+    cls._bits_key = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = [_PARAMS, self.__class__]
+        for name in names:
+            value = getattr(self, name)
+            kind = value.__class__
+            key.append((_FLOAT, _pack_double(value)) if kind is float
+                       else value if kind in _PLAIN else bits_key(value))
+        object.__setattr__(self, "_bits_key", tuple(key))
 
     def __eq__(self, other) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return bits_key(self) == bits_key(other)
+        return self._bits_key == other._bits_key
 
     def __hash__(self) -> int:
-        return hash(bits_key(self))
+        return hash(self._bits_key)
 
+    cls.__post_init__ = __post_init__
     cls.__eq__ = __eq__
     cls.__hash__ = __hash__
     return cls
@@ -172,16 +198,16 @@ class IndexCopyParams:
     inplace: bool = False
 
 
-@bits_keyed
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class FullParams:
     shape: tuple[int, ...]
     value: float | int | bool
     dtype: DType
 
 
-@bits_keyed
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class ArangeParams:
     start: float | int
     step: float | int
@@ -204,8 +230,8 @@ class AxisParams:
     dim: int
 
 
-@bits_keyed
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class NormParams:
     """layer_norm / rms_norm over the trailing ``axes`` dims."""
 
@@ -218,8 +244,8 @@ class DiagonalParams:
     diagonal: int = 0
 
 
-@bits_keyed
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class PadParams:
     """``widths[d] = (before, after)`` for every dim; non-negative."""
 
@@ -325,8 +351,8 @@ class PatternParams:
     pattern: str
 
 
-@bits_keyed
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class LabelEncodeParams:
     """Map each ``keys[i]`` to ``values[i]`` and anything else to ``default``; ``dtype`` is
     the output's."""
@@ -337,8 +363,8 @@ class LabelEncodeParams:
     dtype: DType
 
 
-@bits_keyed
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class TfIdfParams:
     """ONNX TfIdfVectorizer: n-grams of ``min_gram``..``max_gram`` tokens, up to
     ``max_skip`` tokens apart, looked up in ``pool`` (n-grams of each length start at
@@ -355,8 +381,8 @@ class TfIdfParams:
     width: int
 
 
-@bits_keyed
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class TreeEnsembleParams:
     """ONNX ai.onnx.ml TreeEnsemble: the node arrays as the operator states them
     (``modes``: 0 <=, 1 <, 2 >=, 3 >, 4 ==, 5 !=, 6 member of the next NaN-terminated set of
