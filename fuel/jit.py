@@ -16,6 +16,7 @@ from fuel.dispatch.kernel import table_generation
 from fuel.graph.node import Node, creation_site
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
+from fuel.ir.params import bits_key
 from fuel.runtime.jit import Capture
 from fuel.tensor import Tensor
 
@@ -35,6 +36,17 @@ def _traced(node: Node) -> Tensor:
     return Tensor(leaf)
 
 
+def _python_key(value) -> tuple:
+    """A non-tensor argument's part of a signature: by its bits (``bits_key``: -0.0 is not
+    0.0, NaNs differ by payload), or by its repr when it is unhashable."""
+    key = bits_key(value)
+    try:
+        hash(key)
+    except TypeError:
+        return ("py", repr(value))
+    return ("py", value.__class__, key)
+
+
 class JitFunction:
     """A function whose graph is captured per input signature and replayed afterwards."""
 
@@ -46,7 +58,7 @@ class JitFunction:
 
     def __call__(self, *args):
         nodes = [_dense(a) if isinstance(a, Tensor) else None for a in args]
-        signature = tuple((n.dtype, n.shape, n.device) if n is not None else ("py", repr(a))
+        signature = tuple((n.dtype, n.shape, n.device) if n is not None else _python_key(a)
                           for n, a in zip(nodes, args))
         storages = [n.buffer if n is not None else None for n in nodes]
         known = self.captures.get(signature)

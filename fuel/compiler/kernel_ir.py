@@ -19,6 +19,7 @@ from fuel.ir.dtype import DType
 from fuel.ir.expression import Expression
 from fuel.ir.layout import contiguous_strides
 from fuel.ir.ops import OPS, OpKind
+from fuel.ir.params import exact_constant
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,7 @@ class KernelBuilder:
         return self.value(Value("load", load.dtype, load=len(self.loads) - 1))
 
     def constant(self, number: float | int | bool, dtype: DType) -> int:
-        return self.value(Value("constant", dtype, constant=number))
+        return self.value(Value("constant", dtype, constant=exact_constant(number)))
 
     def apply(self, op: OpKind, args: tuple[int, ...], dtype: DType) -> int:
         """``op`` on ``args`` (a tuple) giving ``dtype``; a composite op is lowered through its

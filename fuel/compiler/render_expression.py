@@ -245,8 +245,8 @@ def _extreme(comparison: str):
 
 
 def _sign(a, b, dtype, ctype, dialect) -> str:
-    if dtype.is_floating:  # NaN and signed zeros come back as they are
-        return f"({a} > 0 ? ({ctype})1 : {a} < 0 ? ({ctype})-1 : {a})"
+    if dtype.is_floating:  # NaN comes back as it is, either zero as +0.0 (NumPy's sign)
+        return f"({a} > 0 ? ({ctype})1 : {a} < 0 ? ({ctype})-1 : {a} == 0 ? ({ctype})0 : {a})"
     if dtype.kind == "u":
         return f"({ctype})({a} > 0)"
     return f"({ctype})(({a} > 0) - ({a} < 0))"

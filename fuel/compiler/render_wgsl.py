@@ -393,8 +393,8 @@ def _extreme(comparison: str):
 
 
 def _sign(a, b, dtype, wgsl) -> str:
-    if wgsl == "f32":  # NaN and signed zeros come back as they are
-        return f"select(select({a}, -1.0, {a} < 0.0), 1.0, {a} > 0.0)"
+    if wgsl == "f32":  # NaN comes back as it is, either zero as +0.0 (NumPy's sign)
+        return f"select(select(select({a}, 0.0, {a} == 0.0), -1.0, {a} < 0.0), 1.0, {a} > 0.0)"
     if wgsl == "u32":
         return f"select(0u, 1u, {a} > 0u)"
     return f"(select(0, 1, {a} > 0) - select(0, 1, {a} < 0))"

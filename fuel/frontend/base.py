@@ -2,7 +2,13 @@
 
 The front end's functions take and return tensors, and ``fuel.tensor.Tensor`` is made of the
 front end's method mixins: to keep imports one-way, the functions name ``TensorBase`` and build
-results with ``wrap``, which makes an instance of the one concrete subclass, ``Tensor``.
+results with ``wrap``, which makes an instance of the one concrete subclass, ``Tensor``
+(``fuel/tensor.py`` names it in ``TensorBase.concrete`` once, where it is defined).
+
+A user's subclass of ``fuel.Tensor`` changes nothing else: op results are plain
+``fuel.Tensor`` (of plain tensors and of subclass instances alike; fuel has no
+``__torch_function__``-style dispatch to carry a subclass through ops). Wrap a result in the
+subclass to keep it: ``Mine(result._node)``.
 """
 
 from __future__ import annotations
@@ -18,16 +24,12 @@ class TensorBase:
     """A handle on a lazy graph Node; ``fuel.tensor.Tensor`` is its concrete class."""
 
     __slots__ = ("_node", "__weakref__")
-    concrete: type[Tensor]
+    concrete: type[Tensor]  # set by fuel/tensor.py to fuel.tensor.Tensor, never to a subclass
 
     def __init__(self, node: Node) -> None:
         self._node = node
 
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        TensorBase.concrete = cls
-
 
 def wrap(node: Node) -> Tensor:
-    """A Tensor holding ``node``."""
+    """A ``fuel.Tensor`` holding ``node`` (whatever subclasses of it a user defines)."""
     return TensorBase.concrete(node)

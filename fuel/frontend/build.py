@@ -19,6 +19,7 @@ from fuel.ir.dtype import DType
 from fuel.ir.errors import DeviceMismatch, FuelError, NoBackendForOp
 from fuel.ir.layout import Layout
 from fuel.ir.ops import NO_PARAMS, CastParams, OpKind, ShapeParams, infer, infer_keyed
+from fuel.ir.params import bits_key
 
 if TYPE_CHECKING:
     from fuel.tensor import Tensor
@@ -169,18 +170,18 @@ def leaf(array: np.ndarray, device: Device) -> Tensor:
 def constant(value, dtype: DType, device: Device, shape: tuple[int, ...] = ()) -> Node:
     """A shared realized leaf holding ``value`` as ``dtype`` on ``device``, viewed at ``shape``
     with stride 0 (one element of storage, no expand node per use)."""
-    key = (type(value), value, dtype, device.key, shape)
+    key = (value.__class__, bits_key(value), dtype, device.key, shape)  # -0.0 is not 0.0
     try:
         found = _CONSTANTS.get(key)
-    except TypeError:
-        found = None
+    except TypeError:  # an unhashable value: a leaf of its own
+        key, found = None, None
     if found is not None:
         return found
     node = leaf(np.asarray(value).astype(dtype.numpy).reshape(()), device)._node
     if shape:
         node.attach(node.buffer, Layout(shape, (0,) * len(shape), 0))
         node.shape = shape
-    if value == value:  # NaN never matches itself as a key
+    if key is not None:
         _CONSTANTS[key] = node
         if len(_CONSTANTS) > _CONSTANT_LIMIT:
             _CONSTANTS.popitem(last=False)

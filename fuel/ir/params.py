@@ -1,10 +1,140 @@
-"""Frozen params dataclasses of the op families (metadata only, hashable: plan-cache keys)."""
+"""Frozen params dataclasses of the op families (metadata only, hashable: plan-cache keys).
+
+Floats are keyed by their bits, here and only here: ``bits_key`` turns a params object or a
+constant into a hashable key in which a float is its IEEE bit pattern (-0.0 is not 0.0, a NaN
+matches only the same NaN). The params classes holding floats compare and hash through it
+(``bits_keyed``), and a kernel IR constant is a ``BitsFloat``; so every cache keyed on params
+or constants (the front end's constants, the node structure hash and the plan cache built on
+it, the inference and compile memos, the renderers' caches) tells them apart.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from fuel.ir.dtype import DType
+
+_pack_double = struct.Struct("<d").pack
+
+
+class _Tag:
+    """A private marker heading a key that is not the value itself (no value holds one);
+    unpickled as the module's own (a params object's stored key stays comparable)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __reduce__(self) -> str:
+        return self.name
+
+
+_FLOAT, _COMPLEX, _NUMPY, _PARAMS = (_Tag("_FLOAT"), _Tag("_COMPLEX"), _Tag("_NUMPY"),
+                                     _Tag("_PARAMS"))
+
+
+# Types whose values are their own keys (no float inside): the common params fields.
+_PLAIN = frozenset({int, bool, str, type(None), DType})
+
+
+def bits_key(value) -> object:
+    """A hashable key of ``value`` in which floats count by their bits: Python floats (and
+    NumPy float64, a float) by their IEEE double bits, complex numbers by both parts', other
+    NumPy scalars by dtype and bytes, tuples element by element and the params dataclasses
+    field by field. Anything else is its own key (an unhashable value stays unhashable, for
+    the caller's ``TypeError`` path). Equal keys mean interchangeable values: ``-0.0`` and
+    ``0.0`` differ, a NaN equals only a NaN of the same payload."""
+    kind = value.__class__
+    if kind is float:
+        return (_FLOAT, _pack_double(value))
+    if kind in _PLAIN:
+        return value
+    if kind is tuple:
+        for item in value:
+            if item.__class__ not in _PLAIN:  # a float (or a nested tuple) in it
+                return tuple([bits_key(item) for item in value])
+        return value  # ints, strings, dtypes: their own keys
+    if kind.__dict__.get("__bits_fields__") is not None:  # a bits_keyed params object
+        return value._bits_key
+    if isinstance(value, float):
+        return (_FLOAT, _pack_double(value))
+    if isinstance(value, tuple):
+        return tuple([bits_key(item) for item in value])
+    if isinstance(value, complex):
+        return (_COMPLEX, _pack_double(value.real), _pack_double(value.imag))
+    if isinstance(value, np.generic):
+        return (_NUMPY, value.dtype, value.tobytes())
+    return value
+
+
+def bits_keyed(cls):
+    """Make a params dataclass compare and hash by ``bits_key`` of its fields, computed once
+    into the hidden field ``_bits_key`` (applied to the classes that can hold floats, under
+    ``@dataclass(frozen=True, slots=True)``: the others keep the dataclass's own eq and hash,
+    equivalent for them)."""
+    names = tuple(cls.__annotations__)
+    cls.__bits_fields__ = names
+    cls.__annotations__ = {**cls.__annotations__, "_bits_key": "object"}
+    cls._bits_key = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = [_PARAMS, self.__class__]
+        for name in names:
+            value = getattr(self, name)
+            kind = value.__class__
+            key.append((_FLOAT, _pack_double(value)) if kind is float
+                       else value if kind in _PLAIN else bits_key(value))
+        object.__setattr__(self, "_bits_key", tuple(key))
+
+    def __eq__(self, other) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._bits_key == other._bits_key
+
+    def __hash__(self) -> int:
+        return hash(self._bits_key)
+
+    cls.__post_init__ = __post_init__
+    cls.__eq__ = __eq__
+    cls.__hash__ = __hash__
+    return cls
+
+
+class BitsFloat(float):
+    """A float equal only to a float of the same bits (hashed by them): the kernel IR's
+    float constants, so that equal kernels (and their caches) tell -0.0 from 0.0 and one NaN
+    from another. Arithmetic and formatting are a float's."""
+
+    __slots__ = ()
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, float) and _pack_double(self) == _pack_double(other)
+
+    def __ne__(self, other) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:  # a float's hash (-0.0 shares 0.0's); a NaN's from its bits
+        return float.__hash__(self) if float.__eq__(self, self) else hash(_pack_double(self))
+
+    def __reduce__(self):
+        return (BitsFloat, (float(self),))
+
+
+def exact_constant(number):
+    """``number`` as the kernel IR keeps a constant: a float as a ``BitsFloat``, anything
+    else as it is."""
+    if isinstance(number, float) and number.__class__ is not BitsFloat:
+        return BitsFloat(number)
+    if isinstance(number, np.floating):
+        return BitsFloat(float(number))
+    return number
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +199,7 @@ class IndexCopyParams:
 
 
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class FullParams:
     shape: tuple[int, ...]
     value: float | int | bool
@@ -76,6 +207,7 @@ class FullParams:
 
 
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class ArangeParams:
     start: float | int
     step: float | int
@@ -99,6 +231,7 @@ class AxisParams:
 
 
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class NormParams:
     """layer_norm / rms_norm over the trailing ``axes`` dims."""
 
@@ -112,6 +245,7 @@ class DiagonalParams:
 
 
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class PadParams:
     """``widths[d] = (before, after)`` for every dim; non-negative."""
 
@@ -218,6 +352,7 @@ class PatternParams:
 
 
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class LabelEncodeParams:
     """Map each ``keys[i]`` to ``values[i]`` and anything else to ``default``; ``dtype`` is
     the output's."""
@@ -229,6 +364,7 @@ class LabelEncodeParams:
 
 
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class TfIdfParams:
     """ONNX TfIdfVectorizer: n-grams of ``min_gram``..``max_gram`` tokens, up to
     ``max_skip`` tokens apart, looked up in ``pool`` (n-grams of each length start at
@@ -246,6 +382,7 @@ class TfIdfParams:
 
 
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class TreeEnsembleParams:
     """ONNX ai.onnx.ml TreeEnsemble: the node arrays as the operator states them
     (``modes``: 0 <=, 1 <, 2 >=, 3 >, 4 ==, 5 !=, 6 member of the next NaN-terminated set of

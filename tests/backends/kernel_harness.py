@@ -8,9 +8,10 @@ import numpy as np
 from fuel.backends import BUILTIN_BACKENDS, find_backend, load_builtin_backends
 from fuel.backends.base import Backend
 from fuel.dispatch.kernel import BindingEntry, global_table
+from fuel.ir import dtype as dt
 from fuel.ir.device import CPU, BackendId
 from fuel.ir.layout import Layout
-from fuel.ir.ops import CopyParams, OpKind, infer
+from fuel.ir.ops import OPS, CopyParams, OpKind, infer
 from tests.backends.kernel_cases.base import Case, tolerance
 
 
@@ -98,13 +99,85 @@ def copy_destinations(backends: dict[BackendId, Backend]) -> list[tuple[Backend,
             for backend_id, backend in backends.items()]
 
 
-def assert_matches(actual, expected, dtype, case: Case, what: str) -> None:
-    """Exact for integers and bools; within the case's (or the dtype's) tolerance for floats."""
+# ----------------------------------------------------------------------------- exactness
+# How a float output must match (integer, bool and string outputs always match exactly):
+PAYLOAD = "payload"  # bit for bit, NaN payloads and signs included: the op moves values
+BITS = "bits"  # bit for bit (the sign of zero counts), a NaN only as a NaN: the op is exact
+#                but a NaN's payload is not defined (a cast between formats, neg's NaN sign)
+VALUES = "values"  # equal values (a NaN as a NaN; -0.0 equals 0.0): min and max pick either
+#                    zero of a tie, and NumPy's pairwise order is not defined
+
+# Decided from the registry (fuel.ir.ops.OPS): families that only move or select values,
+# and the ops of other families whose result is one of their inputs or an exact function of
+# it. Arithmetic, transcendental functions, accumulations and interpolation round: they keep
+# the tolerance of the dtype.
+_MOVING_FAMILIES = frozenset({"movement", "view", "select", "index", "placement"})
+_EXACT_OPS = {
+    OpKind.CAST: BITS, OpKind.FULL: PAYLOAD, OpKind.LABEL_ENCODE: PAYLOAD,
+    OpKind.NEG: BITS, OpKind.ABS: BITS, OpKind.FLOOR: BITS, OpKind.CEIL: BITS,
+    OpKind.ROUND: BITS, OpKind.SIGN: BITS, OpKind.RELU: BITS,
+    OpKind.MAXIMUM: VALUES, OpKind.MINIMUM: VALUES, OpKind.MAX: VALUES, OpKind.MIN: VALUES,
+    OpKind.MAX_POOL: VALUES,
+}
+
+
+def exactness(op: OpKind, params=None, backend_id: BackendId | None = None,
+              dtype=None) -> str | None:
+    """How ``op``'s float output of ``dtype`` on ``backend_id`` must match (PAYLOAD, BITS,
+    VALUES), None: within the tolerance. A scatter that adds or multiplies rounds; one
+    keeping the max or min is VALUES. WGSL leaves the NaN a float16 conversion gives
+    indeterminate (wgpu moves float16 through them): its float16 payloads are not defined."""
+    found = _EXACT_OPS.get(op)
+    if found is None:
+        if OPS[op].family not in _MOVING_FAMILIES:
+            return None
+        reduction = getattr(params, "reduction", "none")
+        if reduction in ("add", "mul"):
+            return None
+        found = VALUES if reduction in ("max", "min") else PAYLOAD
+    if found == PAYLOAD and dtype is dt.float16 and backend_id is not None:
+        backend = find_backend(backend_id)
+        if backend is not None and backend.kernel_source == "wgsl":
+            return BITS
+    return found
+
+
+def _bits(array: np.ndarray) -> np.ndarray:
+    return array.view(np.dtype(f"u{array.itemsize}"))
+
+
+def assert_exact(actual: np.ndarray, expected: np.ndarray, mode: str, message: str) -> None:
+    """Float outputs compared as ``mode`` says (PAYLOAD, BITS or VALUES)."""
+    expected = expected.astype(actual.dtype)  # exact ops: the reference's values fit
+    wide_actual, wide_expected = actual.astype(np.float64), expected.astype(np.float64)
+    if mode == VALUES:
+        np.testing.assert_array_equal(wide_actual, wide_expected, err_msg=message)
+        return
+    nan = np.isnan(wide_actual)
+    if mode == BITS:
+        same = np.where(nan | np.isnan(wide_expected), nan == np.isnan(wide_expected),
+                        _bits(actual) == _bits(expected))
+    else:
+        same = _bits(actual) == _bits(expected)
+    if not same.all():
+        where = tuple(int(i) for i in np.argwhere(~same)[0])
+        raise AssertionError(
+            f"{message}: {int((~same).sum())} of {same.size} elements differ in their bits "
+            f"({mode}); first at {where}: {actual[where]!r} (0x{int(_bits(actual)[where]):x}) "
+            f"!= {expected[where]!r} (0x{int(_bits(expected)[where]):x})")
+
+
+def assert_matches(actual, expected, dtype, case: Case, what: str, exact: str | None = None
+                   ) -> None:
+    """Exact for integers and bools; for floats as ``exact`` says (see ``exactness``), else
+    within the case's (or the dtype's) tolerance."""
     expected = np.asarray(expected)
     actual = np.asarray(actual)
     message = f"{what}: {case.description}"
     assert actual.shape == expected.shape, f"{message}: shape {actual.shape} != {expected.shape}"
-    if dtype.is_floating:
+    if dtype.is_floating and exact is not None and actual.dtype != object:
+        assert_exact(actual, expected, exact, message)
+    elif dtype.is_floating:
         rtol, atol = tolerance(dtype)
         rtol = case.rtol if case.rtol is not None else rtol
         atol = case.atol if case.atol is not None else atol
