@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fuel.graph.node import Node
-    from fuel.tensor import Tensor
 
 
 class TensorBase:
     """A handle on a lazy graph Node; ``fuel.tensor.Tensor`` is its concrete class."""
 
     __slots__ = ("_node", "__weakref__")
-    concrete: type[Tensor]
+    concrete: type[TensorBase]
 
     def __init__(self, node: Node) -> None:
         self._node = node
@@ -28,6 +27,6 @@ class TensorBase:
         TensorBase.concrete = cls
 
 
-def wrap(node: Node) -> Tensor:
+def wrap(node: Node) -> TensorBase:
     """A Tensor holding ``node``."""
     return TensorBase.concrete(node)
