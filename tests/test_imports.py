@@ -1,14 +1,19 @@
-"""Import structure: what ``import fuel`` loads, public names, and one-way imports between
-the layers (no cycles)."""
+"""Import structure: what ``import fuel`` loads, public names, and the layers: the import-linter
+contracts of ``pyproject.toml`` hold (every import counted, deferred and type-only ones too),
+and docs/ARCHITECTURE.md lists the same layers."""
 
-import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import fuel
 
 PACKAGE = Path(fuel.__file__).parent
+ROOT = PACKAGE.parent
+PYPROJECT = ROOT / "pyproject.toml"
 
 
 def _run(code: str) -> str:
@@ -38,30 +43,56 @@ def test_public_names():
     assert IrOpKind is OpKind and IrBackendId is BackendId
 
 
-def _module_imports(path: Path) -> set[str]:
-    """Modules imported at module level, outside ``if TYPE_CHECKING:`` blocks."""
-    found = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+def _config() -> dict:
+    if not PYPROJECT.is_file():
+        pytest.skip("fuel is not imported from a source checkout (no pyproject.toml)")
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    return tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["importlinter"]
+
+
+def _contract(config: dict, kind: str) -> dict:
+    (found,) = [c for c in config["contracts"] if c["type"] == kind]
     return found
 
 
-def _package_imports(folder: str) -> dict[str, set[str]]:
-    return {str(p.relative_to(PACKAGE)): _module_imports(p)
-            for p in (PACKAGE / folder).rglob("*.py")}
+def test_the_contracts_count_every_import_and_cover_every_module():
+    config = _config()
+    assert config["root_package"] == "fuel"
+    # Type-only imports are dependencies: the option that drops them stays unset.
+    assert "exclude_type_checking_imports" not in config
+    layers = _contract(config, "layers")
+    assert layers["containers"] == ["fuel"] and layers["exhaustive"] is True
+    assert _contract(config, "acyclic_siblings")["ancestors"] == ["fuel"]
 
 
-def test_ir_imports_only_ir():
-    for name, imports in _package_imports("ir").items():
-        outside = {m for m in imports if m.startswith("fuel.") and not m.startswith("fuel.ir")}
-        assert not outside, (name, outside)
+def test_lint_imports_keeps_the_contracts():
+    pytest.importorskip("importlinter")
+    _config()  # skips outside a checkout
+    # lint-imports run on the checkout (its folder first on the path, as the command does).
+    done = subprocess.run(
+        [sys.executable, "-c", "from importlinter.cli import lint_imports_command as command; "
+         "command()", "--config", str(PYPROJECT), "--no-cache"],
+        capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
 
 
-def test_front_end_never_imports_the_tensor_module():
-    for name, imports in _package_imports("frontend").items():
-        assert "fuel.tensor" not in imports, name
-        assert not any(m.startswith(("fuel.nn", "fuel.onnx", "fuel.models")) for m in imports)
+def _architecture_layers() -> list[str]:
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    section = text[text.index("## Layers"):]
+    block = section[section.index("```\n") + 4:]
+    block = block[:block.index("```")]
+    # A layer's line starts at column 0; its description follows after two spaces or more.
+    return [re.split(r"\s{2,}", line)[0] for line in block.splitlines()
+            if line and not line[0].isspace()]
+
+
+def test_architecture_lists_the_contract_layers():
+    if not (ROOT / "docs" / "ARCHITECTURE.md").is_file():
+        pytest.skip("fuel is not imported from a source checkout")
+    contract = [layer for layer in _contract(_config(), "layers")["layers"]
+                if layer != "__main__"]
+    assert _architecture_layers() == contract

@@ -136,13 +136,11 @@ def element_lines(kernel: LoopKernel, indices, load_index, indent: str) -> list[
     return lines
 
 
-def render_opencl(kernel: LoopKernel, group: bool = False) -> OpenClProgram:
-    """The OpenCL C of ``kernel``. With a reduction, ``group`` renders the work-group-per-row
-    variant (one work-item per row otherwise)."""
+def render_opencl(kernel: LoopKernel) -> OpenClProgram:
+    """The OpenCL C of the elementwise ``kernel`` (one with a row is ``render_opencl_rows``'s,
+    which builds on this module)."""
     if kernel.reduced:
-        from fuel.compiler.render_opencl_rows import render_opencl_rows  # it builds on this
-
-        return render_opencl_rows(kernel, group)
+        raise ValueError(f"{kernel.name} has a row: render it with render_opencl_rows")
     return _render_elements(kernel)
 
 

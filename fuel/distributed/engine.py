@@ -41,16 +41,6 @@ def require_ray():
     return ray
 
 
-def require_pyarrow(feature: str):
-    """The ``pyarrow`` module, or a FuelError saying how to install it."""
-    try:
-        import pyarrow
-    except ImportError:
-        raise FuelError(f"{feature} needs pyarrow: {install_command('ray')}") \
-            from None
-    return pyarrow
-
-
 def connect(address: str | None, num_cpus: int | None = None) -> bool:
     """Join the Ray cluster at ``address`` (``auto``, ``ray://host:port``, ``host:port``), or
     start a local one (on 127.0.0.1, with ``num_cpus``, default all) when ``address`` is None or

@@ -111,7 +111,7 @@ def _write_npz(folder: JobFolder, path: Path, names: list[str], layouts: dict,
 
 
 def _write_parquet(folder: JobFolder, path: Path, names: list[str], layouts: dict) -> None:
-    from fuel.distributed.engine import require_pyarrow
+    from fuel.distributed.sources import require_pyarrow
 
     pyarrow = require_pyarrow("writing Parquet")
     import pyarrow.parquet as parquet

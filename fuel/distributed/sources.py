@@ -16,11 +16,22 @@ from pathlib import Path
 
 import numpy as np
 
-from fuel.ir.errors import InvalidArgument
+from fuel.extras import install_command
+from fuel.ir.errors import FuelError, InvalidArgument
 
 TEXT_SUFFIXES = (".txt", ".text", ".lines")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def require_pyarrow(feature: str):
+    """The ``pyarrow`` module, or a FuelError saying how to install it."""
+    try:
+        import pyarrow
+    except ImportError:
+        raise FuelError(f"{feature} needs pyarrow: {install_command('ray')}") \
+            from None
+    return pyarrow
 
 
 @dataclass
@@ -173,8 +184,6 @@ def text_source(path: str | os.PathLike, batch_size: int, kind: str | None = Non
 
 
 def _parquet_source(path: Path, batch_size: int, column: str) -> ParquetColumn:
-    from fuel.distributed.engine import require_pyarrow
-
     require_pyarrow("reading Parquet")
     import pyarrow.parquet as parquet
 

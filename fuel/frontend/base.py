@@ -17,19 +17,18 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fuel.graph.node import Node
-    from fuel.tensor import Tensor
 
 
 class TensorBase:
     """A handle on a lazy graph Node; ``fuel.tensor.Tensor`` is its concrete class."""
 
     __slots__ = ("_node", "__weakref__")
-    concrete: type[Tensor]  # set by fuel/tensor.py to fuel.tensor.Tensor, never to a subclass
+    concrete: type[TensorBase]  # set by fuel/tensor.py to fuel.tensor.Tensor, never a subclass
 
     def __init__(self, node: Node) -> None:
         self._node = node
 
 
-def wrap(node: Node) -> Tensor:
+def wrap(node: Node) -> TensorBase:
     """A ``fuel.Tensor`` holding ``node`` (whatever subclasses of it a user defines)."""
     return TensorBase.concrete(node)

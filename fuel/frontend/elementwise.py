@@ -26,19 +26,19 @@ from fuel.ir.ops import (
 )
 
 if TYPE_CHECKING:
-    from fuel.tensor import Tensor
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 # Unary ops that need a floating input: integers are promoted to the default float (torch).
 
 
-def tensor_operand(x, function: str) -> Tensor:
+def tensor_operand(x, function: str) -> TensorBase:
     """``x`` when it is a Tensor; InvalidArgument naming ``fuel.<function>`` otherwise."""
     if not isinstance(x, TensorBase):
         raise InvalidArgument(f"fuel.{function}() takes a Tensor first, got {type(x).__name__}")
     return x
 
 
-def unary(op: OpKind, x: Tensor) -> Tensor:
+def unary(op: OpKind, x: TensorBase) -> TensorBase:
     """Apply a unary elementwise op."""
     node = x._node
     if op in UNARY_FLOAT_OPS and not node.dtype.is_floating:
@@ -51,7 +51,7 @@ def unary(op: OpKind, x: Tensor) -> Tensor:
     return make(op, (node,), NO_PARAMS)
 
 
-def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+def gelu(x: TensorBase, approximate: str = "none") -> TensorBase:
     """GELU with the exact erf form (``'none'``) or the tanh approximation (``'tanh'``)."""
     if approximate not in ("none", "tanh"):
         raise DTypeError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
@@ -74,7 +74,7 @@ _BITWISE_ON_BOOL = {
 }
 
 
-def binary(op: OpKind, a, b) -> Tensor:
+def binary(op: OpKind, a, b) -> TensorBase:
     """Apply a binary op with promotion (scalars are weak) and NumPy broadcasting."""
     fast = _same_kind_operands(a, b)
     if fast is not None and not (op is OpKind.DIV and not fast[0].dtype.is_floating):
@@ -131,15 +131,15 @@ def binary_operator(op: OpKind, reflected: bool = False):
     common case of ``_same_kind_operands`` built inline by ``make_pair``, the rest through
     ``binary``; either way the node carries the user's line and errors name it."""
     if reflected:
-        def general(self, other) -> Tensor:
+        def general(self, other) -> TensorBase:
             return binary(op, other, self)
     else:
-        def general(self, other) -> Tensor:
+        def general(self, other) -> TensorBase:
             return binary(op, self, other)
     general = at_user_line(general)
     needs_float = op is OpKind.DIV  # integer division promotes: the general path
 
-    def operator(self, other) -> Tensor:
+    def operator(self, other) -> TensorBase:
         left = self._node
         dtype = left.dtype
         kind = other.__class__
@@ -166,7 +166,7 @@ def binary_operator(op: OpKind, reflected: bool = False):
     return operator
 
 
-def where(condition, a, b, dtype: dt.DType | None = None) -> Tensor:
+def where(condition, a, b, dtype: dt.DType | None = None) -> TensorBase:
     """``a`` where ``condition`` holds, else ``b`` (broadcast together); ``dtype`` forces the
     result type (masked_fill keeps the tensor's own)."""
     if not isinstance(condition, TensorBase):
@@ -181,7 +181,7 @@ def where(condition, a, b, dtype: dt.DType | None = None) -> Tensor:
                 NO_PARAMS)
 
 
-def clamp(x: Tensor, low=None, high=None) -> Tensor:
+def clamp(x: TensorBase, low=None, high=None) -> TensorBase:
     """Limit values to ``[low, high]`` (either may be None); NaN passes through."""
     if low is None and high is None:
         raise DTypeError("clamp() needs at least one of min or max")
@@ -200,18 +200,18 @@ class ElementwiseMethods:
     __slots__ = ()
 
     @at_user_line
-    def __neg__(self) -> Tensor:
+    def __neg__(self) -> Self:
         return unary(OpKind.NEG, self)
 
     @at_user_line
-    def __abs__(self) -> Tensor:
+    def __abs__(self) -> Self:
         return unary(OpKind.ABS, self)
 
     @at_user_line
-    def __invert__(self) -> Tensor:
+    def __invert__(self) -> Self:
         return unary(OpKind.BITWISE_NOT, self)
 
-    def __pos__(self) -> Tensor:
+    def __pos__(self) -> Self:
         return self
 
     __add__ = binary_operator(OpKind.ADD)
@@ -243,40 +243,40 @@ class ElementwiseMethods:
         return id(self)
 
     @at_user_line
-    def subtract(self, other) -> Tensor:
+    def subtract(self, other) -> Self:
         """Alias of ``sub``."""
         return binary(OpKind.SUB, self, other)
 
     @at_user_line
-    def multiply(self, other) -> Tensor:
+    def multiply(self, other) -> Self:
         """Alias of ``mul``."""
         return binary(OpKind.MUL, self, other)
 
     @at_user_line
-    def divide(self, other) -> Tensor:
+    def divide(self, other) -> Self:
         """Alias of ``div``."""
         return binary(OpKind.DIV, self, other)
 
     true_divide = divide
 
     @at_user_line
-    def gelu(self, approximate: str = "none") -> Tensor:
+    def gelu(self, approximate: str = "none") -> Self:
         """GELU, exact (``'none'``) or with the tanh approximation (``'tanh'``)."""
         return gelu(self, approximate)
 
     @at_user_line
-    def clamp(self, min=None, max=None) -> Tensor:  # noqa: A002 - torch's names
+    def clamp(self, min=None, max=None) -> Self:  # noqa: A002 - torch's names
         """Limit values to ``[min, max]`` (either may be None); NaN passes through."""
         return clamp(self, min, max)
 
     clip = clamp
 
     @at_user_line
-    def where(self, condition, other) -> Tensor:
+    def where(self, condition, other) -> Self:
         """self where ``condition`` holds, else ``other``."""
         return where(condition, self, other)
 
     @at_user_line
-    def masked_fill(self, mask, value) -> Tensor:
+    def masked_fill(self, mask, value) -> Self:
         """``value`` where ``mask`` holds, keeping this tensor's dtype."""
         return where(mask, value, self, dtype=self.dtype)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from fuel.frontend.base import TensorBase
@@ -12,9 +10,6 @@ from fuel.ir import dtype as dt
 from fuel.ir.device import parse_device
 from fuel.ir.errors import DTypeError, InvalidArgument
 from fuel.ir.ops import ArangeParams, FullParams, OpKind
-
-if TYPE_CHECKING:
-    from fuel.tensor import Tensor
 
 _generator = np.random.default_rng()
 
@@ -37,7 +32,7 @@ def _shape(size) -> tuple[int, ...]:
 
 
 @at_user_line
-def tensor(data, dtype=None, device=None) -> Tensor:
+def tensor(data, dtype=None, device=None) -> TensorBase:
     """A tensor holding a copy of ``data`` (nested lists, scalars, NumPy arrays, Tensors)."""
     target = parse_device(device)
     if isinstance(data, TensorBase):
@@ -80,7 +75,7 @@ def _strings(array: np.ndarray) -> np.ndarray:
 
 
 @at_user_line
-def from_numpy(array: np.ndarray, device=None) -> Tensor:
+def from_numpy(array: np.ndarray, device=None) -> TensorBase:
     """A tensor over ``array`` (shared on the CPU when it is contiguous, as in torch)."""
     if not isinstance(array, np.ndarray):
         raise InvalidArgument(f"from_numpy() takes a NumPy array, got {type(array).__name__}")
@@ -89,7 +84,7 @@ def from_numpy(array: np.ndarray, device=None) -> Tensor:
 
 
 @at_user_line
-def full(size, fill_value, dtype=None, device=None) -> Tensor:
+def full(size, fill_value, dtype=None, device=None) -> TensorBase:
     """A tensor of ``size`` filled with ``fill_value`` (dtype inferred from the value)."""
     shape = tuple(size) if isinstance(size, (tuple, list)) else _shape((size,))
     kind = dt.scalar_kind(fill_value)
@@ -100,43 +95,43 @@ def full(size, fill_value, dtype=None, device=None) -> Tensor:
 
 
 @at_user_line
-def zeros(*size, dtype=None, device=None) -> Tensor:
+def zeros(*size, dtype=None, device=None) -> TensorBase:
     return full(_shape(size), 0, dtype or dt.DEFAULT_FLOAT, device)
 
 
 @at_user_line
-def ones(*size, dtype=None, device=None) -> Tensor:
+def ones(*size, dtype=None, device=None) -> TensorBase:
     return full(_shape(size), 1, dtype or dt.DEFAULT_FLOAT, device)
 
 
 @at_user_line
-def empty(*size, dtype=None, device=None) -> Tensor:
+def empty(*size, dtype=None, device=None) -> TensorBase:
     """A tensor of ``size`` whose values are unspecified (fuel fills it with zeros)."""
     return zeros(*size, dtype=dtype, device=device)
 
 
 @at_user_line
-def zeros_like(x: Tensor, dtype=None, device=None) -> Tensor:
+def zeros_like(x: TensorBase, dtype=None, device=None) -> TensorBase:
     return full(x.shape, 0, dtype or x.dtype, device or x.device)
 
 
 @at_user_line
-def ones_like(x: Tensor, dtype=None, device=None) -> Tensor:
+def ones_like(x: TensorBase, dtype=None, device=None) -> TensorBase:
     return full(x.shape, 1, dtype or x.dtype, device or x.device)
 
 
 @at_user_line
-def full_like(x: Tensor, fill_value, dtype=None, device=None) -> Tensor:
+def full_like(x: TensorBase, fill_value, dtype=None, device=None) -> TensorBase:
     return full(x.shape, fill_value, dtype or x.dtype, device or x.device)
 
 
 @at_user_line
-def empty_like(x: Tensor, dtype=None, device=None) -> Tensor:
+def empty_like(x: TensorBase, dtype=None, device=None) -> TensorBase:
     return zeros_like(x, dtype, device)
 
 
 @at_user_line
-def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
+def arange(start, end=None, step=1, dtype=None, device=None) -> TensorBase:
     """Values from ``start`` (default 0) up to ``end`` by ``step``, torch's dtype rules."""
     if end is None:
         start, end = 0, start
@@ -153,14 +148,14 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
 
 
 @at_user_line
-def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
+def eye(n: int, m: int | None = None, dtype=None, device=None) -> TensorBase:
     """The identity matrix of n x m (m defaults to n)."""
     chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
     return leaf(np.eye(n, n if m is None else m, dtype=chosen.numpy), parse_device(device))
 
 
 @at_user_line
-def rand(*size, dtype=None, device=None) -> Tensor:
+def rand(*size, dtype=None, device=None) -> TensorBase:
     """Uniform samples in [0, 1) from fuel's seeded generator."""
     chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
     if not chosen.is_floating:
@@ -170,7 +165,7 @@ def rand(*size, dtype=None, device=None) -> Tensor:
 
 
 @at_user_line
-def randn(*size, dtype=None, device=None) -> Tensor:
+def randn(*size, dtype=None, device=None) -> TensorBase:
     """Standard normal samples from fuel's seeded generator."""
     chosen = dt.to_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
     if not chosen.is_floating:
@@ -180,7 +175,7 @@ def randn(*size, dtype=None, device=None) -> Tensor:
 
 
 @at_user_line
-def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
+def randint(low, high=None, size=(), dtype=None, device=None) -> TensorBase:
     """Integers in [low, high) from fuel's seeded generator."""
     if high is None:
         low, high = 0, low
@@ -197,6 +192,6 @@ def random_generator(seed: float | None = None) -> np.random.Generator:
     return np.random.default_rng(int(np.array(seed, np.float64).view(np.uint64)))
 
 
-def random_uniform(shape: tuple[int, ...], device) -> Tensor:
+def random_uniform(shape: tuple[int, ...], device) -> TensorBase:
     """Uniform float32 samples for dropout masks."""
     return leaf(_generator.random(shape, dtype=np.float32), parse_device(device))

@@ -21,22 +21,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fuel.frontend.base import TensorBase
 from fuel.frontend.build import at_user_line
 from fuel.frontend.elementwise import binary, tensor_operand, unary
 from fuel.ir.ops import OpKind
 
 if TYPE_CHECKING:
-    from fuel.tensor import Tensor
+    from typing_extensions import Self  # typing.Self from Python 3.11
 '''
 
 
 def _method(record: OpDefinition) -> str:
     member = record.kind.name
     if record.family == "unary":
-        return (f"    @at_user_line\n    def {record.method}(self) -> Tensor:\n"
+        return (f"    @at_user_line\n    def {record.method}(self) -> Self:\n"
                 f'        """{record.doc}"""\n'
                 f"        return unary(OpKind.{member}, self)\n")
-    return (f"    @at_user_line\n    def {record.method}(self, other) -> Tensor:\n"
+    return (f"    @at_user_line\n    def {record.method}(self, other) -> Self:\n"
             f'        """{record.doc}"""\n'
             f"        return binary(OpKind.{member}, self, other)\n")
 
@@ -44,10 +45,10 @@ def _method(record: OpDefinition) -> str:
 def _function(name: str, record: OpDefinition) -> str:
     member = record.kind.name
     if record.family == "unary":
-        return (f"@at_user_line\ndef {name}(x: Tensor) -> Tensor:\n"
+        return (f"@at_user_line\ndef {name}(x: TensorBase) -> TensorBase:\n"
                 f'    """{record.doc}"""\n'
                 f'    return unary(OpKind.{member}, tensor_operand(x, "{name}"))\n')
-    return (f"@at_user_line\ndef {name}(a, b) -> Tensor:\n"
+    return (f"@at_user_line\ndef {name}(a, b) -> TensorBase:\n"
             f'    """{record.doc}"""\n'
             f"    return binary(OpKind.{member}, a, b)\n")
 

@@ -3,8 +3,6 @@ ops that read them (dequantize, quantized_matmul, quantized_embedding)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from fuel.frontend.base import TensorBase, wrap
@@ -16,12 +14,9 @@ from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
 from fuel.ir.layout import Layout
 from fuel.ir.ops import NO_PARAMS, OpKind
 
-if TYPE_CHECKING:
-    from fuel.tensor import Tensor
-
 
 @at_user_line
-def from_quantized(data: np.ndarray, dtype, shape, device=None) -> Tensor:
+def from_quantized(data: np.ndarray, dtype, shape, device=None) -> TensorBase:
     """A realized tensor of ``shape`` whose values are the ``dtype`` blocks in ``data``
     (uint8 bytes, as GGUF stores them; shared, not copied, on the CPU when contiguous)."""
     chosen = dt.to_dtype(dtype)
@@ -60,13 +55,13 @@ def _tensor(value, role: str) -> Node:
 
 
 @at_user_line
-def dequantize(x: Tensor) -> Tensor:
+def dequantize(x: TensorBase) -> TensorBase:
     """The float32 values of a block-quantized tensor."""
     return make(OpKind.DEQUANTIZE, (_tensor(x, "dequantized tensor"),), NO_PARAMS)
 
 
 @at_user_line
-def quantized_matmul(x: Tensor, weight: Tensor) -> Tensor:
+def quantized_matmul(x: TensorBase, weight: TensorBase) -> TensorBase:
     """``x @ dequantize(weight).T`` for float32 ``x`` (..., k) and a quantized (n, k) weight,
     computed on the blocks (torch.nn.functional.linear without a bias); for q4_0, q4_1 and q8_0
     weights ``x`` is first ``round_int16_blocks(x)`` (the registry's definition)."""
@@ -75,14 +70,14 @@ def quantized_matmul(x: Tensor, weight: Tensor) -> Tensor:
 
 
 @at_user_line
-def round_int16_blocks(x: Tensor) -> Tensor:
+def round_int16_blocks(x: TensorBase) -> TensorBase:
     """float32 ``x`` rounded per block of 32 along its last dim to 16-bit codes times a scale
     (``max|x| / 32767``): the activation rounding of quantized_matmul's integer dots."""
     return make(OpKind.ROUND_INT16_BLOCKS, (_tensor(x, "input"),), NO_PARAMS)
 
 
 @at_user_line
-def quantized_embedding(table: Tensor, ids: Tensor) -> Tensor:
+def quantized_embedding(table: TensorBase, ids: TensorBase) -> TensorBase:
     """float32 rows ``ids`` of a quantized (rows, k) table."""
     return make(OpKind.QUANTIZED_EMBEDDING, (_tensor(table, "table"), _tensor(ids, "ids")),
                 NO_PARAMS)

@@ -11,17 +11,17 @@ from fuel.ir.errors import DTypeError, InvalidArgument
 from fuel.ir.ops import AxisParams, OpKind, ReduceParams
 
 if TYPE_CHECKING:
-    from fuel.tensor import Tensor
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 
 class ValuesIndices(NamedTuple):
     """What ``max(dim)`` / ``min(dim)`` return, as in torch."""
 
-    values: Tensor
-    indices: Tensor
+    values: TensorBase
+    indices: TensorBase
 
 
-def reduce(op: OpKind, x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+def reduce(op: OpKind, x: TensorBase, dim=None, keepdim: bool = False) -> TensorBase:
     """Reduce ``x`` over ``dim`` (int, tuple or None for all) with ``op``."""
     dims = normalize_dims(dim, x.ndim)
     if op in (OpKind.MAX, OpKind.MIN, OpKind.ARGMAX, OpKind.ARGMIN):
@@ -39,7 +39,7 @@ def reduce(op: OpKind, x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     return make(op, (node,), ReduceParams(dims, bool(keepdim)))
 
 
-def argreduce(op: OpKind, x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+def argreduce(op: OpKind, x: TensorBase, dim=None, keepdim: bool = False) -> TensorBase:
     """argmax/argmin: over one dim, or the flattened tensor when ``dim`` is None."""
     if dim is None:
         result = reduce(op, x, None, False)
@@ -49,7 +49,7 @@ def argreduce(op: OpKind, x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     return reduce(op, x, (normalize_dim(dim, x.ndim),), keepdim)
 
 
-def extreme(op: OpKind, index_op: OpKind, x: Tensor, dim=None, keepdim: bool = False):
+def extreme(op: OpKind, index_op: OpKind, x: TensorBase, dim=None, keepdim: bool = False):
     """torch's max/min: all elements, elementwise with a tensor, or (values, indices) over dim."""
     if isinstance(dim, TensorBase):
         from fuel.frontend.elementwise import binary
@@ -60,7 +60,8 @@ def extreme(op: OpKind, index_op: OpKind, x: Tensor, dim=None, keepdim: bool = F
     return ValuesIndices(reduce(op, x, dim, keepdim), argreduce(index_op, x, dim, keepdim))
 
 
-def variance(x: Tensor, dim=None, correction=1, keepdim: bool = False, unbiased=None) -> Tensor:
+def variance(x: TensorBase, dim=None, correction=1, keepdim: bool = False,
+             unbiased=None) -> TensorBase:
     """Variance with Bessel's ``correction`` (torch's default 1; ``unbiased=False`` means 0)."""
     if unbiased is not None:
         correction = 1 if unbiased else 0
@@ -75,7 +76,7 @@ def variance(x: Tensor, dim=None, correction=1, keepdim: bool = False, unbiased=
     return total / max(count - correction, 0)
 
 
-def cumsum(x: Tensor, dim: int) -> Tensor:
+def cumsum(x: TensorBase, dim: int) -> TensorBase:
     """Running sum along ``dim`` (integers accumulate in int64)."""
     return make(OpKind.CUMSUM, (x._node,), AxisParams(normalize_dim(dim, x.ndim)))
 
@@ -86,37 +87,37 @@ class ReduceMethods:
     __slots__ = ()
 
     @at_user_line
-    def sum(self, dim=None, keepdim: bool = False) -> Tensor:
+    def sum(self, dim=None, keepdim: bool = False) -> Self:
         """Sum over ``dim`` (all dims when None); integers accumulate in int64."""
         return reduce(OpKind.SUM, self, dim, keepdim)
 
     @at_user_line
-    def mean(self, dim=None, keepdim: bool = False) -> Tensor:
+    def mean(self, dim=None, keepdim: bool = False) -> Self:
         """Mean over ``dim`` (all dims when None)."""
         return reduce(OpKind.MEAN, self, dim, keepdim)
 
     @at_user_line
-    def prod(self, dim=None, keepdim: bool = False) -> Tensor:
+    def prod(self, dim=None, keepdim: bool = False) -> Self:
         """Product over ``dim`` (all dims when None)."""
         return reduce(OpKind.PROD, self, dim, keepdim)
 
     @at_user_line
-    def amax(self, dim=None, keepdim: bool = False) -> Tensor:
+    def amax(self, dim=None, keepdim: bool = False) -> Self:
         """Maximum over ``dim`` (all dims when None)."""
         return reduce(OpKind.MAX, self, dim, keepdim)
 
     @at_user_line
-    def amin(self, dim=None, keepdim: bool = False) -> Tensor:
+    def amin(self, dim=None, keepdim: bool = False) -> Self:
         """Minimum over ``dim`` (all dims when None)."""
         return reduce(OpKind.MIN, self, dim, keepdim)
 
     @at_user_line
-    def all(self, dim=None, keepdim: bool = False) -> Tensor:
+    def all(self, dim=None, keepdim: bool = False) -> Self:
         """Whether every element over ``dim`` is true."""
         return reduce(OpKind.ALL, self, dim, keepdim)
 
     @at_user_line
-    def any(self, dim=None, keepdim: bool = False) -> Tensor:
+    def any(self, dim=None, keepdim: bool = False) -> Self:
         """Whether any element over ``dim`` is true."""
         return reduce(OpKind.ANY, self, dim, keepdim)
 
@@ -131,26 +132,26 @@ class ReduceMethods:
         return extreme(OpKind.MIN, OpKind.ARGMIN, self, dim, keepdim)
 
     @at_user_line
-    def argmax(self, dim=None, keepdim: bool = False) -> Tensor:
+    def argmax(self, dim=None, keepdim: bool = False) -> Self:
         """Position of the first maximum over ``dim`` (of the flattened tensor when None)."""
         return argreduce(OpKind.ARGMAX, self, dim, keepdim)
 
     @at_user_line
-    def argmin(self, dim=None, keepdim: bool = False) -> Tensor:
+    def argmin(self, dim=None, keepdim: bool = False) -> Self:
         """Position of the first minimum over ``dim`` (of the flattened tensor when None)."""
         return argreduce(OpKind.ARGMIN, self, dim, keepdim)
 
     @at_user_line
-    def var(self, dim=None, correction=1, keepdim: bool = False, unbiased=None) -> Tensor:
+    def var(self, dim=None, correction=1, keepdim: bool = False, unbiased=None) -> Self:
         """Variance with Bessel's ``correction`` (``unbiased=False`` means 0)."""
         return variance(self, dim, correction, keepdim, unbiased)
 
     @at_user_line
-    def std(self, dim=None, correction=1, keepdim: bool = False, unbiased=None) -> Tensor:
+    def std(self, dim=None, correction=1, keepdim: bool = False, unbiased=None) -> Self:
         """Standard deviation with Bessel's ``correction``."""
         return variance(self, dim, correction, keepdim, unbiased).sqrt()
 
     @at_user_line
-    def cumsum(self, dim: int) -> Tensor:
+    def cumsum(self, dim: int) -> Self:
         """Running sum along ``dim`` (integers accumulate in int64)."""
         return cumsum(self, dim)

@@ -26,7 +26,7 @@ from fuel.ir.ops import (
 )
 
 if TYPE_CHECKING:
-    from fuel.tensor import Tensor
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 
 def _sizes(args) -> tuple:
@@ -35,7 +35,7 @@ def _sizes(args) -> tuple:
     return tuple(args)
 
 
-def reshape(x: Tensor, *shape) -> Tensor:
+def reshape(x: TensorBase, *shape) -> TensorBase:
     """Same elements under a new shape (one size may be -1); a view when strides allow."""
     shape = _sizes(shape)
     total = x.numel()
@@ -62,7 +62,7 @@ def reshape(x: Tensor, *shape) -> Tensor:
     return make(OpKind.RESHAPE, (x._node,), ShapeParams(shape))
 
 
-def permute(x: Tensor, *dims) -> Tensor:
+def permute(x: TensorBase, *dims) -> TensorBase:
     dims = tuple(normalize_dim(d, x.ndim) for d in _sizes(dims))
     if sorted(dims) != list(range(x.ndim)):
         raise InvalidArgument(f"permute dims {dims} are not a permutation of {x.ndim} dims")
@@ -71,7 +71,7 @@ def permute(x: Tensor, *dims) -> Tensor:
     return make(OpKind.PERMUTE, (x._node,), PermuteParams(dims))
 
 
-def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+def transpose(x: TensorBase, dim0: int, dim1: int) -> TensorBase:
     if x.ndim < 2 and dim0 in (0, -1) and dim1 in (0, -1):
         return x
     order = list(range(x.ndim))
@@ -80,13 +80,13 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     return permute(x, *order)
 
 
-def t(x: Tensor) -> Tensor:
+def t(x: TensorBase) -> TensorBase:
     if x.ndim > 2:
         raise ShapeError(f"t() expects at most 2 dims, got shape {x.shape}; use transpose")
     return transpose(x, 0, 1) if x.ndim == 2 else x
 
 
-def expand_to(x: Tensor, *sizes) -> Tensor:
+def expand_to(x: TensorBase, *sizes) -> TensorBase:
     """Broadcast to ``sizes`` as a stride-0 view (-1 keeps a dim)."""
     sizes = _sizes(sizes)
     if len(sizes) < x.ndim:
@@ -105,12 +105,12 @@ def expand_to(x: Tensor, *sizes) -> Tensor:
     return wrap(expand(x._node, tuple(target)))
 
 
-def unsqueeze(x: Tensor, dim: int) -> Tensor:
+def unsqueeze(x: TensorBase, dim: int) -> TensorBase:
     axis = normalize_dim(dim, x.ndim + 1)
     return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
 
 
-def squeeze(x: Tensor, dim=None) -> Tensor:
+def squeeze(x: TensorBase, dim=None) -> TensorBase:
     if dim is None:
         return reshape(x, tuple(s for s in x.shape if s != 1))
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
@@ -118,7 +118,7 @@ def squeeze(x: Tensor, dim=None) -> Tensor:
     return reshape(x, tuple(s for axis, s in enumerate(x.shape) if not (axis in drop and s == 1)))
 
 
-def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+def flatten(x: TensorBase, start_dim: int = 0, end_dim: int = -1) -> TensorBase:
     if x.ndim == 0:
         return reshape(x, (1,))
     start, end = normalize_dim(start_dim, x.ndim), normalize_dim(end_dim, x.ndim)
@@ -130,7 +130,7 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     return reshape(x, x.shape[:start] + (middle,) + x.shape[end + 1:])
 
 
-def slice_view(x: Tensor, slices: list[slice]) -> Tensor:
+def slice_view(x: TensorBase, slices: list[slice]) -> TensorBase:
     """A SLICE view from one Python slice per dim (steps may be negative)."""
     starts, stops, steps = [], [], []
     for s, size in zip(slices, x.shape):
@@ -145,20 +145,20 @@ def slice_view(x: Tensor, slices: list[slice]) -> Tensor:
     return make(OpKind.SLICE, (x._node,), SliceParams(tuple(starts), tuple(stops), tuple(steps)))
 
 
-def flip(x: Tensor, *dims) -> Tensor:
+def flip(x: TensorBase, *dims) -> TensorBase:
     flipped = {normalize_dim(d, x.ndim) for d in _sizes(dims)}
     return slice_view(x, [slice(None, None, -1) if axis in flipped else slice(None)
                           for axis in range(x.ndim)])
 
 
-def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
+def narrow(x: TensorBase, dim: int, start: int, length: int) -> TensorBase:
     axis = normalize_dim(dim, x.ndim)
     slices = [slice(None)] * x.ndim
     slices[axis] = slice(start, start + length)
     return slice_view(x, slices)
 
 
-def getitem(x: Tensor, index) -> Tensor:
+def getitem(x: TensorBase, index) -> TensorBase:
     """Ints, slices (any step), None, ``...`` and one integer tensor (or list) per index."""
     items = list(index) if isinstance(index, tuple) else [index]
     if sum(1 for i in items if i is Ellipsis) > 1:
@@ -212,7 +212,7 @@ def getitem(x: Tensor, index) -> Tensor:
     return reshape(viewed, tuple(shape))
 
 
-def _index_tensor(item, x: Tensor) -> Tensor:
+def _index_tensor(item, x: TensorBase) -> TensorBase:
     from fuel.frontend.factories import tensor as make_tensor
 
     index = item if isinstance(item, TensorBase) else make_tensor(np.asarray(item), device=x.device)
@@ -224,7 +224,7 @@ def _index_tensor(item, x: Tensor) -> Tensor:
     return index
 
 
-def setitem(x: Tensor, index, value) -> None:
+def setitem(x: TensorBase, index, value) -> None:
     """``x[index] = value`` for int/slice/``...`` indices: rebinds ``x`` to the written tensor.
 
     On a realized ``x`` the write goes into its own storage at the next realize (in place, as
@@ -254,7 +254,8 @@ def _writable_in_place(node) -> bool:
     return node.buffer is not None or (node.op in INPLACE_OPS and node.params.inplace)
 
 
-def index_copy(x: Tensor, dim: int, index: Tensor, source, inplace: bool = False) -> Tensor:
+def index_copy(x: TensorBase, dim: int, index: TensorBase, source,
+               inplace: bool = False) -> TensorBase:
     """``x`` with the slices at ``index`` (1-D, int) along ``dim`` replaced by ``source``.
     The positions are data, so a decode loop writing a new position each step keeps one graph
     structure (and hits the plan cache)."""
@@ -268,19 +269,19 @@ def index_copy(x: Tensor, dim: int, index: Tensor, source, inplace: bool = False
     return make(OpKind.INDEX_COPY, (x._node, index_node, cast(value._node, x.dtype)), params)
 
 
-def index_copy_(x: Tensor, dim: int, index: Tensor, source) -> Tensor:
+def index_copy_(x: TensorBase, dim: int, index: TensorBase, source) -> TensorBase:
     """In-place ``index_copy``: on a realized ``x`` the write goes into its own storage."""
     x._node = index_copy(x, dim, index, source, inplace=True)._node
     return x
 
 
-def _scalar_like(x: Tensor, value, shape):
+def _scalar_like(x: TensorBase, value, shape):
     from fuel.frontend.build import constant
 
     return constant(value, x.dtype, x._node.device, tuple(shape))
 
 
-def _region_slices(x: Tensor, items: list) -> list[slice]:
+def _region_slices(x: TensorBase, items: list) -> list[slice]:
     if sum(1 for i in items if i is Ellipsis) == 1:
         at = items.index(Ellipsis)
         items[at:at + 1] = [slice(None)] * (x.ndim - len(items) + 1)
@@ -296,7 +297,7 @@ def _region_slices(x: Tensor, items: list) -> list[slice]:
 
 
 @at_user_line
-def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
+def index_select(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
     axis = normalize_dim(dim, x.ndim)
     node = index._node
     if node.dtype.name not in ("int32", "int64"):
@@ -305,13 +306,13 @@ def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
 
 
 @at_user_line
-def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+def gather(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
     node = index._node if index.dtype.name in ("int32", "int64") else index.long()._node
     return make(OpKind.GATHER, (x._node, node), AxisParams(normalize_dim(dim, x.ndim)))
 
 
 @at_user_line
-def cat(tensors, dim: int = 0) -> Tensor:
+def cat(tensors, dim: int = 0) -> TensorBase:
     tensors = list(tensors)
     if not tensors:
         raise InvalidArgument("cat() needs at least one tensor")
@@ -321,7 +322,7 @@ def cat(tensors, dim: int = 0) -> Tensor:
 
 
 @at_user_line
-def stack(tensors, dim: int = 0) -> Tensor:
+def stack(tensors, dim: int = 0) -> TensorBase:
     tensors = list(tensors)
     if not tensors:
         raise InvalidArgument("stack() needs at least one tensor")
@@ -333,7 +334,7 @@ def stack(tensors, dim: int = 0) -> Tensor:
 
 
 @at_user_line
-def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]:
+def split(x: TensorBase, split_size_or_sections, dim: int = 0) -> tuple[TensorBase, ...]:
     axis = normalize_dim(dim, x.ndim)
     size = x.shape[axis]
     if isinstance(split_size_or_sections, int):
@@ -353,18 +354,18 @@ def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]
 
 
 @at_user_line
-def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+def chunk(x: TensorBase, chunks: int, dim: int = 0) -> tuple[TensorBase, ...]:
     if chunks <= 0:
         raise InvalidArgument("chunks must be positive")
     size = x.shape[normalize_dim(dim, x.ndim)]
     return split(x, max(1, -(-size // chunks)), dim)
 
 
-def triangle(op: OpKind, x: Tensor, diagonal: int = 0) -> Tensor:
+def triangle(op: OpKind, x: TensorBase, diagonal: int = 0) -> TensorBase:
     return make(op, (x._node,), DiagonalParams(int(diagonal)))
 
 
-def pad(x: Tensor, widths, value=0) -> Tensor:
+def pad(x: TensorBase, widths, value=0) -> TensorBase:
     """torch order: ``(last_before, last_after, second_last_before, ...)``; non-negative."""
     widths = list(widths)
     if len(widths) % 2 or len(widths) // 2 > x.ndim:
@@ -377,7 +378,7 @@ def pad(x: Tensor, widths, value=0) -> Tensor:
     return make(OpKind.PAD, (x._node,), PadParams(tuple(per_dim), value))
 
 
-def copy_to(x: Tensor, device) -> Tensor:
+def copy_to(x: TensorBase, device) -> TensorBase:
     """``x`` on ``device``: a COPY node, or ``x`` itself when it already lives there."""
     target = parse_device(device)
     if target == x._node.device:
@@ -406,7 +407,7 @@ def build_layout(node) -> Layout:
     return Layout.contiguous(node.shape)
 
 
-def view(x: Tensor, *shape) -> Tensor:
+def view(x: TensorBase, *shape) -> TensorBase:
     """torch's ``view``: the same storage under a new shape, refused when the strides do not
     allow it (``reshape`` is the one that may copy)."""
     result = reshape(x, *shape)
@@ -423,84 +424,84 @@ class ShapeMethods:
     __slots__ = ()
 
     @at_user_line
-    def reshape(self, *shape) -> Tensor:
+    def reshape(self, *shape) -> Self:
         """Same elements under a new shape (one size may be -1); copies when strides demand."""
         return reshape(self, *shape)
 
     @at_user_line
-    def view(self, *shape) -> Tensor:
+    def view(self, *shape) -> Self:
         """Same storage under a new shape; ShapeError where torch's view would refuse."""
         return view(self, *shape)
 
     @at_user_line
-    def permute(self, *dims) -> Tensor:
+    def permute(self, *dims) -> Self:
         """Reorder the dims (a view)."""
         return permute(self, *dims)
 
     @at_user_line
-    def transpose(self, dim0: int, dim1: int) -> Tensor:
+    def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two dims (a view)."""
         return transpose(self, dim0, dim1)
 
     swapaxes = transpose
 
     @at_user_line
-    def t(self) -> Tensor:
+    def t(self) -> Self:
         """Transpose a matrix (at most 2 dims)."""
         return t(self)
 
     @property
-    def mT(self) -> Tensor:  # noqa: N802 - torch's name
+    def mT(self) -> Self:  # noqa: N802 - torch's name
         """The last two dims swapped."""
         return transpose(self, -2, -1)
 
     @property
-    def T(self) -> Tensor:  # noqa: N802 - torch's name
+    def T(self) -> Self:  # noqa: N802 - torch's name
         """Every dim reversed."""
         return permute(self, *reversed(range(self.ndim)))
 
     @at_user_line
-    def expand(self, *sizes) -> Tensor:
+    def expand(self, *sizes) -> Self:
         """Broadcast to ``sizes`` as a stride-0 view (-1 keeps a dim)."""
         return expand_to(self, *sizes)
 
     @at_user_line
-    def broadcast_to(self, shape) -> Tensor:
+    def broadcast_to(self, shape) -> Self:
         """Broadcast to ``shape`` as a stride-0 view."""
         return expand_to(self, *shape)
 
     @at_user_line
-    def expand_as(self, other) -> Tensor:
+    def expand_as(self, other) -> Self:
         """Broadcast to ``other``'s shape."""
         return expand_to(self, *other.shape)
 
     @at_user_line
-    def unsqueeze(self, dim: int) -> Tensor:
+    def unsqueeze(self, dim: int) -> Self:
         """A new size-1 dim at ``dim``."""
         return unsqueeze(self, dim)
 
     @at_user_line
-    def squeeze(self, dim=None) -> Tensor:
+    def squeeze(self, dim=None) -> Self:
         """Drop size-1 dims (all, or those named)."""
         return squeeze(self, dim)
 
     @at_user_line
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         """Merge dims ``start_dim`` through ``end_dim``."""
         return flatten(self, start_dim, end_dim)
 
     @at_user_line
-    def flip(self, *dims) -> Tensor:
+    def flip(self, *dims) -> Self:
         """Reverse the order along ``dims`` (a view with negative strides)."""
         return flip(self, *dims)
 
     @at_user_line
-    def narrow(self, dim: int, start: int, length: int) -> Tensor:
+    def narrow(self, dim: int, start: int, length: int) -> Self:
         """``length`` elements from ``start`` along ``dim`` (a view)."""
         return narrow(self, dim, start, length)
 
     @at_user_line
-    def __getitem__(self, index) -> Tensor:
+    def __getitem__(self, index) -> Self:
         return getitem(self, index)
 
     @at_user_line
@@ -508,41 +509,41 @@ class ShapeMethods:
         setitem(self, index, value)
 
     @at_user_line
-    def index_copy(self, dim: int, index, source) -> Tensor:
+    def index_copy(self, dim: int, index, source) -> Self:
         """A copy with the slices at ``index`` along ``dim`` replaced by ``source``."""
         return index_copy(self, dim, index, source)
 
     @at_user_line
-    def index_copy_(self, dim: int, index, source) -> Tensor:
+    def index_copy_(self, dim: int, index, source) -> Self:
         """In-place ``index_copy``: on a realized tensor the write goes into its storage."""
         return index_copy_(self, dim, index, source)
 
     @at_user_line
-    def index_select(self, dim: int, index) -> Tensor:
+    def index_select(self, dim: int, index) -> Self:
         """Slices along ``dim`` picked by a 1-D integer index."""
         return index_select(self, dim, index)
 
     @at_user_line
-    def gather(self, dim: int, index) -> Tensor:
+    def gather(self, dim: int, index) -> Self:
         """Values at ``index`` positions along ``dim``."""
         return gather(self, dim, index)
 
     @at_user_line
-    def split(self, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]:
+    def split(self, split_size_or_sections, dim: int = 0) -> tuple[Self, ...]:
         """Views of equal size (or the given sizes) along ``dim``."""
         return split(self, split_size_or_sections, dim)
 
     @at_user_line
-    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
         """``chunks`` views of near-equal size along ``dim``."""
         return chunk(self, chunks, dim)
 
     @at_user_line
-    def tril(self, diagonal: int = 0) -> Tensor:
+    def tril(self, diagonal: int = 0) -> Self:
         """Zero above ``diagonal``."""
         return triangle(OpKind.TRIL, self, diagonal)
 
     @at_user_line
-    def triu(self, diagonal: int = 0) -> Tensor:
+    def triu(self, diagonal: int = 0) -> Self:
         """Zero below ``diagonal``."""
         return triangle(OpKind.TRIU, self, diagonal)

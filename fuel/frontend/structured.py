@@ -11,11 +11,11 @@ from fuel.ir.errors import ShapeError
 from fuel.ir.ops import AxisParams, NormParams, OpKind, broadcast_shapes
 
 if TYPE_CHECKING:
-    from fuel.tensor import Tensor
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 
 @at_user_line
-def matmul(a: Tensor, b: Tensor) -> Tensor:
+def matmul(a: TensorBase, b: TensorBase) -> TensorBase:
     """torch.matmul: 1-D operands promoted and squeezed back, batch dims broadcast."""
     if not isinstance(a, TensorBase) or not isinstance(b, TensorBase):
         raise ShapeError("matmul operands must both be tensors")
@@ -40,32 +40,32 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     return result.reshape(out_shape) if out_shape != result.shape else result
 
 
-def _float_input(x: Tensor, dtype) -> Tensor:
+def _float_input(x: TensorBase, dtype) -> TensorBase:
     if dtype is not None:
         return x.to(dt.to_dtype(dtype))
     return x if x.dtype.is_floating else x.to(dt.DEFAULT_FLOAT)
 
 
 @at_user_line
-def softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
+def softmax(x: TensorBase, dim: int, dtype=None) -> TensorBase:
     """exp(x) / sum(exp(x)) along ``dim``, computed stably."""
     x = _float_input(x, dtype)
     return make(OpKind.SOFTMAX, (x._node,), AxisParams(normalize_dim(dim, x.ndim)))
 
 
-def log_softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
+def log_softmax(x: TensorBase, dim: int, dtype=None) -> TensorBase:
     x = _float_input(x, dtype)
     return make(OpKind.LOG_SOFTMAX, (x._node,), AxisParams(normalize_dim(dim, x.ndim)))
 
 
-def _normalized(x: Tensor, normalized_shape) -> int:
+def _normalized(x: TensorBase, normalized_shape) -> int:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if len(shape) > x.ndim or tuple(x.shape[x.ndim - len(shape):]) != shape:
         raise ShapeError(f"normalized_shape {shape} does not match the trailing dims of {x.shape}")
     return len(shape)
 
 
-def _parameter(value, x: Tensor, axes: int, fill) -> Tensor:
+def _parameter(value, x: TensorBase, axes: int, fill) -> TensorBase:
     from fuel.frontend.factories import full
 
     if value is None:
@@ -73,7 +73,8 @@ def _parameter(value, x: Tensor, axes: int, fill) -> Tensor:
     return value if value.dtype is x.dtype else value.to(x.dtype)
 
 
-def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+def layer_norm(x: TensorBase, normalized_shape, weight=None, bias=None,
+               eps: float = 1e-5) -> TensorBase:
     """(x - mean) / sqrt(var + eps) * weight + bias over the trailing dims."""
     x = _float_input(x, None)
     axes = _normalized(x, normalized_shape)
@@ -83,7 +84,7 @@ def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, eps: float =
                 NormParams(axes, float(eps)))
 
 
-def rms_norm(x: Tensor, normalized_shape, weight=None, eps: float | None = None) -> Tensor:
+def rms_norm(x: TensorBase, normalized_shape, weight=None, eps: float | None = None) -> TensorBase:
     """x / sqrt(mean(x^2) + eps) * weight over the trailing dims (eps: the dtype's epsilon)."""
     import numpy as np
 
@@ -101,24 +102,24 @@ class StructuredMethods:
     __slots__ = ()
 
     @at_user_line
-    def matmul(self, other) -> Tensor:
+    def matmul(self, other) -> Self:
         """torch.matmul."""
         return matmul(self, other)
 
     @at_user_line
-    def __matmul__(self, other) -> Tensor:
+    def __matmul__(self, other) -> Self:
         return matmul(self, other)
 
     @at_user_line
-    def __rmatmul__(self, other) -> Tensor:
+    def __rmatmul__(self, other) -> Self:
         return matmul(other, self)
 
     @at_user_line
-    def softmax(self, dim: int, dtype=None) -> Tensor:
+    def softmax(self, dim: int, dtype=None) -> Self:
         """exp(x) / sum(exp(x)) along ``dim``, computed stably."""
         return softmax(self, dim, dtype)
 
     @at_user_line
-    def log_softmax(self, dim: int, dtype=None) -> Tensor:
+    def log_softmax(self, dim: int, dtype=None) -> Self:
         """log(softmax(x)) along ``dim``, computed stably."""
         return log_softmax(self, dim, dtype)

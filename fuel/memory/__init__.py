@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from fuel.memory.storage import Storage
+from fuel.memory.storage import Storage, StorageBackend
 
-__all__ = ["Storage"]
+__all__ = ["Storage", "StorageBackend"]

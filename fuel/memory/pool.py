@@ -17,14 +17,10 @@ import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fuel.memory.storage import Storage
-
-if TYPE_CHECKING:  # the backend layer sits above memory: a type only
-    from fuel.backends.base import Backend
+from fuel.memory.storage import Storage, StorageBackend
 
 
 @dataclass
@@ -52,7 +48,7 @@ class DevicePool:
         # Reentrant: a user tensor collected during an allocation gives its buffer back.
         self.lock = threading.RLock()
 
-    def take(self, backend: Backend, device, dtype, size: int):
+    def take(self, backend: StorageBackend, device, dtype, size: int):
         """A Storage for (dtype, size): reused when one is idle, else freshly allocated."""
         key = (dtype, size)
         nbytes = size * dtype.itemsize

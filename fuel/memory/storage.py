@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
 
 from fuel.ir.device import Device
 from fuel.ir.dtype import DType
+from fuel.ir.layout import Layout
 
-if TYPE_CHECKING:  # the backend layer sits above memory: a type only, no import at run time
-    from fuel.backends.base import Backend
+
+class StorageBackend(Protocol):
+    """What the memory layer and kernels use of the backend that made a storage.
+
+    ``fuel.backends.base.Backend`` implements it; the backend layer sits above memory, so
+    memory names this protocol rather than the class.
+    """
+
+    def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
+        """An uninitialized buffer of ``size`` elements."""
+        ...
+
+    def write_from_host(self, storage: Storage, array: np.ndarray) -> None:
+        """Overwrite ``storage`` (from element 0) with the flat contents of ``array``."""
+        ...
+
+    def download(self, storage: Storage, layout: Layout) -> np.ndarray:
+        """A host NumPy array of ``layout.shape`` holding what ``layout`` views."""
+        ...
+
+    def device_timer(self) -> Callable[[], Callable[[], float | None]] | None:
+        """Start timing the next launch's device commands (None: no device clock)."""
+        ...
 
 
 class Storage:
@@ -21,12 +46,12 @@ class Storage:
     __slots__ = ("buffer", "dtype", "size", "device", "backend", "address", "__weakref__")
 
     def __init__(self, buffer, dtype: DType, size: int, device: Device,
-                 backend: Backend) -> None:
+                 backend: StorageBackend) -> None:
         self.buffer = buffer
         self.dtype = dtype
         self.size = size
         self.device = device
-        self.backend: Backend = backend
+        self.backend: StorageBackend = backend
         # The buffer's host address once a kernel bound it by pointer (0 until then): read
         # once, since a storage keeps its buffer for life.
         self.address = 0

@@ -23,13 +23,21 @@ from fuel.backends.opencl.runtime import cl
 from fuel.compiler.fusion import FusionTarget
 from fuel.compiler.kernel_ir import LoopKernel, has_scan
 from fuel.compiler.render_expression import renders
-from fuel.compiler.render_opencl import KERNEL_NAME, render_opencl, rendered_dtypes
+from fuel.compiler.render_opencl import KERNEL_NAME, OpenClProgram, render_opencl, rendered_dtypes
+from fuel.compiler.render_opencl_rows import render_opencl_rows
 from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
 from fuel.ir import dtype as dt
 from fuel.ir.layout import Layout
 
 GENERATED = KernelCaps(strided_input=True)
 KERNEL_SOURCE = "opencl"
+
+
+def render(kernel: LoopKernel, group: bool = False) -> OpenClProgram:
+    """The OpenCL C of ``kernel``: one with a row through ``render_opencl_rows`` (a work-group
+    per row with ``group``, a work-item per row otherwise), an elementwise one through
+    ``render_opencl``."""
+    return render_opencl_rows(kernel, group) if kernel.reduced else render_opencl(kernel)
 
 
 class FusedOpenClKernel:
@@ -53,7 +61,7 @@ class FusedOpenClKernel:
         """(OpenClProgram, ProgramSpec) of one rendering, rendered once."""
         found = self.variants.get(group)
         if found is None:
-            program = render_opencl(self.loop, group)
+            program = render(self.loop, group)
             spec = ProgramSpec(f"{self.loop.name}{'[group]' if group else ''}", program.source,
                                program.fp64)
             found = self.variants[group] = (program, spec)
@@ -93,14 +101,14 @@ def loop_kernel(kernel: LoopKernel) -> FusedOpenClKernel:
 class RenderedKernel:
     """A registered OpenCL kernel (a reduction, a row op) whose launches are LoopKernels:
     ``build(inputs, outputs, layouts, params)`` describes one launch in the kernel IR (or
-    gives None: nothing to do) and ``render_opencl`` writes its program. ``__qualname__``
+    gives None: nothing to do) and ``render`` writes its program. ``__qualname__``
     carries the digest of ``sample``'s rendering, so the binding's revision hash changes
     whenever the renderer's output does."""
 
     def __init__(self, name: str, build: Callable, sample: LoopKernel) -> None:
         self.build = build
         self.name = name
-        source = render_opencl(sample).source
+        source = render(sample).source
         digest = hashlib.blake2b(source.encode(), digest_size=8).hexdigest()
         self.__qualname__ = f"opencl.{name}[{build.__qualname__}]#{digest}"
 

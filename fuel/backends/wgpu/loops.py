@@ -9,7 +9,7 @@ from functools import cache
 
 import numpy as np
 
-from fuel.backends.wgpu.backend import buffer_bytes, element_bytes
+from fuel.backends.wgpu.elements import buffer_bytes, element_bytes
 from fuel.backends.wgpu.windows import split_launch
 from fuel.compiler.kernel_ir import KernelBuilder, Load, LoopKernel, Store, Value, collapse
 from fuel.compiler.render_wgsl import (

@@ -15,7 +15,8 @@ from functools import cache
 
 import numpy as np
 
-from fuel.backends.wgpu.backend import element_bytes
+from fuel.backends.wgpu.elements import element_bytes
+from fuel.backends.wgpu.fill import full_kernel
 from fuel.backends.wgpu.loops import device_context, record_dispatch, unaliased
 from fuel.backends.wgpu.windows import split_launch
 from fuel.compiler.render_wgsl import (
@@ -168,8 +169,6 @@ def matmul_kernel(inputs, outputs, layouts, params) -> None:
         raise KernelError(f"matmul over {count} batches exceeds the adapter's "
                           f"max-compute-workgroups-per-dimension ({context.max_groups})")
     if k == 0:
-        from fuel.backends.wgpu.kernels import full_kernel
-
         full_kernel([], [out], [out_layout], _Zero())
         return
     # The launch's index space is (batch..., m, n, k): k is never cut (no partial sums).

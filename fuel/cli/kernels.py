@@ -1,17 +1,23 @@
-"""The fuel command: inspect kernels and backends, run and serve models."""
+"""``fuel kernels`` and ``fuel backends``: the binding table, the generated kernels and the
+backends with their devices."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
-import sys
 
 from fuel.ir.errors import FuelError
 
-# Modules that add sub-commands; each defines ``add_commands(subparsers)`` and imports its
-# optional dependencies only when a command runs.
-COMMAND_MODULES = ("fuel.models.cli", "fuel.serve.cli", "fuel.onnx.cli")
+
+def add_commands(subparsers) -> None:
+    """Register ``kernels`` and ``backends`` on the ``fuel`` command's sub-parsers."""
+    kernels = subparsers.add_parser("kernels", help="list the kernel binding table")
+    kernels.add_argument("--op", help="only this op (e.g. add, matmul)")
+    kernels.add_argument("--backend", help="only this backend (cpu, opencl, ...)")
+    kernels.add_argument("--generated", action="store_true",
+                         help="list the generated (fused) kernels and their source paths")
+    kernels.set_defaults(handler=_kernels)
+    backends = subparsers.add_parser("backends", help="list backends and devices")
+    backends.set_defaults(handler=_backends)
 
 
 def _kernels(args: argparse.Namespace) -> int:
@@ -110,57 +116,3 @@ def _backends(args: argparse.Namespace) -> int:
             print(f"kernel fusion on {name}: {state} "
                   f"({languages.get(backend_id, 'a registered renderer')})")
     return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    import fuel
-
-    parser = argparse.ArgumentParser(prog="fuel", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"fuel {fuel.__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    kernels = commands.add_parser("kernels", help="list the kernel binding table")
-    kernels.add_argument("--op", help="only this op (e.g. add, matmul)")
-    kernels.add_argument("--backend", help="only this backend (cpu, opencl, ...)")
-    kernels.add_argument("--generated", action="store_true",
-                         help="list the generated (fused) kernels and their source paths")
-    kernels.set_defaults(handler=_kernels)
-    backends = commands.add_parser("backends", help="list backends and devices")
-    backends.set_defaults(handler=_backends)
-    for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name and module_name.startswith(error.name):
-                continue
-            raise
-        module.add_commands(commands)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the fuel command with ``argv`` (default: the process's arguments)."""
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except FuelError as error:
-        print(f"fuel: error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # the reader went away (fuel kernels | head): stop quietly
-        _silence_stdout()
-        return 141
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -77,7 +77,7 @@ def _load_encoder(choice: str, device):
 
 def run_serve(args: argparse.Namespace) -> int:
     """Load the models, then serve until Ctrl-C."""
-    from fuel.models.cli import _check_device
+    from fuel.cli.models import check_device
     from fuel.models.common import require
     from fuel.models.llama import load_gguf
 
@@ -88,7 +88,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from fuel.serve.app import ServerSettings, build_app
     from fuel.serve.engine import Engine
 
-    device = _check_device(args.device)
+    device = check_device(args.device)
     address = socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)[0]
     listener = socket.socket(address[0], socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from fuel.distributed.cli import add_run_arguments, run_onnx_job
+from fuel.cli.jobs import add_run_arguments, run_onnx_job
 from fuel.ir.errors import FuelError
 
 

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from fuel.distributed.cli import add_embed_arguments, run_embed_job
+from fuel.cli.jobs import add_embed_arguments, run_embed_job
 from fuel.ir.errors import InvalidArgument
 
 
@@ -90,7 +90,8 @@ def add_commands(subparsers) -> None:
     embed.set_defaults(handler=run_embed)
 
 
-def _check_device(name: str):
+def check_device(name: str):
+    """The device ``name`` names, checked to be usable before any weights load."""
     from fuel.backends import get_backend
     from fuel.ir.device import parse_device
 
@@ -161,7 +162,7 @@ def run_generate(args: argparse.Namespace) -> int:
     sampling = sampling_config(args)
     if args.system is not None and not args.chat:
         raise InvalidArgument("--system needs --chat")
-    device = _check_device(args.device)
+    device = check_device(args.device)
     model = load_gguf(args.model, device=device, dtype=args.dtype)
     out = sys.stdout
     if args.chat:
@@ -204,7 +205,7 @@ def run_chat(args: argparse.Namespace) -> int:
 
     max_new_tokens = _max_new_tokens(args, 512)
     sampling = sampling_config(args)
-    device = _check_device(args.device)
+    device = check_device(args.device)
     model = load_gguf(args.model, device=device, dtype=args.dtype)
     session = ChatSession(model, args.system)
     print(f"chatting with {model.name} on {device}; /reset starts over, /exit leaves",
@@ -248,7 +249,7 @@ def run_embed(args: argparse.Namespace) -> int:
         raise InvalidArgument("give sentences to embed, or --input FILE --output FILE")
     if args.values < 0:
         raise InvalidArgument(f"--values must be >= 0, got {args.values}")
-    device = _check_device(args.device)
+    device = check_device(args.device)
     encoder = load(args.model, device=device)
     embeddings = encoder.encode(args.texts)
     with np.printoptions(precision=4, suppress=True, floatmode="fixed"):
