@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from sys import _getframe
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,9 +19,6 @@ from fuel.ir.errors import DeviceMismatch, FuelError, NoBackendForOp
 from fuel.ir.layout import Layout
 from fuel.ir.ops import NO_PARAMS, CastParams, OpKind, ShapeParams, infer, infer_keyed
 from fuel.ir.params import bits_key
-
-if TYPE_CHECKING:
-    from fuel.tensor import Tensor
 
 _CONSTANTS: OrderedDict = OrderedDict()
 _CONSTANT_LIMIT = 1024
@@ -68,7 +64,8 @@ def _located(error: FuelError) -> FuelError:
     return located
 
 
-def make(op: OpKind, inputs: tuple[Node, ...], params, device: Device | None = None) -> Tensor:
+def make(op: OpKind, inputs: tuple[Node, ...], params,
+         device: Device | None = None) -> TensorBase:
     """A new lazy node of ``op`` over ``inputs``; shape/dtype errors name the user's line.
     ``device`` is where the node runs (its inputs' device unless it is a copy)."""
     first = inputs[0]
@@ -143,7 +140,7 @@ def _raise_device_mismatch(op: OpKind, device: Device, other: Device):
         f"{op.value}: operands live on {device} and {other}; move one with .to() first"))
 
 
-def make_source(op: OpKind, params, device: Device) -> Tensor:
+def make_source(op: OpKind, params, device: Device) -> TensorBase:
     """A node without inputs (a generator such as FULL or ARANGE)."""
     from fuel.backends import get_backend
 
@@ -152,7 +149,7 @@ def make_source(op: OpKind, params, device: Device) -> Tensor:
     return wrap(Node(op, (), params, dtype, shape, device, creation_site()))
 
 
-def leaf(array: np.ndarray, device: Device) -> Tensor:
+def leaf(array: np.ndarray, device: Device) -> TensorBase:
     """A realized leaf holding ``array`` (uploaded to ``device``)."""
     from fuel.backends import get_backend
 
