@@ -16,7 +16,7 @@ from fuel.dispatch import op_profile
 from fuel.frontend.snapshot import NodeSnapshot
 from fuel.ir.errors import InvalidArgument
 from fuel.models.kv_cache import KVCache
-from fuel.models.llama_graph import attention_mask, batched_decoder_step, rope_matrices
+from fuel.models.llama_graph import BatchedStepInputs, batched_decoder_step
 from fuel.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -25,14 +25,11 @@ if TYPE_CHECKING:
 CAPTURED_BATCHES = 16  # captured steps kept, one per combination of caches
 
 
-def _batched_logits(model: LlamaModel, caches: Sequence[KVCache], ids: Tensor, rope: Tensor,
-                 *positions_and_masks: Tensor) -> Tensor:
-    """The lazy ``(batch, vocab)`` logits of one token per cache (the flat argument list a
-    captured step takes: every cache's position, then every cache's mask)."""
-    count = len(caches)
-    return batched_decoder_step(model.weights, model.config, ids, rope,
-                                positions_and_masks[:count], positions_and_masks[count:],
-                                caches)
+def _batched_logits(model: LlamaModel, caches: Sequence[KVCache], *leaves: Tensor) -> Tensor:
+    """The lazy ``(batch, vocab)`` logits of one token per cache, from the step's leaves as one
+    argument list (``BatchedStepInputs.flat``, what a captured step takes)."""
+    steps = BatchedStepInputs.from_flat(leaves)
+    return batched_decoder_step(model.weights, model.config, steps, caches)
 
 
 def _snapshot(caches: Sequence[KVCache]) -> NodeSnapshot:
@@ -58,17 +55,8 @@ class BatchDecoder:
             if cache.length >= cache.capacity:
                 raise InvalidArgument(f"a KV cache of {cache.capacity} positions is full")
         model = self.model
-        config, device = model.config, model.device
-        group = config.num_heads // config.num_kv_heads
-        ids = fuel.from_numpy(np.asarray(tokens, np.int64), device=device)
-        rope = fuel.from_numpy(np.concatenate([
-            rope_matrices(model._inverse_frequencies, cache.length, 1) for cache in caches]),
-            device=device)
-        positions = [fuel.from_numpy(np.array([cache.length], np.int64), device=device)
-                     for cache in caches]
-        masks = [fuel.from_numpy(attention_mask(cache.length, 1, group, cache.capacity),
-                                 device=device) for cache in caches]
-        arguments = (ids, rope, *positions, *masks)
+        arguments = BatchedStepInputs.create(tokens, caches, model.config,
+                                             model._inverse_frequencies, model.device).flat()
         if op_profile.enabled() or not model.use_jit:
             snapshot = _snapshot(caches)
             try:

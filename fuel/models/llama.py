@@ -263,6 +263,9 @@ class LlamaModel:
                    ) -> Iterator[str]:
         """``drive`` a generation started with ``text``, yielding its text piece by piece
         (up to its first stop string)."""
+        if generation.text is None:
+            raise InvalidArgument("drive_text needs a generation started with text=True "
+                                  "(use drive for token ids)")
         tokens = self.drive(generation, cache)
         try:
             for _ in tokens:

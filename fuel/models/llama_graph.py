@@ -179,6 +179,43 @@ class StepInputs:
             storage.backend.write_from_host(storage, array)
 
 
+@dataclass
+class BatchedStepInputs:
+    """The leaves of a batched decode step, one token per generation: the ids ``(batch,)``
+    and rotation matrices ``(batch, d, d)`` of all, and each generation's cache position and
+    attention mask (the ``StepInputs`` of a batch; all data, so one graph per cache set)."""
+
+    ids: Tensor
+    rope: Tensor
+    positions: Sequence[Tensor]
+    masks: Sequence[Tensor]
+
+    @classmethod
+    def create(cls, tokens: Sequence[int], caches: Sequence[KVCache], config: LlamaConfig,
+               inverse_frequencies: np.ndarray, device) -> BatchedStepInputs:
+        """Leaves for ``tokens[b]`` at the next position of ``caches[b]``."""
+        group = config.num_heads // config.num_kv_heads
+        ids = fuel.from_numpy(np.asarray(tokens, np.int64), device=device)
+        rope = fuel.from_numpy(np.concatenate([
+            rope_matrices(inverse_frequencies, cache.length, 1) for cache in caches]),
+            device=device)
+        positions = [fuel.from_numpy(np.array([cache.length], np.int64), device=device)
+                     for cache in caches]
+        masks = [fuel.from_numpy(attention_mask(cache.length, 1, group, cache.capacity),
+                                 device=device) for cache in caches]
+        return cls(ids, rope, positions, masks)
+
+    def flat(self) -> tuple[Tensor, ...]:
+        """The leaves as one argument list (a captured step's): ids, rope, every position,
+        every mask; ``from_flat`` takes it apart."""
+        return (self.ids, self.rope, *self.positions, *self.masks)
+
+    @classmethod
+    def from_flat(cls, leaves: Sequence[Tensor]) -> BatchedStepInputs:
+        count = (len(leaves) - 2) // 2
+        return cls(leaves[0], leaves[1], leaves[2:2 + count], leaves[2 + count:])
+
+
 def step_values(ids: np.ndarray, start: int, config: LlamaConfig,
                 inverse_frequencies: np.ndarray, capacity: int) -> tuple[np.ndarray, ...]:
     """The arrays of a step's leaves: ids, positions, rotation matrices and mask."""
@@ -206,22 +243,22 @@ def attention(x: Tensor, layer: LayerWeights, index: int, step: StepInputs, cach
     return project(out, layer.o_t)
 
 
-def batched_attention(x: Tensor, layer: LayerWeights, index: int, rope: Tensor,
-                      positions: Sequence[Tensor], masks: Sequence[Tensor],
+def batched_attention(x: Tensor, layer: LayerWeights, index: int, steps: BatchedStepInputs,
                       caches: Sequence[KVCache], config: LlamaConfig,
                       query_scale: float = 1.0) -> Tensor:
     """``attention`` for a batch of generations, one token each: row ``b`` of ``x``
-    (batch, hidden) over ``caches[b]`` at ``positions[b]`` with ``masks[b]``; the projections
-    run once for the batch. Returns (batch, hidden)."""
+    (batch, hidden) over ``caches[b]``; the projections run once for the batch. Returns
+    (batch, hidden)."""
     d, heads, kv_heads = config.head_dim, config.num_heads, config.num_kv_heads
     group = heads // kv_heads
-    rotated, new_values = _rotated_qkv(x, layer, config, rope)
+    rotated, new_values = _rotated_qkv(x, layer, config, steps.rope)
     rows = []
     for b, cache in enumerate(caches):
         q = rotated[b, :heads].reshape(kv_heads, group, d)
         k = rotated[b:b + 1, heads:].permute(1, 0, 2)
         v = new_values[b:b + 1].permute(1, 0, 2)
-        out = _cached_attention(q, k, v, cache, index, positions[b], masks[b], query_scale)
+        out = _cached_attention(q, k, v, cache, index, steps.positions[b], steps.masks[b],
+                                query_scale)
         rows.append(out.reshape(1, heads * d))
     return project(fuel.cat(rows, 0), layer.o_t)
 
@@ -272,16 +309,14 @@ def decoder_step(weights: LlamaWeights, config: LlamaConfig, step: StepInputs,
     return _logits(weights, config, x)
 
 
-def batched_decoder_step(weights: LlamaWeights, config: LlamaConfig, ids: Tensor, rope: Tensor,
-                         positions: Sequence[Tensor], masks: Sequence[Tensor],
+def batched_decoder_step(weights: LlamaWeights, config: LlamaConfig, steps: BatchedStepInputs,
                          caches: Sequence[KVCache]) -> Tensor:
-    """``decoder_step`` for a batch of generations, one token each (``ids[b]`` at
-    ``positions[b]`` of ``caches[b]``): the lazy ``(batch, vocab)`` logits. Realize them with
+    """``decoder_step`` for a batch of generations, one token each (``steps.ids[b]`` at the
+    next position of ``caches[b]``): the lazy ``(batch, vocab)`` logits. Realize them with
     every cache's tensors."""
-    x = embed(weights, ids)
+    x = embed(weights, steps.ids)
     for index, layer in enumerate(weights.layers):
-        x = x + batched_attention(x, layer, index, rope, positions, masks, caches, config,
-                                  weights.query_scale)
+        x = x + batched_attention(x, layer, index, steps, caches, config, weights.query_scale)
         x = x + feed_forward(x, layer, config)
     return _logits(weights, config, x)
 

@@ -114,3 +114,5 @@ def test_a_generation_stepped_by_hand_equals_generate(tiny_gguf, cache_dir):
     fresh = model.start_generation(model.encode("the cat"), 4)
     with pytest.raises(InvalidArgument, match=f"this one holds {cache.length}"):
         next(model.drive(fresh, cache))  # a cache holding other positions
+    with pytest.raises(InvalidArgument, match="text=True"):
+        next(model.drive_text(fresh))
