@@ -15,6 +15,7 @@ from fuel.frontend.elementwise import ElementwiseMethods
 from fuel.frontend.generated import GeneratedMethods
 from fuel.frontend.reduce import ReduceMethods
 from fuel.frontend.shape import ShapeMethods
+from fuel.frontend.snapshot import NodeSnapshot
 from fuel.frontend.structured import StructuredMethods
 from fuel.ir import dtype as dt
 from fuel.ir.errors import InvalidArgument
@@ -135,6 +136,13 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
         from fuel.explain import explain
 
         return explain([self])
+
+    # ------------------------------------------------------------------ node snapshot
+    def node_snapshot(self) -> NodeSnapshot:
+        """The node this tensor refers to now; ``.restore()`` points it back there (undoing
+        the rebinding of in-place ops, not their writes to a realized storage). For several
+        tensors at once, ``NodeSnapshot(tensors)`` (``fuel.frontend.snapshot``)."""
+        return NodeSnapshot((self,))
 
     # ------------------------------------------------------------------ conversion
     @_build.at_user_line

@@ -14,7 +14,6 @@ import numpy as np
 from fuel.ir.errors import FuelError, InvalidArgument
 from fuel.models.common import require
 from fuel.models.sampling import SamplingConfig
-from fuel.models.stop_strings import StopStringFilter
 
 if TYPE_CHECKING:
     from fuel.models.kv_cache import KVCache
@@ -167,26 +166,20 @@ class ChatSession:
             raise InvalidArgument(f"the conversation has {len(ids)} tokens; the context holds "
                                   f"{context}: start a new chat")
         self._prepare_cache(ids, min(len(ids) + max_new_tokens, context))
-        tokens = model.stream_ids(ids, max_new_tokens, sampling, cache=self.cache)
-        generated: list[int] = []
-
-        def recorded() -> Iterator[int]:
-            for token in tokens:
-                generated.append(token)
-                yield token
-
-        stop_filter = StopStringFilter(stop)
+        generation = model.start_generation(ids, max_new_tokens, sampling, self.cache,
+                                            text=True, stop=stop)
         pieces: list[str] = []
-        for piece in model.stream_text(recorded(), stop_filter):
+        for piece in model.drive_text(generation, self.cache):
             pieces.append(piece)
             yield piece
         answer = "".join(pieces)
+        generated = generation.tokens
         # the last token was sampled but never run through the model
         self.cached_ids = ids + generated[:-1]
         self.messages = messages + [{"role": "assistant", "content": answer}]
         self.transcript_text = ChatTemplate.of(model).render(messages) + answer
         self.transcript_ids = ids
-        if not stop_filter.stopped:
+        if not generation.stopped_at_string:
             ended = generated and generated[-1] == model.config.eos_token_id
             self.transcript_ids = ids + (generated[:-1] if ended else generated)
         else:
@@ -195,10 +188,8 @@ class ChatSession:
     def _prepare_cache(self, ids: list[int], needed: int) -> None:
         """Keep the cached prefix that ``ids`` shares (at least one id stays to process), and
         grow the cache when ``needed`` positions do not fit."""
-        from fuel.models.llama import CACHE_BUCKET
-
         reuse = min(common_prefix_length(self.cached_ids, ids), len(ids) - 1)
-        capacity = min(self.model.config.context_length, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
+        capacity = self.model.cache_capacity(needed)
         if self.cache is None or self.cache.capacity < needed:
             old = self.cache
             self.cache = self.model.new_cache(capacity)

@@ -12,15 +12,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 import fuel
+from fuel.frontend.snapshot import NodeSnapshot
 from fuel.ir.dtype import QUANTIZED_BY_GGUF_TYPE
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import ACTIVATION_ROUNDED_FORMATS
 from fuel.models.common import model_file, notice, progress, require
+from fuel.models.generation import Generation, GenerationStats, TextStream
 from fuel.models.gguf_loader import (
     GGUFModelFile,
     LlamaConfig,
@@ -38,7 +39,6 @@ from fuel.models.llama_graph import (
 )
 from fuel.models.sampling import Sampler, SamplingConfig
 from fuel.models.stop_strings import StopStringFilter
-from fuel.models.tokenizer import StreamDecoder
 from fuel.models.weight_cache import WeightCache
 from fuel.tensor import Tensor
 
@@ -50,26 +50,6 @@ CACHE_POOL_SIZE = 2  # KV caches (one per capacity) kept for reuse across genera
 REPLAYS_PER_CACHE = 8  # captured step shapes kept per KV cache
 REFILLED_STEP_TOKENS = 16  # replayed steps up to this many tokens keep their input leaves
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
-
-
-@dataclass
-class GenerationStats:
-    """Timings of the last generation: prompt length, tokens produced, time to the first
-    token (prompt processing plus its sampling) and the decode rate after it."""
-
-    prompt_tokens: int = 0
-    new_tokens: int = 0
-    time_to_first_token_s: float = 0.0
-    decode_seconds: float = 0.0
-    cached_tokens: int = 0  # prompt tokens whose keys and values were already in the cache
-    finish_reason: str = ""  # "stop" (EOS or a stop string) or "length"
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Decoded tokens per second after the first token (0 when only one was made)."""
-        if self.new_tokens < 2 or self.decode_seconds <= 0:
-            return 0.0
-        return (self.new_tokens - 1) / self.decode_seconds
 
 
 class LlamaModel:
@@ -143,13 +123,12 @@ class LlamaModel:
         else:
             step = StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
                                      cache.capacity, self.device)
-            leaves = [t._node for t in cache.tensors()]
+            snapshot = NodeSnapshot(cache.tensors())
             try:
                 logits = decoder_step(self.weights, self.config, step, cache, all_logits)
                 fuel.realize(logits, *cache.tensors(), pipelined=self.pipelined)
             except BaseException:  # leave the cache as it was, not holding half a step
-                for tensor, node in zip(cache.tensors(), leaves):
-                    tensor._node = node
+                snapshot.restore()
                 raise
         cache.length += ids.size
         return logits.numpy()
@@ -197,14 +176,10 @@ class LlamaModel:
 
     def _traced_step(self, cache: KVCache, all_logits: bool):
         def step_function(ids: Tensor, positions: Tensor, rope: Tensor, mask: Tensor) -> Tensor:
-            leaves = [t._node for t in cache.tensors()]
-            try:
+            # the capture writes the cache in place; keep its tensors realized leaves
+            with NodeSnapshot(cache.tensors()):
                 step = StepInputs(ids, positions, rope, mask)
                 return decoder_step(self.weights, self.config, step, cache, all_logits)
-            finally:
-                # the capture writes the cache in place; keep its tensors realized leaves
-                for tensor, node in zip(cache.tensors(), leaves):
-                    tensor._node = node
 
         return step_function
 
@@ -222,16 +197,25 @@ class LlamaModel:
         return values.astype(np.int64)
 
     # ------------------------------------------------------------------ generation
-    def stream_ids(self, ids: Sequence[int], max_new_tokens: int = 64,
-                   sampling: SamplingConfig | None = None, cache: KVCache | None = None
-                   ) -> Iterator[int]:
-        """Yield new token ids as they are produced; stops after EOS (which it yields), after
-        ``max_new_tokens``, or at the end of the context. Timings go to ``last_stats``.
+    def cache_capacity(self, needed: int) -> int:
+        """The capacity of a KV cache made for ``needed`` positions: rounded up to a multiple
+        of CACHE_BUCKET (so caches are reused across lengths), at most the context length."""
+        return min(self.config.context_length, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
+
+    def start_generation(self, ids: Sequence[int], max_new_tokens: int = 64,
+                         sampling: SamplingConfig | None = None, cache: KVCache | None = None,
+                         *, text: bool = False,
+                         stop: StopStringFilter | str | Sequence[str] | None = None
+                         ) -> Generation:
+        """A checked Generation of up to ``max_new_tokens`` after ``ids`` (fewer at the end
+        of the context): its text and ``stop`` strings followed with ``text``. Run it with
+        ``drive`` / ``drive_text``, or step it yourself (see fuel.models.generation).
 
         With ``cache``, the generation continues on it: its first ``cache.length`` positions
         must hold ``ids[:cache.length]`` (a conversation so far), and only the rest of ``ids``
         is processed; the cache must have room for ``max_new_tokens`` more."""
         sampling = sampling or SamplingConfig()
+        text_stream = TextStream(self.tokenizer, stop) if text else None
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or \
                 max_new_tokens < 1:
             raise InvalidArgument(f"max_new_tokens must be an integer >= 1, got "
@@ -242,6 +226,7 @@ class LlamaModel:
             raise InvalidArgument(f"the prompt has {prompt.size} tokens; the context holds "
                                   f"{context}, leaving no room for a new token")
         budget = min(max_new_tokens, context - prompt.size)
+        cached = 0
         if cache is not None:
             if not 0 <= cache.length < prompt.size:
                 raise InvalidArgument(f"the cache holds {cache.length} positions; it must hold "
@@ -250,40 +235,56 @@ class LlamaModel:
             if budget < 1:
                 raise InvalidArgument(f"the KV cache of {cache.capacity} positions has no room "
                                       f"after {prompt.size} prompt tokens")
-            return self._generate(prompt, budget, cache, Sampler(sampling, prompt))
-        capacity = min(context, -(-(prompt.size + budget) // CACHE_BUCKET) * CACHE_BUCKET)
-        return self._generate(prompt, budget, None, Sampler(sampling, prompt), capacity)
+            cached = cache.length
+        return Generation(prompt, budget, Sampler(sampling, prompt), self.config.eos_token_id,
+                          cached, text_stream)
 
-    def _generate(self, prompt: np.ndarray, budget: int, cache: KVCache | None,
-                  sampler: Sampler, capacity: int = 0) -> Iterator[int]:
+    def drive(self, generation: Generation, cache: KVCache | None = None) -> Iterator[int]:
+        """Run ``generation`` to its end, yielding each new token as it is made: on ``cache``
+        (the one it was started with), or on a pooled cache. Its stats go to
+        ``last_stats``."""
         pooled = cache is None
         if pooled:
-            cache = self._acquire_cache(capacity)
+            cache = self._acquire_cache(self.cache_capacity(generation.positions_needed))
         try:
-            cached = cache.length
-            stats = self.last_stats = GenerationStats(prompt_tokens=int(prompt.size),
-                                                      cached_tokens=cached,
-                                                      finish_reason="length")
-            started = time.perf_counter()
-            token = sampler(self.forward(prompt[cached:], cache)[-1])
-            stats.time_to_first_token_s = time.perf_counter() - started
-            stats.new_tokens = 1
-            if token == self.config.eos_token_id:
-                stats.finish_reason = "stop"
-            yield token
-            decode_start = time.perf_counter()
-            for _ in range(budget - 1):
-                if token == self.config.eos_token_id:
-                    break
-                token = sampler(self.forward([token], cache)[-1])
-                stats.new_tokens += 1
-                stats.decode_seconds = time.perf_counter() - decode_start
-                if token == self.config.eos_token_id:
-                    stats.finish_reason = "stop"
-                yield token
+            if generation.produced or cache.length != generation.cached:
+                raise InvalidArgument(
+                    f"a generation is driven from its start, on a cache holding the "
+                    f"{generation.cached} prompt positions it was started with (this one holds "
+                    f"{cache.length}; {generation.produced} tokens were made)")
+            self.last_stats = generation.stats
+            while not generation.finished:
+                yield generation.advance(self.forward(generation.pending_ids(), cache)[-1])
         finally:
             if pooled:
                 cache.in_use = False
+
+    def drive_text(self, generation: Generation, cache: KVCache | None = None
+                   ) -> Iterator[str]:
+        """``drive`` a generation started with ``text``, yielding its text piece by piece
+        (up to its first stop string)."""
+        if generation.text is None:
+            raise InvalidArgument("drive_text needs a generation started with text=True "
+                                  "(use drive for token ids)")
+        tokens = self.drive(generation, cache)
+        try:
+            for _ in tokens:
+                if generation.piece:
+                    yield generation.piece
+            rest = generation.finish_text()
+            if rest:
+                yield rest
+        finally:
+            tokens.close()
+
+    def stream_ids(self, ids: Sequence[int], max_new_tokens: int = 64,
+                   sampling: SamplingConfig | None = None, cache: KVCache | None = None
+                   ) -> Iterator[int]:
+        """Yield new token ids as they are produced; stops after EOS (which it yields), after
+        ``max_new_tokens``, or at the end of the context. Timings go to ``last_stats``.
+        ``cache`` as in ``start_generation``."""
+        generation = self.start_generation(ids, max_new_tokens, sampling, cache)
+        return self.drive(generation, cache)
 
     def _acquire_cache(self, capacity: int) -> KVCache:
         """A free KV cache of ``capacity``: the pooled one (whose captured decode step is
@@ -321,8 +322,9 @@ class LlamaModel:
         if isinstance(prompt, str) and not prompt:
             raise InvalidArgument("the prompt is empty: give some text to continue")
         stop_filter = StopStringFilter(stop)
-        tokens = self.stream_ids(self.encode(prompt), max_new_tokens, sampling)
-        return self.stream_text(tokens, stop_filter)
+        generation = self.start_generation(self.encode(prompt), max_new_tokens, sampling,
+                                           text=True, stop=stop_filter)
+        return self.drive_text(generation)
 
     def chat(self, messages: Sequence[dict], max_new_tokens: int = 256,
              temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
@@ -332,8 +334,9 @@ class LlamaModel:
         prompt rendered with the model's own chat template."""
         sampling = SamplingConfig(temperature, top_k, top_p, seed, **penalties)
         stop_filter = StopStringFilter(stop)
-        ids = self.encode_chat(messages)
-        return self.stream_text(self.stream_ids(ids, max_new_tokens, sampling), stop_filter)
+        generation = self.start_generation(self.encode_chat(messages), max_new_tokens, sampling,
+                                           text=True, stop=stop_filter)
+        return self.drive_text(generation)
 
     def apply_chat_template(self, messages: Sequence[dict],
                             add_generation_prompt: bool = True) -> str:
@@ -350,19 +353,19 @@ class LlamaModel:
 
     def stream_text(self, tokens: Iterator[int], stop_filter: StopStringFilter | None = None
                     ) -> Iterator[str]:
-        """The text of ``tokens`` piece by piece, cut before a stop string of ``filter``
-        (which then closes ``tokens`` and sets ``last_stats.finish_reason`` to "stop")."""
-        decoder = StreamDecoder(self.tokenizer)
-        stop_filter = stop_filter or StopStringFilter(None)
+        """The text of any stream of ``tokens`` piece by piece, cut before a stop string of
+        ``stop_filter`` (which then closes ``tokens`` and sets ``last_stats.finish_reason``
+        to "stop"). A Generation started with ``text`` does this itself (``drive_text``)."""
+        text = TextStream(self.tokenizer, stop_filter)
         try:
             for token in tokens:
-                piece = stop_filter.push(decoder.push(token))
+                piece = text.push(token)
                 if piece:
                     yield piece
-                if stop_filter.stopped:
+                if text.stopped:
                     self.last_stats.finish_reason = "stop"
                     return
-            rest = stop_filter.push(decoder.finish()) + stop_filter.finish()
+            rest = text.finish()
             if rest:
                 yield rest
         finally:

@@ -1,5 +1,9 @@
 """The Llama decoder as a fuel graph: one call builds the graph of one step (a prompt chunk or
-one decoded token) over a KVCache.
+one decoded token) over a KVCache (``decoder_step``), or of one decoded token for each of a
+batch of generations, each over its own cache (``batched_decoder_step``). Both share their
+layers: ``attention`` and ``batched_attention`` differ only in how they split the rows among
+caches, around one input side (``_rotated_qkv``) and one per-cache core
+(``_cached_attention``).
 
 Node economy matters more than flops here (a decode step is a few hundred nodes, each costing
 host time): q, k and v come from one fused matmul, gate and up from another; the attention
@@ -10,6 +14,7 @@ additive mask built from the position, so every decode step has the same graph s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,6 +179,43 @@ class StepInputs:
             storage.backend.write_from_host(storage, array)
 
 
+@dataclass
+class BatchedStepInputs:
+    """The leaves of a batched decode step, one token per generation: the ids ``(batch,)``
+    and rotation matrices ``(batch, d, d)`` of all, and each generation's cache position and
+    attention mask (the ``StepInputs`` of a batch; all data, so one graph per cache set)."""
+
+    ids: Tensor
+    rope: Tensor
+    positions: Sequence[Tensor]
+    masks: Sequence[Tensor]
+
+    @classmethod
+    def create(cls, tokens: Sequence[int], caches: Sequence[KVCache], config: LlamaConfig,
+               inverse_frequencies: np.ndarray, device) -> BatchedStepInputs:
+        """Leaves for ``tokens[b]`` at the next position of ``caches[b]``."""
+        group = config.num_heads // config.num_kv_heads
+        ids = fuel.from_numpy(np.asarray(tokens, np.int64), device=device)
+        rope = fuel.from_numpy(np.concatenate([
+            rope_matrices(inverse_frequencies, cache.length, 1) for cache in caches]),
+            device=device)
+        positions = [fuel.from_numpy(np.array([cache.length], np.int64), device=device)
+                     for cache in caches]
+        masks = [fuel.from_numpy(attention_mask(cache.length, 1, group, cache.capacity),
+                                 device=device) for cache in caches]
+        return cls(ids, rope, positions, masks)
+
+    def flat(self) -> tuple[Tensor, ...]:
+        """The leaves as one argument list (a captured step's): ids, rope, every position,
+        every mask; ``from_flat`` takes it apart."""
+        return (self.ids, self.rope, *self.positions, *self.masks)
+
+    @classmethod
+    def from_flat(cls, leaves: Sequence[Tensor]) -> BatchedStepInputs:
+        count = (len(leaves) - 2) // 2
+        return cls(leaves[0], leaves[1], leaves[2:2 + count], leaves[2 + count:])
+
+
 def step_values(ids: np.ndarray, start: int, config: LlamaConfig,
                 inverse_frequencies: np.ndarray, capacity: int) -> tuple[np.ndarray, ...]:
     """The arrays of a step's leaves: ids, positions, rotation matrices and mask."""
@@ -186,25 +228,64 @@ def step_values(ids: np.ndarray, start: int, config: LlamaConfig,
 
 def attention(x: Tensor, layer: LayerWeights, index: int, step: StepInputs, cache: KVCache,
               config: LlamaConfig, query_scale: float = 1.0) -> Tensor:
-    """Grouped-query self-attention of ``x`` (n, hidden) over the cache; returns (n, hidden)."""
+    """Grouped-query self-attention of ``x`` (n, hidden), n tokens of one generation, over
+    its cache; returns (n, hidden)."""
     n, d = step.count, config.head_dim
     heads, kv_heads = config.num_heads, config.num_kv_heads
     group = heads // kv_heads
-    h = rms_norm(x, (config.hidden_size,), layer.attn_norm, config.rms_eps)
-    qkv = project(h, layer.qkv_t)
-    rotated = qkv[:, :(heads + kv_heads) * d].reshape(n, heads + kv_heads, d) @ step.rope
+    rotated, new_values = _rotated_qkv(x, layer, config, step.rope)
     q = rotated[:, :heads].reshape(n, kv_heads, group, d).permute(1, 0, 2, 3)
     q = q.reshape(kv_heads, n * group, d)
     k = rotated[:, heads:].permute(1, 0, 2)
-    v = qkv[:, (heads + kv_heads) * d:].reshape(n, kv_heads, d).permute(1, 0, 2)
-    keys, values = cache.write(index, step.positions, k, v)
+    v = new_values.permute(1, 0, 2)
+    out = _cached_attention(q, k, v, cache, index, step.positions, step.mask, query_scale)
+    out = out.reshape(kv_heads, n, group, d).permute(1, 0, 2, 3).reshape(n, heads * d)
+    return project(out, layer.o_t)
+
+
+def batched_attention(x: Tensor, layer: LayerWeights, index: int, steps: BatchedStepInputs,
+                      caches: Sequence[KVCache], config: LlamaConfig,
+                      query_scale: float = 1.0) -> Tensor:
+    """``attention`` for a batch of generations, one token each: row ``b`` of ``x``
+    (batch, hidden) over ``caches[b]``; the projections run once for the batch. Returns
+    (batch, hidden)."""
+    d, heads, kv_heads = config.head_dim, config.num_heads, config.num_kv_heads
+    group = heads // kv_heads
+    rotated, new_values = _rotated_qkv(x, layer, config, steps.rope)
+    rows = []
+    for b, cache in enumerate(caches):
+        q = rotated[b, :heads].reshape(kv_heads, group, d)
+        k = rotated[b:b + 1, heads:].permute(1, 0, 2)
+        v = new_values[b:b + 1].permute(1, 0, 2)
+        out = _cached_attention(q, k, v, cache, index, steps.positions[b], steps.masks[b],
+                                query_scale)
+        rows.append(out.reshape(1, heads * d))
+    return project(fuel.cat(rows, 0), layer.o_t)
+
+
+def _rotated_qkv(x: Tensor, layer: LayerWeights, config: LlamaConfig, rope: Tensor
+                 ) -> tuple[Tensor, Tensor]:
+    """The attention's input side for the rows of ``x``: q and k heads with RoPE applied,
+    ``(n, heads + kv_heads, d)``, and the v heads, ``(n, kv_heads, d)``."""
+    n, d = x.shape[0], config.head_dim
+    heads, kv_heads = config.num_heads, config.num_kv_heads
+    h = rms_norm(x, (config.hidden_size,), layer.attn_norm, config.rms_eps)
+    qkv = project(h, layer.qkv_t)
+    rotated = qkv[:, :(heads + kv_heads) * d].reshape(n, heads + kv_heads, d) @ rope
+    return rotated, qkv[:, (heads + kv_heads) * d:].reshape(n, kv_heads, d)
+
+
+def _cached_attention(q: Tensor, k: Tensor, v: Tensor, cache: KVCache, index: int,
+                      positions: Tensor, mask: Tensor, query_scale: float) -> Tensor:
+    """One generation's attention core: write ``k``/``v`` (kv_heads, n, d) at ``positions``
+    of layer ``index`` of ``cache``, then ``q`` (kv_heads, rows, d) attends over the whole
+    cache under the additive ``mask``; returns (kv_heads, rows, d)."""
+    keys, values = cache.write(index, positions, k, v)
     scores = q @ keys.transpose(1, 2)
     if query_scale != 1.0:
         scores = scores * query_scale
-    scores = scores + step.mask
-    out = softmax(scores, -1) @ values
-    out = out.reshape(kv_heads, n, group, d).permute(1, 0, 2, 3).reshape(n, heads * d)
-    return project(out, layer.o_t)
+    scores = scores + mask
+    return softmax(scores, -1) @ values
 
 
 def feed_forward(x: Tensor, layer: LayerWeights, config: LlamaConfig) -> Tensor:
@@ -225,5 +306,21 @@ def decoder_step(weights: LlamaWeights, config: LlamaConfig, step: StepInputs,
         x = x + feed_forward(x, layer, config)
     if not all_logits:
         x = x[step.count - 1:]
+    return _logits(weights, config, x)
+
+
+def batched_decoder_step(weights: LlamaWeights, config: LlamaConfig, steps: BatchedStepInputs,
+                         caches: Sequence[KVCache]) -> Tensor:
+    """``decoder_step`` for a batch of generations, one token each (``steps.ids[b]`` at the
+    next position of ``caches[b]``): the lazy ``(batch, vocab)`` logits. Realize them with
+    every cache's tensors."""
+    x = embed(weights, steps.ids)
+    for index, layer in enumerate(weights.layers):
+        x = x + batched_attention(x, layer, index, steps, caches, config, weights.query_scale)
+        x = x + feed_forward(x, layer, config)
+    return _logits(weights, config, x)
+
+
+def _logits(weights: LlamaWeights, config: LlamaConfig, x: Tensor) -> Tensor:
     return project(rms_norm(x, (config.hidden_size,), weights.norm, config.rms_eps),
                    weights.output_t)

@@ -2,7 +2,11 @@
 to ``slots`` generations are live at once, each on its own KV cache. Every round runs the
 prompts of newly admitted requests, then one batched decode step that gives every other live
 generation its next token (continuous batching: requests join and leave between steps). A
-request cancelled by its client (a dropped connection) leaves its slot before the next step."""
+request cancelled by its client (a dropped connection) leaves its slot before the next step.
+
+The engine is a scheduler: each request's own state (prompt, sampling, tokens, text, stop
+strings, finish reason) is a ``fuel.models.generation.Generation``, the state machine that
+LlamaModel's own generation drives too; the engine only decides which step runs when."""
 
 from __future__ import annotations
 
@@ -19,10 +23,9 @@ import numpy as np
 import fuel
 from fuel.ir.errors import FuelError
 from fuel.models.batched_decode import BatchDecoder
+from fuel.models.generation import Generation
 from fuel.models.kv_cache import KVCache
-from fuel.models.sampling import Sampler, SamplingConfig
-from fuel.models.stop_strings import StopStringFilter
-from fuel.models.tokenizer import StreamDecoder
+from fuel.models.sampling import SamplingConfig
 from fuel.serve.metrics import Metrics
 
 FREE_CACHES_PER_SLOT = 2  # KV caches kept for reuse, per slot
@@ -65,13 +68,8 @@ class Job:
     texts: list[str] | None = None  # an embedding job's inputs
     cancelled: bool = False
     # engine-side state of a live generation
-    sampler: Sampler | None = None
-    last_token: int = -1
+    generation: Generation | None = None
     cache: KVCache | None = None
-    decoder: StreamDecoder | None = None
-    stop_filter: StopStringFilter | None = None
-    produced: int = 0
-    finish_reason: str = "length"
     queued_at: float = field(default_factory=time.perf_counter)
 
     def cancel(self) -> None:
@@ -167,13 +165,12 @@ class Engine:
             self._embed(job)
             return
         try:
-            job.cache = self._acquire_cache(len(job.ids) + job.max_tokens)
-            job.sampler = Sampler(job.sampling, job.ids)
+            job.generation = self.model.start_generation(job.ids, job.max_tokens, job.sampling,
+                                                         text=True, stop=job.stop)
+            job.cache = self._acquire_cache(job.generation.positions_needed)
         except Exception as error:
             self._finish(job, error=describe(error))
             return
-        job.decoder = StreamDecoder(self.model.tokenizer)
-        job.stop_filter = StopStringFilter(job.stop)
         self._active.append(job)
 
     def _round(self) -> None:
@@ -184,19 +181,19 @@ class Engine:
             self._finish(job)
         decoding = []
         for job in list(self._active):
-            if job.produced:
+            if job.generation.produced:
                 decoding.append(job)
                 continue
             try:  # the prompt, and the first token
-                logits = self.model.forward(job.ids, job.cache)[-1]
+                logits = self.model.forward(job.generation.pending_ids(), job.cache)[-1]
             except Exception as error:
                 self._finish(job, error=describe(error))
                 continue
             self._deliver(job, logits)
         if len(decoding) > 1 and self.batching:
             try:
-                rows = self._batch.step([job.last_token for job in decoding],
-                                        [job.cache for job in decoding])
+                tokens = [job.generation.pending_ids()[0] for job in decoding]
+                rows = self._batch.step(tokens, [job.cache for job in decoding])
             except Exception as error:
                 for job in decoding:
                     self._finish(job, error=describe(error))
@@ -206,30 +203,23 @@ class Engine:
             return
         for job in decoding:
             try:
-                logits = self.model.forward([job.last_token], job.cache)[-1]
+                logits = self.model.forward(job.generation.pending_ids(), job.cache)[-1]
             except Exception as error:
                 self._finish(job, error=describe(error))
                 continue
             self._deliver(job, logits)
 
     def _deliver(self, job: Job, logits: np.ndarray) -> None:
-        """Sample ``job``'s next token from ``logits``, send its text, end the job when it is
-        done (EOS, a stop string, its token budget or a full cache)."""
-        token = job.sampler(logits)
-        if job.produced == 0:
+        """Advance ``job``'s generation with ``logits``: send the text of its new token, end
+        the job when the generation is over (the stop token, a stop string or its budget)."""
+        generation = job.generation
+        generation.advance(logits)
+        if generation.produced == 1:
             self.metrics.first_token(time.perf_counter() - job.queued_at)
-        job.produced += 1
-        job.last_token = token
         self.metrics.count_token()
-        if token == self.model.config.eos_token_id:
-            job.finish_reason = "stop"
-        piece = job.stop_filter.push(job.decoder.push(token))
-        if piece:
-            job.emit("piece", piece)
-        if job.stop_filter.stopped:
-            job.finish_reason = "stop"
-        full = job.cache.length >= job.cache.capacity
-        if job.finish_reason == "stop" or job.produced >= job.max_tokens or full:
+        if generation.piece:
+            job.emit("piece", generation.piece)
+        if generation.finished:
             self._finish(job)
 
     def _finish(self, job: Job, error: str | None = None) -> None:
@@ -244,12 +234,12 @@ class Engine:
         if error is not None:
             job.emit("error", error)
             return
-        if job.decoder is not None and not job.stop_filter.stopped:
-            rest = job.stop_filter.push(job.decoder.finish()) + job.stop_filter.finish()
-            if rest:
-                job.emit("piece", rest)
-        self.metrics.count_request_tokens(len(job.ids), job.produced)
-        job.emit("done", (job.finish_reason, len(job.ids), job.produced))
+        generation = job.generation
+        rest = generation.finish_text()
+        if rest:
+            job.emit("piece", rest)
+        self.metrics.count_request_tokens(len(job.ids), generation.produced)
+        job.emit("done", (generation.finish_reason, len(job.ids), generation.produced))
 
     def _embed(self, job: Job) -> None:
         try:
@@ -263,10 +253,7 @@ class Engine:
     def _acquire_cache(self, needed: int) -> KVCache:
         """A free KV cache for ``needed`` positions (capacities rounded up to the model's
         bucket), reused when one of that capacity is free."""
-        from fuel.models.llama import CACHE_BUCKET
-
-        context = self.model.config.context_length
-        capacity = min(context, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
+        capacity = self.model.cache_capacity(needed)
         for index, cache in enumerate(self._free_caches):
             if cache.capacity == capacity:
                 del self._free_caches[index]
