@@ -341,7 +341,7 @@ class LlamaModel:
     def apply_chat_template(self, messages: Sequence[dict],
                             add_generation_prompt: bool = True) -> str:
         """``messages`` rendered with the model file's chat template (as transformers does)."""
-        from fuel.models.chat import ChatTemplate
+        from fuel.models.chat_template import ChatTemplate
 
         return ChatTemplate.of(self).render(messages, add_generation_prompt)
 
