@@ -128,6 +128,7 @@ class BoundPlan:
         self.output_base = self.leaf_count + len(self.buffers)
         self.current: list = [None] * (self.output_base + len(self.outputs))
         self.launchers: list[Launcher | None] = [None] * len(self.steps)
+        self.unprepared = True  # every launcher None (the first run, after a failed one)
         self.volatile: set[int] = set()  # leaves seen replaced between runs
         self.touching: list[list[int]] = [[] for _ in self.current]
         for index, (sources, target) in enumerate(self.operands):
@@ -211,14 +212,15 @@ class BoundPlan:
                     changed.append(storage_id)
                     storage_id += 1
             self._prepare_changed(changed, graph)
-            with op_profile.phase("realize.execute"), np.errstate(all="ignore"):
-                if self.tracked or op_profile._enabled or op_profile._trace:
+            if self.tracked or op_profile._enabled or op_profile._trace:
+                with op_profile.phase("realize.execute"), np.errstate(all="ignore"):
                     pending = self._launch_each(graph)
-                else:
-                    pending = None
+                with op_profile.phase("realize.drain"):
+                    drain(pending, self.devices)  # a failed wait closes the handles left
+            else:
+                with np.errstate(all="ignore"):
                     self.launches.run(self.launchers, graph)
-            with op_profile.phase("realize.drain"):
-                drain(pending, self.devices)  # a failed wait closes the handles left
+                drain(None, self.devices)
         except BaseException:
             for pool, storage in reversed(taken):
                 pool.give_back(storage)
@@ -251,16 +253,19 @@ class BoundPlan:
             current[self.leaf_count:self.output_base] = self.held
         self.current = current
         self.launchers = [None] * len(self.launchers)
+        self.unprepared = True
 
     def _prepare_changed(self, changed: list[int], graph: Graph) -> None:
+        """Prepare the steps touching a changed storage (every step after a reset)."""
         launchers = self.launchers
-        touching = self.touching
-        for storage_id in changed:
-            for index in touching[storage_id]:
-                launchers[index] = None
-        for index, launcher in enumerate(launchers):
-            if launcher is None:
-                launchers[index] = self._prepare(index, graph)
+        if self.unprepared:
+            stale = range(len(launchers))
+        else:
+            touching = self.touching
+            stale = sorted({index for storage_id in changed for index in touching[storage_id]})
+        for index in stale:
+            launchers[index] = self._prepare(index, graph)
+        self.unprepared = False
 
     def _prepare(self, index: int, graph: Graph) -> Launcher:
         """The launcher of step ``index`` on its current storages."""
