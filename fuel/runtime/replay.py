@@ -259,7 +259,9 @@ class BoundPlan:
         """Prepare the steps touching a changed storage (every step after a reset)."""
         launchers = self.launchers
         if self.unprepared:
-            stale = range(len(launchers))
+            stale: Sequence[int] = range(len(launchers))
+        elif len(changed) == 1:  # a replay whose only change is its output
+            stale = self.touching[changed[0]]
         else:
             touching = self.touching
             stale = sorted({index for storage_id in changed for index in touching[storage_id]})
