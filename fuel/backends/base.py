@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from fuel.dispatch.completion import Completion
-from fuel.dispatch.kernel import KernelBindingTable
+from fuel.dispatch.kernel import KernelBindingTable, Launcher
 from fuel.ir.device import BackendId, Device
 from fuel.ir.dtype import DType
 from fuel.ir.layout import Layout
@@ -17,6 +17,23 @@ from fuel.memory import Storage
 # What ``Backend.device_timer`` returns: a stop function, called after the launch, giving a
 # callable that resolves into the launch's device seconds (None when nothing was timed).
 DeviceTimerStop = Callable[[], Callable[[], float | None]]
+
+
+class LaunchBatcher(abc.ABC):
+    """A backend's batched launcher: folds a run of its consecutive prepared launchers (a bound
+    plan's, in launch order, the same list objects run after run where nothing changed) into
+    fewer launches, as the CPU's C launch sequences do. ``Backend.launch_batcher`` makes one per
+    run of a bound plan; it may keep what it built while the launchers stay the same."""
+
+    @abc.abstractmethod
+    def batch(self, launchers: Sequence[Launcher]) -> Sequence[Launcher]:
+        """The launches that run ``launchers``: the same calls, in the same order."""
+
+    @abc.abstractmethod
+    def failed(self, error: Exception, launch: Launcher,
+               launchers: Sequence[Launcher]) -> tuple[int, BaseException]:
+        """For ``error``, raised by ``launch`` (an entry of the last ``batch``): the index in
+        ``launchers`` of the launcher that failed, and the error to report for it."""
 
 
 class Backend(abc.ABC):
@@ -97,4 +114,10 @@ class Backend(abc.ABC):
         """Start timing the device commands of the launch about to run, for a backend whose
         queue timestamps its commands; ``execute_compiled`` calls it while ``op_profile``
         traces. Default: None (no device clock; the host time is the launch time)."""
+        return None
+
+    def launch_batcher(self) -> LaunchBatcher | None:
+        """A new batched launcher for a run of this backend's consecutive launches in a bound
+        plan (fuel.runtime.replay; profiled and wait-tracked runs launch step by step instead).
+        Default: None (each prepared launcher is called by itself)."""
         return None

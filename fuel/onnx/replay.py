@@ -71,7 +71,7 @@ class ModelReplay:
         except InvalidArgument:  # an output that is a feed, an initializer or another output
             self.captures[signature] = None
             return None
-        if any(definition(captured.step.compiled.op).random for captured in capture.steps):
+        if any(definition(step.compiled.op).random for step in capture.steps):
             self.captures[signature] = None
             return None
         self.captures[signature] = capture

@@ -10,11 +10,11 @@ import numpy as np
 
 from fuel.backends import get_backend
 from fuel.dispatch import op_profile
-from fuel.dispatch.compiled import execute_compiled_with_wait_hint, kernel_error
 from fuel.dispatch.kernel import global_table, table_generation
 from fuel.graph import Graph, Node
+from fuel.runtime.launch import drain, launch_step
 from fuel.runtime.pending import PendingWork
-from fuel.runtime.plan import Plan, PlanBuilder, Step, node_label
+from fuel.runtime.plan import Plan, PlanBuilder, Step
 from fuel.runtime.replay import BoundPlan
 
 PIPELINE_DEPTH = 64
@@ -176,33 +176,15 @@ class _Walk:
 
     def _launch(self, step: Step) -> None:
         storages = self.storages
-        last = self.last_step
-        if last is not None and last.backend is not step.backend:  # a backend boundary
-            last.backend.submit(last.device)
-        self.last_step = step
-        if step.wait_slot >= 0:
-            self.pending.wait_for(step.wait_slot)
         inputs = [storages[slot] for slot in step.sources]
         if step.alias:
             output = inputs[0]
-        else:
+        else:  # held in its slot from here, so a failed launch gives it back with the rest
             output = step.pool.take(step.backend, step.device, step.dtype, step.size)
             self.taken[id(output)] = step.pool
-        # The label is this graph's (a cached plan serves graphs built at other lines).
-        label = node_label(self.graph, step.node_id) if (
-            step.waited or op_profile._enabled or op_profile._trace) else ""
-        try:
-            handle = execute_compiled_with_wait_hint(step.compiled, inputs, [output],
-                                                     step.layouts, step.waited, label)
-        except Exception as error:
-            if not step.alias:
-                step.pool.give_back(output)
-                del self.taken[id(output)]
-            raise kernel_error(step.compiled, label or node_label(self.graph, step.node_id),
-                               error) from error
-        if handle.is_pending:
-            self.pending.keep(step.target, handle)
         storages[step.target] = output
+        launch_step(step, inputs, [output], self.graph, self.pending, self.last_step)
+        self.last_step = step
         if step.frees:
             self._free(step.frees)
 
@@ -224,12 +206,10 @@ class _Walk:
         self.taken.clear()
 
     def _drain(self) -> None:
-        self.pending.wait_all()
         devices = set(self.plan.devices)
         for root in self.graph.roots:
             devices.add(self.graph.nodes[root].device)
-        for device in devices:
-            get_backend(device).synchronize(device)
+        drain(self.pending, devices)
 
     def _attach_roots(self) -> None:
         values = self.plan.node_values

@@ -1,120 +1,159 @@
-"""BoundPlan: a cached plan's steps with prepared launchers, so that a realize whose plan is
-cached does no per-step work beyond rebinding the storages that changed.
+"""BoundPlan: the one bound-plan engine. A plan's steps with prepared launchers, so that a run
+does no per-step work beyond rebinding the storages that changed; a cached plan's replay and a
+fuel.jit capture (fuel.runtime.jit.Capture) are both one.
 
 A plan names buffer slots; a BoundPlan decides once which storage each slot uses: the leaves'
-(bound by the realize), one buffer per liveness class (taken from the device pool at the start
-of a run and given back at its end, so the pool's statistics and frees stay true) and a fresh
-output storage per root slot. Each step keeps the launcher its kernel's ``prepare`` returned;
-a run re-prepares only the steps that touch a storage that is not the one they were prepared
-on: a new leaf, a buffer the pool handed out differently, the outputs. Storages a run will not
-find again (new leaves, outputs) are dropped with their launchers when it ends.
+(bound by each run), one buffer per liveness class and an output storage per root slot. The
+buffers are taken from the device pool at the start of a run and given back at its end (so the
+pool's statistics and frees stay true), or, ``held`` (a capture, like a CUDA graph's private
+memory), allocated once and kept; the outputs are fresh every run (a held plan's straight from
+its backend). Each step keeps the launcher its kernel's ``prepare`` returned; a run re-prepares
+only the steps that touch a storage that is not the one they were prepared on: a new leaf, a
+buffer the pool handed out differently, the outputs. Storages a run will not find again (leaves
+that change, outputs) are dropped with their launchers when it ends.
+
+A run launches its steps step by step through ``launch_step`` (the realize walk's launch) when
+profiling or when a step's handle is waited; otherwise each run of consecutive steps on one
+backend goes through that backend's batched launcher (``Backend.launch_batcher``: the CPU's C
+launch sequences), or launcher by launcher where it has none.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from fuel.backends import get_backend
-from fuel.compiler.foreign import LaunchBatcher
+from fuel.backends.base import LaunchBatcher
 from fuel.dispatch import op_profile
-from fuel.dispatch.compiled import execute_compiled_with_wait_hint, kernel_error
+from fuel.dispatch.kernel import Launcher
 from fuel.graph import Graph
+from fuel.runtime.launch import drain, launch_step, step_error
 from fuel.runtime.pending import PendingWork
-from fuel.runtime.plan import Plan, Step, node_label
+from fuel.runtime.plan import Plan, Step
 
 # Plans whose intermediates take more than this stay on the plain walk: a bound plan's
 # launchers keep views of its buffers between runs (the small-work path is what it is for).
 REPLAY_BYTES_LIMIT = 16 * 1024 * 1024
 
 
-class BoundPlan:
-    """``plan`` bound for replays; ``bind`` returns None when the plan is not worth binding."""
+class Assignment(NamedTuple):
+    """Which storage every slot of a plan uses, by storage id: the leaves (0..), the buffers
+    (one per liveness class), the outputs (one per root slot)."""
 
-    def __init__(self, graph: Graph, plan: Plan, buffers: list, outputs: list,
-                 operands: list[tuple[tuple[int, ...], int]], steps: list[Step],
-                 frees: list[tuple[int, ...]], slot_storage: dict[int, int]) -> None:
+    buffers: list  # (pool, backend, device, dtype, size) per liveness class
+    outputs: list  # (pool, backend, device, dtype, size) per root slot
+    operands: list  # per step: (input storage ids, output storage id)
+    steps: list  # the launches (Step), in order
+    frees: list  # per step: the slots freed after it (for pending handles)
+    slot_storage: dict  # root slot -> storage id
+
+
+def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None) -> Assignment | None:
+    """Give every slot of ``plan`` a storage id by walking its steps without launching; None
+    when the buffers would take more than ``byte_limit`` bytes."""
+    leaf_count = len(graph.leaves)
+    root_slots = {plan.node_values[r][0] for r in graph.roots}
+    refs: dict[int, int] = {slot: slot for slot in range(leaf_count)}
+    buffers: list = []
+    outputs: list = []
+    slot_storage: dict[int, int] = {}
+    idle: dict[tuple, list[int]] = {}
+    operands, steps, frees = [], [], []
+    total = 0
+    for step in plan.steps:
+        if step.__class__ is tuple:  # slots freed without a launch
+            if frees:
+                frees[-1] = frees[-1] + step
+            released = step
+        else:
+            sources = tuple([refs[slot] for slot in step.sources])
+            target = step.target
+            if step.alias:
+                refs[target] = sources[0]
+            elif target in root_slots:
+                if target not in slot_storage:
+                    slot_storage[target] = -1 - len(outputs)  # resolved below
+                    outputs.append((step.pool, step.backend, step.device, step.dtype,
+                                    step.size))
+                refs[target] = slot_storage[target]
+            else:
+                free = idle.get((step.device, step.dtype, step.size))
+                if free:
+                    refs[target] = free.pop()
+                else:
+                    refs[target] = leaf_count + len(buffers)
+                    buffers.append((step.pool, step.backend, step.device, step.dtype,
+                                    step.size))
+                    total += step.size * step.dtype.itemsize
+                    if byte_limit is not None and total > byte_limit:
+                        return None
+            operands.append((sources, refs[target]))
+            steps.append(step)
+            frees.append(step.frees)
+            released = step.frees
+        for slot in released:
+            storage_id = refs.get(slot)
+            if storage_id is not None and storage_id >= leaf_count:  # a buffer
+                _, _, device, dtype, size = buffers[storage_id - leaf_count]
+                idle.setdefault((device, dtype, size), []).append(storage_id)
+    output_base = leaf_count + len(buffers)
+
+    def resolve(storage_id: int) -> int:
+        return output_base + (-1 - storage_id) if storage_id < 0 else storage_id
+
+    operands = [(tuple([resolve(s) for s in sources]), resolve(target))
+                for sources, target in operands]
+    slot_storage = {slot: resolve(s) for slot, s in slot_storage.items()}
+    for slot in root_slots:
+        if slot not in slot_storage:
+            slot_storage[slot] = resolve(refs[slot])
+    return Assignment(buffers, outputs, operands, steps, frees, slot_storage)
+
+
+class BoundPlan:
+    """``plan`` bound for runs; ``bind`` returns None when the plan is not worth binding."""
+
+    def __init__(self, graph: Graph, plan: Plan, assignment: Assignment,
+                 held: bool = False) -> None:
         self.leaf_count = len(graph.leaves)
-        self.buffers = buffers  # (pool, backend, device, dtype, size) per liveness class
-        self.outputs = outputs  # (pool, backend, device, dtype, size) per root slot
-        self.operands = operands  # per step: (input storage ids, output storage id)
-        self.steps = steps
-        self.frees = frees  # per step: the slots freed after it (for pending handles)
-        self.slot_storage = slot_storage  # root slot -> storage id
-        self.output_base = self.leaf_count + len(buffers)
-        self.current: list = [None] * (self.output_base + len(outputs))
-        self.launchers: list = [None] * len(steps)
+        self.buffers = assignment.buffers
+        self.outputs = assignment.outputs
+        self.operands = assignment.operands
+        self.steps: list[Step] = assignment.steps
+        self.frees = assignment.frees
+        self.output_base = self.leaf_count + len(self.buffers)
+        self.current: list = [None] * (self.output_base + len(self.outputs))
+        self.launchers: list[Launcher | None] = [None] * len(self.steps)
+        self.unprepared = True  # every launcher None (the first run, after a failed one)
         self.volatile: set[int] = set()  # leaves seen replaced between runs
         self.touching: list[list[int]] = [[] for _ in self.current]
-        for index, (sources, target) in enumerate(operands):
+        for index, (sources, target) in enumerate(self.operands):
             for storage_id in {*sources, target}:
                 self.touching[storage_id].append(index)
-        self.devices = set(plan.devices)
-        self.tracked = any(step.waited or step.wait_slot >= 0 for step in steps)
+        values = plan.node_values
+        # Per root of the bound graph: the storage id its value lives in.
+        self.root_storage = [assignment.slot_storage[values[r][0]] for r in graph.roots]
+        self.devices = set(plan.devices) | {graph.nodes[r].device for r in graph.roots}
+        self.tracked = any(step.waited or step.wait_slot >= 0 for step in self.steps)
         self.lock = threading.Lock()
-        self.batcher = LaunchBatcher()
+        self.launches = BatchedLaunches(self.steps)
+        # Held: the buffers allocated once and kept (a capture's own); else the pool's per run.
+        self.held = [backend.allocate(device, dtype, size)
+                     for _, backend, device, dtype, size in self.buffers] if held else None
+        if held:
+            self.current[self.leaf_count:self.output_base] = self.held
+        self.fixed_leaves: list | None = None  # leaves kept bound across runs (a capture's)
 
     @classmethod
     def bind(cls, graph: Graph, plan: Plan) -> BoundPlan | None:
-        """Give every slot of ``plan`` a storage id by walking its steps without launching."""
-        leaf_count = len(graph.leaves)
-        root_slots = {plan.node_values[r][0] for r in graph.roots}
-        refs: dict[int, int] = {slot: slot for slot in range(leaf_count)}
-        buffers: list = []
-        outputs: list = []
-        slot_storage: dict[int, int] = {}
-        idle: dict[tuple, list[int]] = {}
-        operands, steps, frees = [], [], []
-        total = 0
-        for step in plan.steps:
-            if step.__class__ is tuple:  # slots freed without a launch
-                if frees:
-                    frees[-1] = frees[-1] + step
-                released = step
-            else:
-                sources = tuple([refs[slot] for slot in step.sources])
-                target = step.target
-                if step.alias:
-                    refs[target] = sources[0]
-                elif target in root_slots:
-                    if target not in slot_storage:
-                        slot_storage[target] = -1 - len(outputs)  # resolved below
-                        outputs.append((step.pool, step.backend, step.device, step.dtype,
-                                        step.size))
-                    refs[target] = slot_storage[target]
-                else:
-                    free = idle.get((step.device, step.dtype, step.size))
-                    if free:
-                        refs[target] = free.pop()
-                    else:
-                        refs[target] = leaf_count + len(buffers)
-                        buffers.append((step.pool, step.backend, step.device, step.dtype,
-                                        step.size))
-                        total += step.size * step.dtype.itemsize
-                        if total > REPLAY_BYTES_LIMIT:
-                            return None
-                operands.append((sources, refs[target]))
-                steps.append(step)
-                frees.append(step.frees)
-                released = step.frees
-            for slot in released:
-                storage_id = refs.get(slot)
-                if storage_id is not None and storage_id >= leaf_count:  # a buffer
-                    _, _, device, dtype, size = buffers[storage_id - leaf_count]
-                    idle.setdefault((device, dtype, size), []).append(storage_id)
-        output_base = leaf_count + len(buffers)
-
-        def resolve(storage_id: int) -> int:
-            return output_base + (-1 - storage_id) if storage_id < 0 else storage_id
-
-        operands = [(tuple([resolve(s) for s in sources]), resolve(target))
-                    for sources, target in operands]
-        slot_storage = {slot: resolve(s) for slot, s in slot_storage.items()}
-        for slot in root_slots:
-            if slot not in slot_storage:
-                slot_storage[slot] = resolve(refs[slot])
-        return cls(graph, plan, buffers, outputs, operands, steps, frees, slot_storage)
+        """A cached plan bound for replays on the pool; None when its intermediates are too
+        big to keep bound (``REPLAY_BYTES_LIMIT``)."""
+        assignment = assign_storages(graph, plan, REPLAY_BYTES_LIMIT)
+        return None if assignment is None else cls(graph, plan, assignment)
 
     def run(self, graph: Graph, plan: Plan) -> bool:
         """Execute for ``graph`` (its leaves bound) and attach its roots; False when another
@@ -122,20 +161,27 @@ class BoundPlan:
         if not self.lock.acquire(blocking=False):
             return False
         try:
-            self._run(graph, plan)
+            nodes = graph.nodes
+            storages = self.execute(
+                enumerate([nodes[node_id].buffer for node_id in graph.leaves]), graph)
         finally:
             self.lock.release()
+        values = plan.node_values
+        for root, storage in zip(graph.roots, storages):
+            nodes[root].attach(storage, values[root][1])
         return True
 
-    def _run(self, graph: Graph, plan: Plan) -> None:
+    def execute(self, leaves: Iterable[tuple[int, object]], graph: Graph) -> list:
+        """One run (the caller holds ``lock``): bind ``leaves`` ((leaf slot, storage) pairs;
+        the leaves not named keep their storage), take the buffers and outputs, prepare what
+        changed, launch every step and drain; return the roots' storages. Errors and profile
+        rows name ``graph``'s nodes."""
         for device in self.devices:  # a device unplugged since the plan was made
             get_backend(device)
         current = self.current
         changed: list[int] = []
-        nodes = graph.nodes
         volatile = self.volatile
-        for storage_id, node_id in enumerate(graph.leaves):
-            storage = nodes[node_id].buffer
+        for storage_id, storage in leaves:
             known = current[storage_id]
             if known is not storage:
                 if known is not None:  # replaced since the last run: expect it to change again
@@ -145,100 +191,163 @@ class BoundPlan:
         taken = []
         try:
             storage_id = self.leaf_count
-            for pool, backend, device, dtype, size in self.buffers:
-                storage = pool.take(backend, device, dtype, size)
-                taken.append((pool, storage))
-                if current[storage_id] is not storage:
+            if self.held is None:
+                for pool, backend, device, dtype, size in self.buffers:
+                    storage = pool.take(backend, device, dtype, size)
+                    taken.append((pool, storage))
+                    if current[storage_id] is not storage:
+                        current[storage_id] = storage
+                        changed.append(storage_id)
+                    storage_id += 1
+                for pool, backend, device, dtype, size in self.outputs:
+                    storage = pool.take(backend, device, dtype, size)
+                    taken.append((pool, storage))
                     current[storage_id] = storage
                     changed.append(storage_id)
-                storage_id += 1
-            for pool, backend, device, dtype, size in self.outputs:
-                storage = pool.take(backend, device, dtype, size)
-                taken.append((pool, storage))
-                current[storage_id] = storage
-                changed.append(storage_id)
-                storage_id += 1
+                    storage_id += 1
+            else:
+                storage_id = self.output_base
+                for _, backend, device, dtype, size in self.outputs:
+                    current[storage_id] = backend.allocate(device, dtype, size)
+                    changed.append(storage_id)
+                    storage_id += 1
             self._prepare_changed(changed, graph)
-            with op_profile.phase("realize.execute"), np.errstate(all="ignore"):
-                if self.tracked or op_profile._enabled or op_profile._trace:
-                    self._launch_each(graph)
-                else:
-                    self._launch_all(graph)
-            with op_profile.phase("realize.drain"):
-                devices = set(self.devices)
-                for root in graph.roots:
-                    devices.add(nodes[root].device)
-                for device in devices:
-                    get_backend(device).synchronize(device)
+            if self.tracked or op_profile._enabled or op_profile._trace:
+                with op_profile.phase("realize.execute"), np.errstate(all="ignore"):
+                    pending = self._launch_each(graph)
+                with op_profile.phase("realize.drain"):
+                    drain(pending, self.devices)  # a failed wait closes the handles left
+            else:
+                with np.errstate(all="ignore"):
+                    self.launches.run(self.launchers, graph)
+                drain(None, self.devices)
         except BaseException:
             for pool, storage in reversed(taken):
                 pool.give_back(storage)
-            self.current = [None] * len(current)
-            self.launchers = [None] * len(self.launchers)
+            self._forget_all()
             raise
-        outputs = taken[len(self.buffers):]
-        for pool, storage in reversed(taken[:len(self.buffers)]):
-            pool.give_back(storage)
-        for pool, storage in outputs:
-            pool.disown(storage)
-        values = plan.node_values
-        for root in graph.roots:
-            slot, layout = values[root]
-            nodes[root].attach(current[self.slot_storage[slot]], layout)
+        if taken:
+            buffer_count = len(self.buffers)
+            for pool, storage in reversed(taken[:buffer_count]):
+                pool.give_back(storage)
+            for pool, storage in taken[buffer_count:]:
+                pool.disown(storage)
+        storages = [current[storage_id] for storage_id in self.root_storage]
         # What the next run will not find again: the outputs and the leaves that change.
         launchers = self.launchers
+        output_base = self.output_base
         for storage_id in changed:
-            if storage_id in volatile or storage_id >= self.output_base:
+            if storage_id >= output_base or storage_id in volatile:
                 current[storage_id] = None
                 for index in self.touching[storage_id]:
                     launchers[index] = None
+        return storages
+
+    def _forget_all(self) -> None:
+        """After a failed run: every launcher and every storage a run binds is dropped (the
+        held buffers and the fixed leaves stay)."""
+        current = [None] * len(self.current)
+        if self.fixed_leaves is not None:
+            current[:self.leaf_count] = self.fixed_leaves
+        if self.held is not None:
+            current[self.leaf_count:self.output_base] = self.held
+        self.current = current
+        self.launchers = [None] * len(self.launchers)
+        self.unprepared = True
 
     def _prepare_changed(self, changed: list[int], graph: Graph) -> None:
+        """Prepare the steps touching a changed storage (every step after a reset)."""
         launchers = self.launchers
-        touching = self.touching
-        current = self.current
-        for storage_id in changed:
-            for index in touching[storage_id]:
-                launchers[index] = None
-        for index, launcher in enumerate(launchers):
-            if launcher is None:
-                sources, target = self.operands[index]
-                step = self.steps[index]
-                try:
-                    launchers[index] = step.compiled.prepare(
-                        [current[s] for s in sources], [current[target]], step.layouts)
-                except Exception as error:
-                    raise kernel_error(step.compiled, node_label(graph, step.node_id),
-                                       error) from error
+        if self.unprepared:
+            stale: Sequence[int] = range(len(launchers))
+        elif len(changed) == 1:  # a replay whose only change is its output
+            stale = self.touching[changed[0]]
+        else:
+            touching = self.touching
+            stale = sorted({index for storage_id in changed for index in touching[storage_id]})
+        for index in stale:
+            launchers[index] = self._prepare(index, graph)
+        self.unprepared = False
 
-    def _launch_all(self, graph: Graph) -> None:
-        """execute_compiled with profiling off and no handle is one launcher call; runs of C
-        kernels go as one foreign call each (``LaunchBatcher``)."""
-        steps = self.steps
-        self.batcher.run(self.launchers, lambda index: (
-            steps[index].compiled, node_label(graph, steps[index].node_id)))
-
-    def _launch_each(self, graph: Graph) -> None:
-        """Every step through execute_compiled: profiled, Pending handles kept and waited."""
-        pending = PendingWork()
+    def _prepare(self, index: int, graph: Graph) -> Launcher:
+        """The launcher of step ``index`` on its current storages."""
+        sources, target = self.operands[index]
+        step = self.steps[index]
         current = self.current
         try:
+            return step.compiled.prepare([current[s] for s in sources], [current[target]],
+                                         step.layouts)
+        except Exception as error:
+            raise step_error(step, graph, error) from error
+
+    def _launch_each(self, graph: Graph) -> PendingWork:
+        """Every step through ``launch_step``: profiled, Pending handles kept and waited; the
+        open handles are returned for the drain."""
+        pending = PendingWork()
+        current = self.current
+        launchers = self.launchers
+        operands = self.operands
+        previous = None
+        try:
             for index, step in enumerate(self.steps):
-                if step.wait_slot >= 0:
-                    pending.wait_for(step.wait_slot)
-                sources, target = self.operands[index]
-                label = node_label(graph, step.node_id)
-                try:
-                    handle = execute_compiled_with_wait_hint(
-                        step.compiled, [current[s] for s in sources], [current[target]],
-                        step.layouts, step.waited, label, self.launchers[index])
-                except Exception as error:
-                    raise kernel_error(step.compiled, label, error) from error
-                if handle.is_pending:
-                    pending.keep(step.target, handle)
+                sources, target = operands[index]
+                launch_step(step, [current[s] for s in sources], [current[target]], graph,
+                            pending, previous, launchers[index])
+                previous = step
                 for slot in self.frees[index]:
                     pending.forget(slot)
-            pending.wait_all()
         except BaseException:
             pending.close_all()
             raise
+        return pending
+
+
+class BatchedLaunches:
+    """How a bound plan's launchers run when nothing is profiled or waited: each run of
+    consecutive steps on one backend through that backend's batched launcher (where it has
+    one), submitting the backend's work at a boundary as the walk does."""
+
+    def __init__(self, steps: Sequence[Step]) -> None:
+        # (start, stop, the backend's LaunchBatcher or None, the last step) per run of steps.
+        self.segments: list[tuple[int, int, LaunchBatcher | None, Step]] = []
+        start = 0
+        for stop in range(1, len(steps) + 1):
+            if stop == len(steps) or steps[stop].backend is not steps[start].backend:
+                self.segments.append((start, stop, steps[start].backend.launch_batcher(),
+                                      steps[stop - 1]))
+                start = stop
+        self.steps = steps
+        self.batchers = [segment[2] for segment in self.segments]
+
+    def run(self, launchers: list, graph: Graph) -> None:
+        """Launch ``launchers`` (one per step, prepared); a failure raises the KernelError
+        naming its step's node in ``graph``."""
+        segments = self.segments
+        if not segments:
+            return
+        launch = None
+        segment = segments[0]
+        try:
+            if len(segments) == 1:
+                batcher = segment[2]
+                for launch in (launchers if batcher is None else batcher.batch(launchers)):
+                    launch()
+                return
+            previous = None
+            for segment in segments:
+                start, stop, batcher, last = segment
+                if previous is not None:
+                    previous.backend.submit(previous.device)
+                part = launchers[start:stop]
+                for launch in (part if batcher is None else batcher.batch(part)):
+                    launch()
+                previous = last
+        except Exception as error:
+            start, stop, batcher, _ = segment
+            part = launchers[start:stop]
+            if batcher is None:
+                index = next((i for i, known in enumerate(part) if known is launch), 0)
+                cause: BaseException = error
+            else:
+                index, cause = batcher.failed(error, launch, part)
+            raise step_error(self.steps[start + index], graph, cause) from error

@@ -1,7 +1,7 @@
-"""Foreign calls and launch sequences: a replay runs each run of consecutive C kernels as one
-call of the sequence loop, with the same results as launching them one by one (NumPy as the
-reference); the batcher patches changed calls in place; the C float32 arithmetic gives NumPy's
-bits."""
+"""Foreign calls and the CPU backend's launch sequences: a replay runs each run of consecutive
+C kernels as one call of the sequence loop, with the same results as launching them one by one
+(NumPy as the reference); the batcher patches changed calls in place; the C float32 arithmetic
+gives NumPy's bits."""
 
 import ctypes
 
@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 import fuel
+from fuel.backends.cpu import BACKEND
 from fuel.backends.cpu.c_library import entry_point
 from fuel.backends.cpu.elementwise import BINARY_SOURCE, C_BINARY_OPERATIONS
+from fuel.backends.cpu.sequences import SequenceBatcher, SequenceCall
 from fuel.compiler import toolchain
-from fuel.compiler.foreign import ForeignCall, LaunchBatcher, SequenceCall
+from fuel.compiler.foreign import ForeignCall
 from fuel.ir.ops import OpKind
 
 pytestmark = pytest.mark.skipif(toolchain.unavailable_reason() is not None,
@@ -32,7 +34,8 @@ def test_batcher_runs_consecutive_calls_as_one_sequence_and_patches_them():
     first, second, third = _add(x, x, a), _add(a, x, b), _add(b, x, c)
     log = []
     python_step = lambda: log.append(float(c[1]))  # noqa: E731 - a launcher that is not C
-    batcher = LaunchBatcher()
+    batcher = BACKEND.launch_batcher()
+    assert isinstance(batcher, SequenceBatcher)
     batched = batcher.batch([first, second, python_step, third])
     assert [type(launch) for launch in batched] == [SequenceCall, type(python_step), ForeignCall]
     for launch in batched:
@@ -60,6 +63,12 @@ def test_batcher_runs_consecutive_calls_as_one_sequence_and_patches_them():
     for launch in batched:
         launch()
     assert log[-1] == "other"
+
+
+def _batched(bound) -> list:
+    """The launches of a bound plan's last batched run (its CPU segments' sequences)."""
+    return [launch for batcher in bound.launches.batchers if batcher is not None
+            for launch in batcher.batched]
 
 
 def _function(x, w, cache, positions):
@@ -90,7 +99,7 @@ def test_replay_with_sequences_matches_numpy_and_the_unbatched_launches():
         for got, want in zip(outs, expected):
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
     capture = next(iter(replay.captures.values()))[0]
-    sequences = [launch for launch in capture.batcher.batched if type(launch) is SequenceCall]
+    sequences = [launch for launch in _batched(capture) if type(launch) is SequenceCall]
     assert sequences and sum(len(s.calls) for s in sequences) >= 3
     with fuel.profile():  # profiled replays launch step by step: the same numbers
         x_values = rng.standard_normal((1, 8)).astype(np.float32)
@@ -148,7 +157,7 @@ def test_cached_plan_replays_in_sequences_and_names_a_failing_copy():
         expected[position] += values[0] * 2.0 + 1.0
         np.testing.assert_allclose(result.numpy(), expected, rtol=1e-6)
     bound = PLAN_CACHE.plans[key].replay
-    assert any(type(launch) is SequenceCall for launch in bound.batcher.batched)
+    assert any(type(launch) is SequenceCall for launch in _batched(bound))
     with pytest.raises(IndexOutOfRange) as caught:
         build(7, values).numpy()
     assert "index 7 is out of range" in str(caught.value) and "index_copy" in str(caught.value)

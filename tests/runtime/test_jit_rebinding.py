@@ -5,7 +5,7 @@ that write its (fresh) outputs; new argument storages are prepared again."""
 import numpy as np
 
 import fuel
-from fuel.runtime.jit import Capture
+from fuel.runtime.replay import BoundPlan
 
 
 def _refill(tensor: fuel.Tensor, values: np.ndarray) -> None:
@@ -24,13 +24,13 @@ def _reference(x, y):
 
 def test_refilled_arguments_replay_without_preparing_their_steps(monkeypatch):
     prepared = []
-    original = Capture._prepare
+    original = BoundPlan._prepare
 
-    def counting(self, index, inputs, outputs):
+    def counting(self, index, graph):
         prepared.append(index)
-        return original(self, index, inputs, outputs)
+        return original(self, index, graph)
 
-    monkeypatch.setattr(Capture, "_prepare", counting)
+    monkeypatch.setattr(BoundPlan, "_prepare", counting)
     rng = np.random.default_rng(0)
     x_values, y_values = rng.standard_normal((2, 4, 8)).astype(np.float32)
     x, y = fuel.from_numpy(x_values.copy()), fuel.from_numpy(y_values.copy())
@@ -42,16 +42,19 @@ def test_refilled_arguments_replay_without_preparing_their_steps(monkeypatch):
         _refill(x, x_values)
         prepared.clear()
         out = replay(x, y).numpy()
-        counts.append(len(prepared))
+        counts.append(sorted(prepared))
         np.testing.assert_allclose(out, _reference(x_values, y_values), rtol=1e-5)
     capture = next(iter(replay.captures.values()))[0]
-    writers = sum(1 for index in capture.rebound
-                  if capture.steps[index].step.target in capture.output_writers)
-    assert len(capture.rebound) > writers  # some rebound steps read only the arguments
+    # The steps touching an output storage (fresh every run) and those reading an argument.
+    writers = sorted({index for storage_id in range(capture.output_base, len(capture.current))
+                      for index in capture.touching[storage_id]})
+    readers = {index for slot in capture.argument_slots if slot >= 0
+               for index in capture.touching[slot]}
+    assert readers - set(writers)  # some steps read only the arguments
     assert counts[1:] == [writers] * 3  # after the first replay: only the output writers
 
     fresh = fuel.from_numpy(rng.standard_normal((4, 8)).astype(np.float32))
     prepared.clear()
     out = replay(fresh, y).numpy()
-    assert len(prepared) > writers  # a new storage: its steps are prepared again
+    assert set(prepared) == readers | set(writers)  # a new storage: its steps prepared again
     np.testing.assert_allclose(out, _reference(fresh.numpy(), y_values), rtol=1e-5)

@@ -6,7 +6,7 @@ import platform
 
 import numpy as np
 
-from fuel.backends.base import Backend
+from fuel.backends.base import Backend, LaunchBatcher
 from fuel.backends.cpu import (
     convolution,
     elementwise,
@@ -23,6 +23,7 @@ from fuel.backends.cpu import (
 )
 from fuel.backends.cpu.arrays import view
 from fuel.backends.cpu.low_precision import pack, unpack
+from fuel.backends.cpu.sequences import SequenceBatcher
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.ir.device import CPU, BackendId, Device
 from fuel.ir.dtype import DType, string
@@ -93,6 +94,10 @@ class CpuBackend(Backend):
         # Fused nodes: a generator that compiles each node's LoopKernel (fuel.compiler).
         table.register(OpKind.FUSED, (), BackendId.CPU, generate_c_kernel, GENERATED,
                        KERNEL_SOURCE)
+
+    def launch_batcher(self) -> LaunchBatcher:
+        """The C launch sequences: runs of consecutive C kernel calls as one call of a C loop."""
+        return SequenceBatcher()
 
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.

@@ -123,7 +123,7 @@ def test_replayed_index_copy_out_of_range_is_named_inside_a_sequence():
     np.testing.assert_array_equal(replay(positions, values).numpy()[:, 1], 3.5)
     replay(positions, values)
     capture = next(iter(replay.captures.values()))[0]
-    first = capture.batcher.batched[0]  # values * 2 + 1 (fused C), then the copy
+    first = capture.launches.batchers[0].batched[0]  # values * 2 + 1 (fused C), the copy
     assert type(first).__name__ == "SequenceCall" and len(first.calls) == 2
     storage = positions._node.buffer
     for bad in (6, -7):
