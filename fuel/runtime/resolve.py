@@ -261,9 +261,9 @@ def resolve(graph: Graph, table: KernelBindingTable, strict: bool = True) -> Res
                 reason = PREFERS_FUSED
             else:
                 binding = kernel_decision(node, table).binding
-                reason = (f"no kernel for {node.op.value}"
-                          f"({', '.join(d.name for d in binding.dtypes)}) on "
-                          f"{binding.backend.value} -> decomposed")
+                names = [d.name for d in binding.dtypes]
+                reason = (f"no kernel for {node.op.value}({', '.join(names[:-1])} -> "
+                          f"{names[-1]}) on {binding.backend.value} -> decomposed")
             decomposed[user_id] = Decision(DECOMPOSED, reason)
     return Resolution(planned, expansion, decisions, groups, waited, decomposed)
 
