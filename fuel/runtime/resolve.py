@@ -139,15 +139,19 @@ def _memo_for(table: KernelBindingTable) -> _Memo:
 def _kernel_decision(memo: _Memo, node: Node) -> Decision:
     """KERNEL with the node's binding, or MISSING (memoized per op, backend and dtypes)."""
     op = node.op
-    backend = node.device.backend if op is not OpKind.COPY else kernel_backend(node)
     inputs = node.inputs
-    if len(inputs) == 2:
+    if op is OpKind.COPY:  # it runs at its source: the key names both ends
+        backend = kernel_backend(node)
+        key = (op, backend, node.dtype, inputs[0].dtype, node.device.backend)
+    elif len(inputs) == 2:
+        backend = node.device.backend
         key = (op, backend, node.dtype, inputs[0].dtype, inputs[1].dtype)
     else:
+        backend = node.device.backend
         key = (op, backend, node.dtype, *[i.dtype for i in inputs])
     found = memo.kernels.get(key)
     if found is None:
-        dtypes = lookup_dtypes(op, key[3:], node.dtype)
+        dtypes = lookup_dtypes(op, tuple([i.dtype for i in inputs]), node.dtype)
         siblings = memo.table.lookup_alternatives(op, dtypes, backend)
         entry = next((e for e in siblings if not e.caps.requires_broadcast), None)
         binding = Binding(op, dtypes, backend, entry, siblings)

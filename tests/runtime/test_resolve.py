@@ -121,9 +121,13 @@ def test_each_decision_says_why():
 def test_a_backend_without_the_kernel_decomposes_and_says_so():
     primitive_backend()
     x = fuel.from_numpy(_array((3, 4), 2)).to(DEVICE)
-    row = next(row for row in x.softmax(-1).explain().rows if row.op == "softmax")
+    rows = x.softmax(-1).explain().rows
+    row = next(row for row in rows if row.op == "softmax")
     assert row.decision == DECOMPOSED
     assert row.reason == "no kernel for softmax(float32 -> float32) on primitive -> decomposed"
+    copy = next(row for row in rows if row.op == "copy")
+    assert copy.reason == "cross-device copy: kernel at its source (cpu)"
+    assert copy.dispatch == "numpy"  # the CPU's kernel, not the primitive backend's
 
 
 def test_fused_groups_number_in_order_and_name_their_anchor():
