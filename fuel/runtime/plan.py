@@ -83,7 +83,10 @@ _compiled_table: list = [None]
 
 
 def _compiled_memo(table: KernelBindingTable) -> dict:
-    """The compile memo of ``table`` (emptied when the published table changes)."""
+    """The compile memo of ``table`` (emptied when the published table changes). Every key
+    starts with the recorded Binding the compile used: ``(binding, params)`` for a node's own
+    kernel; for a fused group ``_lowering_signature`` (before lowering) and
+    ``(binding, dtypes, LoopKernel)`` (after)."""
     if _compiled_table[0] is not table:
         _compiled_cache.clear()
         _compiled_table[0] = table
@@ -122,15 +125,15 @@ def _compile_kernel(graph: Graph, node_id: int, decision: Decision,
 
 
 def _lowering_signature(graph: Graph, group: FusionGroup, outside: list[int],
-                        wiring: tuple[int, ...], values: list, backend_id) -> tuple:
-    """What a group's LoopKernel depends on, without lowering it: its members' structural
-    keys (``Node.key``: op, params, dtype, shape, inputs' keys; the trust the plan cache places
-    in them), its wiring, its outside inputs' dtypes and planned layouts, the loop space and
-    the backend."""
+                        wiring: tuple[int, ...], values: list, binding) -> tuple:
+    """What a group's compiled kernel depends on, without lowering it: its recorded binding
+    (the backend's generator), its members' structural keys (``Node.key``: op, params, dtype,
+    shape, inputs' keys; the trust the plan cache places in them), its wiring, its outside
+    inputs' dtypes and planned layouts and the loop space."""
     nodes = graph.nodes
-    return (FusionGroup, tuple([nodes[m].key for m in group.members]), wiring,
+    return (binding, tuple([nodes[m].key for m in group.members]), wiring,
             tuple([nodes[s].dtype for s in outside]), tuple([values[s][1] for s in outside]),
-            group.shape, group.reduced, backend_id)
+            group.shape, group.reduced)
 
 
 class PlanBuilder:
@@ -239,10 +242,9 @@ class PlanBuilder:
         graph = self.graph
         values = self.plan.node_values
         group = decision.group
-        backend_id = decision.binding.backend
         memo = _compiled_memo(self.table)
         outside, wiring = group_reads(graph, group)
-        signature = _lowering_signature(graph, group, outside, wiring, values, backend_id)
+        signature = _lowering_signature(graph, group, outside, wiring, values, decision.binding)
         compiled = memo.get(signature)
         sources = outside
         if compiled is None:  # else a group lowered before: no lowering, no LoopKernel to hash
