@@ -1,20 +1,36 @@
-"""Tensor.explain(): the graph a realize would run, with the kernel each node dispatches to."""
+"""Tensor.explain(): the graph a realize would run, each node's recorded decision (its own
+kernel, decomposed, fused into a group, a view, a leaf) with its reason, and the kernel it
+dispatches to. It prints the resolution the planner plans from (``fuel.runtime.resolve``):
+it decides nothing of its own."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuel.dispatch.compiled import dispatched_kernel_ident
-from fuel.dispatch.kernel import global_table
+from fuel.dispatch.kernel import BindingEntry, KernelBindingTable, global_table
 from fuel.graph import Graph
+from fuel.graph.node import kernel_backend
 from fuel.ir.errors import FuelError
-from fuel.ir.ops import VIEW_OPS, OpKind
-from fuel.runtime.decompose import decomposed_rows, expand_for_table, expanded_labels
+from fuel.ir.ops import OpKind
+from fuel.runtime.resolve import (
+    DECOMPOSED,
+    FUSED,
+    KERNEL,
+    LEAF,
+    REALIZED,
+    VIEW,
+    Decision,
+    Resolution,
+    expanded_label,
+    resolve,
+)
 
 
 @dataclass(frozen=True)
 class ExplainRow:
-    """One node: what it is and which kernel (source tag and revision) a realize would call."""
+    """One node: what it is, which kernel (source tag and revision) a realize would call, and
+    the recorded decision (``kernel``, ``decomposed``, ``fused``, ``view``, ``leaf``,
+    ``realized``, ``missing``) with its reason."""
 
     node_id: int
     op: str
@@ -26,6 +42,8 @@ class ExplainRow:
     kernel_revision_hash: int | None
     site: str
     part: int = -1  # >= 0: the part-th primitive of decomposed node ``node_id`` ("7.2")
+    decision: str = ""
+    reason: str = ""
 
 
 class Explanation:
@@ -40,19 +58,23 @@ class Explanation:
 
         shapes = [str(list(row.shape)) for row in self.rows]
         inputs = [",".join(map(str, row.inputs)) or "-" for row in self.rows]
+        kernels = [row.dispatch + (f" #{row.kernel_revision_hash:016x}"
+                                   if row.kernel_revision_hash else "") for row in self.rows]
         op_width = width([row.op for row in self.rows], 14)
         shape_width = width(shapes, 18)
         dtype_width = width([row.dtype for row in self.rows], 10)
         backend_width = width([row.backend for row in self.rows], 9)
         inputs_width = width(inputs, 12)
+        kernel_width = width(kernels, 8)
         lines = [f"{'id':>4}  {'op':<{op_width}}{'shape':<{shape_width}}{'dtype':<{dtype_width}}"
-                 f"{'backend':<{backend_width}}{'inputs':<{inputs_width}}kernel"]
-        for row, shape, used in zip(self.rows, shapes, inputs):
-            revision = f" #{row.kernel_revision_hash:016x}" if row.kernel_revision_hash else ""
+                 f"{'backend':<{backend_width}}{'inputs':<{inputs_width}}"
+                 f"{'kernel':<{kernel_width}}decision"]
+        for row, shape, used, kernel in zip(self.rows, shapes, inputs, kernels):
             label = f"{row.node_id}.{row.part}" if row.part >= 0 else str(row.node_id)
             lines.append(
                 f"{label:>4}  {row.op:<{op_width}}{shape:<{shape_width}}{row.dtype:<{dtype_width}}"
-                f"{row.backend:<{backend_width}}{used:<{inputs_width}}{row.dispatch}{revision}"
+                f"{row.backend:<{backend_width}}{used:<{inputs_width}}{kernel:<{kernel_width}}"
+                f"{row.decision}: {row.reason}".rstrip()
             )
         return "\n".join(lines)
 
@@ -66,57 +88,86 @@ def explain(tensors) -> Explanation:
     """Explain the realize of ``tensors`` without running it."""
     graph = Graph.build([t._node for t in tensors])
     table = global_table()
-    fused = _fused_kernels(graph, table)
+    try:
+        resolution = resolve(graph, table)
+    except FuelError:  # the realize would fail: show every node, the missing ones as such
+        resolution = resolve(graph, table, strict=False)
+        kernels = {}
+    else:
+        kernels = _group_kernels(graph, table, resolution)
     rows = []
-    expansion = expand_for_table(graph, table, strict=False)
     for node_id, node in enumerate(graph.nodes):
-        identity = None
+        decision = resolution.user_decision(node_id)
         label = str(node_id)
-        if label in fused:
-            source, revision, name, anchor = fused[label]
-            identity = (source, revision)
-            dispatch = f"{source} {name}" + ("" if anchor == label else f" in node {anchor}")
-        elif expansion is not None and node_id in expansion.decomposed:
-            dispatch = "decomposed"
-        elif node.buffer is not None:
-            dispatch = "realized" if node.op is not OpKind.LOAD else "leaf"
-        elif node.op in VIEW_OPS:
-            dispatch = "view"
-        else:
-            identity = dispatched_kernel_ident(graph, node_id, table)
-            dispatch = identity[0] if identity else "MISSING (NoBackendForOp at realize)"
+        dispatch, revision = _dispatch(decision, label, kernels)
         file, line = node.site
         rows.append(ExplainRow(
             node_id, node.op.value, node.shape, node.dtype.name, node.device.backend.value
             if node.op is not OpKind.COPY else f"->{node.device}", graph.inputs[node_id],
-            dispatch, identity[1] if identity else None, f"{file}:{line}",
-        ))
-        if dispatch == "decomposed":
-            rows.extend(decomposed_rows(expansion, node_id, table, fused))
+            dispatch, revision, f"{file}:{line}", decision=decision.kind,
+            reason=decision.reason))
+        if decision.kind is DECOMPOSED:
+            rows.extend(_part_rows(resolution, node_id, kernels))
     return Explanation(rows)
 
 
-def _fused_kernels(graph: Graph, table) -> dict[str, tuple[str, int, str, str]]:
-    """Each fused node's explain label (``"7"``, or ``"7.2"`` for a part of decomposed node 7)
-    -> (source tag, revision, group name, the anchor's label), from the plan a realize would
-    build (fused kernels are compiled at plan time, so explain compiles them)."""
+def _dispatch(decision: Decision, label: str, kernels: dict[int, BindingEntry]
+              ) -> tuple[str, int | None]:
+    """The kernel column of a row (and its revision) from the node's decision."""
+    kind = decision.kind
+    if kind is KERNEL:
+        entry = decision.binding.entry
+        return entry.kernel_source, entry.kernel_revision_hash
+    if kind is FUSED:
+        entry = kernels.get(decision.group.anchor)  # the group's compiled kernel
+        if entry is None:  # not planned (the plan failed): the generator's tag
+            entry = decision.binding.entry
+            source, revision = (entry.kernel_source if entry else "?"), None
+        else:
+            source, revision = entry.kernel_source, entry.kernel_revision_hash
+        where = "" if decision.anchor == label else f" in node {decision.anchor}"
+        return f"{source} {decision.group.name}{where}", revision
+    if kind is DECOMPOSED or kind is VIEW or kind is LEAF or kind is REALIZED:
+        return kind, None
+    return "MISSING (NoBackendForOp at realize)", None
+
+
+def _part_rows(resolution: Resolution, user_id: int, kernels: dict[int, BindingEntry]
+               ) -> list[ExplainRow]:
+    """The rows of the primitives that replace decomposed user node ``user_id``: ids
+    ``7.0, 7.1, ...``, inputs by user id or by such a label."""
+    expansion = resolution.expansion
+    graph = expansion.graph
+    parts = expansion.decomposed[user_id]
+    user_of = {expanded: user for user, expanded in enumerate(expansion.position)}
+    rows = []
+    for k, expanded in enumerate(parts):
+        node = graph.nodes[expanded]
+        decision = resolution.decisions[expanded]
+        dispatch, revision = _dispatch(decision, f"{user_id}.{k}", kernels)
+        inputs = tuple(expanded_label(expansion, source) if source in parts
+                       else user_of.get(source, expanded_label(expansion, source))
+                       for source in graph.inputs[expanded])
+        file, line = node.site
+        rows.append(ExplainRow(user_id, "  " + node.op.value, node.shape, node.dtype.name,
+                               kernel_backend(node).value, inputs, dispatch, revision,
+                               f"{file}:{line}", part=k, decision=decision.kind,
+                               reason=decision.reason))
+    return rows
+
+
+def _group_kernels(graph: Graph, table: KernelBindingTable, resolution: Resolution
+                   ) -> dict[int, BindingEntry]:
+    """Each fused group's anchor (planned-graph id) -> its compiled kernel's entry, from the
+    plan a realize would build over this resolution (fused kernels are compiled at plan time,
+    so explain compiles them); {} when nothing fuses or the plan fails."""
+    if not resolution.groups:
+        return {}
     from fuel.runtime.plan import PlanBuilder
 
     try:
-        builder = PlanBuilder(graph, table)
-        if not builder.groups:
-            return {}
-        steps = list(builder.expanded_steps())
-    except FuelError:  # the realize would fail; the per-node rows say where
+        steps = list(PlanBuilder(graph, table, resolution).expanded_steps())
+    except FuelError:  # the realize would fail; the rows say what was decided
         return {}
-    labels = expanded_labels(builder.expansion, len(builder.graph.nodes))
-    found = {}
-    for step in steps:
-        if step.__class__ is tuple or step.compiled.op is not OpKind.FUSED:
-            continue
-        group = builder.groups[step.node_id]
-        entry = step.compiled.entry
-        for member in group.members:
-            found[labels[member]] = (entry.kernel_source, entry.kernel_revision_hash, group.name,
-                                     labels[group.anchor])
-    return found
+    return {resolution.groups[step.node_id].anchor: step.compiled.entry for step in steps
+            if step.__class__ is not tuple and step.compiled.op is OpKind.FUSED}

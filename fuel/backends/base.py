@@ -86,7 +86,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def register(self, table: KernelBindingTable) -> None:
-        """Add this backend's kernels to ``table`` (under ``backend_id``, ``kernel_source``)."""
+        """Add this backend's kernels to ``table`` (under ``backend_id``, ``kernel_source``),
+        and everything else of it the planner reads: a backend that fuses registers its kernel
+        generator at ``(OpKind.FUSED, (), backend_id)`` and declares its record,
+        ``table.declare_backend(backend_id, BackendRecord(fusion=..., decompositions=...))``
+        (its fusion target, with the composites it prefers decomposed and fused, and the
+        decomposition table it selects; undeclared: no fusion, the core table). One call,
+        one versioned publication: registering again invalidates cached plans."""
 
     # ------------------------------------------------------------------ optional
 

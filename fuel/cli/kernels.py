@@ -100,8 +100,9 @@ def _backends(args: argparse.Namespace) -> int:
         print(f"{name:<{name_width}}{state}")
         for device, description in devices:
             print(f"  {device:<{device_width}}{description}")
-    from fuel.compiler.fusion import fusion_enabled, fusion_unavailable_reason
+    from fuel.compiler.fusion import fusion_enabled
     from fuel.ir.device import BackendId
+    from fuel.runtime.resolve import fusion_unavailable_reason
 
     languages = {BackendId.CPU: "generated C", BackendId.OPENCL: "generated OpenCL C"}
     for name, available, _, _ in rows:

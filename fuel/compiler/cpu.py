@@ -1,7 +1,8 @@
 """Generated C kernels as fuel kernels: the CPU backend's binding for fused nodes.
 
-The CPU backend registers ``generate_c_kernel`` at ``(OpKind.FUSED, (), cpu)``; ``compile_node``
-calls it with a fused node's LoopKernel (its params) and gets a BindingEntry at once, while
+The CPU backend registers ``generate_c_kernel`` at ``(OpKind.FUSED, (), cpu)`` and declares
+``c_fusion_target`` as its fusion target; the planner calls the generator (``compile_generated``)
+with a fused group's LoopKernel and gets a BindingEntry at once, while
 the C compiler runs on a compile worker; the kernel waits for its library at its first launch
 and runs it through ctypes (which releases the GIL while it runs). So a plan's compiles run in
 parallel, and a pipelined realize executes earlier steps meanwhile.
@@ -17,8 +18,9 @@ from concurrent.futures import Future
 
 from fuel.compiler import toolchain
 from fuel.compiler.foreign import ForeignCall
+from fuel.compiler.fusion import FusionTarget
 from fuel.compiler.kernel_ir import LoopKernel
-from fuel.compiler.render_c import CProgram, render_c
+from fuel.compiler.render_c import CProgram, render_c, renders
 from fuel.compiler.render_c_reduce import render_c_reduce
 from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
 from fuel.ir.layout import Layout
@@ -93,3 +95,16 @@ def generate_c_kernel(kernel: LoopKernel) -> BindingEntry:
                               "little")
     return BindingEntry(GeneratedKernel(kernel, program, pending), GENERATED, KERNEL_SOURCE,
                         revision)
+
+
+def _vector_math() -> bool:
+    found = toolchain.detect()
+    return not isinstance(found, str) and found.vector_math
+
+
+def c_fusion_target(prefers_decomposed: frozenset = frozenset()) -> FusionTarget:
+    """The C renderer as a backend's fusion target: it fuses while a C compiler works
+    (asked at each plan, never at import); math functions pay where libmvec links; row
+    reductions over float32/float64. ``prefers_decomposed``: the backend's measured set."""
+    return FusionTarget(lambda: toolchain.unavailable_reason(), renders, _vector_math,
+                        prefers_decomposed=frozenset(prefers_decomposed))

@@ -9,9 +9,11 @@ every member but its last (the anchor) is read only inside the group: only the a
 is materialized. Its inputs are whatever the members read from outside, views included, as
 strided loads (broadcasts as stride 0). Groups of one node keep their hand-written kernel.
 
-``FUEL_FUSION=0`` or ``fuel.set_fusion(False)`` turns fusion off. A backend fuses when it
-registered a ``FusionTarget`` (the CPU's is below; OpenCL's is in its backend); without a C
-compiler the CPU backend never fuses (``fuel backends`` says why).
+``FUEL_FUSION=0`` or ``fuel.set_fusion(False)`` turns fusion off. Which backends fuse is
+not decided here: a backend publishes its ``FusionTarget`` with its kernels
+(``KernelBindingTable.declare_backend``), and the resolution pass
+(``fuel.runtime.resolve``) hands ``fusion_groups`` the target of each node's backend. This
+module registers nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fuel.compiler.kernel_ir import KernelBuilder, Load, LoopKernel, Store
-from fuel.compiler.render_c import VECTOR_FUNCTIONS, renders
+from fuel.compiler.render_c import VECTOR_FUNCTIONS
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.ops import ELEMENTWISE_OPS, OpKind, definition
@@ -33,12 +35,15 @@ ROW_REDUCE_OPS = frozenset({OpKind.SUM, OpKind.MAX, OpKind.MIN, OpKind.MEAN})
 MATH_OPS = VECTOR_FUNCTIONS
 # Members that compute nothing of their own: left out of a group's name.
 LAUNCHLESS_MEMBERS = frozenset({OpKind.EXPAND, OpKind.FULL})
+# The dtypes a composite of ``FusionTarget.prefers_decomposed`` is decomposed in (the
+# measurements behind each backend's set are of these).
+PREFERRED_DECOMPOSITION_DTYPES = frozenset({dt.float32, dt.float64})
 _switch: list[bool | None] = [None]
 
 
 def set_fusion(enabled: bool) -> None:
     """Turn fusion on or off for this process (overrides ``FUEL_FUSION``); plans built from
-    now on follow it (the plan cache keys on it)."""
+    now on follow it (``fuel.set_fusion`` also drops cached plans)."""
     _switch[0] = bool(enabled)
 
 
@@ -51,42 +56,45 @@ def fusion_enabled() -> bool:
 
 @dataclass(frozen=True)
 class FusionTarget:
-    """What fusion asks of one backend's renderer. The backend registers it
-    (``register_fusion_target``) with its kernel generator at ``(OpKind.FUSED, (), backend)``.
+    """What fusion asks of one backend's renderer. The backend declares it in its
+    ``register(table)`` (``table.declare_backend(backend, BackendRecord(fusion=...))``) next
+    to its kernel generator at ``(OpKind.FUSED, (), backend)``.
 
     ``unavailable_reason``: why the backend cannot fuse now (None when it can);
     ``renders(op, dtypes)``: whether an op over these dtypes (inputs, then output) renders;
     ``math_pays``: whether rendered math functions (exp, tanh, ...) are at least as fast as the
     backend's own kernels (else nodes using them keep those); ``reduce_dtypes``: the dtypes
-    whose last-dim reductions fuse as rows."""
+    whose last-dim reductions fuse as rows; ``prefers_decomposed``: the composite ops whose
+    hand-written kernel loses to the fused rendering of their decomposition on this backend
+    (measured; the backend keeps the measurements next to the set): while it fuses math
+    functions, such a node (float32/float64, a row op over the last dim only) is decomposed
+    so it fuses with its neighbours."""
 
     unavailable_reason: Callable[[], str | None]
     renders: Callable[[str, tuple], bool]
     math_pays: Callable[[], bool]
     reduce_dtypes: frozenset = frozenset({dt.float32, dt.float64})
+    prefers_decomposed: frozenset = frozenset()
 
 
-_targets: dict[BackendId, FusionTarget] = {}
-
-
-def register_fusion_target(backend: BackendId, target: FusionTarget) -> None:
-    """Make ``backend``'s nodes fuse through ``target`` (its generator registered apart)."""
-    _targets[backend] = target
-
-
-def fusion_unavailable_reason(backend: BackendId) -> str | None:
-    """Why ``backend`` does not fuse (None when it does)."""
-    target = _targets.get(backend)
-    if target is None:
-        return f"no kernel renderer for {backend.value} yet"
-    return target.unavailable_reason()
-
-
-def fuses_math(backend: BackendId) -> bool:
-    """Whether plans for ``backend`` fuse now, math functions included."""
-    if not fusion_enabled() or fusion_unavailable_reason(backend) is not None:
+def prefers_fused_decomposition(node, target: FusionTarget) -> bool:
+    """Whether ``node`` is one of the composites ``target`` renders better decomposed: its op
+    in ``prefers_decomposed``, a float32/float64 result, and, for a row op, over the last dim
+    only (what the row renderers fuse). The caller checks that the target fuses math now."""
+    op = node.op
+    if op not in target.prefers_decomposed or node.dtype not in PREFERRED_DECOMPOSITION_DTYPES:
         return False
-    return _targets[backend].math_pays()
+    params = node.params
+    if op in (OpKind.SOFTMAX, OpKind.LOG_SOFTMAX) and params.dim != len(node.shape) - 1:
+        return False
+    if op in (OpKind.LAYER_NORM, OpKind.RMS_NORM) and params.axes != 1:
+        return False
+    return True
+
+
+# What fusion_groups asks per backend: its target and whether math pays there now, or None
+# when the backend does not fuse now.
+TargetOf = Callable[[BackendId], "tuple[FusionTarget, bool] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +112,13 @@ class FusionGroup:
         return self.members[-1]
 
 
-def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
-    """Each member node id of each group of two or more nodes -> its group; {} when fusion is
-    off. ``waited``: nodes a later step waits individually (never internal to a group)."""
-    if not fusion_enabled():
-        return {}
+def fusion_groups(graph, waited: set[int], target_of: TargetOf, rendered: dict,
+                  alone: list[int] | None = None) -> dict[int, FusionGroup]:
+    """Each member node id of each group of two or more nodes -> its group. ``waited``: nodes
+    a later step waits individually (never internal to a group); ``target_of``: each
+    backend's target (None: it does not fuse); ``rendered``: the memo of which (target, op,
+    dtypes) render, kept by the caller per published table; ``alone``, when given, receives
+    the nodes that could fuse but found no group (they keep their own kernel)."""
     usable: dict[BackendId, tuple[FusionTarget, bool] | None] = {}  # target, math pays
     reads, last_use = graph.reads, graph.last_use  # a node read once: its reader is its last use
     kept = set(graph.roots) | waited  # never internal to a group
@@ -117,7 +127,6 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
     spaces: dict[int, tuple[tuple[int, ...], bool]] = {}  # anchor -> (loop shape, reduced)
     nodes = graph.nodes
     expand, full = OpKind.EXPAND, OpKind.FULL
-    rendered = _rendered
     last_device = last_found = None
     for node_id in range(len(nodes) - 1, -1, -1):
         node = nodes[node_id]
@@ -133,9 +142,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
             backend = device.backend
             found = usable.get(backend, False)
             if found is False:
-                found = usable[backend] = (
-                    (_targets[backend], _targets[backend].math_pays())
-                    if fusion_unavailable_reason(backend) is None else None)
+                found = usable[backend] = target_of(backend)
             last_device, last_found = device, found
         else:
             found = last_found
@@ -151,7 +158,7 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
                 key = (id(target), math_pays, op, *[i.dtype for i in sources], node.dtype)
             renders_here = rendered.get(key)
             if renders_here is None:
-                renders_here = _renders(node, target, math_pays)
+                renders_here = _renders(node, target, math_pays, rendered)
             if not renders_here:
                 continue
             broadcast = reduce = False
@@ -186,6 +193,8 @@ def fusion_groups(graph, waited: set[int]) -> dict[int, FusionGroup]:
     groups: dict[int, FusionGroup] = {}
     for anchor, ids in members.items():
         if len(ids) < 2:
+            if alone is not None:
+                alone.append(anchor)
             continue
         ordered = tuple(sorted(ids))
         name = "fused(" + ",".join([nodes[i].op._value_ for i in ordered
@@ -226,21 +235,18 @@ def _joined_space(graph, node, reduce: bool, ids: list[int], space):
     return (source, True)
 
 
-_rendered: dict[tuple, bool] = {}
-
-
-def _renders(node, target: FusionTarget, math_pays: bool) -> bool:
+def _renders(node, target: FusionTarget, math_pays: bool, rendered: dict) -> bool:
     """Whether the node renders on ``target`` and pays: a math function (exp, tanh, ...) only
-    where ``math_pays`` (scalar libm is slower than NumPy's SIMD loops). Memoized per target,
-    math_pays, op and dtypes."""
+    where ``math_pays`` (scalar libm is slower than NumPy's SIMD loops). Memoized in
+    ``rendered`` per target, math_pays, op and dtypes."""
     inputs = node.inputs
     if len(inputs) == 2:
         key = (id(target), math_pays, node.op, inputs[0].dtype, inputs[1].dtype, node.dtype)
     else:
         key = (id(target), math_pays, node.op, *[i.dtype for i in inputs], node.dtype)
-    found = _rendered.get(key)
+    found = rendered.get(key)
     if found is None:
-        found = _rendered[key] = _decide_renders(node.op, key[3:], target, math_pays)
+        found = rendered[key] = _decide_renders(node.op, key[3:], target, math_pays)
     return found
 
 
@@ -254,23 +260,6 @@ def _decide_renders(op: OpKind, dtypes: tuple, target: FusionTarget, math_pays: 
     output = dtypes[-1]
     return all(target.renders("cast", (d, output)) for d in dtypes) and all(
         target.renders(name, (output, output)) for name in names)
-
-
-def _vector_math() -> bool:
-    from fuel.compiler import toolchain
-
-    found = toolchain.detect()
-    return not isinstance(found, str) and found.vector_math
-
-
-def _c_unavailable_reason() -> str | None:
-    from fuel.compiler import toolchain
-
-    return toolchain.unavailable_reason()
-
-
-# The C renderer's target (the CPU backend registers its generator, fuel.compiler.cpu).
-register_fusion_target(BackendId.CPU, FusionTarget(_c_unavailable_reason, renders, _vector_math))
 
 
 def group_reads(graph, group: FusionGroup) -> tuple[list[int], tuple[int, ...]]:

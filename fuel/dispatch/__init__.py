@@ -10,6 +10,7 @@ from fuel.dispatch.compiled import (
 )
 from fuel.dispatch.completion import Completion, CompletionHandle, in_flight, in_flight_counts
 from fuel.dispatch.kernel import (
+    BackendRecord,
     BindingEntry,
     KernelBindingTable,
     KernelCaps,
@@ -21,7 +22,8 @@ from fuel.dispatch.kernel import (
 )
 
 __all__ = [
-    "BindingEntry", "CompiledNode", "Completion", "CompletionHandle", "KernelBindingTable",
+    "BackendRecord", "BindingEntry", "CompiledNode", "Completion", "CompletionHandle",
+    "KernelBindingTable",
     "KernelCaps", "KernelList", "compile_node", "dispatched_kernel_ident", "execute_compiled",
     "execute_compiled_with_wait_hint", "extend_global_table", "global_table", "in_flight",
     "in_flight_counts", "op_profile", "register_kernel", "table_generation",

@@ -65,14 +65,26 @@ def compile_node(
     op_params,
     bindings: KernelBindingTable,
 ) -> CompiledNode:
-    """Resolve the kernel for (op, dtypes, backend); raises NoBackendForOp on a miss. A FUSED
-    node's binding is its backend's kernel generator (registered at ``(FUSED, (), backend)``),
-    which compiles the node's LoopKernel (``op_params``) into the entry."""
-    if op is OpKind.FUSED:
-        entry = bindings.lookup_entry(op, (), backend).kernel(op_params)
-    else:
-        entry = bindings.lookup_entry(op, dtypes, backend)
+    """Resolve the kernel for (op, dtypes, backend); raises NoBackendForOp on a miss. (The
+    planner compiles from the bindings its resolution pass recorded: ``compile_entry``,
+    ``compile_generated``.)"""
+    entry = bindings.lookup_entry(op, dtypes, backend)
     return CompiledNode(op, tuple(dtypes), backend, entry.kernel, entry.caps, op_params, entry)
+
+
+def compile_entry(entry: BindingEntry, op: OpKind, dtypes: KernelDTypes, backend: BackendId,
+                  op_params) -> CompiledNode:
+    """The CompiledNode of a binding already resolved for (op, dtypes, backend)."""
+    return CompiledNode(op, dtypes, backend, entry.kernel, entry.caps, op_params, entry)
+
+
+def compile_generated(generator: BindingEntry, dtypes: Sequence[DType], backend: BackendId,
+                      loop_kernel) -> CompiledNode:
+    """A fused group's CompiledNode: the backend's kernel generator (its binding at
+    ``(FUSED, (), backend)``) compiles the group's LoopKernel into the entry."""
+    entry = generator.kernel(loop_kernel)
+    return CompiledNode(OpKind.FUSED, tuple(dtypes), backend, entry.kernel, entry.caps,
+                        loop_kernel, entry)
 
 
 def node_lookup_dtypes(graph, node_id: int) -> KernelDTypes:

@@ -5,15 +5,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from fuel.ir.device import BackendId
 from fuel.ir.dtype import DType
 from fuel.ir.errors import NoBackendForOp
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
+
+if TYPE_CHECKING:
+    from fuel.compiler.fusion import FusionTarget
+    from fuel.graph.decompositions.registry import Decomposition
 
 # A kernel bound to its operands: calling it launches the kernel once more on them.
 Launcher = Callable[[], None]
@@ -113,6 +117,21 @@ def _fingerprint(value, parts: list[str], depth: int) -> None:
         _fingerprint(contents, parts, depth + 1)
 
 
+@dataclass(frozen=True, slots=True)
+class BackendRecord:
+    """What a backend publishes besides its kernels, in the same versioned table: ``fusion``,
+    the renderer its fused groups go through (with its kernel generator registered at
+    ``(OpKind.FUSED, (), backend)``; None: it runs its kernels unfused), and
+    ``decompositions``, the decomposition table it selects (None: the core table,
+    ``fuel.graph.decompositions.DECOMPOSITIONS``)."""
+
+    fusion: FusionTarget | None = None
+    decompositions: Mapping[OpKind, Decomposition] | None = None
+
+
+NO_RECORD = BackendRecord()
+
+
 def _describe_dtypes(dtypes: Iterable[DType]) -> str:
     names = [d.name for d in dtypes]
     return "(" + ", ".join(names[:-1]) + " -> " + names[-1] + ")" if names else "()"
@@ -125,13 +144,28 @@ class KernelBindingTable:
         self._entries: dict[BindingKey, tuple[BindingEntry, ...]] = {}
         self._by_op: dict[OpKind, list[BindingKey]] = {}
         self._dtype_notes: dict[tuple[BackendId, DType], str] = {}
+        self._records: dict[BackendId, BackendRecord] = {}
 
     def copy(self) -> KernelBindingTable:
         clone = KernelBindingTable()
         clone._entries = dict(self._entries)
         clone._by_op = {op: list(keys) for op, keys in self._by_op.items()}
         clone._dtype_notes = dict(self._dtype_notes)
+        clone._records = dict(self._records)
         return clone
+
+    def declare_backend(self, backend: BackendId, record: BackendRecord) -> None:
+        """Publish ``backend``'s record (its fusion target, its decomposition table) with its
+        kernels: a backend's ``register`` calls it; the last declaration wins."""
+        self._records[backend] = record
+
+    def backend_record(self, backend: BackendId) -> BackendRecord:
+        """``backend``'s declared record (``NO_RECORD``: no fusion, the core decompositions)."""
+        return self._records.get(backend, NO_RECORD)
+
+    def backend_records(self) -> dict[BackendId, BackendRecord]:
+        """Every declared record, by backend."""
+        return dict(self._records)
 
     def note_missing_dtype(self, backend: BackendId, dtype: DType, reason: str) -> None:
         """Say why ``backend`` has no kernels for ``dtype`` (e.g. an adapter feature it lacks);

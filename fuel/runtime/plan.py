@@ -1,8 +1,10 @@
 """Plan: everything a realize decides before running anything, cached for identical graphs.
 
-A plan maps every graph node to a buffer slot and a Layout, resolves each kernel once
-(CompiledNode), inserts auto-contiguize steps, marks the wait-set and schedules every free.
-Executing it needs only the leaves' storages, so a structurally identical graph replays it.
+A plan follows the graph's resolution (``fuel.runtime.resolve``: each node's kernel,
+decomposition or fused group, decided once), maps every node to a buffer slot and a Layout,
+compiles each kernel once (CompiledNode), inserts auto-contiguize steps, marks the wait-set
+and schedules every free. Executing it needs only the leaves' storages, so a structurally
+identical graph replays it.
 """
 
 from __future__ import annotations
@@ -12,15 +14,25 @@ from dataclasses import dataclass, field
 
 from fuel.backends import get_backend
 from fuel.backends.base import Backend
-from fuel.compiler.fusion import FusionGroup, fusion_groups, group_reads, lower_group
-from fuel.dispatch.compiled import CompiledNode, compile_node, node_lookup_dtypes
+from fuel.compiler.fusion import FusionGroup, group_reads, lower_group
+from fuel.dispatch.compiled import CompiledNode, compile_entry, compile_generated, compile_node
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.graph import Graph
 from fuel.ir.errors import FuelError
 from fuel.ir.layout import Layout
-from fuel.ir.ops import INPLACE_OPS, VIEW_OPS, OpKind
+from fuel.ir.ops import INPLACE_OPS, OpKind
 from fuel.memory.pool import pool_for
-from fuel.runtime.decompose import expand_for_table, translate_steps
+from fuel.runtime.decompose import translate_steps
+from fuel.runtime.resolve import (
+    FUSED,
+    KERNEL,
+    MISSING,
+    VIEW,
+    Decision,
+    Resolution,
+    kernel_decision,
+    resolve,
+)
 
 
 @dataclass(slots=True)
@@ -71,7 +83,10 @@ _compiled_table: list = [None]
 
 
 def _compiled_memo(table: KernelBindingTable) -> dict:
-    """The compile memo of ``table`` (emptied when the published table changes)."""
+    """The compile memo of ``table`` (emptied when the published table changes). Every key
+    starts with the recorded Binding the compile used: ``(binding, params)`` for a node's own
+    kernel; for a fused group ``_lowering_signature`` (before lowering) and
+    ``(binding, dtypes, LoopKernel)`` (after)."""
     if _compiled_table[0] is not table:
         _compiled_cache.clear()
         _compiled_table[0] = table
@@ -81,65 +96,59 @@ def _compiled_memo(table: KernelBindingTable) -> dict:
 
 
 def compile_graph_node(graph: Graph, node_id: int, table: KernelBindingTable) -> CompiledNode:
-    """compile_node for one graph node (memoized per table, op, dtypes, backend and params);
-    a miss names the node and the user's line."""
+    """The CompiledNode of one graph node's own kernel, bound as the resolution pass binds it."""
+    return _compile_kernel(graph, node_id, kernel_decision(graph.nodes[node_id], table), table)
+
+
+def _compile_kernel(graph: Graph, node_id: int, decision: Decision,
+                    table: KernelBindingTable) -> CompiledNode:
+    """The node's kernel from its decision's binding (memoized per binding and params); a
+    miss names the node and the user's line."""
+    binding = decision.binding
     node = graph.nodes[node_id]
-    backend = graph.target_backend(node_id)
-    dtypes = node_lookup_dtypes(graph, node_id)
     memo = _compiled_memo(table)
-    key = (node.op, dtypes, backend, node.params)
+    key = (binding, node.params)
     try:
         compiled = memo.get(key)
     except TypeError:  # unhashable params
         key, compiled = None, None
     if compiled is not None:
         return compiled
-    try:
-        compiled = compile_node(node.op, dtypes, backend, node.params, table)
-    except FuelError as error:
+    if binding.entry is None:
+        error = table.miss_error(binding.op, binding.dtypes, binding.backend)
         raise type(error)(f"{error} [{node_label(graph, node_id)}]") from None
+    compiled = compile_entry(binding.entry, binding.op, binding.dtypes, binding.backend,
+                             node.params)
     if key is not None:
         memo[key] = compiled
     return compiled
 
 
-def _wait_set(graph: Graph) -> set[int]:
-    """Nodes whose launches a cross-device copy waits: each copy's source, through views."""
-    waited: set[int] = set()
-    if OpKind.COPY not in graph.ops:
-        return waited
-    for node_id, node in enumerate(graph.nodes):
-        if node.op is OpKind.COPY and node.buffer is None:
-            source = graph.inputs[node_id][0]
-            while True:
-                waited.add(source)
-                if graph.nodes[source].op not in VIEW_OPS or graph.nodes[source].buffer:
-                    break
-                source = graph.inputs[source][0]
-    return waited
-
-
 def _lowering_signature(graph: Graph, group: FusionGroup, outside: list[int],
-                        wiring: tuple[int, ...], values: list, backend_id) -> tuple:
-    """What a group's LoopKernel depends on, without lowering it: its members' structural
-    keys (``Node.key``: op, params, dtype, shape, inputs' keys; the trust the plan cache places
-    in them), its wiring, its outside inputs' dtypes and planned layouts, the loop space and
-    the backend."""
+                        wiring: tuple[int, ...], values: list, binding) -> tuple:
+    """What a group's compiled kernel depends on, without lowering it: its recorded binding
+    (the backend's generator), its members' structural keys (``Node.key``: op, params, dtype,
+    shape, inputs' keys; the trust the plan cache places in them), its wiring, its outside
+    inputs' dtypes and planned layouts and the loop space."""
     nodes = graph.nodes
-    return (FusionGroup, tuple([nodes[m].key for m in group.members]), wiring,
+    return (binding, tuple([nodes[m].key for m in group.members]), wiring,
             tuple([nodes[s].dtype for s in outside]), tuple([values[s][1] for s in outside]),
-            group.shape, group.reduced, backend_id)
+            group.shape, group.reduced)
 
 
 class PlanBuilder:
     """Decides slots, layouts, kernels and frees node by node; ``steps()`` yields each Step
     (or a tuple of slots to free) as soon as it is decided, so execution can start early."""
 
-    def __init__(self, graph: Graph, table: KernelBindingTable) -> None:
-        # Nodes without a kernel are planned through their decompositions (None: none is).
-        self.expansion = expand_for_table(graph, table)
-        if self.expansion is not None:
-            graph = self.expansion.graph
+    def __init__(self, graph: Graph, table: KernelBindingTable,
+                 resolution: Resolution | None = None) -> None:
+        # What runs each node (its kernel, its decomposition's primitives, its fused group),
+        # decided once, here or by the caller (explain plans from the resolution it shows).
+        if resolution is None:
+            resolution = resolve(graph, table)
+        self.resolution = resolution
+        self.expansion = resolution.expansion  # None: no node decomposed
+        graph = resolution.graph
         self.graph = graph
         self.table = table
         self.plan = Plan([None] * len(graph.nodes))
@@ -149,10 +158,10 @@ class PlanBuilder:
         self.by_last: dict[int, list[int]] = {}
         self.keep: set[int] = set()
         self.root_ids = set(graph.roots)
-        self.waited = _wait_set(graph)
+        self.waited = resolution.waited
         self.contiguous: dict = {}
         self.backends: dict[object, Backend] = {}
-        self.groups = fusion_groups(graph, self.waited)  # member node id -> its fused group
+        self.groups = resolution.groups  # member node id -> its fused group
 
     def _backend(self, device):
         backend = self.backends.get(device)
@@ -190,28 +199,30 @@ class PlanBuilder:
             self.keep.add(slot)
             values[node_id] = (slot, node.layout)
         last_use = graph.last_use
-        groups = self.groups
+        decisions = self.resolution.decisions
         by_last, slot_last, keep = self.by_last, self.slot_last, self.keep
         inputs, root_ids, use = graph.inputs, self.root_ids, self._use
         for node_id, node in enumerate(graph.nodes):
-            group = groups.get(node_id) if groups else None
-            if group is not None and node_id != group.members[-1]:  # a member but the anchor
-                # It launches nothing and has no slot; what it reads from outside the group
-                # stays live until the group's launch.
-                anchor = group.members[-1]
-                for source in inputs[node_id]:
-                    value = values[source]
-                    if value is not None and anchor > slot_last[value[0]]:
-                        use(value[0], anchor)
-                launches = None
-            elif node.buffer is not None:
-                launches = []
-            elif node.op in VIEW_OPS:
+            decision = decisions[node_id]
+            kind = decision.kind
+            if kind is FUSED:
+                anchor = decision.group.members[-1]
+                if node_id == anchor:
+                    launches = [self._fused(node, decision)]
+                else:
+                    # A member but the anchor: it launches nothing and has no slot; what it
+                    # reads from outside the group stays live until the group's launch.
+                    for source in inputs[node_id]:
+                        value = values[source]
+                        if value is not None and anchor > slot_last[value[0]]:
+                            use(value[0], anchor)
+                    launches = None
+            elif kind is KERNEL or kind is MISSING:
+                launches = self._kernel(node_id, node, decision)
+            elif kind is VIEW:
                 launches = self._view(node_id, node)
-            elif group is not None:
-                launches = [self._fused(node, group)]
-            else:
-                launches = self._kernel(node_id, node)
+            else:  # a leaf, or a node realized before
+                launches = []
             if launches is not None:
                 slot = values[node_id][0]
                 if node_id in root_ids:
@@ -226,18 +237,18 @@ class PlanBuilder:
             elif frees:
                 yield frees
 
-    def _fused(self, node, group: FusionGroup) -> Step:
+    def _fused(self, node, decision: Decision) -> Step:
         """One launch of the group's generated kernel, materializing only its anchor."""
         graph = self.graph
         values = self.plan.node_values
-        backend_id = graph.target_backend(group.anchor)
+        group = decision.group
         memo = _compiled_memo(self.table)
         outside, wiring = group_reads(graph, group)
-        signature = _lowering_signature(graph, group, outside, wiring, values, backend_id)
+        signature = _lowering_signature(graph, group, outside, wiring, values, decision.binding)
         compiled = memo.get(signature)
         sources = outside
         if compiled is None:  # else a group lowered before: no lowering, no LoopKernel to hash
-            compiled, sources = self._lower_and_compile(node, group, backend_id)
+            compiled, sources = self._lower_and_compile(node, decision)
             if sources == outside:  # the loads in group_reads' order, as lower_group makes them
                 memo[signature] = compiled
         for source in sources:
@@ -252,18 +263,19 @@ class PlanBuilder:
                     self._backend(device), pool_for(device), node.dtype, out_layout.numel,
                     waited=group.anchor in self.waited)
 
-    def _lower_and_compile(self, node, group: FusionGroup, backend_id
-                           ) -> tuple[CompiledNode, list[int]]:
-        """The group's LoopKernel compiled (memoized per kernel), and the node ids it loads."""
+    def _lower_and_compile(self, node, decision: Decision) -> tuple[CompiledNode, list[int]]:
+        """The group's LoopKernel compiled by its backend's generator (the group's binding;
+        memoized per kernel), and the node ids it loads."""
         graph = self.graph
+        group, binding = decision.group, decision.binding
         kernel, sources = lower_group(graph, group, self.plan.node_values)
         dtypes = tuple(graph.nodes[s].dtype for s in sources) + (node.dtype,)
         memo = _compiled_memo(self.table)
-        key = (OpKind.FUSED, dtypes, backend_id, kernel)
+        key = (binding, dtypes, kernel)
         compiled = memo.get(key)
         if compiled is None:
             try:
-                compiled = compile_node(OpKind.FUSED, dtypes, backend_id, kernel, self.table)
+                compiled = compile_generated(binding.entry, dtypes, binding.backend, kernel)
             except FuelError as error:
                 raise type(error)(f"{error} [{node_label(graph, group.members[0])}]") from None
             memo[key] = compiled
@@ -306,9 +318,9 @@ class PlanBuilder:
         self.plan.node_values[node_id] = (slot, layout)
         return launches
 
-    def _kernel(self, node_id: int, node) -> list[Step]:
+    def _kernel(self, node_id: int, node, decision: Decision) -> list[Step]:
         graph = self.graph
-        compiled = compile_graph_node(graph, node_id, self.table)
+        compiled = _compile_kernel(graph, node_id, decision, self.table)
         sources = []
         layouts = []
         launches = []

@@ -8,11 +8,11 @@ import torch
 
 import fuel
 import fuel.nn.functional as F
+from fuel.backends.opencl.backend import PREFERS_DECOMPOSED as OPENCL_PREFERS_DECOMPOSED
 from fuel.compiler import toolchain
-from fuel.compiler.fusion import fuses_math
 from fuel.ir.device import BackendId
 from fuel.ir.ops import OpKind
-from fuel.runtime.decompose import FUSE_RATHER_THAN_KERNEL
+from fuel.runtime.resolve import fuses_math
 from tests.backends.opencl.support import opencl_backend
 
 pytestmark = pytest.mark.skipif(not fuses_math(BackendId.CPU),
@@ -68,7 +68,7 @@ def test_other_dims_and_half_types_keep_the_hand_written_kernel():
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_opencl_rule_decides_per_op(name):
-    """On OpenCL the ops of FUSE_RATHER_THAN_KERNEL[opencl] run fused, the others their own
+    """On OpenCL the ops its backend prefers decomposed run fused, the others their own
     kernel; both match torch."""
     device = str(opencl_backend().devices()[0])
     build, reference = CASES[name]
@@ -76,7 +76,7 @@ def test_the_opencl_rule_decides_per_op(name):
     with fuel.profile() as profile:
         values = build(fuel.tensor(data, device=device)).numpy()
     launches = [row.op for row in profile.launches if row.op not in ("copy", "full")]
-    if OpKind(name) in FUSE_RATHER_THAN_KERNEL[BackendId.OPENCL]:
+    if OpKind(name) in OPENCL_PREFERS_DECOMPOSED:
         assert launches and all(op.startswith("fused(") for op in launches), launches
     else:
         assert launches == [name]

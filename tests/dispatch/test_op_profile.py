@@ -1,9 +1,9 @@
 import json
 
 import fuel
-from fuel.compiler.fusion import fuses_math
 from fuel.dispatch import op_profile
 from fuel.ir.device import BackendId
+from fuel.runtime.resolve import fuses_math
 
 
 def test_totals_sum_per_key_sort_longest_first_and_drain():

@@ -9,8 +9,8 @@ from fuel.dispatch.kernel import global_table
 from fuel.graph import Graph
 from fuel.graph.decompositions import DECOMPOSITIONS
 from fuel.ir.ops import OPS, PRIMITIVE_OPS, OpKind
-from fuel.runtime.decompose import expand_for_table
 from fuel.runtime.executor import plan_cache_stats
+from fuel.runtime.resolve import resolve
 from tests.backends.primitive_backend import (
     DEVICE,
     primitive_backend,
@@ -47,7 +47,7 @@ def test_a_registered_kernel_wins_over_the_decomposition():
     try:
         x = fuel.from_numpy(_array((3, 4), 0))
         graph = Graph.build([x.softmax(-1).gelu()._node])
-        assert expand_for_table(graph, global_table()) is None
+        assert resolve(graph, global_table()).expansion is None
         assert "decomposed" not in str(x.softmax(-1).explain())
     finally:
         fuel.set_fusion(True)

@@ -2,8 +2,8 @@
 ``render_opencl``) and launched like every other OpenCL kernel; ``RenderedKernel`` registers
 the reductions and row ops the same way (one LoopKernel per launch's layouts).
 
-The backend registers ``generate_opencl_kernel`` at ``(OpKind.FUSED, (), opencl)`` and its
-``FusionTarget``; ``compile_node`` calls the generator with a fused node's LoopKernel and gets a
+The backend registers ``generate_opencl_kernel`` at ``(OpKind.FUSED, (), opencl)`` and declares
+its ``FusionTarget``; the planner calls the generator with a fused group's LoopKernel and gets a
 BindingEntry (source tag ``opencl``, revision = hash of the generated source). Programs go
 through the device's program cache (keyed by source digest, built once per device, on the
 first launch on that device; a build failure is a KernelError carrying the compiler log).
@@ -136,12 +136,14 @@ def generate_opencl_kernel(kernel: LoopKernel) -> BindingEntry:
     return BindingEntry(fused, GENERATED, KERNEL_SOURCE, revision)
 
 
-def fusion_target(fp64: bool) -> FusionTarget:
-    """What fusion may hand the OpenCL renderer on devices with (or without) float64.
+def fusion_target(fp64: bool, prefers_decomposed: frozenset = frozenset()) -> FusionTarget:
+    """What fusion may hand the OpenCL renderer on devices with (or without) float64, and
+    the composites the backend prefers decomposed and fused (its measured set).
     Math functions pay: OpenCL's are vectorized builtins on every driver (PoCL included)."""
     dtypes = rendered_dtypes(fp64)
     return FusionTarget(unavailable_reason=lambda: None,
                         renders=lambda op, combo: renders(op, combo, dtypes),
                         math_pays=lambda: True,
                         reduce_dtypes=frozenset(d for d in (dt.float32, dt.float64)
-                                                if d in dtypes))
+                                                if d in dtypes),
+                        prefers_decomposed=frozenset(prefers_decomposed))

@@ -30,7 +30,7 @@ from fuel.backends.wgpu.loops import (
 )
 from fuel.backends.wgpu.matmul import matmul_kernel
 from fuel.backends.wgpu.windows import split_launch
-from fuel.compiler.fusion import FusionTarget, register_fusion_target
+from fuel.compiler.fusion import FusionTarget
 from fuel.compiler.render_wgsl import (
     PRELUDE,
     STORAGE_WORDS,
@@ -43,7 +43,7 @@ from fuel.compiler.render_wgsl import (
     shader_header,
     to_word,
 )
-from fuel.dispatch.kernel import KernelBindingTable
+from fuel.dispatch.kernel import BackendRecord, KernelBindingTable
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout, contiguous_strides
@@ -340,7 +340,7 @@ def register(table: KernelBindingTable, backend_id: BackendId, dtypes: frozenset
     table.register(OpKind.FUSED, (), backend_id, WgslKernelGenerator(dtypes), STRIDED,
                    FUSED_SOURCE)
     # Fused groups render as WGSL; its math functions are the GPU's own (they always pay).
-    register_fusion_target(backend_id, FusionTarget(
+    table.declare_backend(backend_id, BackendRecord(fusion=FusionTarget(
         unavailable_reason=lambda: None, math_pays=lambda: True,
         renders=lambda op, key: all(d in dtypes for d in key) and renders(op, key),
-        reduce_dtypes=frozenset(floats)))
+        reduce_dtypes=frozenset(floats))))

@@ -3,11 +3,11 @@ decompositions, recursively, with the maps a plan needs to run against the user'
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 
 from fuel.graph.decompositions.builder import Builder
-from fuel.graph.decompositions.registry import DECOMPOSITIONS
+from fuel.graph.decompositions.registry import DECOMPOSITIONS, Decomposition
 from fuel.graph.graph import Graph
 from fuel.graph.node import Node
 from fuel.ir.errors import FuelError, NoBackendForOp
@@ -17,6 +17,8 @@ MAX_DEPTH = 12
 
 HasKernel = Callable[[Node], bool]
 DescribeMiss = Callable[[Node], str]
+# The decomposition table a node's backend selects (DECOMPOSITIONS, the core table, by default).
+TableOf = Callable[[Node], Mapping[OpKind, Decomposition]]
 
 
 @dataclass
@@ -37,27 +39,38 @@ def needs_kernel(node: Node) -> bool:
 
 
 def expand_graph(graph: Graph, has_kernel: HasKernel, strict: bool = True,
-                 describe_miss: DescribeMiss | None = None) -> Expansion | None:
+                 describe_miss: DescribeMiss | None = None, table_of: TableOf | None = None,
+                 decomposable: Set[OpKind] | None = None) -> Expansion | None:
     """None when every node has a kernel; otherwise the graph with each node that lacks one
-    replaced by its decomposition. A kernel always wins over a decomposition. ``strict``
-    raises NoBackendForOp for a primitive a decomposition needs and no backend kernel
-    provides (``describe_miss`` words the missing kernel); without it such nodes stay
-    (explain shows them missing)."""
-    if DECOMPOSITIONS.keys().isdisjoint(graph.ops):
+    replaced by its decomposition. ``has_kernel`` decides (a kernel wins over a decomposition
+    unless it says otherwise); ``table_of`` gives the decomposition table of a node's backend
+    (default: the core table for every node) and ``decomposable`` every op those tables hold
+    (default: the core table's). ``strict`` raises NoBackendForOp for a primitive a
+    decomposition needs and no backend kernel provides (``describe_miss`` words the missing
+    kernel); without it such nodes stay (explain shows them missing)."""
+    if table_of is None:
+        table_of = _core_table
+    ops = DECOMPOSITIONS.keys() if decomposable is None else decomposable
+    if ops.isdisjoint(graph.ops):
         return None  # nothing could be expanded: no per-node kernel lookup
-    missing = [i for i, node in enumerate(graph.nodes)
-               if needs_kernel(node) and not has_kernel(node)]
-    if not any(graph.nodes[i].op in DECOMPOSITIONS for i in missing):
+    nodes = graph.nodes
+    missing = [i for i, node in enumerate(nodes) if needs_kernel(node) and not has_kernel(node)]
+    if not any(nodes[i].op in table_of(nodes[i]) for i in missing):
         return None
-    return _Expander(graph, has_kernel, strict, describe_miss).run()
+    return _Expander(graph, has_kernel, strict, describe_miss, table_of).run()
+
+
+def _core_table(node: Node) -> Mapping[OpKind, Decomposition]:
+    return DECOMPOSITIONS
 
 
 class _Expander:
     def __init__(self, graph: Graph, has_kernel: HasKernel, strict: bool,
-                 describe_miss: DescribeMiss | None) -> None:
+                 describe_miss: DescribeMiss | None, table_of: TableOf) -> None:
         self.user = graph
         self.describe_miss = describe_miss
         self.has_kernel = has_kernel
+        self.table_of = table_of
         self.strict = strict
         self.nodes: list[Node] = []
         self.inputs: list[tuple[int, ...]] = []
@@ -88,7 +101,7 @@ class _Expander:
             for source in node.inputs:
                 self._place(source, user_id, depth, parent)
         if needs_kernel(node) and not self.has_kernel(node):
-            decomposition = DECOMPOSITIONS.get(node.op)
+            decomposition = self.table_of(node).get(node.op)
             if decomposition is not None:
                 if depth >= MAX_DEPTH:
                     raise FuelError(f"the decomposition of {node.describe()} does not reach "
