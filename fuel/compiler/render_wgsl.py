@@ -24,7 +24,7 @@ import struct
 
 import numpy as np
 
-from fuel.compiler.kernel_ir import REDUCE_OPS, LoopKernel, Value, row_values
+from fuel.compiler.kernel_ir import LoopKernel, Value
 from fuel.compiler.render_wgsl_prelude import FLOAT16_ROUND, PRELUDE
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
@@ -118,18 +118,19 @@ def shader_header(words: list[str], writable: list[bool], names: list[str],
     return "\n".join(lines)
 
 
-def render_wgsl(kernel: LoopKernel, depth: int) -> str:
+def render_wgsl(kernel: LoopKernel, depth: int, row_depth: int = 1) -> str:
     """The WGSL source of ``kernel`` over a loop nest of ``depth`` dims (sizes, offsets and
-    strides come from ``params`` at launch)."""
+    strides come from ``params`` at launch); with a reduction, the last ``row_depth`` of them
+    are the row (``render_wgsl_rows``)."""
     loads, stores = kernel.loads, kernel.stores
     words = [STORAGE_WORDS[load.dtype] for load in loads] + \
         [STORAGE_WORDS[store.dtype] for store in stores]
     names = [f"in{p}" for p in range(len(loads))] + [f"out{p}" for p in range(len(stores))]
     lines = [shader_header(words, [False] * len(loads) + [True] * len(stores), names, PRELUDE)]
     operands = len(loads) + len(stores)
-    outer = depth - 1 if kernel.reduced else depth
+    outer = depth - row_depth if kernel.reduced else depth
     for position in range(operands):
-        lines.append(f"  var base{position} = params[{_record(depth, position)}];")
+        lines.append(f"  var base{position} = params[{record(depth, position)}];")
     if outer > 0:
         lines += ["  var rest = item;",
                   f"  for (var d = {outer - 1}; d >= 0; d = d - 1) {{",
@@ -138,13 +139,15 @@ def render_wgsl(kernel: LoopKernel, depth: int) -> str:
                   "    rest = rest / size;"]
         for position in range(operands):
             lines.append(f"    base{position} = base{position} + index * "
-                         f"params[{_record(depth, position)} + 1 + d];")
+                         f"params[{record(depth, position)} + 1 + d];")
         lines.append("  }")
     if kernel.reduced:
-        lines += _row_body(kernel, depth)
+        from fuel.compiler.render_wgsl_rows import row_body  # it builds on this module
+
+        lines += row_body(kernel, depth, row_depth)
     else:
         for index, value in enumerate(kernel.values):
-            lines.append(f"  let v{index} = {_expression(kernel, value, 'base', '')};")
+            lines.append(f"  let v{index} = {expression(kernel, value, 'base')};")
         for position, store in enumerate(stores):
             lines.append(f"  out{position}[base{len(loads) + position}] = "
                          f"{to_word(f'v{store.value}', store.dtype)};")
@@ -152,109 +155,9 @@ def render_wgsl(kernel: LoopKernel, depth: int) -> str:
     return "\n".join(lines)
 
 
-def _record(depth: int, position: int) -> int:
+def record(depth: int, position: int) -> int:
     """Where operand ``position``'s (offset, strides) record starts in ``params``."""
     return 1 + depth + position * (1 + depth)
-
-
-def _row_body(kernel: LoopKernel, depth: int) -> list[str]:
-    """Per row: one loop per reduction (recomputing the per-element values it needs), the
-    per-row values, then one loop storing the per-element stores."""
-    per_row = row_values(kernel)
-    loads = kernel.loads
-    lines = [f"  let row_length = params[{depth}];"]
-    for position in range(len(loads) + len(kernel.stores)):
-        lines.append(f"  let step{position} = params[{_record(depth, position)} + {depth}];")
-    defined: set[int] = set()
-
-    def emit_row_values(target: list[str], indent: str) -> None:
-        for index, value in enumerate(kernel.values):
-            if index in defined or not per_row[index] or value.op in REDUCE_OPS:
-                continue
-            if all(a in defined for a in value.args):
-                target.append(f"{indent}let v{index} = "
-                              f"{_expression(kernel, value, 'base', '')};")
-                defined.add(index)
-
-    def element_values(roots: list[int], indent: str) -> list[str]:
-        needed: set[int] = set()
-        stack = list(roots)
-        while stack:
-            index = stack.pop()
-            if index in needed or index in defined:
-                continue
-            needed.add(index)
-            stack.extend(kernel.values[index].args)
-        return [f"{indent}let v{index} = {_expression(kernel, kernel.values[index], 'at', '')};"
-                for index in sorted(needed)]
-
-    at_offsets = [f"    let at{p} = base{p} + j * step{p};" for p in range(len(loads))]
-    emit_row_values(lines, "  ")
-    for index, value in enumerate(kernel.values):
-        if value.op not in REDUCE_OPS:
-            continue
-        emit_row_values(lines, "  ")
-        argument = value.args[0]
-        wgsl = VALUE_TYPES[value.dtype]
-        initial, combine = _reduction(value, f"v{argument}")
-        lines.append(f"  var acc{index}: {wgsl} = {initial};")
-        if value.op in ("sum", "mean") and is_float(value.dtype):
-            lines.append(f"  var carry{index}: f32 = 0.0;")
-        lines.append("  for (var j = 0; j < row_length; j = j + 1) {")
-        lines += at_offsets
-        lines += element_values([argument], "    ")
-        lines += [f"    {line}" for line in combine(index)]
-        lines.append("  }")
-        result = f"acc{index} / {wgsl}(row_length)" if value.op == "mean" else f"acc{index}"
-        lines.append(f"  let v{index} = {rounded(result, value.dtype)};")
-        defined.add(index)
-    emit_row_values(lines, "  ")
-    first_store = len(loads)
-    element_stores = [(p, s) for p, s in enumerate(kernel.stores) if not s.per_row]
-    for position, store in enumerate(kernel.stores):
-        if store.per_row:
-            lines.append(f"  out{position}[base{first_store + position}] = "
-                         f"{to_word(f'v{store.value}', store.dtype)};")
-    if element_stores:
-        lines.append("  for (var j = 0; j < row_length; j = j + 1) {")
-        lines += at_offsets
-        lines += element_values([s.value for _, s in element_stores], "    ")
-        for position, store in element_stores:
-            operand = first_store + position
-            lines.append(f"    out{position}[base{operand} + j * step{operand}] = "
-                         f"{to_word(f'v{store.value}', store.dtype)};")
-        lines.append("  }")
-    return lines
-
-
-def _reduction(value: Value, argument: str):
-    """(initial accumulator, per-element update lines) of a row reduction."""
-    dtype = value.dtype
-    if value.op in ("sum", "mean"):
-        if is_float(dtype):
-            def kahan(index: int) -> list[str]:
-                return [f"let y{index} = {argument} - carry{index};",
-                        f"let t{index} = acc{index} + y{index};",
-                        f"carry{index} = (t{index} - acc{index}) - y{index};",
-                        f"acc{index} = t{index};"]
-            return "0.0", kahan
-        return literal(0, dtype), lambda index: [f"acc{index} = acc{index} + {argument};"]
-    comparison = ">" if value.op == "max" else "<"
-    if is_float(dtype):
-        extreme = float("-inf") if value.op == "max" else float("inf")
-        return literal(extreme, dtype), lambda index: [
-            f"if ({argument} {comparison} acc{index} || fuel_isnan({argument}) || "
-            f"fuel_isnan(acc{index})) {{ acc{index} = select({argument}, acc{index}, "
-            f"fuel_isnan(acc{index})); }}"]
-    bounds = {"i32": (-(1 << 31), (1 << 31) - 1), "u32": (0, (1 << 32) - 1), "bool": (0, 1)}
-    low, high = bounds[VALUE_TYPES[dtype]]
-    start = low if value.op == "max" else high
-    if dtype.is_bool:
-        operator = "||" if value.op == "max" else "&&"
-        return literal(start, dtype), lambda index: [
-            f"acc{index} = acc{index} {operator} {argument};"]
-    return literal(start, dtype), lambda index: [
-        f"if ({argument} {comparison} acc{index}) {{ acc{index} = {argument}; }}"]
 
 
 def to_word(value: str, dtype: DType) -> str:
@@ -280,7 +183,7 @@ def rounded(value: str, dtype: DType) -> str:
 EXACT_VALUES = frozenset({"load", "constant", "where", "cast", "bitcast"})
 
 
-def _expression(kernel: LoopKernel, value: Value, offsets: str, _unused: str) -> str:
+def expression(kernel: LoopKernel, value: Value, offsets: str) -> str:
     """The WGSL expression of one value over earlier values ``v<index>``; loads read at
     ``<offsets><load>`` (``base`` per row or element, ``at`` inside a row loop); a computed
     float16 value rounded to float16."""
