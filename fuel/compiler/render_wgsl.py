@@ -25,56 +25,49 @@ import struct
 import numpy as np
 
 from fuel.compiler.kernel_ir import LoopKernel, Value
+from fuel.compiler.legalize import Legalization
+from fuel.compiler.render_expression import ARITHMETIC, BITWISE, COMPARISONS, MATH_FUNCTIONS
 from fuel.compiler.render_wgsl_prelude import FLOAT16_ROUND, PRELUDE
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 
-# The WGSL type of a value of each dtype, and of the word that stores it.
+# WGSL has no 64-bit integer: int64 is held as i32 on wgpu, and kernels are legalized in the
+# IR before rendering (int64 values retyped int32; shifts, whose results depend on the lost
+# width, do not render over it). Integer powers render through the prelude's helpers.
+WGSL_LEGALIZATION = Legalization(narrowed={dt.int64: dt.int32},
+                                 width_sensitive=frozenset({"bitshift_left", "bitshift_right"}),
+                                 integer_pow=True)
+# The WGSL type a value of each (legalized) dtype is computed in, and the word each dtype is
+# stored in (int64's: the i32 it is held in).
 VALUE_TYPES: dict[DType, str] = {
-    dt.float32: "f32", dt.int32: "i32", dt.int64: "i32", dt.uint32: "u32", dt.bool_: "bool",
-    dt.float16: "f32",
+    dt.float32: "f32", dt.int32: "i32", dt.uint32: "u32", dt.bool_: "bool", dt.float16: "f32",
 }
 STORAGE_WORDS: dict[DType, str] = {
     dt.float32: "f32", dt.int32: "i32", dt.int64: "i32", dt.uint32: "u32", dt.bool_: "u32",
     dt.float16: "f16",
 }
-WGSL_DTYPES = frozenset(VALUE_TYPES)
+WGSL_DTYPES = frozenset(STORAGE_WORDS)
 WORKGROUP = 256  # invocations per workgroup of every one-invocation-per-item shader
-
-MATH_FUNCTIONS = {
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
-    "asin": "fuel_asin", "acos": "fuel_acos", "atan": "fuel_atan", "sinh": "sinh", "cosh": "cosh",
-    "tanh": "tanh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
-    "expm1": "fuel_expm1", "log1p": "fuel_log1p", "erf": "fuel_erf",
-}
-ARITHMETIC = {"add": "+", "sub": "-", "mul": "*"}
-COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-INTEGER_ONLY = frozenset({"int_div", "bitshift_left", "bitshift_right"})
-FLOAT_ONLY = frozenset(MATH_FUNCTIONS) | {"div"}
-SHIFTS = frozenset({"bitshift_left", "bitshift_right"})
-
+# How WGSL spells the shared table's math functions where it differs from the op's name:
+# the prelude's NumPy-accurate versions of what WGSL lacks or leaves loose.
+FUNCTION_NAMES = {"asin": "fuel_asin", "acos": "fuel_acos", "atan": "fuel_atan",
+                  "expm1": "fuel_expm1", "log1p": "fuel_log1p", "erf": "fuel_erf"}
 
 
 def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
-    """Whether the WGSL renderer renders ``op`` over these dtypes (inputs then output)."""
-    if any(d not in WGSL_DTYPES for d in dtypes):
-        return False
-    if op not in _RENDERERS and op not in MATH_FUNCTIONS and op not in ARITHMETIC \
-            and op not in COMPARISONS:
-        return False
-    operand = dtypes[1] if op == "where" and len(dtypes) > 1 else dtypes[0]
-    if op in FLOAT_ONLY and not is_float(operand):
-        return False
-    if op in INTEGER_ONLY and (operand.is_floating or operand.is_bool):
-        return False
-    if op in SHIFTS and operand is dt.int64:  # held as 32 bits: shifts past 31 would differ
-        return False
-    return True
+    """Whether the WGSL renderer renders ``op`` over these dtypes (inputs then output): the
+    shared tables (``render_expression.renders``) over the legalized dtypes."""
+    return WGSL_LEGALIZATION.renders(op, dtypes, frozenset(VALUE_TYPES))
+
+
+def value_type(dtype: DType) -> str:
+    """The WGSL type a value of ``dtype`` (an IR dtype, legalized here) is computed in."""
+    return VALUE_TYPES[WGSL_LEGALIZATION.dtype(dtype)]
 
 
 def is_float(dtype: DType) -> bool:
     """Whether values of ``dtype`` are computed as floats (float32, and float16 in f32)."""
-    return VALUE_TYPES.get(dtype) == "f32"
+    return VALUE_TYPES.get(WGSL_LEGALIZATION.dtype(dtype)) == "f32"
 
 
 def literal(number, dtype: DType) -> str:
@@ -88,7 +81,7 @@ def literal(number, dtype: DType) -> str:
     if dtype.is_bool:
         return "true" if number else "false"
     word = int(number) & 0xFFFFFFFF
-    if VALUE_TYPES[dtype] == "u32":
+    if value_type(dtype) == "u32":
         return f"{word}u"
     return f"bitcast<i32>({word}u)"
 
@@ -121,7 +114,8 @@ def shader_header(words: list[str], writable: list[bool], names: list[str],
 def render_wgsl(kernel: LoopKernel, depth: int, row_depth: int = 1) -> str:
     """The WGSL source of ``kernel`` over a loop nest of ``depth`` dims (sizes, offsets and
     strides come from ``params`` at launch); with a reduction, the last ``row_depth`` of them
-    are the row (``render_wgsl_rows``)."""
+    are the row (``render_wgsl_rows``). The kernel is legalized first (``WGSL_LEGALIZATION``)."""
+    kernel = WGSL_LEGALIZATION.apply(kernel)
     loads, stores = kernel.loads, kernel.stores
     words = [STORAGE_WORDS[load.dtype] for load in loads] + \
         [STORAGE_WORDS[store.dtype] for store in stores]
@@ -211,7 +205,7 @@ def _compute(kernel: LoopKernel, value: Value, offsets: str) -> str:
     if op == "where":
         return f"select({args[2]}, {b}, {a})"
     if op in MATH_FUNCTIONS:
-        return f"{MATH_FUNCTIONS[op]}({a})"
+        return f"{FUNCTION_NAMES.get(op, op)}({a})"
     if op in ARITHMETIC:
         if first.is_bool:  # NumPy's bool add is or, mul is and
             return f"({a} || {b})" if op == "add" else f"({a} && {b})" if op == "mul" \
@@ -223,6 +217,10 @@ def _compute(kernel: LoopKernel, value: Value, offsets: str) -> str:
         if op == "ne" and is_float(first):  # NaN differs from everything
             return f"({a} != {b} || fuel_isnan({a}) || fuel_isnan({b}))"
         return f"({a} {COMPARISONS[op]} {b})"
+    if op in BITWISE:  # on bool: the logical operators
+        if first.is_bool:
+            return f"({a} {_LOGICAL[op]} {b})"
+        return f"({a} {BITWISE[op]} {b})"
     return _RENDERERS[op](a, b, first, VALUE_TYPES[first])
 
 
@@ -314,10 +312,7 @@ def _pow(a, b, dtype, wgsl) -> str:
         f"({a}, {b})"
 
 
-def _bitwise(operator: str, boolean: str):
-    def render(a, b, dtype, wgsl) -> str:
-        return f"({a} {boolean} {b})" if wgsl == "bool" else f"({a} {operator} {b})"
-    return render
+_LOGICAL = {"bitwise_and": "&&", "bitwise_or": "||", "bitwise_xor": "!="}
 
 
 _RENDERERS = {
@@ -343,12 +338,8 @@ _RENDERERS = {
     "logical_and": lambda a, b, dtype, wgsl: f"({_truth(a, dtype)} && {_truth(b, dtype)})",
     "logical_or": lambda a, b, dtype, wgsl: f"({_truth(a, dtype)} || {_truth(b, dtype)})",
     "logical_xor": lambda a, b, dtype, wgsl: f"({_truth(a, dtype)} != {_truth(b, dtype)})",
-    "bitwise_and": _bitwise("&", "&&"),
-    "bitwise_or": _bitwise("|", "||"),
-    "bitwise_xor": _bitwise("^", "!="),
     "bitshift_left": _shift_left,
     "bitshift_right": _shift_right,
-    "where": None, "cast": None, "bitcast": None, "load": None, "constant": None,
 }
 
 

@@ -1,0 +1,66 @@
+"""Legalization: a LoopKernel rewritten, in the IR, into what a target language has, before a
+renderer writes it, so the renderers share the expression tables (``render_expression``) and
+none keeps special ones for what its language lacks.
+
+A ``Legalization`` names the dtypes a target holds narrower than the IR (WGSL has no 64-bit
+integer: wgpu holds int64 as 32 bits, ``fuel/backends/wgpu/__init__.py``): ``apply`` retypes
+every load, value and store of those dtypes to the narrower one and drops the casts that
+become identities, so the renderer never sees them. ``renders`` is the shared
+``render_expression.renders`` over the legalized dtypes, less the ops whose results depend on
+the width a narrowed dtype lost (shifts past 31 bits), plus integer powers where the target
+has a helper for them. Pure: imports only the IR layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fuel.compiler.kernel_ir import KernelBuilder, Load, LoopKernel, Store, Value
+from fuel.compiler.render_expression import renders as renders_in
+from fuel.ir.dtype import DType
+
+
+@dataclass(frozen=True)
+class Legalization:
+    """What one target language lacks, as rewrites of the kernel IR."""
+
+    narrowed: Mapping[DType, DType] = field(default_factory=dict)  # held in a narrower type
+    width_sensitive: frozenset[str] = frozenset()  # ops that differ on a narrowed dtype
+    integer_pow: bool = False  # integer powers render (the target has a helper)
+
+    def dtype(self, dtype: DType) -> DType:
+        """The dtype a value of ``dtype`` is held in on the target."""
+        return self.narrowed.get(dtype, dtype)
+
+    def renders(self, op: str, dtypes: tuple[DType, ...], rendered_dtypes) -> bool:
+        """Whether ``op`` over ``dtypes`` (inputs then output, the IR's) renders on the target,
+        whose renderer has types for ``rendered_dtypes`` (legalized dtypes)."""
+        if op in self.width_sensitive and any(d in self.narrowed for d in dtypes):
+            return False
+        legal = tuple(self.dtype(d) for d in dtypes)
+        if op == "pow" and self.integer_pow and legal[0].is_integer:
+            return all(d in rendered_dtypes and d is legal[0] for d in legal)
+        return renders_in(op, legal, rendered_dtypes)
+
+    def apply(self, kernel: LoopKernel) -> LoopKernel:
+        """``kernel`` with every narrowed dtype retyped (the same kernel when none occurs)."""
+        if not self.narrowed or not any(
+                v.dtype in self.narrowed for v in kernel.values) and not any(
+                load.dtype in self.narrowed for load in kernel.loads):
+            return kernel
+        builder = KernelBuilder(kernel.shape)
+        builder.loads = [Load(self.dtype(load.dtype), load.strides, load.offset)
+                         for load in kernel.loads]
+        mapped: list[int] = []
+        for value in kernel.values:
+            dtype = self.dtype(value.dtype)
+            args = tuple(mapped[a] for a in value.args)
+            if value.op == "cast" and builder.values[args[0]].dtype is dtype:
+                mapped.append(args[0])  # an identity once both sides are held alike
+                continue
+            mapped.append(builder.value(Value(value.op, dtype, args, value.load,
+                                              value.constant)))
+        stores = [Store(mapped[s.value], self.dtype(s.dtype), s.per_row, s.strides)
+                  for s in kernel.stores]
+        return builder.build(kernel.name, stores, kernel.nodes, kernel.reduced)
