@@ -5,7 +5,8 @@ none keeps special ones for what its language lacks.
 A ``Legalization`` names the dtypes a target holds narrower than the IR (WGSL has no 64-bit
 integer: wgpu holds int64 as 32 bits, ``fuel/backends/wgpu/__init__.py``): ``apply`` retypes
 every load, value and store of those dtypes to the narrower one and drops the casts that
-become identities, so the renderer never sees them. ``renders`` is the shared
+become identities, so the renderer never sees them; it rewrites arithmetic over bools into
+the logical ops it equals and compares ordered bools as integers. ``renders`` is the shared
 ``render_expression.renders`` over the legalized dtypes, less the ops whose results depend on
 the width a narrowed dtype lost (shifts past 31 bits), plus integer powers where the target
 has a helper for them. Pure: imports only the IR layers.
@@ -20,6 +21,8 @@ from fuel.compiler.kernel_ir import KernelBuilder, Load, LoopKernel, Store, Valu
 from fuel.compiler.render_expression import renders as renders_in
 from fuel.ir.dtype import DType
 
+_ORDERINGS = frozenset({"lt", "le", "gt", "ge"})
+
 
 @dataclass(frozen=True)
 class Legalization:
@@ -28,6 +31,11 @@ class Legalization:
     narrowed: Mapping[DType, DType] = field(default_factory=dict)  # held in a narrower type
     width_sensitive: frozenset[str] = frozenset()  # ops that differ on a narrowed dtype
     integer_pow: bool = False  # integer powers render (the target has a helper)
+    # Ops over bool operands the target has no arithmetic for, as the logical ops NumPy's
+    # give the same truth values as (add: or, mul: and, sub: xor, maximum: or, ...).
+    boolean_logic: Mapping[str, str] = field(default_factory=dict)
+    # Where set, ordering comparisons of bools compare their 0/1 cast to this dtype.
+    ordered_bools: DType | None = None
 
     def dtype(self, dtype: DType) -> DType:
         """The dtype a value of ``dtype`` is held in on the target."""
@@ -44,11 +52,7 @@ class Legalization:
         return renders_in(op, legal, rendered_dtypes)
 
     def apply(self, kernel: LoopKernel) -> LoopKernel:
-        """``kernel`` with every narrowed dtype retyped (the same kernel when none occurs)."""
-        if not self.narrowed or not any(
-                v.dtype in self.narrowed for v in kernel.values) and not any(
-                load.dtype in self.narrowed for load in kernel.loads):
-            return kernel
+        """``kernel`` with every narrowed dtype retyped and the bool ops rewritten."""
         builder = KernelBuilder(kernel.shape)
         builder.loads = [Load(self.dtype(load.dtype), load.strides, load.offset)
                          for load in kernel.loads]
@@ -59,8 +63,13 @@ class Legalization:
             if value.op == "cast" and builder.values[args[0]].dtype is dtype:
                 mapped.append(args[0])  # an identity once both sides are held alike
                 continue
-            mapped.append(builder.value(Value(value.op, dtype, args, value.load,
-                                              value.constant)))
+            op = value.op
+            if args and builder.values[args[0]].dtype.is_bool:
+                if op in self.boolean_logic:
+                    op = self.boolean_logic[op]
+                elif op in _ORDERINGS and self.ordered_bools is not None:
+                    args = tuple(builder.cast(a, self.ordered_bools) for a in args)
+            mapped.append(builder.value(Value(op, dtype, args, value.load, value.constant)))
         stores = [Store(mapped[s.value], self.dtype(s.dtype), s.per_row, s.strides)
                   for s in kernel.stores]
         return builder.build(kernel.name, stores, kernel.nodes, kernel.reduced)

@@ -33,10 +33,18 @@ from fuel.ir.dtype import DType
 
 # WGSL has no 64-bit integer: int64 is held as i32 on wgpu, and kernels are legalized in the
 # IR before rendering (int64 values retyped int32; shifts, whose results depend on the lost
-# width, do not render over it). Integer powers render through the prelude's helpers.
-WGSL_LEGALIZATION = Legalization(narrowed={dt.int64: dt.int32},
-                                 width_sensitive=frozenset({"bitshift_left", "bitshift_right"}),
-                                 integer_pow=True)
+# width, do not render over it); nor arithmetic or ordering over bool (rewritten as logical
+# ops, and comparisons of their 0/1 as u32). Integer powers render through the prelude's
+# helpers.
+WGSL_LEGALIZATION = Legalization(
+    narrowed={dt.int64: dt.int32},
+    width_sensitive=frozenset({"bitshift_left", "bitshift_right"}),
+    integer_pow=True,
+    boolean_logic={"add": "logical_or", "mul": "logical_and", "sub": "logical_xor",
+                   "maximum": "logical_or", "minimum": "logical_and",
+                   "bitwise_and": "logical_and", "bitwise_or": "logical_or",
+                   "bitwise_xor": "logical_xor"},
+    ordered_bools=dt.uint32)
 # The WGSL type a value of each (legalized) dtype is computed in, and the word each dtype is
 # stored in (int64's: the i32 it is held in).
 VALUE_TYPES: dict[DType, str] = {
@@ -207,19 +215,12 @@ def _compute(kernel: LoopKernel, value: Value, offsets: str) -> str:
     if op in MATH_FUNCTIONS:
         return f"{FUNCTION_NAMES.get(op, op)}({a})"
     if op in ARITHMETIC:
-        if first.is_bool:  # NumPy's bool add is or, mul is and
-            return f"({a} || {b})" if op == "add" else f"({a} && {b})" if op == "mul" \
-                else f"({a} != {b})"
         return f"({a} {ARITHMETIC[op]} {b})"
     if op in COMPARISONS:
-        if first.is_bool and op not in ("eq", "ne"):
-            a, b = f"select(0u, 1u, {a})", f"select(0u, 1u, {b})"
         if op == "ne" and is_float(first):  # NaN differs from everything
             return f"({a} != {b} || fuel_isnan({a}) || fuel_isnan({b}))"
         return f"({a} {COMPARISONS[op]} {b})"
-    if op in BITWISE:  # on bool: the logical operators
-        if first.is_bool:
-            return f"({a} {_LOGICAL[op]} {b})"
+    if op in BITWISE:
         return f"({a} {BITWISE[op]} {b})"
     return _RENDERERS[op](a, b, first, VALUE_TYPES[first])
 
@@ -287,8 +288,6 @@ def _extreme(comparison: str):
     def render(a, b, dtype, wgsl) -> str:
         if wgsl == "f32":
             return f"select({b}, {a}, {a} {comparison} {b} || fuel_isnan({a}))"
-        if wgsl == "bool":
-            return f"({a} || {b})" if comparison == ">" else f"({a} && {b})"
         return f"select({b}, {a}, {a} {comparison} {b})"
     return render
 
@@ -310,9 +309,6 @@ def _integral(function: str):
 def _pow(a, b, dtype, wgsl) -> str:
     return {"f32": "fuel_pow", "i32": "fuel_pow_i32", "u32": "fuel_pow_u32"}[wgsl] + \
         f"({a}, {b})"
-
-
-_LOGICAL = {"bitwise_and": "&&", "bitwise_or": "||", "bitwise_xor": "!="}
 
 
 _RENDERERS = {
