@@ -6,12 +6,13 @@ The rows are the dims before the row (the kept axes: the output index), the row 
 from the flat row index). One work-item per row (``group=False``: CPUs vectorize across rows)
 or one work-group per row (``group``: a strided loop per work-item, then a tree in local
 memory). Per reduction a loop over the row recomputes the per-element values its argument
-needs and folds them (``COMBINES``; argmax/argmin fold (value, index) pairs); per-row values
-follow; a last loop writes the per-element stores, folding scans in row order (serial only).
+needs and folds them (``kernel_ir.REDUCTIONS``; argmax/argmin fold (value, index) pairs);
+per-row values follow; a last loop writes the per-element stores, folding scans in row order
+(serial only).
 
-Arguments (``OpenClProgram.arguments``): the row count, the row length, the collapsed rows
-sizes and row sizes, then per operand (loads, then stores) its rows strides, row strides and
-element offset.
+Arguments (``OpenClProgram.arguments``): the row count, the row length, the row schedule's
+(``kernel_ir.row_schedule``) rows sizes and row sizes, then per operand (loads, then stores)
+its rows strides, row strides and element offset.
 """
 
 from __future__ import annotations

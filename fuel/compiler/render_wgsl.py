@@ -11,11 +11,13 @@ C renderer computes it: each float16 value is rounded to float16 (to nearest eve
 ``fuel_f16_round``) where it is computed; reductions accumulate in f32 and round once.
 
 ``params``, elementwise: ``[count, sizes[depth], (offset, strides[depth]) per load, then per
-store]``. With a reduction (``kernel.reduced``) one invocation runs one row (the last dim):
-``count`` is the number of rows and the same per-operand records follow; a per-row store uses
-its offset and outer strides only. Semantics follow the NumPy kernels as the C renderer does
-(integer division by zero gives 0, shifts past the width, NaN-propagating maximum, round half
-to even); float32 and float16 sums accumulate in f32 with Kahan compensation.
+store]``. With a reduction (``kernel.reduced``) one invocation runs one row
+(``render_wgsl_rows``): ``count`` is the number of rows, the sizes are the row schedule's
+(rows dims, then row dims) and the same per-operand records follow. Kernels are legalized in
+the IR first (``WGSL_LEGALIZATION``), and what renders is the shared tables'
+(``render_expression``); semantics follow the NumPy kernels as the C renderer does (integer
+division by zero gives 0, shifts past the width, NaN-propagating maximum, round half to
+even); float32 and float16 sums accumulate in f32 with Kahan compensation.
 """
 
 from __future__ import annotations
