@@ -6,7 +6,8 @@ A ``Legalization`` names the dtypes a target holds narrower than the IR (WGSL ha
 integer: wgpu holds int64 as 32 bits, ``fuel/backends/wgpu/__init__.py``): ``apply`` retypes
 every load, value and store of those dtypes to the narrower one and drops the casts that
 become identities, so the renderer never sees them; it rewrites arithmetic over bools into
-the logical ops it equals and compares ordered bools as integers. ``renders`` is the shared
+the logical ops it equals, compares ordered bools as integers and computes storage-only
+dtypes (WGSL's float16) in a wider one, cast back where computed. ``renders`` is the shared
 ``render_expression.renders`` over the legalized dtypes, less the ops whose results depend on
 the width a narrowed dtype lost (shifts past 31 bits), plus integer powers where the target
 has a helper for them. Pure: imports only the IR layers.
@@ -17,11 +18,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fuel.compiler.kernel_ir import KernelBuilder, Load, LoopKernel, Store, Value
+from fuel.compiler.kernel_ir import (
+    REDUCE_OPS,
+    SCAN_OPS,
+    KernelBuilder,
+    Load,
+    LoopKernel,
+    Store,
+    Value,
+)
 from fuel.compiler.render_expression import renders as renders_in
 from fuel.ir.dtype import DType
 
 _ORDERINGS = frozenset({"lt", "le", "gt", "ge"})
+# Values that hold their dtype's value exactly: nothing is computed in them.
+_EXACT = frozenset({"load", "constant", "cast", "where", "bitcast"})
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,10 @@ class Legalization:
     boolean_logic: Mapping[str, str] = field(default_factory=dict)
     # Where set, ordering comparisons of bools compare their 0/1 cast to this dtype.
     ordered_bools: DType | None = None
+    # Storage-only dtypes computed in a wider one: each value computed in such a dtype is
+    # computed in the wider one and cast back (rounded where it is computed, as the NumPy
+    # kernels round each node's result); reads, constants, selections and casts are exact.
+    computed_in: Mapping[DType, DType] = field(default_factory=dict)
 
     def dtype(self, dtype: DType) -> DType:
         """The dtype a value of ``dtype`` is held in on the target."""
@@ -69,6 +84,13 @@ class Legalization:
                     op = self.boolean_logic[op]
                 elif op in _ORDERINGS and self.ordered_bools is not None:
                     args = tuple(builder.cast(a, self.ordered_bools) for a in args)
+            wide = self.computed_in.get(dtype)
+            if wide is not None and op not in _EXACT and op not in REDUCE_OPS | SCAN_OPS:
+                args = tuple(builder.cast(a, wide) if builder.values[a].dtype is dtype else a
+                             for a in args)
+                computed = builder.value(Value(op, wide, args, value.load, value.constant))
+                mapped.append(builder.cast(computed, dtype))
+                continue
             mapped.append(builder.value(Value(op, dtype, args, value.load, value.constant)))
         stores = [Store(mapped[s.value], self.dtype(s.dtype), s.per_row, s.strides)
                   for s in kernel.stores]

@@ -36,8 +36,8 @@ from fuel.ir.dtype import DType
 # WGSL has no 64-bit integer: int64 is held as i32 on wgpu, and kernels are legalized in the
 # IR before rendering (int64 values retyped int32; shifts, whose results depend on the lost
 # width, do not render over it); nor arithmetic or ordering over bool (rewritten as logical
-# ops, and comparisons of their 0/1 as u32). Integer powers render through the prelude's
-# helpers.
+# ops, and comparisons of their 0/1 as u32). float16 is computed in f32, each computed value
+# cast back (``cast`` rounds). Integer powers render through the prelude's helpers.
 WGSL_LEGALIZATION = Legalization(
     narrowed={dt.int64: dt.int32},
     width_sensitive=frozenset({"bitshift_left", "bitshift_right"}),
@@ -46,7 +46,8 @@ WGSL_LEGALIZATION = Legalization(
                    "maximum": "logical_or", "minimum": "logical_and",
                    "bitwise_and": "logical_and", "bitwise_or": "logical_or",
                    "bitwise_xor": "logical_xor"},
-    ordered_bools=dt.uint32)
+    ordered_bools=dt.uint32,
+    computed_in={dt.float16: dt.float32})
 # The WGSL type a value of each (legalized) dtype is computed in, and the word each dtype is
 # stored in (int64's: the i32 it is held in).
 VALUE_TYPES: dict[DType, str] = {
@@ -183,20 +184,10 @@ def rounded(value: str, dtype: DType) -> str:
     return f"fuel_f16_round({value})" if dtype is dt.float16 else value
 
 
-# Values that hold a float16 value already (read, a literal, chosen, cast: ``cast`` rounds).
-EXACT_VALUES = frozenset({"load", "constant", "where", "cast", "bitcast"})
-
-
 def expression(kernel: LoopKernel, value: Value, offsets: str) -> str:
-    """The WGSL expression of one value over earlier values ``v<index>``; loads read at
-    ``<offsets><load>`` (``base`` per row or element, ``at`` inside a row loop); a computed
-    float16 value rounded to float16."""
-    expression = _compute(kernel, value, offsets)
-    return expression if value.op in EXACT_VALUES else rounded(expression, value.dtype)
-
-
-def _compute(kernel: LoopKernel, value: Value, offsets: str) -> str:
-    """The WGSL expression of one value in its value type (f32 for float16: unrounded)."""
+    """The WGSL expression of one value of a legalized kernel over earlier values
+    ``v<index>``; loads read at ``<offsets><load>`` (``base`` per row or element, ``at`` inside
+    a row loop). A float16 value is computed only by a cast (legalization), which rounds."""
     op = value.op
     if op == "load":
         load = kernel.loads[value.load]

@@ -102,3 +102,20 @@ def test_every_reduction_spells_from_the_one_table():
     assert combine("any", "a", "x") == "(a || x)"
     with pytest.raises(ValueError, match="not a reduction"):
         reduction("median")
+
+
+def test_float16_is_computed_in_float32_and_cast_back_where_computed():
+    builder = KernelBuilder((4,))
+    a, b = builder.load(Load(dt.float16, (1,))), builder.load(Load(dt.float16, (1,)))
+    total = builder.apply(OpKind.ADD, (a, b), dt.float16)
+    chosen = builder.value(Value("where", dt.float16, (builder.apply(
+        OpKind.GT, (a, b), dt.bool_), total, a)))
+    kernel = builder.build("k", [Store(chosen, dt.float16)])
+    legal = WGSL_LEGALIZATION.apply(kernel)
+    ops = [(v.op, v.dtype) for v in legal.values]
+    assert ("add", dt.float32) in ops and ("add", dt.float16) not in ops
+    added = next(i for i, v in enumerate(legal.values) if v.op == "add")
+    rounded = next(v for v in legal.values if v.op == "cast" and v.args == (added,))
+    assert rounded.dtype is dt.float16  # the one rounding, where the sum is computed
+    assert ("where", dt.float16) in ops  # a selection computes nothing
+    assert legal.stores[0].dtype is dt.float16
