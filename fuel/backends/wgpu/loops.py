@@ -4,6 +4,7 @@ fused groups) rendered by ``fuel.compiler.render_wgsl`` and recorded into the op
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from functools import cache
 
@@ -94,8 +95,8 @@ def run_loop(kernel: LoopKernel, inputs: Sequence, outputs: Sequence,
     ``shape``), outputs written through ``out_layouts``. With ``bind``: a launcher recording
     it (None where the launch cannot be bound once: nothing to do, or aliased operands)."""
     split = len(shape) - kernel.reduced
-    if int(np.prod(shape[:split], dtype=np.int64)) == 0:  # no element (or no row: an empty
-        return None                                       # row folds to the identity)
+    if math.prod(shape[:split]) == 0:  # no element (or no row: an empty row folds to the
+        return None                    # identity)
     if bind and any(s.buffer is outputs[0].buffer for s in inputs):
         return None
     inputs = unaliased(inputs, outputs[0])
@@ -126,7 +127,7 @@ def run_loop(kernel: LoopKernel, inputs: Sequence, outputs: Sequence,
             row_depth, items = len(schedule.row_sizes), schedule.rows
         else:
             sizes, strides = collapse(piece.shape, [layout.strides for layout in piece.layouts])
-            items = int(np.prod(piece.shape, dtype=np.int64))
+            items = math.prod(piece.shape)
         meta = [items, *sizes]
         for layout, operand in zip(piece.layouts, strides):
             meta += [layout.offset, *operand]
@@ -220,12 +221,27 @@ class RowKernel(LoopLaunch):
     binding's revision changes whenever the renderer's output does."""
 
     def __init__(self, name: str, build, sample: LoopKernel) -> None:
-        self.build = build
+        self.builder = build
+        self.built: dict = {}  # (layouts, dtypes, params) -> LoopKernel, for eager launches
         schedule = kernel_row_schedule(sample)
         source = loop_source(sample, len(schedule.outer_sizes) + len(schedule.row_sizes),
                              len(schedule.row_sizes))
         digest = hashlib.blake2b(source.encode(), digest_size=8).hexdigest()
         self.__qualname__ = self.__name__ = f"wgsl.{name}#{digest}"
+
+    def build(self, inputs, outputs, layouts, params) -> LoopKernel | None:
+        """The launch's LoopKernel, built once per layouts, dtypes and params."""
+        key = (tuple(layouts), tuple(s.dtype for s in inputs), params)
+        try:
+            return self.built[key]
+        except KeyError:
+            pass
+        except TypeError:  # params that do not hash: built each time
+            return self.builder(inputs, outputs, layouts, params)
+        if len(self.built) >= 1024:
+            self.built.clear()
+        loop = self.built[key] = self.builder(inputs, outputs, layouts, params)
+        return loop
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
         loop = self.build(inputs, outputs, layouts, params)
