@@ -322,9 +322,8 @@ def row_schedule(shape: tuple[int, ...], reduced: int, operands: list[tuple[int,
                        [stride_pattern(row) for row in row_strides], rows, length)
 
 
-def kernel_row_schedule(kernel: LoopKernel, stores: bool = True) -> RowSchedule:
-    """The ``RowSchedule`` of ``kernel`` over its loads and (``stores``) its stores."""
+def kernel_row_schedule(kernel: LoopKernel) -> RowSchedule:
+    """The ``RowSchedule`` of ``kernel`` over its loads, then its stores."""
     operands = [load.strides for load in kernel.loads]
-    if stores:
-        operands += [store_strides(kernel, k) for k in range(len(kernel.stores))]
+    operands += [store_strides(kernel, k) for k in range(len(kernel.stores))]
     return row_schedule(kernel.shape, kernel.reduced, operands)
