@@ -65,7 +65,7 @@ class LoopKernel:
     """A loop nest over ``shape``: loads, a value DAG in topological order, stores.
     With ``reduced`` > 0 the last ``reduced`` dims of ``shape`` are the row (reduced axes are
     moved there, their strides with them; the other dims index the rows). A value whose op is
-    in ``REDUCE_OPS`` folds its argument over the row (``COMBINES``) and is one scalar per
+    in ``REDUCE_OPS`` folds its argument over the row (``REDUCTIONS``) and is one scalar per
     row; so is every value that depends only on such values and on loads constant along the
     row. A ``SCAN_OPS`` value folds the row in order and is, per element, the fold so far.
     ``name`` is what profiles and plans show (``fused(sub,exp,div)``); ``nodes`` the graph
@@ -136,9 +136,7 @@ class KernelBuilder:
     def fold(self, op: str, argument: int, dtype: DType) -> int:
         """A ``REDUCE_OPS`` or ``SCAN_OPS`` value folding ``argument`` over the row, giving
         ``dtype`` (sums and products fold in their output dtype: the argument is cast)."""
-        if op not in REDUCE_OPS and op not in SCAN_OPS:
-            raise ValueError(f"{op!r} is not a reduction or a scan of the kernel IR")
-        if op in ("argmax", "argmin"):
+        if reduction(op).indexed:
             return self.value(Value(op, dtype, (argument,)))
         if op in ("all", "any"):
             argument = self.cast(argument, dt.bool_)
@@ -176,14 +174,49 @@ class KernelBuilder:
                           tuple(stores), nodes, reduced)
 
 
-# The reductions a row folds into one value per row (renderers give each its identity and
-# combine: render_expression.COMBINES). max and min keep a NaN; argmax and argmin fold
-# (value, index) pairs, the first index winning ties and NaN winning (NumPy's rules); mean is
-# the sum over the row's length; all and any fold truth values.
-REDUCE_OPS = frozenset({"sum", "mean", "prod", "max", "min", "all", "any", "argmax",
-                        "argmin"})
-# Folds in row order, one value per element: the running sum.
-SCAN_OPS = frozenset({"cumsum"})
+@dataclass(frozen=True, slots=True)
+class Reduction:
+    """How a reduction (or a scan) folds a row, for every renderer: the accumulator's
+    ``identity`` (``zero``, ``one``, ``lowest``/``highest``: the dtype's -inf/+inf or integer
+    bounds), its ``combine`` (``add``, ``mul``, ``and``, ``or``, ``max``, ``min``), whether a
+    NaN element wins and stays (``keeps_nan``: NumPy's max/min/argmax/argmin; sums propagate
+    NaN by arithmetic), whether it folds (value, index) pairs and gives the index (``indexed``:
+    ties to the first index) and whether the fold is divided by the row's length (``divides``:
+    mean). Renderers spell these; none decides them."""
+
+    identity: str
+    combine: str
+    keeps_nan: bool = False
+    indexed: bool = False
+    divides: bool = False
+
+
+# The reductions a row folds into one value per row, and the scans (folds in row order, one
+# value per element: the running sum). all and any fold truth values.
+REDUCTIONS: dict[str, Reduction] = {
+    "sum": Reduction("zero", "add"),
+    "mean": Reduction("zero", "add", divides=True),
+    "prod": Reduction("one", "mul"),
+    "max": Reduction("lowest", "max", keeps_nan=True),
+    "min": Reduction("highest", "min", keeps_nan=True),
+    "all": Reduction("one", "and"),
+    "any": Reduction("zero", "or"),
+    "argmax": Reduction("zero", "max", keeps_nan=True, indexed=True),
+    "argmin": Reduction("zero", "min", keeps_nan=True, indexed=True),
+}
+SCANS: dict[str, Reduction] = {"cumsum": Reduction("zero", "add")}
+REDUCE_OPS = frozenset(REDUCTIONS)
+SCAN_OPS = frozenset(SCANS)
+
+
+def reduction(op: str) -> Reduction:
+    """The fold of reduction or scan ``op``."""
+    found = REDUCTIONS.get(op) or SCANS.get(op)
+    if found is None:
+        raise ValueError(f"{op!r} is not a reduction or a scan of the kernel IR")
+    return found
+
+
 # Storage-only float types: renderers compute them in float32.
 HALF_DTYPES = frozenset({dt.float16, dt.bfloat16})
 PREDICATE_OPS = frozenset({OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE,
@@ -243,3 +276,55 @@ def row_values(kernel: LoopKernel) -> list[bool]:
         else:
             per_row.append(all(per_row[a] for a in value.args))
     return per_row
+
+
+def stride_pattern(strides: tuple[int, ...]) -> str:
+    """How an operand walks a loop's innermost dim or a row (its strides there): ``broadcast``
+    (all zero), ``dense`` (one dim, stride 1), ``strided`` (one dim) or ``decoded`` (several
+    dims, the index decoded into them). The one classification every renderer reads."""
+    if not any(strides):
+        return "broadcast"
+    if len(strides) > 1:
+        return "decoded"
+    return "dense" if strides[0] == 1 else "strided"
+
+
+class RowSchedule(NamedTuple):
+    """How a kernel with a row is walked, computed once for every renderer: the rows (the dims
+    before the row, collapsed: one work item, or one work-group, per row) and the row
+    (collapsed, except a single row dim, kept as it is), each operand's strides over both and
+    its row's ``stride_pattern``; ``rows`` and ``length`` are their element counts."""
+
+    outer_sizes: tuple[int, ...]
+    row_sizes: tuple[int, ...]
+    outer_strides: list[tuple[int, ...]]
+    row_strides: list[tuple[int, ...]]
+    patterns: list[str]
+    rows: int
+    length: int
+
+
+def row_schedule(shape: tuple[int, ...], reduced: int, operands: list[tuple[int, ...]]
+                 ) -> RowSchedule:
+    """The ``RowSchedule`` of a loop over ``shape`` whose last ``reduced`` dims are the row,
+    with ``operands``' strides over ``shape``."""
+    split = len(shape) - reduced
+    outer_sizes, outer_strides = collapse(shape[:split], [s[:split] for s in operands])
+    if reduced == 1:
+        row_sizes, row_strides = (shape[-1],), [(s[-1],) for s in operands]
+    else:
+        row_sizes, row_strides = collapse(shape[split:], [s[split:] for s in operands])
+    rows = length = 1
+    for size in outer_sizes:
+        rows *= size
+    for size in row_sizes:
+        length *= size
+    return RowSchedule(outer_sizes, row_sizes, outer_strides, row_strides,
+                       [stride_pattern(row) for row in row_strides], rows, length)
+
+
+def kernel_row_schedule(kernel: LoopKernel) -> RowSchedule:
+    """The ``RowSchedule`` of ``kernel`` over its loads, then its stores."""
+    operands = [load.strides for load in kernel.loads]
+    operands += [store_strides(kernel, k) for k in range(len(kernel.stores))]
+    return row_schedule(kernel.shape, kernel.reduced, operands)

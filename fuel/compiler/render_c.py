@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuel.compiler.kernel_ir import LoopKernel, Value, collapse
+from fuel.compiler.kernel_ir import LoopKernel, Value, collapse, stride_pattern
 from fuel.compiler.render_expression import MATH_FUNCTIONS, Dialect, render_value
 from fuel.compiler.render_expression import renders as renders_in
 from fuel.ir import dtype as dt
@@ -69,8 +69,7 @@ def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
                               + [output_strides] * len(kernel.stores))
     depth = len(sizes)
     load_strides = strides[:len(kernel.loads)]
-    patterns = ["dense" if s[-1] == 1 else "broadcast" if s[-1] == 0 else "strided"
-                for s in load_strides]
+    patterns = [stride_pattern(s[-1:]) for s in load_strides]
     lines = [prelude(kernel), *(_vector_declarations(kernel) if vector_math else ()),
              *helpers(kernel),
              "void fuel_kernel(char **data, const int64_t *sizes, "

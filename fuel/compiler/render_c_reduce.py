@@ -18,7 +18,8 @@ from fuel.compiler.kernel_ir import (
     REDUCE_OPS,
     SCAN_OPS,
     LoopKernel,
-    collapse,
+    reduction,
+    row_schedule,
     row_values,
     store_strides,
 )
@@ -35,30 +36,26 @@ from fuel.compiler.render_c import (
     stored,
 )
 from fuel.compiler.render_expression import (
+    COMPARISONS_OF,
     combine,
+    divided,
     element_dependencies,
     identity,
     index_wins,
-    row_pattern,
 )
 from fuel.ir import dtype as dt
-
-_INITIAL = {"max": "-INFINITY", "min": "INFINITY"}
 
 
 def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
     """The C source of a row-reduction ``kernel`` and its sizes/strides arguments."""
-    split = len(kernel.shape) - kernel.reduced
     strided = [k for k, store in enumerate(kernel.stores) if store.strides is not None]
     operands = [load.strides for load in kernel.loads] + [store_strides(kernel, k)
                                                          for k in strided]
-    sizes, strides = collapse(kernel.shape[:split], [s[:split] for s in operands])
+    schedule = row_schedule(kernel.shape, kernel.reduced, operands)
+    sizes, strides = schedule.outer_sizes, schedule.outer_strides
+    row_sizes, row_strides = schedule.row_sizes, schedule.row_strides
     depth = len(sizes)
-    if kernel.reduced == 1:
-        row_sizes, row_strides = (kernel.shape[-1],), [(s[-1],) for s in operands]
-    else:
-        row_sizes, row_strides = collapse(kernel.shape[split:], [s[split:] for s in operands])
-    patterns = [row_pattern(row) for row in row_strides]
+    patterns = schedule.patterns
     per_row = row_values(kernel)
     lines = [prelude(kernel), *(_vector_declarations(kernel) if vector_math else ()),
              *helpers(kernel),
@@ -165,7 +162,8 @@ def _element_lines(kernel: LoopKernel, needed: list[int], patterns: list[str], i
     return lines
 
 
-_SIMD_COMBINES = {"sum": "+", "mean": "+", "prod": "*", "all": "&&", "any": "||"}
+# The OpenMP reduction operator of each ``Reduction.combine`` folded as a SIMD reduction.
+_SIMD_COMBINES = {"add": "+", "mul": "*", "and": "&&", "or": "||"}
 
 
 def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: list[str],
@@ -175,12 +173,13 @@ def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: li
     argmax and argmin fold (value, index) pairs in order."""
     value = kernel.values[index]
     op = value.op
+    fold = reduction(op)
     argument = value.args[0]
     ctype = C_TYPES[value.dtype]
     accumulator = f"a{index}"
     needed = element_dependencies(kernel, [argument], per_row)
     body = [*loop_head, *_element_lines(kernel, needed, patterns, "      ")]
-    if op in ("argmax", "argmin"):
+    if fold.indexed:
         folded = kernel.values[argument].dtype
         best = C_TYPES[folded]
         wins = index_wins(op, folded, f"v{argument}", "i", accumulator, f"ai{index}")
@@ -188,41 +187,44 @@ def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: li
                 "    for (int64_t i = 0; i < row; i++) {", *body,
                 f"      if ({wins}) {{ {accumulator} = v{argument}; ai{index} = i; }}", "    }",
                 f"    const int64_t v{index} = ai{index};"]
-    if op in ("sum", "mean"):
+    if fold.combine == "add":
         wide = "double" if value.dtype is dt.float32 else ctype
     else:
         wide = "int" if value.dtype is dt.bool_ else ctype
     term = f"({wide})v{argument}"
-    if op in _SIMD_COMBINES:
+    simd = _SIMD_COMBINES.get(fold.combine)
+    if simd is not None:
         lines = [f"    {wide} {accumulator} = {identity(op, value.dtype, C_DIALECT)};",
-                 f"    #pragma omp simd reduction({_SIMD_COMBINES[op]}:{accumulator})",
+                 f"    #pragma omp simd reduction({simd}:{accumulator})",
                  "    for (int64_t i = 0; i < row; i++) {",
                  *body,
-                 f"      {accumulator} += {term};" if _SIMD_COMBINES[op] == "+" else
+                 f"      {accumulator} += {term};" if simd == "+" else
                  f"      {accumulator} = {combine(op, accumulator, term)};",
                  "    }"]
-        result = f"{accumulator} / (double)row" if op == "mean" else accumulator
+        result = divided(op, accumulator, "(double)row")
     elif not value.dtype.is_floating:
         lines = [f"    {wide} {accumulator} = {identity(op, value.dtype, C_DIALECT)};",
-                 f"    #pragma omp simd reduction({op}:{accumulator})",
+                 f"    #pragma omp simd reduction({fold.combine}:{accumulator})",
                  "    for (int64_t i = 0; i < row; i++) {",
                  *body,
                  f"      {accumulator} = {combine(op, accumulator, term)};",
                  "    }"]
         result = accumulator
     else:
-        comparison = ">" if op == "max" else "<"
+        comparison = COMPARISONS_OF[fold.combine]
         nan = f"n{index}"
-        lines = [f"    {wide} {accumulator} = {_INITIAL[op]};",
+        lines = [f"    {wide} {accumulator} = {identity(op, value.dtype, C_DIALECT)};",
                  f"    int {nan} = 0;",
-                 f"    #pragma omp simd reduction({op}:{accumulator}) reduction(|:{nan})",
+                 f"    #pragma omp simd reduction({fold.combine}:{accumulator}) "
+                 f"reduction(|:{nan})",
                  "    for (int64_t i = 0; i < row; i++) {",
                  *body,
                  f"      {accumulator} = {term} {comparison} {accumulator} ? {term} : "
                  f"{accumulator};",
                  f"      {nan} |= v{argument} != v{argument};",
                  "    }",
-                 f"    if ({nan}) {accumulator} = NAN;  /* NaN propagates, as NumPy's */"]
+                 f"    if ({nan}) {accumulator} = NAN;  /* NaN propagates, as NumPy's */"
+                 if fold.keeps_nan else ""]
         result = accumulator
     lines.append(f"    const {ctype} v{index} = ({ctype})({result});")
     return lines

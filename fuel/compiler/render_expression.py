@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fuel.compiler.kernel_ir import LoopKernel, Value
+from fuel.compiler.kernel_ir import LoopKernel, Value, reduction
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 
@@ -37,16 +37,6 @@ RENDERED_OPS = (MATH_FUNCTIONS | frozenset(ARITHMETIC) | frozenset(COMPARISONS)
                     "bitwise_not", "div", "remainder", "fmod", "int_div", "pow", "maximum",
                     "minimum", "logical_and", "logical_or", "logical_xor", "bitshift_left",
                     "bitshift_right", "where", "cast", "load", "constant"})
-# How each reduction folds (kernel_ir.REDUCE_OPS): its accumulator's identity ("lowest" and
-# "highest": the dtype's -inf/+inf or integer bounds) and the combine of the accumulator and
-# an element (argmax/argmin: the comparison of their (value, index) fold).
-COMBINES = {
-    "sum": ("0", "{acc} + {x}"), "mean": ("0", "{acc} + {x}"), "prod": ("1", "{acc} * {x}"),
-    "max": ("lowest", "(({x} > {acc} || {x} != {x}) ? {x} : {acc})"),
-    "min": ("highest", "(({x} < {acc} || {x} != {x}) ? {x} : {acc})"),
-    "all": ("1", "({acc} && {x})"), "any": ("0", "({acc} || {x})"),
-    "argmax": ("0", ">"), "argmin": ("0", "<"),
-}
 # The dtypes computed in float (the half types are storage only).
 FLOAT_COMPUTED = frozenset({dt.float32, dt.float16, dt.bfloat16})
 # The signed integer types' unsigned twins (negation and left shifts wrap through them).
@@ -100,10 +90,11 @@ def element_dependencies(kernel: LoopKernel, roots: list[int], per_row: list[boo
 
 
 def identity(op: str, dtype: DType, dialect: Dialect) -> str:
-    """The initial accumulator of reduction ``op`` folding values of ``dtype``."""
-    found = COMBINES[op][0]
+    """The initial accumulator of reduction ``op`` folding values of ``dtype`` (its
+    ``kernel_ir.Reduction.identity``)."""
+    found = reduction(op).identity
     if found not in ("lowest", "highest"):
-        return found
+        return "0" if found == "zero" else "1"
     lowest = found == "lowest"
     if dtype.is_floating:
         return "(-INFINITY)" if lowest else "INFINITY"
@@ -116,9 +107,21 @@ def identity(op: str, dtype: DType, dialect: Dialect) -> str:
     return f"({bound}{dialect.integer_suffix})"
 
 
+# How a C-family language spells each ``Reduction.combine`` of an accumulator and an element
+# (max and min: the comparison; a NaN element wins where the reduction keeps NaN).
+C_COMBINES = {"add": "{acc} + {x}", "mul": "{acc} * {x}", "and": "({acc} && {x})",
+              "or": "({acc} || {x})"}
+COMPARISONS_OF = {"max": ">", "min": "<"}
+
+
 def combine(op: str, accumulator: str, element: str) -> str:
     """The accumulator of reduction ``op`` folded with one element."""
-    return COMBINES[op][1].format(acc=accumulator, x=element)
+    fold = reduction(op)
+    comparison = COMPARISONS_OF.get(fold.combine)
+    if comparison is None:
+        return C_COMBINES[fold.combine].format(acc=accumulator, x=element)
+    nan = f" || {element} != {element}" if fold.keeps_nan else ""
+    return f"(({element} {comparison} {accumulator}{nan}) ? {element} : {accumulator})"
 
 
 def index_wins(op: str, dtype: DType, value: str, index: str, best: str, best_index: str
@@ -126,12 +129,19 @@ def index_wins(op: str, dtype: DType, value: str, index: str, best: str, best_in
     """Whether (value, index) replaces the (best, best_index) of argmax/argmin: a larger
     (smaller) value, an equal one at a lower index, or a first NaN. An index of -1 marks an
     empty fold (it never wins; anything beats it)."""
-    better = COMBINES[op][1]
+    fold = reduction(op)
+    better = COMPARISONS_OF[fold.combine]
     wins = f"({value} {better} {best} || ({value} == {best} && {index} < {best_index}))"
-    if dtype.is_floating:
+    if dtype.is_floating and fold.keeps_nan:
         wins = (f"(({best} != {best}) ? ({value} != {value} && {index} < {best_index}) : "
                 f"({value} != {value} || {wins}))")
     return f"({index} >= 0 && ({best_index} < 0 || {wins}))"
+
+
+def divided(op: str, accumulator: str, length: str) -> str:
+    """The result of reduction ``op`` from its accumulator: divided by the row's ``length``
+    (an expression already of the accumulator's type) where the reduction divides (mean)."""
+    return f"{accumulator} / {length}" if reduction(op).divides else accumulator
 
 
 def literal(number, dtype: DType, dialect: Dialect) -> str:
@@ -295,14 +305,3 @@ _SPECIAL = {
     "bitshift_left": _shift_left,
     "bitshift_right": _shift_right,
 }
-
-
-def row_pattern(row_strides: tuple[int, ...]) -> str:
-    """How an operand walks a kernel's row (its strides over the reduced dims): ``broadcast``
-    (all zero), ``dense`` (one dim, stride 1), ``strided`` (one dim) or ``decoded`` (several
-    dims, the row index decoded into them)."""
-    if not any(row_strides):
-        return "broadcast"
-    if len(row_strides) > 1:
-        return "decoded"
-    return "dense" if row_strides[0] == 1 else "strided"

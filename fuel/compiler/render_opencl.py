@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuel.compiler.kernel_ir import LoopKernel, collapse
+from fuel.compiler.kernel_ir import LoopKernel, collapse, stride_pattern
 from fuel.compiler.render_expression import Dialect, render_value, renders
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
@@ -192,10 +192,6 @@ def _bases(kernel: LoopKernel, outer_dims: int, dims: int, index: str, sizes_at:
     return lines
 
 
-def _patterns(inner_strides: list[int]) -> list[str]:
-    return ["dense" if s == 1 else "broadcast" if s == 0 else "strided" for s in inner_strides]
-
-
 def _value_lines(kernel: LoopKernel, indices, patterns: list[str], indent: str) -> list[str]:
     return element_lines(kernel, indices, lambda load: {
         "dense": "i", "broadcast": "0", "strided": f"i * step{load}"}[patterns[load]], indent)
@@ -227,7 +223,7 @@ def _render_elements(kernel: LoopKernel) -> OpenClProgram:
                               + [output_strides] * len(kernel.stores))
     depth = len(sizes)
     load_strides = strides[:len(kernel.loads)]
-    patterns = _patterns([s[-1] for s in load_strides])
+    patterns = [stride_pattern(s[-1:]) for s in load_strides]
     count = 1
     for size in sizes:
         count *= size

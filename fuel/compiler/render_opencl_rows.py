@@ -6,12 +6,13 @@ The rows are the dims before the row (the kept axes: the output index), the row 
 from the flat row index). One work-item per row (``group=False``: CPUs vectorize across rows)
 or one work-group per row (``group``: a strided loop per work-item, then a tree in local
 memory). Per reduction a loop over the row recomputes the per-element values its argument
-needs and folds them (``COMBINES``; argmax/argmin fold (value, index) pairs); per-row values
-follow; a last loop writes the per-element stores, folding scans in row order (serial only).
+needs and folds them (``kernel_ir.REDUCTIONS``; argmax/argmin fold (value, index) pairs);
+per-row values follow; a last loop writes the per-element stores, folding scans in row order
+(serial only).
 
-Arguments (``OpenClProgram.arguments``): the row count, the row length, the collapsed rows
-sizes and row sizes, then per operand (loads, then stores) its rows strides, row strides and
-element offset.
+Arguments (``OpenClProgram.arguments``): the row count, the row length, the row schedule's
+(``kernel_ir.row_schedule``) rows sizes and row sizes, then per operand (loads, then stores)
+its rows strides, row strides and element offset.
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ from fuel.compiler.kernel_ir import (
     REDUCE_OPS,
     SCAN_OPS,
     LoopKernel,
-    collapse,
     has_scan,
+    kernel_row_schedule,
+    reduction,
     row_values,
-    store_strides,
 )
 from fuel.compiler.render_expression import (
     combine,
+    divided,
     element_dependencies,
     identity,
     index_wins,
-    row_pattern,
 )
 from fuel.compiler.render_opencl import (
     OPENCL_DIALECT,
@@ -45,36 +46,27 @@ from fuel.compiler.render_opencl import (
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 
-ARGUMENT_REDUCTIONS = frozenset({"argmax", "argmin"})
-
 
 def render_opencl_rows(kernel: LoopKernel, group: bool) -> OpenClProgram:
     """The OpenCL C of a row kernel: a work-group per row (``group``) or a work-item per row.
     A kernel with a scan renders serially (its row is folded in order)."""
     group = group and not has_scan(kernel)
-    count = kernel.reduced
-    operands = [load.strides for load in kernel.loads] + [
-        store_strides(kernel, k) for k in range(len(kernel.stores))]
-    split = len(kernel.shape) - count
-    outer_sizes, outer_strides = collapse(kernel.rows_shape, [s[:split] for s in operands])
-    row_sizes, row_strides = collapse(kernel.row_shape, [s[split:] for s in operands])
-    rows = length = 1
-    for size in outer_sizes:
-        rows *= size
-    for size in row_sizes:
-        length *= size
-    arguments, offsets = [rows, length, *outer_sizes, *row_sizes], []
+    schedule = kernel_row_schedule(kernel)
+    outer_sizes, row_sizes = schedule.outer_sizes, schedule.row_sizes
+    outer_strides, row_strides = schedule.outer_strides, schedule.row_strides
+    arguments, offsets = [schedule.rows, schedule.length, *outer_sizes, *row_sizes], []
     for outer, row in zip(outer_strides, row_strides):
         arguments += [*outer, *row]
         offsets.append(len(arguments))
         arguments.append(0)
     for position, load in enumerate(kernel.loads):
         arguments[offsets[position]] = load.offset
-    layout = _Layout(len(outer_sizes), len(row_sizes), len(operands))
     names = [f"in{k}" for k in range(len(kernel.loads))] + [
         f"out{k}" for k in range(len(kernel.stores))]
-    patterns = [row_pattern(row) for row in row_strides]
-    arguments_needed = any(v.op in ARGUMENT_REDUCTIONS for v in kernel.values)
+    layout = _Layout(len(outer_sizes), len(row_sizes), len(names))
+    patterns = schedule.patterns
+    arguments_needed = any(v.op in REDUCE_OPS and reduction(v.op).indexed
+                           for v in kernel.values)
     lines = head(kernel, len(arguments), ", __local uchar *scratch" if group else "")
     if group:
         lines += ["  const long outer = get_group_id(0);",
@@ -116,7 +108,7 @@ def render_opencl_rows(kernel: LoopKernel, group: bool) -> OpenClProgram:
         for index in scans:
             value = kernel.values[index]
             lines.append(f"  {OPENCL_TYPES[value.dtype]} a{index} = "
-                         f"{identity('sum', value.dtype, OPENCL_DIALECT)};")
+                         f"{identity(value.op, value.dtype, OPENCL_DIALECT)};")
         lines.append("  for (long i = first; i < row; i += stride) {")
         lines += loop_head
         if stash is not None:
@@ -126,7 +118,7 @@ def render_opencl_rows(kernel: LoopKernel, group: bool) -> OpenClProgram:
         for index in needed:
             value = kernel.values[index]
             if value.op in SCAN_OPS:
-                lines += [f"    a{index} = {combine('sum', f'a{index}', f'v{value.args[0]}')};",
+                lines += [f"    a{index} = {combine(value.op, f'a{index}', f'v{value.args[0]}')};",
                           f"    const {OPENCL_TYPES[value.dtype]} v{index} = a{index};"]
             else:
                 lines += element_lines(kernel, [index], load_index, "    ")
@@ -240,8 +232,9 @@ def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], load_index, 
     over the work-group in local memory. ``stash``: (store, value) to write to the output."""
     value = kernel.values[index]
     op = value.op
+    indexed = reduction(op).indexed
     argument = value.args[0]
-    folded = kernel.values[argument].dtype if op in ARGUMENT_REDUCTIONS else value.dtype
+    folded = kernel.values[argument].dtype if indexed else value.dtype
     ctype = accumulator_type(folded)
     accumulator = f"a{index}"
     body = [*loop_head,
@@ -249,7 +242,7 @@ def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], load_index, 
                            "    ")]
     if stash is not None:
         body.append(f"    out{stash[0]}[{store_index(stash[0])}] = v{stash[1]};")
-    if op in ARGUMENT_REDUCTIONS:
+    if indexed:
         return _argument_reduction(index, op, folded, ctype, argument, body, group)
     lines = [f"  {ctype} {accumulator} = {identity(op, folded, OPENCL_DIALECT)};",
              "  for (long i = first; i < row; i += stride) {",
@@ -270,7 +263,7 @@ def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], load_index, 
                   f"    {accumulator} = partial[0];",
                   "    barrier(CLK_LOCAL_MEM_FENCE);",
                   "  }"]
-    result = f"{accumulator} / ({ctype})row" if op == "mean" else accumulator
+    result = divided(op, accumulator, f"({ctype})row")
     lines.append(f"  const {OPENCL_TYPES[value.dtype]} v{index} = {result};")
     return lines
 

@@ -11,11 +11,13 @@ C renderer computes it: each float16 value is rounded to float16 (to nearest eve
 ``fuel_f16_round``) where it is computed; reductions accumulate in f32 and round once.
 
 ``params``, elementwise: ``[count, sizes[depth], (offset, strides[depth]) per load, then per
-store]``. With a reduction (``kernel.reduced``) one invocation runs one row (the last dim):
-``count`` is the number of rows and the same per-operand records follow; a per-row store uses
-its offset and outer strides only. Semantics follow the NumPy kernels as the C renderer does
-(integer division by zero gives 0, shifts past the width, NaN-propagating maximum, round half
-to even); float32 and float16 sums accumulate in f32 with Kahan compensation.
+store]``. With a reduction (``kernel.reduced``) one invocation runs one row
+(``render_wgsl_rows``): ``count`` is the number of rows, the sizes are the row schedule's
+(rows dims, then row dims) and the same per-operand records follow. Kernels are legalized in
+the IR first (``WGSL_LEGALIZATION``), and what renders is the shared tables'
+(``render_expression``); semantics follow the NumPy kernels as the C renderer does (integer
+division by zero gives 0, shifts past the width, NaN-propagating maximum, round half to
+even); float32 and float16 sums accumulate in f32 with Kahan compensation.
 """
 
 from __future__ import annotations
@@ -24,57 +26,59 @@ import struct
 
 import numpy as np
 
-from fuel.compiler.kernel_ir import REDUCE_OPS, LoopKernel, Value, row_values
+from fuel.compiler.kernel_ir import LoopKernel, Value
+from fuel.compiler.legalize import Legalization
+from fuel.compiler.render_expression import ARITHMETIC, BITWISE, COMPARISONS, MATH_FUNCTIONS
 from fuel.compiler.render_wgsl_prelude import FLOAT16_ROUND, PRELUDE
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 
-# The WGSL type of a value of each dtype, and of the word that stores it.
+# WGSL has no 64-bit integer: int64 is held as i32 on wgpu, and kernels are legalized in the
+# IR before rendering (int64 values retyped int32; shifts, whose results depend on the lost
+# width, do not render over it); nor arithmetic or ordering over bool (rewritten as logical
+# ops, and comparisons of their 0/1 as u32). float16 is computed in f32, each computed value
+# cast back (``cast`` rounds). Integer powers render through the prelude's helpers.
+WGSL_LEGALIZATION = Legalization(
+    narrowed={dt.int64: dt.int32},
+    width_sensitive=frozenset({"bitshift_left", "bitshift_right"}),
+    integer_pow=True,
+    boolean_logic={"add": "logical_or", "mul": "logical_and", "sub": "logical_xor",
+                   "maximum": "logical_or", "minimum": "logical_and",
+                   "bitwise_and": "logical_and", "bitwise_or": "logical_or",
+                   "bitwise_xor": "logical_xor"},
+    ordered_bools=dt.uint32,
+    computed_in={dt.float16: dt.float32})
+# The WGSL type a value of each (legalized) dtype is computed in, and the word each dtype is
+# stored in (int64's: the i32 it is held in).
 VALUE_TYPES: dict[DType, str] = {
-    dt.float32: "f32", dt.int32: "i32", dt.int64: "i32", dt.uint32: "u32", dt.bool_: "bool",
-    dt.float16: "f32",
+    dt.float32: "f32", dt.int32: "i32", dt.uint32: "u32", dt.bool_: "bool", dt.float16: "f32",
 }
 STORAGE_WORDS: dict[DType, str] = {
     dt.float32: "f32", dt.int32: "i32", dt.int64: "i32", dt.uint32: "u32", dt.bool_: "u32",
     dt.float16: "f16",
 }
-WGSL_DTYPES = frozenset(VALUE_TYPES)
+WGSL_DTYPES = frozenset(STORAGE_WORDS)
 WORKGROUP = 256  # invocations per workgroup of every one-invocation-per-item shader
-
-MATH_FUNCTIONS = {
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
-    "asin": "fuel_asin", "acos": "fuel_acos", "atan": "fuel_atan", "sinh": "sinh", "cosh": "cosh",
-    "tanh": "tanh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
-    "expm1": "fuel_expm1", "log1p": "fuel_log1p", "erf": "fuel_erf",
-}
-ARITHMETIC = {"add": "+", "sub": "-", "mul": "*"}
-COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-INTEGER_ONLY = frozenset({"int_div", "bitshift_left", "bitshift_right"})
-FLOAT_ONLY = frozenset(MATH_FUNCTIONS) | {"div"}
-SHIFTS = frozenset({"bitshift_left", "bitshift_right"})
-
+# How WGSL spells the shared table's math functions where it differs from the op's name:
+# the prelude's NumPy-accurate versions of what WGSL lacks or leaves loose.
+FUNCTION_NAMES = {"asin": "fuel_asin", "acos": "fuel_acos", "atan": "fuel_atan",
+                  "expm1": "fuel_expm1", "log1p": "fuel_log1p", "erf": "fuel_erf"}
 
 
 def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
-    """Whether the WGSL renderer renders ``op`` over these dtypes (inputs then output)."""
-    if any(d not in WGSL_DTYPES for d in dtypes):
-        return False
-    if op not in _RENDERERS and op not in MATH_FUNCTIONS and op not in ARITHMETIC \
-            and op not in COMPARISONS:
-        return False
-    operand = dtypes[1] if op == "where" and len(dtypes) > 1 else dtypes[0]
-    if op in FLOAT_ONLY and not is_float(operand):
-        return False
-    if op in INTEGER_ONLY and (operand.is_floating or operand.is_bool):
-        return False
-    if op in SHIFTS and operand is dt.int64:  # held as 32 bits: shifts past 31 would differ
-        return False
-    return True
+    """Whether the WGSL renderer renders ``op`` over these dtypes (inputs then output): the
+    shared tables (``render_expression.renders``) over the legalized dtypes."""
+    return WGSL_LEGALIZATION.renders(op, dtypes, frozenset(VALUE_TYPES))
+
+
+def value_type(dtype: DType) -> str:
+    """The WGSL type a value of ``dtype`` (an IR dtype, legalized here) is computed in."""
+    return VALUE_TYPES[WGSL_LEGALIZATION.dtype(dtype)]
 
 
 def is_float(dtype: DType) -> bool:
     """Whether values of ``dtype`` are computed as floats (float32, and float16 in f32)."""
-    return VALUE_TYPES.get(dtype) == "f32"
+    return VALUE_TYPES.get(WGSL_LEGALIZATION.dtype(dtype)) == "f32"
 
 
 def literal(number, dtype: DType) -> str:
@@ -88,7 +92,7 @@ def literal(number, dtype: DType) -> str:
     if dtype.is_bool:
         return "true" if number else "false"
     word = int(number) & 0xFFFFFFFF
-    if VALUE_TYPES[dtype] == "u32":
+    if value_type(dtype) == "u32":
         return f"{word}u"
     return f"bitcast<i32>({word}u)"
 
@@ -118,18 +122,20 @@ def shader_header(words: list[str], writable: list[bool], names: list[str],
     return "\n".join(lines)
 
 
-def render_wgsl(kernel: LoopKernel, depth: int) -> str:
+def render_wgsl(kernel: LoopKernel, depth: int, row_depth: int = 1) -> str:
     """The WGSL source of ``kernel`` over a loop nest of ``depth`` dims (sizes, offsets and
-    strides come from ``params`` at launch)."""
+    strides come from ``params`` at launch); with a reduction, the last ``row_depth`` of them
+    are the row (``render_wgsl_rows``). The kernel is legalized first (``WGSL_LEGALIZATION``)."""
+    kernel = WGSL_LEGALIZATION.apply(kernel)
     loads, stores = kernel.loads, kernel.stores
     words = [STORAGE_WORDS[load.dtype] for load in loads] + \
         [STORAGE_WORDS[store.dtype] for store in stores]
     names = [f"in{p}" for p in range(len(loads))] + [f"out{p}" for p in range(len(stores))]
     lines = [shader_header(words, [False] * len(loads) + [True] * len(stores), names, PRELUDE)]
     operands = len(loads) + len(stores)
-    outer = depth - 1 if kernel.reduced else depth
+    outer = depth - row_depth if kernel.reduced else depth
     for position in range(operands):
-        lines.append(f"  var base{position} = params[{_record(depth, position)}];")
+        lines.append(f"  var base{position} = params[{record(depth, position)}];")
     if outer > 0:
         lines += ["  var rest = item;",
                   f"  for (var d = {outer - 1}; d >= 0; d = d - 1) {{",
@@ -138,13 +144,15 @@ def render_wgsl(kernel: LoopKernel, depth: int) -> str:
                   "    rest = rest / size;"]
         for position in range(operands):
             lines.append(f"    base{position} = base{position} + index * "
-                         f"params[{_record(depth, position)} + 1 + d];")
+                         f"params[{record(depth, position)} + 1 + d];")
         lines.append("  }")
     if kernel.reduced:
-        lines += _row_body(kernel, depth)
+        from fuel.compiler.render_wgsl_rows import row_body  # it builds on this module
+
+        lines += row_body(kernel, depth, row_depth)
     else:
         for index, value in enumerate(kernel.values):
-            lines.append(f"  let v{index} = {_expression(kernel, value, 'base', '')};")
+            lines.append(f"  let v{index} = {expression(kernel, value, 'base')};")
         for position, store in enumerate(stores):
             lines.append(f"  out{position}[base{len(loads) + position}] = "
                          f"{to_word(f'v{store.value}', store.dtype)};")
@@ -152,109 +160,9 @@ def render_wgsl(kernel: LoopKernel, depth: int) -> str:
     return "\n".join(lines)
 
 
-def _record(depth: int, position: int) -> int:
+def record(depth: int, position: int) -> int:
     """Where operand ``position``'s (offset, strides) record starts in ``params``."""
     return 1 + depth + position * (1 + depth)
-
-
-def _row_body(kernel: LoopKernel, depth: int) -> list[str]:
-    """Per row: one loop per reduction (recomputing the per-element values it needs), the
-    per-row values, then one loop storing the per-element stores."""
-    per_row = row_values(kernel)
-    loads = kernel.loads
-    lines = [f"  let row_length = params[{depth}];"]
-    for position in range(len(loads) + len(kernel.stores)):
-        lines.append(f"  let step{position} = params[{_record(depth, position)} + {depth}];")
-    defined: set[int] = set()
-
-    def emit_row_values(target: list[str], indent: str) -> None:
-        for index, value in enumerate(kernel.values):
-            if index in defined or not per_row[index] or value.op in REDUCE_OPS:
-                continue
-            if all(a in defined for a in value.args):
-                target.append(f"{indent}let v{index} = "
-                              f"{_expression(kernel, value, 'base', '')};")
-                defined.add(index)
-
-    def element_values(roots: list[int], indent: str) -> list[str]:
-        needed: set[int] = set()
-        stack = list(roots)
-        while stack:
-            index = stack.pop()
-            if index in needed or index in defined:
-                continue
-            needed.add(index)
-            stack.extend(kernel.values[index].args)
-        return [f"{indent}let v{index} = {_expression(kernel, kernel.values[index], 'at', '')};"
-                for index in sorted(needed)]
-
-    at_offsets = [f"    let at{p} = base{p} + j * step{p};" for p in range(len(loads))]
-    emit_row_values(lines, "  ")
-    for index, value in enumerate(kernel.values):
-        if value.op not in REDUCE_OPS:
-            continue
-        emit_row_values(lines, "  ")
-        argument = value.args[0]
-        wgsl = VALUE_TYPES[value.dtype]
-        initial, combine = _reduction(value, f"v{argument}")
-        lines.append(f"  var acc{index}: {wgsl} = {initial};")
-        if value.op in ("sum", "mean") and is_float(value.dtype):
-            lines.append(f"  var carry{index}: f32 = 0.0;")
-        lines.append("  for (var j = 0; j < row_length; j = j + 1) {")
-        lines += at_offsets
-        lines += element_values([argument], "    ")
-        lines += [f"    {line}" for line in combine(index)]
-        lines.append("  }")
-        result = f"acc{index} / {wgsl}(row_length)" if value.op == "mean" else f"acc{index}"
-        lines.append(f"  let v{index} = {rounded(result, value.dtype)};")
-        defined.add(index)
-    emit_row_values(lines, "  ")
-    first_store = len(loads)
-    element_stores = [(p, s) for p, s in enumerate(kernel.stores) if not s.per_row]
-    for position, store in enumerate(kernel.stores):
-        if store.per_row:
-            lines.append(f"  out{position}[base{first_store + position}] = "
-                         f"{to_word(f'v{store.value}', store.dtype)};")
-    if element_stores:
-        lines.append("  for (var j = 0; j < row_length; j = j + 1) {")
-        lines += at_offsets
-        lines += element_values([s.value for _, s in element_stores], "    ")
-        for position, store in element_stores:
-            operand = first_store + position
-            lines.append(f"    out{position}[base{operand} + j * step{operand}] = "
-                         f"{to_word(f'v{store.value}', store.dtype)};")
-        lines.append("  }")
-    return lines
-
-
-def _reduction(value: Value, argument: str):
-    """(initial accumulator, per-element update lines) of a row reduction."""
-    dtype = value.dtype
-    if value.op in ("sum", "mean"):
-        if is_float(dtype):
-            def kahan(index: int) -> list[str]:
-                return [f"let y{index} = {argument} - carry{index};",
-                        f"let t{index} = acc{index} + y{index};",
-                        f"carry{index} = (t{index} - acc{index}) - y{index};",
-                        f"acc{index} = t{index};"]
-            return "0.0", kahan
-        return literal(0, dtype), lambda index: [f"acc{index} = acc{index} + {argument};"]
-    comparison = ">" if value.op == "max" else "<"
-    if is_float(dtype):
-        extreme = float("-inf") if value.op == "max" else float("inf")
-        return literal(extreme, dtype), lambda index: [
-            f"if ({argument} {comparison} acc{index} || fuel_isnan({argument}) || "
-            f"fuel_isnan(acc{index})) {{ acc{index} = select({argument}, acc{index}, "
-            f"fuel_isnan(acc{index})); }}"]
-    bounds = {"i32": (-(1 << 31), (1 << 31) - 1), "u32": (0, (1 << 32) - 1), "bool": (0, 1)}
-    low, high = bounds[VALUE_TYPES[dtype]]
-    start = low if value.op == "max" else high
-    if dtype.is_bool:
-        operator = "||" if value.op == "max" else "&&"
-        return literal(start, dtype), lambda index: [
-            f"acc{index} = acc{index} {operator} {argument};"]
-    return literal(start, dtype), lambda index: [
-        f"if ({argument} {comparison} acc{index}) {{ acc{index} = {argument}; }}"]
 
 
 def to_word(value: str, dtype: DType) -> str:
@@ -276,20 +184,10 @@ def rounded(value: str, dtype: DType) -> str:
     return f"fuel_f16_round({value})" if dtype is dt.float16 else value
 
 
-# Values that hold a float16 value already (read, a literal, chosen, cast: ``cast`` rounds).
-EXACT_VALUES = frozenset({"load", "constant", "where", "cast", "bitcast"})
-
-
-def _expression(kernel: LoopKernel, value: Value, offsets: str, _unused: str) -> str:
-    """The WGSL expression of one value over earlier values ``v<index>``; loads read at
-    ``<offsets><load>`` (``base`` per row or element, ``at`` inside a row loop); a computed
-    float16 value rounded to float16."""
-    expression = _compute(kernel, value, offsets)
-    return expression if value.op in EXACT_VALUES else rounded(expression, value.dtype)
-
-
-def _compute(kernel: LoopKernel, value: Value, offsets: str) -> str:
-    """The WGSL expression of one value in its value type (f32 for float16: unrounded)."""
+def expression(kernel: LoopKernel, value: Value, offsets: str) -> str:
+    """The WGSL expression of one value of a legalized kernel over earlier values
+    ``v<index>``; loads read at ``<offsets><load>`` (``base`` per row or element, ``at`` inside
+    a row loop). A float16 value is computed only by a cast (legalization), which rounds."""
     op = value.op
     if op == "load":
         load = kernel.loads[value.load]
@@ -308,18 +206,15 @@ def _compute(kernel: LoopKernel, value: Value, offsets: str) -> str:
     if op == "where":
         return f"select({args[2]}, {b}, {a})"
     if op in MATH_FUNCTIONS:
-        return f"{MATH_FUNCTIONS[op]}({a})"
+        return f"{FUNCTION_NAMES.get(op, op)}({a})"
     if op in ARITHMETIC:
-        if first.is_bool:  # NumPy's bool add is or, mul is and
-            return f"({a} || {b})" if op == "add" else f"({a} && {b})" if op == "mul" \
-                else f"({a} != {b})"
         return f"({a} {ARITHMETIC[op]} {b})"
     if op in COMPARISONS:
-        if first.is_bool and op not in ("eq", "ne"):
-            a, b = f"select(0u, 1u, {a})", f"select(0u, 1u, {b})"
         if op == "ne" and is_float(first):  # NaN differs from everything
             return f"({a} != {b} || fuel_isnan({a}) || fuel_isnan({b}))"
         return f"({a} {COMPARISONS[op]} {b})"
+    if op in BITWISE:
+        return f"({a} {BITWISE[op]} {b})"
     return _RENDERERS[op](a, b, first, VALUE_TYPES[first])
 
 
@@ -386,8 +281,6 @@ def _extreme(comparison: str):
     def render(a, b, dtype, wgsl) -> str:
         if wgsl == "f32":
             return f"select({b}, {a}, {a} {comparison} {b} || fuel_isnan({a}))"
-        if wgsl == "bool":
-            return f"({a} || {b})" if comparison == ">" else f"({a} && {b})"
         return f"select({b}, {a}, {a} {comparison} {b})"
     return render
 
@@ -409,12 +302,6 @@ def _integral(function: str):
 def _pow(a, b, dtype, wgsl) -> str:
     return {"f32": "fuel_pow", "i32": "fuel_pow_i32", "u32": "fuel_pow_u32"}[wgsl] + \
         f"({a}, {b})"
-
-
-def _bitwise(operator: str, boolean: str):
-    def render(a, b, dtype, wgsl) -> str:
-        return f"({a} {boolean} {b})" if wgsl == "bool" else f"({a} {operator} {b})"
-    return render
 
 
 _RENDERERS = {
@@ -440,12 +327,8 @@ _RENDERERS = {
     "logical_and": lambda a, b, dtype, wgsl: f"({_truth(a, dtype)} && {_truth(b, dtype)})",
     "logical_or": lambda a, b, dtype, wgsl: f"({_truth(a, dtype)} || {_truth(b, dtype)})",
     "logical_xor": lambda a, b, dtype, wgsl: f"({_truth(a, dtype)} != {_truth(b, dtype)})",
-    "bitwise_and": _bitwise("&", "&&"),
-    "bitwise_or": _bitwise("|", "||"),
-    "bitwise_xor": _bitwise("^", "!="),
     "bitshift_left": _shift_left,
     "bitshift_right": _shift_right,
-    "where": None, "cast": None, "bitcast": None, "load": None, "constant": None,
 }
 
 

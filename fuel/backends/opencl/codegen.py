@@ -15,6 +15,7 @@ from functools import cached_property
 
 import numpy as np
 
+from fuel.compiler.kernel_ir import collapse as collapse_dims
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
 from fuel.ir.errors import InvalidArgument
@@ -210,29 +211,19 @@ WALK_DTYPE = np.dtype([
 
 
 def collapse(shape, stride_lists) -> tuple[list[int], list[list[int]]]:
-    """Drop size-1 dims and merge neighbours that are contiguous for every operand."""
-    merged_shape: list[int] = []
-    merged = [[] for _ in stride_lists]
-    for axis, size in enumerate(shape):
-        if size == 1:
-            continue
-        if merged_shape and all(
-            strides[-1] == own[axis] * size for strides, own in zip(merged, stride_lists)
-        ):
-            merged_shape[-1] *= size
-            for strides, own in zip(merged, stride_lists):
-                strides[-1] = own[axis]
-            continue
-        merged_shape.append(size)
-        for strides, own in zip(merged, stride_lists):
-            strides.append(own[axis])
-    if len(merged_shape) > MAX_DIMS:
+    """Drop size-1 dims and merge neighbours that are contiguous for every operand
+    (``kernel_ir.collapse``, the renderers' too), at most ``MAX_DIMS`` of them; no dim at all
+    when every size is 1."""
+    if all(size == 1 for size in shape):
+        return [], [[] for _ in stride_lists]
+    sizes, strides = collapse_dims(tuple(shape), [tuple(own) for own in stride_lists])
+    if len(sizes) > MAX_DIMS:
         raise InvalidArgument(
             f"OpenCL kernels walk at most {MAX_DIMS} dims once contiguous dims are merged; "
             f"shape {tuple(shape)} with strides {[tuple(s) for s in stride_lists]} needs "
-            f"{len(merged_shape)} (make the tensor contiguous first)"
+            f"{len(sizes)} (make the tensor contiguous first)"
         )
-    return merged_shape, merged
+    return list(sizes), [list(own) for own in strides]
 
 
 def make_walk(shape, layouts: list[Layout]) -> np.ndarray:

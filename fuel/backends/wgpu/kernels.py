@@ -1,8 +1,9 @@
 """The wgpu kernels of the primitive set, as WGSL.
 
 Elementwise ops, casts, where, copies and bitcasts are one-value LoopKernels rendered by
-``fuel.compiler.render_wgsl`` (the renderer fused groups use too); reductions, cumsum,
-index_select and the tiled matmul are shaders written here. Every launch records into the
+``fuel.compiler.render_wgsl`` (the renderer fused groups use too); reductions and cumsum are
+``fuel.compiler.row_kernels`` LoopKernels rendered the same way (as OpenCL's); index_select
+and the tiled matmul are shaders written here. Every launch records into the
 device's open command batch (``runtime.DeviceContext.dispatch``) and returns at once.
 float16 kernels are registered only where the adapter has ``shader-f16`` (``register``'s
 ``dtypes``); they compute in f32 and round each result to float16, as the CPU's do.
@@ -21,6 +22,7 @@ from fuel.backends.wgpu.loops import (
     KERNEL_SOURCE,
     STRIDED,
     LoopKernelFunction,
+    RowKernel,
     WgslKernelGenerator,
     device_context,
     one_value,
@@ -31,22 +33,17 @@ from fuel.backends.wgpu.loops import (
 from fuel.backends.wgpu.matmul import matmul_kernel
 from fuel.backends.wgpu.windows import split_launch
 from fuel.compiler.fusion import FusionTarget
+from fuel.compiler.kernel_ir import LoopKernel
 from fuel.compiler.render_wgsl import (
-    PRELUDE,
     STORAGE_WORDS,
-    VALUE_TYPES,
-    from_word,
-    is_float,
-    literal,
     renders,
-    rounded,
     shader_header,
-    to_word,
 )
+from fuel.compiler.row_kernels import cumsum_loop, reduction_loop
 from fuel.dispatch.kernel import BackendRecord, KernelBindingTable
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
-from fuel.ir.layout import Layout, contiguous_strides
+from fuel.ir.layout import Layout
 from fuel.ir.ops import PRIMITIVE_OPS, OpKind, definition
 
 # ------------------------------------------------------------------ hand-written families
@@ -91,128 +88,33 @@ def _walk(depth: int, operands: int, item: str = "item", prefix: str = "base") -
 
 
 
-@cache
-def _reduce_source(op: str, source, target, kept: int, reduced: int) -> str:
-    """One invocation per output element: walk the kept dims to the row's start, then every
-    reduced element (decomposed over the reduced sizes, which follow the kept ones). Float
-    sums accumulate in f32 (Kahan), float16's rounded once at the store."""
-    value = VALUE_TYPES[source]
-    words = [STORAGE_WORDS[source], STORAGE_WORDS[target]]
-    lines = [shader_header(words, [False, True], ["b0", "b1"], PRELUDE)]
-    lines += _walk(kept, 2)
-    total_at = 1 + kept + 2 * (1 + kept)  # reduced sizes follow the operand records
-    lines.append("  var total = 1;")
-    lines += [f"  total = total * params[{total_at + d}];" for d in range(reduced)]
-    load = from_word("b0[at]", source)
-    lines += ["  var first = true;"]
-    accumulate = VALUE_TYPES[target]
-    if op == "sum":
-        lines += [f"  var acc: {accumulate} = {literal(0, target)};", "  var carry = 0.0;"]
-    elif op == "max":
-        lines.append(f"  var acc: {value} = {literal(0, source)};")
-    else:
-        lines += [f"  var best: {value} = {literal(0, source)};", "  var best_at = 0;"]
-    lines += ["  for (var r = 0; r < total; r = r + 1) {",
-              "    var at = base0; var left = r;"]
-    for d in range(reduced - 1, -1, -1):
-        lines.append(f"    at = at + (left % params[{total_at + d}]) * "
-                     f"params[{total_at + reduced + d}]; left = left / params[{total_at + d}];")
-    lines.append(f"    let v = {load};")
-    if op == "sum":
-        if is_float(target):
-            lines += ["    let y = v - carry; let t = acc + y; carry = (t - acc) - y; acc = t;"]
-        elif value == "bool":
-            lines.append(f"    acc = acc + select({literal(0, target)}, {literal(1, target)}, v);")
-        else:
-            lines.append(f"    acc = acc + {accumulate}(v);")
-    elif op == "max":
-        if value == "f32":
-            lines.append("    if (first || v > acc || fuel_isnan(v)) { if (!fuel_isnan(acc) || "
-                         "first) { acc = v; } }")
-        elif value == "bool":
-            lines.append("    acc = acc || v;")
-        else:
-            lines.append("    if (first || v > acc) { acc = v; }")
-    else:  # argmax: the first maximum; the first NaN wins (NumPy)
-        if value == "f32":
-            lines.append("    if (first || (!fuel_isnan(best) && (v > best || fuel_isnan(v)))) "
-                         "{ best = v; best_at = r; }")
-        elif value == "bool":
-            lines.append("    if (first || (v && !best)) { best = v; best_at = r; }")
-        else:
-            lines.append("    if (first || v > best) { best = v; best_at = r; }")
-    lines += ["    first = false;", "  }"]
-    result = "best_at" if op == "argmax" else rounded("acc", target)
-    lines += [f"  b1[base1] = {to_word(result, target)};", "}", ""]
-    return "\n".join(lines)
+def _build_reduction(op: OpKind):
+    def build(inputs, outputs, layouts, params) -> LoopKernel | None:
+        if layouts[-1].numel == 0:
+            return None
+        return reduction_loop(op, inputs[0].dtype, layouts[0], layouts[-1], tuple(params.dims))
+
+    build.__qualname__ = f"reduce_{op.value}"
+    return build
 
 
-def _reduce_kernel(op: str):
-    def kernel(inputs, outputs, layouts, params) -> None:
-        layout, out = layouts[0], outputs[0]
-        count = layouts[-1].numel
-        if count == 0:
-            return
-        dims = set(params.dims)
-        kept = [d for d in range(layout.ndim) if d not in dims and layout.shape[d] != 1]
-        reduced = [d for d in range(layout.ndim) if d in dims and layout.shape[d] != 1]
-        order = kept + reduced
-        space = tuple(layout.shape[d] for d in order)
-        kept_shape = space[:len(kept)]
-        spaced = [Layout(space, tuple(layout.strides[d] for d in order), layout.offset),
-                  Layout(space, contiguous_strides(kept_shape) + (0,) * len(reduced),
-                         layouts[-1].offset)]
-        source = _reduce_source(op, inputs[0].dtype, out.dtype, len(kept), len(reduced))
-        context = device_context(out)
-        for piece in split_launch(context, space, [inputs[0].buffer, out.buffer], spaced,
-                                  [element_bytes(inputs[0].dtype), element_bytes(out.dtype)],
-                                  fixed=range(len(kept), len(order)), label=op):
-            source_layout, out_piece = piece.layouts
-            sizes = piece.shape[:len(kept)]
-            items = int(np.prod(sizes, dtype=np.int64))
-            meta = [items, *sizes, source_layout.offset, *source_layout.strides[:len(kept)],
-                    out_piece.offset, *out_piece.strides[:len(kept)], *piece.shape[len(kept):],
-                    *source_layout.strides[len(kept):]]
-            record_dispatch(context, source, op, piece.bindings, [False, True], meta, items)
-    kernel.__qualname__ = kernel.__name__ = f"wgsl.{op}"
-    return kernel
+def _build_cumsum(inputs, outputs, layouts, params) -> LoopKernel | None:
+    if layouts[-1].numel == 0:
+        return None
+    return cumsum_loop(inputs[0].dtype, layouts[0], layouts[-1], params.dim)
 
 
-@cache
-def _cumsum_source(source, target, depth: int) -> str:
-    words = [STORAGE_WORDS[source], STORAGE_WORDS[target]]
-    lines = [shader_header(words, [False, True], ["b0", "b1"])]
-    lines += _walk(depth, 2)
-    length_at = 1 + depth + 2 * (1 + depth)
-    value = "select(0, 1, b0[at] != 0u)" if source.is_bool else from_word("b0[at]", source)
-    convert = VALUE_TYPES[target]
-    lines += [f"  let length = params[{length_at}];",
-              f"  var acc: {convert} = {literal(0, target)};",
-              "  for (var j = 0; j < length; j = j + 1) {",
-              f"    let at = base0 + j * params[{length_at + 1}];",
-              f"    acc = acc + {convert}({value});",
-              f"    b1[base1 + j * params[{length_at + 2}]] = "
-              f"{to_word(rounded('acc', target), target)};",
-              "  }", "}", ""]
-    return "\n".join(lines)
+_SAMPLE = Layout.contiguous((4, 8))
 
 
-def cumsum_kernel(inputs, outputs, layouts, params) -> None:
-    """One invocation per line along ``dim``, summing in order (as NumPy's cumsum)."""
-    layout, out_layout, out = layouts[0], layouts[-1], outputs[0]
-    dim = params.dim
-    if out_layout.numel == 0:
-        return
-    outer = [d for d in range(layout.ndim) if d != dim]
-    lines = int(np.prod([layout.shape[d] for d in outer], dtype=np.int64))
-    meta = [lines, *(layout.shape[d] for d in outer)]
-    for item in (layout, out_layout):
-        meta += [item.offset, *(item.strides[d] for d in outer)]
-    meta += [layout.shape[dim], layout.strides[dim], out_layout.strides[dim]]
-    source = _cumsum_source(inputs[0].dtype, out.dtype, len(outer))
-    inputs = unaliased(inputs, out)
-    record_dispatch(device_context(out), source, "cumsum", [inputs[0].buffer, out.buffer],
-                    [False, True], meta, lines)
+def _reduction_kernel(op: OpKind, source) -> RowKernel:
+    """One reduction of ``source`` values (every launch a ``row_kernels`` LoopKernel)."""
+    return RowKernel(op.value, _build_reduction(op), reduction_loop(
+        op, source, _SAMPLE, Layout.contiguous((4,)), (1,)))
+
+
+def _cumsum_kernel(source) -> RowKernel:
+    return RowKernel("cumsum", _build_cumsum, cumsum_loop(source, _SAMPLE, _SAMPLE, 1))
 
 
 @cache
@@ -321,8 +223,8 @@ def register(table: KernelBindingTable, backend_id: BackendId, dtypes: frozenset
         add(OpKind.FULL, (d,), full_kernel)
         add(OpKind.CAT, (d, d), cat_kernel)
         add(OpKind.SLICE_ASSIGN, (d, d, d), slice_assign_kernel)
-        add(OpKind.MAX, (d, d), _reduce_kernel("max"))
-        add(OpKind.ARGMAX, (d, dt.int64), _reduce_kernel("argmax"))
+        add(OpKind.MAX, (d, d), _reduction_kernel(OpKind.MAX, d))
+        add(OpKind.ARGMAX, (d, dt.int64), _reduction_kernel(OpKind.ARGMAX, d))
         for index in (dt.int32, dt.int64):
             add(OpKind.INDEX_SELECT, (d, index, d), index_select_kernel)
         add(OpKind.BITCAST, (d, d), LoopKernelFunction(one_value("copy", (d,), d)))
@@ -335,8 +237,8 @@ def register(table: KernelBindingTable, backend_id: BackendId, dtypes: frozenset
         add(OpKind.MATMUL, (d, d, d), matmul_kernel)
     for source, target in ((*((f, f) for f in floats), (dt.bool_, dt.int64),
                             (dt.int32, dt.int64), (dt.int64, dt.int64), (dt.uint32, dt.int64))):
-        add(OpKind.SUM, (source, target), _reduce_kernel("sum"))
-        add(OpKind.CUMSUM, (source, target), cumsum_kernel)
+        add(OpKind.SUM, (source, target), _reduction_kernel(OpKind.SUM, source))
+        add(OpKind.CUMSUM, (source, target), _cumsum_kernel(source))
     table.register(OpKind.FUSED, (), backend_id, WgslKernelGenerator(dtypes), STRIDED,
                    FUSED_SOURCE)
     # Fused groups render as WGSL; its math functions are the GPU's own (they always pay).

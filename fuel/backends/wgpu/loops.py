@@ -4,6 +4,7 @@ fused groups) rendered by ``fuel.compiler.render_wgsl`` and recorded into the op
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from functools import cache
 
@@ -11,13 +12,21 @@ import numpy as np
 
 from fuel.backends.wgpu.elements import buffer_bytes, element_bytes
 from fuel.backends.wgpu.windows import split_launch
-from fuel.compiler.kernel_ir import KernelBuilder, Load, LoopKernel, Store, Value, collapse
-from fuel.compiler.render_wgsl import (
-    render_wgsl,
+from fuel.compiler.kernel_ir import (
+    KernelBuilder,
+    Load,
+    LoopKernel,
+    Store,
+    Value,
+    collapse,
+    kernel_row_schedule,
+    row_schedule,
+    store_strides,
 )
+from fuel.compiler.render_wgsl import render_wgsl
 from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
 from fuel.ir.errors import KernelError
-from fuel.ir.layout import Layout, contiguous_strides
+from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 
 STRIDED = KernelCaps(strided_input=True)
@@ -57,11 +66,26 @@ def unaliased(inputs: Sequence, output) -> list:
 
 
 @cache
-def _loop_source(values: tuple, load_dtypes: tuple, stores: tuple, reduced: int,
-                 depth: int) -> str:
-    """``load_dtypes``: (dtype, constant along the row) per load."""
+def _loop_source(values: tuple, load_dtypes: tuple, stores: tuple, reduced: bool,
+                 depth: int, row_depth: int) -> str:
+    """The WGSL of a kernel's values, loads and stores over ``depth`` dims, the last
+    ``row_depth`` the row (with ``reduced``). The source depends on no shape or stride:
+    ``load_dtypes`` is (dtype, constant along the row) per load, ``stores`` their
+    (value, dtype, per_row)."""
     loads = tuple(Load(d, (0 if constant else 1,)) for d, constant in load_dtypes)
-    return render_wgsl(LoopKernel("kernel", (), loads, values, stores, (), reduced), depth)
+    stores = tuple(Store(value, dtype, per_row) for value, dtype, per_row in stores)
+    return render_wgsl(LoopKernel("kernel", (1,) * reduced, loads, values, stores, (),
+                                  int(reduced)), depth, row_depth)
+
+
+def loop_source(kernel: LoopKernel, depth: int, row_depth: int = 1) -> str:
+    """The WGSL of ``kernel`` over ``depth`` dims (of which ``row_depth`` are the row), shared
+    by every kernel with its values, operand dtypes and row pattern."""
+    first = len(kernel.shape) - kernel.reduced
+    loads = tuple((load.dtype, bool(kernel.reduced) and not any(load.strides[first:]))
+                  for load in kernel.loads)
+    stores = tuple((store.value, store.dtype, store.per_row) for store in kernel.stores)
+    return _loop_source(kernel.values, loads, stores, bool(kernel.reduced), depth, row_depth)
 
 
 def run_loop(kernel: LoopKernel, inputs: Sequence, outputs: Sequence,
@@ -70,9 +94,9 @@ def run_loop(kernel: LoopKernel, inputs: Sequence, outputs: Sequence,
     """Launch ``kernel`` over ``shape``: inputs read through ``in_layouts`` (broadcast to
     ``shape``), outputs written through ``out_layouts``. With ``bind``: a launcher recording
     it (None where the launch cannot be bound once: nothing to do, or aliased operands)."""
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if count == 0:
-        return None
+    split = len(shape) - kernel.reduced
+    if math.prod(shape[:split]) == 0:  # no element (or no row: an empty row folds to the
+        return None                    # identity)
     if bind and any(s.buffer is outputs[0].buffer for s in inputs):
         return None
     inputs = unaliased(inputs, outputs[0])
@@ -80,38 +104,37 @@ def run_loop(kernel: LoopKernel, inputs: Sequence, outputs: Sequence,
     for store, layout in zip(kernel.stores, out_layouts):
         strides = layout.strides
         if kernel.reduced and store.per_row:
-            strides = tuple(strides[:len(shape) - 1]) + (0,)
+            strides = tuple(strides[:split]) + (0,) * kernel.reduced
         layouts.append(Layout(tuple(shape), strides, layout.offset))
     operands = list(inputs) + list(outputs)
     context = device_context(outputs[0])
     pieces = split_launch(context, shape, [s.buffer for s in operands], layouts,
                           [element_bytes(s.dtype) for s in operands],
-                          fixed=(len(shape) - 1,) if kernel.reduced else (), label=kernel.name)
+                          fixed=range(split, len(shape)) if kernel.reduced else (),
+                          label=kernel.name)
     if bind and len(pieces) > 1:
         return None
     writable = [False] * len(inputs) + [True] * len(outputs)
     launcher = None
     for piece in pieces:
-        if kernel.reduced:
-            depth, sizes = len(piece.shape), list(piece.shape)
-            strides = [layout.strides for layout in piece.layouts]
-            items = int(np.prod(piece.shape[:-1], dtype=np.int64)) if piece.shape[-1] else 0
+        row_depth = 1
+        if kernel.reduced:  # the row schedule: rows and row collapsed apart
+            schedule = row_schedule(piece.shape, kernel.reduced,
+                                    [layout.strides for layout in piece.layouts])
+            sizes = [*schedule.outer_sizes, *schedule.row_sizes]
+            strides = [(*outer, *row) for outer, row in zip(schedule.outer_strides,
+                                                             schedule.row_strides)]
+            row_depth, items = len(schedule.row_sizes), schedule.rows
         else:
             sizes, strides = collapse(piece.shape, [layout.strides for layout in piece.layouts])
-            depth, items = len(sizes), int(np.prod(piece.shape, dtype=np.int64))
+            items = math.prod(piece.shape)
         meta = [items, *sizes]
         for layout, operand in zip(piece.layouts, strides):
             meta += [layout.offset, *operand]
-        source = _loop_source(kernel.values, _load_patterns(kernel),
-                              kernel.stores, kernel.reduced, depth)
+        source = loop_source(kernel, len(sizes), row_depth)
         launcher = record_dispatch(context, source, kernel.name, piece.bindings, writable, meta,
                                    items, bind=bind)
     return launcher
-
-
-def _load_patterns(kernel: LoopKernel) -> tuple:
-    return tuple((load.dtype, bool(kernel.reduced) and load.strides[-1] == 0)
-                 for load in kernel.loads)
 
 
 @cache
@@ -126,6 +149,7 @@ def one_value(op: str, in_dtypes: tuple, out_dtype) -> LoopKernel:
     else:
         value = builder.apply(OpKind(op), args, out_dtype)
     return builder.build(op, [Store(builder.cast(value, out_dtype), out_dtype)], (op,))
+
 
 
 class LoopLaunch:
@@ -168,6 +192,17 @@ def strided_copy(source, source_layout: Layout, target, target_layout: Layout) -
 # ------------------------------------------------------------------ fused groups
 
 
+def run_kernel(kernel: LoopKernel, inputs, outputs, layouts, bind: bool = False):
+    """Launch ``kernel`` as its loads and stores walk it (each operand's offset from its
+    layout in ``layouts``: inputs, then outputs)."""
+    loads = len(kernel.loads)
+    in_layouts = [Layout(kernel.shape, load.strides, layout.offset)
+                  for load, layout in zip(kernel.loads, layouts)]
+    out_layouts = [Layout(kernel.shape, store_strides(kernel, k), layout.offset)
+                   for k, layout in enumerate(layouts[loads:loads + len(kernel.stores)])]
+    return run_loop(kernel, inputs, outputs, in_layouts, out_layouts, kernel.shape, bind)
+
+
 class FusedKernel(LoopLaunch):
     """A planner's fused group (a LoopKernel with its loads' strides) as one WGSL launch."""
 
@@ -176,14 +211,49 @@ class FusedKernel(LoopLaunch):
         self.__qualname__ = self.__name__ = kernel.name
 
     def launch(self, inputs, outputs, layouts, bind: bool = False):
-        kernel = self.loop
-        in_layouts = [Layout(kernel.shape, load.strides, layout.offset)
-                      for load, layout in zip(kernel.loads, layouts)]
-        out_layouts = [Layout(kernel.shape, contiguous_strides(kernel.shape)
-                              if not store.per_row else
-                              contiguous_strides(kernel.shape[:-1]) + (0,), layouts[-1].offset)
-                       for store in kernel.stores]
-        return run_loop(kernel, inputs, outputs, in_layouts, out_layouts, kernel.shape, bind)
+        return run_kernel(self.loop, inputs, outputs, layouts, bind)
+
+
+class RowKernel(LoopLaunch):
+    """A registered kernel (a reduction, a scan) whose launches are LoopKernels:
+    ``build(inputs, outputs, layouts, params)`` gives one launch's (``row_kernels``) or None
+    (nothing to do). ``__qualname__`` carries the digest of ``sample``'s rendering, so the
+    binding's revision changes whenever the renderer's output does."""
+
+    def __init__(self, name: str, build, sample: LoopKernel) -> None:
+        self.builder = build
+        self.built: dict = {}  # (layouts, dtypes, params) -> LoopKernel, for eager launches
+        schedule = kernel_row_schedule(sample)
+        source = loop_source(sample, len(schedule.outer_sizes) + len(schedule.row_sizes),
+                             len(schedule.row_sizes))
+        digest = hashlib.blake2b(source.encode(), digest_size=8).hexdigest()
+        self.__qualname__ = self.__name__ = f"wgsl.{name}#{digest}"
+
+    def build(self, inputs, outputs, layouts, params) -> LoopKernel | None:
+        """The launch's LoopKernel, built once per layouts, dtypes and params."""
+        key = (tuple(layouts), tuple(s.dtype for s in inputs), params)
+        try:
+            return self.built[key]
+        except KeyError:
+            pass
+        except TypeError:  # params that do not hash: built each time
+            return self.builder(inputs, outputs, layouts, params)
+        if len(self.built) >= 1024:
+            self.built.clear()
+        loop = self.built[key] = self.builder(inputs, outputs, layouts, params)
+        return loop
+
+    def __call__(self, inputs, outputs, layouts, params) -> None:
+        loop = self.build(inputs, outputs, layouts, params)
+        if loop is not None:
+            run_kernel(loop, inputs, outputs, layouts)
+
+    def prepare(self, inputs, outputs, layouts, params) -> Launcher:
+        loop = self.build(inputs, outputs, layouts, params)
+        if loop is None:
+            return lambda: None
+        return run_kernel(loop, inputs, outputs, layouts, bind=True) or (
+            lambda: run_kernel(loop, inputs, outputs, layouts))
 
 
 class WgslKernelGenerator:
@@ -206,10 +276,14 @@ def generate_wgsl_kernel(kernel: LoopKernel, kernel_dtypes: frozenset) -> Bindin
     if unsupported:
         raise KernelError(f"{kernel.name} reads or writes {', '.join(unsupported)}, which this "
                           f"wgpu device's kernels do not take")
-    depth = len(kernel.shape) if kernel.reduced else len(collapse(
-        kernel.shape, [load.strides for load in kernel.loads])[0])
-    source = _loop_source(kernel.values, _load_patterns(kernel),
-                          kernel.stores, kernel.reduced, depth)
+    if kernel.reduced:
+        schedule = kernel_row_schedule(kernel)
+        row_depth = len(schedule.row_sizes)
+        depth = len(schedule.outer_sizes) + row_depth
+    else:
+        row_depth, depth = 1, len(collapse(kernel.shape,
+                                           [load.strides for load in kernel.loads])[0])
+    source = loop_source(kernel, depth, row_depth)
     revision = int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "little")
     return BindingEntry(FusedKernel(kernel), STRIDED, FUSED_SOURCE, revision)
 

@@ -21,12 +21,12 @@ from fuel.backends.wgpu.loops import device_context, record_dispatch, unaliased
 from fuel.backends.wgpu.windows import split_launch
 from fuel.compiler.render_wgsl import (
     STORAGE_WORDS,
-    VALUE_TYPES,
     float16_support,
     from_word,
     literal,
     rounded,
     to_word,
+    value_type,
 )
 from fuel.ir.errors import KernelError
 from fuel.ir.layout import Layout, contiguous_strides
@@ -69,7 +69,7 @@ def _batch_walk(batch_depth: int, operand) -> list[str]:
 def matmul_source(dtype, batch_depth: int, shape: str, block_rows: int = BLOCK_ROWS) -> str:
     """The WGSL of a batched matmul over ``dtype`` in the given shader ``shape`` (the register
     shape accumulating ``block_rows`` rows per invocation)."""
-    value, zero = VALUE_TYPES[dtype], literal(0, dtype)
+    value, zero = value_type(dtype), literal(0, dtype)
 
     def read(word: str) -> str:
         return from_word(word, dtype)
