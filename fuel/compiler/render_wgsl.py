@@ -122,10 +122,13 @@ def shader_header(words: list[str], writable: list[bool], names: list[str],
     return "\n".join(lines)
 
 
-def render_wgsl(kernel: LoopKernel, depth: int, row_depth: int = 1) -> str:
+def render_wgsl(kernel: LoopKernel, depth: int, row_depth: int = 1, row_body=None) -> str:
     """The WGSL source of ``kernel`` over a loop nest of ``depth`` dims (sizes, offsets and
     strides come from ``params`` at launch); with a reduction, the last ``row_depth`` of them
-    are the row (``render_wgsl_rows``). The kernel is legalized first (``WGSL_LEGALIZATION``)."""
+    are the row, whose body ``row_body`` renders (``render_wgsl_rows.render`` passes its own:
+    that module builds on this one). The kernel is legalized first (``WGSL_LEGALIZATION``)."""
+    if kernel.reduced and row_body is None:
+        raise ValueError(f"{kernel.name} reduces: render it with render_wgsl_rows.render")
     kernel = WGSL_LEGALIZATION.apply(kernel)
     loads, stores = kernel.loads, kernel.stores
     words = [STORAGE_WORDS[load.dtype] for load in loads] + \
@@ -147,8 +150,6 @@ def render_wgsl(kernel: LoopKernel, depth: int, row_depth: int = 1) -> str:
                          f"params[{record(depth, position)} + 1 + d];")
         lines.append("  }")
     if kernel.reduced:
-        from fuel.compiler.render_wgsl_rows import row_body  # it builds on this module
-
         lines += row_body(kernel, depth, row_depth)
     else:
         for index, value in enumerate(kernel.values):

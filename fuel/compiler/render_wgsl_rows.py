@@ -31,6 +31,7 @@ from fuel.compiler.render_wgsl import (
     is_float,
     literal,
     record,
+    render_wgsl,
     rounded,
     to_word,
 )
@@ -221,3 +222,9 @@ def _fold(kernel: LoopKernel, index: int, value: Value) -> tuple[list[str], list
         return declarations, [f"{acc} = {acc} {operator} {argument};"], result
     return declarations, [f"if ({argument} {comparison} {acc}) {{ {acc} = {argument}; }}"], \
         result
+
+
+def render(kernel: LoopKernel, depth: int, row_depth: int = 1) -> str:
+    """The WGSL source of any LoopKernel, elementwise or rows (``render_wgsl.render_wgsl``
+    with this module's row body where the kernel reduces)."""
+    return render_wgsl(kernel, depth, row_depth, row_body if kernel.reduced else None)

@@ -22,10 +22,9 @@ import threading
 import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from fuel.dispatch import op_profile
 from fuel.ir.errors import KernelError
 
 FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=off", "-fwrapv",
@@ -54,6 +53,9 @@ class BuiltKernel:
     source_path: Path
     library_path: Path
     seconds: float
+    # (phase, start, seconds) of the compiler run ("compile.c") and the load ("compile.load")
+    # this process did, until a caller takes them for the profile (``take_spans``).
+    spans: list = field(default_factory=list)
 
 
 _lock = threading.Lock()
@@ -221,14 +223,25 @@ def _load_or_compile(toolchain: Toolchain, source: str, key: str, name: str) -> 
     index_path = folder / f"{key}.json"
     source_path = folder / f"{key}.c"
     library = _cached_library(folder, index_path, key)
+    spans = []
     if library is None:
-        with op_profile.phase("compile.c"):  # a C compiler run: profiles show it as a phase
-            library = _compile(toolchain, source, folder, key, source_path, index_path, name)
+        began = time.perf_counter()
+        library = _compile(toolchain, source, folder, key, source_path, index_path, name)
+        spans.append(("compile.c", began, time.perf_counter() - began))
     elif not source_path.exists():
         _write_atomically(source_path, source.encode())
-    with op_profile.phase("compile.load"):
-        function = _load(library, name, source_path)
-    return BuiltKernel(function, key, source_path, library, time.perf_counter() - start)
+    began = time.perf_counter()
+    function = _load(library, name, source_path)
+    spans.append(("compile.load", began, time.perf_counter() - began))
+    return BuiltKernel(function, key, source_path, library, time.perf_counter() - start, spans)
+
+
+def take_spans(built: BuiltKernel) -> list[tuple[str, float, float]]:
+    """The (phase, start, seconds) of ``built``'s compile and load, once: the caller that
+    first takes them reports them (the CPU backend, into the profile's phases)."""
+    with _lock:
+        spans, built.spans = built.spans, []
+    return spans
 
 
 def _cached_library(folder: Path, index_path: Path, key: str) -> Path | None:

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import fuel
-from fuel.compiler import cpu, toolchain
+from fuel.backends.cpu import generated as cpu
+from fuel.compiler import toolchain
 from fuel.compiler.render_c import CProgram
 from fuel.dispatch.kernel import global_table
 from fuel.graph import Graph

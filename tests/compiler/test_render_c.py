@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from fuel.backends import get_backend
+from fuel.backends.cpu.generated import generate_c_kernel
 from fuel.compiler import toolchain
-from fuel.compiler.cpu import generate_c_kernel
 from fuel.compiler.kernel_ir import KernelBuilder, Load, Store, collapse
 from fuel.compiler.render_c import C_DTYPES, renders
 from fuel.dispatch.compiled import compile_node

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from fuel.backends import get_backend
+from fuel.backends.cpu.generated import generate_c_kernel
 from fuel.compiler import toolchain
-from fuel.compiler.cpu import generate_c_kernel
 from fuel.compiler.row_kernels import (
     cumsum_loop,
     norm_loop,

@@ -91,7 +91,12 @@ class CpuBackend(Backend):
         that run better decomposed and fused (``PREFERS_DECOMPOSED``)."""
         for module in KERNEL_MODULES:
             module.KERNELS.register_into(table)
-        from fuel.compiler.cpu import GENERATED, KERNEL_SOURCE, c_fusion_target, generate_c_kernel
+        from fuel.backends.cpu.generated import (
+            GENERATED,
+            KERNEL_SOURCE,
+            c_fusion_target,
+            generate_c_kernel,
+        )
 
         # Fused nodes: a generator that compiles each node's LoopKernel (fuel.compiler).
         table.register(OpKind.FUSED, (), BackendId.CPU, generate_c_kernel, GENERATED,

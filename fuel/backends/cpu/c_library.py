@@ -38,6 +38,7 @@ def entry_point(name: str, source: Callable[[], str], openmp: bool = False):
     function = _functions.get(name)
     if function is not None:
         return function
+    from fuel.backends.cpu.generated import report_build
     from fuel.compiler import toolchain
 
     if toolchain.unavailable_reason() is not None:
@@ -48,5 +49,7 @@ def entry_point(name: str, source: Callable[[], str], openmp: bool = False):
         function = _functions.get(name)
         if function is None:
             flags = toolchain.openmp_flags() if openmp else ()
-            function = _functions[name] = toolchain.build(source(), name, flags).function
+            built = toolchain.build(source(), name, flags)
+            report_build(built)
+            function = _functions[name] = built.function
     return function

@@ -48,13 +48,16 @@ def sequence_runner():
     """The loaded sequence loop, or None where no C toolchain builds it."""
     if _runner:
         return _runner[0]
+    from fuel.backends.cpu.generated import report_build
     from fuel.compiler import toolchain
     from fuel.ir.errors import KernelError
 
     with _runner_lock:
         if not _runner:
             try:
-                _runner.append(toolchain.build(SEQUENCE_SOURCE, "launch_sequence").function)
+                built = toolchain.build(SEQUENCE_SOURCE, "launch_sequence")
+                report_build(built)
+                _runner.append(built.function)
             except KernelError:
                 _runner.append(None)
     return _runner[0]

@@ -15,7 +15,7 @@ from functools import cache
 
 import numpy as np
 
-from fuel.backends.wgpu.elements import WGPU_DTYPES, element_bytes
+from fuel.backends.wgpu.elements import WGPU_DTYPES
 from fuel.backends.wgpu.fill import full_kernel
 from fuel.backends.wgpu.loops import (
     FUSED_SOURCE,
@@ -31,7 +31,6 @@ from fuel.backends.wgpu.loops import (
     unaliased,
 )
 from fuel.backends.wgpu.matmul import matmul_kernel
-from fuel.backends.wgpu.windows import split_launch
 from fuel.compiler.fusion import FusionTarget
 from fuel.compiler.kernel_ir import LoopKernel
 from fuel.compiler.render_wgsl import (

@@ -23,7 +23,7 @@ from fuel.compiler.kernel_ir import (
     row_schedule,
     store_strides,
 )
-from fuel.compiler.render_wgsl import render_wgsl
+from fuel.compiler.render_wgsl_rows import render as render_wgsl
 from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
 from fuel.ir.errors import KernelError
 from fuel.ir.layout import Layout

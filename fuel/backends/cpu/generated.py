@@ -1,4 +1,5 @@
-"""Generated C kernels as fuel kernels: the CPU backend's binding for fused nodes.
+"""Generated C kernels as fuel kernels: the CPU backend's binding for fused nodes (the
+kernel compiler renders and builds them; this backend binds, launches and profiles them).
 
 The CPU backend registers ``generate_c_kernel`` at ``(OpKind.FUSED, (), cpu)`` and declares
 ``c_fusion_target`` as its fusion target; the planner calls the generator (``compile_generated``)
@@ -22,6 +23,7 @@ from fuel.compiler.fusion import FusionTarget
 from fuel.compiler.kernel_ir import LoopKernel
 from fuel.compiler.render_c import CProgram, render_c, renders
 from fuel.compiler.render_c_reduce import render_c_reduce
+from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
 from fuel.ir.layout import Layout
 
@@ -72,11 +74,21 @@ class GeneratedKernel:
         except BaseException:
             self.pending = None
             raise
+        report_build(built)
         self.built, self.function = built, built.function
 
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params: object) -> None:
         self.prepare(inputs, outputs, layouts, params)()
+
+
+def report_build(built: toolchain.BuiltKernel) -> None:
+    """Put a build's compiler run and load into the profile's phases (``compile.c``,
+    ``compile.load``), once, when a profile is on."""
+    spans = toolchain.take_spans(built)
+    if op_profile.enabled():
+        for name, start, seconds in spans:
+            op_profile.record_phase(name, seconds, start)
 
 
 def generate_c_kernel(kernel: LoopKernel) -> BindingEntry:
