@@ -167,7 +167,11 @@ def leaf(array: np.ndarray, device: Device) -> TensorBase:
 def constant(value, dtype: DType, device: Device, shape: tuple[int, ...] = ()) -> Node:
     """A shared realized leaf holding ``value`` as ``dtype`` on ``device``, viewed at ``shape``
     with stride 0 (one element of storage, no expand node per use)."""
-    key = (value.__class__, bits_key(value), dtype, device.key, shape)  # -0.0 is not 0.0
+    kind = value.__class__
+    # -0.0 is not 0.0: a float keys by its bits, except a non-zero, non-NaN one, whose value
+    # is already unique to its bits (the common case, kept free of the packing).
+    bits = value if kind is float and value and value == value else bits_key(value)
+    key = (kind, bits, dtype, device.key, shape)
     try:
         found = _CONSTANTS.get(key)
     except TypeError:  # an unhashable value: a leaf of its own
