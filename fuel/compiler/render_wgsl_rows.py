@@ -79,16 +79,8 @@ def row_body(kernel: LoopKernel, depth: int, row_depth: int) -> list[str]:
                 defined.add(index)
 
     def element_values(roots: list[int]) -> list[str]:
-        needed: set[int] = set()
-        stack = list(roots)
-        while stack:
-            index = stack.pop()
-            if index in needed or index in defined:
-                continue
-            needed.add(index)
-            stack.extend(kernel.values[index].args)
         lines = []
-        for index in sorted(needed):
+        for index in _dependencies(kernel, roots, defined):
             value = kernel.values[index]
             if value.op in SCAN_OPS:
                 running = _combine(value, f"acc{index}", f"v{value.args[0]}")
@@ -140,8 +132,8 @@ def row_body(kernel: LoopKernel, depth: int, row_depth: int) -> list[str]:
 _FOLDS = REDUCE_OPS | SCAN_OPS
 
 
-def _scans(kernel: LoopKernel, roots: list[int], defined: set[int]) -> list[int]:
-    """The scans the values ``roots`` depend on (per element), in order."""
+def _dependencies(kernel: LoopKernel, roots: list[int], defined: set[int]) -> list[int]:
+    """The values ``roots`` depend on (themselves included) not yet ``defined``, in order."""
     needed: set[int] = set()
     stack = list(roots)
     while stack:
@@ -150,7 +142,12 @@ def _scans(kernel: LoopKernel, roots: list[int], defined: set[int]) -> list[int]
             continue
         needed.add(index)
         stack.extend(kernel.values[index].args)
-    return [i for i in sorted(needed) if kernel.values[i].op in SCAN_OPS]
+    return sorted(needed)
+
+
+def _scans(kernel: LoopKernel, roots: list[int], defined: set[int]) -> list[int]:
+    """The scans the values ``roots`` depend on (per element), in order."""
+    return [i for i in _dependencies(kernel, roots, defined) if kernel.values[i].op in SCAN_OPS]
 
 
 def _identity(op: str, dtype) -> str:

@@ -125,3 +125,11 @@ def norm_loop(op: OpKind, dtype: DType, layouts: list[Layout], axes: int, eps: f
         result = apply(OpKind.MUL, apply(OpKind.MUL, x, scale), weight)
     store = Store(builder.cast(result, dtype), dtype, strides=operands[-1])
     return builder.build(op.value, [store], (op.value,), count)
+
+
+def build_cumsum(inputs, outputs, layouts, params) -> LoopKernel | None:
+    """A cumsum launch's LoopKernel (None for an empty output): the row kernels' builder that
+    the OpenCL and wgpu backends share."""
+    if layouts[-1].numel == 0:
+        return None
+    return cumsum_loop(inputs[0].dtype, layouts[0], layouts[-1], params.dim)

@@ -11,7 +11,7 @@ from fuel.backends.opencl.codegen import OPENCL_DTYPES, OPENCL_NUMERIC_DTYPES
 from fuel.backends.opencl.common import STRIDED, kernel_list
 from fuel.backends.opencl.fused import RenderedKernel
 from fuel.compiler.kernel_ir import LoopKernel
-from fuel.compiler.row_kernels import cumsum_loop, output_dtype, reduction_loop
+from fuel.compiler.row_kernels import build_cumsum, cumsum_loop, output_dtype, reduction_loop
 from fuel.dispatch.kernel import KernelList
 from fuel.ir import dtype as dt
 from fuel.ir.errors import InvalidArgument
@@ -40,11 +40,6 @@ def _build_reduction(op: OpKind):
     return build
 
 
-def _build_cumsum(inputs, outputs, layouts, params) -> LoopKernel | None:
-    if layouts[-1].numel == 0:
-        return None
-    return cumsum_loop(inputs[0].dtype, layouts[0], layouts[-1], params.dim)
-
 
 def _add_reductions(kernels: KernelList) -> None:
     """Add every reduction and cumsum for OpenCL's dtypes."""
@@ -58,7 +53,7 @@ def _add_reductions(kernels: KernelList) -> None:
             kernel = RenderedKernel(op.value, _build_reduction(op), reduction_loop(
                 op, source, sample, Layout.contiguous((4,)), (1,)))
             kernels.add(op, [(source, output_dtype(op, source))], kernel, STRIDED)
-        kernel = RenderedKernel("cumsum", _build_cumsum, cumsum_loop(source, sample, sample, 1))
+        kernel = RenderedKernel("cumsum", build_cumsum, cumsum_loop(source, sample, sample, 1))
         kernels.add(OpKind.CUMSUM, [(source, output_dtype(OpKind.CUMSUM, source))], kernel,
                     STRIDED)
 

@@ -38,7 +38,7 @@ from fuel.compiler.render_wgsl import (
     renders,
     shader_header,
 )
-from fuel.compiler.row_kernels import cumsum_loop, reduction_loop
+from fuel.compiler.row_kernels import build_cumsum, cumsum_loop, reduction_loop
 from fuel.dispatch.kernel import BackendRecord, KernelBindingTable
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
@@ -97,11 +97,6 @@ def _build_reduction(op: OpKind):
     return build
 
 
-def _build_cumsum(inputs, outputs, layouts, params) -> LoopKernel | None:
-    if layouts[-1].numel == 0:
-        return None
-    return cumsum_loop(inputs[0].dtype, layouts[0], layouts[-1], params.dim)
-
 
 _SAMPLE = Layout.contiguous((4, 8))
 
@@ -113,7 +108,7 @@ def _reduction_kernel(op: OpKind, source) -> RowKernel:
 
 
 def _cumsum_kernel(source) -> RowKernel:
-    return RowKernel("cumsum", _build_cumsum, cumsum_loop(source, _SAMPLE, _SAMPLE, 1))
+    return RowKernel("cumsum", build_cumsum, cumsum_loop(source, _SAMPLE, _SAMPLE, 1))
 
 
 @cache

@@ -20,6 +20,7 @@ from fuel.compiler.row_kernels import (
 from fuel.ir import dtype as dt
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
+from tests.compiler.test_row_kernels import _gather, _values
 
 NUMPY_REDUCTIONS = {
     OpKind.SUM: np.sum, OpKind.PROD: np.prod, OpKind.MEAN: np.mean, OpKind.MAX: np.max,
@@ -39,20 +40,6 @@ def _launch(device, loop, arrays, layouts, out_dtype, out_layout, size):
     output = backend.allocate(device, out_dtype, size)
     RowKernel("test", lambda *_: loop, loop)(inputs, [output], [*layouts, out_layout], None)
     return backend.download(output, Layout.contiguous((size,)))
-
-
-def _gather(array, layout):
-    return np.lib.stride_tricks.as_strided(
-        array[layout.offset:], layout.shape, [s * array.itemsize for s in layout.strides])
-
-
-def _values(dtype, size, seed=0):
-    random = np.random.default_rng(seed)
-    if dtype.is_bool:
-        return random.random(size) < 0.7
-    if dtype.is_floating:
-        return random.uniform(-2, 2, size).astype(dtype.numpy)
-    return random.integers(-3, 4, size).astype(dtype.numpy)
 
 
 @pytest.mark.parametrize("view", sorted(VIEWS))
