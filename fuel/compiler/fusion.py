@@ -197,10 +197,26 @@ def fusion_groups(graph, waited: set[int], target_of: TargetOf, rendered: dict,
                 alone.append(anchor)
             continue
         ordered = tuple(sorted(ids))
-        name = "fused(" + ",".join([nodes[i].op._value_ for i in ordered
-                                    if nodes[i].op not in LAUNCHLESS_MEMBERS]) + ")"
+        name = group_name([nodes[i].op._value_ for i in ordered
+                           if nodes[i].op not in LAUNCHLESS_MEMBERS])
         groups.update(dict.fromkeys(ordered, FusionGroup(ordered, name, *spaces[anchor])))
     return groups
+
+
+NAMED_MEMBERS = 8  # a group of more computing members is named by its op counts
+
+
+def group_name(ops: list[str]) -> str:
+    """A group's name in profiles and explain(): its members' ops in order,
+    ``fused(mul,add,exp)``, or past ``NAMED_MEMBERS`` their counts in order of first use,
+    ``fused[1000: mul x500, add x500]`` (explain() lists every member, and
+    ``FusionGroup.members`` holds their node ids)."""
+    if len(ops) <= NAMED_MEMBERS:
+        return "fused(" + ",".join(ops) + ")"
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[op] = counts.get(op, 0) + 1
+    return f"fused[{len(ops)}: " + ", ".join(f"{op} x{n}" for op, n in counts.items()) + "]"
 
 
 def _row_reduce(node, target: FusionTarget) -> bool:

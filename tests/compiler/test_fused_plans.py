@@ -8,7 +8,7 @@ import pytest
 
 import fuel
 from fuel.backends.cpu import generated as cpu
-from fuel.compiler import toolchain
+from fuel.compiler import fusion, toolchain
 from fuel.compiler.render_c import CProgram
 from fuel.dispatch.kernel import global_table
 from fuel.graph import Graph
@@ -213,3 +213,23 @@ def test_a_faulting_fused_launch_names_the_groups_first_line_and_the_next_realiz
     assert all(count == 0 for count in in_flight_counts().values())
     monkeypatch.undo()
     np.testing.assert_allclose(_chain(tx, ty).numpy(), _expected(x, y), rtol=1e-6)
+
+
+def test_a_large_group_is_named_by_its_op_counts():
+    """A 1000-op fused chain's profile row is ``fused[N: op xK, ...]``, not a list of N ops;
+    explain() still shows every member with the group's kernel."""
+    data = np.linspace(-1, 1, 16, dtype=np.float32)
+    x = fuel.tensor(data)
+    expected = data.copy()
+    for k in range(500):
+        x = x * 1.0001 if k % 2 else x + 0.5
+        expected = expected * np.float32(1.0001) if k % 2 else expected + np.float32(0.5)
+    members = [row for row in x.explain().rows if row.decision.startswith("fused")]
+    assert len(members) == 500  # the full member list, each row naming the group's kernel
+    assert all("fused[500: add x250, mul x250]" in row.dispatch for row in members)
+    with fuel.profile() as profile:
+        values = x.numpy()
+    names = [row.op for row in profile.launches]
+    assert names == ["fused[500: add x250, mul x250]"], names
+    np.testing.assert_allclose(values, expected, rtol=1e-5)
+    assert fusion.group_name(["mul", "add"]) == "fused(mul,add)"
