@@ -203,7 +203,7 @@ def fusion_groups(graph, waited: set[int], target_of: TargetOf, rendered: dict,
     return groups
 
 
-NAMED_MEMBERS = 8  # a group of more computing members is named by its op counts
+NAMED_MEMBERS = 16  # a group of more computing members is named by its op counts
 
 
 def group_name(ops: list[str]) -> str:
