@@ -1,8 +1,10 @@
-"""Install hints for the optional extras, right for where fuel runs from: a source checkout gets
-``pip install -e '<checkout>[extra]'``, an installed package ``pip install 'pyfuel[extra]'``."""
+"""Where fuel runs from and keeps its files: install hints for the optional extras (a source
+checkout gets ``pip install -e '<checkout>[extra]'``, an installed package
+``pip install 'pyfuel[extra]'``) and the cache folder every cache lives under."""
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,6 +19,13 @@ def source_checkout() -> Path | None:
     except OSError:
         return None
     return root if 'name = "pyfuel"' in text else None
+
+
+def cache_root() -> Path:
+    """The folder of fuel's caches (kernels, converted weights, the OpenCL probe's verdicts,
+    ONNX node cases): ``$FUEL_CACHE_DIR``, else ``~/.cache/fuel``."""
+    configured = os.environ.get("FUEL_CACHE_DIR")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "fuel"
 
 
 def install_command(extra: str) -> str:

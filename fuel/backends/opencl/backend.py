@@ -106,29 +106,31 @@ class OpenClBackend(Backend):
         self._detect()
         return list(self._devices)
 
-    def context(self, device: Device) -> DeviceContext:
-        """The DeviceContext of ``device``; DeviceError when it is gone or unknown."""
+    def _candidate(self, device: Device):
+        """The detected device behind ``device``; DeviceError when it is gone or unknown."""
         if self._offline:
             raise DeviceError(f"device {device} is unavailable: {self._offline}")
         self._detect()
         if device.backend is not BackendId.OPENCL or device.index not in self._numbers:
             names = ", ".join(str(d) for d in self._devices) or "none"
             raise DeviceError(f"device {device} does not exist; opencl has: {names}")
+        return self._candidates[self._numbers.index(device.index)]
+
+    def context(self, device: Device) -> DeviceContext:
+        """The DeviceContext of ``device`` (made on its first use); DeviceError when it is gone
+        or unknown."""
+        candidate = self._candidate(device)
         found = self._contexts.get(device.index)
         if found is None:
             with self._lock:
                 found = self._contexts.get(device.index)
                 if found is None:
-                    candidate = self._candidates[self._numbers.index(device.index)]
                     with wrap_errors(f"cannot set up {device}"):
                         found = self._contexts[device.index] = DeviceContext(candidate)
         return found
 
     def describe_device(self, device: Device) -> str:
-        self._detect()
-        if device.index in self._numbers:
-            return runtime.describe(self._candidates[self._numbers.index(device.index)])
-        return self.context(device).describe()
+        return runtime.describe(self._candidate(device))
 
     def supports_fp64(self) -> bool:
         """Whether every device runs float64 kernels (cl_khr_fp64)."""

@@ -27,6 +27,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fuel.extras import cache_root
+
 TARGET_ENVIRONMENT = "FUEL_OPENCL_PROBE_TARGET"  # "P:D": the child sees that device only
 # The child's checks run fuel's kernels through the front end, so they live in the layer
 # above it (applications); this layer only starts them, by module name.
@@ -37,9 +39,7 @@ _CACHE_NAME = "opencl-probe.json"
 
 def cache_path() -> Path:
     """``$FUEL_CACHE_DIR/opencl-probe.json`` or ``~/.cache/fuel/opencl-probe.json``."""
-    configured = os.environ.get("FUEL_CACHE_DIR")
-    root = Path(configured).expanduser() if configured else Path.home() / ".cache" / "fuel"
-    return root / _CACHE_NAME
+    return cache_root() / _CACHE_NAME
 
 
 @functools.cache

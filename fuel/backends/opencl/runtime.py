@@ -251,9 +251,6 @@ class DeviceContext:
         wide = 1024 if self.is_cpu else 256
         return int(min(wide, self.device.max_work_group_size))
 
-    def describe(self) -> str:
-        return describe(self.candidate)
-
     # ------------------------------------------------------------------ programs and launches
 
     def kernel(self, spec: ProgramSpec, name: str):
