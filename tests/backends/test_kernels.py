@@ -68,43 +68,46 @@ def _usable(entry, case) -> bool:
         0 in item.layout.strides for item in case.operands)
 
 
-@pytest.mark.parametrize("key", CPU_KEYS, ids=key_id)
-def test_cpu_kernel_matches_reference(key):
-    op, dtypes, backend_id = key
-    backend = BACKENDS[backend_id]
-    for entry in global_table().lookup_alternatives(op, dtypes, backend_id):
-        for case in _cases(key):
-            if not _usable(entry, case):
-                continue
-            expected = case.expected()
-            for params, destination in _runs(key, case):
-                actual = run_case(backend, entry, op, dtypes, case, params, destination)
-                assert_matches(actual, expected, dtypes[-1], case,
-                               f"{key_id(key)} ({entry.kernel_source}) vs reference",
-                               exactness(op, case.params, backend_id, dtypes[-1]))
-
-
-@pytest.mark.parametrize("key", DEVICE_KEYS, ids=key_id)
-def test_device_kernel_matches_cpu(key):
-    op, dtypes, backend_id = key
+def _backend(backend_id):
+    """The backend of ``backend_id``, or a skip when it is not available here."""
     backend = BACKENDS.get(backend_id)
     if backend is None:
         pytest.skip(f"{backend_id.value} is not available")
-    cpu = BACKENDS[BackendId.CPU]
-    cpu_entries = global_table().lookup_alternatives(op, dtypes, BackendId.CPU)
+    return backend
+
+
+def _check_alternatives(key, cases, label: str = "") -> None:
+    """Every registered alternative of ``key`` on ``cases``: a device's against the CPU's first
+    kernel where the CPU has the key, a CPU's (or one the CPU lacks) against the reference."""
+    op, dtypes, backend_id = key
+    backend = _backend(backend_id)
+    cpu_entries = [] if backend_id is BackendId.CPU else \
+        global_table().lookup_alternatives(op, dtypes, BackendId.CPU)
     for entry in global_table().lookup_alternatives(op, dtypes, backend_id):
-        for case in _cases(key):
+        for case in cases:
             if not _usable(entry, case):
                 continue
             if cpu_entries:
-                expected = run_case(cpu, cpu_entries[0], op, dtypes, case)
-                what = f"{key_id(key)} vs cpu"
+                expected = run_case(BACKENDS[BackendId.CPU], cpu_entries[0], op, dtypes, case)
+                what = f"{key_id(key)}{label} ({entry.kernel_source}) vs cpu"
             else:
-                expected, what = case.expected(), f"{key_id(key)} vs reference"
+                expected = case.expected()
+                what = f"{key_id(key)}{label} ({entry.kernel_source}) vs reference"
             for params, destination in _runs(key, case):
                 actual = run_case(backend, entry, op, dtypes, case, params, destination)
                 assert_matches(actual, expected, dtypes[-1], case, what,
                                exactness(op, case.params, backend_id, dtypes[-1]))
+
+
+@pytest.mark.parametrize("key", CPU_KEYS, ids=key_id)
+def test_cpu_kernel_matches_reference(key):
+    _check_alternatives(key, _cases(key))
+
+
+@pytest.mark.parametrize("key", DEVICE_KEYS, ids=key_id)
+def test_device_kernel_matches_cpu(key):
+    _backend(key[2])
+    _check_alternatives(key, _cases(key))
 
 
 def test_every_registered_key_has_cases():
@@ -219,28 +222,11 @@ def _salted_cases(key) -> list[Case]:
 
 @pytest.mark.parametrize("key", EXACT_FLOAT_KEYS, ids=key_id)
 def test_exact_kernels_keep_signed_zeros_and_nan_payloads(key):
-    op, dtypes, backend_id = key
-    backend = BACKENDS.get(backend_id)
-    if backend is None:
-        pytest.skip(f"{backend_id.value} is not available")
-    cpu = BACKENDS[BackendId.CPU]
-    cpu_entries = global_table().lookup_alternatives(op, dtypes, BackendId.CPU)
+    _backend(key[2])
     cases = _salted_cases(key)
     if not cases:
         pytest.skip(f"no float operand to salt in the cases of {key_id(key)}")
-    for entry in global_table().lookup_alternatives(op, dtypes, backend_id):
-        for case in cases:
-            if not _usable(entry, case):
-                continue
-            if backend_id is BackendId.CPU or not cpu_entries:
-                expected, what = case.expected(), f"{key_id(key)} salted vs reference"
-            else:
-                expected = run_case(cpu, cpu_entries[0], op, dtypes, case)
-                what = f"{key_id(key)} salted vs cpu"
-            for params, destination in _runs(key, case):
-                actual = run_case(backend, entry, op, dtypes, case, params, destination)
-                assert_matches(actual, expected, dtypes[-1], case, what,
-                               exactness(op, case.params, backend_id, dtypes[-1]))
+    _check_alternatives(key, cases, " salted")
 
 
 def test_exact_comparison_sees_the_sign_of_zero_and_nan_payloads():
