@@ -7,6 +7,7 @@ against the CPU."""
 
 from __future__ import annotations
 
+import os
 import sys
 from types import SimpleNamespace
 
@@ -213,3 +214,17 @@ def test_copies_between_cuda_and_the_other_devices(cuda):
         other = names[0]
         there = x.to(device).to(other).to(device).to("cpu")
         np.testing.assert_array_equal(there.numpy(), a, err_msg=f"via {other}")
+
+
+def test_the_bench_exits_saying_why_without_a_device():
+    import subprocess
+    from pathlib import Path
+
+    if BACKEND.is_available():
+        pytest.skip("a CUDA device is here")
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, str(root / "bench" / "cuda.py")], cwd=root,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 2
+    assert "CUDA is unavailable here (" + BACKEND.unavailable_reason() in done.stderr
