@@ -107,3 +107,17 @@ def compile_all(items: list[Rendering], arch: str, batch: int = 400, workers: in
             except KernelError as error:
                 failures.append((chunk[n], str(error)))
     return failures
+
+
+def cuda_device():
+    """The first CUDA device, or a skip naming why there is none."""
+    import pytest
+
+    from fuel.backends import find_backend
+    from fuel.ir.device import BackendId
+
+    backend = find_backend(BackendId.CUDA)
+    if backend is None or not backend.is_available():
+        reason = backend.unavailable_reason() if backend is not None else "not loaded"
+        pytest.skip(f"CUDA is unavailable: {reason}")
+    return backend.devices()[0]

@@ -20,7 +20,7 @@ from tests.backends.cuda import renderings as suite
 
 pytestmark = pytest.mark.skipif(nvrtc.unavailable_reason() is not None,
                                 reason=str(nvrtc.unavailable_reason()))
-WORKERS = max(1, min(2, os.cpu_count() or 1))
+WORKERS = max(1, min(8, os.cpu_count() or 1))
 
 
 @pytest.fixture(scope="module")
