@@ -35,11 +35,12 @@ def _storage(dtype):
     return SimpleNamespace(dtype=dtype, buffer=object())
 
 
-def renderings() -> tuple[list[Rendering], list[str]]:
-    """(the distinct sources, in order of first use; keys without a case generator)."""
+def renderings(rows=None) -> tuple[list[Rendering], list[str]]:
+    """(the distinct sources, in order of first use; keys without a case generator) of
+    ``rows`` (default: every CUDA binding)."""
     found: dict[str, Rendering] = {}
     missing = []
-    for op, dtypes, kernel in kernel_rows():
+    for op, dtypes, kernel in kernel_rows() if rows is None else rows:
         generate = CASES.get(op)
         if generate is None:
             missing.append(key_id((op, dtypes, None)))

@@ -1,0 +1,71 @@
+"""The real CUDA backend on the fake device of host memory (``fake_device``: CuPy, the driver's
+launches and cuBLAS faked, the kernels' CUDA C emulated): the kernel suite's harness over the
+first key of every CUDA op and every matmul key against the CPU, and a tiny Llama against the
+CPU. Where a GPU is here these are left to it (``test_kernels.py``, ``test_cuda_models.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fuel.backends import find_backend
+from fuel.backends.cuda.matmul import MatmulKernel
+from fuel.dispatch.kernel import global_table
+from fuel.ir.device import BackendId
+from tests.backends.cuda import fake_device
+from tests.backends.cuda.renderings import kernel_rows, renderings
+from tests.backends.kernel_cases import CASES
+from tests.backends.kernel_harness import assert_matches, exactness, key_id, run_case
+
+CUDA = find_backend(BackendId.CUDA)
+pytestmark = pytest.mark.skipif(CUDA.is_available(), reason="a CUDA device is here")
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    from fuel.dispatch import kernel
+
+    yield fake_device.install(monkeypatch)
+    monkeypatch.undo()
+    kernel._global_generation += 1  # plans made with the fake's table are stale
+
+
+def _first_of_each_op():
+    seen, rows = set(), []
+    for op, dtypes, kernel in kernel_rows():
+        if op not in seen or isinstance(kernel, MatmulKernel):
+            seen.add(op)
+            rows.append((op, dtypes, kernel))
+    return rows
+
+
+def test_the_suite_harness_on_the_fake_device(fake):
+    backend, _ = fake
+    rows = _first_of_each_op()
+    items, _ = renderings(rows)
+    fake_device.preload([item.source for item in items if "fuel_scratch" not in item.source])
+    cpu = find_backend(BackendId.CPU)
+    checked = 0
+    for op, dtypes, _ in rows:
+        (entry,) = global_table().lookup_alternatives(op, dtypes, BackendId.CUDA)
+        cpu_entries = global_table().lookup_alternatives(op, dtypes, BackendId.CPU)
+        for case in CASES[op](dtypes):
+            expected = run_case(cpu, cpu_entries[0], op, dtypes, case) if cpu_entries \
+                else case.expected()
+            actual = run_case(backend, entry, op, dtypes, case)
+            assert_matches(actual, expected, dtypes[-1], case,
+                           f"{key_id((op, dtypes, BackendId.CUDA))} (fake device) vs cpu",
+                           exactness(op, case.params, BackendId.CUDA, dtypes[-1]))
+            checked += 1
+    assert checked > 100
+
+
+def test_a_tiny_llama_on_the_fake_device_matches_the_cpu(fake, tmp_path):
+    pytest.importorskip("gguf")
+    pytest.importorskip("tokenizers")
+    from tests.models.tiny_gguf import TinyLlama, assert_matches_the_cpu, write_tiny_llama
+
+    _, device = fake
+    path = write_tiny_llama(tmp_path / "tiny.gguf", TinyLlama(), 0)
+    model = assert_matches_the_cpu(path, device)
+    assert np.all(np.isfinite(model.forward(model.encode("a"), model.new_cache(8))))
