@@ -69,3 +69,37 @@ def test_a_tiny_llama_on_the_fake_device_matches_the_cpu(fake, tmp_path):
     path = write_tiny_llama(tmp_path / "tiny.gguf", TinyLlama(), 0)
     model = assert_matches_the_cpu(path, device)
     assert np.all(np.isfinite(model.forward(model.encode("a"), model.new_cache(8))))
+
+
+@pytest.mark.slow
+def test_every_key_through_the_suite_harness_on_the_fake_device(fake):
+    backend, _ = fake
+    rows = kernel_rows()
+    items, _ = renderings(rows)
+    fake_device.preload([item.source for item in items if "fuel_scratch" not in item.source])
+    cpu = find_backend(BackendId.CPU)
+    for op, dtypes, _ in rows:
+        (entry,) = global_table().lookup_alternatives(op, dtypes, BackendId.CUDA)
+        cpu_entries = global_table().lookup_alternatives(op, dtypes, BackendId.CPU)
+        for case in CASES[op](dtypes):
+            expected = run_case(cpu, cpu_entries[0], op, dtypes, case) if cpu_entries \
+                else case.expected()
+            actual = run_case(backend, entry, op, dtypes, case)
+            assert_matches(actual, expected, dtypes[-1], case,
+                           f"{key_id((op, dtypes, BackendId.CUDA))} (fake device) vs cpu",
+                           exactness(op, case.params, BackendId.CUDA, dtypes[-1]))
+
+
+@pytest.mark.slow
+def test_minilm_and_smollm2_on_the_fake_device_match_the_cpu(fake):
+    pytest.importorskip("tokenizers")
+    from fuel.models import minilm
+    from fuel.models.llama import load_gguf
+
+    _, device = fake
+    sentences = ["hello world", "The girl is carrying a baby."]
+    np.testing.assert_allclose(minilm.load(device=device).encode(sentences),
+                               minilm.load().encode(sentences), rtol=1e-4, atol=2e-6)
+    on_cpu, on_device = load_gguf(), load_gguf(device=device)
+    ids = on_cpu.encode("The capital of France is")
+    assert on_device.generate_ids(ids, 4) == on_cpu.generate_ids(ids, 4)
