@@ -25,9 +25,9 @@ class Rendering:
 
 def kernel_rows():
     """(op, dtypes, kernel) of every CUDA binding (the backend's kernel lists)."""
-    from fuel.backends.cuda import matmul, ops
+    from fuel.backends.cuda import matmul, ops, quantized
 
-    return [(op, dtypes, kernel) for module in (ops, matmul)
+    return [(op, dtypes, kernel) for module in (ops, matmul, quantized)
             for op, dtypes, kernel, _ in module.KERNELS.rows]
 
 

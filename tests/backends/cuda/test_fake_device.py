@@ -1,7 +1,8 @@
 """The real CUDA backend on the fake device of host memory (``fake_device``: CuPy, the driver's
 launches and cuBLAS faked, the kernels' CUDA C emulated): the kernel suite's harness over the
-first key of every CUDA op and every matmul key against the CPU, and a tiny Llama against the
-CPU. Where a GPU is here these are left to it (``test_kernels.py``, ``test_cuda_models.py``)."""
+first key of every CUDA op, every matmul key and every quantized format against the CPU, and
+a tiny Llama against the CPU. Where a GPU is here these are left to it (``test_kernels.py``,
+``test_cuda_models.py``)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from fuel.backends import find_backend
 from fuel.backends.cuda.matmul import MatmulKernel
 from fuel.dispatch.kernel import global_table
 from fuel.ir.device import BackendId
+from fuel.ir.ops import OpKind
 from tests.backends.cuda import fake_device
 from tests.backends.cuda.renderings import kernel_rows, renderings
 from tests.backends.kernel_cases import CASES
 from tests.backends.kernel_harness import assert_matches, exactness, key_id, run_case
 
 CUDA = find_backend(BackendId.CUDA)
+QUANTIZED_OPS = frozenset({OpKind.DEQUANTIZE, OpKind.QUANTIZED_MATMUL, OpKind.QUANTIZED_EMBEDDING})
 pytestmark = pytest.mark.skipif(CUDA.is_available(), reason="a CUDA device is here")
 
 
@@ -33,7 +36,7 @@ def fake(monkeypatch):
 def _first_of_each_op():
     seen, rows = set(), []
     for op, dtypes, kernel in kernel_rows():
-        if op not in seen or isinstance(kernel, MatmulKernel):
+        if op not in seen or isinstance(kernel, MatmulKernel) or op in QUANTIZED_OPS:
             seen.add(op)
             rows.append((op, dtypes, kernel))
     return rows
