@@ -86,6 +86,7 @@ from fuel.jit import jit
 from fuel.memory.pool import empty_cache, memory_stats
 from fuel.profiler import Profile, profile
 from fuel.runtime.executor import plan_cache_stats, set_plan_cache_capacity
+from fuel.runtime.judge import judge_stats
 from fuel.tensor import Tensor
 
 # ``fuel.tensor`` is the factory function, not the module that defines Tensor: bind it after
@@ -135,7 +136,7 @@ __all__ = [
     "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn",
     "int4", "uint4", "int2", "uint2", "string", "zeros", "zeros_like",
     "memory_stats",
-    "empty_cache", "plan_cache_stats", "set_plan_cache_capacity", "jit",
+    "empty_cache", "judge_stats", "plan_cache_stats", "set_plan_cache_capacity", "jit",
     "set_fusion",
     "dequantize", "from_quantized", "quantized_embedding", "quantized_matmul", "round_int16_blocks",
     "q4_0", "q4_1",
