@@ -15,8 +15,10 @@ second process times nothing, and a changed kernel invalidates only its own entr
 ``FUEL_JUDGE``: ``on`` (default: time unseen buckets within ``FUEL_JUDGE_BUDGET`` seconds per
 process, 2 by default), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
 own rule). A profiled launch that runs much slower than its recorded winner marks the entry
-for a re-check. ``judge_stats()`` counts what it did; ``explain()`` shows the candidates and
-their times per node.
+for a re-check. Timings taken while the machine is busier than its cores (the load average
+above ``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) serve this process only: they rank
+the candidates by how they share the cores, so they are not stored. ``judge_stats()``
+counts what it did; ``explain()`` shows the candidates and their times per node.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ class Judge:
         self.stored: dict[str, dict] | None = None
         self.spent = 0.0
         self.counts = {"timed": 0, "stored": 0, "default": 0, "switched": 0, "rechecks": 0,
-                       "stale": 0}
+                       "stale": 0, "unsaved_busy": 0}
         self.devices: dict = {}
         self.epoch = 0  # bumped when verdicts are dropped: kernels' remembered choices expire
 
@@ -217,6 +219,9 @@ class Judge:
         self.counts["timed"] += 1
         if winner != default:
             self.counts["switched"] += 1
+        if _busy():  # timings of a machine busier than its cores: this process's only
+            self.counts["unsaved_busy"] += 1
+            return Verdict(winner, default, seconds, "timed on a busy machine, not stored")
         self._save(key, {"winner": winner, "default": default, "seconds": seconds,
                          "revisions": revisions, "timed": time.strftime("%Y-%m-%d %H:%M:%S")})
         return Verdict(winner, default, seconds, "timed")
@@ -272,6 +277,22 @@ class Judge:
             self.spent = 0.0
             for name in self.counts:
                 self.counts[name] = 0
+
+
+def _busy() -> bool:
+    """Whether the machine is busier than ``FUEL_JUDGE_MAX_LOAD`` (default 1.5 runnable
+    tasks per core, the 1-minute load average): timings taken then rank the candidates by
+    how they share the cores with others, so they are not stored for other processes."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - no load average here
+        return False
+    value = os.environ.get("FUEL_JUDGE_MAX_LOAD")
+    try:
+        limit = float(value) if value else 1.5 * _threads()
+    except ValueError:
+        raise FuelError(f"FUEL_JUDGE_MAX_LOAD={value!r}: expected a number") from None
+    return load > limit
 
 
 def _processor() -> str:

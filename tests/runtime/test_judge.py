@@ -68,6 +68,7 @@ def fresh_judge(tmp_path, monkeypatch):
     monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("FUEL_JUDGE", raising=False)
     monkeypatch.delenv("FUEL_JUDGE_BUDGET", raising=False)
+    monkeypatch.setenv("FUEL_JUDGE_MAX_LOAD", "1000")  # store whatever the machine's load
     JUDGE.forget()
     fuel.set_plan_cache_capacity(0)  # bound plans keep their launchers: start without any
     fuel.set_plan_cache_capacity(128)
@@ -202,6 +203,16 @@ def test_every_matmul_variant_computes_the_product(shape):
             got = out.buffer.reshape(m, n)
             assert np.all(np.abs(got - reference) <= (k + 2) * 2.0 ** -24 * bound + 1e-30), \
                 variant.name
+
+
+def test_a_busy_machine_keeps_its_timings_to_itself(fresh_judge, judged_backend, monkeypatch):
+    monkeypatch.setenv("FUEL_JUDGE_MAX_LOAD", "-1")  # any load average is above it
+    negate(np.ones(8, dtype=np.float32))
+    assert judge_stats()["timed"] == 1 and judge_stats()["unsaved_busy"] == 1
+    assert not fresh_judge.exists()
+    CALLS.update(slow=0, fast=0)
+    negate(np.ones(8, dtype=np.float32))  # this process still dispatches its winner
+    assert CALLS == {"slow": 0, "fast": 1}
 
 
 def test_results_agree_with_the_judge_off_cached_and_on(fresh_judge, monkeypatch):
