@@ -374,7 +374,8 @@ class JudgedKernel:
     """A kernel with competing candidates, behind the kernel contract: ``prepare`` asks the
     judge which candidate runs this launch. Its candidates are the first entry's variants
     (when it offers any; the first variant is its rule's choice) and every other sibling at
-    the key with the same caps, whole."""
+    the key with the same caps, whole, that accepts the launch (a sibling kernel may define
+    ``accepts(layouts, params) -> bool``; the first entry accepts every launch)."""
 
     def __init__(self, op: OpKind, dtypes: KernelDTypes, backend: BackendId,
                  entries: Sequence[BindingEntry]) -> None:
@@ -396,6 +397,9 @@ class JudgedKernel:
             found.append(_whole(first, first.kernel_source))
         names = {c.name for c in found}
         for entry in self.entries[1:]:
+            accepts = getattr(entry.kernel, "accepts", None)
+            if accepts is not None and not accepts(layouts, params):
+                continue  # a sibling for some launches only (a form of the convolution)
             name = entry.kernel_source
             while name in names:
                 name += "'"
