@@ -108,10 +108,21 @@ def explain(tensors) -> Explanation:
             node_id, node.op.value, node.shape, node.dtype.name, node.device.backend.value
             if node.op is not OpKind.COPY else f"->{node.device}", graph.inputs[node_id],
             dispatch, revision, f"{file}:{line}", decision=decision.kind,
-            reason=decision.reason + _judged(decision, node)))
+            reason=decision.reason + _judged(decision, node) + _copied(node)))
         if decision.kind is DECOMPOSED:
             rows.extend(_part_rows(resolution, node_id, kernels))
     return Explanation(rows)
+
+
+def _copied(node) -> str:
+    """For a cross-device copy: the bytes it moves."""
+    if node.op is not OpKind.COPY or not node.inputs:
+        return ""
+    count = 1
+    for size in node.shape:
+        count *= size
+    moved = (count * node.inputs[0].dtype.bits + 7) // 8
+    return f"; moves {moved:,} bytes {node.inputs[0].device} -> {node.device}"
 
 
 def _judged(decision: Decision, node) -> str:

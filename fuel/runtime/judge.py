@@ -43,6 +43,7 @@ MODES = ("off", "cached", "on")
 MARGIN = 0.05  # a candidate replaces the default only when faster by more than this fraction
 REPEATS = 7  # timed runs per candidate (after one warm-up), fewer when a run is slow
 CANDIDATE_SECONDS = 0.05  # at most about this long timing one candidate
+LOSING = 4.0  # a warm-up run this many times the best median so far ends the candidate's timing
 REGRESSION = 1.5  # a profiled median this much slower than the winner's triggers a re-check
 REGRESSION_SAMPLES = 5
 FORMAT = 1  # the winners file's format
@@ -335,6 +336,7 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
         backend, device = storage.backend, storage.device
         synchronize = lambda: backend.synchronize(device)  # noqa: E731
     found: dict[str, float] = {}
+    best = float("inf")
     for candidate in candidates:
         try:
             launcher = candidate.variant.prepare(inputs, outputs, layouts, params)
@@ -345,13 +347,18 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
                 launcher()
                 if synchronize is not None:
                     synchronize()
+                seconds = time.perf_counter() - start
                 if run:
-                    samples.append(time.perf_counter() - start)
+                    samples.append(seconds)
+                elif seconds > LOSING * best and seconds > 1e-4:
+                    samples.append(seconds)  # far behind even warming up: no more runs
+                    break
                 if time.perf_counter() - begin > CANDIDATE_SECONDS and len(samples) >= 2:
                     break
         except Exception:  # a candidate that cannot run this launch loses it
             continue
         found[candidate.name] = statistics.median(samples) if samples else float("inf")
+        best = min(best, found[candidate.name])
     return found
 
 
