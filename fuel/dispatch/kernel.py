@@ -50,7 +50,7 @@ def prepare_launcher(kernel: Kernel, inputs: Sequence[object], outputs: Sequence
 class Variant:
     """One way a tunable kernel can run a launch: ``name`` (``openblas``, ``c-dot/1t``) and
     ``prepare(inputs, outputs, layouts, params) -> Launcher``. A kernel offers its variants
-    with an optional ``variants(layouts, params)`` method, the first being the one its own
+    with an optional ``variants(layouts, params, device)`` method, the first being the one its own
     measured rule picks; the judge (fuel.runtime.judge) times them on the real operands and
     dispatches the winner. Every variant computes the same result within the conformance
     tolerance: the kernel suite runs each one."""

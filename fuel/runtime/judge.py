@@ -43,7 +43,7 @@ MODES = ("off", "cached", "on")
 MARGIN = 0.05  # a candidate replaces the default only when faster by more than this fraction
 REPEATS = 7  # timed runs per candidate (after one warm-up), fewer when a run is slow
 CANDIDATE_SECONDS = 0.05  # at most about this long timing one candidate
-LOSING = 4.0  # a warm-up run this many times the best median so far ends the candidate's timing
+LOSING = 4.0  # a first timed run this many times the best median so far ends the timing
 REGRESSION = 1.5  # a profiled median this much slower than the winner's triggers a re-check
 REGRESSION_SAMPLES = 5
 FORMAT = 1  # the winners file's format
@@ -348,11 +348,10 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
                 if synchronize is not None:
                     synchronize()
                 seconds = time.perf_counter() - start
-                if run:
+                if run:  # run 0 warms up (a first launch may compile: never judged)
                     samples.append(seconds)
-                elif seconds > LOSING * best and seconds > 1e-4:
-                    samples.append(seconds)  # far behind even warming up: no more runs
-                    break
+                    if run == 1 and seconds > LOSING * best and seconds > 1e-4:
+                        break  # far behind the best already: no more runs
                 if time.perf_counter() - begin > CANDIDATE_SECONDS and len(samples) >= 2:
                     break
         except Exception:  # a candidate that cannot run this launch loses it
@@ -393,11 +392,12 @@ class JudgedKernel:
         # shape costs one lookup; a re-check (a new epoch) decides again.
         self.chosen: dict = {}
 
-    def candidates(self, layouts: Sequence[Layout], params: object) -> tuple[Candidate, ...]:
+    def candidates(self, layouts: Sequence[Layout], params: object, index: int = 0
+                   ) -> tuple[Candidate, ...]:
         first = self.entries[0]
         found: list[Candidate] = []
         offer = getattr(first.kernel, "variants", None)
-        variants = offer(layouts, params) if offer is not None else ()
+        variants = offer(layouts, params, Device(self.backend, index)) if offer else ()
         for variant in variants:
             found.append(Candidate(variant.name, f"{first.kernel_revision_hash:016x}", variant))
         if not found:
@@ -422,7 +422,7 @@ class JudgedKernel:
         except TypeError:  # unhashable params: decide every time
             key, epoch, candidate = None, -1, None
         if candidate is None or epoch != JUDGE.epoch:
-            candidates = self.candidates(layouts, params)
+            candidates = self.candidates(layouts, params, _index(outputs, inputs))
             candidate = candidates[0]
             if len(candidates) > 1:
                 head = key_head(self.op, self.dtypes, self.backend,
@@ -437,7 +437,7 @@ class JudgedKernel:
     def observe(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object, seconds: float) -> None:
         """A profiled launch's time (see ``Judge.observe``)."""
-        candidates = self.candidates(layouts, params)
+        candidates = self.candidates(layouts, params, _index(outputs, inputs))
         if len(candidates) < 2:
             return
         head = key_head(self.op, self.dtypes, self.backend,

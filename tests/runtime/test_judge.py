@@ -192,7 +192,7 @@ def test_every_matmul_variant_computes_the_product(shape):
         sb = BACKEND.upload(CPU, np.ascontiguousarray(base).reshape(-1))
         lb = Layout((k, n), (n, 1)) if b.flags.c_contiguous else Layout((k, n), (1, k))
         layouts = [Layout.contiguous((m, k)), lb, Layout.contiguous((m, n))]
-        variants = matmul.CMatmul().variants(layouts, None)
+        variants = matmul.CMatmul().variants(layouts, None, CPU)
         assert len(variants) >= 2 and variants[0].name in {v.name for v in variants}
         reference = a.astype(np.float64) @ b.astype(np.float64)
         bound = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)

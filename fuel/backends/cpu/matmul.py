@@ -28,7 +28,7 @@ from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelCaps, KernelList, Launcher, Variant
 from fuel.ir import dtype as dt
-from fuel.ir.device import BackendId
+from fuel.ir.device import BackendId, Device
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 
@@ -230,7 +230,8 @@ class CMatmul:
         plan, arguments = launch_arguments(tuple(layouts), self.forced, thread_count())
         return self._launcher(plan, arguments, inputs, outputs, layouts, params)
 
-    def variants(self, layouts: Sequence[Layout], params: object) -> tuple[Variant, ...]:
+    def variants(self, layouts: Sequence[Layout], params: object, device: Device
+                 ) -> tuple[Variant, ...]:
         """The judge's candidates for this launch (the rule's choice first): OpenBLAS and
         each C form the strides fit, on the default threads and on one."""
         if self.forced or library() is None:

@@ -154,20 +154,13 @@ class MatmulKernel:
     def __call__(self, inputs, outputs, layouts, params) -> None:
         matmul_in_shape(inputs, outputs, layouts, shader_shape(device_context(outputs[0])))
 
-    def variants(self, layouts, params) -> tuple[Variant, ...]:
-        from fuel.backends import find_backend
-        from fuel.ir.device import BackendId
+    def variants(self, layouts, params, device) -> tuple[Variant, ...]:
+        from fuel.backends import get_backend
 
-        first = REGISTER
-        for backend_id in (BackendId.VULKAN, BackendId.METAL):  # the wgpu adapter's kind
-            backend = find_backend(backend_id)
-            devices = backend.devices() if backend is not None else []
-            if devices:
-                context = backend.context(devices[0])
-                if context.matmul_shape is not None:  # set by a test or the benchmark
-                    return (Variant(context.matmul_shape, partial(_bound, context.matmul_shape)),)
-                first = shader_shape(context)
-                break
+        context = get_backend(device).context(device)
+        if context.matmul_shape is not None:  # set by a test or the benchmark: no contest
+            return (Variant(context.matmul_shape, partial(_bound, context.matmul_shape)),)
+        first = shader_shape(context)
         shapes = (first, TILED if first == REGISTER else REGISTER)
         return tuple(Variant(shape, partial(_bound, shape)) for shape in shapes)
 
