@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the fuel command with ``argv`` (default: the process's arguments)."""
     args = build_parser().parse_args(argv)
+    _show_notes()
     try:
         return int(args.handler(args) or 0)
     except FuelError as error:
@@ -40,6 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (fuel kernels | head): stop quietly
         _silence_stdout()
         return 141
+
+
+def _show_notes() -> None:
+    """Print fuel's INFO notes (the first kernel compile's) on standard error, once."""
+    logger = logging.getLogger("fuel")
+    if not any(getattr(h, "fuel_notes", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.fuel_notes = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def _silence_stdout() -> None:
