@@ -547,12 +547,19 @@ LOGICAL_OPS = frozenset({OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_X
 _INFER_CACHE: dict[tuple, tuple[Shape, DType, int]] = {}
 
 
+def check_operand(role: str, constraint: str, dtype: DType) -> None:
+    """DTypeError unless ``dtype`` meets the registry's ``constraint`` (``index``, ``mask``,
+    ...): the front end checks a user's operand with it before any implicit conversion, so
+    ``x.gather(1, float_index)`` is refused as torch refuses it, naming ``role``."""
+    allowed, text = OPERAND_CONSTRAINTS[constraint]
+    if dtype not in allowed:
+        raise DTypeError(f"{role} must be {text}, got {dtype.name}")
+
+
 def _check_operands(record: OpDefinition, dtypes: tuple[DType, ...]) -> None:
     for position, (constraint, dtype) in enumerate(zip(record.operands, dtypes)):
-        allowed = OPERAND_CONSTRAINTS.get(constraint)
-        if allowed is not None and dtype not in allowed[0]:
-            raise DTypeError(f"operand {position} ({constraint}) must be {allowed[1]}, got "
-                             f"{dtype.name}")
+        if constraint in OPERAND_CONSTRAINTS:
+            check_operand(f"operand {position} ({constraint})", constraint, dtype)
 
 
 def _infer(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, ...]):

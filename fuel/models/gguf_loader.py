@@ -24,6 +24,7 @@ from fuel.models.common import (
     release_freed_heap,
     require,
 )
+from fuel.models.gguf_checks import check_gguf, check_llama
 from fuel.models.tokenizer import byte_level_bpe
 
 # Tensor types gguf's NumPy dequantizer handles and fuel accepts for weights.
@@ -204,6 +205,7 @@ class GGUFModelFile:
     def __init__(self, path: str | os.PathLike) -> None:
         gguf = require("gguf", "loading a GGUF model")
         self.path = Path(path)
+        check_gguf(self.path)  # every length, count, type, dim and offset, before gguf reads it
         try:
             self._reader = _checked_reader(gguf)(str(self.path))
         except (ValueError, OSError, IndexError, KeyError) as error:
@@ -256,7 +258,7 @@ class GGUFModelFile:
         tokens = self.value("tokenizer.ggml.tokens") or []
         bos = self.value("tokenizer.ggml.bos_token_id")
         eos = self.value("tokenizer.ggml.eos_token_id")
-        return LlamaConfig(
+        config = LlamaConfig(
             vocab_size=int(self.value("llama.vocab_size", len(tokens))),
             hidden_size=hidden,
             intermediate_size=int(self.required("llama.feed_forward_length")),
@@ -272,6 +274,10 @@ class GGUFModelFile:
             add_bos_token=bool(self.value("tokenizer.ggml.add_bos_token", False)),
             tied_embeddings="output.weight" not in self.tensors,
         )
+        types = self._field("tokenizer.ggml.token_type")
+        check_llama(self.path.name, config, {n: t.shape for n, t in self.tensors.items()},
+                    len(tokens), None if types is None else len(types.data))
+        return config
 
     def tokenizer(self):
         """The tokenizer the file describes, as a ``tokenizers.Tokenizer``."""
@@ -281,8 +287,14 @@ class GGUFModelFile:
                                    "byte-level BPE ('gpt2') tokenizers from GGUF")
         tokens = self.required("tokenizer.ggml.tokens")
         types = self.value("tokenizer.ggml.token_type") or [1] * len(tokens)
-        return byte_level_bpe(tokens, self.required("tokenizer.ggml.merges"), types,
-                              self.value("tokenizer.ggml.pre", "default"))
+        try:
+            return byte_level_bpe(tokens, self.required("tokenizer.ggml.merges"), types,
+                                  self.value("tokenizer.ggml.pre", "default"))
+        except Exception as error:  # tokenizers' own errors (a merge of unknown tokens, ...)
+            if isinstance(error, ModelFormatError):
+                raise
+            raise ModelFormatError(f"{self.path.name}: its tokenizer cannot be built: "
+                                   f"{error}") from None
 
     def check_tensor_types(self) -> None:
         """Raise a ModelFormatError naming the first tensor of a type fuel cannot dequantize."""
