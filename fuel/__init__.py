@@ -99,7 +99,8 @@ _backends.find_backend(BackendId.CPU)  # the embedded default registers its kern
 
 # Sub-packages imported on first use, so that ``import fuel`` needs only numpy and ml_dtypes:
 # ``fuel.onnx.load(...)`` and ``fuel.models.llama.load_gguf()`` work right after ``import fuel``.
-_LAZY_SUBPACKAGES = frozenset({"nn", "onnx", "models", "conformance", "distributed", "autograd"})
+_LAZY_SUBPACKAGES = frozenset({"nn", "onnx", "models", "conformance", "distributed", "autograd",
+                               "optim"})
 
 def __getattr__(name: str):
     if name in _LAZY_SUBPACKAGES:

@@ -32,25 +32,49 @@ _SECOND_PASS = ("trying to backward through the graph a second time (its saved i
 
 
 class _Defer:
-    """While set (fuel.jit traces a function), ``backward`` leaves the gradients lazy."""
+    """While set (fuel.jit traces a function), ``backward`` leaves the gradients lazy and
+    ``assign`` records its state updates in ``effects`` instead of realizing them."""
 
     depth = 0
+    effects: list = []
 
 
 def defer_realize():
-    """Context manager: ``backward`` inside it builds the gradients without realizing them
-    (fuel.jit uses it while it traces a training step, so the step is one captured graph)."""
+    """Context manager yielding the list of state updates (tensor, node before, node after)
+    made inside it: ``backward`` builds the gradients without realizing them and ``assign``
+    rebinds lazily (fuel.jit traces a training step so, as one captured graph)."""
     import contextlib
 
     @contextlib.contextmanager
     def deferred():
+        saved = _Defer.effects
+        _Defer.effects = []
         _Defer.depth += 1
         try:
-            yield
+            yield _Defer.effects
         finally:
             _Defer.depth -= 1
+            _Defer.effects = saved
 
     return deferred()
+
+
+def assign(pairs: Sequence[tuple[TensorBase, TensorBase]]) -> None:
+    """Point each tensor at its new value (an optimizer's parameters and state, running
+    statistics), all realized together in one plan; a leaf that requires grad stays one.
+    While fuel.jit traces, the values stay lazy and the updates are the capture's effects."""
+    if _Defer.depth:
+        for tensor, value in pairs:
+            _Defer.effects.append((tensor, tensor._node, value._node))
+            tape.move_leaf(tensor, value._node)
+        return
+    roots = [value._node for _, value in pairs if value._node.buffer is None]
+    if roots:
+        from fuel.runtime.executor import realize
+
+        realize(roots)
+    for tensor, value in pairs:
+        tape.move_leaf(tensor, value._node)
 
 
 def _order(outputs: Sequence[Node]) -> list[Node]:

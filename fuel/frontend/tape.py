@@ -82,6 +82,14 @@ def rebind(tensor, node) -> None:
     tensor._node = node
 
 
+def move_leaf(tensor, node) -> None:
+    """Point ``tensor`` at ``node`` (a state update); its Leaf, if any, moves along."""
+    found = getattr(tensor._node, "grad_record", None)
+    if found.__class__ is Leaf:
+        node.grad_record = found
+    tensor._node = node
+
+
 class GradMode:
     """``no_grad()`` / ``enable_grad()`` / ``set_grad_enabled(flag)``: a context manager (and
     decorator) that sets grad mode on this thread and restores it on exit."""

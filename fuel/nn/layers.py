@@ -163,10 +163,11 @@ class BatchNorm2d(Module):
                 with tape.no_grad():
                     m = self.momentum
                     unbiased = var.detach().reshape(-1) * (count / max(count - 1, 1))
-                    # Realized now: a lazy running average would hold every past batch.
-                    self.running_mean = (self.running_mean * (1.0 - m)
-                                         + mean.detach().reshape(-1) * m).realize()
-                    self.running_var = (self.running_var * (1.0 - m) + unbiased * m).realize()
+                    # Realized now (a lazy running average would hold every past batch);
+                    # a state update of a step that fuel.jit captures.
+                    assign([(self.running_mean, self.running_mean * (1.0 - m)
+                             + mean.detach().reshape(-1) * m),
+                            (self.running_var, self.running_var * (1.0 - m) + unbiased * m)])
         else:
             mean = self.running_mean.reshape(shape)
             centered = x - mean
