@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterable
 
 from fuel.frontend import factories, tape
+from fuel.frontend.backward import assign
 from fuel.ir.errors import InvalidArgument, ShapeError
 from fuel.nn import functional as F
 from fuel.nn.module import Module, Parameter, _assign
