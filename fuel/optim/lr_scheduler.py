@@ -31,6 +31,7 @@ class LRScheduler:
         self.last_epoch += 1
         for group, base in zip(self.optimizer.param_groups, self.base_lrs):
             group["lr"] = self.lr_at(base, self.last_epoch)
+        self.optimizer.refresh()
 
     def state_dict(self) -> dict:
         return {"last_epoch": self.last_epoch, "base_lrs": list(self.base_lrs)}

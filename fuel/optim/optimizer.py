@@ -59,19 +59,28 @@ class Optimizer:
 
     def _scalar(self, group: dict, name: str, like: Tensor) -> Tensor:
         """``group[name]`` as a realized 0-d tensor, refilled in place when the value
-        changes (a scheduler's step), so a traced step reads the current value."""
+        changes (``refresh``), so a traced step reads the current value."""
         cache = group.setdefault("_tensors", {})
         key = (name, like.dtype, like.device)
-        value = float(group[name])
         found = cache.get(key)
         if found is None:
+            value = float(group[name])
             found = cache[key] = [factories.tensor(value, dtype=like.dtype,
-                                                   device=like.device), value]
-        elif found[1] != value:
-            storage = found[0].realize()._node.buffer
-            storage.backend.write_from_host(storage, np.array(value, like.dtype.numpy))
-            found[1] = value
+                                                   device=like.device).realize(), value]
+        else:
+            self.refresh()
         return found[0]
+
+    def refresh(self) -> None:
+        """Write every group's current hyperparameters into their tensors (a scheduler calls
+        it: a step replayed by fuel.jit runs no Python, so reads them from there)."""
+        for group in self.param_groups:
+            for (name, dtype, _), found in group.get("_tensors", {}).items():
+                value = float(group[name])
+                if found[1] != value:
+                    storage = found[0]._node.buffer
+                    storage.backend.write_from_host(storage, np.array(value, dtype.numpy))
+                    found[1] = value
 
     def _state(self, param: Tensor, names: Iterable[str]) -> dict:
         state = self.state.get(param)
