@@ -35,6 +35,7 @@ from fuel.frontend.quantized import (
 )
 from fuel.frontend.shape import cat, chunk, gather, index_select, split, stack
 from fuel.frontend.structured import matmul, softmax
+from fuel.frontend.tape import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from fuel.functions import *  # noqa: F403 - sum, mean, reshape, clamp, where, ...
 from fuel.functions import __all__ as _FUNCTIONS
 from fuel.ir.device import BackendId, Device
@@ -100,7 +101,8 @@ _backends.find_backend(BackendId.CPU)  # the embedded default registers its kern
 
 # Sub-packages imported on first use, so that ``import fuel`` needs only numpy and ml_dtypes:
 # ``fuel.onnx.load(...)`` and ``fuel.models.llama.load_gguf()`` work right after ``import fuel``.
-_LAZY_SUBPACKAGES = frozenset({"nn", "onnx", "models", "conformance", "distributed"})
+_LAZY_SUBPACKAGES = frozenset({"nn", "onnx", "models", "conformance", "distributed", "autograd",
+                               "optim"})
 
 def __getattr__(name: str):
     if name in _LAZY_SUBPACKAGES:
@@ -143,5 +145,6 @@ __all__ = [
     "dequantize", "from_quantized", "quantized_embedding", "quantized_matmul", "round_int16_blocks",
     "q4_0", "q4_1",
     "q8_0", "q4_k", "q6_k",
+    "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     *_GENERATED_FUNCTIONS, *_FUNCTIONS,
 ]

@@ -116,5 +116,6 @@ def _repeat_heads(x: Tensor, repeat: int) -> Tensor:
 
 
 from fuel.nn.conv import *  # noqa: E402, F401, F403 - convolution and pooling
+from fuel.nn.losses import *  # noqa: E402, F401, F403 - cross_entropy, mse_loss, ...
 from fuel.nn.sampling import *  # noqa: E402, F401, F403 - grid_sample
 from fuel.nn.tensor_ops import *  # noqa: E402, F401, F403 - sort, scatter, einsum, det
