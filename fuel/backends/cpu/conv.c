@@ -384,6 +384,49 @@ static void gemm_unit(const float *packed_a, const float *b, int64_t ldb, const 
     }
 }
 
+/* Few output positions (plane < NR, e.g. a squeeze-excite's 1x1 maps): per image and group
+ * the patch columns transposed into `columns` (plane x k), then one dot product per output,
+ * no weight packing. */
+static void small_conv(const float *x, const float *w, float *out, const float *residual,
+                       const Shape *s, const Finish *f, int64_t threads) {
+    const int64_t cg = s->c / s->groups, mg = s->m / s->groups, taps = s->kh * s->kw;
+    const int64_t k = cg * taps, plane = s->oh * s->ow, in_plane = s->h * s->w;
+    float *columns = malloc(sizeof(float) * (size_t)(plane * k + 1));
+    for (int64_t image = 0; image < s->n; image++)
+        for (int64_t g = 0; g < s->groups; g++) {
+            const float *source = x + (image * s->c + g * cg) * in_plane;
+            for (int64_t p = 0; p < plane; p++) {
+                const int64_t y0 = (p / s->ow) * s->sh - s->pt, x0 = (p % s->ow) * s->sw - s->pl;
+                float *column = columns + p * k;
+                for (int64_t l = 0; l < k; l++) {
+                    const int64_t c = l / taps, kh = (l % taps) / s->kw, kw = l % s->kw;
+                    const int64_t iy = y0 + kh * s->dh, ix = x0 + kw * s->dw;
+                    column[l] = iy >= 0 && iy < s->h && ix >= 0 && ix < s->w
+                                    ? source[(c * s->h + iy) * s->w + ix] : 0.0f;
+                }
+            }
+            const int64_t at = (image * s->m + g * mg) * plane;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+            for (int64_t m = 0; m < mg; m++) {
+                const float *row = w + (g * mg + m) * k;
+                float values[NR];
+                for (int64_t p = 0; p < plane; p++) {
+                    const float *column = columns + p * k;
+                    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                    for (int64_t l = 0; l < k; l++) sum += row[l] * column[l];
+                    values[p] = sum;
+                }
+                const int64_t channel = g * mg + m;
+                finish(values, plane, f->bias != NULL ? f->bias[channel] : 0.0f,
+                       residual != NULL ? residual + at + m * plane : NULL, f->act, f->alpha,
+                       f->beta, f->slope != NULL ? f->slope[channel] : 0.0f);
+                memcpy(out + at + m * plane, values, sizeof(float) * plane);
+            }
+        }
+    free(columns);
+}
+
 static void gemm_conv(const float *x, const float *w, float *out, const float *residual,
                       int pointwise, const Shape *s, const Finish *f, int64_t threads) {
     const int64_t cg = s->c / s->groups, mg = s->m / s->groups;
@@ -414,7 +457,7 @@ static void gemm_conv(const float *x, const float *w, float *out, const float *r
                 Finish local = *f;
                 if (local.bias != NULL) local.bias += g * mg;
                 if (local.slope != NULL) local.slope += g * mg;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
                 for (int64_t u = 0; u < units; u++) {
                     const int64_t cb = u % column_blocks, rb = u / column_blocks;
                     const int64_t n0 = cb * NC;
@@ -518,7 +561,10 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         }
     } else if (form == GEMM || form == GEMM_POINTWISE) {
         const Finish f = {bias, slope, s.act, alpha, beta};
-        gemm_conv(x, w, out, residual, form == GEMM_POINTWISE, &s, &f, threads);
+        if (s.oh * s.ow < NR)
+            small_conv(x, w, out, residual, &s, &f, threads);
+        else
+            gemm_conv(x, w, out, residual, form == GEMM_POINTWISE, &s, &f, threads);
     } else if (form == DEPTHWISE) {
         const int64_t planes = s.n * s.c;
         const int64_t wide = (s.ow + 15) / 16 * 16;

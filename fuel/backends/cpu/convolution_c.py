@@ -44,8 +44,9 @@ SOURCE = Path(__file__).with_name("conv.c")
 IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE = 0, 1, 2, 3, 4, 5
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # conv.c's depthwise row gathers at most this many filter rows
-# From this many multiply-adds a C pass splits its planes over threads.
-PARALLEL_WORK = 1 << 16
+# From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
+# smaller launch loses more to waking the other threads than it gains).
+PARALLEL_WORK = 1 << 20
 FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col")
 
 
