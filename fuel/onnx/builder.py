@@ -43,6 +43,9 @@ class Builder:
         # included): converters that fuse a producer into its consumer need it to be the only
         # one (fuel.onnx.ops.conv_fusion).
         self.consumers: dict[str, int] = {}
+        # Feeds that disagree on a named dim the model declares shared (Model._bind_feeds):
+        # named in the error of a node their shapes make fail.
+        self.dim_conflicts: list[str] = []
 
     # ------------------------------------------------------------------ values
     def host_value(self, tensor: Tensor) -> np.ndarray:
