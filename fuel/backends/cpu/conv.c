@@ -25,6 +25,10 @@
  *                implicit GEMM: no patch matrix in memory);
  *   5 gemm pointwise: the same with B the input as stored (1x1, stride 1, no padding); w packed in MR-row slivers, B in NR panels, a 6 x 16 register tile, the epilogue applied on
  *                the tile at its last K block.
+ *   6 transposed: the transposed convolution (w: C x M/groups x KH x KW; H, W the input's
+ *                sizes, OH, OW the output's): per image and group the GEMM
+ *                scratch[(m, kh, kw), p] = sum_c w[c, m, kh, kw] * x[c, p] (threaded), then
+ *                col2im's scatter into the output (zeroed first).
  * Activations: 0 none, 1 relu, 2 clip(alpha, beta), 3 sigmoid, 4 silu, 5 hard sigmoid
  * max(0, min(1, alpha * x + beta)), 6 hard swish (x * hard sigmoid(1/6, 1/2)), 7 leaky relu
  * (alpha), 8 prelu (slope[m]), 9 tanh.
@@ -41,7 +45,8 @@
 #include <omp.h>
 #endif
 
-enum { IM2COL = 0, EPILOGUE = 1, DEPTHWISE = 2, COL2IM = 3, GEMM = 4, GEMM_POINTWISE = 5 };
+enum { IM2COL = 0, EPILOGUE = 1, DEPTHWISE = 2, COL2IM = 3, GEMM = 4, GEMM_POINTWISE = 5,
+       TRANSPOSED = 6 };
 enum { NONE = 0, RELU, CLIP, SIGMOID, SILU, HARD_SIGMOID, HARD_SWISH, LEAKY_RELU, PRELU, TANH };
 
 #define CHUNK 16  /* output columns a depthwise row accumulates in registers at once */
@@ -384,6 +389,58 @@ static void gemm_unit(const float *packed_a, const float *b, int64_t ldb, const 
     }
 }
 
+/* w (k x m, row-major: the transposed weights) into MR-row slivers of its transpose. */
+static void pack_a_transposed(const float *w, int64_t m, int64_t k, float *packed,
+                              int64_t sliver) {
+    const int64_t i0 = sliver * MR;
+    float *target = packed + sliver * k * MR;
+    for (int64_t l = 0; l < k; l++)
+        for (int r = 0; r < MR; r++) target[l * MR + r] = i0 + r < m ? w[l * m + i0 + r] : 0.0f;
+}
+
+static void transposed_conv(const float *x, const float *w, float *out, float *scratch,
+                            const Shape *s, int64_t threads) {
+    const int64_t cg = s->c / s->groups, mg = s->m / s->groups, taps = s->kh * s->kw;
+    const int64_t rows = mg * taps, plane = s->h * s->w;
+    const int64_t slivers = (rows + MR - 1) / MR;
+    const size_t a_bytes = sizeof(float) * (size_t)(slivers * MR * (cg > 0 ? cg : 1)) *
+                           (size_t)s->groups;
+    float *packed_a = aligned_alloc(64, (a_bytes + 63) / 64 * 64);
+    const int64_t column_blocks = (plane + NC - 1) / NC;
+    int64_t row_blocks = 1;
+    while (column_blocks * row_blocks < (threads > 1 ? 2 * threads : 1) && row_blocks < slivers)
+        row_blocks++;
+    const int64_t units = column_blocks * row_blocks;
+    const Finish none = {NULL, NULL, 0, 0.0f, 0.0f};
+    Shape one = *s;
+    one.m = mg;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        float *panel = aligned_alloc(64, sizeof(float) * PANEL(KC) * (NC / NR));
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < s->groups * slivers; i++)
+            pack_a_transposed(w + (i / slivers) * cg * rows, rows, cg,
+                              packed_a + (i / slivers) * slivers * MR * cg, i % slivers);
+        for (int64_t image = 0; image < s->n; image++)
+            for (int64_t g = 0; g < s->groups; g++) {
+                const float *source = x + (image * s->c + g * cg) * plane;
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t u = 0; u < units; u++) {
+                    const int64_t cb = u % column_blocks, rb = u / column_blocks;
+                    const int64_t n0 = cb * NC;
+                    const int64_t nc = plane - n0 < NC ? plane - n0 : NC;
+                    gemm_unit(packed_a + g * slivers * MR * cg, source, plane, NULL, scratch,
+                              plane, NULL, rows, cg, n0, nc, slivers * rb / row_blocks,
+                              slivers * (rb + 1) / row_blocks, panel, &none);
+                }
+#pragma omp single
+                col2im(scratch, out + (image * s->m + g * mg) * s->oh * s->ow, &one);
+            }
+        free(panel);
+    }
+    free(packed_a);
+}
+
 /* Few output positions (plane < NR, e.g. a squeeze-excite's 1x1 maps): per image and group
  * the patch columns transposed into `columns` (plane x k), then one dot product per output,
  * no weight packing. */
@@ -559,6 +616,8 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
                    residual != NULL ? residual + i * plane : NULL, s.act, alpha, beta,
                    slope != NULL ? slope[m] : 0.0f);
         }
+    } else if (form == TRANSPOSED) {
+        transposed_conv(x, w, out, scratch, &s, threads);
     } else if (form == GEMM || form == GEMM_POINTWISE) {
         const Finish f = {bias, slope, s.act, alpha, beta};
         if (s.oh * s.ow < NR)

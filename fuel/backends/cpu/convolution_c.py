@@ -41,7 +41,7 @@ from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams
 
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("conv.c")
-IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE = 0, 1, 2, 3, 4, 5
+IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED = 0, 1, 2, 3, 4, 5, 6
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # conv.c's depthwise row gathers at most this many filter rows
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
@@ -326,6 +326,55 @@ class CConvolution:
         self.prepare(inputs, outputs, layouts, params)()
 
 
+class CConvTranspose:
+    """CONV_TRANSPOSE float32, 1-d and 2-d: per image and group conv.c's GEMM of the
+    transposed weights with the input as stored into the patch scratch, then col2im's
+    scatter; 3-d shapes (or no C compiler) run the NumPy kernel."""
+
+    __name__ = __qualname__ = "conv_transpose_gemm_float32"
+
+    @property
+    def revision_source(self) -> str:
+        return SOURCE.read_text()
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: ConvParams) -> Launcher:
+        x, w, out = (layout.shape for layout in layouts)
+        function = library()
+        rank = len(x) - 2
+        if (function is None or rank > 2 or 0 in x or 0 in w
+                or not all(layout.is_contiguous() for layout in layouts)):
+            return lambda: convolution.conv_transpose(inputs, outputs, layouts, params)
+        if rank == 1:
+            x, w, out = ((a[0], a[1], 1, a[2]) for a in (x, w, out))
+            strides, dilations = (1, params.strides[0]), (1, params.dilations[0])
+            pads = (0, params.pads_begin[0])
+        else:
+            strides, dilations, pads = params.strides, params.dilations, params.pads_begin
+        geometry = Geometry(x[0], x[1], x[2], x[3], out[1], w[2], w[3], out[2], out[3],
+                            strides[0], strides[1], dilations[0], dilations[1], pads[0],
+                            pads[1], params.groups)
+        per_out = out[1] // params.groups
+        size = per_out * w[2] * w[3] * x[2] * x[3]
+        work = x[0] * size * (x[1] // params.groups)
+        threads = thread_count() if work >= PARALLEL_WORK else 1
+        call = CConvolution._call(function, geometry, TRANSPOSED, threads, Epilogue(),
+                                  address(inputs[0], layouts[0]),
+                                  address(inputs[1], layouts[1]),
+                                  address(outputs[0], layouts[2]), scratch(size).ctypes.data)
+
+        def launch() -> None:
+            call.data[7] = scratch(size).ctypes.data
+            call()
+
+        launch.kernel_source = "c"
+        return launch
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
 def numpy_epilogue(inputs, outputs, layouts, params: ConvEpilogueParams) -> None:
     """CONV_FUSED's epilogue over an output the convolution wrote, in NumPy."""
     from fuel.backends.cpu.arrays import output, view
@@ -363,3 +412,4 @@ for _form in FORMS:
 for _form in FORMS:
     KERNELS.add(OpKind.CONV_FUSED, [(dt.float32,) * 4, (dt.float32,) * 5, (dt.float32,) * 6],
                 CConvolution(OpKind.CONV_FUSED, _form))
+KERNELS.add(OpKind.CONV_TRANSPOSE, F32, CConvTranspose())

@@ -160,3 +160,33 @@ def test_threaded_launches_match_the_reference(monkeypatch, groups):
         actual = _run(entry, [x, w], expected.shape, params)
         np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-3,
                                    err_msg=entry.kernel.__name__)
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_transposed_convolution_matches_the_reference(rank):
+    from tests.backends.kernel_cases import references
+
+    rng = np.random.default_rng(rank)
+    entry = global_table().lookup_alternatives(OpKind.CONV_TRANSPOSE, (dt.float32,) * 3,
+                                               BackendId.CPU)[0]
+    assert isinstance(entry.kernel, convolution_c.CConvTranspose)
+    for _ in range(6):
+        groups = int(rng.integers(1, 3))
+        channels, per_out = int(rng.integers(1, 6)) * groups, int(rng.integers(1, 9))
+        kernel = tuple(int(k) for k in rng.integers(1, 4, rank))
+        sizes = tuple(int(s) for s in rng.integers(1, 8, rank))
+        strides = tuple(int(s) for s in rng.integers(1, 4, rank))
+        dilations = tuple(int(d) for d in rng.integers(1, 3, rank))
+        begin = tuple(int(p) for p in rng.integers(0, 2, rank))
+        end = tuple(int(p) for p in rng.integers(0, 2, rank))
+        padding = tuple(int(rng.integers(0, s)) for s in strides)
+        params = ConvParams(strides, begin, end, dilations, groups, padding)
+        x = rng.standard_normal((2, channels) + sizes).astype(np.float32)
+        w = rng.standard_normal((channels, per_out) + kernel).astype(np.float32)
+        expected = references.conv_transpose(x.astype(np.float64), w.astype(np.float64),
+                                              strides, begin, end, dilations, groups, padding)
+        if min(expected.shape) == 0:
+            continue
+        actual = _run(entry, [x, w], expected.shape, params)
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{x.shape} * {w.shape} {params}")
