@@ -29,6 +29,12 @@
  *                sizes, OH, OW the output's): per image and group the GEMM
  *                scratch[(m, kh, kw), p] = sum_c w[c, m, kh, kw] * x[c, p] (threaded), then
  *                col2im's scatter into the output (zeroed first).
+ *   7 max pool:  per plane (C = M planes of N images) the max over each window (padding never
+ *                wins; H, W in, OH, OW out, KH, KW the window), through a -inf padded copy.
+ *   8 avg pool:  the window sums over a zero-padded copy, divided by the taps inside the input
+ *                (activation 0) or inside the explicit padding (activation 1: count_include_pad;
+ *                scalars[0], scalars[1]: the bottom and right explicit pads), unless activation
+ *                is 2 (sums only).
  * Activations: 0 none, 1 relu, 2 clip(alpha, beta), 3 sigmoid, 4 silu, 5 hard sigmoid
  * max(0, min(1, alpha * x + beta)), 6 hard swish (x * hard sigmoid(1/6, 1/2)), 7 leaky relu
  * (alpha), 8 prelu (slope[m]), 9 tanh.
@@ -46,7 +52,7 @@
 #endif
 
 enum { IM2COL = 0, EPILOGUE = 1, DEPTHWISE = 2, COL2IM = 3, GEMM = 4, GEMM_POINTWISE = 5,
-       TRANSPOSED = 6 };
+       TRANSPOSED = 6, MAX_POOL = 7, AVG_POOL = 8 };
 enum { NONE = 0, RELU, CLIP, SIGMOID, SILU, HARD_SIGMOID, HARD_SWISH, LEAKY_RELU, PRELU, TANH };
 
 #define CHUNK 16  /* output columns a depthwise row accumulates in registers at once */
@@ -590,6 +596,81 @@ static void depthwise_plane(const float *in, const float *filter, float *out, co
 }
 #endif
 
+/* The taps of window `o` along one dim inside [low, high). */
+static inline int64_t inside(int64_t o, int64_t stride, int64_t pad, int64_t dilation,
+                             int64_t taps, int64_t low, int64_t high) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < taps; t++) {
+        const int64_t at = o * stride - pad + t * dilation;
+        count += at >= low && at < high;
+    }
+    return count;
+}
+
+static void pool_plane(const float *in, float *out, const Shape *s, float *padded, int64_t pw,
+                       int64_t ph, int maximum, float fill, const float *row_scale,
+                       const float *col_scale) {
+    for (int64_t y = 0; y < ph; y++) {
+        float *target = padded + y * pw;
+        const int64_t iy = y - s->pt;
+        for (int64_t t = 0; t < pw; t++) target[t] = fill;
+        if (iy < 0 || iy >= s->h) continue;
+        const int64_t left = s->pl < pw ? s->pl : pw;
+        const int64_t width = s->w < pw - left ? s->w : pw - left;
+        memcpy(target + left, in + iy * s->w, sizeof(float) * width);
+    }
+    const int64_t sw = s->sw;
+    for (int64_t oh = 0; oh < s->oh; oh++) {
+        float *target = out + oh * s->ow;
+        for (int64_t ow = 0; ow < s->ow; ow++) {
+            float acc = maximum ? -INFINITY : 0.0f;
+            for (int64_t kh = 0; kh < s->kh; kh++) {
+                const float *row = padded + (oh * s->sh + kh * s->dh) * pw + ow * sw;
+                if (maximum)
+                    for (int64_t kw = 0; kw < s->kw; kw++) {
+                        const float v = row[kw * s->dw];
+                        acc = v > acc || v != v ? v : acc;
+                    }
+                else
+                    for (int64_t kw = 0; kw < s->kw; kw++) acc += row[kw * s->dw];
+            }
+            target[ow] = row_scale != NULL ? acc * row_scale[oh] * col_scale[ow] : acc;
+        }
+    }
+}
+
+static void pool(const float *x, float *out, const Shape *s, int maximum, int64_t mode,
+                 float pad_bottom, float pad_right, int64_t threads) {
+    const int64_t planes = s->n * s->m;
+    const int64_t pw = (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1;
+    const int64_t ph = (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1;
+    float *row_scale = NULL, *col_scale = NULL;
+    if (!maximum && mode != 2) {  /* 1 / count, separable over rows and columns */
+        row_scale = malloc(sizeof(float) * (size_t)s->oh);
+        col_scale = malloc(sizeof(float) * (size_t)s->ow);
+        const int64_t bottom = mode == 1 ? (int64_t)pad_bottom : 0;
+        const int64_t right = mode == 1 ? (int64_t)pad_right : 0;
+        const int64_t top = mode == 1 ? s->pt : 0, left = mode == 1 ? s->pl : 0;
+        for (int64_t o = 0; o < s->oh; o++)
+            row_scale[o] = 1.0f / (float)inside(o, s->sh, s->pt, s->dh, s->kh, -top,
+                                                s->h + bottom);
+        for (int64_t o = 0; o < s->ow; o++)
+            col_scale[o] = 1.0f / (float)inside(o, s->sw, s->pl, s->dw, s->kw, -left,
+                                                s->w + right);
+    }
+#pragma omp parallel num_threads(threads) if (threads > 1 && planes > 1)
+    {
+        float *padded = malloc(sizeof(float) * (size_t)(pw * ph + 1));
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < planes; i++)
+            pool_plane(x + i * s->h * s->w, out + i * s->oh * s->ow, s, padded, pw, ph, maximum,
+                       maximum ? -INFINITY : 0.0f, row_scale, col_scale);
+        free(padded);
+    }
+    free(row_scale);
+    free(col_scale);
+}
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     const int64_t form = sizes[0], threads = sizes[1];
@@ -616,6 +697,8 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
                    residual != NULL ? residual + i * plane : NULL, s.act, alpha, beta,
                    slope != NULL ? slope[m] : 0.0f);
         }
+    } else if (form == MAX_POOL || form == AVG_POOL) {
+        pool(x, out, &s, form == MAX_POOL, s.act, alpha, beta, threads);
     } else if (form == TRANSPOSED) {
         transposed_conv(x, w, out, scratch, &s, threads);
     } else if (form == GEMM || form == GEMM_POINTWISE) {

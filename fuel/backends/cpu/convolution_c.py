@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fuel.backends.cpu import convolution
+from fuel.backends.cpu import convolution, pooling
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
@@ -37,11 +37,12 @@ from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
-from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams
+from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, PoolParams
 
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("conv.c")
-IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED = 0, 1, 2, 3, 4, 5, 6
+(IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
+ AVG_POOL) = range(9)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # conv.c's depthwise row gathers at most this many filter rows
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
@@ -375,6 +376,51 @@ class CConvTranspose:
         self.prepare(inputs, outputs, layouts, params)()
 
 
+class CPool:
+    """MAX_POOL / AVG_POOL float32 over 1-d and 2-d windows in conv.c (one pass per plane over
+    a padded copy); 3-d windows (or no C compiler) run the NumPy kernel."""
+
+    def __init__(self, op: OpKind) -> None:
+        self.op = op
+        self.__name__ = self.__qualname__ = f"{op.value}_float32"
+        self.numpy = pooling.max_pool if op is OpKind.MAX_POOL else pooling.avg_pool
+
+    @property
+    def revision_source(self) -> str:
+        return SOURCE.read_text()
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: PoolParams) -> Launcher:
+        x, out = layouts[0].shape, layouts[-1].shape
+        rank = len(params.kernel)
+        function = library()
+        if (function is None or rank > 2 or len(x) != rank + 2 or 0 in out
+                or not all(layout.is_contiguous() for layout in layouts)):
+            return lambda: self.numpy(inputs, outputs, layouts, params)
+        pad = (0,) * (2 - rank)
+        one = (1,) * (2 - rank)
+        h, w = (one + x[2:])
+        oh, ow = (one + out[2:])
+        kh, kw = one + params.kernel
+        sh, sw = one + params.strides
+        dh, dw = one + params.dilations
+        pt, pl = pad + params.pads_begin
+        pb, pr = pad + params.pads_end
+        geometry = Geometry(x[0], x[1], h, w, x[1], kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, 1)
+        mode = 2 if not params.divide else int(params.count_include_pad)
+        work = layouts[-1].numel * kh * kw
+        threads = thread_count() if work >= PARALLEL_WORK else 1
+        form = MAX_POOL if self.op is OpKind.MAX_POOL else AVG_POOL
+        return CConvolution._call(function, geometry, form, threads,
+                                  Epilogue(mode, float(pb), float(pr)),
+                                  address(inputs[0], layouts[0]), 0,
+                                  address(outputs[0], layouts[-1]))
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
 def numpy_epilogue(inputs, outputs, layouts, params: ConvEpilogueParams) -> None:
     """CONV_FUSED's epilogue over an output the convolution wrote, in NumPy."""
     from fuel.backends.cpu.arrays import output, view
@@ -413,3 +459,5 @@ for _form in FORMS:
     KERNELS.add(OpKind.CONV_FUSED, [(dt.float32,) * 4, (dt.float32,) * 5, (dt.float32,) * 6],
                 CConvolution(OpKind.CONV_FUSED, _form))
 KERNELS.add(OpKind.CONV_TRANSPOSE, F32, CConvTranspose())
+KERNELS.add(OpKind.MAX_POOL, [(dt.float32, dt.float32)], CPool(OpKind.MAX_POOL))
+KERNELS.add(OpKind.AVG_POOL, [(dt.float32, dt.float32)], CPool(OpKind.AVG_POOL))
