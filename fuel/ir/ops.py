@@ -24,6 +24,7 @@ from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata 
     ArangeParams,
     AxisParams,
     CastParams,
+    ConvEpilogueParams,
     ConvParams,
     CopyParams,
     DiagonalParams,
@@ -165,6 +166,7 @@ class OpKind(enum.Enum):
     ARGSORT = "argsort"
     CONV = "conv"
     CONV_TRANSPOSE = "conv_transpose"
+    CONV_FUSED = "conv_fused"
     MAX_POOL = "max_pool"
     MAX_POOL_INDICES = "max_pool_indices"
     AVG_POOL = "avg_pool"
@@ -447,6 +449,8 @@ define(OpKind.ARGSORT, "sort", rules.argsort, params=SortParams,
 define(OpKind.CONV, "window", rules.conv, params=ConvParams, doc="N-d convolution.")
 define(OpKind.CONV_TRANSPOSE, "window", rules.conv_transpose, params=ConvParams,
        doc="N-d transposed convolution.")
+define(OpKind.CONV_FUSED, "window", rules.conv_fused, params=ConvEpilogueParams,
+       doc="Convolution with its epilogue (bias, residual, activation) in its output loop.")
 define(OpKind.MAX_POOL, "window", rules.pool, params=PoolParams, doc="Max pooling.")
 define(OpKind.MAX_POOL_INDICES, "window", rules.pool_indices, params=PoolParams,
        doc="Positions of max pooling's maxima.")
