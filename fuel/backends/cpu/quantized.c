@@ -418,9 +418,43 @@ static void integer_matmul_rows(activation_blocks x, const uint8_t *weight, floa
 
 /* Rows [first, last) of the weight: each is dequantized once into an L1-sized buffer, then
  * dotted with every activation row. */
+#if defined(FLOAT_WEIGHTS) && USE_AVX2
+/* One activation row by one float16 (bfloat16) weight row of k values: 32 at a time, four
+ * accumulators. */
+static inline __m256 weight_floats(const uint8_t *p) {
+    const __m128i bits = _mm_loadu_si128((const __m128i *)p);
+#if defined(FORMAT_F16_BLOCKS)
+    return _mm256_cvtph_ps(bits);
+#else
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+#endif
+}
+
+static float float_row_dot(const float *x, const uint8_t *row, int64_t k) {
+    __m256 sums[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                      _mm256_setzero_ps()};
+    for (int64_t l = 0; l < k; l += 32)
+        for (int part = 0; part < 4; part++)
+            sums[part] = _mm256_fmadd_ps(weight_floats(row + 2 * (l + 8 * part)),
+                                         _mm256_loadu_ps(x + l + 8 * part), sums[part]);
+    const __m256 total = _mm256_add_ps(_mm256_add_ps(sums[0], sums[1]),
+                                       _mm256_add_ps(sums[2], sums[3]));
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));
+    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    half = _mm_add_ss(half, _mm_movehdup_ps(half));
+    return _mm_cvtss_f32(half);
+}
+#endif
+
 static void matmul_rows(const float *x, const uint8_t *weight, float *out, int64_t m,
                         int64_t n, int64_t k, int64_t first, int64_t last, float *buffer) {
     const int64_t row_bytes = k / BLOCK_SIZE * BLOCK_BYTES;
+#if defined(FLOAT_WEIGHTS) && USE_AVX2
+    if (m == 1) {  /* decode: each weight row is read once, converted in registers */
+        for (int64_t j = first; j < last; j++) out[j] = float_row_dot(x, weight + j * row_bytes, k);
+        return;
+    }
+#endif
     for (int64_t j = first; j < last; j++) {
         dequantize_row(weight + j * row_bytes, buffer, k);
         for (int64_t i = 0; i < m; i++) out[i * n + j] = dot(x + i * k, buffer, k);

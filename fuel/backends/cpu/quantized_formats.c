@@ -88,7 +88,10 @@ static inline void dequantize_block(const uint8_t *block, float *restrict out) {
 /* Float weights in blocks of 32 (kept as stored; the matmul multiplies them as floats). */
 #define FLOAT_WEIGHTS 1
 static inline void dequantize_block(const uint8_t *block, float *restrict out) {
-#if defined(FORMAT_F16_BLOCKS)
+#if defined(FORMAT_F16_BLOCKS) && USE_AVX2
+    for (int j = 0; j < 32; j += 8)
+        _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 2 * j))));
+#elif defined(FORMAT_F16_BLOCKS)
     for (int j = 0; j < 32; j++) out[j] = half_to_float(block + 2 * j);
 #else
 #pragma omp simd
