@@ -496,7 +496,8 @@ define(OpKind.DEQUANTIZE, "quantized", rules.dequantize, params=NoParams,
        operands=("quantized",), primitive=True, function="dequantize",
        doc="A block-quantized tensor's values as float32 (same shape).")
 # quantized_matmul's numerics, the same on every backend and for every row count: for weights in
-# ACTIVATION_ROUNDED_FORMATS the activations are first rounded to 16-bit blocks of 32
+# ACTIVATION_ROUNDED_FORMATS (every block format, K and IQ4 formats included; not the float
+# weights f16_blocks/bf16_blocks) the activations are first rounded to 16-bit blocks of 32
 # (round_int16_blocks: codes up to ACTIVATION_CODE_MAX, the scale kept in float32, so each value
 # is off by at most max|x| / 65534 of its block), then multiplied; for the other formats they
 # are multiplied as they are. Kernels may sum in any order (integer dots included). llama.cpp
@@ -505,11 +506,12 @@ define(OpKind.DEQUANTIZE, "quantized", rules.dequantize, params=NoParams,
 # dots cost about the same (16-bit codes by madd where 8-bit ones took maddubs).
 ACTIVATION_BLOCK = rules.ACTIVATION_BLOCK
 ACTIVATION_CODE_MAX = rules.ACTIVATION_CODE_MAX
-ACTIVATION_ROUNDED_FORMATS: frozenset[DType] = frozenset({dt.q4_0, dt.q4_1, dt.q8_0})
+ACTIVATION_ROUNDED_FORMATS: frozenset[DType] = frozenset(
+    d for d in dt.QUANTIZED_DTYPES if d not in (dt.f16_blocks, dt.bf16_blocks))
 define(OpKind.QUANTIZED_MATMUL, "quantized", rules.quantized_matmul, params=NoParams,
        operands=("activation", "quantized"), function="quantized_matmul",
        doc="x @ dequantize(weight).T: float32 (..., k) by a quantized (n, k) weight -> (..., n); "
-           "x = round_int16_blocks(x) first for the q4_0, q4_1 and q8_0 formats.")
+           "x = round_int16_blocks(x) first for the block formats (not f16/bf16 blocks).")
 define(OpKind.ROUND_INT16_BLOCKS, "quantized", rules.int16_blocks, params=NoParams,
        operands=("activation",), function="round_int16_blocks",
        doc="x rounded per block of 32 along its last dim to 16-bit codes: d = max|x| / "
