@@ -13,6 +13,7 @@ from fuel.backends.cpu import (
     indexing,
     matmul,
     ml,
+    paged_attention,
     pooling,
     quantized,
     sampling,
@@ -121,7 +122,7 @@ PREFERS_DECOMPOSED = frozenset({
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
 KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution, pooling, scatter, sorting,
-                  sampling, strings, ml, quantized)
+                  sampling, strings, ml, quantized, paged_attention)
 
 
 BACKEND = CpuBackend()
