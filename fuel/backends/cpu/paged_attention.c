@@ -10,6 +10,7 @@
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
+#define PARALLEL_WORK (1 << 20)
 
 /* sizes: rows, heads, dim, blocks, block_size, kv_heads, table_width, threads
    data: q, key_pool, value_pool, table (int64), lengths (int64), out, status */
@@ -25,10 +26,12 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const int64_t *lengths = (const int64_t *)data[4];
     float *out = (float *)data[5];
     int64_t *status = (int64_t *)data[6];
+    (void)threads;
     const int64_t group = heads / kv_heads, slot_stride = kv_heads * dim;
-    int64_t longest = 0;
+    int64_t longest = 0, visible = 0;
     for (int64_t t = 0; t < rows; t++) {
         int64_t length = lengths[t];
+        visible += length;
         if (length < 1 || length > width * block_size) {
             *status = rows * width + t + 1;
             return;
@@ -44,8 +47,10 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         }
     }
     const int64_t pairs = rows * kv_heads;
+    /* threads only pay for themselves on enough work (multiply-adds over all rows) */
+    const int parallel = threads > 1 && pairs > 1 && visible * heads * dim * 2 >= PARALLEL_WORK;
 #if defined(_OPENMP)
-#pragma omp parallel num_threads(threads) if (threads > 1 && pairs > 1)
+#pragma omp parallel num_threads(threads) if (parallel)
 #endif
     {
         float *scores = malloc(sizeof(float) * (size_t)(longest * group));

@@ -1,7 +1,8 @@
 """The paged_attention kernel (``paged_attention.c``): attention of each query row over its
 request's blocks of a paged key/value pool, without gathering them. One foreign call; the C
 checks the block table and lengths first (IndexOutOfRange naming the bad entry). Threads: the
-(row, kv head) pairs are split over OpenMP threads when the step reads enough keys."""
+(row, kv head) pairs are split over OpenMP threads when the step has enough work
+(``PARALLEL_WORK`` multiply-adds, decided at launch from the lengths)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from fuel.ir.ops import OpKind
 
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("paged_attention.c")
-PARALLEL_KEYS = 4096  # key rows a step reads (rows x table width x block size) before threads
 
 
 class PagedAttentionKernel:
@@ -51,7 +51,7 @@ class PagedAttentionKernel:
         pointers = [address(s, layout) for s, layout in zip(list(inputs) + list(outputs),
                                                             layouts)]
         data = (ctypes.c_void_p * 7)(*pointers, ctypes.addressof(status))
-        threads = thread_count() if rows * width * block_size >= PARALLEL_KEYS else 1
+        threads = thread_count()  # the C uses them only on enough work (PARALLEL_WORK)
         sizes = (ctypes.c_int64 * 8)(rows, heads, dim, blocks, block_size, kv_heads, width,
                                      threads)
         table = inputs[3].buffer[table_layout.offset:table_layout.offset + rows * width]
