@@ -182,6 +182,7 @@ class OpKind(enum.Enum):
     QUANTIZED_MATMUL = "quantized_matmul"
     QUANTIZED_EMBEDDING = "quantized_embedding"
     ROUND_INT16_BLOCKS = "round_int16_blocks"
+    PAGED_ATTENTION = "paged_attention"
     FUSED = "fused"
 
     def __repr__(self) -> str:
@@ -519,6 +520,17 @@ define(OpKind.ROUND_INT16_BLOCKS, "quantized", rules.int16_blocks, params=NoPara
 define(OpKind.QUANTIZED_EMBEDDING, "quantized", rules.quantized_embedding, params=NoParams,
        operands=("quantized", "index"), function="quantized_embedding",
        doc="Rows of a quantized (rows, k) table picked by a 1-D index, as float32.")
+
+# ------------------------------------------------------------------ attention
+define(OpKind.PAGED_ATTENTION, "attention", rules.paged_attention, params=NoParams,
+       operands=("activation", "activation", "activation", "index", "index"),
+       functional="paged_attention",
+       doc="Attention of each query row over its own keys in a paged pool: q (T, heads, d) "
+           "(pre-scaled); key and value pools (blocks, block_size, kv_heads, d); block_table "
+           "(T, M); lengths (T,) in 1..M*block_size. Row t's position p lies in block "
+           "block_table[t, p // block_size] at offset p % block_size; head h reads kv head "
+           "h // (heads / kv_heads); out[t, h] = softmax(q[t, h] . k[p] over p < lengths[t]) "
+           "@ v -> (T, heads, d).")
 
 # ------------------------------------------------------------------ planner-made
 define(OpKind.FUSED, "fused", rules.same_as_input,
