@@ -401,13 +401,13 @@ class JudgedKernel:
         for variant in variants:
             found.append(Candidate(variant.name, f"{first.kernel_revision_hash:016x}", variant))
         if not found:
-            found.append(_whole(first, first.kernel_source))
+            found.append(_whole(first, _sibling_name(first)))
         names = {c.name for c in found}
         for entry in self.entries[1:]:
             accepts = getattr(entry.kernel, "accepts", None)
             if accepts is not None and not accepts(layouts, params):
                 continue  # a sibling for some launches only (a form of the convolution)
-            name = entry.kernel_source
+            name = _sibling_name(entry)
             while name in names:
                 name += "'"
             names.add(name)
@@ -453,6 +453,13 @@ def _index(outputs: Sequence, inputs: Sequence) -> int:
     """The device index the launch runs on (its first output's, else its first input's)."""
     storage = outputs[0] if outputs else inputs[0]
     return storage.device.index
+
+
+def _sibling_name(entry: BindingEntry) -> str:
+    """A whole sibling's candidate name: its source tag and the kernel's name where it has
+    one (``c:conv_gemm_float32``), else the tag alone."""
+    name = getattr(entry.kernel, "__name__", None)
+    return f"{entry.kernel_source}:{name}" if isinstance(name, str) else entry.kernel_source
 
 
 def _whole(entry: BindingEntry, name: str) -> Candidate:

@@ -24,6 +24,7 @@ from fuel.runtime.judge import JUDGE, judge_stats
 JUDGED_ID = BackendId.register("judged")
 JUDGED = Device(JUDGED_ID, 0)
 CALLS = {"slow": 0, "fast": 0}
+SLOW, FAST = "slow:slow_neg", "fast:fast_neg"  # candidate names: source tag and kernel name
 
 
 def slow_neg(inputs, outputs, layouts, params):
@@ -108,8 +109,8 @@ def test_a_slower_sibling_is_never_dispatched_after_tuning(fresh_judge, judged_b
     assert judge_stats()["timed"] == 0 and judge_stats()["stored"] == 1
     assert CALLS == {"slow": 0, "fast": 1}
     record = next(iter(json.loads(fresh_judge.read_text())["entries"].values()))
-    assert record["winner"] == "fast" and record["default"] == "slow"
-    assert record["seconds"]["slow"] > record["seconds"]["fast"]
+    assert record["winner"] == FAST and record["default"] == SLOW
+    assert record["seconds"][SLOW] > record["seconds"][FAST]
 
 
 def test_modes_off_and_cached(fresh_judge, judged_backend, monkeypatch):
@@ -139,8 +140,8 @@ def test_a_stale_revision_invalidates_only_its_own_entries(fresh_judge, judged_b
     small, large = sorted(entries, key=len)[0], None
     large = next(key for key in entries if key != small)
     # the slow kernel's revision changed for the small bucket's record only
-    entries[small]["revisions"]["slow"] = "0" * 16
-    entries[small]["winner"] = "slow"
+    entries[small]["revisions"][SLOW] = "0" * 16
+    entries[small]["winner"] = SLOW
     fresh_judge.write_text(json.dumps({"format": judge_module.FORMAT, "entries": entries}))
     JUDGE.forget()
     CALLS.update(slow=0, fast=0)
@@ -149,7 +150,7 @@ def test_a_stale_revision_invalidates_only_its_own_entries(fresh_judge, judged_b
     stats = judge_stats()
     assert stats["stale"] == 1 and stats["timed"] == 1 and stats["stored"] == 1
     after = json.loads(fresh_judge.read_text())["entries"]
-    assert after[small]["winner"] == "fast"  # re-timed under the current revisions
+    assert after[small]["winner"] == FAST  # re-timed under the current revisions
     assert after[large] == entries[large]  # untouched
 
 
@@ -161,7 +162,7 @@ def test_a_regressed_winner_is_rechecked(fresh_judge, judged_backend):
     layouts = [Layout.contiguous((16,)), Layout.contiguous((16,))]
     names = key.rsplit("|", 1)[1]
     for _ in range(judge_module.REGRESSION_SAMPLES):
-        JUDGE.observe(head, layouts, names, verdict.seconds["fast"] * 10 + 1e-3)
+        JUDGE.observe(head, layouts, names, verdict.seconds[FAST] * 10 + 1e-3)
     assert judge_stats()["rechecks"] == 1 and not JUDGE.verdicts
     assert json.loads(fresh_judge.read_text())["entries"][key]["recheck"] is True
     negate(values)  # the next bind times the bucket again
@@ -174,7 +175,7 @@ def test_explain_shows_the_candidates_and_the_winner(fresh_judge, judged_backend
     assert "not decided yet" in row.reason
     x.realize()
     row = (-fuel.from_numpy(np.ones(8, dtype=np.float32)).to(JUDGED)).explain().rows[-1]
-    assert "judge: fast" in row.reason and "-> fast" in row.reason and "slow" in row.reason
+    assert f"judge: {FAST}" in row.reason and f"-> {FAST}" in row.reason and SLOW in row.reason
 
 
 @pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
