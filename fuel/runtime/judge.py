@@ -8,7 +8,8 @@ The judge replaces that rule where it can measure: the first time a launch of a 
 is bound (``JudgedKernel.prepare``: the walk of a fresh plan, a replay's bind, never a replay's
 launch), it runs every candidate a few times on that launch's operands within the process's
 time budget, takes medians and switches away from the default only when a candidate wins by
-more than ``MARGIN``. Winners persist per machine in ``<cache>/judge/winners.json``, keyed by
+more than ``MARGIN``. Winners persist per machine in ``<cache>/judge/winners.json`` (or
+``FUEL_JUDGE_FILE``), keyed by
 op, dtypes, backend, device, bucket and candidate names, with each candidate's revision: a
 second process times nothing, and a changed kernel invalidates only its own entries.
 
@@ -123,7 +124,10 @@ class Judge:
 
     # -- the store ---------------------------------------------------------------------------
     def _file(self) -> Path:
-        return self.path if self.path is not None else cache_root() / "judge" / "winners.json"
+        if self.path is not None:
+            return self.path
+        configured = os.environ.get("FUEL_JUDGE_FILE")
+        return Path(configured) if configured else cache_root() / "judge" / "winners.json"
 
     def _load(self) -> dict[str, dict]:
         if self.stored is None:
