@@ -375,9 +375,19 @@ def judge_stats() -> dict:
     return JUDGE.stats()
 
 
-def key_head(op: OpKind, dtypes: KernelDTypes, backend: BackendId, device: str) -> str:
+def key_head(op: OpKind | str, dtypes: KernelDTypes, backend: BackendId, device: str) -> str:
     """The part of a verdict's key before the bucket."""
-    return f"{op.value}|{','.join(d.name for d in dtypes)}|{backend.value}|{device}"
+    name = op if isinstance(op, str) else op.value
+    return f"{name}|{','.join(d.name for d in dtypes)}|{backend.value}|{device}"
+
+
+def judged_generated(compiled_entry: BindingEntry, dtypes: KernelDTypes, backend: BackendId):
+    """A generated kernel's JudgedKernel when it says its variants may compete (``competes``:
+    a row kernel's serial and parallel rows), keyed by its source's revision; else None."""
+    if not getattr(compiled_entry.kernel, "competes", False):
+        return None
+    return JudgedKernel(OpKind.FUSED, dtypes, backend, [compiled_entry],
+                        f"fused#{compiled_entry.kernel_revision_hash:016x}")
 
 
 class JudgedKernel:
@@ -388,9 +398,10 @@ class JudgedKernel:
     ``accepts(layouts, params) -> bool``; the first entry accepts every launch)."""
 
     def __init__(self, op: OpKind, dtypes: KernelDTypes, backend: BackendId,
-                 entries: Sequence[BindingEntry]) -> None:
+                 entries: Sequence[BindingEntry], label: str | None = None) -> None:
         self.op, self.dtypes, self.backend = op, dtypes, backend
         self.entries = tuple(entries)
+        self.label = label or op.value  # the verdicts' op field (a generated kernel's: its hash)
         self.__name__ = self.__qualname__ = getattr(entries[0].kernel, "__name__", op.value)
         # (layouts, params) -> (judge epoch, the chosen candidate): a bound launch of a seen
         # shape costs one lookup; a re-check (a new epoch) decides again.
@@ -429,7 +440,7 @@ class JudgedKernel:
             candidates = self.candidates(layouts, params, _index(outputs, inputs))
             candidate = candidates[0]
             if len(candidates) > 1:
-                head = key_head(self.op, self.dtypes, self.backend,
+                head = key_head(self.label, self.dtypes, self.backend,
                                 JUDGE.device_name(self.backend, _index(outputs, inputs)))
                 candidate = JUDGE.choose(head, candidates, inputs, outputs, layouts, params)
             if key is not None:
@@ -444,7 +455,7 @@ class JudgedKernel:
         candidates = self.candidates(layouts, params, _index(outputs, inputs))
         if len(candidates) < 2:
             return
-        head = key_head(self.op, self.dtypes, self.backend,
+        head = key_head(self.label, self.dtypes, self.backend,
                         JUDGE.device_name(self.backend, _index(outputs, inputs)))
         JUDGE.observe(head, layouts, ",".join(c.name for c in candidates), seconds)
 

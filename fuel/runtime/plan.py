@@ -24,7 +24,7 @@ from fuel.ir.layout import Layout, contiguous_strides
 from fuel.ir.ops import INPLACE_OPS, OpKind
 from fuel.memory.pool import pool_for
 from fuel.runtime.decompose import translate_steps
-from fuel.runtime.judge import judged
+from fuel.runtime.judge import judged, judged_generated
 from fuel.runtime.resolve import (
     FUSED,
     KERNEL,
@@ -332,6 +332,9 @@ class PlanBuilder:
                 compiled = compile_generated(binding.entry, dtypes, binding.backend, kernel)
             except FuelError as error:
                 raise type(error)(f"{error} [{node_label(graph, group.members[0])}]") from None
+            contest = judged_generated(compiled.entry, dtypes, binding.backend)
+            if contest is not None:  # its variants compete per shape bucket at bind
+                compiled = replace(compiled, kernel=contest)
             memo[key] = compiled
         return compiled, sources
 
