@@ -5,8 +5,9 @@ quantized weight: no float weight is made), the embedding lookup and round_int16
 One thread per output element of the matmul (a column of the weight against one activation
 row), so a decode step's (1, k) x (n, k) reads each weight byte once. The formats that round
 their activations (``ACTIVATION_ROUNDED_FORMATS``) round each 32-value block of the row with the
-registry's definition (``round_int16_block``) and add ``d * (codes . rounded) + m * sum``, as
-the OpenCL kernels do; the others multiply the de-quantized values. A quantized operand may be
+registry's definition (``round_int16_block``); those that unpack codes add
+``d * (codes . rounded) + m * sum``, as the OpenCL kernels do, the others multiply the
+de-quantized values. A quantized operand may be
 a view whose rows start at whole blocks."""
 
 from __future__ import annotations
@@ -154,7 +155,9 @@ extern "C" __global__ void fuel_kernel(const float *x, float *out, const fuel_ar
 }
 """
 _MATMUL = r"""
-/* out (m, n) = x (m, k) @ dequantize(w).T, a thread per output element (columns fastest).
+/* out (m, n) = x (m, k) @ dequantize(w).T, a thread per output element (columns fastest);
+ * the activations rounded to 16-bit blocks first where the format says so (ROUNDED): from the
+ * codes with d and m where the format unpacks them, else against the de-quantized values.
  * a: m, n, k, x offset, w offset, row bytes, out offset */
 extern "C" __global__ void fuel_kernel(const float *x, const uchar *w, float *out,
                                        const fuel_arguments_t a) {
@@ -165,7 +168,7 @@ extern "C" __global__ void fuel_kernel(const float *x, const uchar *w, float *ou
   const float *source = x + a.v[3] + row * k;
   const uchar *weights = w + a.v[4] + column * a.v[5];
   float total = 0.0f;
-#if ROUNDED
+#if UNPACK
   float partial = 0.0f;
   for (long long c = 0; c < k / BLOCK_SIZE; ++c) {
     short q[ACTIVATION_BLOCK];
@@ -185,6 +188,13 @@ extern "C" __global__ void fuel_kernel(const float *x, const uchar *w, float *ou
       float weight[32];
       dequantize_part(weights + c * BLOCK_BYTES, part, weight);
       const float *v = source + BLOCK_SIZE * c + 32 * part;
+#if ROUNDED
+      short q[ACTIVATION_BLOCK];
+      float rounded[ACTIVATION_BLOCK];
+      const float dx = round_int16_block(v, q);
+      for (int l = 0; l < 32; ++l) rounded[l] = (float)q[l] * dx;
+      v = rounded;
+#endif
       float sum = 0.0f;
       for (int l = 0; l < 32; ++l) sum += weight[l] * v[l];
       total += sum;
@@ -227,6 +237,7 @@ def source(dtype: QuantizedDType, kernel: str, index: str = "int") -> str:
             f"#define ACTIVATION_BLOCK {ACTIVATION_BLOCK}\n"
             f"#define ACTIVATION_CODE_MAX {ACTIVATION_CODE_MAX}\n"
             f"#define ROUNDED {int(dtype in ACTIVATION_ROUNDED_FORMATS)}\n"
+            f"#define UNPACK {int('void unpack(' in FORMATS[dtype.name])}\n"
             f"#define INDEX {index}\n"
             f"typedef struct {{ long long v[{_ARGUMENTS[kernel]}]; }} fuel_arguments_t;\n")
     body = {"dequantize": _DEQUANTIZE, "round": _ROUND, "matmul": _MATMUL,
@@ -331,7 +342,9 @@ def _matmul_host(kernel, inputs, outputs, layouts, params):
 
 
 KERNELS = kernel_list()
-for _format in dt.QUANTIZED_DTYPES:
+# Formats without a CUDA source here are de-quantized at load on this device (the loader asks
+# the kernel registry).
+for _format in (f for f in dt.QUANTIZED_DTYPES if f.name in FORMATS):
     KERNELS.add(OpKind.DEQUANTIZE, [(_format, dt.float32)], SourceKernel(
         "dequantize", source(_format, "dequantize"), _dequantize_host), STRIDED)
     KERNELS.add(OpKind.QUANTIZED_MATMUL, [(dt.float32, _format, dt.float32)],
