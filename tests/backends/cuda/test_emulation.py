@@ -2,7 +2,8 @@
 (``tests.backends.cuda.emulation``): a CUDA key's serial renderings (elementwise, a thread per
 row, the index kernels) against the CPU's kernel of the same key, bit for bit where the
 suite's exactness asks (casts, copies, selections, fills, half roundings). Every run checks
-a key of each op and the half types' (``_everyday``); ``--runslow`` checks every key."""
+the half types' casts and a key of each op over them (``_everyday``); ``--runslow`` checks
+every key."""
 
 from __future__ import annotations
 
@@ -34,18 +35,13 @@ ROWS = [row for row in kernel_rows() if not isinstance(row[2], MatmulKernel)
 
 
 def _everyday(rows):
-    """The casts to and from the half types, one key of each other op over a half type (their
-    roundings are the renderer's own), the hand-written kernels over 4-byte elements, and the
-    first key of every op."""
-    seen, halves, chosen = set(), set(), []
+    """The casts to and from the half types and one key of each other op over a half type:
+    their roundings are the renderer's own (the fake device's tests run a key of every op)."""
+    halves, chosen = set(), []
     for op, dtypes, kernel in rows:
-        half = bool(HALVES & set(dtypes))
-        if (op is OpKind.CAST and half) or (half and op not in halves) or op not in seen or (
-                isinstance(kernel, emulation.SourceKernel) and dtypes[0] is dt.float32):
+        if HALVES & set(dtypes) and (op is OpKind.CAST or op not in halves):
             chosen.append((op, dtypes, kernel))
-            seen.add(op)
-            if half:
-                halves.add(op)
+            halves.add(op)
     return chosen
 
 

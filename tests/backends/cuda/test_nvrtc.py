@@ -131,7 +131,7 @@ def _fused_groups() -> list:
             x = fuel.from_numpy(rng.standard_normal((6, 40), np.float32)).to(dtype)
             w = fuel.from_numpy(rng.standard_normal(40, np.float32)).to(dtype)
             graphs = [-(((x * 1.5 + 0.5).relu() - x) * x / 2 + 1), (x.exp() - x).tanh() + w,
-                      F.gelu(x + w) * x.sigmoid(), (x * 2 > w).where(x, w.abs())]
+                      F.gelu(x + w) * x.sigmoid(), fuel.where(x * 2 > w, x, w.abs())]
             if dtype in ("float32", "float64"):
                 mean = x.mean(-1, keepdim=True)
                 top = x.max(-1, keepdim=True).values
