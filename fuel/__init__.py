@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import importlib
 
 from fuel import backends as _backends
@@ -106,7 +107,7 @@ def __getattr__(name: str):
         return importlib.import_module(f"fuel.{name}")
     raise AttributeError(f"module 'fuel' has no attribute {name!r}")
 
-def realize(*tensors: Tensor, pipelined: bool = False) -> tuple[Tensor, ...]:
+def realize(*tensors: Tensor, pipelined: builtins.bool = False) -> tuple[Tensor, ...]:
     """Realize several tensors in one walk (shared subgraphs run once); returns them."""
     from fuel.runtime.executor import realize as _realize
 
@@ -114,7 +115,7 @@ def realize(*tensors: Tensor, pipelined: bool = False) -> tuple[Tensor, ...]:
     return tensors
 
 
-def set_fusion(enabled: bool) -> None:
+def set_fusion(enabled: builtins.bool) -> None:
     """Fuse elementwise groups into generated kernels (True) or run one kernel per node;
     overrides ``FUEL_FUSION`` and drops cached plans built the other way."""
     from fuel.compiler.fusion import set_fusion as _set_fusion

@@ -115,18 +115,19 @@ def _dispatch(decision: Decision, label: str, kernels: dict[int, BindingEntry]
               ) -> tuple[str, int | None]:
     """The kernel column of a row (and its revision) from the node's decision."""
     kind = decision.kind
+    binding, group = decision.binding, decision.group
     if kind is KERNEL:
-        entry = decision.binding.entry
-        return entry.kernel_source, entry.kernel_revision_hash
+        assert binding is not None and binding.entry is not None  # a KERNEL decision's kernel
+        return binding.entry.kernel_source, binding.entry.kernel_revision_hash
     if kind is FUSED:
-        entry = kernels.get(decision.group.anchor)  # the group's compiled kernel
-        if entry is None:  # not planned (the plan failed): the generator's tag
-            entry = decision.binding.entry
-            source, revision = (entry.kernel_source if entry else "?"), None
+        assert group is not None and binding is not None  # FUSED names both
+        found = kernels.get(group.anchor)  # the group's compiled kernel
+        if found is None:  # not planned (the plan failed): the generator's tag
+            source, revision = (binding.entry.kernel_source if binding.entry else "?"), None
         else:
-            source, revision = entry.kernel_source, entry.kernel_revision_hash
+            source, revision = found.kernel_source, found.kernel_revision_hash
         where = "" if decision.anchor == label else f" in node {decision.anchor}"
-        return f"{source} {decision.group.name}{where}", revision
+        return f"{source} {group.name}{where}", revision
     if kind is DECOMPOSED or kind is VIEW or kind is LEAF or kind is REALIZED:
         return kind, None
     return "MISSING (NoBackendForOp at realize)", None
@@ -137,6 +138,7 @@ def _part_rows(resolution: Resolution, user_id: int, kernels: dict[int, BindingE
     """The rows of the primitives that replace decomposed user node ``user_id``: ids
     ``7.0, 7.1, ...``, inputs by user id or by such a label."""
     expansion = resolution.expansion
+    assert expansion is not None  # only decomposed nodes have parts
     graph = expansion.graph
     parts = expansion.decomposed[user_id]
     user_of = {expanded: user for user, expanded in enumerate(expansion.position)}

@@ -9,7 +9,7 @@ from fuel.frontend.elementwise import clamp as _clamp
 from fuel.frontend.elementwise import tensor_operand
 from fuel.frontend.elementwise import where as _where
 from fuel.frontend.reduce import ValuesIndices
-from fuel.tensor import Tensor
+from fuel.tensor import Tensor, as_tensor
 
 __all__ = [
     "all", "amax", "amin", "any", "argmax", "argmin", "clamp", "cumsum", "flatten", "flip",
@@ -159,7 +159,7 @@ def triu(x: Tensor, diagonal: int = 0) -> Tensor:
 @at_user_line
 def clamp(x: Tensor, min=None, max=None) -> Tensor:  # noqa: A002 - torch's names
     """``x`` limited to ``[min, max]``."""
-    return _clamp(tensor_operand(x, "clamp"), min, max)
+    return as_tensor(_clamp(tensor_operand(x, "clamp"), min, max))
 
 
 @at_user_line
@@ -177,4 +177,4 @@ def log_softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
 @at_user_line
 def where(condition, a, b) -> Tensor:
     """``a`` where ``condition`` holds, else ``b`` (broadcast together)."""
-    return _where(condition, a, b)
+    return as_tensor(_where(condition, a, b))

@@ -24,6 +24,7 @@ from fuel.tensor import Tensor
 def _dense(tensor: Tensor) -> Node:
     """The realized node of ``tensor``, dense from offset 0 (a copy when it is a view)."""
     node = tensor.realize()._node
+    assert node.layout is not None  # a realized node has its layout
     if node.layout.offset != 0 or not node.layout.is_contiguous():
         node = tensor.contiguous().realize()._node
     return node

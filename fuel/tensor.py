@@ -6,6 +6,8 @@ values: ``numpy``, ``item``, ``tolist``, ``print`` of a realized tensor) runs th
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from fuel.frontend import build as _build
@@ -93,6 +95,7 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
         """
         self.realize()
         node = self._node
+        assert node.layout is not None  # a realized node has its layout
         values = node.buffer.backend.download(node.buffer, node.layout)
         if copy:
             return np.array(values, copy=True)
@@ -216,7 +219,7 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
             node = _build.cast(result._node, dt.to_dtype(dtype))
             result = result if node is result._node else Tensor(node)
         if device is not None:
-            result = _shape.copy_to(result, device)
+            result = as_tensor(_shape.copy_to(result, device))
         return result
 
     @_build.at_user_line
@@ -258,7 +261,7 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
     @_build.at_user_line
     def contiguous(self) -> Tensor:
         """A dense copy when this tensor is a strided view; the copy runs at realize."""
-        return _build.make(OpKind.CONTIGUOUS, (self._node,), None)
+        return make(OpKind.CONTIGUOUS, (self._node,), None)
 
     @_build.at_user_line
     def clone(self) -> Tensor:
@@ -270,3 +273,16 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
 
 # wrap() makes this class: results stay fuel.Tensor whatever subclasses users define.
 TensorBase.concrete = Tensor
+
+
+def as_tensor(value: TensorBase) -> Tensor:
+    """A front-end result typed as what it is: the front end builds results through ``wrap``,
+    which always makes a ``fuel.Tensor``, but names only ``TensorBase`` (its layer is below
+    this one). For the layers above (functions, nn) and type checkers; no run-time check."""
+    return cast(Tensor, value)
+
+
+def make(op: OpKind, inputs: tuple, params: object) -> Tensor:
+    """``fuel.frontend.build.make`` (a checked node of ``op`` over ``inputs``' nodes), typed as
+    the ``fuel.Tensor`` it returns."""
+    return cast(Tensor, _build.make(op, inputs, params))

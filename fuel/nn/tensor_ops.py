@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from fuel.frontend.build import make, normalize_dim, operand_nodes
+from fuel.frontend.build import normalize_dim, operand_nodes
 from fuel.frontend.elementwise import binary, unary
 from fuel.frontend.shape import gather, narrow
 from fuel.ir import dtype as dt
@@ -11,7 +11,7 @@ from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
 from fuel.ir.ops import NO_PARAMS, AxisParams, CastParams, OpKind
 from fuel.ir.params import EinsumParams, ScatterParams, SortParams
 from fuel.ir.rules import parse_einsum
-from fuel.tensor import Tensor
+from fuel.tensor import Tensor, as_tensor, make
 
 __all__ = [
     "argsort", "bitcast", "cumprod", "det", "einsum", "scatter", "scatter_nd", "scatter_reduce",
@@ -36,8 +36,8 @@ def trunc_divide(a, b) -> Tensor:
     operands stay integers (division by zero gives 0), floats are divided and truncated."""
     (left, right), dtype = operand_nodes([a, b])
     if dtype.is_floating:
-        return trunc(binary(OpKind.DIV, Tensor(left), Tensor(right)))
-    return binary(OpKind.INT_DIV, Tensor(left), Tensor(right))
+        return trunc(as_tensor(binary(OpKind.DIV, Tensor(left), Tensor(right))))
+    return as_tensor(binary(OpKind.INT_DIV, Tensor(left), Tensor(right)))
 
 
 def trunc(x: Tensor) -> Tensor:
@@ -120,7 +120,7 @@ def narrow_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     if len(shape) != x.ndim or any(s > n for s, n in zip(shape, x.shape)):
         raise ShapeError(f"src of shape {x.shape} does not cover index shape {shape}")
     for axis, size in enumerate(shape):
-        x = narrow(x, axis, 0, size)
+        x = as_tensor(narrow(x, axis, 0, size))
     return x
 
 
