@@ -12,6 +12,7 @@ import numpy as np
 
 from fuel.frontend import build as _build
 from fuel.frontend import shape as _shape
+from fuel.frontend.backward import AutogradMethods
 from fuel.frontend.base import TensorBase
 from fuel.frontend.elementwise import ElementwiseMethods
 from fuel.frontend.generated import GeneratedMethods
@@ -25,7 +26,7 @@ from fuel.ir.ops import OpKind
 
 
 class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, ShapeMethods,
-             StructuredMethods):
+             StructuredMethods, AutogradMethods):
     """A lazy n-d array on a device. Build graphs with its methods; ``realize`` runs them.
 
     The methods are declared in the front end's mixins (``fuel/frontend/``) and, for the
@@ -266,9 +267,6 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
     @_build.at_user_line
     def clone(self) -> Tensor:
         return self.contiguous()
-
-    def detach(self) -> Tensor:
-        return self
 
 
 # wrap() makes this class: results stay fuel.Tensor whatever subclasses users define.

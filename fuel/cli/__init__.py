@@ -12,7 +12,8 @@ from fuel.ir.errors import FuelError
 
 # The modules that add sub-commands, in the order ``fuel --help`` lists them; each defines
 # ``add_commands(subparsers)`` and imports its optional dependencies only when a command runs.
-COMMAND_MODULES = ("fuel.cli.kernels", "fuel.cli.models", "fuel.cli.serve", "fuel.cli.onnx")
+COMMAND_MODULES = ("fuel.cli.kernels", "fuel.cli.models", "fuel.cli.serve", "fuel.cli.onnx",
+                   "fuel.cli.tune")
 
 
 def build_parser() -> argparse.ArgumentParser:

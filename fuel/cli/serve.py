@@ -42,8 +42,20 @@ def add_commands(subparsers) -> None:
     serve.add_argument("--port", type=int, default=8000,
                        help="the port (default 8000; 0 picks a free one)")
     serve.add_argument("--device", default="cpu", help="where to run (default cpu)")
-    serve.add_argument("--slots", type=int, default=4, metavar="N",
-                       help="generations that run at once, decoded together (default 4)")
+    serve.add_argument("--slots", type=int, default=16, metavar="N",
+                       help="generations that run at once, in one forward per step "
+                            "(default 16)")
+    serve.add_argument("--token-budget", type=int, default=64, metavar="N",
+                       help="token rows per step: decode tokens and prompt chunks together "
+                            "(default 64; at least --slots)")
+    serve.add_argument("--kv-blocks", type=int, default=None, metavar="N",
+                       help="KV cache blocks in the pool (default: 1 GiB worth)")
+    serve.add_argument("--block-size", type=int, default=16, metavar="N",
+                       help="positions per KV block (default 16)")
+    serve.add_argument("--max-inflight-tokens", type=int, default=None, metavar="N",
+                       help="cap on prompt + max_tokens of all running requests (default none)")
+    serve.add_argument("--request-timeout", type=float, default=None, metavar="S",
+                       help="end a request that runs longer than S seconds (default none)")
     serve.add_argument("--no-batching", action="store_true",
                        help="give live generations their tokens in turn instead of in one "
                             "batched decode step (for comparison)")
@@ -117,7 +129,10 @@ def run_serve(args: argparse.Namespace) -> int:
     model = load_gguf(args.model, device=device)
     encoder, embedding_name = _load_encoder(args.embedding_model, device)
     engine = Engine(model, encoder, slots=args.slots, max_queue=args.max_queue,
-                    batching=not args.no_batching)
+                    batching=not args.no_batching, kv_blocks=args.kv_blocks,
+                    block_size=args.block_size, token_budget=args.token_budget,
+                    max_inflight_tokens=args.max_inflight_tokens,
+                    request_timeout_s=args.request_timeout)
     api_key = args.api_key or os.environ.get(API_KEY_ENVIRONMENT) or None
     settings = ServerSettings(engine, model.name, embedding_name, api_key, args.max_body_bytes)
     config = uvicorn_config(uvicorn, build_app(settings), args)
@@ -127,7 +142,8 @@ def run_serve(args: argparse.Namespace) -> int:
     auth = ", API key required" if api_key else ""
     mode = "in turn" if args.no_batching else "batched"
     print(f"fuel serve: {served} on http://{shown}:{port}/v1 ({args.slots} slots, decoded "
-          f"{mode}{auth})",
+          f"{mode}, {engine.blocks.blocks} KV blocks of {args.block_size}, token budget "
+          f"{args.token_budget}{auth})",
           flush=True)
     server = graceful_server(uvicorn)(config)
     server.run(sockets=[listener])

@@ -32,8 +32,18 @@ def _shape(size) -> tuple[int, ...]:
 
 
 @at_user_line
-def tensor(data, dtype=None, device=None) -> TensorBase:
-    """A tensor holding a copy of ``data`` (nested lists, scalars, NumPy arrays, Tensors)."""
+def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> TensorBase:
+    """A tensor holding a copy of ``data`` (nested lists, scalars, NumPy arrays, Tensors);
+    ``requires_grad``: a leaf that collects ``.grad`` (fuel.autograd)."""
+    result = _tensor(data, dtype, device)
+    if requires_grad:
+        if isinstance(data, TensorBase):  # a new leaf, never the argument's own node
+            result = result.detach()
+        result.requires_grad_(True)
+    return result
+
+
+def _tensor(data, dtype, device) -> TensorBase:
     target = parse_device(device)
     if isinstance(data, TensorBase):
         result = data.to(dtype=dtype) if dtype is not None else data
