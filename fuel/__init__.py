@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+from typing import Any
 
 from fuel import backends as _backends
 from fuel.frontend import factories as _factories
@@ -112,7 +113,7 @@ _backends.find_backend(BackendId.CPU)  # the embedded default registers its kern
 _LAZY_SUBPACKAGES = frozenset({"nn", "onnx", "models", "conformance", "distributed", "autograd",
                                "optim"})
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY_SUBPACKAGES:
         return importlib.import_module(f"fuel.{name}")
     raise AttributeError(f"module 'fuel' has no attribute {name!r}")

@@ -5,11 +5,13 @@ it decides nothing of its own."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from fuel.dispatch.kernel import BindingEntry, KernelBindingTable, global_table
 from fuel.graph import Graph
-from fuel.graph.node import kernel_backend
+from fuel.graph.node import Node, kernel_backend
 from fuel.ir.errors import FuelError
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
@@ -56,7 +58,7 @@ class Explanation:
         self.rows = rows
 
     def __str__(self) -> str:
-        def width(values, least: int) -> int:
+        def width(values: Iterable[str], least: int) -> int:
             return max([least, *(len(value) + 2 for value in values)])
 
         shapes = [str(list(row.shape)) for row in self.rows]
@@ -87,7 +89,7 @@ class Explanation:
         return len(self.rows)
 
 
-def explain(tensors) -> Explanation:
+def explain(tensors: Iterable[Any]) -> Explanation:
     """Explain the realize of ``tensors`` without running it."""
     graph = Graph.build([t._node for t in tensors])
     table = global_table()
@@ -114,7 +116,7 @@ def explain(tensors) -> Explanation:
     return Explanation(rows)
 
 
-def _copied(node) -> str:
+def _copied(node: Node) -> str:
     """For a cross-device copy: the bytes it moves."""
     if node.op is not OpKind.COPY or not node.inputs:
         return ""
@@ -125,7 +127,7 @@ def _copied(node) -> str:
     return f"; moves {moved:,} bytes {node.inputs[0].device} -> {node.device}"
 
 
-def _judged(decision: Decision, node) -> str:
+def _judged(decision: Decision, node: Node) -> str:
     """For a node whose siblings compete: the judge's candidates and times for buckets of the
     node's key it has decided (in this process or stored), or that none is decided yet."""
     binding = decision.binding

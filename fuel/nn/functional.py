@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from fuel.frontend.attention import paged_attention
 from fuel.frontend.build import at_user_line
@@ -64,7 +65,8 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = False) -> Tensor:
 
 
 @at_user_line
-def pad(x: Tensor, pad, mode: str = "constant", value=0) -> Tensor:  # noqa: A002
+def pad(x: Tensor, pad: Sequence[int], mode: str = "constant",
+        value: float | None = 0) -> Tensor:  # noqa: A002
     """Constant padding, widths in torch's order (last dim first)."""
     if mode != "constant":
         raise InvalidArgument(f"pad mode {mode!r} is not supported; use 'constant'")

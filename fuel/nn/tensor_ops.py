@@ -28,13 +28,13 @@ def det(x: Tensor) -> Tensor:
 
 
 @at_user_line
-def bitcast(x: Tensor, dtype) -> Tensor:
+def bitcast(x: Tensor, dtype: object) -> Tensor:
     """The same bits read as ``dtype`` of the same size (torch's ``Tensor.view(dtype)``)."""
     return make(OpKind.BITCAST, (x._node,), CastParams(dt.to_dtype(dtype)))
 
 
 @at_user_line
-def trunc_divide(a, b) -> Tensor:
+def trunc_divide(a: object, b: object) -> Tensor:
     """Division rounded toward zero (``torch.div(a, b, rounding_mode='trunc')``); integer
     operands stay integers (division by zero gives 0), floats are divided and truncated."""
     (left, right), dtype = operand_nodes([a, b])
@@ -61,22 +61,24 @@ def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = T
 
 
 @at_user_line
-def sort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = True):
+def sort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = True
+         ) -> tuple[Tensor, Tensor]:
     """(values, indices) of a stable sort along ``dim``."""
     indices = argsort(x, dim, descending)
-    return (gather(x, dim, indices) if x.ndim else x), indices
+    return (as_tensor(gather(x, dim, indices)) if x.ndim else x), indices
 
 
 @at_user_line
-def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True,
+         sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002
     """(values, indices) of the ``k`` largest (or smallest) entries along ``dim``; equal
     values come in ascending index order."""
     axis = normalize_dim(dim, x.ndim)
     if not 0 <= k <= x.shape[axis]:
         raise InvalidArgument(f"topk k={k} is out of range for dim {dim} of size "
                               f"{x.shape[axis]}")
-    indices = narrow(argsort(x, axis, descending=largest), axis, 0, int(k))
-    return gather(x, axis, indices), indices
+    indices = as_tensor(narrow(argsort(x, axis, descending=largest), axis, 0, int(k)))
+    return as_tensor(gather(x, axis, indices)), indices
 
 
 @at_user_line
@@ -92,7 +94,8 @@ _TORCH_REDUCE = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min",
 
 
 @at_user_line
-def scatter(x: Tensor, dim: int, index: Tensor, src, reduce: str | None = None) -> Tensor:
+def scatter(x: Tensor, dim: int, index: Tensor, src: object, reduce: str | None = None
+            ) -> Tensor:
     """A copy of ``x`` with ``src`` written at ``index`` along ``dim`` (torch.scatter);
     ``reduce`` "add" or "multiply" combines instead of overwriting."""
     reduction = "none" if reduce is None else _TORCH_REDUCE.get(reduce)
@@ -114,14 +117,15 @@ def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
     return _scatter_elements(x, dim, index, src, reduction)
 
 
-def _scatter_elements(x: Tensor, dim: int, index: Tensor, src, reduction: str) -> Tensor:
+def _scatter_elements(x: Tensor, dim: int, index: Tensor, src: object, reduction: str
+                      ) -> Tensor:
     axis = normalize_dim(dim, x.ndim)
     index_node = index_operand("scatter", index)
-    if not isinstance(src, Tensor):
-        src = Tensor(operand_nodes([x, src])[0][1]).expand(*index.shape)
-    if src.shape != index.shape:
-        src = narrow_to(src, index.shape)
-    return make(OpKind.SCATTER_ELEMENTS, (x._node, index_node, src.to(x.dtype)._node),
+    values = src if isinstance(src, Tensor) else Tensor(
+        operand_nodes([x, src])[0][1]).expand(*index.shape)
+    if values.shape != index.shape:
+        values = narrow_to(values, index.shape)
+    return make(OpKind.SCATTER_ELEMENTS, (x._node, index_node, values.to(x.dtype)._node),
                 ScatterParams(axis, reduction))
 
 
