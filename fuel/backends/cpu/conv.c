@@ -630,7 +630,38 @@ static void pool_plane(const float *in, float *out, const Shape *s, float *padde
     const int64_t sw = s->sw;
     for (int64_t oh = 0; oh < s->oh; oh++) {
         float *target = out + oh * s->ow;
-        for (int64_t ow = 0; ow < s->ow; ow++) {
+        int64_t ow = 0;
+#if defined(VECTOR)
+        if (sw <= 2)  /* 8 columns at a time; the padded rows hold whole chunks */
+            for (; ow + 8 <= s->ow; ow += 8) {
+                __m256 acc = _mm256_set1_ps(maximum ? -INFINITY : 0.0f);
+                __m256 nan = _mm256_setzero_ps();
+                for (int64_t kh = 0; kh < s->kh; kh++) {
+                    const float *row = padded + (oh * s->sh + kh * s->dh) * pw + ow * sw;
+                    for (int64_t kw = 0; kw < s->kw; kw++) {
+                        const float *p = row + kw * s->dw;
+                        __m256 v;
+                        if (sw == 1) v = _mm256_loadu_ps(p);
+                        else
+                            v = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(
+                                _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8),
+                                                  0x88)), 0xD8));
+                        if (maximum) {
+                            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+                            acc = _mm256_max_ps(acc, v);
+                        } else {
+                            acc = _mm256_add_ps(acc, v);
+                        }
+                    }
+                }
+                if (maximum) acc = _mm256_blendv_ps(acc, _mm256_set1_ps(NAN), nan);
+                else if (row_scale != NULL)
+                    acc = _mm256_mul_ps(acc, _mm256_mul_ps(_mm256_set1_ps(row_scale[oh]),
+                                                           _mm256_loadu_ps(col_scale + ow)));
+                _mm256_storeu_ps(target + ow, acc);
+            }
+#endif
+        for (; ow < s->ow; ow++) {
             float acc = maximum ? -INFINITY : 0.0f;
             for (int64_t kh = 0; kh < s->kh; kh++) {
                 const float *row = padded + (oh * s->sh + kh * s->dh) * pw + ow * sw;
@@ -650,7 +681,7 @@ static void pool_plane(const float *in, float *out, const Shape *s, float *padde
 static void pool(const float *x, float *out, const Shape *s, int maximum, int64_t mode,
                  float pad_bottom, float pad_right, int64_t threads) {
     const int64_t planes = s->n * s->m;
-    const int64_t pw = (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1;
+    const int64_t pw = (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1 + 16;
     const int64_t ph = (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1;
     float *row_scale = NULL, *col_scale = NULL;
     if (!maximum && mode != 2) {  /* 1 / count, separable over rows and columns */
