@@ -267,41 +267,36 @@ static inline void store_tile(float *restrict acc, float *c, int64_t ldc, int ro
     }
 }
 
-/* acc = a_sliver (k x MR) . b_panel (k x NR). */
-static inline void micro(int64_t k, const float *restrict a, const float *restrict b,
+/* acc = a (MR rows, row r at a[r], k long) . b_panel (k x NR). */
+static inline void micro(int64_t k, const float *const *a, const float *restrict b,
                          float *restrict acc) {
+    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
 #if defined(VECTOR)
     __m256 c[MR][2];
     for (int r = 0; r < MR; r++) c[r][0] = c[r][1] = _mm256_setzero_ps();
     for (int64_t l = 0; l < k; l++) {
         __builtin_prefetch(b + l * NR + 8 * NR);
         const __m256 b0 = _mm256_loadu_ps(b + l * NR), b1 = _mm256_loadu_ps(b + l * NR + 8);
-#pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) {
-            const __m256 x = _mm256_broadcast_ss(a + l * MR + r);
-            c[r][0] = _mm256_fmadd_ps(x, b0, c[r][0]);
-            c[r][1] = _mm256_fmadd_ps(x, b1, c[r][1]);
+#define ROW(r, p)                                                    \
+        {                                                               \
+            const __m256 x = _mm256_broadcast_ss(p + l);                \
+            c[r][0] = _mm256_fmadd_ps(x, b0, c[r][0]);                  \
+            c[r][1] = _mm256_fmadd_ps(x, b1, c[r][1]);                  \
         }
+        ROW(0, a0) ROW(1, a1) ROW(2, a2) ROW(3, a3) ROW(4, a4) ROW(5, a5)
+#undef ROW
     }
     for (int r = 0; r < MR; r++) {
         _mm256_storeu_ps(acc + r * NR, c[r][0]);
         _mm256_storeu_ps(acc + r * NR + 8, c[r][1]);
     }
 #else
+    (void)a0; (void)a1; (void)a2; (void)a3; (void)a4; (void)a5;
     for (int i = 0; i < MR * NR; i++) acc[i] = 0.0f;
     for (int64_t l = 0; l < k; l++)
         for (int r = 0; r < MR; r++)
-            for (int j = 0; j < NR; j++) acc[r * NR + j] += a[l * MR + r] * b[l * NR + j];
+            for (int j = 0; j < NR; j++) acc[r * NR + j] += a[r][l] * b[l * NR + j];
 #endif
-}
-
-/* w (m x k, row-major) into MR-row slivers: packed[(i / MR) * k * MR + l * MR + i % MR]. */
-static void pack_a(const float *w, int64_t m, int64_t k, float *packed, int64_t sliver) {
-    const int64_t i0 = sliver * MR;
-    float *target = packed + sliver * k * MR;
-    for (int64_t l = 0; l < k; l++)
-        for (int r = 0; r < MR; r++)
-            target[l * MR + r] = i0 + r < m ? w[(i0 + r) * k + l] : 0.0f;
 }
 
 /* b[l0:l0+kc, n0:n0+nc] (rows ldb apart) into NR-column panels, zero padded. */
@@ -376,9 +371,9 @@ static void pack_b_conv(const float *x, const Shape *s, int64_t l0, int64_t kc, 
     }
 }
 
-/* c[m x n] (+)= packed_a . b[k x n] for the columns [n0, n0 + nc) and sliver rows
+/* c[m x n] (+)= weights (m x k, row-major) . b[k x n] for the columns [n0, n0 + nc) and sliver rows
  * [s0, s1), the epilogue at the last K block. */
-static void gemm_unit(const float *packed_a, const float *b, int64_t ldb, const Shape *conv,
+static void gemm_unit(const float *weights, const float *b, int64_t ldb, const Shape *conv,
                       float *c, int64_t ldc, const float *residual, int64_t m, int64_t k,
                       int64_t n0, int64_t nc, int64_t s0, int64_t s1, float *panel,
                       const Finish *f) {
@@ -389,9 +384,10 @@ static void gemm_unit(const float *packed_a, const float *b, int64_t ldb, const 
         else pack_b(b, ldb, l0, kc, n0, nc, panel);
         const int last = l0 + kc >= k;
         for (int64_t s = s0; s < s1; s++) {
-            const float *a = packed_a + s * k * MR + l0 * MR;
             const int64_t i0 = s * MR;
             const int rows = m - i0 < MR ? (int)(m - i0) : MR;
+            const float *a[MR];  /* rows past m repeat the last one; their sums are dropped */
+            for (int r = 0; r < MR; r++) a[r] = weights + (i0 + (r < rows ? r : rows - 1)) * k + l0;
             for (int64_t j = 0; j < nc; j += NR) {
                 micro(kc, a, panel + (j / NR) * PANEL(kc), acc);
                 const int cols = nc - j < NR ? (int)(nc - j) : NR;
@@ -403,13 +399,11 @@ static void gemm_unit(const float *packed_a, const float *b, int64_t ldb, const 
     }
 }
 
-/* w (k x m, row-major: the transposed weights) into MR-row slivers of its transpose. */
-static void pack_a_transposed(const float *w, int64_t m, int64_t k, float *packed,
-                              int64_t sliver) {
-    const int64_t i0 = sliver * MR;
-    float *target = packed + sliver * k * MR;
-    for (int64_t l = 0; l < k; l++)
-        for (int r = 0; r < MR; r++) target[l * MR + r] = i0 + r < m ? w[l * m + i0 + r] : 0.0f;
+/* rows [r0, r1) of the transpose of w (k x m, row-major) into t (m x k, row-major). */
+static void transpose_rows(const float *w, int64_t m, int64_t k, float *t, int64_t r0,
+                           int64_t r1) {
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t l = 0; l < k; l++) t[i * k + l] = w[l * m + i];
 }
 
 static void transposed_conv(const float *x, const float *w, float *out, float *scratch,
@@ -417,9 +411,8 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
     const int64_t cg = s->c / s->groups, mg = s->m / s->groups, taps = s->kh * s->kw;
     const int64_t rows = mg * taps, plane = s->h * s->w;
     const int64_t slivers = (rows + MR - 1) / MR;
-    const size_t a_bytes = sizeof(float) * (size_t)(slivers * MR * (cg > 0 ? cg : 1)) *
-                           (size_t)s->groups;
-    float *packed_a = aligned_alloc(64, (a_bytes + 63) / 64 * 64);
+    float *transposed = malloc(sizeof(float) * (size_t)(rows * (cg > 0 ? cg : 1)) *
+                               (size_t)s->groups);
     const int64_t column_blocks = (plane + NC - 1) / NC;
     int64_t row_blocks = 1;
     while (column_blocks * row_blocks < (threads > 1 ? 2 * threads : 1) && row_blocks < slivers)
@@ -432,9 +425,8 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
     {
         float *panel = aligned_alloc(64, sizeof(float) * PANEL(KC) * (NC / NR));
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < s->groups * slivers; i++)
-            pack_a_transposed(w + (i / slivers) * cg * rows, rows, cg,
-                              packed_a + (i / slivers) * slivers * MR * cg, i % slivers);
+        for (int64_t g = 0; g < s->groups; g++)
+            transpose_rows(w + g * cg * rows, rows, cg, transposed + g * rows * cg, 0, rows);
         for (int64_t image = 0; image < s->n; image++)
             for (int64_t g = 0; g < s->groups; g++) {
                 const float *source = x + (image * s->c + g * cg) * plane;
@@ -443,7 +435,7 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
                     const int64_t cb = u % column_blocks, rb = u / column_blocks;
                     const int64_t n0 = cb * NC;
                     const int64_t nc = plane - n0 < NC ? plane - n0 : NC;
-                    gemm_unit(packed_a + g * slivers * MR * cg, source, plane, NULL, scratch,
+                    gemm_unit(transposed + g * rows * cg, source, plane, NULL, scratch,
                               plane, NULL, rows, cg, n0, nc, slivers * rb / row_blocks,
                               slivers * (rb + 1) / row_blocks, panel, &none);
                 }
@@ -452,7 +444,7 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
             }
         free(panel);
     }
-    free(packed_a);
+    free(transposed);
 }
 
 /* Few output positions (plane < NR, e.g. a squeeze-excite's 1x1 maps): per image and group
@@ -503,9 +495,6 @@ static void gemm_conv(const float *x, const float *w, float *out, const float *r
     const int64_t cg = s->c / s->groups, mg = s->m / s->groups;
     const int64_t k = cg * s->kh * s->kw, plane = s->oh * s->ow, in_plane = s->h * s->w;
     const int64_t slivers = (mg + MR - 1) / MR;
-    const size_t a_bytes = sizeof(float) * (size_t)(slivers * MR * (k > 0 ? k : 1)) *
-                           (size_t)s->groups;
-    float *packed_a = aligned_alloc(64, (a_bytes + 63) / 64 * 64);
     /* Work units per GEMM: column blocks x sliver blocks, enough for every thread. */
     const int64_t column_blocks = (plane + NC - 1) / NC;
     int64_t row_blocks = 1;
@@ -517,10 +506,6 @@ static void gemm_conv(const float *x, const float *w, float *out, const float *r
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         float *panel = aligned_alloc(64, sizeof(float) * PANEL(KC) * (NC / NR));
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < s->groups * slivers; i++)
-            pack_a(w + (i / slivers) * mg * k, mg, k, packed_a + (i / slivers) * slivers * MR * k,
-                   i % slivers);
         for (int64_t image = 0; image < s->n; image++)
             for (int64_t g = 0; g < s->groups; g++) {
                 const float *source = x + (image * s->c + g * cg) * in_plane;
@@ -535,7 +520,7 @@ static void gemm_conv(const float *x, const float *w, float *out, const float *r
                     const int64_t nc = plane - n0 < NC ? plane - n0 : NC;
                     const int64_t s0 = slivers * rb / row_blocks;
                     const int64_t s1 = slivers * (rb + 1) / row_blocks;
-                    gemm_unit(packed_a + g * slivers * MR * k, source, plane,
+                    gemm_unit(w + g * mg * k, source, plane,
                               pointwise ? NULL : &one, out + at, plane,
                               residual != NULL ? residual + at : NULL, mg, k, n0, nc, s0, s1,
                               panel, &local);
@@ -543,7 +528,6 @@ static void gemm_conv(const float *x, const float *w, float *out, const float *r
             }
         free(panel);
     }
-    free(packed_a);
 }
 
 #if defined(VECTOR)
