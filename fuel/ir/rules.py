@@ -518,3 +518,21 @@ def quantized_embedding(params, shapes, dtypes):
         raise ShapeError(f"quantized_embedding takes a 1-D index, got shape {index}")
     quantized_rows(table, dtypes[0], "table")
     return (index[0], table[1]), dt.float32
+
+
+def paged_attention(params, shapes, dtypes):
+    """q (T, heads, d); pools (blocks, block_size, kv_heads, d); table (T, M); lengths (T,)."""
+    q, keys, values, table, lengths = shapes
+    if len(q) != 3:
+        raise ShapeError(f"paged_attention's q must be (rows, heads, head_dim), got {q}")
+    if len(keys) != 4 or keys != values:
+        raise ShapeError(f"paged_attention's key and value pools must share one shape "
+                         f"(blocks, block_size, kv_heads, head_dim), got {keys} and {values}")
+    rows, heads, dim = q
+    if keys[3] != dim or keys[2] < 1 or heads % keys[2]:
+        raise ShapeError(f"paged_attention: q {q} does not match pools {keys} (head_dim must "
+                         f"agree and heads be a multiple of kv_heads)")
+    if len(table) != 2 or table[0] != rows or lengths != (rows,):
+        raise ShapeError(f"paged_attention needs a (rows, M) block table and (rows,) lengths "
+                         f"for {rows} rows, got {table} and {lengths}")
+    return q, dtypes[0]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fuel.ir.errors import FuelError
 from fuel.onnx.builder import Builder
 from fuel.onnx.context import DEFAULT_DOMAINS, OptionalValue, Scope, SequenceValue, find_converter
 from fuel.onnx.errors import OnnxError, UnsupportedOp, UnsupportedOpset, node_label
@@ -46,6 +47,27 @@ class Model:
     """A loaded ONNX model. ``run(feeds)`` returns NumPy outputs by name, in graph order."""
 
     def __init__(self, source) -> None:
+        # errors name the file a model came from (a path's last part; None for bytes, protos)
+        self.file_name = os.path.basename(os.fspath(source)) if isinstance(
+            source, (str, os.PathLike)) else None
+        try:
+            self._load(source)
+        except FuelError as error:
+            raise self._named(error) from error.__cause__
+
+    def _named(self, error: FuelError) -> FuelError:
+        """``error`` with the model's file name in front (as it is when it already names it)."""
+        message = str(error)
+        if self.file_name is None or self.file_name in message:
+            return error
+        try:
+            named = type(error)(f"{self.file_name}: {message}")
+        except TypeError:  # an error class with a constructor of its own
+            named = OnnxError(f"{self.file_name}: {message}")
+        named.__dict__.update(error.__dict__)
+        return named
+
+    def _load(self, source) -> None:
         self.proto, self.base_dir = _parse(source)
         graph = self.proto.graph
         self.opsets = _check_opsets(self.proto)
@@ -97,6 +119,12 @@ class Model:
         The first call per feed signature (dtypes, shapes, device) builds the graph; when
         nothing in it depends on the feeds' values, its plan is captured and later calls with
         that signature replay it (see fuel.onnx.replay)."""
+        try:
+            return self._run(feeds, device)
+        except FuelError as error:
+            raise self._named(error) from error.__cause__
+
+    def _run(self, feeds: dict | None, device) -> dict[str, object]:
         import fuel
         from fuel.runtime.executor import PLAN_CACHE
 

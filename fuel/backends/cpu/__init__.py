@@ -14,6 +14,7 @@ from fuel.backends.cpu import (
     indexing,
     matmul,
     ml,
+    paged_attention,
     pooling,
     quantized,
     sampling,
@@ -122,7 +123,7 @@ PREFERS_DECOMPOSED = frozenset({
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
 KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution_c, convolution, pooling,
-                  scatter, sorting, sampling, strings, ml, quantized)
+                  scatter, sorting, sampling, strings, ml, quantized, paged_attention)
 
 
 BACKEND = CpuBackend()
