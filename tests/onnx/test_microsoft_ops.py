@@ -137,3 +137,56 @@ def test_missing_microsoft_op_names_domain_and_node():
     model = _model([node], [("x", [2])], ["y"])
     with pytest.raises(UnsupportedOp, match=r"mystery.*NotAnOp \(domain com\.microsoft\)"):
         fuel.onnx.load(model)
+
+
+def _quantized(shape, low=-128, high=127):
+    return RNG.integers(low, high + 1, shape).astype(np.int8 if low < 0 else np.uint8)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_dynamic_quantize_lstm(direction, per_column):
+    """onnxruntime quantizes X and h per step (uint8): outputs agree to that precision."""
+    dirs, steps, batch, size, hidden = (2 if direction == "bidirectional" else 1), 4, 2, 5, 3
+    scales = (dirs, 4 * hidden) if per_column else (dirs,)
+    constants = [
+        ("w", _quantized((dirs, size, 4 * hidden))), ("r", _quantized((dirs, hidden, 4 * hidden))),
+        ("b", _x(dirs, 8 * hidden) * 0.1),
+        ("w_scale", np.abs(_x(*scales)) * 0.01 + 0.002), ("w_zero", np.zeros(scales, np.int8)),
+        ("r_scale", np.abs(_x(*scales)) * 0.01 + 0.002), ("r_zero", np.zeros(scales, np.int8))]
+    node = helper.make_node("DynamicQuantizeLSTM",
+                            ["x", "w", "r", "b", "", "", "", "", "w_scale", "w_zero",
+                             "r_scale", "r_zero"], ["y", "y_h", "y_c"], domain=MS,
+                            hidden_size=hidden, direction=direction)
+    graph = helper.make_graph(
+        [node], "lstm", [helper.make_tensor_value_info("x", F, [steps, batch, size])],
+        [helper.make_tensor_value_info(n, F, None) for n in ("y", "y_h", "y_c")],
+        [numpy_helper.from_array(a, n) for n, a in constants])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    _check(model, {"x": _x(steps, batch, size)}, rtol=0, atol=2e-2)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_dynamic_quantize_matmul(signed):
+    b = _quantized((6, 4)) if signed else _quantized((6, 4), 0, 255)
+    zero = np.array([0], np.int8) if signed else np.array([128], np.uint8)
+    node = helper.make_node("DynamicQuantizeMatMul", ["a", "b", "scale", "zero", "bias"], ["y"],
+                            domain=MS)
+    model = _model([node], [("a", [3, 6])], ["y"],
+                   [("b", b), ("scale", np.array([0.02], np.float32)), ("zero", zero),
+                    ("bias", _x(4))])
+    _check(model, {"a": _x(3, 6)}, rtol=0, atol=5e-2)
+
+
+def test_nhwc_max_pool():
+    node = helper.make_node("NhwcMaxPool", ["x"], ["y"], domain=MS, kernel_shape=[3, 3],
+                            strides=[2, 2], pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [node], "pool", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 7, 9, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    _check(model, {"x": _quantized((1, 7, 9, 3), 0, 255)})

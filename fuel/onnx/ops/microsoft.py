@@ -1,7 +1,8 @@
 """``com.microsoft`` ops that exporters, onnxruntime's optimizer and its quantization tools
 write into real files: FusedConv, FusedGemm, FusedMatMul, Gelu, FastGelu, BiasGelu,
-QuickGelu, BiasAdd, SkipLayerNormalization, SkipSimplifiedLayerNormalization and
-SimplifiedLayerNormalization (also in the default domain, where onnxruntime registers it).
+QuickGelu, BiasAdd, SkipLayerNormalization, SkipSimplifiedLayerNormalization,
+SimplifiedLayerNormalization (also in the default domain, where onnxruntime registers it),
+DynamicQuantizeLSTM, DynamicQuantizeMatMul and NhwcMaxPool.
 Semantics follow onnxruntime's contrib-op documentation; tests compare with onnxruntime."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from fuel.nn import conv as nn_conv
 from fuel.onnx.context import OPS, NodeContext, onnx_op
 from fuel.onnx.errors import UnsupportedOp
 from fuel.onnx.ops.common import OpKind, Tensor, axis_of, cast, unary, where
-from fuel.onnx.ops.conv import _spatial
+from fuel.onnx.ops.conv import _spatial, window_padding
 
 MS = "com.microsoft"
 
@@ -195,3 +196,63 @@ def simplified_layer_normalization(ctx: NodeContext) -> list:
     inverse = unary(OpKind.RSQRT, reduce(OpKind.MEAN, xw * xw, axes, True)
                     + float(ctx.attr("epsilon", 1e-5)))
     return [cast(xw * inverse, x.dtype) * scale, inverse]
+
+
+def _dequantized(values: Tensor, scale: Tensor, zero: Tensor | None, shape_of) -> Tensor:
+    """(values - zero) * scale in float32, scale and zero reshaped by ``shape_of(t)``."""
+    shift = cast(values, dt.float32)
+    if zero is not None:
+        shift = shift - cast(zero, dt.float32).reshape(shape_of(zero))
+    return shift * cast(scale, dt.float32).reshape(shape_of(scale))
+
+
+@onnx_op("DynamicQuantizeLSTM", domain=MS)
+def dynamic_quantize_lstm(ctx: NodeContext) -> list:
+    """An LSTM whose W (dirs, input, 4 * hidden) and R (dirs, hidden, 4 * hidden) are int8
+    or uint8 with per-direction or per-column scales and zero points (inputs 8-11). fuel
+    de-quantizes the weights and runs the float LSTM; onnxruntime also quantizes the
+    activations per step, so outputs agree to about the input's quantization step."""
+    from fuel.onnx.context import NodeContext as Context
+
+    w, r = ctx.input(1), ctx.input(2)
+    directions, columns = w.shape[0], w.shape[2]
+
+    def shape_of(t: Tensor) -> tuple:  # per tensor, per direction or per column
+        if t.numel() == 1:
+            return ()
+        return (directions, 1, 1) if t.ndim == 1 else (directions, 1, columns)
+
+    w_float = _dequantized(w, ctx.input(8), ctx.optional(9), shape_of).permute(0, 2, 1)
+    r_float = _dequantized(r, ctx.input(10), ctx.optional(11), shape_of).permute(0, 2, 1)
+    inputs = [ctx.input(0), w_float, r_float] + [ctx.value(i) for i in range(3, 8)]
+    plain = Context(ctx.proto, ctx.builder, inputs, 14, ctx.label, ctx.scope)
+    return OPS[("", "LSTM")](plain)
+
+
+@onnx_op("DynamicQuantizeMatMul", domain=MS)
+def dynamic_quantize_matmul(ctx: NodeContext) -> Tensor:
+    """A (float) @ B (int8/uint8, per-tensor or per-column scale and zero point) + bias:
+    onnxruntime quantizes A to uint8 per call; fuel multiplies A by the de-quantized B."""
+    a, b = ctx.input(0), ctx.input(1)
+    columns = b.shape[-1]
+    weights = _dequantized(b, ctx.input(2), ctx.optional(3),
+                           lambda t: () if t.numel() == 1 else (columns,))
+    y = matmul(a, weights)
+    return y + ctx.input(4) if ctx.has(4) else y
+
+
+@onnx_op("NhwcMaxPool", domain=MS)
+def nhwc_max_pool(ctx: NodeContext) -> Tensor:
+    """MaxPool over an (N, H, W, C) input (uint8/int8), output (N, OH, OW, C)."""
+    x = ctx.input(0)
+    rank = x.ndim - 2
+    order = (0, x.ndim - 1) + tuple(range(1, x.ndim - 1))
+    kernel = tuple(ctx.attr("kernel_shape"))
+    strides = tuple(ctx.attr("strides") or [1] * rank)
+    dilations = tuple(ctx.attr("dilations") or [1] * rank)
+    channels_first = x.permute(*order)
+    begin, end = window_padding(ctx, channels_first.shape[2:], kernel, strides, dilations)
+    pooled = nn_conv.max_pool_nd(channels_first, kernel, strides, begin, end, dilations,
+                                 bool(ctx.attr("ceil_mode", 0)))
+    back = (0,) + tuple(range(2, x.ndim)) + (1,)
+    return pooled.permute(*back)
