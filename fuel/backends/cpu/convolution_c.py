@@ -3,20 +3,23 @@ and OpenBLAS (through NumPy): CONV, CONV_FUSED (the
 convolution with its bias, residual and activation in its output loop) and CONV_TRANSPOSE.
 
 Each key has siblings, one per form, every one correct on every launch (a form handed a shape
-it does not take runs the general form), so a judge may time any of them on the same operands;
+it does not take runs ``gemm``), so a judge may time any of them on the same operands;
 ``accepts`` says which shapes a form is made for:
 
+- ``gemm``: any 1-d or 2-d shape: conv.c's implicit GEMM (the patch matrix built block by
+  block into the GEMM's panels; the input as stored for an unpadded stride-1 1x1 kernel),
+  the epilogue on the register tile;
+- ``depthwise``: groups == C == M: depthwise.c, one pass per plane through a padded copy, the
+  epilogue applied on the row in cache;
 - ``pointwise``: 1x1 kernel, stride 1, no padding: per group one GEMM (OpenBLAS) on the input
   as stored, ``W (M, C) @ x[n] (C, H*W)``, no copy;
-- ``depthwise``: groups == C == M: one C pass per plane, every tap of an output row's
-  interior accumulated in registers, the epilogue applied on the row in cache;
 - ``im2col``: any 1-d or 2-d shape: the patch matrix of one image and group written by C into
   a scratch buffer, then one GEMM (OpenBLAS);
 - ``auto`` (registered first, so it runs today): picks per launch by ``choose_form``.
 
-3-d shapes (and the rare depthwise filter over 64 rows) run the NumPy kernel; after a GEMM
-form, the epilogue is one C pass over the output. Threads: the C passes split planes over
-``FUEL_THREADS`` OpenMP threads; OpenBLAS runs its own.
+3-d shapes (and the rare depthwise filter over 64 rows) run the NumPy kernel; after an
+OpenBLAS form, the epilogue is one C pass over the output. Threads: the C kernels split their
+work over ``FUEL_THREADS`` OpenMP threads (conv_common.h's team rule); OpenBLAS runs its own.
 """
 
 from __future__ import annotations
@@ -230,7 +233,7 @@ class CConvolution:
         if geometry is None:
             form = None
         elif not accepts(form, geometry):
-            form = "im2col"
+            form = "gemm"
         if (function is None or form is None or not out_layout.is_contiguous()
                 or not all(layout.is_contiguous() for layout in layouts)):
             return self._numpy(inputs, outputs, layouts, params)
