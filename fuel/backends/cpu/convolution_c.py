@@ -50,7 +50,7 @@ SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, COMMON = (
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL) = range(9)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
-X row gathers at most this many filter rows
+MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
 # smaller launch loses more to waking the other threads than it gains).
 PARALLEL_WORK = 1 << 20
