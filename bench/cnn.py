@@ -11,8 +11,8 @@ Every system runs with its default threads in its own process; rounds alternate 
 (fuel, onnxruntime, fuel, ...), each round a fresh process timing ``--calls`` calls after the
 first call and two more untimed ones, and a system's time is the median over its rounds'
 medians. Outputs are checked: the largest difference from onnxruntime's, over the span of
-onnxruntime's output, must be at most 1e-4. Prints one row per model and batch (ms per call, fuel / onnxruntime) and the geometric
-mean of the ratios.
+onnxruntime's output, must be at most 1e-4. Prints one row per model and batch (ms per call,
+fuel / onnxruntime) and the geometric mean of the ratios.
 
     python bench/cnn.py [--models resnet18,yolo] [--batches 1,8] [--rounds 3] [--calls 5]
     python bench/cnn.py --light      # the 9 light CNNs of onnx's backend test data, batch 1
