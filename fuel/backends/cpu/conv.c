@@ -264,8 +264,8 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
     const int64_t cg = s->c / s->groups, mg = s->m / s->groups, taps = s->kh * s->kw;
     const int64_t rows = mg * taps, plane = s->h * s->w;
     const int64_t slivers = (rows + MR - 1) / MR;
-    float *transposed = malloc(sizeof(float) * (size_t)(rows * (cg > 0 ? cg : 1)) *
-                               (size_t)s->groups);
+    float *transposed = thread_buffer(2, (size_t)(rows * (cg > 0 ? cg : 1)) *
+                                         (size_t)s->groups);
     const int64_t column_blocks = (plane + NC - 1) / NC;
     int64_t row_blocks = 1;
     while (column_blocks * row_blocks < (threads > 1 ? 2 * threads : 1) && row_blocks < slivers)
@@ -276,7 +276,7 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
     one.m = mg;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *panel = aligned_alloc(64, sizeof(float) * PANEL(KC) * (NC / NR));
+        float *panel = thread_buffer(0, (size_t)PANEL(KC) * (NC / NR));
 #pragma omp for schedule(static)
         for (int64_t g = 0; g < s->groups; g++)
             transpose_rows(w + g * cg * rows, rows, cg, transposed + g * rows * cg, 0, rows);
@@ -295,9 +295,7 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
 #pragma omp single
                 col2im(scratch, out + (image * s->m + g * mg) * s->oh * s->ow, &one);
             }
-        free(panel);
     }
-    free(transposed);
 }
 
 /* Few output positions (plane < NR, e.g. a squeeze-excite's 1x1 maps): per image and group
@@ -307,7 +305,7 @@ static void small_conv(const float *x, const float *w, float *out, const float *
                        const Shape *s, const Finish *f, int64_t threads) {
     const int64_t cg = s->c / s->groups, mg = s->m / s->groups, taps = s->kh * s->kw;
     const int64_t k = cg * taps, plane = s->oh * s->ow, in_plane = s->h * s->w;
-    float *columns = malloc(sizeof(float) * (size_t)(plane * k + 1));
+    float *columns = thread_buffer(1, (size_t)(plane * k + 1));
     for (int64_t image = 0; image < s->n; image++)
         for (int64_t g = 0; g < s->groups; g++) {
             const float *source = x + (image * s->c + g * cg) * in_plane;
@@ -340,7 +338,6 @@ static void small_conv(const float *x, const float *w, float *out, const float *
                 memcpy(out + at + m * plane, values, sizeof(float) * plane);
             }
         }
-    free(columns);
 }
 
 static void gemm_conv(const float *x, const float *w, float *out, const float *residual,
@@ -358,7 +355,7 @@ static void gemm_conv(const float *x, const float *w, float *out, const float *r
     one.c = cg;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *panel = aligned_alloc(64, sizeof(float) * PANEL(KC) * (NC / NR));
+        float *panel = thread_buffer(0, (size_t)PANEL(KC) * (NC / NR));
         for (int64_t image = 0; image < s->n; image++)
             for (int64_t g = 0; g < s->groups; g++) {
                 const float *source = x + (image * s->c + g * cg) * in_plane;
@@ -379,7 +376,6 @@ static void gemm_conv(const float *x, const float *w, float *out, const float *r
                               panel, &local);
                 }
             }
-        free(panel);
     }
 }
 

@@ -30,6 +30,21 @@ typedef struct {
     int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, groups, act;
 } Shape;
 
+/* This thread's scratch buffer `slot` (0-3), 64-byte aligned, grown to at least `floats`
+ * and kept for the thread's life: a launch reuses it instead of a fresh allocation, whose
+ * pages (past malloc's mmap threshold) would fault in again on every launch. */
+static inline float *thread_buffer(int slot, size_t floats) {
+    static __thread float *buffers[4];
+    static __thread size_t sizes[4];
+    if (sizes[slot] < floats || buffers[slot] == NULL) {
+        free(buffers[slot]);
+        const size_t bytes = (sizeof(float) * (floats > 0 ? floats : 1) + 63) / 64 * 64;
+        buffers[slot] = aligned_alloc(64, bytes);
+        sizes[slot] = buffers[slot] != NULL ? floats : 0;
+    }
+    return buffers[slot];
+}
+
 static inline Shape shape_of(const int64_t *sizes) {
     const Shape s = {sizes[2], sizes[3], sizes[4], sizes[5], sizes[6], sizes[7], sizes[8],
                      sizes[9], sizes[10], sizes[11], sizes[12], sizes[13], sizes[14],

@@ -138,8 +138,8 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     {
 #if defined(VECTOR)
         const size_t padded_bytes = (sizeof(float) * (size_t)(pw * ph) + 63) / 64 * 64;
-        float *padded = s.sw <= 2 ? aligned_alloc(64, padded_bytes) : NULL;
-        float *row_buffer = aligned_alloc(64, sizeof(float) * wide);
+        float *padded = s.sw <= 2 ? thread_buffer(0, padded_bytes / sizeof(float)) : NULL;
+        float *row_buffer = thread_buffer(1, (size_t)wide);
 #endif
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < planes; i++) {
@@ -164,9 +164,5 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
                        beta, k);
             }
         }
-#if defined(VECTOR)
-        free(padded);
-        free(row_buffer);
-#endif
     }
 }

@@ -109,12 +109,11 @@ static void pool(const float *x, float *out, const Shape *s, int maximum, int64_
     }
 #pragma omp parallel num_threads(threads) if (threads > 1 && planes > 1)
     {
-        float *padded = malloc(sizeof(float) * (size_t)(pw * ph + 1));
+        float *padded = thread_buffer(0, (size_t)(pw * ph + 1));
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < planes; i++)
             pool_plane(x + i * s->h * s->w, out + i * s->oh * s->ow, s, padded, pw, ph, maximum,
                        maximum ? -INFINITY : 0.0f, row_scale, col_scale);
-        free(padded);
     }
     free(row_scale);
     free(col_scale);
