@@ -17,9 +17,11 @@ second process times nothing, and a changed kernel invalidates only its own entr
 process, 2 by default), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
 own rule). A profiled launch that runs much slower than its recorded winner marks the entry
 for a re-check. Timings taken while the machine is busier than its cores (the load average
-above ``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) serve this process only: they rank
-the candidates by how they share the cores, so they are not stored. ``judge_stats()``
-counts what it did; ``explain()`` shows the candidates and their times per node.
+above ``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) rank the candidates by how they share
+the cores: the kernel's rule stays and nothing is stored. So the processes of one machine
+dispatch alike (a stored winner, else the rule), and their results agree bit for bit.
+``judge_stats()`` counts what it did; ``explain()`` shows the candidates and their times per
+node.
 """
 
 from __future__ import annotations
@@ -224,9 +226,9 @@ class Judge:
         self.counts["timed"] += 1
         if winner != default:
             self.counts["switched"] += 1
-        if _busy():  # timings of a machine busier than its cores: this process's only
-            self.counts["unsaved_busy"] += 1
-            return Verdict(winner, default, seconds, "timed on a busy machine, not stored")
+        if _busy():  # timings of a machine busier than its cores rank nothing: the rule
+            self.counts["unsaved_busy"] += 1  # stays, as in every other process here
+            return Verdict(default, default, seconds, "timed on a busy machine: rule kept")
         self._save(key, {"winner": winner, "default": default, "seconds": seconds,
                          "revisions": revisions, "timed": time.strftime("%Y-%m-%d %H:%M:%S")})
         return Verdict(winner, default, seconds, "timed")
