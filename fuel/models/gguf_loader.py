@@ -25,7 +25,7 @@ from fuel.models.common import (
     require,
 )
 from fuel.models.families import Family, family_of
-from fuel.models.tokenizer import byte_level_bpe
+from fuel.models.tokenizer import byte_level_bpe, sentencepiece_bpe
 
 # Tensor types gguf's NumPy dequantizer handles and fuel accepts for weights.
 SUPPORTED_TENSOR_TYPES = (
@@ -352,11 +352,16 @@ class GGUFModelFile:
     def tokenizer(self):
         """The tokenizer the file describes, as a ``tokenizers.Tokenizer``."""
         kind = self.value("tokenizer.ggml.model")
-        if kind != "gpt2":
+        if kind not in ("gpt2", "llama"):
             raise ModelFormatError(f"{self.path.name} has a '{kind}' tokenizer; fuel builds "
-                                   "byte-level BPE ('gpt2') tokenizers from GGUF")
+                                   "byte-level BPE ('gpt2') and SentencePiece ('llama') "
+                                   "tokenizers from GGUF")
         tokens = self.required("tokenizer.ggml.tokens")
         types = self.value("tokenizer.ggml.token_type") or [1] * len(tokens)
+        if kind == "llama":
+            scores = self.value("tokenizer.ggml.scores") or [0.0] * len(tokens)
+            return sentencepiece_bpe(tokens, scores, types,
+                                     bool(self.value("tokenizer.ggml.add_space_prefix", True)))
         return byte_level_bpe(tokens, self.required("tokenizer.ggml.merges"), types,
                               self.value("tokenizer.ggml.pre", "default"))
 
