@@ -87,3 +87,23 @@ def test_bfloat16_folder_matches_transformers(oracle, tmp_path, cache_dir):
     ids = ours.encode(PROMPT)
     expected, greedy = _reference(model, torch, ids)
     _check(ours, ids, expected, greedy, 1e-4)
+
+
+def test_sliding_window_batched_steps_match_single_steps(oracle, tmp_path, cache_dir):
+    """Gemma 3 (sliding and global layers, two rope bases) batched one token per generation
+    gives each generation its own steps' logits, past the window."""
+    from fuel.models.batched_decode import BatchDecoder
+    from fuel.models.llama import load_gguf
+
+    model = load_gguf(write_gguf(tiny_model("gemma3"), "gemma3", tmp_path / "g.gguf"))
+    prompts = [model.encode("the cat in the hat"), [7]]
+    alone = [model.new_cache(64) for _ in prompts]
+    together = [model.new_cache(capacity) for capacity in (64, 32)]
+    for prompt, a, b in zip(prompts, alone, together):
+        model.forward(prompt, a)
+        model.forward(prompt, b)
+    decoder = BatchDecoder(model)
+    for step in range(6):
+        tokens = [5 + step, 60 + step]
+        expected = np.stack([model.forward([t], c)[-1] for t, c in zip(tokens, alone)])
+        np.testing.assert_allclose(decoder.step(tokens, together), expected, rtol=0, atol=1e-5)
