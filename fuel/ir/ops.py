@@ -24,6 +24,7 @@ from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata 
     ArangeParams,
     AxisParams,
     CastParams,
+    ConvEpilogueParams,
     ConvParams,
     CopyParams,
     DiagonalParams,
@@ -165,6 +166,7 @@ class OpKind(enum.Enum):
     ARGSORT = "argsort"
     CONV = "conv"
     CONV_TRANSPOSE = "conv_transpose"
+    CONV_FUSED = "conv_fused"
     MAX_POOL = "max_pool"
     MAX_POOL_INDICES = "max_pool_indices"
     AVG_POOL = "avg_pool"
@@ -180,6 +182,7 @@ class OpKind(enum.Enum):
     QUANTIZED_MATMUL = "quantized_matmul"
     QUANTIZED_EMBEDDING = "quantized_embedding"
     ROUND_INT16_BLOCKS = "round_int16_blocks"
+    PAGED_ATTENTION = "paged_attention"
     FUSED = "fused"
 
     def __repr__(self) -> str:
@@ -447,6 +450,8 @@ define(OpKind.ARGSORT, "sort", rules.argsort, params=SortParams,
 define(OpKind.CONV, "window", rules.conv, params=ConvParams, doc="N-d convolution.")
 define(OpKind.CONV_TRANSPOSE, "window", rules.conv_transpose, params=ConvParams,
        doc="N-d transposed convolution.")
+define(OpKind.CONV_FUSED, "window", rules.conv_fused, params=ConvEpilogueParams,
+       doc="Convolution with its epilogue (bias, residual, activation) in its output loop.")
 define(OpKind.MAX_POOL, "window", rules.pool, params=PoolParams, doc="Max pooling.")
 define(OpKind.MAX_POOL_INDICES, "window", rules.pool_indices, params=PoolParams,
        doc="Positions of max pooling's maxima.")
@@ -516,6 +521,17 @@ define(OpKind.QUANTIZED_EMBEDDING, "quantized", rules.quantized_embedding, param
        operands=("quantized", "index"), function="quantized_embedding",
        doc="Rows of a quantized (rows, k) table picked by a 1-D index, as float32.")
 
+# ------------------------------------------------------------------ attention
+define(OpKind.PAGED_ATTENTION, "attention", rules.paged_attention, params=NoParams,
+       operands=("activation", "activation", "activation", "index", "index"),
+       functional="paged_attention",
+       doc="Attention of each query row over its own keys in a paged pool: q (T, heads, d) "
+           "(pre-scaled); key and value pools (blocks, block_size, kv_heads, d); block_table "
+           "(T, M); lengths (T,) in 1..M*block_size. Row t's position p lies in block "
+           "block_table[t, p // block_size] at offset p % block_size; head h reads kv head "
+           "h // (heads / kv_heads); out[t, h] = softmax(q[t, h] . k[p] over p < lengths[t]) "
+           "@ v -> (T, heads, d).")
+
 # ------------------------------------------------------------------ planner-made
 define(OpKind.FUSED, "fused", rules.same_as_input,
        doc="A group of nodes the planner runs as one generated kernel (fuel.compiler); its "
@@ -549,12 +565,19 @@ LOGICAL_OPS = frozenset({OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_X
 _INFER_CACHE: dict[tuple, tuple[Shape, DType, int]] = {}
 
 
+def check_operand(role: str, constraint: str, dtype: DType) -> None:
+    """DTypeError unless ``dtype`` meets the registry's ``constraint`` (``index``, ``mask``,
+    ...): the front end checks a user's operand with it before any implicit conversion, so
+    ``x.gather(1, float_index)`` is refused as torch refuses it, naming ``role``."""
+    allowed, text = OPERAND_CONSTRAINTS[constraint]
+    if dtype not in allowed:
+        raise DTypeError(f"{role} must be {text}, got {dtype.name}")
+
+
 def _check_operands(record: OpDefinition, dtypes: tuple[DType, ...]) -> None:
     for position, (constraint, dtype) in enumerate(zip(record.operands, dtypes)):
-        allowed = OPERAND_CONSTRAINTS.get(constraint)
-        if allowed is not None and dtype not in allowed[0]:
-            raise DTypeError(f"operand {position} ({constraint}) must be {allowed[1]}, got "
-                             f"{dtype.name}")
+        if constraint in OPERAND_CONSTRAINTS:
+            check_operand(f"operand {position} ({constraint})", constraint, dtype)
 
 
 def _infer(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, ...]):

@@ -25,6 +25,7 @@ from fuel.models.common import (
     require,
 )
 from fuel.models.families import Family, family_of
+from fuel.models.gguf_checks import check_gguf, check_llama
 from fuel.models.tokenizer import byte_level_bpe, sentencepiece_bpe
 
 # Tensor types gguf's NumPy dequantizer handles and fuel accepts for weights.
@@ -234,6 +235,7 @@ class GGUFModelFile:
     def __init__(self, path: str | os.PathLike) -> None:
         gguf = require("gguf", "loading a GGUF model")
         self.path = Path(path)
+        check_gguf(self.path)  # every length, count, type, dim and offset, before gguf reads it
         try:
             self._reader = _checked_reader(gguf)(str(self.path))
         except (ValueError, OSError, IndexError, KeyError) as error:
@@ -316,7 +318,7 @@ class GGUFModelFile:
         embedding_scale = float(key("embedding_scale", 1.0) or 1.0)
         if family.scaled_embedding:
             embedding_scale = float(np.sqrt(np.float32(hidden)))
-        return LlamaConfig(
+        config = LlamaConfig(
             vocab_size=int(key("vocab_size", len(tokens))),
             hidden_size=hidden,
             intermediate_size=int(needed("feed_forward_length")),
@@ -348,6 +350,10 @@ class GGUFModelFile:
             residual_scale=float(key("residual_scale", 1.0) or 1.0),
             logit_scale=float(key("logit_scale", 1.0) or 1.0),
         )
+        types = self._field("tokenizer.ggml.token_type")
+        check_llama(self.path.name, config, {n: t.shape for n, t in self.tensors.items()},
+                    len(tokens), None if types is None else len(types.data))
+        return config
 
     def tokenizer(self):
         """The tokenizer the file describes, as a ``tokenizers.Tokenizer``."""
@@ -358,12 +364,19 @@ class GGUFModelFile:
                                    "tokenizers from GGUF")
         tokens = self.required("tokenizer.ggml.tokens")
         types = self.value("tokenizer.ggml.token_type") or [1] * len(tokens)
-        if kind == "llama":
-            scores = self.value("tokenizer.ggml.scores") or [0.0] * len(tokens)
-            return sentencepiece_bpe(tokens, scores, types,
-                                     bool(self.value("tokenizer.ggml.add_space_prefix", True)))
-        return byte_level_bpe(tokens, self.required("tokenizer.ggml.merges"), types,
-                              self.value("tokenizer.ggml.pre", "default"))
+        try:
+            if kind == "llama":
+                scores = self.value("tokenizer.ggml.scores") or [0.0] * len(tokens)
+                return sentencepiece_bpe(
+                    tokens, scores, types,
+                    bool(self.value("tokenizer.ggml.add_space_prefix", True)))
+            return byte_level_bpe(tokens, self.required("tokenizer.ggml.merges"), types,
+                                  self.value("tokenizer.ggml.pre", "default"))
+        except Exception as error:  # tokenizers' own errors (a merge of unknown tokens, ...)
+            if isinstance(error, ModelFormatError):
+                raise
+            raise ModelFormatError(f"{self.path.name}: its tokenizer cannot be built: "
+                                   f"{error}") from None
 
     def check_tensor_types(self) -> None:
         """Raise a ModelFormatError naming the first tensor of a type fuel cannot dequantize."""
