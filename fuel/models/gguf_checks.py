@@ -319,8 +319,7 @@ def check_llama(name: str, config, shapes: dict[str, tuple[int, ...]], token_cou
         expected["output.weight"] = (hidden, config.vocab_size)
     family = FAMILIES[config.family]  # the tensors a family's layers have
     for i in range(config.num_layers):
-        layer = {f"blk.{i}.attn_output.weight": (q, hidden),
-                 f"blk.{i}.ffn_down.weight": (ffn, hidden)}
+        layer: dict = {}  # in the file's order: norms, attention, feed-forward
         if family.pre_norms:
             layer.update({f"blk.{i}.attn_norm.weight": (hidden,),
                           f"blk.{i}.ffn_norm.weight": (hidden,)})
@@ -330,11 +329,13 @@ def check_llama(name: str, config, shapes: dict[str, tuple[int, ...]], token_cou
             layer.update({f"blk.{i}.attn_q.weight": (hidden, q),
                           f"blk.{i}.attn_k.weight": (hidden, kv),
                           f"blk.{i}.attn_v.weight": (hidden, kv)})
+        layer[f"blk.{i}.attn_output.weight"] = (q, hidden)
         if family.fused_gate_up:
             layer[f"blk.{i}.ffn_up.weight"] = (hidden, 2 * ffn)
         else:
             layer.update({f"blk.{i}.ffn_gate.weight": (hidden, ffn),
                           f"blk.{i}.ffn_up.weight": (hidden, ffn)})
+        layer[f"blk.{i}.ffn_down.weight"] = (ffn, hidden)
         expected.update(layer)
     for tensor, dims in expected.items():
         found = shapes.get(tensor)
