@@ -96,15 +96,20 @@ def main() -> None:
     parser.add_argument("--more-texts", action="store_true",
                         help="also rows for 3 further passages")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--gguf", default=None,
+                        help="SmolLM2 requantized to this llama.cpp format first (Q4_K_M, ...)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         llama_cpp_worker(json.loads(args.worker))
         return
-    from fuel.models.llama import DEFAULT_FILE, DEFAULT_PACKAGE, load_gguf, model_file
+    from requantize import smollm_path
 
-    quantized, reference = load_gguf(), load_gguf(dtype="float32")
-    path = model_file(None, DEFAULT_PACKAGE, DEFAULT_FILE, "the SmolLM2 GGUF file")
+    from fuel.models.llama import load_gguf
+
+    path = smollm_path(args.gguf)
+    print(f"file: {path.name}")
+    quantized, reference = load_gguf(path), load_gguf(path, dtype="float32")
     groups = [("", TEXTS)] + ([(", more texts", MORE_TEXTS)] if args.more_texts else [])
     for suffix, texts in groups:
         ids = [quantized.encode(text)[:TOKENS] for text in texts]

@@ -94,15 +94,17 @@ def resident_split(path) -> tuple[int, int]:
     return mapped, anonymous
 
 
-def resident_worker(dtype: str) -> None:
+def resident_worker(dtype: str, gguf: str | None = None) -> None:
     """In a fresh process: RSS after import, after loading, after 16 tokens, and the split of
-    the last (JSON)."""
+    the last (JSON). ``gguf``: SmolLM2 requantized to that format (bench/requantize.py)."""
+    from requantize import smollm_path
+
     import fuel.models.llama as llama
 
-    path = llama.model_file(None, llama.DEFAULT_PACKAGE, llama.DEFAULT_FILE, "SmolLM2")
+    path = smollm_path(gguf)
     baseline = resident_bytes()
     anonymous_baseline = resident_split(path)[1]
-    model = llama.load_gguf(dtype=dtype)
+    model = llama.load_gguf(path, dtype=dtype)
     loaded = resident_bytes()
     model.generate_ids(model.encode("Once upon a time"), 16)
     mapped, anonymous = resident_split(path)
@@ -111,12 +113,15 @@ def resident_worker(dtype: str) -> None:
                       "anonymous": anonymous - anonymous_baseline}))
 
 
-def resident_rows() -> None:
+def resident_rows(gguf: str | None = None) -> None:
+    if gguf:
+        print(f"SmolLM2 requantized to {gguf}")
     print(f"{'SmolLM2 weights':<16}{'import MiB':>11}{'loaded MiB':>11}{'+16 tok MiB':>12}"
           f"{'model MiB':>10}{'GGUF map':>9}{'anon':>7}{'file MiB':>9}{'model/file':>11}"
           f"{'process/file':>13}")
     for dtype in ("quantized", "float32"):
-        values = child_result(__file__, ["--resident-worker", dtype])
+        values = child_result(__file__, ["--resident-worker", dtype]
+                              + (["--gguf", gguf] if gguf else []))
         model = values["generated"] - values["baseline"]
         mib = 2**20
         print(f"{dtype:<16}{values['baseline'] / mib:>11.1f}{values['loaded'] / mib:>11.1f}"
@@ -134,12 +139,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("minilm", "smollm", "resident"), default=None)
     parser.add_argument("--resident-worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--gguf", default=None,
+                        help="resident memory of SmolLM2 requantized to this llama.cpp format")
     args = parser.parse_args()
     if args.resident_worker:
-        resident_worker(args.resident_worker)
+        resident_worker(args.resident_worker, args.gguf)
         return
     if args.only in (None, "resident"):
-        resident_rows()
+        resident_rows(args.gguf)
         if args.only == "resident":
             return
     rows: list = []

@@ -459,14 +459,17 @@ def llama_cpp_worker(request: dict) -> dict:
     return result
 
 
-def bench_llama_cpp(runs: int, threads: int, profile: bool) -> None:
+def bench_llama_cpp(runs: int, threads: int, profile: bool, gguf: str | None = None) -> None:
     """fuel (this process, quantized weights) against llama.cpp (a fresh process per round,
-    same GGUF, same threads), alternated rounds; prints its own table."""
+    same GGUF, same threads), alternated rounds; prints its own table. ``gguf``: a format the
+    shipped file is requantized to first (bench/requantize.py)."""
     import json
 
-    from fuel.models.llama import DEFAULT_FILE, DEFAULT_PACKAGE, load_gguf, model_file
+    from requantize import smollm_path
 
-    path = model_file(None, DEFAULT_PACKAGE, DEFAULT_FILE, "SmolLM2")
+    from fuel.models.llama import load_gguf
+
+    path = smollm_path(gguf)
     model = load_gguf(path)
     rng = np.random.default_rng(0)
     prompts = {"4": model.encode("Once upon a time"),
@@ -538,6 +541,9 @@ def main() -> None:
     parser.add_argument("--llama-cpp", action="store_true",
                         help="also compare SmolLM2 with llama.cpp (llama-cpp-python, own process)")
     parser.add_argument("--llama-cpp-worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--gguf", default=None,
+                        help="with --llama-cpp: SmolLM2 requantized to this llama.cpp format "
+                             "first (Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ4_NL, ...)")
     args = parser.parse_args()
     if args.llama_cpp_worker:
         import json
@@ -582,7 +588,8 @@ def main() -> None:
     if args.sweep or args.only == "sweep":
         bench_minilm_sweep(args.rounds, args.threads, ("fuel", "fuel-judge-off", "onnxruntime"))
     if args.llama_cpp:
-        bench_llama_cpp(args.runs, args.threads or len(os.sched_getaffinity(0)), args.profile)
+        bench_llama_cpp(args.runs, args.threads or len(os.sched_getaffinity(0)), args.profile,
+                        args.gguf)
 
 
 if __name__ == "__main__":

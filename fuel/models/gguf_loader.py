@@ -24,8 +24,9 @@ from fuel.models.common import (
     release_freed_heap,
     require,
 )
+from fuel.models.families import Family, family_of
 from fuel.models.gguf_checks import check_gguf, check_llama
-from fuel.models.tokenizer import byte_level_bpe
+from fuel.models.tokenizer import byte_level_bpe, sentencepiece_bpe
 
 # Tensor types gguf's NumPy dequantizer handles and fuel accepts for weights.
 SUPPORTED_TENSOR_TYPES = (
@@ -37,7 +38,9 @@ SUPPORTED_TENSOR_TYPES = (
 
 @dataclass(frozen=True)
 class LlamaConfig:
-    """The hyper-parameters of a Llama-architecture model and its special tokens."""
+    """The hyper-parameters of a decoder model and its special tokens; ``family`` names its
+    row of ``families.FAMILIES`` (the fields after it hold that family's numbers; their
+    defaults are Llama's)."""
 
     vocab_size: int
     hidden_size: int
@@ -53,12 +56,38 @@ class LlamaConfig:
     eos_token_id: int | None
     add_bos_token: bool
     tied_embeddings: bool
+    family: str = "llama"
+    rope_dim: int = 0  # rotated dims of each head (partial rotary); 0: all
+    rope_scale: float = 1.0  # linear rope scaling: positions divided by this
+    rope_factors: tuple[float, ...] = ()  # per-frequency divisors (llama3's rope_freqs)
+    rope_base_local: float = 0.0  # sliding-window layers' rope base; 0: rope_base
+    attention_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
+    attention_softcap: float = 0.0  # tanh soft-cap of attention scores; 0: none
+    final_softcap: float = 0.0  # tanh soft-cap of the logits; 0: none
+    sliding_window: int = 0  # window of the sliding layers; 0: none
+    sliding_layers: tuple[bool, ...] = ()  # per layer: attends through the window
+    embedding_scale: float = 1.0
+    residual_scale: float = 1.0
+    logit_scale: float = 1.0  # logits are divided by this
+
+    @property
+    def rotary_dim(self) -> int:
+        return self.rope_dim or self.head_dim
+
+    @property
+    def query_scale(self) -> float:
+        """What the attention scores are multiplied by."""
+        return self.attention_scale or 1.0 / float(np.sqrt(self.head_dim))
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> LlamaConfig:
+        values = dict(values)
+        for name in ("rope_factors", "sliding_layers"):
+            if name in values:
+                values[name] = tuple(values[name])
         return cls(**values)
 
 
@@ -214,6 +243,7 @@ class GGUFModelFile:
         self._gguf = gguf
         self.tensors = {tensor.name: TensorEntry.of(tensor) for tensor in self._reader.tensors}
         self._noticed: set[str] = set()
+        self.architecture = self.value("general.architecture")
 
     def drop_metadata(self) -> None:
         """Drop gguf's reader (the vocabulary alone is some 100k small arrays, and its map of
@@ -244,36 +274,81 @@ class GGUFModelFile:
             raise ModelFormatError(f"{self.path.name} lacks the metadata key '{key}'")
         return field.contents()
 
+    @property
+    def rope_permuted(self) -> bool:
+        """Whether the file's q/k rows are in llama.cpp's interleaved rotary order."""
+        return self.family.permuted_rope
+
+    @property
+    def family(self) -> Family:
+        """The file's decoder family (a ModelFormatError listing the supported ones)."""
+        return family_of(self.architecture, self.path.name)
+
     def llama_config(self) -> LlamaConfig:
-        """The model's hyper-parameters; a ModelFormatError for a non-Llama file."""
-        arch = self.value("general.architecture")
-        if arch != "llama":
-            raise ModelFormatError(f"{self.path.name} holds a '{arch}' model; fuel's GGUF "
-                                   "loader runs the 'llama' architecture")
-        hidden = int(self.required("llama.embedding_length"))
-        heads = int(self.required("llama.attention.head_count"))
-        head_dim = int(self.value("llama.rope.dimension_count", hidden // heads))
-        if head_dim * heads != hidden:
-            raise ModelFormatError(f"{self.path.name}: {heads} heads of {head_dim} do not make "
-                                   f"the hidden size {hidden}")
+        """The model's hyper-parameters from the metadata of its family (``families``)."""
+        family = self.family
+        arch = family.name
+
+        def key(name: str, default=None):
+            return self.value(f"{arch}.{name}", default)
+
+        def needed(name: str):
+            return self.required(f"{arch}.{name}")
+
+        hidden = int(needed("embedding_length"))
+        heads = int(needed("attention.head_count"))
+        head_dim = int(key("attention.key_length", 0) or hidden // heads)
+        rope_dim = int(key("rope.dimension_count", head_dim))
+        if rope_dim > head_dim or rope_dim % 2:
+            raise ModelFormatError(f"{self.path.name}: a rotary dimension of {rope_dim} does "
+                                   f"not fit heads of {head_dim}")
+        layers = int(needed("block_count"))
         tokens = self.value("tokenizer.ggml.tokens") or []
         bos = self.value("tokenizer.ggml.bos_token_id")
         eos = self.value("tokenizer.ggml.eos_token_id")
+        scaling = str(key("rope.scaling.type", "none"))
+        if scaling not in ("none", "linear"):
+            raise ModelFormatError(f"{self.path.name}: rope scaling '{scaling}' is not supported "
+                                   "(fuel runs none, linear and llama3's rope_freqs)")
+        window = int(key("attention.sliding_window", 0) or 0) if family.sliding else 0
+        attention_scale = float(key("attention.scale", 0.0) or 0.0)
+        if family.gemma_scale and not attention_scale:
+            big = layers in (46, 62)  # the 27B models
+            attention_scale = 1.0 / float(np.sqrt(hidden / heads if big else head_dim))
+        embedding_scale = float(key("embedding_scale", 1.0) or 1.0)
+        if family.scaled_embedding:
+            embedding_scale = float(np.sqrt(np.float32(hidden)))
         config = LlamaConfig(
-            vocab_size=int(self.value("llama.vocab_size", len(tokens))),
+            vocab_size=int(key("vocab_size", len(tokens))),
             hidden_size=hidden,
-            intermediate_size=int(self.required("llama.feed_forward_length")),
-            num_layers=int(self.required("llama.block_count")),
+            intermediate_size=int(needed("feed_forward_length")),
+            num_layers=layers,
             num_heads=heads,
-            num_kv_heads=int(self.value("llama.attention.head_count_kv", heads)),
+            num_kv_heads=int(key("attention.head_count_kv", heads)),
             head_dim=head_dim,
-            rope_base=float(self.value("llama.rope.freq_base", 10000.0)),
-            rms_eps=float(self.value("llama.attention.layer_norm_rms_epsilon", 1e-5)),
-            context_length=int(self.value("llama.context_length", 2048)),
+            rope_base=float(key("rope.freq_base", 10000.0)),
+            rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-5)),
+            context_length=int(key("context_length", 2048)),
             bos_token_id=None if bos is None else int(bos),
             eos_token_id=None if eos is None else int(eos),
             add_bos_token=bool(self.value("tokenizer.ggml.add_bos_token", False)),
             tied_embeddings="output.weight" not in self.tensors,
+            family=arch,
+            rope_dim=rope_dim if rope_dim != head_dim else 0,
+            rope_scale=float(key("rope.scaling.factor", 1.0) or 1.0) if scaling == "linear"
+            else 1.0,
+            rope_factors=tuple(float(f) for f in self.tensor("rope_freqs.weight"))
+            if "rope_freqs.weight" in self.tensors else (),
+            rope_base_local=10000.0 if arch == "gemma3" else 0.0,
+            attention_scale=attention_scale,
+            attention_softcap=float(key("attn_logit_softcapping", 0.0) or 0.0),
+            final_softcap=float(key("final_logit_softcapping", 0.0) or 0.0),
+            sliding_window=window,
+            sliding_layers=tuple(family.sliding(i, layers) for i in range(layers))
+            if window else (),
+            embedding_scale=embedding_scale,
+            residual_scale=float(key("residual_scale", 1.0) or 1.0),
+            logit_scale=float(key("logit_scale", 1.0) or 1.0),
         )
         types = self._field("tokenizer.ggml.token_type")
         check_llama(self.path.name, config, {n: t.shape for n, t in self.tensors.items()},
@@ -283,12 +358,18 @@ class GGUFModelFile:
     def tokenizer(self):
         """The tokenizer the file describes, as a ``tokenizers.Tokenizer``."""
         kind = self.value("tokenizer.ggml.model")
-        if kind != "gpt2":
+        if kind not in ("gpt2", "llama"):
             raise ModelFormatError(f"{self.path.name} has a '{kind}' tokenizer; fuel builds "
-                                   "byte-level BPE ('gpt2') tokenizers from GGUF")
+                                   "byte-level BPE ('gpt2') and SentencePiece ('llama') "
+                                   "tokenizers from GGUF")
         tokens = self.required("tokenizer.ggml.tokens")
         types = self.value("tokenizer.ggml.token_type") or [1] * len(tokens)
         try:
+            if kind == "llama":
+                scores = self.value("tokenizer.ggml.scores") or [0.0] * len(tokens)
+                return sentencepiece_bpe(
+                    tokens, scores, types,
+                    bool(self.value("tokenizer.ggml.add_space_prefix", True)))
             return byte_level_bpe(tokens, self.required("tokenizer.ggml.merges"), types,
                                   self.value("tokenizer.ggml.pre", "default"))
         except Exception as error:  # tokenizers' own errors (a merge of unknown tokens, ...)

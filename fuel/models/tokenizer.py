@@ -1,5 +1,6 @@
-"""Tokenizers built with Hugging Face ``tokenizers``: byte-level BPE from a GGUF vocabulary, and
-incremental detokenization for streaming text."""
+"""Tokenizers built with Hugging Face ``tokenizers`` from a GGUF vocabulary (byte-level BPE
+with the pre-tokenizer ``tokenizer.ggml.pre`` names, or SentencePiece BPE with byte fallback),
+and incremental detokenization for streaming text."""
 
 from __future__ import annotations
 
@@ -10,8 +11,19 @@ from fuel.models.common import ModelFormatError, require
 # llama.cpp pre-tokenizer names whose merges were learned on text with every digit split off
 # (the original tokenizer.json of these models starts with Digits(individual_digits=True)).
 DIGIT_SPLIT_PRE = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell"})
+# llama.cpp's pre-tokenizer regexes by name (llama-vocab.cpp), where they are not GPT-2's
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRE_REGEXES = {name: LLAMA3_REGEX for name in ("llama-bpe", "llama3", "dbrx", "smaug-bpe")}
+PRE_REGEXES.update({name: QWEN2_REGEX for name in ("qwen2", "deepseek-r1-qwen")})
+NORMAL = 1
+UNKNOWN = 2
 CONTROL = 3
 USER_DEFINED = 4
+BYTE = 6
+SPIECE_SPACE = "\u2581"  # SentencePiece's visible space
 
 
 def _byte_alphabet() -> dict[int, str]:
@@ -50,9 +62,20 @@ def byte_level_bpe(tokens: Sequence[str], merges: Sequence[str], token_types: Se
     if pre in DIGIT_SPLIT_PRE:
         tokenizer.pre_tokenizer = tk.pre_tokenizers.Sequence(
             [tk.pre_tokenizers.Digits(individual_digits=True), byte_level])
+    elif pre in PRE_REGEXES:
+        tokenizer.pre_tokenizer = tk.pre_tokenizers.Sequence([
+            tk.pre_tokenizers.Split(tk.Regex(PRE_REGEXES[pre]), behavior="isolated"),
+            tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     else:
         tokenizer.pre_tokenizer = byte_level
     tokenizer.decoder = tk.decoders.ByteLevel()
+    _add_special(tk, tokenizer, tokens, token_types)
+    return tokenizer
+
+
+def _add_special(tk, tokenizer, tokens: Sequence[str], token_types: Sequence[int]) -> None:
+    """Control tokens as special added tokens (matched whole, left out of decoded text),
+    user-defined ones as plain added tokens (matched whole)."""
     special = [tk.AddedToken(token, special=True, normalized=False)
                for token, kind in zip(tokens, token_types) if kind == CONTROL]
     plain = [tk.AddedToken(token, special=False, normalized=False)
@@ -61,6 +84,40 @@ def byte_level_bpe(tokens: Sequence[str], merges: Sequence[str], token_types: Se
         tokenizer.add_special_tokens(special)
     if plain:
         tokenizer.add_tokens(plain)
+
+
+def sentencepiece_bpe(tokens: Sequence[str], scores: Sequence[float],
+                      token_types: Sequence[int], add_space_prefix: bool = True):
+    """A ``tokenizers.Tokenizer`` for a GGUF ``llama`` (SentencePiece BPE) vocabulary: spaces
+    as U+2581 (one prepended to each text piece where ``add_space_prefix``), pieces merged in
+    the order of their scores (the merges made from the vocabulary as Hugging Face's
+    converter makes them), unknown characters as their UTF-8 bytes (``<0xXX>`` tokens)."""
+    tk = require("tokenizers", "reading a GGUF tokenizer")
+    vocab: dict[str, int] = {}
+    for index, token in enumerate(tokens):
+        vocab.setdefault(token, index)
+    mergeable = {token: float(score) for token, score, kind in zip(tokens, scores, token_types)
+                 if kind in (NORMAL, USER_DEFINED)}
+    merges = []
+    for piece, score in mergeable.items():
+        local = [(piece[:i], piece[i:], score) for i in range(1, len(piece))
+                 if piece[:i] in vocab and piece[i:] in vocab]
+        local.sort(key=lambda merge: (vocab[merge[0]], vocab[merge[1]]))
+        merges.extend(local)
+    merges.sort(key=lambda merge: merge[2], reverse=True)
+    unknown = next((token for token, kind in zip(tokens, token_types) if kind == UNKNOWN), None)
+    model = tk.models.BPE(vocab=vocab, merges=[(a, b) for a, b, _ in merges], unk_token=unknown,
+                          fuse_unk=True, byte_fallback=True)
+    tokenizer = tk.Tokenizer(model)
+    replace = tk.normalizers.Replace(" ", SPIECE_SPACE)
+    tokenizer.normalizer = tk.normalizers.Sequence(
+        [tk.normalizers.Prepend(SPIECE_SPACE), replace] if add_space_prefix else [replace])
+    steps = [tk.decoders.Replace(SPIECE_SPACE, " "), tk.decoders.ByteFallback(),
+             tk.decoders.Fuse()]
+    if add_space_prefix:
+        steps.append(tk.decoders.Strip(" ", 1, 0))
+    tokenizer.decoder = tk.decoders.Sequence(steps)
+    _add_special(tk, tokenizer, tokens, token_types)
     return tokenizer
 
 

@@ -161,12 +161,13 @@ def test_wrong_architecture(tiny_gguf, cache_dir):
         load_gguf(tiny_gguf(architecture="gpt2"))
 
 
-def test_sentencepiece_vocabulary_is_refused(tiny_gguf, cache_dir):
+def test_unknown_tokenizer_model_is_refused(tiny_gguf, cache_dir):
     from fuel.models import ModelFormatError
     from fuel.models.llama import load_gguf
 
-    with pytest.raises(ModelFormatError, match="'llama' tokenizer"):
-        load_gguf(tiny_gguf(tokenizer_model="llama"))
+    with pytest.raises(ModelFormatError, match="'rwkv' tokenizer; fuel builds byte-level BPE "
+                                               r"\('gpt2'\) and SentencePiece \('llama'\)"):
+        load_gguf(tiny_gguf(tokenizer_model="rwkv"))
 
 
 def test_not_a_gguf_file(tmp_path, cache_dir):

@@ -257,6 +257,44 @@ static inline __attribute__((always_inline)) void integer_tile(
             offsets[r][i] = _mm256_setzero_ps();
         }
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_BYTES;
+#if CHUNKS == 1
+    /* blocks of 32 (q5_0, q5_1, iq4_nl): one scale (and offset) per block, as the 32-value
+     * formats' tile: the factor d_w d_x broadcast, the offsets summed as scalars */
+    float minimums[4][4];
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < activations; i++) minimums[r][i] = 0.0f;
+    (void)factors;
+    for (int64_t b = 0; b < blocks; b++) {
+        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
+            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
+        __m256i low[4], high[4];
+        block_header h[4];
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *block = weight + r * row_bytes + b * BLOCK_BYTES;
+            header(block, &h[r]);
+            chunk_vectors(block, 0, &low[r], &high[r]);
+        }
+        for (int i = 0; i < activations; i++) {
+            const int64_t at = i * blocks + b;
+            const int16_t *q = x.codes + 32 * at;
+            const __m256i q_low = _mm256_load_si256((const __m256i *)q);
+            const __m256i q_high = _mm256_load_si256((const __m256i *)(q + 16));
+            const float d = x.d[at];
+            for (int r = 0; r < rows; r++) {
+                const __m256i pairs = _mm256_add_epi32(_mm256_madd_epi16(low[r], q_low),
+                                                       _mm256_madd_epi16(high[r], q_high));
+                sums[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pairs),
+                                             _mm256_set1_ps(h[r].scale[0] * d), sums[r][i]);
+#if MINIMUM
+                minimums[r][i] += h[r].minimum[0] * x.s[at];
+#endif
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < activations; i++)
+            offsets[r][i] = _mm256_setr_ps(minimums[r][i], 0, 0, 0, 0, 0, 0, 0);
+#else
     for (int64_t b = 0; b < blocks; b++) {
         for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
             _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
@@ -321,6 +359,7 @@ static inline __attribute__((always_inline)) void integer_tile(
             }
         }
     }
+#endif
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < activations; i++) {
             const __m256 total = _mm256_sub_ps(sums[r][i], offsets[r][i]);

@@ -260,34 +260,63 @@ static inline void chunk_codes(const uint8_t *block, int c, int16_t *restrict q)
 }
 
 #if USE_AVX2
-/* 32 bytes, byte l = 0xff where bit l of the 32 bits at p is set (ggml's bytes_from_bits_32). */
-static inline __m256i bit_bytes(const uint8_t *p) {
-    uint32_t bits;
-    memcpy(&bits, p, 4);
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32((int)bits),
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
-    return _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
-                             _mm256_set1_epi64x(-1));
-}
-
-/* 16 bytes of two nibbles each as 32 bytes: low nibbles, then high nibbles. */
-static inline __m256i nibbles(const uint8_t *p) {
-    const __m128i bytes = _mm_loadu_si128((const __m128i *)p);
-    const __m128i mask = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask),
-                            _mm_and_si128(bytes, mask));
-}
-
 static inline __attribute__((always_inline)) __m256i shifted_bits(__m256i bytes, int shift,
                                                                   int mask) {
     return _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(shift)),
                             _mm256_set1_epi8((char)mask));
 }
 
+/* 16 bytes of two nibbles each: the low nibbles (codes 0-15) and the high ones (16-31). */
+static inline __attribute__((always_inline)) void nibble_bytes(const uint8_t *p, __m128i *low,
+                                                               __m128i *high) {
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)p);
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    *low = _mm_and_si128(bytes, mask);
+    *high = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+}
+
+/* 16 bytes, byte l = 0xff where bit l of the 16 bits ``bits`` is set. */
+static inline __attribute__((always_inline)) __m128i bit_bytes16(uint32_t bits) {
+    const __m128i spread = _mm_shuffle_epi8(_mm_set1_epi32((int)bits),
+                                            _mm_set_epi64x(0x0101010101010101, 0));
+    return _mm_cmpeq_epi8(_mm_or_si128(spread, _mm_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                          _mm_set1_epi64x(-1));
+}
+
 /* Chunk c's codes as two vectors of 16 int16 (codes 0-15, 16-31). */
 static inline __attribute__((always_inline)) void chunk_vectors(const uint8_t *block, int c,
                                                                 __m256i *low, __m256i *high) {
+#if defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1) || defined(FORMAT_IQ4_NL) || \
+    defined(FORMAT_IQ4_XS)
+    /* nibble layouts: 128-bit steps, widened once */
+    __m128i first, second;
+#if defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
+    (void)c;
+    const uint8_t *bits = block + (BLOCK_BYTES == 22 ? 2 : 4);
+    uint32_t high_bits;
+    memcpy(&high_bits, bits, 4);
+    nibble_bytes(bits + 4, &first, &second);
+    const __m128i top = _mm_set1_epi8(0x10);
+    first = _mm_or_si128(first, _mm_and_si128(bit_bytes16(high_bits & 0xffff), top));
+    second = _mm_or_si128(second, _mm_and_si128(bit_bytes16(high_bits >> 16), top));
+#if defined(FORMAT_Q5_0)
+    first = _mm_sub_epi8(first, top);
+    second = _mm_sub_epi8(second, top);
+#endif
+#else
+#if defined(FORMAT_IQ4_NL)
+    (void)c;
+    nibble_bytes(block + 2, &first, &second);
+#else
+    nibble_bytes(block + 8 + 16 * c, &first, &second);
+#endif
+    const __m128i table = _mm_loadu_si128((const __m128i *)IQ4_VALUES);
+    first = _mm_shuffle_epi8(table, first);
+    second = _mm_shuffle_epi8(table, second);
+#endif
+    *low = _mm256_cvtepi8_epi16(first);
+    *high = _mm256_cvtepi8_epi16(second);
+#else
     __m256i codes;
 #if defined(FORMAT_Q4_K)
     codes = shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 2))),
@@ -316,30 +345,10 @@ static inline __attribute__((always_inline)) void chunk_vectors(const uint8_t *b
 #elif defined(FORMAT_Q2_K)
     codes = shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 4))),
                          2 * (c % 4), 3);
-#elif defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
-    (void)c;
-#if defined(FORMAT_Q5_0)
-    const uint8_t *bits = block + 2;
-#else
-    const uint8_t *bits = block + 4;
-#endif
-    codes = _mm256_or_si256(nibbles(bits + 4),
-                            _mm256_and_si256(bit_bytes(bits), _mm256_set1_epi8(0x10)));
-#if defined(FORMAT_Q5_0)
-    codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(16));
-#endif
-#elif defined(FORMAT_IQ4_NL) || defined(FORMAT_IQ4_XS)
-#if defined(FORMAT_IQ4_NL)
-    (void)c;
-    const uint8_t *packed = block + 2;
-#else
-    const uint8_t *packed = block + 8 + 16 * c;
-#endif
-    const __m128i table = _mm_loadu_si128((const __m128i *)IQ4_VALUES);
-    codes = _mm256_shuffle_epi8(_mm256_set_m128i(table, table), nibbles(packed));
 #endif
     *low = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(codes));
     *high = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(codes, 1));
+#endif
 }
 
 /* The header as vectors: lane j of scale[v] (minimum[v]) is header scale (offset) 8 v + j;
