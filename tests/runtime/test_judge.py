@@ -307,3 +307,29 @@ def test_row_kernels_serial_and_parallel_rows_agree_bit_for_bit():
             reference = exp / exp.sum(-1, keepdims=True)
         np.testing.assert_allclose(found[0].reshape(reference.shape), reference, rtol=1e-5,
                                    atol=1e-6)
+
+
+@pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
+def test_quantized_matmul_thread_variants_agree_bit_for_bit(monkeypatch):
+    """A decode-shape quantized matmul on all threads or on one: the same bits."""
+    from fuel.backends.cpu import quantized
+
+    monkeypatch.setenv("FUEL_THREADS", "2")
+    rng = np.random.default_rng(9)
+    k, n = 256, 96
+    gguf = pytest.importorskip("gguf")
+    data = gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32),
+                                gguf.GGMLQuantizationType.Q8_0)
+    blocks = fuel.from_quantized(np.ascontiguousarray(data).reshape(-1), fuel.q8_0, (n, k))
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    kernel = quantized.QuantizedKernel(quantized.MATMUL, dt.q8_0)
+    layouts = [Layout.contiguous((3, k)), blocks._node.layout, Layout.contiguous((3, n))]
+    variants = kernel.variants(layouts, None, CPU)
+    assert [v.name for v in variants][:1] and len(variants) == 2
+    found = []
+    for variant in variants:
+        out = BACKEND.allocate(CPU, dt.float32, 3 * n)
+        variant.prepare([BACKEND.upload(CPU, x.reshape(-1)), blocks._node.buffer], [out],
+                        layouts, None)()
+        found.append(out.buffer.copy())
+    np.testing.assert_array_equal(found[0], found[1])

@@ -13,13 +13,14 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.compiler.foreign import ForeignCall
-from fuel.dispatch.kernel import KernelList, Launcher
+from fuel.dispatch.kernel import KernelList, Launcher, Variant
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.dtype import QuantizedDType
@@ -109,9 +110,30 @@ class QuantizedKernel:
             return (ROUND, layouts[0].numel // ACTIVATION_BLOCK)
         return (EMBEDDING, layouts[1].shape[0], layouts[0].shape[1], inputs[1].dtype.itemsize)
 
+    def variants(self, layouts: Sequence[Layout], params: object, device) -> tuple[Variant, ...]:
+        """A decode-shape matmul's thread counts, the rule's first (all threads from
+        PARALLEL_BYTES of weights, else one): the judge's candidates. Each output is computed
+        alike on any count, so they agree bit for bit. None for the other operations, the
+        prompt shapes (de-quantized tiles on BLAS) or a single thread."""
+        threads = thread_count()
+        if self.operation != MATMUL or threads < 2:
+            return ()
+        rule = self.sizes((), layouts)
+        if rule[1] >= BLAS_ROWS or 0 in rule[1:]:
+            return ()
+        counts = [rule[4]] + [c for c in (threads, 1) if c != rule[4]]
+        return tuple(Variant(f"int-dot/{count}t", partial(self._prepare_on, count))
+                     for count in counts)
+
+    def _prepare_on(self, threads: int, inputs: Sequence, outputs: Sequence,
+                    layouts: Sequence[Layout], params: object) -> Launcher:
+        return self.prepare(inputs, outputs, layouts, params, threads)
+
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
-                params: object) -> Launcher:
+                params: object, threads: int | None = None) -> Launcher:
         sizes = self.sizes(inputs, layouts)
+        if threads is not None and self.operation == MATMUL:
+            sizes = sizes[:4] + (threads,)
         if any(size == 0 for size in sizes[1:]):
             return lambda: None
         storages = list(inputs) + list(outputs)
