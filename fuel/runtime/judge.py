@@ -5,8 +5,8 @@ A key of the binding table may hold several kernels that compute the same thing 
 and a kernel may offer several ways to run one launch (its ``variants``: the float32 matmul's
 OpenBLAS and C forms on N threads or one). Each kernel's own measured rule picks a default.
 The judge replaces that rule where it can measure: the first time a launch of a *shape bucket*
-is bound (``JudgedKernel.prepare``: the walk of a fresh plan, a replay's bind, never a replay's
-launch), it runs every candidate a few times on that launch's operands within the process's
+runs (the walk of a fresh plan; a plan bound ahead of its launches times at its first launch,
+on the operands then computed), it runs every candidate a few times on that launch's operands within the process's
 time budget, takes medians and switches away from the default only when a candidate wins by
 more than ``MARGIN``. Winners persist per machine in ``<cache>/judge/winners.json`` (or
 ``FUEL_JUDGE_FILE``), keyed by
@@ -180,16 +180,22 @@ class Judge:
         return name
 
     def choose(self, head: str, candidates: Sequence[Candidate], inputs: Sequence,
-               outputs: Sequence, layouts: Sequence[Layout], params: object) -> Candidate:
+               outputs: Sequence, layouts: Sequence[Layout], params: object,
+               ready: bool = True) -> Candidate | None:
         """The candidate to dispatch for this launch (timing the candidates first when the
-        bucket is unseen, the mode is ``on`` and budget is left)."""
+        bucket is unseen, the mode is ``on`` and budget is left). ``ready``: the operands hold
+        their values (a launch now), else (a bind ahead of the launches) None where deciding
+        would need a timing."""
         key = f"{head}|{shape_bucket(layouts)}|{','.join(c.name for c in candidates)}"
         verdict = self.verdicts.get(key)
         if verdict is None:
             with self.lock:
                 verdict = self.verdicts.get(key)
                 if verdict is None:
-                    verdict = self._decide(key, candidates, inputs, outputs, layouts, params)
+                    verdict = self._decide(key, candidates, inputs, outputs, layouts, params,
+                                           ready)
+                    if verdict is None:
+                        return None
                     self.verdicts[key] = verdict
         for candidate in candidates:
             if candidate.name == verdict.winner:
@@ -197,7 +203,8 @@ class Judge:
         return candidates[0]
 
     def _decide(self, key: str, candidates: Sequence[Candidate], inputs: Sequence,
-                outputs: Sequence, layouts: Sequence[Layout], params: object) -> Verdict:
+                outputs: Sequence, layouts: Sequence[Layout], params: object,
+                ready: bool = True) -> Verdict | None:
         default = candidates[0].name
         current = mode()
         if current == "off":
@@ -210,9 +217,13 @@ class Judge:
                 self.counts["stored"] += 1
                 return Verdict(record["winner"], default, dict(record.get("seconds", {})),
                                "stored")
-            if record.get("revisions") != revisions:
-                self.counts["stale"] += 1
-        if current == "cached" or self.spent >= budget() or _aliased(inputs, outputs):
+        timing = not (current == "cached" or self.spent >= budget()
+                      or _aliased(inputs, outputs))
+        if timing and not ready:  # the operands are not computed yet: time at first launch
+            return None
+        if record is not None and record.get("revisions") != revisions:
+            self.counts["stale"] += 1
+        if not timing:
             self.counts["default"] += 1
             return Verdict(default, default)
         start = time.perf_counter()
@@ -432,7 +443,11 @@ class JudgedKernel:
         return tuple(found)
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
-                params: object) -> Launcher:
+                params: object, ready: bool = False) -> Launcher:
+        """The chosen candidate's launcher. ``ready``: the operands hold their values (a
+        launch follows at once); a bind ahead of its launches (a bound plan, a fuel.jit
+        capture) whose bucket needs a timing gets a launcher that times at its first call,
+        on the operands then computed."""
         try:
             key = (tuple(layouts), params)
             epoch, candidate = self.chosen.get(key, (-1, None))
@@ -444,7 +459,10 @@ class JudgedKernel:
             if len(candidates) > 1:
                 head = key_head(self.label, self.dtypes, self.backend,
                                 JUDGE.device_name(self.backend, _index(outputs, inputs)))
-                candidate = JUDGE.choose(head, candidates, inputs, outputs, layouts, params)
+                candidate = JUDGE.choose(head, candidates, inputs, outputs, layouts, params,
+                                         ready)
+                if candidate is None:
+                    return _TimedAtFirstLaunch(self, inputs, outputs, layouts, params)
             if key is not None:
                 if len(self.chosen) > 4096:
                     self.chosen.clear()
@@ -463,7 +481,26 @@ class JudgedKernel:
 
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params: object) -> None:
-        self.prepare(inputs, outputs, layouts, params)()
+        self.prepare(inputs, outputs, layouts, params, ready=True)()
+
+
+class _TimedAtFirstLaunch:
+    """A bound launch whose bucket the judge has not decided: its first call times the
+    candidates on the operands as they are then (computed), later calls run the winner."""
+
+    def __init__(self, kernel: JudgedKernel, inputs, outputs, layouts, params) -> None:
+        self.kernel, self.operands = kernel, (inputs, outputs, layouts, params)
+        self.launcher: Launcher | None = None
+
+    def __call__(self) -> None:
+        launcher = self.launcher
+        if launcher is None:
+            launcher = self.launcher = self.kernel.prepare(*self.operands, ready=True)
+        launcher()
+
+    @property
+    def kernel_source(self) -> str | None:
+        return getattr(self.launcher, "kernel_source", None)
 
 
 def _index(outputs: Sequence, inputs: Sequence) -> int:

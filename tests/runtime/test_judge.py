@@ -27,15 +27,20 @@ CALLS = {"slow": 0, "fast": 0}
 SLOW, FAST = "slow:slow_neg", "fast:fast_neg"  # candidate names: source tag and kernel name
 
 
+SEEN: list = []  # the first input value each neg kernel launch read
+
+
 def slow_neg(inputs, outputs, layouts, params):
     """A correct negation that wastes 3 ms: the sibling the judge must turn down."""
     CALLS["slow"] += 1
+    SEEN.append(float(inputs[0].buffer[layouts[0].offset]))
     time.sleep(0.003)
     np.negative(inputs[0].buffer, out=outputs[0].buffer)
 
 
 def fast_neg(inputs, outputs, layouts, params):
     CALLS["fast"] += 1
+    SEEN.append(float(inputs[0].buffer[layouts[0].offset]))
     np.negative(inputs[0].buffer, out=outputs[0].buffer)
 
 
@@ -333,3 +338,15 @@ def test_quantized_matmul_thread_variants_agree_bit_for_bit(monkeypatch):
                         layouts, None)()
         found.append(out.buffer.copy())
     np.testing.assert_array_equal(found[0], found[1])
+
+
+def test_a_bound_plan_times_at_its_first_launch_on_computed_operands(fresh_judge,
+                                                                     judged_backend):
+    """A fuel.jit capture binds its launchers before running them: an undecided bucket is
+    timed at the launch, on the operands the plan computed, never on unfilled buffers."""
+    compiled = fuel.jit(lambda t: (-(t * 2.0 + 1.0).to(JUDGED)).to("cpu"))
+    values = np.full(64, 3.0, dtype=np.float32)
+    SEEN.clear()
+    np.testing.assert_array_equal(compiled(fuel.from_numpy(values)).numpy(), -(values * 2 + 1))
+    assert judge_stats()["timed"] == 1
+    assert SEEN and set(SEEN) == {7.0}  # every timed and dispatched run read 3 * 2 + 1
