@@ -4,14 +4,14 @@ winner.
 A key of the binding table may hold several kernels that compute the same thing (siblings),
 and a kernel may offer several ways to run one launch (its ``variants``: the float32 matmul's
 OpenBLAS and C forms on N threads or one). Each kernel's own measured rule picks a default.
-The judge replaces that rule where it can measure: the first time a launch of a *shape bucket*
-runs (the walk of a fresh plan; a plan bound ahead of its launches times at its first launch,
-on the operands then computed), it runs every candidate a few times on that launch's operands within the process's
-time budget, takes medians and switches away from the default only when a candidate wins by
-more than ``MARGIN``. Winners persist per machine in ``<cache>/judge/winners.json`` (or
-``FUEL_JUDGE_FILE``), keyed by
-op, dtypes, backend, device, bucket and candidate names, with each candidate's revision: a
-second process times nothing, and a changed kernel invalidates only its own entries.
+The judge replaces that rule where it can measure: the first time a launch of a *shape
+bucket* runs (the walk of a fresh plan; a plan bound ahead of its launches times at its first
+launch, on the operands then computed), it runs every candidate a few times on that launch's
+operands within the process's time budget, takes medians and switches away from the default
+only when a candidate wins by more than ``MARGIN``. Winners persist per machine in
+``<cache>/judge/winners.json`` (or ``FUEL_JUDGE_FILE``), keyed by op, dtypes, backend, device,
+bucket and candidate names, with each candidate's revision: a second process times nothing,
+and a changed kernel invalidates only its own entries.
 
 ``FUEL_JUDGE``: ``on`` (default: time unseen buckets within ``FUEL_JUDGE_BUDGET`` seconds per
 process, 2 by default), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
