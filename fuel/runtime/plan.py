@@ -22,7 +22,7 @@ from fuel.graph import Graph
 from fuel.ir.errors import FuelError
 from fuel.ir.layout import Layout, contiguous_strides
 from fuel.ir.ops import INPLACE_OPS, OpKind
-from fuel.ir.params import bits_key
+from fuel.ir.params import NO_PARAMS, bits_key
 from fuel.memory.pool import pool_for
 from fuel.runtime.decompose import translate_steps
 from fuel.runtime.judge import judged, judged_generated
@@ -151,21 +151,26 @@ def _generic_signature(graph: Graph, group: FusionGroup, outside: list[int],
     hashable."""
     nodes = graph.nodes
     shape = group.shape or nodes[group.anchor].shape
-    members = []
-    for member in group.members:
-        node = nodes[member]
+    members = [nodes[m] for m in group.members]
+    # Ops and dtypes as two flat tuples; params only where a member has some (most have
+    # NO_PARAMS), an EXPAND's (its target shape) never, a FULL's value by its bits.
+    special = []
+    for position, node in enumerate(members):
+        params = node.params
+        if params is NO_PARAMS:
+            continue
         op = node.op
         if op is OpKind.EXPAND:
-            params = None
-        elif op is OpKind.FULL:  # keyed by its bits: -0.0 and 0.0 render differently
-            params = (bits_key(node.params.value), node.params.dtype)
-        else:
-            params = node.params
-        members.append((op, node.dtype, params))
+            continue
+        if op is OpKind.FULL:  # keyed by its bits: -0.0 and 0.0 render differently
+            params = (bits_key(params.value), params.dtype)
+        special.append((position, params))
+    signature = (tuple([node.op for node in members]), tuple([node.dtype for node in members]),
+                 tuple(special))
     loads = [values[s][1].broadcast_to(shape).strides for s in outside]
     sizes, strides = collapse(shape, loads + [contiguous_strides(shape)])
     patterns = tuple([stride_pattern(s[-1:]) for s in strides[:-1]])
-    key = ("generic", binding, tuple(members), wiring,
+    key = ("generic", binding, signature, wiring,
            tuple([nodes[s].dtype for s in outside]), len(sizes), patterns)
     try:
         hash(key)
