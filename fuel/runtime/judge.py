@@ -45,8 +45,8 @@ from fuel.ir.ops import OpKind
 MODES = ("off", "cached", "on")
 MARGIN = 0.05  # a candidate replaces the default only when faster by more than this fraction
 REPEATS = 7  # timed runs per candidate (after one warm-up), fewer when a run is slow
-CANDIDATE_SECONDS = 0.05  # at most about this long timing one candidate
-LOSING = 4.0  # a first timed run this many times the best median so far ends the timing
+CANDIDATE_SECONDS = 0.05  # about this long per candidate, the rounds of all together
+LOSING = 4.0  # a candidate this many times slower than the round's best sits out the rest
 REGRESSION = 1.5  # a profiled median this much slower than the winner's triggers a re-check
 REGRESSION_SAMPLES = 5
 FORMAT = 1  # the winners file's format
@@ -345,37 +345,55 @@ def _aliased(inputs: Sequence, outputs: Sequence) -> bool:
 
 def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs: Sequence,
                      layouts: Sequence[Layout], params: object) -> dict[str, float]:
-    """Median seconds per candidate on these operands: one warm-up run, then up to REPEATS
-    runs within CANDIDATE_SECONDS; a candidate that fails to prepare or run drops out."""
+    """Median seconds per candidate on these operands. Each candidate runs once to warm up
+    (a first launch may compile: never judged), then the candidates take turns, one run each
+    per round, the order rotating, for up to REPEATS rounds within CANDIDATE_SECONDS per
+    candidate: what one leaves behind (another library's threads still spinning, a cache it
+    filled) falls on all of them alike, as it does between the launches of a model. A
+    candidate far behind the best after a round (LOSING) sits out the rest; one that fails
+    to prepare or run drops out."""
     storage = outputs[0] if outputs else None
     synchronize = None
     if storage is not None and storage.device.backend is not BackendId.CPU:
         backend, device = storage.backend, storage.device
         synchronize = lambda: backend.synchronize(device)  # noqa: E731
-    found: dict[str, float] = {}
-    best = float("inf")
+
+    def run(launcher) -> float:
+        start = time.perf_counter()
+        launcher()
+        if synchronize is not None:
+            synchronize()
+        return time.perf_counter() - start
+
+    launchers: dict[str, Launcher] = {}
     for candidate in candidates:
         try:
             launcher = candidate.variant.prepare(inputs, outputs, layouts, params)
-            samples = []
-            begin = time.perf_counter()
-            for run in range(REPEATS + 1):
-                start = time.perf_counter()
-                launcher()
-                if synchronize is not None:
-                    synchronize()
-                seconds = time.perf_counter() - start
-                if run:  # run 0 warms up (a first launch may compile: never judged)
-                    samples.append(seconds)
-                    if run == 1 and seconds > LOSING * best and seconds > 1e-4:
-                        break  # far behind the best already: no more runs
-                if time.perf_counter() - begin > CANDIDATE_SECONDS and len(samples) >= 2:
-                    break
+            run(launcher)
         except Exception:  # a candidate that cannot run this launch loses it
             continue
-        found[candidate.name] = statistics.median(samples) if samples else float("inf")
-        best = min(best, found[candidate.name])
-    return found
+        launchers[candidate.name] = launcher
+    samples: dict[str, list[float]] = {name: [] for name in launchers}
+    active = list(launchers)
+    limit = CANDIDATE_SECONDS * max(1, len(active))
+    begin = time.perf_counter()
+    for round_ in range(REPEATS):
+        if not active:
+            break
+        shift = round_ % len(active)
+        for name in active[shift:] + active[:shift]:
+            try:
+                samples[name].append(run(launchers[name]))
+            except Exception:
+                samples[name] = []
+        active = [name for name in active if samples[name]]
+        if active:
+            best = min(samples[name][-1] for name in active)
+            active = [name for name in active
+                      if not (samples[name][-1] > LOSING * best and samples[name][-1] > 1e-4)]
+        if time.perf_counter() - begin > limit and round_ >= 1:
+            break
+    return {name: statistics.median(found) for name, found in samples.items() if found}
 
 
 JUDGE = Judge()
