@@ -12,7 +12,7 @@ from pathlib import Path
 from fuel.ir.errors import InvalidArgument
 
 MINILM_SHAPES = [(batch, length) for batch in (1, 8) for length in (4, 8, 16, 32, 64, 128, 256)]
-SMOLLM_PROMPTS = (4, 16, 64, 128)
+SMOLLM_PROMPTS = (4, 8, 16, 32, 64, 128)  # one per bucket up to 128 tokens
 SMOLLM_NEW_TOKENS = 8
 
 

@@ -70,8 +70,9 @@ def budget() -> float:
 
 
 def bucket_dim(size: int) -> int:
-    """A dim's bucket: exact up to 8, else the next power of two (12 -> 16, 384 -> 512)."""
-    return size if size <= 8 else 1 << (size - 1).bit_length()
+    """A dim's bucket: 0, 1 and 2 exact (a vector, a pair: kernels treat them apart), else
+    the next power of two (3 -> 4, 6 -> 8, 12 -> 16, 384 -> 512)."""
+    return size if size <= 2 else 1 << (size - 1).bit_length()
 
 
 def shape_bucket(layouts: Sequence[Layout]) -> tuple[tuple[int, ...], ...]:
