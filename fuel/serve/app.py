@@ -193,8 +193,13 @@ def build_app(settings: ServerSettings) -> Starlette:
             raise APIError(400, str(error), param="messages" if chat else "prompt") from None
         if len(ids) >= context:
             raise protocol.context_error(len(ids), context)
+        if options.schema is not None:
+            try:
+                engine.grammars.grammar(options.schema)
+            except FuelError as error:
+                raise APIError(400, str(error), param="response_format") from None
         job = Job(emit=None, ids=ids, max_tokens=min(options.max_tokens, context - len(ids)),
-                  sampling=options.sampling, stop=options.stop)
+                  sampling=options.sampling, stop=options.stop, schema=options.schema)
         events = submit(job)
         identifier = protocol.new_id("chatcmpl" if chat else "cmpl")
         name = settings.model_name

@@ -39,6 +39,7 @@ from fuel.models.kv_cache import PagedKVPool
 from fuel.models.paged_step import Chunk, PagedStepper
 from fuel.models.sampling import SamplingConfig
 from fuel.serve.blocks import BlockManager
+from fuel.serve.constraints import GrammarFactory
 from fuel.serve.metrics import Metrics
 
 DEFAULT_SLOTS = 16
@@ -82,6 +83,7 @@ class Job:
     stop: tuple[str, ...] = ()
     texts: list[str] | None = None  # an embedding job's inputs
     timeout_s: float | None = None  # the whole request's limit, from queueing to its end
+    schema: dict | None = None  # the JSON schema the answer must follow (structured output)
     cancelled: bool = False
     # engine-side state of a live generation
     generation: Generation | None = None
@@ -141,6 +143,7 @@ class Engine:
         self.blocks = BlockManager(kv_blocks, block_size)
         self.stepper = PagedStepper(model, self.pool, table_width)
         self.metrics.blocks = self.blocks
+        self.grammars = GrammarFactory(model.tokenizer, config.vocab_size, config.eos_token_id)
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
         self._condition = threading.Condition()
@@ -298,6 +301,8 @@ class Engine:
             try:
                 job.generation = self.model.start_generation(
                     job.ids, job.max_tokens, job.sampling, text=True, stop=job.stop)
+                if job.schema is not None:
+                    job.generation.constraint = self.grammars.constraint(job.schema)
             except Exception as error:
                 self._waiting.popleft()
                 self._finish(job, error=describe(error))

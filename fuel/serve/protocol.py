@@ -70,6 +70,7 @@ class GenerationRequest:
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool
+    schema: dict | None = None  # response_format's JSON schema (json_object: any object)
 
 
 def parse_generation(body: dict, context_length: int) -> GenerationRequest:
@@ -114,7 +115,36 @@ def parse_generation(body: dict, context_length: int) -> GenerationRequest:
         stop = check_stop_strings(stop)
     except FuelError as error:
         raise APIError(400, str(error), param="stop") from None
-    return GenerationRequest(model, max_tokens, sampling, stop, stream, include_usage)
+    schema = parse_response_format(body.get("response_format"))
+    return GenerationRequest(model, max_tokens, sampling, stop, stream, include_usage, schema)
+
+
+def parse_response_format(value) -> dict | None:
+    """The JSON schema ``response_format`` asks for: None for text, ``{"type": "object"}``
+    for json_object, the given schema for json_schema; a 400 naming what is wrong."""
+    if value is None:
+        return None
+    param = "response_format"
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise APIError(400, "'response_format' must be an object with a 'type' ('text', "
+                            "'json_object' or 'json_schema')", param=param)
+    kind = value["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind != "json_schema":
+        raise APIError(400, f"'response_format.type' must be 'text', 'json_object' or "
+                            f"'json_schema', got {json.dumps(kind)}", param=param)
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise APIError(400, "'response_format.json_schema' must be an object with a 'name' "
+                            "and a 'schema'", param=param)
+    schema = spec.get("schema", {})
+    if not isinstance(schema, (dict, bool)):
+        raise APIError(400, "'response_format.json_schema.schema' must be a JSON schema "
+                            "object", param=param)
+    return schema if isinstance(schema, dict) else ({} if schema else {"not": {}})
 
 
 def parse_prompt(body: dict) -> str:
