@@ -48,6 +48,10 @@ JSON_MAX_TOKENS = 128  # room for the schemas' bounded records
 TOTAL_TIMEOUT_S = 1800  # the whole run stops here, whatever happens
 
 
+def progress(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -243,16 +247,21 @@ async def run_fuel(options, url, model) -> dict:
     limits = httpx.Limits(max_connections=max(options.clients) + 8)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(TOTAL_TIMEOUT_S)) as client:
         topics = TOPICS[:max(options.clients)]
+        progress("fuel serve: warming up")
         # warm-up: every step shape a run meets (one prompt alone, then all of them at once)
         await stream_chat(client, url, model, messages("a pond"), options.max_tokens)
         await asyncio.gather(*(stream_chat(client, url, model, messages(f"{t}s"),
                                            options.max_tokens) for t in topics))
         await asyncio.sleep(2.0)
         before = await metric(client, url, "fuel_resident_memory_bytes")
+        progress("fuel serve: one client")
         reference, single = await one_client(client, url, model, topics, options.max_tokens)
+        progress("fuel serve: concurrent clients")
         results = [await concurrent(client, url, model, topics[:n], options.max_tokens,
                                     reference) for n in options.clients]
+        progress("fuel serve: shared prefix")
         first, second = await shared_prefix(client, url, model)
+        progress("fuel serve: json_schema")
         valid = (await json_requests(client, url, model, options.json, JSON_MAX_TOKENS)
                  if options.json else None)
         await asyncio.sleep(2.0)  # the engine releases memory once it has gone idle
@@ -317,6 +326,7 @@ def main() -> int:
     options.clients = [int(n) for n in options.clients.split(",")]
     if not all(1 <= n <= len(TOPICS) for n in options.clients):
         raise SystemExit(f"--clients must be in 1..{len(TOPICS)}")
+    progress("starting fuel serve")
     process, url, model = start_fuel(options)
     try:
         fuel_run = asyncio.run(asyncio.wait_for(run_fuel(options, url, model),
@@ -334,6 +344,7 @@ def main() -> int:
             from fuel.models.llama import DEFAULT_FILE, DEFAULT_PACKAGE
 
             path = str(model_file(options.model, DEFAULT_PACKAGE, DEFAULT_FILE, "the GGUF"))
+            progress("starting llama_cpp.server")
             process, url = start_llama_cpp(options, path)
             try:
                 rate = asyncio.run(asyncio.wait_for(

@@ -46,6 +46,7 @@ DEFAULT_SLOTS = 16
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_TOKEN_BUDGET = 64  # rows per step: below the quantized matmul's BLAS switch (96)
 DEFAULT_KV_MEMORY = 1 << 30  # bytes of KV blocks, when the number of blocks is not given
+DEFAULT_PREFIX_CACHE_BLOCKS = 64  # cached prefix blocks kept while the server is idle
 
 
 def _heap_trimmer():
@@ -106,7 +107,9 @@ class Engine:
     rows per step (decode tokens and prompt chunks together); ``kv_blocks`` blocks of
     ``block_size`` positions (default: DEFAULT_KV_MEMORY bytes' worth); ``max_inflight_tokens``
     caps the prompt plus max_tokens of all admitted requests together (None: no cap);
-    ``request_timeout_s`` ends a request that runs longer (None: no limit). ``batching=False``
+    ``request_timeout_s`` ends a request that runs longer (None: no limit);
+    ``prefix_cache_blocks`` cached prefix blocks outlive an idle moment (the rest of the
+    cache is forgotten then, its memory given back). ``batching=False``
     runs one request's rows per step (in turn)."""
 
     def __init__(self, model, encoder=None, slots: int = DEFAULT_SLOTS, max_queue: int = 64,
@@ -114,7 +117,8 @@ class Engine:
                  kv_blocks: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  token_budget: int = DEFAULT_TOKEN_BUDGET,
                  max_inflight_tokens: int | None = None,
-                 request_timeout_s: float | None = None) -> None:
+                 request_timeout_s: float | None = None,
+                 prefix_cache_blocks: int = DEFAULT_PREFIX_CACHE_BLOCKS) -> None:
         for name, value in (("slots", slots), ("block_size", block_size),
                             ("token_budget", token_budget), ("max_queue", max_queue)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -132,6 +136,7 @@ class Engine:
         self.token_budget = token_budget
         self.max_inflight_tokens = max_inflight_tokens
         self.request_timeout_s = request_timeout_s
+        self.prefix_cache_blocks = prefix_cache_blocks
         self.metrics = metrics or Metrics()
         table_width = -(-config.context_length // block_size)
         if kv_blocks is None:
@@ -205,9 +210,9 @@ class Engine:
 
     def _release_memory(self) -> None:
         """Once idle: the pages of free KV blocks and pooled buffers go back to the system
-        (glibc keeps freed heap otherwise), so memory returns to its baseline. Blocks cached
-        for prefix reuse stay."""
-        self.pool.release(self.blocks.free_blocks())
+        (glibc keeps freed heap otherwise), so memory returns to its baseline. The
+        ``prefix_cache_blocks`` most recently used blocks cached for prefix reuse stay."""
+        self.pool.release(self.blocks.released(self.prefix_cache_blocks))
         fuel.empty_cache()
         if _trim_heap is not None:
             _trim_heap(0)
