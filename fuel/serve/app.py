@@ -157,8 +157,10 @@ def build_app(settings: ServerSettings) -> Starlette:
                            headers={"Retry-After": str(RETRY_AFTER_S)}) from None
         return events
 
-    async def collect(request: Request, job: Job, events: asyncio.Queue) -> tuple:
-        """Wait for a job's events (the client leaving cancels it): (pieces, done payload)."""
+    async def collect(request: Request, job: Job, events: asyncio.Queue,
+                      logprobs: list | None = None) -> tuple:
+        """Wait for a job's events (the client leaving cancels it): (pieces, done payload);
+        log-probability entries go to ``logprobs``."""
         watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
         pieces: list = []
         try:
@@ -174,6 +176,10 @@ def build_app(settings: ServerSettings) -> Starlette:
                     raise APIError(500, payload, kind="server_error")
                 if kind in ("done", "embeddings"):
                     return pieces, payload
+                if kind == "logprobs":
+                    if logprobs is not None:
+                        logprobs.append(payload)
+                    continue
                 pieces.append(payload)
         finally:
             job.cancel()
@@ -199,35 +205,49 @@ def build_app(settings: ServerSettings) -> Starlette:
             except FuelError as error:
                 raise APIError(400, str(error), param="response_format") from None
         job = Job(emit=None, ids=ids, max_tokens=min(options.max_tokens, context - len(ids)),
-                  sampling=options.sampling, stop=options.stop, schema=options.schema)
+                  sampling=options.sampling, stop=options.stop, schema=options.schema,
+                  logprobs=options.logprobs)
+
+        def text_of(token: int) -> str:
+            return model.tokenizer.decode([token], skip_special_tokens=False)
+
+        def logprobs_of(entries: list) -> dict | None:
+            return protocol.logprobs_body(chat, entries, text_of)
         events = submit(job)
         identifier = protocol.new_id("chatcmpl" if chat else "cmpl")
         name = settings.model_name
         if options.stream:
-            state = {"first": True}
+            state = {"first": True, "logprobs": []}
 
             def render(kind: str, payload) -> list:
+                if kind == "logprobs":  # sent with the next chunk
+                    state["logprobs"].append(payload)
+                    return []
+                pending, state["logprobs"] = state["logprobs"], []
                 if kind == "piece":
                     chunk = protocol.chunk_body(chat, identifier, name, payload,
-                                                first=state["first"])
+                                                first=state["first"],
+                                                logprobs=logprobs_of(pending))
                     state["first"] = False
                     return [chunk]
                 if kind == "error":
                     return [APIError(500, payload, kind="server_error").body(), "[DONE]"]
                 finish_reason, prompt_tokens, completion_tokens = payload
                 chunks = [protocol.chunk_body(chat, identifier, name, None, finish_reason,
-                                              first=state["first"])]
+                                              first=state["first"],
+                                              logprobs=logprobs_of(pending))]
                 if options.include_usage:
                     chunks.append(protocol.usage_chunk(chat, identifier, name, prompt_tokens,
                                                        completion_tokens))
                 return chunks + ["[DONE]"]
 
             return EventStream(job, events, render)
+        entries: list = []
         pieces, (finish_reason, prompt_tokens, completion_tokens) = await collect(
-            request, job, events)
+            request, job, events, entries)
         return JSONResponse(protocol.completion_body(
             chat, identifier, name, "".join(pieces), finish_reason, prompt_tokens,
-            completion_tokens))
+            completion_tokens, logprobs_of(entries)))
 
     async def chat_completions(request: Request) -> Response:
         return await generate(request, chat=True)

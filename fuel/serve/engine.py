@@ -67,6 +67,17 @@ def describe(error: Exception) -> str:
     return f"internal error: {type(error).__name__}: {error}"
 
 
+def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple:
+    """(token, its log probability, the ``top`` most likely tokens with theirs) under the
+    model's distribution (log-softmax of ``logits``, in float64)."""
+    row = np.asarray(logits, np.float64).reshape(-1)
+    shifted = row - row.max()
+    values = shifted - np.log(np.exp(shifted).sum())
+    best = np.argpartition(-values, top)[:top] if top else np.zeros(0, np.int64)
+    best = best[np.argsort(-values[best], kind="stable")]
+    return int(token), float(values[token]), [(int(i), float(values[i])) for i in best]
+
+
 class QueueFull(FuelError):
     """The request queue is at its limit; the client should retry later."""
 
@@ -85,6 +96,7 @@ class Job:
     texts: list[str] | None = None  # an embedding job's inputs
     timeout_s: float | None = None  # the whole request's limit, from queueing to its end
     schema: dict | None = None  # the JSON schema the answer must follow (structured output)
+    logprobs: int | None = None  # report each token's log probability and this many top ones
     cancelled: bool = False
     # engine-side state of a live generation
     generation: Generation | None = None
@@ -342,6 +354,8 @@ class Engine:
         generation = job.generation
         token = generation.advance(logits)
         job.tokens.append(int(token))
+        if job.logprobs is not None:
+            job.emit("logprobs", token_logprobs(logits, token, job.logprobs))
         if generation.produced == 1:
             self.metrics.first_token(time.perf_counter() - job.queued_at)
         self.metrics.count_token()

@@ -71,6 +71,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     schema: dict | None = None  # response_format's JSON schema (json_object: any object)
+    logprobs: int | None = None  # None: no log probabilities; k: the chosen token's and k top
 
 
 def parse_generation(body: dict, context_length: int) -> GenerationRequest:
@@ -87,8 +88,7 @@ def parse_generation(body: dict, context_length: int) -> GenerationRequest:
     n = _typed(body, "n", (int,), 1, "an integer")
     if n != 1:
         raise APIError(400, f"'n' must be 1 (one choice per request), got {n}", param="n")
-    if _typed(body, "logprobs", (bool, int), False, "a boolean"):
-        raise APIError(400, "'logprobs' is not supported", param="logprobs")
+    logprobs = parse_logprobs(body, chat="messages" in body)
     stream = _typed(body, "stream", (bool,), False, "a boolean")
     options = _typed(body, "stream_options", (dict,), {}, "an object")
     include_usage = bool(options.get("include_usage", False))
@@ -116,7 +116,56 @@ def parse_generation(body: dict, context_length: int) -> GenerationRequest:
     except FuelError as error:
         raise APIError(400, str(error), param="stop") from None
     schema = parse_response_format(body.get("response_format"))
-    return GenerationRequest(model, max_tokens, sampling, stop, stream, include_usage, schema)
+    return GenerationRequest(model, max_tokens, sampling, stop, stream, include_usage, schema,
+                             logprobs)
+
+
+MAX_TOP_LOGPROBS = 20
+
+
+def parse_logprobs(body: dict, chat: bool) -> int | None:
+    """How many top alternatives to report per token, or None for no log probabilities:
+    chat's ``logprobs`` (a boolean) and ``top_logprobs`` (0..20), or completions'
+    ``logprobs`` (an integer 0..20)."""
+    if chat:
+        wanted = _typed(body, "logprobs", (bool,), False, "a boolean")
+        top = _typed(body, "top_logprobs", (int,), None, "an integer")
+        if top is not None and not wanted:
+            raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        name, top = "top_logprobs", top or 0
+        if not wanted:
+            return None
+    else:
+        top = _typed(body, "logprobs", (int,), None, "an integer")
+        name = "logprobs"
+        if top is None:
+            return None
+    if not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise APIError(400, f"'{name}' must be between 0 and {MAX_TOP_LOGPROBS}, got {top}",
+                       param=name)
+    return top
+
+
+def logprobs_body(chat: bool, entries: list, text_of) -> dict | None:
+    """The ``logprobs`` of a choice for ``entries`` ((token, logprob, [(token, logprob)]) per
+    generated token; ``text_of(token)`` its text), in chat's or completions' shape."""
+    if not entries:
+        return None
+    if chat:
+        def item(token: int, value: float) -> dict:
+            text = text_of(token)
+            return {"token": text, "logprob": value, "bytes": list(text.encode())}
+
+        return {"content": [{**item(token, value), "top_logprobs": [item(*t) for t in top]}
+                            for token, value, top in entries]}
+    texts = [text_of(token) for token, _, _ in entries]
+    offsets, offset = [], 0
+    for text in texts:
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": texts, "token_logprobs": [value for _, value, _ in entries],
+            "top_logprobs": [{text_of(t): v for t, v in top} for _, _, top in entries],
+            "text_offset": offsets}
 
 
 def parse_response_format(value) -> dict | None:
@@ -204,30 +253,33 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 
 
 def completion_body(chat: bool, identifier: str, model: str, text: str, finish_reason: str,
-                    prompt_tokens: int, completion_tokens: int) -> dict:
+                    prompt_tokens: int, completion_tokens: int, logprobs: dict | None = None
+                    ) -> dict:
     """A whole (non-streamed) chat.completion or text_completion."""
     if chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "finish_reason": finish_reason, "logprobs": None}
+                  "finish_reason": finish_reason, "logprobs": logprobs}
     else:
-        choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+        choice = {"index": 0, "text": text, "finish_reason": finish_reason,
+                  "logprobs": logprobs}
     return {"id": identifier, "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": [choice],
             "usage": usage(prompt_tokens, completion_tokens)}
 
 
 def chunk_body(chat: bool, identifier: str, model: str, text: str | None,
-               finish_reason: str | None = None, first: bool = False) -> dict:
+               finish_reason: str | None = None, first: bool = False,
+               logprobs: dict | None = None) -> dict:
     """One streamed chunk (``text`` None: the closing chunk with the finish reason)."""
     if chat:
         delta = {} if text is None else {"content": text}
         if first:
             delta["role"] = "assistant"
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason,
-                  "logprobs": None}
+                  "logprobs": logprobs}
     else:
         choice = {"index": 0, "text": text or "", "finish_reason": finish_reason,
-                  "logprobs": None}
+                  "logprobs": logprobs}
     return {"id": identifier, "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": [choice]}
 
