@@ -3,6 +3,7 @@ and shaping responses, stream chunks and errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -13,6 +14,7 @@ from fuel.models.sampling import SamplingConfig
 from fuel.models.stop_strings import check_stop_strings
 
 DEFAULT_MAX_TOKENS = 256
+MAX_CHOICES = 16
 MAX_EMBEDDING_INPUTS = 256
 
 
@@ -72,6 +74,15 @@ class GenerationRequest:
     include_usage: bool
     schema: dict | None = None  # response_format's JSON schema (json_object: any object)
     logprobs: int | None = None  # None: no log probabilities; k: the chosen token's and k top
+    n: int = 1  # choices
+
+    def choice_samplings(self) -> list[SamplingConfig]:
+        """Each choice's sampling: with a seed, choice i samples with seed + i (so choices
+        differ and each is reproducible); without, each draws its own."""
+        if self.sampling.seed is None:
+            return [self.sampling] * self.n
+        return [dataclasses.replace(self.sampling, seed=self.sampling.seed + index)
+                for index in range(self.n)]
 
 
 def parse_generation(body: dict, context_length: int) -> GenerationRequest:
@@ -86,8 +97,8 @@ def parse_generation(body: dict, context_length: int) -> GenerationRequest:
         raise APIError(400, f"'{name}' must be between 1 and the context length "
                             f"{context_length}, got {max_tokens}", param=name)
     n = _typed(body, "n", (int,), 1, "an integer")
-    if n != 1:
-        raise APIError(400, f"'n' must be 1 (one choice per request), got {n}", param="n")
+    if not 1 <= n <= MAX_CHOICES:
+        raise APIError(400, f"'n' must be between 1 and {MAX_CHOICES}, got {n}", param="n")
     logprobs = parse_logprobs(body, chat="messages" in body)
     stream = _typed(body, "stream", (bool,), False, "a boolean")
     options = _typed(body, "stream_options", (dict,), {}, "an object")
@@ -117,7 +128,7 @@ def parse_generation(body: dict, context_length: int) -> GenerationRequest:
         raise APIError(400, str(error), param="stop") from None
     schema = parse_response_format(body.get("response_format"))
     return GenerationRequest(model, max_tokens, sampling, stop, stream, include_usage, schema,
-                             logprobs)
+                             logprobs, n)
 
 
 MAX_TOP_LOGPROBS = 20
@@ -252,33 +263,35 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def completion_body(chat: bool, identifier: str, model: str, text: str, finish_reason: str,
-                    prompt_tokens: int, completion_tokens: int, logprobs: dict | None = None
-                    ) -> dict:
-    """A whole (non-streamed) chat.completion or text_completion."""
+def choice_body(chat: bool, index: int, text: str, finish_reason: str,
+                logprobs: dict | None = None) -> dict:
+    """One choice of a whole (non-streamed) answer."""
     if chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "finish_reason": finish_reason, "logprobs": logprobs}
-    else:
-        choice = {"index": 0, "text": text, "finish_reason": finish_reason,
-                  "logprobs": logprobs}
+        return {"index": index, "message": {"role": "assistant", "content": text},
+                "finish_reason": finish_reason, "logprobs": logprobs}
+    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": logprobs}
+
+
+def completion_body(chat: bool, identifier: str, model: str, choices: list[dict],
+                    prompt_tokens: int, completion_tokens: int) -> dict:
+    """A whole (non-streamed) chat.completion or text_completion of ``choices``."""
     return {"id": identifier, "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": model, "choices": [choice],
+            "created": int(time.time()), "model": model, "choices": choices,
             "usage": usage(prompt_tokens, completion_tokens)}
 
 
 def chunk_body(chat: bool, identifier: str, model: str, text: str | None,
                finish_reason: str | None = None, first: bool = False,
-               logprobs: dict | None = None) -> dict:
+               logprobs: dict | None = None, index: int = 0) -> dict:
     """One streamed chunk (``text`` None: the closing chunk with the finish reason)."""
     if chat:
         delta = {} if text is None else {"content": text}
         if first:
             delta["role"] = "assistant"
-        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason,
+        choice = {"index": index, "delta": delta, "finish_reason": finish_reason,
                   "logprobs": logprobs}
     else:
-        choice = {"index": 0, "text": text or "", "finish_reason": finish_reason,
+        choice = {"index": index, "text": text or "", "finish_reason": finish_reason,
                   "logprobs": logprobs}
     return {"id": identifier, "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": [choice]}

@@ -148,3 +148,22 @@ def test_completion_logprobs_shape(client, server):
     assert len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.top_logprobs)
     assert all(len(top) <= 2 for top in logprobs.top_logprobs)
     assert logprobs.text_offset[0] == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_choices_are_the_seeded_generations(client, server, local_model, stream):
+    """n=3 with seed 4: choice i is the in-process chat with seed 4 + i."""
+    answer = client.chat.completions.create(model=server.model, messages=MESSAGES,
+                                            max_tokens=8, temperature=0.9, seed=4, n=3,
+                                            stream=stream)
+    texts = ["", "", ""]
+    if stream:
+        for chunk in answer:
+            for choice in chunk.choices:
+                texts[choice.index] += choice.delta.content or ""
+    else:
+        assert [c.index for c in answer.choices] == [0, 1, 2]
+        texts = [c.message.content for c in answer.choices]
+    expected = ["".join(local_model.chat(MESSAGES, 8, temperature=0.9, top_p=1.0, seed=4 + i))
+                for i in range(3)]
+    assert texts == expected
