@@ -252,6 +252,10 @@ async def run_fuel(options, url, model) -> dict:
         await stream_chat(client, url, model, messages("a pond"), options.max_tokens)
         await asyncio.gather(*(stream_chat(client, url, model, messages(f"{t}s"),
                                            options.max_tokens) for t in topics))
+        # and once each: a long prompt, a json_schema answer (llguidance's tokenizer view)
+        await stream_chat(client, url, model, messages("a pond", "Be kind. " * 250), 4)
+        if options.json:
+            await json_requests(client, url, model, 1, JSON_MAX_TOKENS)
         await asyncio.sleep(2.0)
         before = await metric(client, url, "fuel_resident_memory_bytes")
         progress("fuel serve: one client")
