@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -135,13 +136,21 @@ def unavailable_reason() -> str | None:
     return found if isinstance(found, str) else None
 
 
+# libgomp's idle spin before a finished thread sleeps (its default: 300000), set for every
+# process that builds OpenMP kernels, before libgomp loads (see fuel/backends/cpu/c_library.py).
+SPIN_COUNT = "10000"
+
+
 def openmp_flags() -> tuple[str, ...]:
     """``("-fopenmp",)`` where the compiler builds OpenMP code, else ``()`` (probed once).
     For hand-written kernels that thread themselves (the quantized matmul picks its thread
-    count per launch); generated kernels stay single-threaded unless FUEL_OPENMP=1."""
+    count per launch) and row kernels (serial or parallel rows, the judge's variants);
+    generated elementwise kernels stay single-threaded unless FUEL_OPENMP=1. Handing the
+    flags out sets the bounded idle spin (``GOMP_SPINCOUNT``, unless the user set one)."""
     found = detect()
     if isinstance(found, str):
         return ()
+    os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)  # read when libgomp loads
     with _lock:
         if not _openmp_probe:
             with tempfile.TemporaryDirectory(prefix="fuel-cc-") as folder:
@@ -272,8 +281,23 @@ def _report(key: str, why: str) -> None:
                       RuntimeWarning, stacklevel=4)
 
 
+_announced = threading.Event()
+LOGGER = logging.getLogger("fuel.compiler")
+
+
+def _announce_compiling(folder: Path) -> None:
+    """Say once per process, at the first kernel that is not in the disk cache, that kernels
+    are being compiled (the first run of a model pauses for it); logged at INFO on
+    ``fuel.compiler``, which the ``fuel`` command prints."""
+    if not _announced.is_set():
+        _announced.set()
+        LOGGER.info("fuel: compiling kernels for this machine (once: they are cached in %s)",
+                    folder)
+
+
 def _compile(toolchain: Toolchain, source: str, folder: Path, key: str, source_path: Path,
              index_path: Path, name: str) -> Path:
+    _announce_compiling(folder)
     _write_atomically(source_path, source.encode())
     handle, temporary = tempfile.mkstemp(prefix=f"{key}-", suffix=".so.part", dir=folder)
     os.close(handle)

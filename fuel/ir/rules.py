@@ -282,6 +282,26 @@ def conv(params: ConvParams, shapes, dtypes):
     return (x[0], w[0]) + spatial, dtypes[0]
 
 
+def conv_fused(params, shapes, dtypes):
+    """CONV_FUSED: (x, w, bias[, residual][, slope]) -> conv's shape."""
+    expected = 3 + params.residual + (params.activation == "prelu")
+    if len(shapes) != expected:
+        raise ShapeError(f"conv_fused takes {expected} operands, got {len(shapes)}")
+    shape, dtype = conv(params.conv, shapes[:2], dtypes[:2])
+    if any(d is not dtype for d in dtypes):
+        raise DTypeError(f"conv_fused operands must share a dtype: "
+                         f"{', '.join(d.name for d in dtypes)}")
+    if tuple(shapes[2]) != (shape[1],):
+        raise ShapeError(f"conv_fused: bias must have shape ({shape[1]},), got {shapes[2]}")
+    if params.residual and tuple(shapes[3]) != shape:
+        raise ShapeError(f"conv_fused: residual must have the output's shape {shape}, "
+                         f"got {shapes[3]}")
+    if params.activation == "prelu" and tuple(shapes[-1]) != (shape[1],):
+        raise ShapeError(f"conv_fused: prelu slope must have shape ({shape[1]},), "
+                         f"got {shapes[-1]}")
+    return shape, dtype
+
+
 def conv_transpose(params: ConvParams, shapes, dtypes):
     x, w = shapes
     if dtypes[0] is not dtypes[1]:

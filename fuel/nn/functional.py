@@ -21,6 +21,7 @@ from fuel.frontend.shape import cat, chunk, gather, index_select, split, stack
 from fuel.frontend.shape import pad as _pad
 from fuel.frontend.structured import layer_norm, log_softmax, matmul, rms_norm, softmax
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
+from fuel.ir.ops import check_operand
 from fuel.tensor import Tensor
 
 __all__ = [
@@ -44,8 +45,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 @at_user_line
 def embedding(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002 - torch's name
     """Rows of ``weight`` picked by the integer ``input`` (any shape)."""
-    if not input.dtype.is_integer:
-        raise DTypeError(f"embedding indices must be integers, got {input.dtype.name}")
+    check_operand("embedding: the indices", "index", input.dtype)
     rows = index_select(weight, 0, input.reshape(-1))
     return rows.reshape(input.shape + (weight.shape[1],))
 
@@ -100,6 +100,9 @@ def scaled_dot_product_attention(
     if attn_mask is not None:
         if attn_mask.dtype.is_bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
+        elif not attn_mask.dtype.is_floating:  # torch: a bool mask or an additive float one
+            raise DTypeError(f"scaled_dot_product_attention: attn_mask must be bool or "
+                             f"floating, got {attn_mask.dtype.name}")
         else:
             scores = scores + attn_mask
     weights = softmax(scores, -1)
@@ -115,5 +118,6 @@ def _repeat_heads(x: Tensor, repeat: int) -> Tensor:
 
 
 from fuel.nn.conv import *  # noqa: E402, F401, F403 - convolution and pooling
+from fuel.nn.losses import *  # noqa: E402, F401, F403 - cross_entropy, mse_loss, ...
 from fuel.nn.sampling import *  # noqa: E402, F401, F403 - grid_sample
 from fuel.nn.tensor_ops import *  # noqa: E402, F401, F403 - sort, scatter, einsum, det
