@@ -100,10 +100,19 @@ def start_llama_cpp(options: argparse.Namespace, path: str) -> tuple[subprocess.
     command = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--host",
                "127.0.0.1", "--port", str(port), "--n_threads", str(options.threads),
                "--n_threads_batch", str(options.threads), "--n_ctx", "2048"]
-    process = subprocess.Popen(command, env=environment(options), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    wait_ready(process, "Uvicorn running", "llama_cpp.server")
-    return process, f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(command, env=environment(options), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(url + "/v1/models", timeout=5).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(1.0)
+    process.kill()
+    raise SystemExit("llama_cpp.server did not start (python -m llama_cpp.server)")
 
 
 def stop(process: subprocess.Popen) -> None:
