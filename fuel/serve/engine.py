@@ -250,6 +250,8 @@ class Engine:
             job = self._waiting[0]
             if not self._admit(job):
                 break
+            if job not in self._active:  # an embedding job, or one that failed to start
+                continue
             count = min(len(job.tokens) - job.computed, budget)
             plan.append((job, count))
             budget -= count
