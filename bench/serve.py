@@ -257,10 +257,11 @@ async def run_fuel(options, url, model) -> dict:
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(TOTAL_TIMEOUT_S)) as client:
         topics = TOPICS[:max(options.clients)]
         progress("fuel serve: warming up")
-        # warm-up: every step shape a run meets (one prompt alone, then all of them at once)
+        # warm-up: every step shape a run meets (one prompt alone, then each client count)
         await stream_chat(client, url, model, messages("a pond"), options.max_tokens)
-        await asyncio.gather(*(stream_chat(client, url, model, messages(f"{t}s"),
-                                           options.max_tokens) for t in topics))
+        for count in options.clients:
+            await asyncio.gather(*(stream_chat(client, url, model, messages(f"{t}s"),
+                                               options.max_tokens) for t in topics[:count]))
         # and once each: a long prompt, a json_schema answer (llguidance's tokenizer view)
         await stream_chat(client, url, model, messages("a pond", "Be kind. " * 250), 4)
         if options.json:
