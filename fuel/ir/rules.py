@@ -292,12 +292,12 @@ def conv_fused(params, shapes, dtypes):
         raise DTypeError(f"conv_fused operands must share a dtype: "
                          f"{', '.join(d.name for d in dtypes)}")
     if tuple(shapes[2]) != (shape[1],):
-        raise ShapeError(f"conv_fused: bias must have shape ({shape[1]},), got {shapes[2]}")
+        raise ShapeError(f"bias must have shape ({shape[1]},), got {shapes[2]}")
     if params.residual and tuple(shapes[3]) != shape:
-        raise ShapeError(f"conv_fused: residual must have the output's shape {shape}, "
+        raise ShapeError(f"residual must have the output's shape {shape}, "
                          f"got {shapes[3]}")
     if params.activation == "prelu" and tuple(shapes[-1]) != (shape[1],):
-        raise ShapeError(f"conv_fused: prelu slope must have shape ({shape[1]},), "
+        raise ShapeError(f"prelu slope must have shape ({shape[1]},), "
                          f"got {shapes[-1]}")
     return shape, dtype
 

@@ -19,7 +19,7 @@ MIN_OPSET = 1
 MAX_OPSET = 28
 # Opset ranges of the other domains whose ops fuel implements.
 DOMAIN_OPSETS = {"ai.onnx.ml": (1, 5), "ai.onnx.preview.training": (1, 1),
-                 "ai.onnx.preview": (1, 1)}
+                 "ai.onnx.preview": (1, 1), "com.microsoft": (1, 1)}
 
 
 @dataclass(frozen=True)

@@ -74,3 +74,28 @@ def test_pooling_matches_the_cpu_kernels(dtype, kernel, strides, pads, dilations
         cpu, primitive = _both(average, x)
         np.testing.assert_allclose(primitive.astype(np.float64), cpu.astype(np.float64),
                                    rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("activation, residual", [
+    ("relu", True), ("clip", False), ("hard_swish", True), ("silu", False),
+    ("hard_sigmoid", False), ("leaky_relu", True), ("prelu", False), ("tanh", False)])
+def test_conv_fused_decomposes_like_the_cpu_kernel(activation, residual):
+    """conv_fused on a backend without its kernel: conv, bias, residual and activation nodes."""
+    from fuel.ir.params import ConvParams
+    from fuel.nn.conv import conv_fused
+
+    params = ConvParams((1, 2), (1, 0), (1, 2), (1, 1), 2)
+    arrays = [_random((2, 4, 7, 6)), _random((6, 2, 3, 3), 1), _random((6,), 2)]
+    if residual:
+        arrays.append(_random((2, 6, 7, 3), 3))
+    if activation == "prelu":
+        arrays.append(_random((6,), 4))
+
+    def run(x, w, b, *rest):
+        extra = list(rest)
+        return conv_fused(x, w, b, params, activation, -0.5 if activation == "clip" else 0.2,
+                          0.75 if activation == "clip" else 0.5,
+                          extra.pop(0) if residual else None, extra.pop(0) if extra else None)
+
+    cpu, primitive = _both(run, *arrays)
+    np.testing.assert_allclose(primitive, cpu, rtol=1e-5, atol=1e-5)

@@ -1,21 +1,25 @@
-"""float32 convolution in C (``conv.c``) and OpenBLAS (through NumPy): CONV, CONV_FUSED (the
+"""float32 convolution in C (``conv.c``, ``depthwise.c``, ``pool.c`` after ``conv_common.h``)
+and OpenBLAS (through NumPy): CONV, CONV_FUSED (the
 convolution with its bias, residual and activation in its output loop) and CONV_TRANSPOSE.
 
 Each key has siblings, one per form, every one correct on every launch (a form handed a shape
-it does not take runs the general form), so a judge may time any of them on the same operands;
+it does not take runs ``gemm``), so a judge may time any of them on the same operands;
 ``accepts`` says which shapes a form is made for:
 
+- ``gemm``: any 1-d or 2-d shape: conv.c's implicit GEMM (the patch matrix built block by
+  block into the GEMM's panels; the input as stored for an unpadded stride-1 1x1 kernel),
+  the epilogue on the register tile;
+- ``depthwise``: groups == C == M: depthwise.c, one pass per plane through a padded copy, the
+  epilogue applied on the row in cache;
 - ``pointwise``: 1x1 kernel, stride 1, no padding: per group one GEMM (OpenBLAS) on the input
   as stored, ``W (M, C) @ x[n] (C, H*W)``, no copy;
-- ``depthwise``: groups == C == M: one C pass per plane, every tap of an output row's
-  interior accumulated in registers, the epilogue applied on the row in cache;
 - ``im2col``: any 1-d or 2-d shape: the patch matrix of one image and group written by C into
   a scratch buffer, then one GEMM (OpenBLAS);
 - ``auto`` (registered first, so it runs today): picks per launch by ``choose_form``.
 
-3-d shapes (and the rare depthwise filter over 64 rows) run the NumPy kernel; after a GEMM
-form, the epilogue is one C pass over the output. Threads: the C passes split planes over
-``FUEL_THREADS`` OpenMP threads; OpenBLAS runs its own.
+3-d shapes (and the rare depthwise filter over 64 rows) run the NumPy kernel; after an
+OpenBLAS form, the epilogue is one C pass over the output. Threads: the C kernels split their
+work over ``FUEL_THREADS`` OpenMP threads (conv_common.h's team rule); OpenBLAS runs its own.
 """
 
 from __future__ import annotations
@@ -40,20 +44,35 @@ from fuel.ir.ops import OpKind
 from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, PoolParams
 
 KERNELS = KernelList(BackendId.CPU, "c")
-SOURCE = Path(__file__).with_name("conv.c")
+HERE = Path(__file__).parent
+SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, COMMON = (
+    HERE / name for name in ("conv.c", "depthwise.c", "pool.c", "conv_common.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL) = range(9)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
-MAX_DEPTHWISE_ROWS = 64  # conv.c's depthwise row gathers at most this many filter rows
+MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
 # smaller launch loses more to waking the other threads than it gains).
 PARALLEL_WORK = 1 << 20
 FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col")
 
 
-def library():
-    """The compiled conv.c (built or fetched from the kernel cache once), or None."""
-    return entry_point("conv_float32", SOURCE.read_text, openmp=True)
+def _source(path: Path) -> str:
+    return COMMON.read_text() + path.read_text()
+
+
+def library(form: int = 4):
+    """The compiled library of ``form`` (conv.c; depthwise.c for DEPTHWISE, pool.c for the
+    pools), built or fetched from the kernel cache once, or None."""
+    path = DEPTHWISE_SOURCE if form == DEPTHWISE else POOL_SOURCE if form in (
+        MAX_POOL, AVG_POOL) else SOURCE
+    return entry_point(f"{path.stem}_float32", lambda: _source(path), openmp=True)
+
+
+def revision_text() -> str:
+    """Every C source the kernels here run (their revision hashes cover them)."""
+    return "".join(path.read_text() for path in (COMMON, SOURCE, DEPTHWISE_SOURCE,
+                                                    POOL_SOURCE))
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +215,7 @@ class CConvolution:
     @property
     def revision_source(self) -> str:
         """What the revision hash covers besides the Python code: the C source."""
-        return SOURCE.read_text() + self.form
+        return revision_text() + self.form
 
     def accepts(self, layouts: Sequence[Layout], params) -> bool:
         """Whether this sibling's form is made for the launch (the judge's candidates)."""
@@ -214,7 +233,7 @@ class CConvolution:
         if geometry is None:
             form = None
         elif not accepts(form, geometry):
-            form = "im2col"
+            form = "gemm"
         if (function is None or form is None or not out_layout.is_contiguous()
                 or not all(layout.is_contiguous() for layout in layouts)):
             return self._numpy(inputs, outputs, layouts, params)
@@ -226,7 +245,10 @@ class CConvolution:
         if form == "depthwise":
             work = out_layout.numel * geometry.kh * geometry.kw
             threads = thread_count() if work >= PARALLEL_WORK else 1
-            return self._call(function, geometry, DEPTHWISE, threads, epilogue, x, w, out)
+            depthwise = library(DEPTHWISE)
+            if depthwise is not None:
+                return self._call(depthwise, geometry, DEPTHWISE, threads, epilogue, x, w, out)
+            form = "gemm"
         if form == "gemm" and geometry.c:
             return self._gemm(function, geometry, epilogue, x, w, out)
         gemm = (self._pointwise if form == "pointwise" else self._im2col)(
@@ -336,7 +358,7 @@ class CConvTranspose:
 
     @property
     def revision_source(self) -> str:
-        return SOURCE.read_text()
+        return revision_text()
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: ConvParams) -> Launcher:
@@ -387,13 +409,14 @@ class CPool:
 
     @property
     def revision_source(self) -> str:
-        return SOURCE.read_text()
+        return revision_text()
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: PoolParams) -> Launcher:
         x, out = layouts[0].shape, layouts[-1].shape
         rank = len(params.kernel)
-        function = library()
+        form = MAX_POOL if self.op is OpKind.MAX_POOL else AVG_POOL
+        function = library(form)
         if (function is None or rank > 2 or len(x) != rank + 2 or 0 in out
                 or not all(layout.is_contiguous() for layout in layouts)):
             return lambda: self.numpy(inputs, outputs, layouts, params)
@@ -410,7 +433,6 @@ class CPool:
         mode = 2 if not params.divide else int(params.count_include_pad)
         work = layouts[-1].numel * kh * kw
         threads = thread_count() if work >= PARALLEL_WORK else 1
-        form = MAX_POOL if self.op is OpKind.MAX_POOL else AVG_POOL
         return CConvolution._call(function, geometry, form, threads,
                                   Epilogue(mode, float(pb), float(pr)),
                                   address(inputs[0], layouts[0]), 0,

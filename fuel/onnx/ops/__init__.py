@@ -13,6 +13,7 @@ from fuel.onnx.ops import (  # noqa: F401
     indexing,
     linalg,
     loss,
+    microsoft,
     misc,
     ml,
     normalization,

@@ -3,7 +3,8 @@ nodes that follow it fold into that node while the Conv's output has no other co
 
 - an inference BatchNormalization whose parameters are constants folds into the weights and
   bias (``w * s``, ``(b - mean) * s + beta``, ``s = scale / sqrt(var + eps)``, in float64);
-- an Add of a tensor of the output's shape becomes the residual;
+- a Mul or Add of a per-channel constant folds into the weights and bias;
+- an Add (or a Sum of two) of a tensor of the output's shape becomes the residual;
 - an activation (Relu, Clip with constant bounds, Sigmoid, Tanh, HardSigmoid, HardSwish,
   LeakyRelu, PRelu with one slope per channel, and x * Sigmoid(x)) becomes the epilogue's.
 
@@ -17,6 +18,8 @@ them whenever a pattern does not hold.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fuel.frontend.build import make
@@ -28,6 +31,7 @@ from fuel.nn import conv as nn_conv
 from fuel.onnx.context import OPS, NodeContext
 from fuel.onnx.ops import activations, elementwise, normalization  # noqa: F401 - wrapped here
 from fuel.onnx.ops.conv import _spatial
+from fuel.onnx.replay import depends_on
 from fuel.tensor import Tensor
 
 
@@ -38,7 +42,31 @@ def known(ctx: NodeContext, node: Node) -> np.ndarray | None:
 
 
 def _input_known(ctx: NodeContext, index: int) -> np.ndarray | None:
-    return known(ctx, ctx.input(index)._node) if ctx.has(index) else None
+    """Input ``index``'s value when it is a constant or a small computation of constants
+    alone (an Unsqueeze of an initializer), else None."""
+    if not ctx.has(index):
+        return None
+    tensor = ctx.input(index)
+    found = known(ctx, tensor._node)
+    if found is not None or math.prod(tensor.shape) > SMALL or depends_on(tensor._node,
+                                                                ctx.builder.feed_nodes):
+        return found
+    return ctx.builder.host_value(tensor)
+
+
+SMALL = 1 << 16  # elements of a constant computation worth evaluating at build time
+
+
+def per_channel(value: np.ndarray | None, shape: tuple) -> np.ndarray | None:
+    """``value`` as one float64 per channel of an output of ``shape`` (N, C, ...) when it
+    broadcasts along the channels only (a scalar, (C, 1, 1), (1, C, 1, 1), ...), else None."""
+    if value is None or value.ndim > len(shape):
+        return None
+    padded = (1,) * (len(shape) - value.ndim) + value.shape
+    if any(size != 1 for axis, size in enumerate(padded) if axis != 1) or \
+            padded[1] not in (1, shape[1]):
+        return None
+    return np.broadcast_to(np.asarray(value, np.float64).reshape(-1), (shape[1],))
 
 
 def fusable_conv(ctx: NodeContext, index: int, *, residual_ok: bool = True) -> Node | None:
@@ -53,6 +81,23 @@ def fusable_conv(ctx: NodeContext, index: int, *, residual_ok: bool = True) -> N
             or (node.params.residual and not residual_ok)):
         return None
     return node
+
+
+def _refold(ctx: NodeContext, producer: Node, scale: np.ndarray | None,
+            shift: np.ndarray | None) -> Tensor | None:
+    """``producer`` with its weights and bias scaled per channel by ``scale`` and ``shift``
+    added to its bias (its weights and bias must be constants)."""
+    weight, bias = known(ctx, producer.inputs[1]), known(ctx, producer.inputs[2])
+    if weight is None or bias is None:
+        return None
+    weight, bias = np.asarray(weight, np.float64), np.asarray(bias, np.float64)
+    if scale is not None:
+        weight = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+        bias = bias * scale
+    if shift is not None:
+        bias = bias + shift
+    return _rebuild(producer, weights=(ctx.constant(weight.astype(np.float32))._node,
+                                       ctx.constant(bias.astype(np.float32))._node))
 
 
 def _rebuild(node: Node, activation: str = "", alpha: float = 0.0, beta: float = 0.0,
@@ -126,14 +171,9 @@ def batch_normalization(ctx: NodeContext) -> Tensor | None:
     offset = shift - mean * factor
     producer = fusable_conv(ctx, 0, residual_ok=False)
     if producer is not None:
-        weight, bias = known(ctx, producer.inputs[1]), known(ctx, producer.inputs[2])
-        if weight is not None and bias is not None:
-            channel = (-1,) + (1,) * (weight.ndim - 1)
-            folded = (np.asarray(weight, np.float64) * factor.reshape(channel)).astype(
-                np.float32)
-            moved = (np.asarray(bias, np.float64) * factor + offset).astype(np.float32)
-            return _rebuild(producer, weights=(ctx.constant(folded)._node,
-                                               ctx.constant(moved)._node))
+        folded = _refold(ctx, producer, factor, offset)
+        if folded is not None:
+            return folded
     channel = (-1,) + (1,) * (x.ndim - 2)
     return x * ctx.constant(factor.astype(np.float32).reshape(channel)) + ctx.constant(
         offset.astype(np.float32).reshape(channel))
@@ -143,9 +183,19 @@ def batch_normalization(ctx: NodeContext) -> Tensor | None:
 
 
 def add(ctx: NodeContext) -> Tensor | None:
-    """A tensor of the output's shape added to a Conv's output: its residual."""
+    """A tensor of the output's shape added to a Conv's output (Add, or a Sum of two): its
+    residual."""
+    if ctx.num_inputs != 2:
+        return None
     for index in (0, 1):
         producer = fusable_conv(ctx, index, residual_ok=False)
+        if producer is None:
+            continue
+        shift = per_channel(_input_known(ctx, 1 - index), producer.shape)
+        if shift is not None:  # a per-channel constant: into the bias
+            folded = _refold(ctx, producer, None, shift)
+            if folded is not None:
+                return folded
         other = ctx.input(1 - index)
         if producer is not None and other.shape == producer.shape and \
                 other.dtype is producer.dtype:
@@ -202,10 +252,19 @@ def prelu(ctx: NodeContext) -> Tensor | None:
 
 
 def mul(ctx: NodeContext) -> Tensor | None:
-    """x * Sigmoid(x) over a Conv's output x: SiLU (x has the two consumers)."""
+    """A per-channel constant times a Conv's output: folded into its weights and bias; x *
+    Sigmoid(x) over a Conv's output x: SiLU (x has the two consumers)."""
     names = ctx.proto.input
     if len(names) != 2 or not (ctx.has(0) and ctx.has(1)):
         return None
+    for index in (0, 1):  # a per-channel constant factor: into the weights and bias
+        producer = fusable_conv(ctx, index, residual_ok=False)
+        scale = None if producer is None else per_channel(_input_known(ctx, 1 - index),
+                                                          producer.shape)
+        if scale is not None:
+            folded = _refold(ctx, producer, scale, None)
+            if folded is not None:
+                return folded
     for index in (0, 1):
         gate, source = ctx.input(1 - index)._node, ctx.input(index)._node
         if (gate.op is OpKind.SIGMOID and gate.inputs[0] is source
@@ -220,6 +279,7 @@ def mul(ctx: NodeContext) -> Tensor | None:
 _wrap("Conv", conv)
 _wrap("BatchNormalization", batch_normalization)
 _wrap("Add", add)
+_wrap("Sum", add)
 _wrap("Mul", mul)
 _wrap("PRelu", prelu)
 _wrap("Relu", _activation("relu"))

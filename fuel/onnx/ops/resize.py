@@ -132,12 +132,47 @@ def axis_weights(in_size: int, out_size: int, scale: float, coefficients, transf
     return matrix, extrapolated
 
 
+# A resampling whose every output reads at most MAX_TAPS inputs (linear: 2, cubic: 4; no
+# antialiasing) along an axis of at least TAP_INPUTS inputs runs as that many gathers and
+# multiply-adds (work per output: the taps) rather than a matmul by the dense matrix (work
+# per output: the axis's size).
+MAX_TAPS = 4
+TAP_INPUTS = 32
+
+
+def _by_taps(x: Tensor, axis: int, matrix: np.ndarray, ctx: NodeContext) -> Tensor:
+    """sum over t of x[..., index_t, ...] * weight_t along ``axis`` (matrix: outputs x
+    inputs, at most MAX_TAPS nonzeros per row)."""
+    rows = matrix.shape[0]
+    indices = np.zeros((MAX_TAPS, rows), np.int64)
+    weights = np.zeros((MAX_TAPS, rows), np.float64)
+    for row in range(rows):
+        (columns,) = np.nonzero(matrix[row])
+        indices[:len(columns), row] = columns
+        weights[:len(columns), row] = matrix[row, columns]
+    shape = [1] * x.ndim
+    shape[axis] = rows
+    result = None
+    for tap in range(MAX_TAPS):
+        if not weights[tap].any():
+            continue
+        term = x.index_select(axis, ctx.constant(indices[tap])) * ctx.constant(
+            weights[tap].astype(x.dtype.numpy).reshape(shape))
+        result = term if result is None else result + term
+    if result is None:
+        return x.index_select(axis, ctx.constant(indices[0])) * 0
+    return result
+
+
 def resize_axis(x: Tensor, axis: int, matrix: np.ndarray, extrapolated, fill: float,
                 nearest: bool, ctx: NodeContext) -> Tensor:
     """``x`` with ``axis`` resampled by ``matrix`` (rows: outputs, columns: inputs)."""
     if nearest:
         picks = np.argmax(matrix, axis=1).astype(np.int64)
         result = x.index_select(axis, ctx.constant(picks))
+    elif x.dtype.is_floating and matrix.shape[1] >= TAP_INPUTS and \
+            (matrix != 0).sum(axis=1).max(initial=0) <= MAX_TAPS:
+        result = _by_taps(x, axis, matrix, ctx)
     else:
         work = x if x.dtype.is_floating else cast(x, dt.float64)
         moved = work.transpose(axis, -1) if axis != x.ndim - 1 else work

@@ -151,6 +151,7 @@ def test_the_rule_picks_depthwise_and_gemm():
 def test_threaded_launches_match_the_reference(monkeypatch, groups):
     """Launches over PARALLEL_WORK split over threads (GEMM units, depthwise planes)."""
     monkeypatch.setenv("FUEL_THREADS", "3")
+    monkeypatch.setenv("FUEL_FULL_TEAM", "1")  # threaded even on a crowded machine
     rng = np.random.default_rng(groups)
     params = ConvParams((1, 2), (1, 0), (2, 1), (1, 1), groups)
     x = rng.standard_normal((2, 40, 67, 81)).astype(np.float32)
@@ -190,3 +191,38 @@ def test_transposed_convolution_matches_the_reference(rank):
         actual = _run(entry, [x, w], expected.shape, params)
         np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4,
                                    err_msg=f"{x.shape} * {w.shape} {params}")
+
+
+@pytest.mark.parametrize("stride, pad, ceil", [(1, 1, False), (2, 1, False), (2, 0, True),
+                                               (3, 1, True)])
+def test_pooling_matches_the_reference(stride, pad, ceil):
+    """conv.c's max pool (NaN propagates, padding never wins) and average pool (with and
+    without the padding counted), 2-d, against sliding windows."""
+    from fuel.nn.conv import avg_pool_nd, max_pool_nd
+
+    rng = np.random.default_rng(stride)
+    x = rng.standard_normal((2, 3, 21, 37)).astype(np.float32)
+    x[0, 1, 4, 5] = np.nan
+    import fuel
+
+    got = max_pool_nd(fuel.tensor(x), (3, 3), (stride,) * 2, (pad,) * 2, (pad,) * 2,
+                      (1, 1), ceil).numpy()
+    out = [(s + 2 * pad - 3 + (stride - 1 if ceil else 0)) // stride + 1 for s in x.shape[2:]]
+    extra = [max(0, (o - 1) * stride + 3 - s - 2 * pad) for o, s in zip(out, x.shape[2:])]
+    widths = ((0, 0), (0, 0), (pad, pad + extra[0]), (pad, pad + extra[1]))
+    windows = np.lib.stride_tricks.sliding_window_view(
+        np.pad(x, widths, constant_values=-np.inf), (3, 3), axis=(2, 3))[
+        :, :, ::stride, ::stride][:, :, :out[0], :out[1]]
+    np.testing.assert_array_equal(got, windows.max(axis=(-1, -2)))
+    for include in (False, True):
+        got = avg_pool_nd(fuel.tensor(x), (3, 3), (stride,) * 2, (pad,) * 2, (pad,) * 2,
+                          (1, 1), ceil, include).numpy()
+        ones = np.pad(np.ones(x.shape[2:]), pad if include else 0, constant_values=1)
+        ones = np.pad(ones, ((0 if include else pad, extra[0] + (0 if include else pad)),
+                             (0 if include else pad, extra[1] + (0 if include else pad))))
+        counts = np.lib.stride_tricks.sliding_window_view(ones, (3, 3))[
+            ::stride, ::stride][:out[0], :out[1]].sum(axis=(-1, -2))
+        sums = np.lib.stride_tricks.sliding_window_view(
+            np.pad(x.astype(np.float64), widths), (3, 3), axis=(2, 3))[
+            :, :, ::stride, ::stride][:, :, :out[0], :out[1]].sum(axis=(-1, -2))
+        np.testing.assert_allclose(got, sums / counts, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,168 @@
+/* float32 depthwise convolution (groups == C == M) for fuel's CPU backend (after
+ * conv_common.h): data and sizes as conv.c's. Each plane is copied once into a zero-padded
+ * buffer so every output column runs the 16-wide vector loop (stride 1 and 2; other strides
+ * and machines without AVX2 take the scalar row walk), the epilogue applied on each output
+ * row while it is in cache. Planes split over the team.
+ */
+
+#define CHUNK 16  /* output columns a depthwise row accumulates in registers at once */
+
+/* One output row of one depthwise plane. */
+static inline void depthwise_row(const float *restrict in, const float *restrict w,
+                                 float *restrict out, int64_t oh, const Shape *s) {
+    const int64_t sw = s->sw;
+    /* Columns whose every tap is inside the row: ow * sw - pl >= 0 and
+     * ow * sw - pl + (KW - 1) * dw < W. */
+    int64_t lo = s->pl <= 0 ? 0 : (s->pl + sw - 1) / sw;
+    const int64_t last = s->w - 1 - (s->kw - 1) * s->dw + s->pl;  /* ow * sw <= last */
+    int64_t hi = last < 0 ? 0 : last / sw + 1;
+    if (hi > s->ow) hi = s->ow;
+    if (lo > hi) lo = hi;
+    const float *rows[64];
+    const float *taps[64];
+    int64_t count = 0;
+    for (int64_t kh = 0; kh < s->kh && count < 64; kh++) {
+        const int64_t ih = oh * s->sh + kh * s->dh - s->pt;
+        if (ih < 0 || ih >= s->h) continue;
+        rows[count] = in + ih * s->w - s->pl;
+        taps[count] = w + kh * s->kw;
+        count++;
+    }
+    /* Border columns: bounds checked. */
+    for (int64_t ow = 0; ow < s->ow; ow++) {
+        if (ow == lo && hi > lo) ow = hi;
+        if (ow >= s->ow) break;
+        float sum = 0.0f;
+        for (int64_t r = 0; r < count; r++)
+            for (int64_t kw = 0; kw < s->kw; kw++) {
+                const int64_t x = ow * sw + kw * s->dw;  /* relative to rows[r] (pad applied) */
+                if (x - s->pl >= 0 && x - s->pl < s->w) sum += taps[r][kw] * rows[r][x];
+            }
+        out[ow] = sum;
+    }
+    int64_t ow = lo;
+    for (; ow + CHUNK <= hi; ow += CHUNK) {
+        float acc[CHUNK] = {0};
+        for (int64_t r = 0; r < count; r++) {
+            const float *row = rows[r] + ow * sw;
+            for (int64_t kw = 0; kw < s->kw; kw++) {
+                const float weight = taps[r][kw];
+                const float *p = row + kw * s->dw;
+                for (int j = 0; j < CHUNK; j++) acc[j] += weight * p[j * sw];
+            }
+        }
+        memcpy(out + ow, acc, sizeof acc);
+    }
+    for (; ow < hi; ow++) {
+        float sum = 0.0f;
+        for (int64_t r = 0; r < count; r++)
+            for (int64_t kw = 0; kw < s->kw; kw++)
+                sum += taps[r][kw] * rows[r][ow * sw + kw * s->dw];
+        out[ow] = sum;
+    }
+}
+
+#if defined(VECTOR)
+/* Depthwise over one plane through a zero-padded copy of it (`padded`: rows of `pw` floats,
+ * wide enough for whole 16-column chunks), so every output column runs the vector loop; the
+ * epilogue runs on each output row. sw is 1 or 2. */
+static void depthwise_plane(const float *in, const float *filter, float *out, const Shape *s,
+                            float *padded, int64_t pw, int64_t ph, float *row_buffer,
+                            float bias, const float *residual, float alpha, float beta,
+                            float slope) {
+    for (int64_t y = 0; y < ph; y++) {
+        float *target = padded + y * pw;
+        const int64_t iy = y - s->pt;
+        if (iy < 0 || iy >= s->h) {
+            memset(target, 0, sizeof(float) * pw);
+            continue;
+        }
+        const int64_t left = s->pl < pw ? s->pl : pw;
+        memset(target, 0, sizeof(float) * left);
+        int64_t width = s->w < pw - left ? s->w : pw - left;
+        memcpy(target + left, in + iy * s->w, sizeof(float) * width);
+        memset(target + left + width, 0, sizeof(float) * (pw - left - width));
+    }
+    const int64_t sw = s->sw;
+    for (int64_t oh = 0; oh < s->oh; oh++) {
+        for (int64_t ow = 0; ow < s->ow; ow += 16) {
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            for (int64_t kh = 0; kh < s->kh; kh++) {
+                const float *row = padded + (oh * s->sh + kh * s->dh) * pw + ow * sw;
+                const float *taps = filter + kh * s->kw;
+                for (int64_t kw = 0; kw < s->kw; kw++) {
+                    const __m256 weight = _mm256_broadcast_ss(taps + kw);
+                    const float *p = row + kw * s->dw;
+                    __m256 v0, v1;
+                    if (sw == 1) {
+                        v0 = _mm256_loadu_ps(p);
+                        v1 = _mm256_loadu_ps(p + 8);
+                    } else {  /* the even elements of p[0:32] */
+                        const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+                        const __m256 c = _mm256_loadu_ps(p + 16), d = _mm256_loadu_ps(p + 24);
+                        v0 = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                            _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+                        v1 = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                            _mm256_castps_pd(_mm256_shuffle_ps(c, d, 0x88)), 0xD8));
+                    }
+                    acc0 = _mm256_fmadd_ps(weight, v0, acc0);
+                    acc1 = _mm256_fmadd_ps(weight, v1, acc1);
+                }
+            }
+            _mm256_storeu_ps(row_buffer + ow, acc0);
+            _mm256_storeu_ps(row_buffer + ow + 8, acc1);
+        }
+        float *target = out + oh * s->ow;
+        memcpy(target, row_buffer, sizeof(float) * s->ow);
+        finish(target, s->ow, bias, residual != NULL ? residual + oh * s->ow : NULL, s->act,
+               alpha, beta, slope);
+    }
+}
+#endif
+
+void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
+    (void)strides;
+    const int64_t threads = team_size(sizes[1]);
+    const Shape s = shape_of(sizes);
+    const float *x = data[0], *w = data[1], *bias = data[2], *residual = data[3];
+    float *out = data[4];
+    const float *slope = data[5], *scalars = data[6];
+    const float alpha = scalars != NULL ? scalars[0] : 0.0f;
+    const float beta = scalars != NULL ? scalars[1] : 0.0f;
+    const int64_t plane = s.oh * s.ow;
+    const int64_t planes = s.n * s.c;
+    const int64_t wide = (s.ow + 15) / 16 * 16;
+    const int64_t pw = wide * s.sw + (s.kw - 1) * s.dw + 32;
+    const int64_t ph = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1;
+#pragma omp parallel num_threads(threads) if (threads > 1 && planes > 1)
+    {
+#if defined(VECTOR)
+        const size_t padded_bytes = (sizeof(float) * (size_t)(pw * ph) + 63) / 64 * 64;
+        float *padded = s.sw <= 2 ? thread_buffer(0, padded_bytes / sizeof(float)) : NULL;
+        float *row_buffer = thread_buffer(1, (size_t)wide);
+#endif
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < planes; i++) {
+            const int64_t c = i % s.c;
+            const float *in = x + i * s.h * s.w;
+            const float *filter = w + c * s.kh * s.kw;
+            float *target = out + i * plane;
+            const float b = bias != NULL ? bias[c] : 0.0f;
+            const float k = slope != NULL ? slope[c] : 0.0f;
+            const float *res = residual != NULL ? residual + i * plane : NULL;
+#if defined(VECTOR)
+            if (padded != NULL) {
+                depthwise_plane(in, filter, target, &s, padded, pw, ph, row_buffer, b, res,
+                                alpha, beta, k);
+                continue;
+            }
+#endif
+            for (int64_t oh = 0; oh < s.oh; oh++) {
+                float *row = target + oh * s.ow;
+                depthwise_row(in, filter, row, oh, &s);
+                finish(row, s.ow, b, res != NULL ? res + oh * s.ow : NULL, s.act, alpha,
+                       beta, k);
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+/* float32 max and average pooling for fuel's CPU backend (after conv_common.h): 1-d (height
+ * 1) and 2-d windows over dense NCHW planes (C = M channels of N images).
+ *
+ * Entry: fuel_kernel(data, sizes, strides): data = {x, unused, unused, unused, out, unused,
+ * scalars}, sizes as conv_common.h's (KH, KW the window), strides unused (NULL).
+ * Forms:
+ *   7 max pool:  per plane (C = M planes of N images) the max over each window (padding never
+ *                wins; H, W in, OH, OW out, KH, KW the window), through a -inf padded copy.
+ *   8 avg pool:  the window sums over a zero-padded copy, divided by the taps inside the input
+ *                (activation 0) or inside the explicit padding (activation 1: count_include_pad;
+ *                scalars[0], scalars[1]: the bottom and right explicit pads), unless activation
+ *                is 2 (sums only).
+ */
+
+enum { MAX_POOL = 7, AVG_POOL = 8 };
+
+/* The taps of window `o` along one dim inside [low, high). */
+static inline int64_t inside(int64_t o, int64_t stride, int64_t pad, int64_t dilation,
+                             int64_t taps, int64_t low, int64_t high) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < taps; t++) {
+        const int64_t at = o * stride - pad + t * dilation;
+        count += at >= low && at < high;
+    }
+    return count;
+}
+
+static void pool_plane(const float *in, float *out, const Shape *s, float *padded, int64_t pw,
+                       int64_t ph, int maximum, float fill, const float *row_scale,
+                       const float *col_scale) {
+    for (int64_t y = 0; y < ph; y++) {
+        float *target = padded + y * pw;
+        const int64_t iy = y - s->pt;
+        for (int64_t t = 0; t < pw; t++) target[t] = fill;
+        if (iy < 0 || iy >= s->h) continue;
+        const int64_t left = s->pl < pw ? s->pl : pw;
+        const int64_t width = s->w < pw - left ? s->w : pw - left;
+        memcpy(target + left, in + iy * s->w, sizeof(float) * width);
+    }
+    const int64_t sw = s->sw;
+    for (int64_t oh = 0; oh < s->oh; oh++) {
+        float *target = out + oh * s->ow;
+        int64_t ow = 0;
+#if defined(VECTOR)
+        if (sw <= 2)  /* 8 columns at a time; the padded rows hold whole chunks */
+            for (; ow + 8 <= s->ow; ow += 8) {
+                __m256 acc = _mm256_set1_ps(maximum ? -INFINITY : 0.0f);
+                __m256 nan = _mm256_setzero_ps();
+                for (int64_t kh = 0; kh < s->kh; kh++) {
+                    const float *row = padded + (oh * s->sh + kh * s->dh) * pw + ow * sw;
+                    for (int64_t kw = 0; kw < s->kw; kw++) {
+                        const float *p = row + kw * s->dw;
+                        __m256 v;
+                        if (sw == 1) v = _mm256_loadu_ps(p);
+                        else
+                            v = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(
+                                _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8),
+                                                  0x88)), 0xD8));
+                        if (maximum) {
+                            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+                            acc = _mm256_max_ps(acc, v);
+                        } else {
+                            acc = _mm256_add_ps(acc, v);
+                        }
+                    }
+                }
+                if (maximum) acc = _mm256_blendv_ps(acc, _mm256_set1_ps(NAN), nan);
+                else if (row_scale != NULL)
+                    acc = _mm256_mul_ps(acc, _mm256_mul_ps(_mm256_set1_ps(row_scale[oh]),
+                                                           _mm256_loadu_ps(col_scale + ow)));
+                _mm256_storeu_ps(target + ow, acc);
+            }
+#endif
+        for (; ow < s->ow; ow++) {
+            float acc = maximum ? -INFINITY : 0.0f;
+            for (int64_t kh = 0; kh < s->kh; kh++) {
+                const float *row = padded + (oh * s->sh + kh * s->dh) * pw + ow * sw;
+                if (maximum)
+                    for (int64_t kw = 0; kw < s->kw; kw++) {
+                        const float v = row[kw * s->dw];
+                        acc = v > acc || v != v ? v : acc;
+                    }
+                else
+                    for (int64_t kw = 0; kw < s->kw; kw++) acc += row[kw * s->dw];
+            }
+            target[ow] = row_scale != NULL ? acc * row_scale[oh] * col_scale[ow] : acc;
+        }
+    }
+}
+
+static void pool(const float *x, float *out, const Shape *s, int maximum, int64_t mode,
+                 float pad_bottom, float pad_right, int64_t threads) {
+    const int64_t planes = s->n * s->m;
+    const int64_t pw = (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1 + 16;
+    const int64_t ph = (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1;
+    float *row_scale = NULL, *col_scale = NULL;
+    if (!maximum && mode != 2) {  /* 1 / count, separable over rows and columns */
+        row_scale = malloc(sizeof(float) * (size_t)s->oh);
+        col_scale = malloc(sizeof(float) * (size_t)s->ow);
+        const int64_t bottom = mode == 1 ? (int64_t)pad_bottom : 0;
+        const int64_t right = mode == 1 ? (int64_t)pad_right : 0;
+        const int64_t top = mode == 1 ? s->pt : 0, left = mode == 1 ? s->pl : 0;
+        for (int64_t o = 0; o < s->oh; o++)
+            row_scale[o] = 1.0f / (float)inside(o, s->sh, s->pt, s->dh, s->kh, -top,
+                                                s->h + bottom);
+        for (int64_t o = 0; o < s->ow; o++)
+            col_scale[o] = 1.0f / (float)inside(o, s->sw, s->pl, s->dw, s->kw, -left,
+                                                s->w + right);
+    }
+#pragma omp parallel num_threads(threads) if (threads > 1 && planes > 1)
+    {
+        float *padded = thread_buffer(0, (size_t)(pw * ph + 1));
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < planes; i++)
+            pool_plane(x + i * s->h * s->w, out + i * s->oh * s->ow, s, padded, pw, ph, maximum,
+                       maximum ? -INFINITY : 0.0f, row_scale, col_scale);
+    }
+    free(row_scale);
+    free(col_scale);
+}
+
+void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
+    (void)strides;
+    const int64_t form = sizes[0], threads = team_size(sizes[1]);
+    const Shape s = shape_of(sizes);
+    const float *scalars = data[6];
+    pool(data[0], data[4], &s, form == MAX_POOL, s.act, scalars != NULL ? scalars[0] : 0.0f,
+         scalars != NULL ? scalars[1] : 0.0f, threads);
+}
