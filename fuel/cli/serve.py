@@ -52,6 +52,9 @@ def add_commands(subparsers) -> None:
                        help="KV cache blocks in the pool (default: 1 GiB worth)")
     serve.add_argument("--block-size", type=int, default=16, metavar="N",
                        help="positions per KV block (default 16)")
+    serve.add_argument("--prefix-cache-blocks", type=int, default=64, metavar="N",
+                       help="cached prefix blocks kept (and resident) while the server is "
+                            "idle (default 64)")
     serve.add_argument("--max-inflight-tokens", type=int, default=None, metavar="N",
                        help="cap on prompt + max_tokens of all running requests (default none)")
     serve.add_argument("--request-timeout", type=float, default=None, metavar="S",
@@ -132,7 +135,8 @@ def run_serve(args: argparse.Namespace) -> int:
                     batching=not args.no_batching, kv_blocks=args.kv_blocks,
                     block_size=args.block_size, token_budget=args.token_budget,
                     max_inflight_tokens=args.max_inflight_tokens,
-                    request_timeout_s=args.request_timeout)
+                    request_timeout_s=args.request_timeout,
+                    prefix_cache_blocks=args.prefix_cache_blocks)
     api_key = args.api_key or os.environ.get(API_KEY_ENVIRONMENT) or None
     settings = ServerSettings(engine, model.name, embedding_name, api_key, args.max_body_bytes)
     config = uvicorn_config(uvicorn, build_app(settings), args)

@@ -96,6 +96,9 @@ class Generation:
         self.stop_token = stop_token
         self.cached = cached
         self.text = text
+        # a grammar over the next token (fuel.serve.constraints.TokenConstraint or alike):
+        # ``apply(logits)`` masks, ``consume(token)`` advances, ``finished`` ends
+        self.constraint = None
         self.tokens: list[int] = []
         self.piece = ""  # the text the last token released (with ``text``)
         self.finished = False
@@ -144,7 +147,12 @@ class Generation:
         ``piece`` to the text it releases, and ``finished`` when the generation is over."""
         if self.finished:
             raise InvalidArgument("the generation is finished: it takes no more logits")
+        constraint = self.constraint
+        if constraint is not None:
+            logits = constraint.apply(logits)
         token = self.sampler(logits)
+        if constraint is not None and token != self.stop_token:
+            constraint.consume(token)
         now = time.perf_counter()
         self.tokens.append(token)
         stats = self.stats
@@ -159,6 +167,8 @@ class Generation:
             self.piece = self.text.push(token)
             if self.text.stopped:
                 self._finish("stop")
+        if constraint is not None and constraint.finished and not self.finished:
+            self._finish("stop")
         if len(self.tokens) >= self.budget:
             self.finished = True
         return token

@@ -112,6 +112,9 @@ class PagedStepper:
             if len(chunk.blocks) > width:
                 raise InvalidArgument(f"a request holds {len(chunk.blocks)} blocks; the step's "
                                       f"tables hold {width}")
+            if chunk.start + n > len(chunk.blocks) * size:
+                raise InvalidArgument(f"{len(chunk.blocks)} blocks of {size} do not hold "
+                                      f"positions up to {chunk.start + n}")
             where = np.arange(chunk.start, chunk.start + n)
             blocks = np.asarray(chunk.blocks, np.int64)
             ids[row:row + n] = chunk.ids

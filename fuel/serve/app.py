@@ -72,11 +72,12 @@ async def wait_for_disconnect(receive) -> None:
 
 
 class EventStream(Response):
-    """A server-sent event stream of one job's chunks; a client that disconnects cancels the
-    job at once (its slot is free before the engine's next step)."""
+    """A server-sent event stream of the chunks of a request's jobs (one per choice); a client
+    that disconnects cancels them at once (their slots are free before the engine's next
+    step)."""
 
-    def __init__(self, job: Job, events: asyncio.Queue, render: Callable) -> None:
-        self.job, self.events, self.render = job, events, render
+    def __init__(self, jobs: list[Job], events: asyncio.Queue, render: Callable) -> None:
+        self.jobs, self.events, self.render = jobs, events, render
         self.status_code = 200
         self.background = None
 
@@ -86,24 +87,27 @@ class EventStream(Response):
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream; charset=utf-8"),
                 (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
-            while True:
+            running = len(self.jobs)
+            while running:
                 getter = asyncio.ensure_future(self.events.get())
                 done, _ = await asyncio.wait({getter, watcher},
                                              return_when=asyncio.FIRST_COMPLETED)
                 if getter not in done:
                     getter.cancel()
                     return  # the client left
-                kind, payload = getter.result()
-                for data in self.render(kind, payload):
+                index, kind, payload = getter.result()
+                running -= kind in ("done", "error")
+                for data in self.render(index, kind, payload, running == 0):
                     await send({"type": "http.response.body", "body": protocol.server_event(data),
                                 "more_body": True})
-                if kind in ("done", "error"):
+                if kind == "error":
                     break
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the connection broke while sending
         finally:
-            self.job.cancel()  # a no-op for a finished job; frees the slot of a live one
+            for job in self.jobs:
+                job.cancel()  # a no-op for a finished job; frees the slot of a live one
             watcher.cancel()
 
 
@@ -141,42 +145,58 @@ def build_app(settings: ServerSettings) -> Starlette:
             raise APIError(401, "a valid API key is required: send 'Authorization: Bearer "
                                 "KEY'", code="invalid_api_key")
 
-    def submit(job: Job) -> asyncio.Queue:
+    def submit(*jobs: Job) -> asyncio.Queue:
+        """Queue ``jobs``; their events arrive as (job's index, kind, payload)."""
         events: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
 
-        def emit(kind: str, payload) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody listens
-                loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
+        def emitter(index: int):
+            def emit(kind: str, payload) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody listens
+                    loop.call_soon_threadsafe(events.put_nowait, (index, kind, payload))
 
-        job.emit = emit
-        try:
-            engine.submit(job)
-        except QueueFull as error:
-            raise APIError(503, str(error), code="server_overloaded", kind="server_error",
-                           headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+            return emit
+
+        for index, job in enumerate(jobs):
+            job.emit = emitter(index)
+            try:
+                engine.submit(job)
+            except QueueFull as error:
+                for queued in jobs[:index]:
+                    queued.cancel()
+                raise APIError(503, str(error), code="server_overloaded", kind="server_error",
+                               headers={"Retry-After": str(RETRY_AFTER_S)}) from None
         return events
 
-    async def collect(request: Request, job: Job, events: asyncio.Queue) -> tuple:
-        """Wait for a job's events (the client leaving cancels it): (pieces, done payload)."""
+    async def collect(request: Request, jobs: list[Job], events: asyncio.Queue) -> list:
+        """Wait for the jobs' events (the client leaving cancels them): per job (pieces, done
+        payload, log-probability entries)."""
         watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
-        pieces: list = []
+        results: list = [([], None, []) for _ in jobs]
+        running = len(jobs)
         try:
-            while True:
+            while running:
                 getter = asyncio.ensure_future(events.get())
                 done, _ = await asyncio.wait({getter, watcher},
                                              return_when=asyncio.FIRST_COMPLETED)
                 if getter not in done:
                     getter.cancel()
                     raise APIError(499, "the client closed the connection")
-                kind, payload = getter.result()
+                index, kind, payload = getter.result()
+                pieces, _, logprobs = results[index]
                 if kind == "error":
                     raise APIError(500, payload, kind="server_error")
                 if kind in ("done", "embeddings"):
-                    return pieces, payload
-                pieces.append(payload)
+                    results[index] = (pieces, payload, logprobs)
+                    running -= 1
+                elif kind == "logprobs":
+                    logprobs.append(payload)
+                else:
+                    pieces.append(payload)
+            return results
         finally:
-            job.cancel()
+            for job in jobs:
+                job.cancel()
             watcher.cancel()
 
     async def generate(request: Request, chat: bool) -> Response:
@@ -193,36 +213,64 @@ def build_app(settings: ServerSettings) -> Starlette:
             raise APIError(400, str(error), param="messages" if chat else "prompt") from None
         if len(ids) >= context:
             raise protocol.context_error(len(ids), context)
-        job = Job(emit=None, ids=ids, max_tokens=min(options.max_tokens, context - len(ids)),
-                  sampling=options.sampling, stop=options.stop)
-        events = submit(job)
+        if options.schema is not None:
+            try:
+                engine.grammars.grammar(options.schema)
+            except FuelError as error:
+                raise APIError(400, str(error), param="response_format") from None
+        jobs = [Job(emit=None, ids=ids, max_tokens=min(options.max_tokens, context - len(ids)),
+                    sampling=sampling, stop=options.stop, schema=options.schema,
+                    logprobs=options.logprobs)
+                for sampling in options.choice_samplings()]
+
+        def text_of(token: int) -> str:
+            return model.tokenizer.decode([token], skip_special_tokens=False)
+
+        def logprobs_of(entries: list) -> dict | None:
+            return protocol.logprobs_body(chat, entries, text_of)
+
+        events = submit(*jobs)
         identifier = protocol.new_id("chatcmpl" if chat else "cmpl")
         name = settings.model_name
         if options.stream:
-            state = {"first": True}
+            first = [True] * len(jobs)
+            pending: list[list] = [[] for _ in jobs]
+            usage = [0, 0]
 
-            def render(kind: str, payload) -> list:
+            def render(index: int, kind: str, payload, last: bool) -> list:
+                if kind == "logprobs":  # sent with the choice's next chunk
+                    pending[index].append(payload)
+                    return []
+                entries, pending[index] = pending[index], []
                 if kind == "piece":
                     chunk = protocol.chunk_body(chat, identifier, name, payload,
-                                                first=state["first"])
-                    state["first"] = False
+                                                first=first[index], index=index,
+                                                logprobs=logprobs_of(entries))
+                    first[index] = False
                     return [chunk]
                 if kind == "error":
                     return [APIError(500, payload, kind="server_error").body(), "[DONE]"]
                 finish_reason, prompt_tokens, completion_tokens = payload
+                usage[0] = prompt_tokens
+                usage[1] += completion_tokens
                 chunks = [protocol.chunk_body(chat, identifier, name, None, finish_reason,
-                                              first=state["first"])]
+                                              first=first[index], index=index,
+                                              logprobs=logprobs_of(entries))]
+                if not last:
+                    return chunks
                 if options.include_usage:
-                    chunks.append(protocol.usage_chunk(chat, identifier, name, prompt_tokens,
-                                                       completion_tokens))
+                    chunks.append(protocol.usage_chunk(chat, identifier, name, *usage))
                 return chunks + ["[DONE]"]
 
-            return EventStream(job, events, render)
-        pieces, (finish_reason, prompt_tokens, completion_tokens) = await collect(
-            request, job, events)
-        return JSONResponse(protocol.completion_body(
-            chat, identifier, name, "".join(pieces), finish_reason, prompt_tokens,
-            completion_tokens))
+            return EventStream(jobs, events, render)
+        results = await collect(request, jobs, events)
+        choices = [protocol.choice_body(chat, index, "".join(pieces), done[0],
+                                        logprobs_of(entries))
+                   for index, (pieces, done, entries) in enumerate(results)]
+        prompt_tokens = results[0][1][1]
+        completion_tokens = sum(done[2] for _, done, _ in results)
+        return JSONResponse(protocol.completion_body(chat, identifier, name, choices,
+                                                     prompt_tokens, completion_tokens))
 
     async def chat_completions(request: Request) -> Response:
         return await generate(request, chat=True)
@@ -237,7 +285,7 @@ def build_app(settings: ServerSettings) -> Starlette:
             known = [settings.embedding_name] if engine.encoder is not None else []
             raise protocol.unknown_model(name, known)
         job = Job(emit=None, texts=texts)
-        _, vectors = await collect(request, job, submit(job))
+        (_, vectors, _), = await collect(request, [job], submit(job))
         tokens = sum(len(e.ids) for e in engine.encoder.tokenizer.encode_batch(texts))
         data = []
         for index, row in enumerate(vectors):

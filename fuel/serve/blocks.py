@@ -52,6 +52,7 @@ class BlockManager:
         self._by_hash: dict[bytes, int] = {}
         self._hash_of: dict[int, bytes] = {}
         self._idle: OrderedDict[int, None] = OrderedDict()  # named, unreferenced, LRU first
+        self._written: set[int] = set()  # handed out since their memory was last released
         self.prefix_hit_tokens = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
@@ -86,6 +87,7 @@ class BlockManager:
         else:
             raise OutOfBlocks(f"all {self.blocks - 1} KV blocks are in use")
         self._references[block] = 1
+        self._written.add(block)
         return block
 
     def release(self, blocks: Sequence[int]) -> None:
@@ -99,9 +101,17 @@ class BlockManager:
                 else:
                     self._free.append(block)
 
-    def free_blocks(self) -> list[int]:
-        """The free blocks holding nothing worth keeping (their memory may be released)."""
-        return list(self._free)
+    def released(self, keep_cached: int) -> list[int]:
+        """Forget all but the ``keep_cached`` most recently used cached blocks, and return
+        the free blocks written since the last call: their memory may be given back."""
+        while len(self._idle) > keep_cached:
+            block, _ = self._idle.popitem(last=False)
+            del self._by_hash[self._hash_of.pop(block)]
+            self._free.append(block)
+        free = [block for block in self._written if self._references[block] == 0
+                and block not in self._hash_of]
+        self._written.difference_update(free)
+        return free
 
     # ------------------------------------------------------------------ prefixes
     def match(self, tokens: Sequence[int]) -> list[int]:

@@ -39,12 +39,14 @@ from fuel.models.kv_cache import PagedKVPool
 from fuel.models.paged_step import Chunk, PagedStepper
 from fuel.models.sampling import SamplingConfig
 from fuel.serve.blocks import BlockManager
+from fuel.serve.constraints import GrammarFactory
 from fuel.serve.metrics import Metrics
 
 DEFAULT_SLOTS = 16
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_TOKEN_BUDGET = 64  # rows per step: below the quantized matmul's BLAS switch (96)
 DEFAULT_KV_MEMORY = 1 << 30  # bytes of KV blocks, when the number of blocks is not given
+DEFAULT_PREFIX_CACHE_BLOCKS = 64  # cached prefix blocks kept while the server is idle
 
 
 def _heap_trimmer():
@@ -65,6 +67,17 @@ def describe(error: Exception) -> str:
     return f"internal error: {type(error).__name__}: {error}"
 
 
+def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple:
+    """(token, its log probability, the ``top`` most likely tokens with theirs) under the
+    model's distribution (log-softmax of ``logits``, in float64)."""
+    row = np.asarray(logits, np.float64).reshape(-1)
+    shifted = row - row.max()
+    values = shifted - np.log(np.exp(shifted).sum())
+    best = np.argpartition(-values, top)[:top] if top else np.zeros(0, np.int64)
+    best = best[np.argsort(-values[best], kind="stable")]
+    return int(token), float(values[token]), [(int(i), float(values[i])) for i in best]
+
+
 class QueueFull(FuelError):
     """The request queue is at its limit; the client should retry later."""
 
@@ -82,6 +95,8 @@ class Job:
     stop: tuple[str, ...] = ()
     texts: list[str] | None = None  # an embedding job's inputs
     timeout_s: float | None = None  # the whole request's limit, from queueing to its end
+    schema: dict | None = None  # the JSON schema the answer must follow (structured output)
+    logprobs: int | None = None  # report each token's log probability and this many top ones
     cancelled: bool = False
     # engine-side state of a live generation
     generation: Generation | None = None
@@ -104,7 +119,9 @@ class Engine:
     rows per step (decode tokens and prompt chunks together); ``kv_blocks`` blocks of
     ``block_size`` positions (default: DEFAULT_KV_MEMORY bytes' worth); ``max_inflight_tokens``
     caps the prompt plus max_tokens of all admitted requests together (None: no cap);
-    ``request_timeout_s`` ends a request that runs longer (None: no limit). ``batching=False``
+    ``request_timeout_s`` ends a request that runs longer (None: no limit);
+    ``prefix_cache_blocks`` cached prefix blocks outlive an idle moment (the rest of the
+    cache is forgotten then, its memory given back). ``batching=False``
     runs one request's rows per step (in turn)."""
 
     def __init__(self, model, encoder=None, slots: int = DEFAULT_SLOTS, max_queue: int = 64,
@@ -112,7 +129,8 @@ class Engine:
                  kv_blocks: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  token_budget: int = DEFAULT_TOKEN_BUDGET,
                  max_inflight_tokens: int | None = None,
-                 request_timeout_s: float | None = None) -> None:
+                 request_timeout_s: float | None = None,
+                 prefix_cache_blocks: int = DEFAULT_PREFIX_CACHE_BLOCKS) -> None:
         for name, value in (("slots", slots), ("block_size", block_size),
                             ("token_budget", token_budget), ("max_queue", max_queue)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -130,6 +148,7 @@ class Engine:
         self.token_budget = token_budget
         self.max_inflight_tokens = max_inflight_tokens
         self.request_timeout_s = request_timeout_s
+        self.prefix_cache_blocks = prefix_cache_blocks
         self.metrics = metrics or Metrics()
         table_width = -(-config.context_length // block_size)
         if kv_blocks is None:
@@ -141,6 +160,7 @@ class Engine:
         self.blocks = BlockManager(kv_blocks, block_size)
         self.stepper = PagedStepper(model, self.pool, table_width)
         self.metrics.blocks = self.blocks
+        self.grammars = GrammarFactory(model.tokenizer, config.vocab_size, config.eos_token_id)
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
         self._condition = threading.Condition()
@@ -202,9 +222,9 @@ class Engine:
 
     def _release_memory(self) -> None:
         """Once idle: the pages of free KV blocks and pooled buffers go back to the system
-        (glibc keeps freed heap otherwise), so memory returns to its baseline. Blocks cached
-        for prefix reuse stay."""
-        self.pool.release(self.blocks.free_blocks())
+        (glibc keeps freed heap otherwise), so memory returns to its baseline. The
+        ``prefix_cache_blocks`` most recently used blocks cached for prefix reuse stay."""
+        self.pool.release(self.blocks.released(self.prefix_cache_blocks))
         fuel.empty_cache()
         if _trim_heap is not None:
             _trim_heap(0)
@@ -230,6 +250,8 @@ class Engine:
             job = self._waiting[0]
             if not self._admit(job):
                 break
+            if job not in self._active:  # an embedding job, or one that failed to start
+                continue
             count = min(len(job.tokens) - job.computed, budget)
             plan.append((job, count))
             budget -= count
@@ -298,6 +320,8 @@ class Engine:
             try:
                 job.generation = self.model.start_generation(
                     job.ids, job.max_tokens, job.sampling, text=True, stop=job.stop)
+                if job.schema is not None:
+                    job.generation.constraint = self.grammars.constraint(job.schema)
             except Exception as error:
                 self._waiting.popleft()
                 self._finish(job, error=describe(error))
@@ -332,6 +356,8 @@ class Engine:
         generation = job.generation
         token = generation.advance(logits)
         job.tokens.append(int(token))
+        if job.logprobs is not None:
+            job.emit("logprobs", token_logprobs(logits, token, job.logprobs))
         if generation.produced == 1:
             self.metrics.first_token(time.perf_counter() - job.queued_at)
         self.metrics.count_token()

@@ -3,6 +3,7 @@ and shaping responses, stream chunks and errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -13,6 +14,7 @@ from fuel.models.sampling import SamplingConfig
 from fuel.models.stop_strings import check_stop_strings
 
 DEFAULT_MAX_TOKENS = 256
+MAX_CHOICES = 16
 MAX_EMBEDDING_INPUTS = 256
 
 
@@ -70,6 +72,17 @@ class GenerationRequest:
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool
+    schema: dict | None = None  # response_format's JSON schema (json_object: any object)
+    logprobs: int | None = None  # None: no log probabilities; k: the chosen token's and k top
+    n: int = 1  # choices
+
+    def choice_samplings(self) -> list[SamplingConfig]:
+        """Each choice's sampling: with a seed, choice i samples with seed + i (so choices
+        differ and each is reproducible); without, each draws its own."""
+        if self.sampling.seed is None:
+            return [self.sampling] * self.n
+        return [dataclasses.replace(self.sampling, seed=self.sampling.seed + index)
+                for index in range(self.n)]
 
 
 def parse_generation(body: dict, context_length: int) -> GenerationRequest:
@@ -84,10 +97,9 @@ def parse_generation(body: dict, context_length: int) -> GenerationRequest:
         raise APIError(400, f"'{name}' must be between 1 and the context length "
                             f"{context_length}, got {max_tokens}", param=name)
     n = _typed(body, "n", (int,), 1, "an integer")
-    if n != 1:
-        raise APIError(400, f"'n' must be 1 (one choice per request), got {n}", param="n")
-    if _typed(body, "logprobs", (bool, int), False, "a boolean"):
-        raise APIError(400, "'logprobs' is not supported", param="logprobs")
+    if not 1 <= n <= MAX_CHOICES:
+        raise APIError(400, f"'n' must be between 1 and {MAX_CHOICES}, got {n}", param="n")
+    logprobs = parse_logprobs(body, chat="messages" in body)
     stream = _typed(body, "stream", (bool,), False, "a boolean")
     options = _typed(body, "stream_options", (dict,), {}, "an object")
     include_usage = bool(options.get("include_usage", False))
@@ -114,7 +126,85 @@ def parse_generation(body: dict, context_length: int) -> GenerationRequest:
         stop = check_stop_strings(stop)
     except FuelError as error:
         raise APIError(400, str(error), param="stop") from None
-    return GenerationRequest(model, max_tokens, sampling, stop, stream, include_usage)
+    schema = parse_response_format(body.get("response_format"))
+    return GenerationRequest(model, max_tokens, sampling, stop, stream, include_usage, schema,
+                             logprobs, n)
+
+
+MAX_TOP_LOGPROBS = 20
+
+
+def parse_logprobs(body: dict, chat: bool) -> int | None:
+    """How many top alternatives to report per token, or None for no log probabilities:
+    chat's ``logprobs`` (a boolean) and ``top_logprobs`` (0..20), or completions'
+    ``logprobs`` (an integer 0..20)."""
+    if chat:
+        wanted = _typed(body, "logprobs", (bool,), False, "a boolean")
+        top = _typed(body, "top_logprobs", (int,), None, "an integer")
+        if top is not None and not wanted:
+            raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        name, top = "top_logprobs", top or 0
+        if not wanted:
+            return None
+    else:
+        top = _typed(body, "logprobs", (int,), None, "an integer")
+        name = "logprobs"
+        if top is None:
+            return None
+    if not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise APIError(400, f"'{name}' must be between 0 and {MAX_TOP_LOGPROBS}, got {top}",
+                       param=name)
+    return top
+
+
+def logprobs_body(chat: bool, entries: list, text_of) -> dict | None:
+    """The ``logprobs`` of a choice for ``entries`` ((token, logprob, [(token, logprob)]) per
+    generated token; ``text_of(token)`` its text), in chat's or completions' shape."""
+    if not entries:
+        return None
+    if chat:
+        def item(token: int, value: float) -> dict:
+            text = text_of(token)
+            return {"token": text, "logprob": value, "bytes": list(text.encode())}
+
+        return {"content": [{**item(token, value), "top_logprobs": [item(*t) for t in top]}
+                            for token, value, top in entries]}
+    texts = [text_of(token) for token, _, _ in entries]
+    offsets, offset = [], 0
+    for text in texts:
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": texts, "token_logprobs": [value for _, value, _ in entries],
+            "top_logprobs": [{text_of(t): v for t, v in top} for _, _, top in entries],
+            "text_offset": offsets}
+
+
+def parse_response_format(value) -> dict | None:
+    """The JSON schema ``response_format`` asks for: None for text, ``{"type": "object"}``
+    for json_object, the given schema for json_schema; a 400 naming what is wrong."""
+    if value is None:
+        return None
+    param = "response_format"
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise APIError(400, "'response_format' must be an object with a 'type' ('text', "
+                            "'json_object' or 'json_schema')", param=param)
+    kind = value["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind != "json_schema":
+        raise APIError(400, f"'response_format.type' must be 'text', 'json_object' or "
+                            f"'json_schema', got {json.dumps(kind)}", param=param)
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise APIError(400, "'response_format.json_schema' must be an object with a 'name' "
+                            "and a 'schema'", param=param)
+    schema = spec.get("schema", {})
+    if not isinstance(schema, (dict, bool)):
+        raise APIError(400, "'response_format.json_schema.schema' must be a JSON schema "
+                            "object", param=param)
+    return schema if isinstance(schema, dict) else ({} if schema else {"not": {}})
 
 
 def parse_prompt(body: dict) -> str:
@@ -173,31 +263,36 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def completion_body(chat: bool, identifier: str, model: str, text: str, finish_reason: str,
-                    prompt_tokens: int, completion_tokens: int) -> dict:
-    """A whole (non-streamed) chat.completion or text_completion."""
+def choice_body(chat: bool, index: int, text: str, finish_reason: str,
+                logprobs: dict | None = None) -> dict:
+    """One choice of a whole (non-streamed) answer."""
     if chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "finish_reason": finish_reason, "logprobs": None}
-    else:
-        choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+        return {"index": index, "message": {"role": "assistant", "content": text},
+                "finish_reason": finish_reason, "logprobs": logprobs}
+    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": logprobs}
+
+
+def completion_body(chat: bool, identifier: str, model: str, choices: list[dict],
+                    prompt_tokens: int, completion_tokens: int) -> dict:
+    """A whole (non-streamed) chat.completion or text_completion of ``choices``."""
     return {"id": identifier, "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": model, "choices": [choice],
+            "created": int(time.time()), "model": model, "choices": choices,
             "usage": usage(prompt_tokens, completion_tokens)}
 
 
 def chunk_body(chat: bool, identifier: str, model: str, text: str | None,
-               finish_reason: str | None = None, first: bool = False) -> dict:
+               finish_reason: str | None = None, first: bool = False,
+               logprobs: dict | None = None, index: int = 0) -> dict:
     """One streamed chunk (``text`` None: the closing chunk with the finish reason)."""
     if chat:
         delta = {} if text is None else {"content": text}
         if first:
             delta["role"] = "assistant"
-        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason,
-                  "logprobs": None}
+        choice = {"index": index, "delta": delta, "finish_reason": finish_reason,
+                  "logprobs": logprobs}
     else:
-        choice = {"index": 0, "text": text or "", "finish_reason": finish_reason,
-                  "logprobs": None}
+        choice = {"index": index, "text": text or "", "finish_reason": finish_reason,
+                  "logprobs": logprobs}
     return {"id": identifier, "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": [choice]}
 

@@ -109,3 +109,61 @@ def test_embeddings_equal_in_process_minilm(client, server):
         got = np.array(rows, np.float32)
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
         assert answer.usage.prompt_tokens > len(texts)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs_are_the_models_log_softmax(client, server, local_model, stream):
+    """Greedy: each token is its distribution's top one; the values are the in-process
+    model's log-softmax (the first token's from the prompt's logits), and the tokens' texts
+    make the answer."""
+    answer = client.chat.completions.create(model=server.model, messages=MESSAGES,
+                                            max_tokens=6, temperature=0, logprobs=True,
+                                            top_logprobs=3, stream=stream)
+    if stream:
+        chunks = list(answer)
+        content = [e for c in chunks if c.choices and c.choices[0].logprobs
+                   for e in c.choices[0].logprobs.content]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        content = answer.choices[0].logprobs.content
+        text = answer.choices[0].message.content
+    assert len(content) == 6 or content[-1].token in ("<|im_end|>", "</s>")
+    for entry in content:
+        assert len(entry.top_logprobs) == 3
+        assert entry.top_logprobs[0].token == entry.token
+        assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob)
+        assert [t.logprob for t in entry.top_logprobs] == sorted(
+            (t.logprob for t in entry.top_logprobs), reverse=True)
+    assert "".join(e.token for e in content).startswith(text)
+    ids = local_model.encode_chat(MESSAGES)
+    logits = local_model.forward(ids, local_model.new_cache(256))[-1].astype(np.float64)
+    reference = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+    assert content[0].logprob == pytest.approx(reference.max(), abs=1e-4)
+
+
+def test_completion_logprobs_shape(client, server):
+    answer = client.completions.create(model=server.model, prompt="the cat", max_tokens=4,
+                                       temperature=0, logprobs=2)
+    logprobs = answer.choices[0].logprobs
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.top_logprobs)
+    assert all(len(top) <= 2 for top in logprobs.top_logprobs)
+    assert logprobs.text_offset[0] == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_choices_are_the_seeded_generations(client, server, local_model, stream):
+    """n=3 with seed 4: choice i is the in-process chat with seed 4 + i."""
+    answer = client.chat.completions.create(model=server.model, messages=MESSAGES,
+                                            max_tokens=8, temperature=0.9, seed=4, n=3,
+                                            stream=stream)
+    texts = ["", "", ""]
+    if stream:
+        for chunk in answer:
+            for choice in chunk.choices:
+                texts[choice.index] += choice.delta.content or ""
+    else:
+        assert [c.index for c in answer.choices] == [0, 1, 2]
+        texts = [c.message.content for c in answer.choices]
+    expected = ["".join(local_model.chat(MESSAGES, 8, temperature=0.9, top_p=1.0, seed=4 + i))
+                for i in range(3)]
+    assert texts == expected

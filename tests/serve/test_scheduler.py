@@ -158,6 +158,16 @@ def test_block_manager_counts_names_and_reuses_least_recent_first():
         manager.allocate()
 
 
+def test_released_blocks_are_the_written_free_ones_and_the_cache_is_trimmed():
+    manager = BlockManager(6, 2)
+    held = [manager.allocate() for _ in range(3)]
+    manager.name(held, [1, 2, 3, 4, 5, 6], 0)
+    manager.release(held)  # all three named, now cached
+    assert sorted(manager.released(keep_cached=1)) == held[1:]  # the prefix's tail goes
+    assert manager.cached == 1 and manager.match([1, 2, 3]) == held[:1]
+    assert manager.released(keep_cached=1) == []  # nothing written since
+
+
 def test_block_hashes_chain_over_the_whole_prefix():
     first = block_hashes([1, 2, 3, 4], 2, 2)
     assert block_hashes([9, 9, 3, 4], 2, 2)[1] != first[1]  # same block, other prefix
