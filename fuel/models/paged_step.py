@@ -52,6 +52,29 @@ class Chunk:
     logits: bool
 
 
+def unsupported(model: LlamaModel) -> str | None:
+    """Why the paged step cannot run ``model``'s family exactly (None when it can): it
+    implements the Llama layer (q/k norms, biases, partial rotary, GQA and the logits' own
+    scaling) but not yet sliding-window layers, attention soft-capping, post-attention or
+    post-FFN norms, or a residual scale."""
+    config = model.config
+    missing = []
+    if config.sliding_window:
+        missing.append("sliding-window layers")
+    if config.attention_softcap:
+        missing.append("attention soft-capping")
+    if config.residual_scale != 1.0:
+        missing.append("a residual scale")
+    if any(getattr(layer, "post_attn_norm", None) is not None
+           or getattr(layer, "post_ffn_norm", None) is not None
+           for layer in model.weights.layers):
+        missing.append("post-attention and post-FFN norms")
+    if not missing:
+        return None
+    return (f"the serving engine's paged step does not implement the {config.family} "
+            f"family's {', '.join(missing)} yet; `fuel generate` runs this model")
+
+
 def paged_step_graph(model: LlamaModel, ids: Tensor, slots: Tensor, rope: Tensor,
                      table: Tensor, lengths: Tensor, picks: Tensor, keys: Sequence[Tensor],
                      values: Sequence[Tensor], block_size: int) -> Tensor:

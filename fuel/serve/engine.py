@@ -36,7 +36,7 @@ import fuel
 from fuel.ir.errors import FuelError, InvalidArgument
 from fuel.models.generation import Generation
 from fuel.models.kv_cache import PagedKVPool
-from fuel.models.paged_step import Chunk, PagedStepper
+from fuel.models.paged_step import Chunk, PagedStepper, unsupported
 from fuel.models.sampling import SamplingConfig
 from fuel.serve.blocks import BlockManager
 from fuel.serve.constraints import GrammarFactory
@@ -158,6 +158,9 @@ class Engine:
         self.pool = PagedKVPool(config.num_layers, config.num_kv_heads, config.head_dim,
                                 kv_blocks, block_size, model.device)
         self.blocks = BlockManager(kv_blocks, block_size)
+        reason = unsupported(model)
+        if reason is not None:  # a wrong answer served is worse than none
+            raise InvalidArgument(reason)
         self.stepper = PagedStepper(model, self.pool, table_width)
         self.metrics.blocks = self.blocks
         self.grammars = GrammarFactory(model.tokenizer, config.vocab_size, config.eos_token_id)

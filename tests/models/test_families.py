@@ -95,21 +95,22 @@ def test_bfloat16_folder_matches_transformers(oracle, tmp_path, cache_dir):
     _check(ours, ids, expected, greedy, 1e-4)
 
 
-def test_sliding_window_batched_steps_match_single_steps(oracle, tmp_path, cache_dir):
-    """Gemma 3 (sliding and global layers, two rope bases) batched one token per generation
-    gives each generation its own steps' logits, past the window."""
-    from fuel.models.batched_decode import BatchDecoder
+def test_sliding_window_steps_match_a_whole_forward(oracle, tmp_path, cache_dir):
+    """Gemma 3 (sliding and global layers, two rope bases) stepped one token at a time past
+    the window gives the logits of one forward over the whole sequence; the serving engine,
+    whose paged step has no sliding window yet, refuses the model with the reason."""
+    import fuel
     from fuel.models.llama import load_gguf
+    from fuel.serve.engine import Engine
 
     model = load_gguf(write_gguf(tiny_model("gemma3"), "gemma3", tmp_path / "g.gguf"))
-    prompts = [model.encode("the cat in the hat"), [7]]
-    alone = [model.new_cache(64) for _ in prompts]
-    together = [model.new_cache(capacity) for capacity in (64, 32)]
-    for prompt, a, b in zip(prompts, alone, together):
-        model.forward(prompt, a)
-        model.forward(prompt, b)
-    decoder = BatchDecoder(model)
-    for step in range(6):
-        tokens = [5 + step, 60 + step]
-        expected = np.stack([model.forward([t], c)[-1] for t, c in zip(tokens, alone)])
-        np.testing.assert_allclose(decoder.step(tokens, together), expected, rtol=0, atol=1e-5)
+    prompt = model.encode("the cat in the hat")
+    tokens = [5 + step for step in range(6)]
+    stepped = model.new_cache(64)
+    model.forward(prompt, stepped)
+    rows = np.stack([model.forward([t], stepped)[-1] for t in tokens])
+    whole = np.stack([model.forward(prompt + tokens[:k + 1], model.new_cache(64))[-1]
+                      for k in range(len(tokens))])
+    np.testing.assert_allclose(rows, whole, rtol=0, atol=1e-4)
+    with pytest.raises(fuel.InvalidArgument, match="sliding-window layers"):
+        Engine(model)
