@@ -103,7 +103,27 @@ def _onnx_seeds(folder: Path) -> list[Path]:
             "y", TensorProto.FLOAT, None)], [kernel])
     conv = folder / "conv.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(conv))
-    return [plain, external, conv]
+    # sizes as data: shape ops whose int64 initializers a mutation can make absurd
+    sizes = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (
+        ("target", [2, 3]), ("reps", [1, 2]), ("limit", 6), ("start", 0), ("delta", 1),
+        ("row", [1, 6]), ("axes", [0]))]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["c"],
+                              value=numpy_helper.from_array(np.ones(1, np.float32))),
+             helper.make_node("Add", ["x", "c"], ["a"]),
+             helper.make_node("Expand", ["a", "target"], ["e"]),
+             helper.make_node("Tile", ["e", "reps"], ["t"]),
+             helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+             helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+             helper.make_node("Reshape", ["rf", "row"], ["rr"]),
+             helper.make_node("Add", ["t", "rr"], ["sum"]),
+             helper.make_node("ReduceSum", ["sum", "axes"], ["y"], keepdims=1)]
+    graph = helper.make_graph(nodes, "sizes", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [2, 3])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], sizes)
+    shapes = folder / "shapes.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(shapes))
+    return [plain, external, conv, shapes]
 
 
 def _tiny_tokenizer():
@@ -388,9 +408,15 @@ def mutate_onnx(data: bytes, rng: random.Random, steps: list[str]) -> bytes:
                                                "/dev/zero", original + "x", "weights.bin"]))
             steps.append(f"onnx-string:{name}")
         elif descriptor.type == FieldDescriptor.TYPE_BYTES:
-            original = getattr(message, name)
-            setattr(message, name, original[:rng.randrange(len(original) + 1)])
-            steps.append(f"onnx-bytes:{name}")
+            original = bytearray(getattr(message, name))
+            if len(original) >= 8 and rng.random() < 0.6:  # an int64 word: a size as data
+                at = rng.randrange(len(original) // 8) * 8
+                original[at:at + 8] = struct.pack("<q", number(0))
+                steps.append(f"onnx-word:{name}@{at}")
+            else:
+                del original[rng.randrange(len(original) + 1):]
+                steps.append(f"onnx-bytes:{name}")
+            setattr(message, name, bytes(original))
         else:
             message.ClearField(name)
             steps.append(f"onnx-clear:{name}")
@@ -452,6 +478,8 @@ def run_target(fmt: str, path: Path, number: int) -> None:
         for spec in model.inputs:
             if spec.name == "ids":
                 feeds[spec.name] = np.array([1, 5, 15], np.int64)
+            elif spec.shape is not None and len(spec.shape) == 2:
+                feeds[spec.name] = np.ones((2, 3), np.float32)
             else:
                 feeds[spec.name] = np.ones((1, 1, 6, 6), np.float32)
         model.run(feeds)

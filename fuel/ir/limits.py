@@ -29,6 +29,11 @@ LIMITS: dict[str, Limit] = {
 }
 
 
+# Below this many elements a result is never checked against FUEL_MAX_ELEMENTS (node building
+# reads no environment variable on its common path); the limit cannot be set lower.
+ELEMENT_LIMIT_FLOOR = 1 << 28
+
+
 def limit(kind: str) -> int:
     """The current value of limit ``kind`` (its variable when set, else the default)."""
     entry = LIMITS[kind]
@@ -48,5 +53,6 @@ def check_limit(kind: str, value: int, what: str) -> None:
     if value > bound:
         entry = LIMITS[kind]
         raise ResourceLimitError(
-            f"{what} is {value}, over fuel's limit of {bound} for {entry.what}; if the file is "
-            f"trusted, raise it with the environment variable {entry.variable}")
+            f"{what} is {value}, over fuel's limit of {bound} for {entry.what}; to allow it (a "
+            f"trusted file, an intended size), set the environment variable {entry.variable} "
+            f"higher")
