@@ -42,6 +42,12 @@ def add_commands(subparsers) -> None:
                             "Retry-After (default 64)")
     serve.add_argument("--max-body-bytes", type=int, default=1 << 20, metavar="N",
                        help="the largest request body accepted (default 1 MiB)")
+    serve.add_argument("--max-connections", type=int, default=1024, metavar="N",
+                       help="open connections at once; more are closed at once (default 1024)")
+    serve.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+                       help="seconds a request's headers may take to arrive (default 10)")
+    serve.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+                       help="seconds a request's body may take after its headers (default 30)")
     serve.add_argument("--api-key", default=None, metavar="KEY",
                        help=f"require 'Authorization: Bearer KEY' on /v1 (default: "
                             f"${API_KEY_ENVIRONMENT} when set)")
@@ -49,9 +55,13 @@ def add_commands(subparsers) -> None:
 
 
 def _check_settings(args: argparse.Namespace) -> None:
-    for name in ("slots", "max_queue", "max_body_bytes"):
+    for name in ("slots", "max_queue", "max_body_bytes", "max_connections"):
         if getattr(args, name) < 1:
             raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1, got "
+                                  f"{getattr(args, name)}")
+    for name in ("header_timeout", "body_timeout"):
+        if not getattr(args, name) > 0:
+            raise InvalidArgument(f"--{name.replace('_', '-')} must be > 0 seconds, got "
                                   f"{getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise InvalidArgument(f"--port must be in 0..65535, got {args.port}")
@@ -87,6 +97,7 @@ def run_serve(args: argparse.Namespace) -> int:
     require("jinja2", "fuel serve", extra="serve")
     from fuel.serve.app import ServerSettings, build_app
     from fuel.serve.engine import Engine
+    from fuel.serve.limits import ConnectionLimits, guarded_protocol
 
     device = check_device(args.device)
     address = socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)[0]
@@ -105,7 +116,8 @@ def run_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get(API_KEY_ENVIRONMENT) or None
     settings = ServerSettings(engine, model.name, embedding_name, api_key, args.max_body_bytes)
     config = uvicorn.Config(build_app(settings), log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=3)
+                            timeout_graceful_shutdown=3, http=guarded_protocol(ConnectionLimits(
+                                args.header_timeout, args.body_timeout, args.max_connections)))
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     served = model.name + (f" and {embedding_name}" if encoder is not None else "")
