@@ -524,17 +524,19 @@ def worker(fmt: str) -> None:
 
 # ------------------------------------------------------------------ the runner
 class Worker:
-    """A worker process; restarted after a crash or a hang."""
+    """A worker process; restarted after a crash or a hang. Its stderr goes to ``log`` (an
+    AddressSanitizer report, a fatal signal's message), whose tail a crash reports."""
 
-    def __init__(self, fmt: str, env: dict) -> None:
-        self.fmt, self.env = fmt, env
+    def __init__(self, fmt: str, env: dict, log: Path) -> None:
+        self.fmt, self.env, self.log = fmt, env, log
         self.process = None
 
     def start(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", self.fmt],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            env=self.env, text=True, bufsize=1)
+        with open(self.log, "w") as errors:
+            self.process = subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), "--worker", self.fmt],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                env=self.env, text=True, bufsize=1)
 
     def run(self, path: Path, number: int, timeout: float) -> dict:
         if self.process is None or self.process.poll() is not None:
@@ -556,7 +558,8 @@ class Worker:
     def _died(self) -> dict:
         code = self.process.wait()
         self.stop()
-        return {"outcome": "crash", "detail": f"worker exited with {code}"}
+        tail = " ".join(self.log.read_text(errors="replace").split()[-60:])
+        return {"outcome": "crash", "detail": f"worker exited with {code}: {tail}"}
 
     def stop(self) -> None:
         if self.process is not None:
@@ -567,8 +570,23 @@ class Worker:
             self.process = None
 
 
+def asan_environment(env: dict, folder: Path) -> dict:
+    """``env`` with fuel's C kernels built under AddressSanitizer (a compiler wrapper as
+    ``CC``, the runtime preloaded, a kernel cache of their own): an out-of-bounds access in a
+    kernel aborts the worker, a crash with ASan's report."""
+    library = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True,
+                             text=True).stdout.strip()
+    if not library or not Path(library).exists():
+        raise SystemExit("--asan needs a C compiler with AddressSanitizer (libasan)")
+    wrapper = folder / "asan-cc"
+    wrapper.write_text('#!/bin/sh\nexec cc -fsanitize=address -fno-omit-frame-pointer "$@"\n')
+    wrapper.chmod(0o755)
+    return dict(env, CC=str(wrapper), LD_PRELOAD=library, FUEL_CACHE_DIR=str(folder / "asan"),
+                ASAN_OPTIONS="detect_leaks=0:abort_on_error=1")
+
+
 def fuzz(fmt: str, count: int, seed: int = 0, timeout: float = 60.0, keep: Path | None = None,
-         workdir: Path | None = None, verbose: bool = False) -> dict:
+         workdir: Path | None = None, verbose: bool = False, asan: bool = False) -> dict:
     """Run ``count`` cases of ``fmt``; returns {"counts": Counter, "bugs": [...], ...}."""
     own = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix=f"fuel-fuzz-{fmt}-")) if own else workdir
@@ -576,7 +594,9 @@ def fuzz(fmt: str, count: int, seed: int = 0, timeout: float = 60.0, keep: Path 
         seeds = write_seeds(workdir / "seeds", fmt)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        runner = Worker(fmt, env)
+        if asan:
+            env = asan_environment(env, workdir)
+        runner = Worker(fmt, env, workdir / "worker-stderr.txt")
         counts: Counter = Counter()
         bugs = []
         started = time.perf_counter()
@@ -617,6 +637,9 @@ def main() -> int:
                         help="seconds one case may take before it counts as a hang")
     parser.add_argument("--keep", type=Path, help="copy failing cases into this folder")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--asan", action="store_true",
+                        help="build fuel's C kernels with AddressSanitizer (out-of-bounds "
+                             "accesses become crashes)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -624,7 +647,8 @@ def main() -> int:
         return 0
     failed = False
     for fmt in FORMATS if args.format == "all" else (args.format,):
-        report = fuzz(fmt, args.count, args.seed, args.timeout, args.keep, verbose=args.verbose)
+        report = fuzz(fmt, args.count, args.seed, args.timeout, args.keep, verbose=args.verbose,
+                      asan=args.asan)
         counts = report["counts"]
         print(f"{fmt}: {report['cases']} cases in {report['seconds']:.0f} s: "
               + ", ".join(f"{k} {counts.get(k, 0)}" for k in ("ok", "refused") + BUGS))
