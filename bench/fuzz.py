@@ -574,15 +574,21 @@ def asan_environment(env: dict, folder: Path) -> dict:
     """``env`` with fuel's C kernels built under AddressSanitizer (a compiler wrapper as
     ``CC``, the runtime preloaded, a kernel cache of their own): an out-of-bounds access in a
     kernel aborts the worker, a crash with ASan's report."""
-    library = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True,
-                             text=True).stdout.strip()
-    if not library or not Path(library).exists():
-        raise SystemExit("--asan needs a C compiler with AddressSanitizer (libasan)")
+    def library(name: str) -> str:
+        found = subprocess.run(["cc", f"-print-file-name={name}"], capture_output=True,
+                               text=True).stdout.strip()
+        if not found or not Path(found).exists():
+            raise SystemExit(f"--asan needs a C compiler with AddressSanitizer ({name})")
+        return found
+
+    # libstdc++ preloaded too: else ASan cannot intercept a C++ extension's throw (onnx's
+    # checker) and aborts where the process would raise a Python exception.
+    preload = f"{library('libasan.so')} {library('libstdc++.so')}"
     wrapper = folder / "asan-cc"
     wrapper.write_text('#!/bin/sh\nexec cc -fsanitize=address -fno-omit-frame-pointer "$@"\n')
     wrapper.chmod(0o755)
-    return dict(env, CC=str(wrapper), LD_PRELOAD=library, FUEL_CACHE_DIR=str(folder / "asan"),
-                ASAN_OPTIONS="detect_leaks=0:abort_on_error=1")
+    return dict(env, CC=str(wrapper), LD_PRELOAD=preload, FUEL_CACHE_DIR=str(folder / "asan"),
+                ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1")
 
 
 def fuzz(fmt: str, count: int, seed: int = 0, timeout: float = 60.0, keep: Path | None = None,

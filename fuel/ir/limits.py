@@ -25,7 +25,7 @@ LIMITS: dict[str, Limit] = {
     "context": Limit("FUEL_MAX_CONTEXT", 1 << 20, "a context length"),
     "vocab": Limit("FUEL_MAX_VOCAB", 1 << 22, "a vocabulary"),
     "layers": Limit("FUEL_MAX_LAYERS", 4096, "a layer count"),
-    "elements": Limit("FUEL_MAX_ELEMENTS", 1 << 34, "a tensor's element count"),
+    "elements": Limit("FUEL_MAX_ELEMENTS", 1 << 32, "a tensor's element count"),
 }
 
 
