@@ -4,6 +4,12 @@ on new inputs without rebuilding the graph, planning or allocating (fuel.runtime
 Arguments are bound by storage, not copied: a replay reads the tensors passed to it (made dense
 first when they are lazy or strided views), and an in-place write to an argument lands in it,
 as in an eager call. Outputs get fresh storages on every call.
+
+A training step is captured whole: while the function is traced, ``backward`` leaves the
+gradients lazy and the state updates of ``fuel.frontend.backward.assign`` (an optimizer's
+parameters and moments, batch norm's running statistics) are recorded as the capture's
+effects: extra outputs, with each updated tensor's storage bound as an input on the next
+call and the tensor pointed at its new value after each (its autograd leaf kept).
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from collections.abc import Callable
 
 from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import table_generation
+from fuel.frontend import tape
+from fuel.frontend.backward import defer_realize
 from fuel.graph.node import Node, creation_site
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
@@ -52,7 +60,8 @@ class JitFunction:
 
     def __init__(self, function: Callable) -> None:
         self.function = function
-        self.captures: dict = {}  # signature -> (Capture, whether one Tensor is returned)
+        # signature -> (Capture, whether one Tensor is returned, the effects' tensors)
+        self.captures: dict = {}
         self.replays = 0
         functools.update_wrapper(self, function)
 
@@ -64,25 +73,46 @@ class JitFunction:
         known = self.captures.get(signature)
         if known is None or known[0].generation != table_generation():
             known = self.captures[signature] = self._capture(nodes, args)
-            outputs = known[0].run(storages)
+            capture, single, effects, before = known
+            outputs = capture.run(storages + before)
         else:
+            capture, single, effects, _ = known
             with op_profile.phase("jit.replay"):
-                outputs = known[0].run(storages)
+                outputs = capture.run(storages + [_dense(t).buffer for t in effects])
             self.replays += 1
-        capture, single = known
-        tensors = [Tensor(node) for node in capture.output_nodes(outputs)]
+        results = capture.output_nodes(outputs)
+        count = len(results) - len(effects)
+        for tensor, node in zip(effects, results[count:]):
+            tape.move_leaf(tensor, node)
+        tensors = [Tensor(node) for node in results[:count]]
         return tensors[0] if single else tuple(tensors)
 
-    def _capture(self, nodes: list, args: tuple) -> tuple[Capture, bool]:
+    def _capture(self, nodes: list, args: tuple):
         traced_args = [_traced(n) if n is not None else a for n, a in zip(nodes, args)]
-        traced = self.function(*traced_args)
+        with defer_realize() as updates:
+            traced = self.function(*traced_args)
         single = isinstance(traced, Tensor)
         outputs = [traced] if single else list(traced) if isinstance(
             traced, (tuple, list)) else []
         if not outputs or not all(isinstance(o, Tensor) for o in outputs):
             raise InvalidArgument("a fuel.jit function must return a Tensor or a tuple of them")
+        # Each updated tensor once: the leaf it was before the call, its value after it.
+        effects: dict[int, list] = {}
+        for tensor, before, after in updates:
+            found = effects.get(id(tensor))
+            if found is None:
+                effects[id(tensor)] = [tensor, before, after]
+            else:
+                found[2] = after
+        for _, before, _ in effects.values():
+            if before.buffer is None:
+                raise InvalidArgument("fuel.jit: a state the function updates must be realized "
+                                      "before the call (realize the model's parameters)")
+        chosen = list(effects.values())
         arguments = [t._node if n is not None else None for n, t in zip(nodes, traced_args)]
-        return Capture(arguments, [o._node for o in outputs]), single
+        arguments += [before for _, before, _ in chosen]
+        capture = Capture(arguments, [o._node for o in outputs] + [a for _, _, a in chosen])
+        return capture, single, [t for t, _, _ in chosen], [b.buffer for _, b, _ in chosen]
 
 
 def jit(function: Callable) -> JitFunction:

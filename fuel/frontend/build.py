@@ -8,6 +8,7 @@ from sys import _getframe
 
 import numpy as np
 
+from fuel.frontend import tape
 from fuel.frontend.base import TensorBase, wrap
 from fuel.graph.node import Node, creation_site, is_runtime_file
 from fuel.graph.node import runtime_file_memo as _is_runtime
@@ -90,8 +91,11 @@ def make(op: OpKind, inputs: tuple[Node, ...], params,
     except FuelError as error:
         raise _located(type(error)(f"{op.value}: {error}")) from None
     site = _site_local.site
-    return wrap(Node(op, inputs, params, dtype, shape, device or source_device,
-                     site if site is not None else creation_site(), structure))
+    node = Node(op, inputs, params, dtype, shape, device or source_device,
+                site if site is not None else creation_site(), structure)
+    if tape.ACTIVE:
+        tape.record(node)
+    return wrap(node)
 
 
 _PAIR_RULES: dict = {}
@@ -131,8 +135,11 @@ def make_pair(op: OpKind, first: Node, second: Node) -> Node | None:
             site = lines.get(line)
             if site is None:
                 site = lines[line] = (code.co_filename, line)
-    return Node(op, (first, second), NO_PARAMS, found[1], found[0], first.device, site,
+    node = Node(op, (first, second), NO_PARAMS, found[1], found[0], first.device, site,
                 found[2])
+    if tape.ACTIVE:
+        tape.record(node)
+    return node
 
 
 def _raise_device_mismatch(op: OpKind, device: Device, other: Device):

@@ -32,8 +32,18 @@ def _shape(size) -> tuple[int, ...]:
 
 
 @at_user_line
-def tensor(data, dtype=None, device=None) -> TensorBase:
-    """A tensor holding a copy of ``data`` (nested lists, scalars, NumPy arrays, Tensors)."""
+def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> TensorBase:
+    """A tensor holding a copy of ``data`` (nested lists, scalars, NumPy arrays, Tensors);
+    ``requires_grad``: a leaf that collects ``.grad`` (fuel.autograd)."""
+    result = _tensor(data, dtype, device)
+    if requires_grad:
+        if isinstance(data, TensorBase):  # a new leaf, never the argument's own node
+            result = result.detach()
+        result.requires_grad_(True)
+    return result
+
+
+def _tensor(data, dtype, device) -> TensorBase:
     target = parse_device(device)
     if isinstance(data, TensorBase):
         result = data.to(dtype=dtype) if dtype is not None else data
@@ -81,6 +91,18 @@ def from_numpy(array: np.ndarray, device=None) -> TensorBase:
         raise InvalidArgument(f"from_numpy() takes a NumPy array, got {type(array).__name__}")
     dt.from_numpy(array.dtype)
     return leaf(array, parse_device(device))
+
+
+@at_user_line
+def from_dlpack(source) -> TensorBase:
+    """A CPU tensor over the host memory of any DLPack producer (a NumPy array, a torch,
+    JAX or CuPy host array, a DLPack capsule) without a copy, as ``torch.from_dlpack``; only
+    a non-contiguous source is copied (fuel's leaves are dense)."""
+    from fuel.frontend.dlpack import to_numpy
+
+    array = to_numpy(source)
+    dt.from_numpy(array.dtype)
+    return leaf(array, parse_device("cpu"))
 
 
 @at_user_line

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fuel.frontend import tape
 from fuel.frontend.base import TensorBase, wrap
 from fuel.frontend.build import at_user_line, expand, make, normalize_dim, operand_nodes
 from fuel.ir.device import parse_device
@@ -248,7 +249,7 @@ def setitem(x: TensorBase, index, value) -> None:
     starts, stops, steps = (tuple(b[k] for b in bounds) for k in range(3))
     node = x._node
     params = SliceAssignParams(starts, stops, steps, _writable_in_place(node))
-    x._node = make(OpKind.SLICE_ASSIGN, (node, value_tensor._node), params)._node
+    tape.rebind(x, make(OpKind.SLICE_ASSIGN, (node, value_tensor._node), params)._node)
 
 
 def _writable_in_place(node) -> bool:
@@ -273,7 +274,7 @@ def index_copy(x: TensorBase, dim: int, index: TensorBase, source,
 
 def index_copy_(x: TensorBase, dim: int, index: TensorBase, source) -> TensorBase:
     """In-place ``index_copy``: on a realized ``x`` the write goes into its own storage."""
-    x._node = index_copy(x, dim, index, source, inplace=True)._node
+    tape.rebind(x, index_copy(x, dim, index, source, inplace=True)._node)
     return x
 
 

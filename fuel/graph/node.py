@@ -64,12 +64,13 @@ class Node:
     """An op, its input nodes and params, and the inferred dtype, shape and device.
 
     A realized node holds ``buffer`` (a Storage) and ``layout``; it is a leaf from then on and
-    drops its inputs so that the graph behind it can be freed.
+    drops its inputs so that the graph behind it can be freed. ``grad_record`` (unset unless
+    autograd records the node: ``fuel.frontend.tape``) keeps what the backward pass needs.
     """
 
     __slots__ = (
         "op", "inputs", "params", "dtype", "shape", "device", "site", "buffer", "layout", "key",
-        "__weakref__",
+        "grad_record", "__weakref__",
     )
 
     def __init__(

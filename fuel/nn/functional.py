@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from fuel.frontend.attention import paged_attention
 from fuel.frontend.build import at_user_line
 from fuel.frontend.elementwise import gelu, where
 from fuel.frontend.factories import random_uniform
@@ -25,7 +26,8 @@ from fuel.tensor import Tensor
 
 __all__ = [
     "cat", "chunk", "dropout", "embedding", "gather", "gelu", "hardswish", "index_select",
-    "layer_norm", "linear", "log_softmax", "matmul", "mish", "pad", "relu", "rms_norm",
+    "layer_norm", "linear", "log_softmax", "matmul", "mish", "pad", "paged_attention", "relu",
+    "rms_norm",
     "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "softplus", "split", "stack",
     "tanh",
 ]
@@ -116,5 +118,6 @@ def _repeat_heads(x: Tensor, repeat: int) -> Tensor:
 
 
 from fuel.nn.conv import *  # noqa: E402, F401, F403 - convolution and pooling
+from fuel.nn.losses import *  # noqa: E402, F401, F403 - cross_entropy, mse_loss, ...
 from fuel.nn.sampling import *  # noqa: E402, F401, F403 - grid_sample
 from fuel.nn.tensor_ops import *  # noqa: E402, F401, F403 - sort, scatter, einsum, det

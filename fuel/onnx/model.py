@@ -99,7 +99,13 @@ class Model:
         bound = self._bind_feeds(feeds, builder)
         for name, value in bound.items():
             scope.values[name] = value
-        builder.run_graph(self.proto.graph, scope)
+        try:
+            builder.run_graph(self.proto.graph, scope)
+        except OnnxError as error:
+            if not builder.dim_conflicts:
+                raise
+            raise type(error)(f"{error}; the feeds disagree on a named dim the model declares "
+                              f"shared: {'; '.join(builder.dim_conflicts)}") from error
         result = {}
         for name in self.output_names:
             if name not in scope:
@@ -155,7 +161,7 @@ class Model:
             raise OnnxError(f"feeds name unknown inputs {unknown}; the model's inputs are "
                             f"{[s.name for s in self.inputs]}")
         bound: dict[str, object] = {}
-        free_dims: dict[str, int] = {}
+        free_dims: dict[str, object] = {}
         for spec in self.inputs:
             if spec.name not in feeds:
                 raise OnnxError(f"missing feed for graph input {spec.name!r} "
@@ -165,6 +171,7 @@ class Model:
                 builder.feed_nodes.add(id(bound[spec.name]._node))
         for name in set(feeds) - {s.name for s in self.inputs}:  # overriding an initializer
             bound[name] = builder.constant(np.asarray(feeds[name]))
+        builder.dim_conflicts = free_dims.get(DIM_CONFLICTS, [])
         return bound
 
 
@@ -203,11 +210,19 @@ def _check_shape(spec: InputSpec, shape: tuple, free_dims: dict) -> None:
         if isinstance(declared, int) and declared > 0 and size != declared:
             raise OnnxError(f"feed {spec.name!r} has shape {shape}; the model declares "
                             f"{_shape_text(spec.shape)} (dim {axis} must be {declared})")
-        if isinstance(declared, str) and declared:
-            seen = free_dims.setdefault(declared, size)
-            if seen != size:
-                raise OnnxError(f"feed {spec.name!r}: free dim {declared!r} is {size} here "
-                                f"but {seen} in another input")
+        if isinstance(declared, str) and declared and declared != "?":
+            # A named dim shared by inputs: ONNX Runtime only warns when the feeds disagree,
+            # and so does fuel, until the model's own shapes force them equal (a node fails):
+            # then the error names both inputs (``dim_conflicts``).
+            seen = free_dims.setdefault(declared, (size, spec.name, axis))
+            if seen[0] != size:
+                conflicts = free_dims.setdefault(DIM_CONFLICTS, [])
+                conflicts.append(f"free dim {declared!r} is {seen[0]} in input {seen[1]!r} "
+                                 f"(dim {seen[2]}) but {size} in input {spec.name!r} "
+                                 f"(dim {axis})")
+
+
+DIM_CONFLICTS = "\0conflicts"  # the key under which _check_shape lists disagreeing feeds
 
 
 def _shape_text(shape) -> str:
