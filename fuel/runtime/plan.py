@@ -22,6 +22,7 @@ from fuel.graph import Graph
 from fuel.ir.errors import FuelError
 from fuel.ir.layout import Layout, contiguous_strides
 from fuel.ir.ops import INPLACE_OPS, OpKind
+from fuel.ir.params import bits_key
 from fuel.memory.pool import pool_for
 from fuel.runtime.decompose import translate_steps
 from fuel.runtime.judge import judged, judged_generated
@@ -156,8 +157,8 @@ def _generic_signature(graph: Graph, group: FusionGroup, outside: list[int],
         op = node.op
         if op is OpKind.EXPAND:
             params = None
-        elif op is OpKind.FULL:
-            params = (node.params.value, node.params.dtype)
+        elif op is OpKind.FULL:  # keyed by its bits: -0.0 and 0.0 render differently
+            params = (bits_key(node.params.value), node.params.dtype)
         else:
             params = node.params
         members.append((op, node.dtype, params))

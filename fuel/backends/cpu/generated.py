@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import itertools
-import os
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import replace
@@ -182,11 +181,7 @@ def generate_c_kernel(kernel: LoopKernel) -> BindingEntry:
     if kernel.reduced:
         # Rows may run on OpenMP threads: the judge times serial and parallel rows per shape
         # bucket (the default rule: parallel from PARALLEL_ROWS elements).
-        extra = toolchain.openmp_flags() if usable else ()
-        if extra:
-            from fuel.backends.cpu.c_library import SPIN_COUNT
-
-            os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)  # read when libgomp loads
+        extra = toolchain.openmp_flags() if usable else ()  # sets the bounded idle spin
         program = render_c_reduce(kernel, vector_math=vector_math,
                                   parallel=bool(extra) or threshold is not None)
     else:
