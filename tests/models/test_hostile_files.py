@@ -127,9 +127,9 @@ def test_a_tensor_shape_the_config_contradicts(tiny_gguf):
 def bert_folder(tmp_path):
     pytest.importorskip("safetensors")
     pytest.importorskip("tokenizers")
-    from bench.fuzz import _write_bert
+    from bench.fuzz_cases import write_bert
 
-    return _write_bert(tmp_path / "bert")
+    return write_bert(tmp_path / "bert")
 
 
 def _load_bert(folder: Path):
@@ -217,9 +217,9 @@ def test_damaged_tokenizer_json(bert_folder, damage):
 # ------------------------------------------------------------------ ONNX
 def _onnx_seed(tmp_path) -> list[Path]:
     pytest.importorskip("onnx")
-    from bench.fuzz import _onnx_seeds
+    from bench.fuzz_cases import onnx_seeds
 
-    return _onnx_seeds(tmp_path)
+    return onnx_seeds(tmp_path)
 
 
 def test_truncated_onnx_model_names_the_file(tmp_path):
