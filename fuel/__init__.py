@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
 import importlib
+from typing import Any
 
 from fuel import backends as _backends
 from fuel.frontend import factories as _factories
@@ -111,12 +113,12 @@ _backends.find_backend(BackendId.CPU)  # the embedded default registers its kern
 _LAZY_SUBPACKAGES = frozenset({"nn", "onnx", "models", "conformance", "distributed", "autograd",
                                "optim"})
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY_SUBPACKAGES:
         return importlib.import_module(f"fuel.{name}")
     raise AttributeError(f"module 'fuel' has no attribute {name!r}")
 
-def realize(*tensors: Tensor, pipelined: bool = False) -> tuple[Tensor, ...]:
+def realize(*tensors: Tensor, pipelined: builtins.bool = False) -> tuple[Tensor, ...]:
     """Realize several tensors in one walk (shared subgraphs run once); returns them."""
     from fuel.runtime.executor import realize as _realize
 
@@ -124,7 +126,7 @@ def realize(*tensors: Tensor, pipelined: bool = False) -> tuple[Tensor, ...]:
     return tensors
 
 
-def set_fusion(enabled: bool) -> None:
+def set_fusion(enabled: builtins.bool) -> None:
     """Fuse elementwise groups into generated kernels (True) or run one kernel per node;
     overrides ``FUEL_FUSION`` and drops cached plans built the other way."""
     from fuel.compiler.fusion import set_fusion as _set_fusion

@@ -5,11 +5,13 @@ it decides nothing of its own."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from fuel.dispatch.kernel import BindingEntry, KernelBindingTable, global_table
 from fuel.graph import Graph
-from fuel.graph.node import kernel_backend
+from fuel.graph.node import Node, kernel_backend
 from fuel.ir.errors import FuelError
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
@@ -56,7 +58,7 @@ class Explanation:
         self.rows = rows
 
     def __str__(self) -> str:
-        def width(values, least: int) -> int:
+        def width(values: Iterable[str], least: int) -> int:
             return max([least, *(len(value) + 2 for value in values)])
 
         shapes = [str(list(row.shape)) for row in self.rows]
@@ -87,7 +89,7 @@ class Explanation:
         return len(self.rows)
 
 
-def explain(tensors) -> Explanation:
+def explain(tensors: Iterable[Any]) -> Explanation:
     """Explain the realize of ``tensors`` without running it."""
     graph = Graph.build([t._node for t in tensors])
     table = global_table()
@@ -114,7 +116,7 @@ def explain(tensors) -> Explanation:
     return Explanation(rows)
 
 
-def _copied(node) -> str:
+def _copied(node: Node) -> str:
     """For a cross-device copy: the bytes it moves."""
     if node.op is not OpKind.COPY or not node.inputs:
         return ""
@@ -125,7 +127,7 @@ def _copied(node) -> str:
     return f"; moves {moved:,} bytes {node.inputs[0].device} -> {node.device}"
 
 
-def _judged(decision: Decision, node) -> str:
+def _judged(decision: Decision, node: Node) -> str:
     """For a node whose siblings compete: the judge's candidates and times for buckets of the
     node's key it has decided (in this process or stored), or that none is decided yet."""
     binding = decision.binding
@@ -149,18 +151,19 @@ def _dispatch(decision: Decision, label: str, kernels: dict[int, BindingEntry]
               ) -> tuple[str, int | None]:
     """The kernel column of a row (and its revision) from the node's decision."""
     kind = decision.kind
+    binding, group = decision.binding, decision.group
     if kind is KERNEL:
-        entry = decision.binding.entry
-        return entry.kernel_source, entry.kernel_revision_hash
+        assert binding is not None and binding.entry is not None  # a KERNEL decision's kernel
+        return binding.entry.kernel_source, binding.entry.kernel_revision_hash
     if kind is FUSED:
-        entry = kernels.get(decision.group.anchor)  # the group's compiled kernel
-        if entry is None:  # not planned (the plan failed): the generator's tag
-            entry = decision.binding.entry
-            source, revision = (entry.kernel_source if entry else "?"), None
+        assert group is not None and binding is not None  # FUSED names both
+        found = kernels.get(group.anchor)  # the group's compiled kernel
+        if found is None:  # not planned (the plan failed): the generator's tag
+            source, revision = (binding.entry.kernel_source if binding.entry else "?"), None
         else:
-            source, revision = entry.kernel_source, entry.kernel_revision_hash
+            source, revision = found.kernel_source, found.kernel_revision_hash
         where = "" if decision.anchor == label else f" in node {decision.anchor}"
-        return f"{source} {decision.group.name}{where}", revision
+        return f"{source} {group.name}{where}", revision
     if kind is DECOMPOSED or kind is VIEW or kind is LEAF or kind is REALIZED:
         return kind, None
     return "MISSING (NoBackendForOp at realize)", None
@@ -171,6 +174,7 @@ def _part_rows(resolution: Resolution, user_id: int, kernels: dict[int, BindingE
     """The rows of the primitives that replace decomposed user node ``user_id``: ids
     ``7.0, 7.1, ...``, inputs by user id or by such a label."""
     expansion = resolution.expansion
+    assert expansion is not None  # only decomposed nodes have parts
     graph = expansion.graph
     parts = expansion.decomposed[user_id]
     user_of = {expanded: user for user, expanded in enumerate(expansion.position)}

@@ -4,12 +4,17 @@ registry (``fuel/frontend/generated.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fuel.frontend.build import at_user_line
 from fuel.frontend.elementwise import clamp as _clamp
 from fuel.frontend.elementwise import tensor_operand
 from fuel.frontend.elementwise import where as _where
 from fuel.frontend.reduce import ValuesIndices
-from fuel.tensor import Tensor
+from fuel.tensor import Tensor, as_tensor
+
+# A dim argument: one dim, several, or None for all of them.
+Dims = int | Sequence[int] | None
 
 __all__ = [
     "all", "amax", "amin", "any", "argmax", "argmin", "clamp", "cumsum", "flatten", "flip",
@@ -19,79 +24,81 @@ __all__ = [
 
 
 @at_user_line
-def sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001 - torch's name
+def sum(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001 - torch's name
     """Sum over ``dim`` (all dims when None)."""
     return tensor_operand(x, "sum").sum(dim, keepdim)
 
 
 @at_user_line
-def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+def mean(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """Mean over ``dim`` (all dims when None)."""
     return tensor_operand(x, "mean").mean(dim, keepdim)
 
 
 @at_user_line
-def prod(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+def prod(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """Product over ``dim`` (all dims when None)."""
     return tensor_operand(x, "prod").prod(dim, keepdim)
 
 
 @at_user_line
-def amax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+def amax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """Maximum over ``dim`` (all dims when None)."""
     return tensor_operand(x, "amax").amax(dim, keepdim)
 
 
 @at_user_line
-def amin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+def amin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """Minimum over ``dim`` (all dims when None)."""
     return tensor_operand(x, "amin").amin(dim, keepdim)
 
 
 @at_user_line
-def max(x: Tensor, dim=None, keepdim: bool = False) -> Tensor | ValuesIndices:  # noqa: A001
+def max(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | ValuesIndices:  # noqa: A001
     """torch.max: of all elements, elementwise with a tensor, or (values, indices) over dim."""
     return tensor_operand(x, "max").max(dim, keepdim)
 
 
 @at_user_line
-def min(x: Tensor, dim=None, keepdim: bool = False) -> Tensor | ValuesIndices:  # noqa: A001
+def min(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | ValuesIndices:  # noqa: A001
     """torch.min: of all elements, elementwise with a tensor, or (values, indices) over dim."""
     return tensor_operand(x, "min").min(dim, keepdim)
 
 
 @at_user_line
-def argmax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+def argmax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """Position of the first maximum."""
     return tensor_operand(x, "argmax").argmax(dim, keepdim)
 
 
 @at_user_line
-def argmin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+def argmin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """Position of the first minimum."""
     return tensor_operand(x, "argmin").argmin(dim, keepdim)
 
 
 @at_user_line
-def var(x: Tensor, dim=None, correction=1, keepdim: bool = False, unbiased=None) -> Tensor:
+def var(x: Tensor, dim: Dims = None, correction: float = 1, keepdim: bool = False,
+        unbiased: bool | None = None) -> Tensor:
     """Variance with Bessel's ``correction``."""
     return tensor_operand(x, "var").var(dim, correction, keepdim, unbiased)
 
 
 @at_user_line
-def std(x: Tensor, dim=None, correction=1, keepdim: bool = False, unbiased=None) -> Tensor:
+def std(x: Tensor, dim: Dims = None, correction: float = 1, keepdim: bool = False,
+        unbiased: bool | None = None) -> Tensor:
     """Standard deviation with Bessel's ``correction``."""
     return tensor_operand(x, "std").std(dim, correction, keepdim, unbiased)
 
 
 @at_user_line
-def all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001 - torch's name
+def all(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001 - torch's name
     """Whether every element is true."""
     return tensor_operand(x, "all").all(dim, keepdim)
 
 
 @at_user_line
-def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001 - torch's name
+def any(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001 - torch's name
     """Whether any element is true."""
     return tensor_operand(x, "any").any(dim, keepdim)
 
@@ -103,13 +110,13 @@ def cumsum(x: Tensor, dim: int) -> Tensor:
 
 
 @at_user_line
-def reshape(x: Tensor, *shape) -> Tensor:
+def reshape(x: Tensor, *shape: int | Sequence[int]) -> Tensor:
     """``x`` under a new shape."""
     return tensor_operand(x, "reshape").reshape(*shape)
 
 
 @at_user_line
-def permute(x: Tensor, *dims) -> Tensor:
+def permute(x: Tensor, *dims: int | Sequence[int]) -> Tensor:
     """``x`` with its dims reordered."""
     return tensor_operand(x, "permute").permute(*dims)
 
@@ -127,7 +134,7 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
 
 
 @at_user_line
-def squeeze(x: Tensor, dim=None) -> Tensor:
+def squeeze(x: Tensor, dim: Dims = None) -> Tensor:
     """``x`` without size-1 dims."""
     return tensor_operand(x, "squeeze").squeeze(dim)
 
@@ -139,7 +146,7 @@ def unsqueeze(x: Tensor, dim: int) -> Tensor:
 
 
 @at_user_line
-def flip(x: Tensor, *dims) -> Tensor:
+def flip(x: Tensor, *dims: int | Sequence[int]) -> Tensor:
     """``x`` reversed along ``dims``."""
     return tensor_operand(x, "flip").flip(*dims)
 
@@ -157,24 +164,24 @@ def triu(x: Tensor, diagonal: int = 0) -> Tensor:
 
 
 @at_user_line
-def clamp(x: Tensor, min=None, max=None) -> Tensor:  # noqa: A002 - torch's names
+def clamp(x: Tensor, min: object = None, max: object = None) -> Tensor:  # noqa: A002 - torch's names
     """``x`` limited to ``[min, max]``."""
-    return _clamp(tensor_operand(x, "clamp"), min, max)
+    return as_tensor(_clamp(tensor_operand(x, "clamp"), min, max))
 
 
 @at_user_line
-def masked_fill(x: Tensor, mask, value) -> Tensor:
+def masked_fill(x: Tensor, mask: Tensor, value: object) -> Tensor:
     """``value`` where ``mask`` holds, else ``x``."""
     return tensor_operand(x, "masked_fill").masked_fill(mask, value)
 
 
 @at_user_line
-def log_softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
+def log_softmax(x: Tensor, dim: int, dtype: object = None) -> Tensor:
     """log(softmax(x)) along ``dim``."""
     return tensor_operand(x, "log_softmax").log_softmax(dim, dtype)
 
 
 @at_user_line
-def where(condition, a, b) -> Tensor:
+def where(condition: object, a: object, b: object) -> Tensor:
     """``a`` where ``condition`` holds, else ``b`` (broadcast together)."""
-    return _where(condition, a, b)
+    return as_tensor(_where(condition, a, b))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import table_generation
@@ -32,6 +33,7 @@ from fuel.tensor import Tensor
 def _dense(tensor: Tensor) -> Node:
     """The realized node of ``tensor``, dense from offset 0 (a copy when it is a view)."""
     node = tensor.realize()._node
+    assert node.layout is not None  # a realized node has its layout
     if node.layout.offset != 0 or not node.layout.is_contiguous():
         node = tensor.contiguous().realize()._node
     return node
@@ -44,7 +46,7 @@ def _traced(node: Node) -> Tensor:
     return Tensor(leaf)
 
 
-def _python_key(value) -> tuple:
+def _python_key(value: object) -> tuple:
     """A non-tensor argument's part of a signature: by its bits (``bits_key``: -0.0 is not
     0.0, NaNs differ by payload), or by its repr when it is unhashable."""
     key = bits_key(value)
@@ -65,7 +67,7 @@ class JitFunction:
         self.replays = 0
         functools.update_wrapper(self, function)
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any) -> Any:
         nodes = [_dense(a) if isinstance(a, Tensor) else None for a in args]
         signature = tuple((n.dtype, n.shape, n.device) if n is not None else _python_key(a)
                           for n, a in zip(nodes, args))
@@ -87,7 +89,7 @@ class JitFunction:
         tensors = [Tensor(node) for node in results[:count]]
         return tensors[0] if single else tuple(tensors)
 
-    def _capture(self, nodes: list, args: tuple):
+    def _capture(self, nodes: list, args: tuple) -> Any:
         traced_args = [_traced(n) if n is not None else a for n, a in zip(nodes, args)]
         with defer_realize() as updates:
             traced = self.function(*traced_args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TextIO
 
 from fuel.dispatch import op_profile
 
@@ -27,7 +28,7 @@ class Profile:
         op_profile.set_trace(True)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.ops = op_profile.take()
         self.phases = op_profile.take_phase_spans()
         self.launches = op_profile.take_trace()
@@ -60,7 +61,7 @@ class Profile:
                 lines.append(f"{name:<25}{count:>9}{seconds * 1e3:>11.3f}")
         return "\n".join(lines)
 
-    def table(self, limit: int | None = None, file=None) -> None:
+    def table(self, limit: int | None = None, file: TextIO | None = None) -> None:
         """Print the per-op table."""
         print(self.table_text(limit), file=file or sys.stdout)
 

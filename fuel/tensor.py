@@ -6,7 +6,10 @@ values: ``numpy``, ``item``, ``tolist``, ``print`` of a realized tensor) runs th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, cast
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 from fuel.frontend import build as _build
 from fuel.frontend import shape as _shape
@@ -21,6 +24,9 @@ from fuel.frontend.structured import StructuredMethods
 from fuel.ir import dtype as dt
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
+
+if TYPE_CHECKING:
+    from fuel.explain import Explanation
 
 
 class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, ShapeMethods,
@@ -56,7 +62,7 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
         return self._node.buffer is not None
 
     @_build.at_user_line
-    def size(self, dim: int | None = None):
+    def size(self, dim: int | None = None) -> tuple[int, ...] | int:
         if dim is None:
             return self.shape
         return self.shape[_build.normalize_dim(dim, self.ndim)]
@@ -94,6 +100,7 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
         """
         self.realize()
         node = self._node
+        assert node.layout is not None  # a realized node has its layout
         values = node.buffer.backend.download(node.buffer, node.layout)
         if copy:
             return np.array(values, copy=True)
@@ -107,7 +114,8 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
         node = self._node
         return (node.device.backend.value == "cpu" and not self.dtype.is_packed)
 
-    def __array__(self, dtype=None, copy: bool | None = None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None
+                  ) -> np.ndarray:
         """NumPy's conversion (``np.asarray(t)``): the read-only view of ``numpy()``; a copy
         when ``copy=True`` or a ``dtype`` conversion needs one (``copy=False`` then raises
         ValueError, as NumPy asks)."""
@@ -125,8 +133,9 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
                              f"a copy")
         return values.astype(dtype)
 
-    def __dlpack__(self, *, stream=None, max_version: tuple[int, int] | None = None,
-                   dl_device: tuple[int, int] | None = None, copy: bool | None = None):
+    def __dlpack__(self, *, stream: object = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None
+                   ) -> Any:
         """A DLPack capsule of the values on the host: a CPU tensor's storage without a copy
         (flagged read-only), another device's values copied to the host unless
         ``copy=False``."""
@@ -149,14 +158,14 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
 
         return (K_DL_CPU, 0)
 
-    def item(self):
+    def item(self) -> Any:
         """The single value as a Python scalar."""
         if self.numel() != 1:
             raise InvalidArgument(f"item() needs exactly one element, this tensor has shape "
                                   f"{self.shape}")
         return self.numpy().reshape(()).item()
 
-    def tolist(self):
+    def tolist(self) -> Any:
         values = self.numpy()
         if self.dtype is dt.bfloat16:
             values = values.astype(np.float32)
@@ -188,7 +197,7 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
         state = "realized" if node.buffer is not None else f"lazy {node.op.value}"
         return f"Tensor(<{state}>, {head})"
 
-    def explain(self):
+    def explain(self) -> Explanation:
         """The graph a realize would run: one line per node with the kernel it dispatches to."""
         from fuel.explain import explain
 
@@ -203,7 +212,7 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
 
     # ------------------------------------------------------------------ conversion
     @_build.at_user_line
-    def to(self, *args, dtype=None, device=None) -> Tensor:
+    def to(self, *args: object, dtype: object = None, device: object = None) -> Tensor:
         """``to(dtype)``, ``to(device)`` or both; returns self when nothing changes."""
         for arg in args:
             if isinstance(arg, (dt.DType, type)) or (isinstance(arg, np.dtype)):
@@ -217,7 +226,7 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
             node = _build.cast(result._node, dt.to_dtype(dtype))
             result = result if node is result._node else Tensor(node)
         if device is not None:
-            result = _shape.copy_to(result, device)
+            result = as_tensor(_shape.copy_to(result, device))
         return result
 
     @_build.at_user_line
@@ -249,7 +258,7 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
         return self.to(dt.bfloat16)
 
     @_build.at_user_line
-    def type(self, dtype) -> Tensor:
+    def type(self, dtype: object) -> Tensor:
         return self.to(dt.to_dtype(dtype))
 
     @_build.at_user_line
@@ -259,7 +268,7 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
     @_build.at_user_line
     def contiguous(self) -> Tensor:
         """A dense copy when this tensor is a strided view; the copy runs at realize."""
-        return _build.make(OpKind.CONTIGUOUS, (self._node,), None)
+        return make(OpKind.CONTIGUOUS, (self._node,), None)
 
     @_build.at_user_line
     def clone(self) -> Tensor:
@@ -268,3 +277,16 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
 
 # wrap() makes this class: results stay fuel.Tensor whatever subclasses users define.
 TensorBase.concrete = Tensor
+
+
+def as_tensor(value: TensorBase) -> Tensor:
+    """A front-end result typed as what it is: the front end builds results through ``wrap``,
+    which always makes a ``fuel.Tensor``, but names only ``TensorBase`` (its layer is below
+    this one). For the layers above (functions, nn) and type checkers; no run-time check."""
+    return cast(Tensor, value)
+
+
+def make(op: OpKind, inputs: tuple, params: object) -> Tensor:
+    """``fuel.frontend.build.make`` (a checked node of ``op`` over ``inputs``' nodes), typed as
+    the ``fuel.Tensor`` it returns."""
+    return cast(Tensor, _build.make(op, inputs, params))

@@ -138,3 +138,12 @@ def test_first_compile_says_so_once(tmp_path, monkeypatch, caplog):
     notes = [r.getMessage() for r in caplog.records if r.name == "fuel.compiler"]
     assert notes == [f"fuel: compiling kernels for this machine (once: they are cached in "
                      f"{tmp_path / 'kernels'})"]
+
+
+def test_batch_job_summary_counts_in_words():
+    from fuel.cli.jobs import plural
+
+    assert [plural(1, "row"), plural(2, "row"), plural(1000, "row")] == [
+        "1 row", "2 rows", "1,000 rows"]
+    assert [plural(1, "batch", "batches"), plural(0, "batch", "batches")] == [
+        "1 batch", "0 batches"]

@@ -184,3 +184,26 @@ def test_the_pool_never_hands_out_an_exported_buffer():
     before = memory_stats()
     (x * 9.0).realize()
     assert memory_stats()["reused"] == before["reused"] + 1  # released ones come back
+
+
+def test_dlpack_copy_request_and_strided_views():
+    x = (fuel.arange(4, dtype=fuel.float32) + 1.0).realize()
+    copied = np.from_dlpack(x, copy=True)
+    assert copied.flags.writeable and not np.shares_memory(copied, x.numpy())
+    transposed = torch.from_dlpack(x.reshape(2, 2).t())  # a strided view, still shared
+    assert transposed.stride() == (1, 2) and transposed.tolist() == [[1.0, 3.0], [2.0, 4.0]]
+    assert transposed.data_ptr() == _address(x.numpy())
+
+
+def test_a_device_tensor_is_exported_as_a_host_copy():
+    from fuel.backends import get_backend
+    from fuel.ir.device import parse_device
+
+    try:
+        get_backend(parse_device("opencl"))
+    except fuel.DeviceError as error:
+        pytest.skip(str(error))
+    x = fuel.arange(6, dtype=fuel.float32, device="opencl") * 2.0
+    np.testing.assert_array_equal(torch.from_dlpack(x).numpy(), np.arange(6) * 2.0)
+    with pytest.raises(BufferError, match="without a copy"):
+        x.__dlpack__(max_version=(1, 0), copy=False)

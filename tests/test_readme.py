@@ -25,9 +25,9 @@ def test_readme_ten_lines_print_what_the_readme_shows():
     import re
 
     readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-    section = readme[readme.index("## Ten lines"):readme.index("## The profiler")]
+    section = readme[readme.index("## Ten lines"):readme.index("## Benchmarks")]
     code = section.split("```python\n")[1].split("```")[0]
-    shown = section.split("prints\n\n```\n")[1].split("```")[0]
+    shown = section.split("prints\n\n```text\n")[1].split("```")[0]
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
 

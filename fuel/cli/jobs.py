@@ -64,12 +64,17 @@ def _check(args: argparse.Namespace, option: str) -> None:
         raise InvalidArgument("--workers needs --ray (without it the job runs in this process)")
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 row``, ``2 rows``, ``1,000 rows``; ``nouns`` when the plural is not noun + s."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def _finish(report, verb: str) -> int:
     bad = f", {report.bad_rows} bad (see {report.errors_path})" if report.bad_rows else ""
     resumed = f", {report.batches_skipped} resumed" if report.batches_skipped else ""
-    print(f"{verb} {report.rows:,} rows{bad} into {report.output} in {report.seconds:.1f} s "
-          f"({report.rows_per_second:,.1f} rows/s); {report.batches_computed} batches "
-          f"computed{resumed}")
+    print(f"{verb} {plural(report.rows, 'row')}{bad} into {report.output} in "
+          f"{report.seconds:.1f} s ({report.rows_per_second:,.1f} rows/s); "
+          f"{plural(report.batches_computed, 'batch', 'batches')} computed{resumed}")
     return 0
 
 

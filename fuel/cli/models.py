@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fuel.cli.jobs import add_embed_arguments, run_embed_job
+from fuel.cli.jobs import add_embed_arguments, plural, run_embed_job
 from fuel.ir.errors import InvalidArgument
 
 
@@ -177,11 +177,6 @@ def check_not_empty(text: str, what: str) -> None:
     it (fuel generate's prompt, fuel embed's texts, a batch job's rows)."""
     if not text.strip():
         raise InvalidArgument(f"{what} is empty: give some text")
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 token``, ``2 tokens``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def stats_line(stats, device, interrupted: bool = False) -> str:

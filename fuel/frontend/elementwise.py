@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from fuel.frontend.base import TensorBase, wrap
 from fuel.frontend.build import (
@@ -32,8 +32,12 @@ if TYPE_CHECKING:
 # Unary ops that need a floating input: integers are promoted to the default float (torch).
 
 
-def tensor_operand(x, function: str) -> TensorBase:
-    """``x`` when it is a Tensor; InvalidArgument naming ``fuel.<function>`` otherwise."""
+_T = TypeVar("_T")
+
+
+def tensor_operand(x: _T, function: str) -> _T:
+    """``x`` when it is a Tensor; InvalidArgument naming ``fuel.<function>`` otherwise (typed
+    as given, so a caller that took a ``fuel.Tensor`` keeps its methods)."""
     if not isinstance(x, TensorBase):
         raise InvalidArgument(f"fuel.{function}() takes a Tensor first, got {type(x).__name__}")
     return x

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from typing import Any
 
 from fuel.ir.device import BackendId, Device
 from fuel.ir.dtype import DType
+from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -91,8 +93,10 @@ class Node:
         self.shape = shape
         self.device = device
         self.site = site
-        self.buffer = None
-        self.layout = None
+        # The Storage a realize attaches (the memory layer's type, above this one) and the
+        # Layout it is viewed through.
+        self.buffer: Any = None
+        self.layout: Layout | None = None
         # Structural key, built incrementally: equal keys mean equal graphs up to leaf data.
         # ``structure`` is hash((op, params, dtype, shape)) when the caller has it (cached by
         # fuel.ir.ops.infer_keyed per op record and operands).

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fuel.frontend.build import make
 from fuel.ir.errors import InvalidArgument, ShapeError
 from fuel.ir.ops import OpKind
 from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, PoolParams
-from fuel.tensor import Tensor
+from fuel.tensor import Tensor, make
 
 __all__ = [
     "avg_pool1d", "avg_pool2d", "avg_pool3d", "avg_pool_nd", "conv1d", "conv2d", "conv3d",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from fuel.frontend.attention import paged_attention
 from fuel.frontend.build import at_user_line
@@ -22,7 +23,7 @@ from fuel.frontend.shape import pad as _pad
 from fuel.frontend.structured import layer_norm, log_softmax, matmul, rms_norm, softmax
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
 from fuel.ir.ops import check_operand
-from fuel.tensor import Tensor
+from fuel.tensor import Tensor, as_tensor
 
 __all__ = [
     "cat", "chunk", "dropout", "embedding", "gather", "gelu", "hardswish", "index_select",
@@ -59,16 +60,17 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = False) -> Tensor:
         return x
     if p == 1.0:
         return x * 0
-    keep = random_uniform(x.shape, x.device) >= p
-    return where(keep, x * (1.0 / (1.0 - p)), 0.0)
+    keep = as_tensor(random_uniform(x.shape, x.device)) >= p
+    return as_tensor(where(keep, x * (1.0 / (1.0 - p)), 0.0))
 
 
 @at_user_line
-def pad(x: Tensor, pad, mode: str = "constant", value=0) -> Tensor:  # noqa: A002
+def pad(x: Tensor, pad: Sequence[int], mode: str = "constant",
+        value: float | None = 0) -> Tensor:  # noqa: A002
     """Constant padding, widths in torch's order (last dim first)."""
     if mode != "constant":
         raise InvalidArgument(f"pad mode {mode!r} is not supported; use 'constant'")
-    return _pad(x, pad, value if value is not None else 0)
+    return as_tensor(_pad(x, pad, value if value is not None else 0))
 
 
 @at_user_line

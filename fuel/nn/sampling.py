@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from fuel.frontend.build import make
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
 from fuel.ir.params import GridSampleParams
-from fuel.tensor import Tensor
+from fuel.tensor import Tensor, make
 
 __all__ = ["grid_sample"]
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from fuel.frontend.build import at_user_line, make, normalize_dim, operand_nodes
+from fuel.frontend.build import at_user_line, normalize_dim, operand_nodes
 from fuel.frontend.elementwise import binary, unary
 from fuel.frontend.shape import gather, index_operand, narrow
 from fuel.ir import dtype as dt
@@ -11,7 +11,7 @@ from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
 from fuel.ir.ops import NO_PARAMS, AxisParams, CastParams, OpKind
 from fuel.ir.params import EinsumParams, ScatterParams, SortParams
 from fuel.ir.rules import parse_einsum
-from fuel.tensor import Tensor
+from fuel.tensor import Tensor, as_tensor, make
 
 __all__ = [
     "argsort", "bitcast", "cumprod", "det", "einsum", "scatter", "scatter_nd", "scatter_reduce",
@@ -28,19 +28,19 @@ def det(x: Tensor) -> Tensor:
 
 
 @at_user_line
-def bitcast(x: Tensor, dtype) -> Tensor:
+def bitcast(x: Tensor, dtype: object) -> Tensor:
     """The same bits read as ``dtype`` of the same size (torch's ``Tensor.view(dtype)``)."""
     return make(OpKind.BITCAST, (x._node,), CastParams(dt.to_dtype(dtype)))
 
 
 @at_user_line
-def trunc_divide(a, b) -> Tensor:
+def trunc_divide(a: object, b: object) -> Tensor:
     """Division rounded toward zero (``torch.div(a, b, rounding_mode='trunc')``); integer
     operands stay integers (division by zero gives 0), floats are divided and truncated."""
     (left, right), dtype = operand_nodes([a, b])
     if dtype.is_floating:
-        return trunc(binary(OpKind.DIV, Tensor(left), Tensor(right)))
-    return binary(OpKind.INT_DIV, Tensor(left), Tensor(right))
+        return trunc(as_tensor(binary(OpKind.DIV, Tensor(left), Tensor(right))))
+    return as_tensor(binary(OpKind.INT_DIV, Tensor(left), Tensor(right)))
 
 
 @at_user_line
@@ -61,22 +61,24 @@ def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = T
 
 
 @at_user_line
-def sort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = True):
+def sort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = True
+         ) -> tuple[Tensor, Tensor]:
     """(values, indices) of a stable sort along ``dim``."""
     indices = argsort(x, dim, descending)
-    return (gather(x, dim, indices) if x.ndim else x), indices
+    return (as_tensor(gather(x, dim, indices)) if x.ndim else x), indices
 
 
 @at_user_line
-def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True,
+         sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002
     """(values, indices) of the ``k`` largest (or smallest) entries along ``dim``; equal
     values come in ascending index order."""
     axis = normalize_dim(dim, x.ndim)
     if not 0 <= k <= x.shape[axis]:
         raise InvalidArgument(f"topk k={k} is out of range for dim {dim} of size "
                               f"{x.shape[axis]}")
-    indices = narrow(argsort(x, axis, descending=largest), axis, 0, int(k))
-    return gather(x, axis, indices), indices
+    indices = as_tensor(narrow(argsort(x, axis, descending=largest), axis, 0, int(k)))
+    return as_tensor(gather(x, axis, indices)), indices
 
 
 @at_user_line
@@ -92,7 +94,8 @@ _TORCH_REDUCE = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min",
 
 
 @at_user_line
-def scatter(x: Tensor, dim: int, index: Tensor, src, reduce: str | None = None) -> Tensor:
+def scatter(x: Tensor, dim: int, index: Tensor, src: object, reduce: str | None = None
+            ) -> Tensor:
     """A copy of ``x`` with ``src`` written at ``index`` along ``dim`` (torch.scatter);
     ``reduce`` "add" or "multiply" combines instead of overwriting."""
     reduction = "none" if reduce is None else _TORCH_REDUCE.get(reduce)
@@ -114,14 +117,15 @@ def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
     return _scatter_elements(x, dim, index, src, reduction)
 
 
-def _scatter_elements(x: Tensor, dim: int, index: Tensor, src, reduction: str) -> Tensor:
+def _scatter_elements(x: Tensor, dim: int, index: Tensor, src: object, reduction: str
+                      ) -> Tensor:
     axis = normalize_dim(dim, x.ndim)
     index_node = index_operand("scatter", index)
-    if not isinstance(src, Tensor):
-        src = Tensor(operand_nodes([x, src])[0][1]).expand(*index.shape)
-    if src.shape != index.shape:
-        src = narrow_to(src, index.shape)
-    return make(OpKind.SCATTER_ELEMENTS, (x._node, index_node, src.to(x.dtype)._node),
+    values = src if isinstance(src, Tensor) else Tensor(
+        operand_nodes([x, src])[0][1]).expand(*index.shape)
+    if values.shape != index.shape:
+        values = narrow_to(values, index.shape)
+    return make(OpKind.SCATTER_ELEMENTS, (x._node, index_node, values.to(x.dtype)._node),
                 ScatterParams(axis, reduction))
 
 
@@ -130,7 +134,7 @@ def narrow_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     if len(shape) != x.ndim or any(s > n for s, n in zip(shape, x.shape)):
         raise ShapeError(f"src of shape {x.shape} does not cover index shape {shape}")
     for axis, size in enumerate(shape):
-        x = narrow(x, axis, 0, size)
+        x = as_tensor(narrow(x, axis, 0, size))
     return x
 
 

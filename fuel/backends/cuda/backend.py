@@ -102,7 +102,7 @@ class CudaBackend(Backend):
 
     def allocate(self, device: Device, dtype: DType, size: int) -> Storage:
         context = self.context(device)
-        nbytes = size * dtype.itemsize
+        nbytes = dtype.storage_bytes(size)
         buffer = context.allocate(nbytes, f"{size} x {dtype.name} on {device}")
         storage = Storage(buffer, dtype, size, device, self)
         context.track(nbytes)
@@ -137,9 +137,10 @@ class CudaBackend(Backend):
             loop_kernel(copy_loop(storage.dtype, layout, dense_layout)).prepare(
                 [storage], [dense], [layout, dense_layout], None)()
             storage, layout = dense, dense_layout
-        itemsize = storage.dtype.itemsize
-        raw = context.download(storage.buffer, layout.offset * itemsize, layout.numel * itemsize)
-        return raw.view(storage.dtype.numpy).reshape(layout.shape)
+        dtype = storage.dtype
+        raw = context.download(storage.buffer, dtype.storage_bytes(layout.offset),
+                               dtype.storage_bytes(layout.numel))
+        return raw.view(dtype.numpy).reshape(layout.shape)
 
     def record_completion(self, storage: Storage) -> CudaCompletion:
         """An event after the work enqueued so far on the storage's stream."""
@@ -167,9 +168,9 @@ class CudaBackend(Backend):
     def register(self, table: KernelBindingTable) -> None:
         """Add every kernel module's bindings, the fused-kernel generator and the fusion
         target."""
-        from fuel.backends.cuda import kernels, matmul, ops
+        from fuel.backends.cuda import kernels, matmul, ops, quantized
 
-        for module in (ops, matmul):
+        for module in (ops, matmul, quantized):
             module.KERNELS.register_into(table)
         table.register(OpKind.FUSED, (), BackendId.CUDA, kernels.generate_cuda_kernel,
                        kernels.GENERATED, kernels.KERNEL_SOURCE)

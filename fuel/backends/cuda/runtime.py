@@ -263,7 +263,7 @@ class DeviceContext:
             launch(function, blocks, 1, 1, threads, 1, 1, shared, stream.ptr, address, 0)
 
         def run() -> None:
-            _ = values  # the arguments live as long as the launcher
+            _ = values, parameters  # the arguments and their slots live as long as it
             if blocks > 0:
                 self.enqueue(call)
 

@@ -25,9 +25,9 @@ class Rendering:
 
 def kernel_rows():
     """(op, dtypes, kernel) of every CUDA binding (the backend's kernel lists)."""
-    from fuel.backends.cuda import matmul, ops
+    from fuel.backends.cuda import matmul, ops, quantized
 
-    return [(op, dtypes, kernel) for module in (ops, matmul)
+    return [(op, dtypes, kernel) for module in (ops, matmul, quantized)
             for op, dtypes, kernel, _ in module.KERNELS.rows]
 
 
@@ -35,11 +35,12 @@ def _storage(dtype):
     return SimpleNamespace(dtype=dtype, buffer=object())
 
 
-def renderings() -> tuple[list[Rendering], list[str]]:
-    """(the distinct sources, in order of first use; keys without a case generator)."""
+def renderings(rows=None) -> tuple[list[Rendering], list[str]]:
+    """(the distinct sources, in order of first use; keys without a case generator) of
+    ``rows`` (default: every CUDA binding)."""
     found: dict[str, Rendering] = {}
     missing = []
-    for op, dtypes, kernel in kernel_rows():
+    for op, dtypes, kernel in kernel_rows() if rows is None else rows:
         generate = CASES.get(op)
         if generate is None:
             missing.append(key_id((op, dtypes, None)))
@@ -107,3 +108,17 @@ def compile_all(items: list[Rendering], arch: str, batch: int = 400, workers: in
             except KernelError as error:
                 failures.append((chunk[n], str(error)))
     return failures
+
+
+def cuda_device():
+    """The first CUDA device, or a skip naming why there is none."""
+    import pytest
+
+    from fuel.backends import find_backend
+    from fuel.ir.device import BackendId
+
+    backend = find_backend(BackendId.CUDA)
+    if backend is None or not backend.is_available():
+        reason = backend.unavailable_reason() if backend is not None else "not loaded"
+        pytest.skip(f"CUDA is unavailable: {reason}")
+    return backend.devices()[0]

@@ -101,13 +101,28 @@ def test_the_architecture_nvrtc_targets(monkeypatch):
 
 # ----------------------------------------------------------------------------- on a GPU
 
-@pytest.fixture
-def cuda():
-    if not BACKEND.is_available():
-        pytest.skip(f"CUDA is unavailable: {BACKEND.unavailable_reason()}")
-    device = BACKEND.devices()[0]
-    yield BACKEND, device
+@pytest.fixture(params=["gpu", "host"])
+def cuda(request, monkeypatch):
+    """(backend, device): the first CUDA GPU ("gpu"; skipped naming why without one), or the
+    fake device of host memory running the real backend over emulated kernels ("host",
+    ``tests.backends.cuda.fake_device``; where a GPU is here, the GPU alone)."""
+    if request.param == "gpu" or BACKEND.is_available():
+        if not BACKEND.is_available():
+            pytest.skip(f"CUDA is unavailable: {BACKEND.unavailable_reason()}")
+        if request.param == "host":
+            pytest.skip("a CUDA device is here: the fake device is not needed")
+        backend, device = BACKEND, BACKEND.devices()[0]
+    else:
+        from tests.backends.cuda import fake_device
+
+        backend, device = fake_device.install(monkeypatch)
+    yield backend, device
     assert in_flight(device) == 0
+    if request.param == "host":
+        from fuel.dispatch import kernel
+
+        monkeypatch.undo()
+        kernel._global_generation += 1  # plans made with the fake's table are stale
 
 
 def _data(*shape, dtype=np.float32):
@@ -162,7 +177,8 @@ def test_matmul_on_cublas(cuda, dtype):
     _, device = cuda
     a, b = _data(3, 33, 70), _data(70, 45)
     x, w = fuel.from_numpy(a).to(dtype), fuel.from_numpy(b).to(dtype)
-    for left, right in ((x, w), (x, w.T.contiguous().T), (x[:, 1:], w[1:])):
+    for left, right in ((x, w), (x, w.T.contiguous().T), (x[:, :, 1:], w[1:]),
+                        (x[0].T.contiguous().T, w), (x, w[:, ::2])):
         expected = (left @ right).to("float32").numpy()
         actual = (left.to(device) @ right.to(device)).to("cpu").to("float32").numpy()
         tolerance = {"float32": 1e-4, "float64": 1e-10, "float16": 2e-2, "bfloat16": 1e-1}

@@ -20,7 +20,7 @@ from tests.backends.cuda import renderings as suite
 
 pytestmark = pytest.mark.skipif(nvrtc.unavailable_reason() is not None,
                                 reason=str(nvrtc.unavailable_reason()))
-WORKERS = max(1, min(2, os.cpu_count() or 1))
+WORKERS = max(1, min(8, os.cpu_count() or 1))
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +102,55 @@ def test_compiled_images_are_cached_by_source(tmp_path, monkeypatch):
     assert b".entry fuel_kernel" in first and b".target sm_90" in first
     nvrtc._memory.clear()
     assert nvrtc.compile_cuda(source, "compute_90", CUDA_OPTIONS) == first
+
+
+def _fused_groups() -> list:
+    """The LoopKernels of the fused groups of a few graphs (chains, softmax, the norms, a GELU
+    epilogue, half types), as the planner lowers them (captured on the CPU: the IR is the
+    same for every backend)."""
+    import numpy as np
+
+    import fuel
+    import fuel.nn.functional as F
+    from fuel.compiler.fusion import fusion_enabled
+    from fuel.runtime import plan
+
+    captured = []
+    original = plan.compile_generated
+
+    def capture(entry, dtypes, backend, kernel):
+        captured.append(kernel)
+        return original(entry, dtypes, backend, kernel)
+
+    rng = np.random.default_rng(3)
+    previous = fusion_enabled()
+    fuel.set_fusion(True)
+    plan.compile_generated = capture
+    try:
+        for dtype in ("float32", "float64", "float16", "bfloat16"):
+            x = fuel.from_numpy(rng.standard_normal((6, 40), np.float32)).to(dtype)
+            w = fuel.from_numpy(rng.standard_normal(40, np.float32)).to(dtype)
+            graphs = [-(((x * 1.5 + 0.5).relu() - x) * x / 2 + 1), (x.exp() - x).tanh() + w,
+                      F.gelu(x + w) * x.sigmoid(), fuel.where(x * 2 > w, x, w.abs())]
+            if dtype in ("float32", "float64"):
+                mean = x.mean(-1, keepdim=True)
+                top = x.max(-1, keepdim=True).values
+                graphs += [(x - top).exp() / (x - top).exp().sum(-1, keepdim=True),
+                    (x - mean) / ((x - mean) * (x - mean)).mean(-1, keepdim=True).sqrt() * w,
+                    x * (x * x).mean(-1, keepdim=True).add(1e-6).rsqrt() * w]
+            fuel.realize(*graphs)
+    finally:
+        plan.compile_generated = original
+        fuel.set_fusion(previous)
+    return captured
+
+
+def test_fused_groups_compile_for_compute_90():
+    from fuel.backends.cuda.kernels import LoopCudaKernel
+
+    groups = _fused_groups()
+    assert len(groups) >= 12 and any(loop.reduced for loop in groups)
+    items = [suite.Rendering(program.source, f"fused {loop}")
+             for loop in groups for program in LoopCudaKernel(loop).renderings()]
+    failures = suite.compile_all(items, "compute_90")
+    assert not failures, _report(failures)
