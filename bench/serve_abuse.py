@@ -138,7 +138,13 @@ def main() -> int:
             stop.set()
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output = process.stdout.read()
+            print(f"fuel serve did not stop within 30 s of SIGTERM; its output:\n{output[-3000:]}")
+            process.wait(timeout=30)
     load = os.getloadavg()[0]
     ratio = statistics.median(abused) / statistics.median(alone)
     print(f"well-behaved chat request, median of {args.requests}: alone "
