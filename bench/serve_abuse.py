@@ -31,10 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def start(model: Path, cache: Path, options: list[str]) -> tuple[subprocess.Popen, str]:
+    """``fuel serve`` on a free port; ``--quiet``: its stdout is a pipe read only until the
+    address line, and an access log line per request would fill it and block the server."""
     environment = dict(os.environ, FUEL_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
     process = subprocess.Popen(
         [sys.executable, "-m", "fuel", "serve", "--model", str(model), "--port", "0",
-         "--embedding-model", "none", *options], cwd=ROOT, env=environment,
+         "--embedding-model", "none", "--quiet", *options], cwd=ROOT, env=environment,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

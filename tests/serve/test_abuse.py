@@ -68,7 +68,9 @@ def _drip(address, stop: threading.Event, closed: list, body: bool) -> None:
 
 @pytest.fixture(scope="module")
 def guarded_server(chat_gguf, serve_cache):
+    # --quiet: no access log into the pipe start_server stops reading (a full pipe blocks)
     running = start_server(chat_gguf, serve_cache, "--slots", "2", "--embedding-model", "none",
+                           "--quiet",
                            "--max-connections", str(MAX_CONNECTIONS), "--header-timeout",
                            str(HEADER_TIMEOUT_S), "--body-timeout", str(BODY_TIMEOUT_S))
     yield running
