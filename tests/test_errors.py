@@ -84,3 +84,22 @@ def test_item_bool_and_dtype_errors():
         fuel.ones(2) & fuel.ones(2)
     with pytest.raises(fuel.DTypeError, match="not a number"):
         fuel.ones(2) + "1"
+
+
+@pytest.mark.parametrize("build", [
+    lambda: fuel.ones(2**40),
+    lambda: fuel.ones(4).expand(2**40, 4),
+    lambda: fuel.zeros(2**20, 2**20, dtype="int8"),
+])
+def test_absurd_sizes_are_refused_when_built_naming_the_limit(build):
+    with pytest.raises(fuel.FuelError, match=r"element count .* over fuel's limit of \d+ .*"
+                                             r"FUEL_MAX_ELEMENTS .*test_errors.py"):
+        build()
+
+
+def test_the_element_limit_can_be_raised(monkeypatch):
+    monkeypatch.setenv("FUEL_MAX_ELEMENTS", str(2**43))
+    assert fuel.ones(4).expand(2**40, 4).shape == (2**40, 4)  # a lazy view: nothing allocated
+    monkeypatch.setenv("FUEL_MAX_ELEMENTS", "many")
+    with pytest.raises(fuel.FuelError, match="FUEL_MAX_ELEMENTS must be an integer"):
+        fuel.ones(3).expand(2**40, 3)

@@ -67,6 +67,12 @@ def add_commands(subparsers) -> None:
                             "Retry-After (default 64)")
     serve.add_argument("--max-body-bytes", type=int, default=1 << 20, metavar="N",
                        help="the largest request body accepted (default 1 MiB)")
+    serve.add_argument("--max-connections", type=int, default=1024, metavar="N",
+                       help="open connections at once; more are closed at once (default 1024)")
+    serve.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+                       help="seconds a request's headers may take to arrive (default 10)")
+    serve.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+                       help="seconds a request's body may take after its headers (default 30)")
     serve.add_argument("--api-key", default=None, metavar="KEY",
                        help=f"require 'Authorization: Bearer KEY' on /v1 (default: "
                             f"${API_KEY_ENVIRONMENT} when set)")
@@ -77,9 +83,13 @@ def add_commands(subparsers) -> None:
 
 
 def _check_settings(args: argparse.Namespace) -> None:
-    for name in ("slots", "max_queue", "max_body_bytes"):
+    for name in ("slots", "max_queue", "max_body_bytes", "max_connections"):
         if getattr(args, name) < 1:
             raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1, got "
+                                  f"{getattr(args, name)}")
+    for name in ("header_timeout", "body_timeout"):
+        if not getattr(args, name) > 0:
+            raise InvalidArgument(f"--{name.replace('_', '-')} must be > 0 seconds, got "
                                   f"{getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise InvalidArgument(f"--port must be in 0..65535, got {args.port}")
@@ -157,9 +167,22 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def uvicorn_config(uvicorn, app, args: argparse.Namespace):
-    """uvicorn's settings for ``app``: its access log unless ``--quiet``, the grace period."""
+    """uvicorn's settings for ``app``: its access log unless ``--quiet``, the grace period,
+    the connection limits (``fuel.serve.limits``: header and body deadlines, a cap)."""
+    from fuel.serve.limits import (
+        BODY_TIMEOUT_S,
+        HEADER_TIMEOUT_S,
+        MAX_CONNECTIONS,
+        ConnectionLimits,
+        guarded_protocol,
+    )
+
+    limits = ConnectionLimits(getattr(args, "header_timeout", HEADER_TIMEOUT_S),
+                              getattr(args, "body_timeout", BODY_TIMEOUT_S),
+                              getattr(args, "max_connections", MAX_CONNECTIONS))
     return uvicorn.Config(app, log_config=log_config(), log_level=None,
-                          access_log=not args.quiet, timeout_graceful_shutdown=GRACE_SECONDS)
+                          access_log=not args.quiet, timeout_graceful_shutdown=GRACE_SECONDS,
+                          http=guarded_protocol(limits))
 
 
 def log_config() -> dict:

@@ -25,8 +25,13 @@ LIMITS: dict[str, Limit] = {
     "context": Limit("FUEL_MAX_CONTEXT", 1 << 20, "a context length"),
     "vocab": Limit("FUEL_MAX_VOCAB", 1 << 22, "a vocabulary"),
     "layers": Limit("FUEL_MAX_LAYERS", 4096, "a layer count"),
-    "elements": Limit("FUEL_MAX_ELEMENTS", 1 << 34, "a tensor's element count"),
+    "elements": Limit("FUEL_MAX_ELEMENTS", 1 << 32, "a tensor's element count"),
 }
+
+
+# Below this many elements a result is never checked against FUEL_MAX_ELEMENTS (node building
+# reads no environment variable on its common path); the limit cannot be set lower.
+ELEMENT_LIMIT_FLOOR = 1 << 28
 
 
 def limit(kind: str) -> int:
@@ -48,5 +53,6 @@ def check_limit(kind: str, value: int, what: str) -> None:
     if value > bound:
         entry = LIMITS[kind]
         raise ResourceLimitError(
-            f"{what} is {value}, over fuel's limit of {bound} for {entry.what}; if the file is "
-            f"trusted, raise it with the environment variable {entry.variable}")
+            f"{what} is {value}, over fuel's limit of {bound} for {entry.what}; to allow it (a "
+            f"trusted file, an intended size), set the environment variable {entry.variable} "
+            f"higher")

@@ -19,6 +19,7 @@ from fuel.ir import rules, rules_text
 from fuel.ir.dtype import DType
 from fuel.ir.errors import DTypeError
 from fuel.ir.expression import E, Expression, X
+from fuel.ir.limits import ELEMENT_LIMIT_FLOOR, check_limit
 from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata API
     NO_PARAMS,
     ArangeParams,
@@ -584,7 +585,14 @@ def _infer(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, .
     record = OPS[op]
     if record.operands:
         _check_operands(record, dtypes)
-    return record.rule(params, shapes, dtypes)
+    shape, dtype = record.rule(params, shapes, dtypes)
+    count = 1
+    for size in shape:
+        count *= size
+    if count > ELEMENT_LIMIT_FLOOR:  # absurd sizes (a 2^40 dim) refused before allocating
+        check_limit("elements", count, f"the element count of {record.name}'s result "
+                                       f"(shape {shape})")
+    return shape, dtype
 
 
 def infer(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, ...]):

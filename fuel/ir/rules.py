@@ -260,6 +260,12 @@ def _spatial_check(params, rank: int, what: str) -> None:
                          f"(one per spatial dim)")
     if any(s <= 0 for s in params.strides) or any(d <= 0 for d in params.dilations):
         raise InvalidArgument(f"{what}: strides and dilations must be positive")
+    if any(p < 0 for p in params.pads_begin + params.pads_end):
+        raise InvalidArgument(f"{what}: pads must be non-negative, got "
+                              f"{params.pads_begin + params.pads_end}")
+    groups = getattr(params, "groups", 1)
+    if groups < 1:
+        raise InvalidArgument(f"{what}: groups must be positive, got {groups}")
 
 
 def conv(params: ConvParams, shapes, dtypes):
@@ -271,6 +277,8 @@ def conv(params: ConvParams, shapes, dtypes):
                          f"same rank, got {x} and {w}")
     rank = len(x) - 2
     _spatial_check(params, rank, "conv")
+    if any(size < 1 for size in w[2:]):
+        raise ShapeError(f"conv: the kernel {w} has an empty spatial dim")
     if x[1] != w[1] * params.groups or w[0] % params.groups:
         raise ShapeError(f"conv: input channels {x[1]} and weight {w} do not fit "
                          f"{params.groups} groups")
@@ -333,6 +341,8 @@ def pool(params: PoolParams, shapes, dtypes):
     if len(x) < rank + 1:
         raise ShapeError(f"pooling a {rank}-d window needs at least {rank + 1} dims, got {x}")
     _spatial_check(params, rank, "pool")
+    if any(size < 1 for size in params.kernel):
+        raise InvalidArgument(f"pool: kernel sizes must be positive, got {params.kernel}")
     lead = len(x) - rank
     spatial = tuple(
         conv_output_size(x[lead + i], params.kernel[i], params.strides[i], params.pads_begin[i],

@@ -101,7 +101,34 @@ class _Walk:
         if item_kind not in (STRING, ARRAY):
             raise self.fail(f"{what} has the unknown item type {item_kind}")
         self.need(count * least, f"{what}'s {count} {TYPE_NAMES[item_kind]} items")
+        if item_kind == STRING:
+            return self.strings(count, what)
         return [self.value(item_kind, f"item {i} of {what}", depth + 1) for i in range(count)]
+
+    def strings(self, count: int, what: str) -> list[str]:
+        """``count`` strings in a row (a vocabulary: the one loop over 10^5 items here, so
+        written out for speed), each checked like ``string``."""
+        data, at, end = self.data, self.at, len(self.data)
+        unpack = struct.Struct(self.order + "Q").unpack_from
+        items: list[str] = []
+        append = items.append
+        for index in range(count):
+            if at + 8 > end:
+                self.at = at
+                self.need(8, f"the length of item {index} of {what}")
+            (length,) = unpack(data, at)
+            stop = at + 8 + length
+            if stop > end:
+                self.at = at + 8
+                self.need(length, f"item {index} of {what} ({length} bytes)")
+            try:
+                append(data[at + 8:stop].decode("utf-8"))
+            except UnicodeDecodeError as error:
+                raise self.fail(f"item {index} of {what} at byte {at + 8} is not UTF-8 text "
+                                f"({error.reason} at its byte {error.start})") from None
+            at = stop
+        self.at = at
+        return items
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -54,12 +54,15 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise APIError(413, f"the request body has {declared} bytes; the limit is {limit}",
                            code="request_too_large")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise APIError(413, f"the request body exceeds the limit of {limit} bytes",
-                           code="request_too_large")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise APIError(413, f"the request body exceeds the limit of {limit} bytes",
+                               code="request_too_large")
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone, or closed by fuel.serve.limits' body deadline
+        raise APIError(408, "the request body did not arrive") from None
     return b"".join(chunks)
 
 

@@ -1,4 +1,4 @@
-"""The loaders under mutated files (bench/fuzz.py's cases, a bounded number per format): every
+"""The loaders under mutated files (bench/fuzz.py's cases, CI_CASES per format): every
 case loads and runs, or ends in a FuelError naming the file; never another exception, a crash
 or a hang. ``python bench/fuzz.py --format all --count 2000`` is the long run."""
 
@@ -8,6 +8,7 @@ import pytest
 
 from bench import fuzz
 
+CI_CASES = 24  # per format: a few seconds each (the long run: bench/fuzz.py)
 NEEDS = {"gguf": ("gguf", "tokenizers"), "onnx": ("onnx",),
          "safetensors": ("safetensors", "tokenizers"), "tokenizer": ("safetensors", "tokenizers")}
 
@@ -16,10 +17,10 @@ NEEDS = {"gguf": ("gguf", "tokenizers"), "onnx": ("onnx",),
 def test_mutated_files_load_or_are_refused_naming_the_file(fmt, tmp_path):
     for module in NEEDS[fmt]:
         pytest.importorskip(module)
-    report = fuzz.fuzz(fmt, count=40, seed=0, timeout=120, workdir=tmp_path)
+    report = fuzz.fuzz(fmt, count=CI_CASES, seed=0, timeout=120, workdir=tmp_path)
     assert report["bugs"] == [], report["bugs"]
     counts = report["counts"]
-    assert sum(counts.values()) == 40
+    assert sum(counts.values()) == CI_CASES
     assert counts["refused"] > 0  # the mutations reached the checks
 
 

@@ -127,9 +127,9 @@ def test_a_tensor_shape_the_config_contradicts(tiny_gguf):
 def bert_folder(tmp_path):
     pytest.importorskip("safetensors")
     pytest.importorskip("tokenizers")
-    from bench.fuzz import _write_bert
+    from bench.fuzz_cases import write_bert
 
-    return _write_bert(tmp_path / "bert")
+    return write_bert(tmp_path / "bert")
 
 
 def _load_bert(folder: Path):
@@ -217,9 +217,9 @@ def test_damaged_tokenizer_json(bert_folder, damage):
 # ------------------------------------------------------------------ ONNX
 def _onnx_seed(tmp_path) -> list[Path]:
     pytest.importorskip("onnx")
-    from bench.fuzz import _onnx_seeds
+    from bench.fuzz_cases import onnx_seeds
 
-    return _onnx_seeds(tmp_path)
+    return onnx_seeds(tmp_path)
 
 
 def test_truncated_onnx_model_names_the_file(tmp_path):
@@ -246,3 +246,28 @@ def test_external_data_outside_the_model_folder(tmp_path, location):
     onnx.save(model, str(path))
     with pytest.raises(FuelError, match=r"mlp_external.onnx: "):
         fuel.onnx.load(str(path)).run({"ids": np.array([1, 2, 3], np.int64)})
+
+
+@pytest.mark.parametrize("op, attributes", [
+    ("Conv", {"strides": [0, 0]}), ("Conv", {"pads": [-5, -5, -5, -5]}),
+    ("Conv", {"group": 0}), ("Conv", {"pads": [2**40, 0, 0, 0]}),
+    ("MaxPool", {"kernel_shape": [-2, 2]}), ("AveragePool", {"kernel_shape": [0, 0]}),
+    ("MaxPool", {"kernel_shape": [2, 2], "dilations": [0, 0]}),
+])
+def test_window_attributes_from_a_file_are_checked_when_built(tmp_path, op, attributes):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    import fuel.onnx
+
+    inputs = ["x", "k"] if op == "Conv" else ["x"]
+    kernel = [numpy_helper.from_array(np.ones((2, 1, 3, 3), np.float32), "k")] \
+        if op == "Conv" else []
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], **attributes)], "window",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], kernel)
+    path = tmp_path / "window.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(FuelError, match=rf"window.onnx: node \({op}\)"):
+        fuel.onnx.load(str(path)).run({"x": np.ones((1, 1, 6, 6), np.float32)})

@@ -9,6 +9,7 @@ import fuel
 from fuel.frontend.shape import cat
 from fuel.frontend.shape import pad as constant_pad
 from fuel.ir import dtype as dt
+from fuel.ir.limits import check_limit
 from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError, UnsupportedOp
 from fuel.onnx.ops.common import Tensor, axis_of, narrow, slice_axes
@@ -292,6 +293,7 @@ def range_(ctx: NodeContext) -> Tensor:
     if delta == 0:
         raise OnnxError("Range delta cannot be 0")
     count = max(int(np.ceil((limit - start) / delta)), 0)
+    check_limit("elements", count, "Range's element count")  # sized by data: refused first
     if dtype.is_integer:
         values = int(start) + np.arange(count, dtype=np.int64) * int(delta)
     else:
