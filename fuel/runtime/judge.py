@@ -329,13 +329,10 @@ def _processor() -> str:
 
 
 def _threads() -> int:
-    configured = os.environ.get("FUEL_THREADS")
-    if configured and configured.isdigit() and int(configured) > 0:
-        return int(configured)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - platforms without affinity
-        return os.cpu_count() or 1
+    """The thread count the CPU's C kernels use (``FUEL_THREADS`` or the cores)."""
+    from fuel.backends.cpu.quantized import thread_count
+
+    return thread_count()
 
 
 def _aliased(inputs: Sequence, outputs: Sequence) -> bool:
