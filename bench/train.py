@@ -9,8 +9,8 @@ Tasks:
             in-batch contrastive loss, AdamW, 50 steps.
 For each: the largest relative difference of the loss curves, the median step time of fuel
 eager, fuel with the step captured by fuel.jit, and torch eager (ratios fuel / torch), and
-the growth of each process's peak resident memory over training (ru_maxrss after the steps
-less the resident set before the first one).
+the peak resident memory of each process over the steps after a warm-up of 5, above its
+resident set before them.
 
     python bench/train.py [--tasks mlp,cnn,minilm] [--epochs 20] [--minilm-steps 50]
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -155,12 +154,15 @@ def minilm_batches(steps: int):
 
 
 # ------------------------------------------------------------------ workers
-def _rss_kb() -> int:
+def _status_kb(field: str) -> int:
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+WARMUP = 5  # steps before the measured ones: plans, kernels and captures are built there
 
 
 def run_torch(task: str, epochs: int, steps: int, weights: str) -> dict:
@@ -267,14 +269,21 @@ def run_fuel(task: str, epochs: int, steps: int, weights: str, jit: bool) -> dic
 
 
 def _loop(step, data, accuracy) -> dict:
-    before = _rss_kb()
+    """Run the steps; the peak resident memory over the steps after the warm-up, above the
+    resident set before them (Linux: writing 5 to clear_refs resets the peak, VmHWM)."""
     losses, times = [], []
-    for item in data:
+    before = peak = None
+    for index, item in enumerate(data):
+        if index == WARMUP:
+            before = _status_kb("VmRSS")
+            with open("/proc/self/clear_refs", "w") as refs:
+                refs.write("5")
         start = time.perf_counter()
         losses.append(step(item))
         times.append(time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    result = {"losses": losses, "times": times, "peak_growth_kb": max(peak - before, 0)}
+    if before is not None:
+        peak = _status_kb("VmHWM") - before
+    result = {"losses": losses, "times": times, "peak_growth_kb": max(peak or 0, 0)}
     if accuracy is not None:
         result["accuracy"] = accuracy()
     return result
@@ -327,7 +336,7 @@ def _report(task: str, results: dict) -> dict:
         losses = np.array(results[worker]["losses"][:CURVE_STEPS])
         row[f"{worker} curve max rel diff"] = float(
             np.max(np.abs(losses - torch_losses) / np.abs(torch_losses)))
-    skip = min(5, len(results["torch"]["times"]) // 4)  # warm-up: plans, kernels, captures
+    skip = WARMUP
     medians = {w: float(np.median(results[w]["times"][skip:])) for w in results}
     row["torch step ms"] = medians["torch"] * 1e3
     for worker in ("fuel", "fuel-jit"):
