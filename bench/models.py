@@ -11,7 +11,12 @@ export of the same model by torch.onnx, cached under the fuel cache folder), all
 thread count; the table gives each time and the ratios against onnxruntime.
 
     python bench/models.py [--runs N] [--rounds N] [--threads N] [--profile] [--no-torch]
-                           [--llama-cpp]
+                           [--llama-cpp] [--sweep] [--only sweep]
+
+``fuel-judge-off`` is fuel with ``FUEL_JUDGE=off`` (every kernel's own measured rule), beside
+``fuel`` (the judge on: its first process times the candidates of shapes it has not stored).
+``--sweep`` runs MiniLM over 20 sequence lengths from 4 to 256 at batch 1 and 8, every shape
+new to its process (fuel plans each one on its first call), fuel against onnxruntime.
 
 ``--llama-cpp`` adds SmolLM2 against llama.cpp (llama-cpp-python, the same GGUF, the same
 thread count, its own process): time to first token, decode tok/s and greedy agreement over
@@ -128,7 +133,11 @@ def bench_minilm(runs: int, with_torch: bool, rows: list, profile: bool,
 
 
 MINILM_SHAPES = ((1, 12), (8, 128))
-MINILM_SYSTEMS = ("fuel", "fuel-unfused", "torch", "onnxruntime")
+MINILM_SYSTEMS = ("fuel", "fuel-judge-off", "fuel-unfused", "torch", "onnxruntime")
+# The sweep: 20 sequence lengths from 4 to 256 at batch 1 and 8, each shape new to the process.
+SWEEP_LENGTHS = tuple(int(round(4 * (64 ** (k / 19)))) for k in range(20))
+SWEEP_BATCHES = (1, 8)
+SWEEP_RUNS = 5  # calls per shape: the first plans (or captures) it, the rest reuse
 
 
 def minilm_onnx_path() -> Path:
@@ -172,10 +181,12 @@ def minilm_onnx_path() -> Path:
 def minilm_runner(system: str, threads: int | None):
     """A function ``(ids, mask) -> pooled ndarray`` running MiniLM on ``system``, in this
     process (the caller's process is that system's own)."""
-    if system in ("fuel", "fuel-unfused"):
+    if system in ("fuel", "fuel-unfused", "fuel-judge-off"):
         from fuel.models import minilm
 
-        fuel.set_fusion(system == "fuel")
+        if system == "fuel-judge-off":  # every kernel's own rule, nothing timed or stored
+            os.environ["FUEL_JUDGE"] = "off"
+        fuel.set_fusion(system != "fuel-unfused")
         encoder = minilm.load().encoder
         return lambda ids, mask: encoder.mean_pooled(ids, mask).numpy()
     if system == "torch":
@@ -220,8 +231,56 @@ def minilm_system_child(system: str, runs: int, threads: int | None, folder: str
     print(json.dumps(medians))
 
 
+def minilm_sweep_child(system: str, threads: int | None) -> None:
+    """One system's process: every sweep shape SWEEP_RUNS times, each shape new to the process
+    (so fuel's first call of each plans it); prints the total seconds and the sum of first
+    calls as JSON on the last line."""
+    run = minilm_runner(system, threads)
+    ids, mask = minilm_inputs(1, 3)
+    run(ids, mask)  # weights loaded and a first realize done: the sweep measures shapes only
+    total = first = 0.0
+    for batch in SWEEP_BATCHES:
+        for length in SWEEP_LENGTHS:
+            ids, mask = minilm_inputs(batch, length)
+            for call in range(SWEEP_RUNS):
+                started = time.perf_counter()
+                run(ids, mask)
+                seconds = time.perf_counter() - started
+                total += seconds
+                if call == 0:
+                    first += seconds
+    print(json.dumps({"total": total, "first": first}))
+
+
+def bench_minilm_sweep(rounds: int, threads: int | None, systems: tuple[str, ...]) -> None:
+    """The sweep, each system in its own process, alternated over ``rounds``: total time and
+    its ratio to onnxruntime's."""
+    if "onnxruntime" in systems:
+        minilm_onnx_path()
+    totals: dict = {system: [] for system in systems}
+    firsts: dict = {system: [] for system in systems}
+    for _ in range(rounds):
+        for system in systems:
+            arguments = ["--sweep-child", system]
+            if threads is not None:
+                arguments += ["--threads", str(threads)]
+            found = child_result(__file__, arguments)
+            totals[system].append(found["total"])
+            firsts[system].append(found["first"])
+    print(f"\nMiniLM sweep: lengths {SWEEP_LENGTHS[0]}..{SWEEP_LENGTHS[-1]} ({len(SWEEP_LENGTHS)} "
+          f"lengths) x batch {SWEEP_BATCHES}, {SWEEP_RUNS} calls per shape, every shape new to "
+          f"its process; median of {rounds} alternated rounds, threads={threads or 'default'}:")
+    reference = statistics.median(totals["onnxruntime"]) if "onnxruntime" in systems else None
+    print(f"{'system':<16}{'total s':>10}{'first calls s':>15}{'vs ort':>9}")
+    for system in systems:
+        total = statistics.median(totals[system])
+        ratio = f"{total / reference:>8.2f}x" if reference else ""
+        print(f"{system:<16}{total:>10.2f}{statistics.median(firsts[system]):>15.2f}{ratio:>9}")
+
+
 # Ratio columns of the per-process table, printed where both systems ran.
 MINILM_RATIOS = (("fuel/ort", "fuel", "onnxruntime"),
+                 ("judge-off/ort", "fuel-judge-off", "onnxruntime"),
                  ("unfused/ort", "fuel-unfused", "onnxruntime"),
                  ("fused/unfused", "fuel", "fuel-unfused"),
                  ("fuel/torch", "fuel", "torch"))
@@ -459,7 +518,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="timed runs per measurement")
     parser.add_argument("--profile", action="store_true", help="print fuel's op_profile tables")
     parser.add_argument("--no-torch", action="store_true", help="measure fuel only")
-    parser.add_argument("--only", choices=("minilm", "smollm", "minilm-processes"), default=None)
+    parser.add_argument("--only", choices=("minilm", "smollm", "minilm-processes", "sweep"),
+                        default=None)
     parser.add_argument("--compare-replay", action="store_true",
                         help="also measure fuel with the plan cache and fuel.jit replays off")
     parser.add_argument("--rounds", type=int, default=3,
@@ -467,6 +527,10 @@ def main() -> None:
     parser.add_argument("--minilm-systems", default=",".join(MINILM_SYSTEMS),
                         help="systems of the MiniLM per-process comparison, comma-separated")
     parser.add_argument("--minilm-child", choices=MINILM_SYSTEMS, help=argparse.SUPPRESS)
+    parser.add_argument("--sweep-child", choices=MINILM_SYSTEMS, help=argparse.SUPPRESS)
+    parser.add_argument("--sweep", action="store_true",
+                        help="also run the MiniLM sequence-length sweep (fuel, fuel-judge-off, "
+                             "onnxruntime, each in its own process)")
     parser.add_argument("--child-folder", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=None,
                         help="BLAS / torch threads for both (default: their own defaults); "
@@ -492,6 +556,9 @@ def main() -> None:
     if args.minilm_child:
         minilm_system_child(args.minilm_child, args.runs, args.threads, args.child_folder)
         return
+    if args.sweep_child:
+        minilm_sweep_child(args.sweep_child, args.threads)
+        return
     if with_torch:
         import torch
 
@@ -512,6 +579,8 @@ def main() -> None:
         if not with_torch:
             systems = tuple(s for s in systems if s != "torch")
         bench_minilm_processes(args.runs, args.rounds, args.threads, systems)
+    if args.sweep or args.only == "sweep":
+        bench_minilm_sweep(args.rounds, args.threads, ("fuel", "fuel-judge-off", "onnxruntime"))
     if args.llama_cpp:
         bench_llama_cpp(args.runs, args.threads or len(os.sched_getaffinity(0)), args.profile)
 

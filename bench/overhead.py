@@ -1,9 +1,13 @@
 """Per-node host overhead: a chain of tiny elementwise ops in fuel, torch eager and NumPy.
 
-Prints microseconds per node and the ratios against torch eager measured in the same run:
-  fuel fresh   build the chain and realize it (plan cache off)
-  fuel cached  build the chain and realize it (plan cache hit: no compile, no planning)
-  fuel replay  re-run a captured plan with new leaf data (fuel.jit), no graph building
+Prints microseconds per node and the ratios against torch eager measured in the same run
+(every system with its default threads):
+  fuel new shape      build the chain at a size this process has never seen and realize it
+                      (a plan of its own: resolved, grouped and planned afresh; the fused
+                      group's generated kernel serves the new size without a new build)
+  fuel fresh          build the chain and realize it with the plan cache off (the same size)
+  fuel cached         build the chain and realize it (plan cache hit: no compile, no planning)
+  fuel replay         re-run a captured plan with new leaf data (fuel.jit), no graph building
 """
 
 from __future__ import annotations
@@ -57,7 +61,13 @@ def main() -> None:
     def fuel_replay():
         compiled(source)
 
+    sizes = iter(range(args.size + 1, args.size + 10_000))
+
+    def fuel_new_shape():
+        chain(fuel.from_numpy(np.resize(data, next(sizes))), length).realize()
+
     rows = {}
+    rows["fuel new shape build + realize"] = _timed(fuel_new_shape, args.repeats) / nodes
     rows["fuel fresh build + realize"] = _timed(fuel_fresh, args.repeats) / nodes
     fuel.set_plan_cache_capacity(128)
     rows["fuel build + cached plan"] = _timed(fuel_cached, args.repeats) / nodes
@@ -66,15 +76,15 @@ def main() -> None:
     try:
         import torch
 
-        torch.set_num_threads(1)
         tensor = torch.from_numpy(data)
         with torch.inference_mode():
             rows["torch eager"] = _timed(lambda: chain(tensor, length), args.repeats) / nodes
     except ImportError:
         print("torch is not installed: no torch column")
     torch_time = rows.get("torch eager")
+    threads = f", torch threads {torch.get_num_threads()}" if torch_time else ""
     print(f"chain of {nodes} nodes on {args.size}-element float32 tensors, median of "
-          f"{args.repeats}")
+          f"{args.repeats}{threads}")
     print(f"{'':30}{'us/node':>10}{'vs torch':>10}")
     for name, seconds in rows.items():
         ratio = f"{seconds / torch_time:>9.2f}x" if torch_time else ""

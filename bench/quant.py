@@ -36,7 +36,8 @@ import time
 import numpy as np
 from child import child_result
 
-FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k")
+FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "q5_k", "iq4_nl", "q5_0", "q5_1", "q3_k",
+           "q2_k", "iq4_xs", "f16_blocks", "bf16_blocks")
 # SmolLM2-135M's quantized matmuls per decode step: (name, format, n, k, launches per token)
 SMOLLM_SHAPES = (("q|k|v", "q4_1", 960, 576, 30), ("o", "q4_1", 576, 576, 30),
                  ("gate|up", "q4_1", 3072, 576, 30), ("down", "q4_1", 576, 1536, 30),
@@ -44,7 +45,10 @@ SMOLLM_SHAPES = (("q|k|v", "q4_1", 960, 576, 30), ("o", "q4_1", 576, 576, 30),
 OPENCL = "opencl:0"
 STREAMED_BYTES = 64 << 20  # weight copies cycled per shape: more than the last-level cache
 # float16 scale offsets inside a block (the codes around them are random bytes)
-SCALE_OFFSETS = {"q4_0": (0,), "q4_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2), "q6_k": (208,)}
+SCALE_OFFSETS = {"q4_0": (0,), "q4_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2), "q6_k": (208,),
+                 "q5_k": (0, 2), "iq4_nl": (0,), "q5_0": (0,), "q5_1": (0, 2), "q3_k": (108,),
+                 "q2_k": (80, 82), "iq4_xs": (0,), "f16_blocks": tuple(range(0, 64, 2)),
+                 "bf16_blocks": ()}
 
 
 def blocks(name: str, rows: int, k: int) -> np.ndarray:

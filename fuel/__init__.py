@@ -11,6 +11,7 @@ from fuel.frontend.factories import (
     empty,
     empty_like,
     eye,
+    from_dlpack,
     from_numpy,
     full,
     full_like,
@@ -56,10 +57,17 @@ from fuel.ir.dtype import (
     int16,
     int32,
     int64,
+    iq4_nl,
+    iq4_xs,
     promote_types,
+    q2_k,
+    q3_k,
     q4_0,
     q4_1,
     q4_k,
+    q5_0,
+    q5_1,
+    q5_k,
     q6_k,
     q8_0,
     string,
@@ -87,6 +95,7 @@ from fuel.jit import jit
 from fuel.memory.pool import empty_cache, memory_stats
 from fuel.profiler import Profile, profile
 from fuel.runtime.executor import plan_cache_stats, set_plan_cache_capacity
+from fuel.runtime.judge import judge_stats
 from fuel.tensor import Tensor
 
 # ``fuel.tensor`` is the factory function, not the module that defines Tensor: bind it after
@@ -130,18 +139,19 @@ __all__ = [
     "BackendId", "DType", "Device", "DeviceError", "DeviceMismatch", "DTypeError", "FuelError",
     "IndexOutOfRange", "InvalidArgument", "KernelError", "NoBackendForOp", "OpKind", "Profile",
     "ShapeError", "Tensor", "arange", "bfloat16", "bool", "cat", "chunk", "empty", "empty_like",
-    "eye", "float16", "float32", "float64", "from_numpy", "full", "full_like", "gather",
+    "eye", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like",
+    "gather",
     "index_select", "int16", "int32", "int64", "int8", "manual_seed", "matmul", "ones",
     "ones_like", "profile", "promote_types", "rand", "randint", "randn", "realize", "softmax",
     "split", "stack", "tensor", "uint8", "uint16", "uint32", "uint64", "float8_e4m3fn",
     "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn",
     "int4", "uint4", "int2", "uint2", "string", "zeros", "zeros_like",
     "memory_stats",
-    "empty_cache", "plan_cache_stats", "set_plan_cache_capacity", "jit",
+    "empty_cache", "judge_stats", "plan_cache_stats", "set_plan_cache_capacity", "jit",
     "set_fusion",
     "dequantize", "from_quantized", "quantized_embedding", "quantized_matmul", "round_int16_blocks",
     "q4_0", "q4_1",
-    "q8_0", "q4_k", "q6_k",
+    "q8_0", "q4_k", "q6_k", "q5_k", "q5_0", "q5_1", "q3_k", "q2_k", "iq4_nl", "iq4_xs",
     "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     *_GENERATED_FUNCTIONS, *_FUNCTIONS,
 ]

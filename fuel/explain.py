@@ -11,7 +11,10 @@ from fuel.dispatch.kernel import BindingEntry, KernelBindingTable, global_table
 from fuel.graph import Graph
 from fuel.graph.node import kernel_backend
 from fuel.ir.errors import FuelError
+from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
+from fuel.runtime.judge import JUDGE, judged, key_head, shape_bucket
+from fuel.runtime.judge import mode as judge_mode
 from fuel.runtime.resolve import (
     DECOMPOSED,
     FUSED,
@@ -105,10 +108,41 @@ def explain(tensors) -> Explanation:
             node_id, node.op.value, node.shape, node.dtype.name, node.device.backend.value
             if node.op is not OpKind.COPY else f"->{node.device}", graph.inputs[node_id],
             dispatch, revision, f"{file}:{line}", decision=decision.kind,
-            reason=decision.reason))
+            reason=decision.reason + _judged(decision, node) + _copied(node)))
         if decision.kind is DECOMPOSED:
             rows.extend(_part_rows(resolution, node_id, kernels))
     return Explanation(rows)
+
+
+def _copied(node) -> str:
+    """For a cross-device copy: the bytes it moves."""
+    if node.op is not OpKind.COPY or not node.inputs:
+        return ""
+    count = 1
+    for size in node.shape:
+        count *= size
+    moved = (count * node.inputs[0].dtype.bits + 7) // 8
+    return f"; moves {moved:,} bytes {node.inputs[0].device} -> {node.device}"
+
+
+def _judged(decision: Decision, node) -> str:
+    """For a node whose siblings compete: the judge's candidates and times for buckets of the
+    node's key it has decided (in this process or stored), or that none is decided yet."""
+    binding = decision.binding
+    if decision.kind is not KERNEL or binding is None:
+        return ""
+    if judged(binding.op, binding.dtypes, binding.backend, binding.siblings) is None:
+        return ""
+    device = node.device if node.op is not OpKind.COPY else node.inputs[0].device
+    head = key_head(binding.op, binding.dtypes, binding.backend,
+                    JUDGE.device_name(binding.backend, device.index))
+    bucket = shape_bucket([Layout.contiguous(i.shape) for i in node.inputs]
+                          + [Layout.contiguous(node.shape)])
+    found = JUDGE.describe(head, bucket)
+    if not found:
+        return (f"; judge: candidates compete, shape bucket {list(map(list, bucket))} not "
+                f"decided yet (FUEL_JUDGE={judge_mode()})")
+    return "; " + "; ".join(found)
 
 
 def _dispatch(decision: Decision, label: str, kernels: dict[int, BindingEntry]

@@ -83,15 +83,71 @@ class Tensor(TensorBase, GeneratedMethods, ElementwiseMethods, ReduceMethods, Sh
         realize([self._node], pipelined=pipelined)
         return self
 
-    def numpy(self) -> np.ndarray:
-        """The values as a new NumPy array (realizes first)."""
+    def numpy(self, *, copy: bool = False) -> np.ndarray:
+        """The values as a NumPy array (realizes first).
+
+        A CPU tensor's array is a read-only view of its storage (no copy; ``np.shares_memory``
+        with it is True), so it sees later in-place writes to the tensor, as torch's
+        ``.numpy()`` does; fuel's storages can be shared (constants, views), so the view is
+        read-only rather than a way to write them. Packed sub-byte dtypes and other devices'
+        tensors come back as a read-only copy. ``copy=True``: a new, writable array.
+        """
         self.realize()
         node = self._node
-        return np.array(node.buffer.backend.download(node.buffer, node.layout), copy=True)
+        values = node.buffer.backend.download(node.buffer, node.layout)
+        if copy:
+            return np.array(values, copy=True)
+        values = values.view()  # a new array object: the storage's own stays writable
+        values.flags.writeable = False
+        return values
 
-    def __array__(self, dtype=None, copy=None):
+    def shares_storage(self) -> bool:
+        """Whether ``numpy()`` returns a view of this tensor's storage (a realized CPU tensor
+        of a dtype stored one element per byte or more) rather than a copy."""
+        node = self._node
+        return (node.device.backend.value == "cpu" and not self.dtype.is_packed)
+
+    def __array__(self, dtype=None, copy: bool | None = None) -> np.ndarray:
+        """NumPy's conversion (``np.asarray(t)``): the read-only view of ``numpy()``; a copy
+        when ``copy=True`` or a ``dtype`` conversion needs one (``copy=False`` then raises
+        ValueError, as NumPy asks)."""
+        if copy:
+            values = self.numpy(copy=True)
+            return values if dtype is None else values.astype(dtype, copy=False)
+        if copy is False and not self.shares_storage():
+            raise ValueError(f"a {self.dtype.name} tensor on {self.device} cannot be viewed "
+                             f"by NumPy without a copy")
         values = self.numpy()
-        return values if dtype is None else values.astype(dtype)
+        if dtype is None or np.dtype(dtype) == values.dtype:
+            return values
+        if copy is False:
+            raise ValueError(f"viewing a {self.dtype.name} tensor as {np.dtype(dtype)} needs "
+                             f"a copy")
+        return values.astype(dtype)
+
+    def __dlpack__(self, *, stream=None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None):
+        """A DLPack capsule of the values on the host: a CPU tensor's storage without a copy
+        (flagged read-only), another device's values copied to the host unless
+        ``copy=False``."""
+        from fuel.frontend.dlpack import K_DL_CPU, export
+
+        if dl_device is not None and tuple(dl_device)[0] != K_DL_CPU:
+            raise BufferError(f"fuel exports DLPack tensors on the host (device type "
+                              f"{K_DL_CPU}), not on {tuple(dl_device)}")
+        if copy is False and not self.shares_storage():
+            raise BufferError(f"a {self.dtype.name} tensor on {self.device} cannot be "
+                              f"exported without a copy")
+        values = self.numpy(copy=bool(copy))
+        if copy:
+            copy = None  # already a fresh array: NumPy need not copy it again
+        return export(values, self.dtype, stream=stream, max_version=max_version, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """Where ``__dlpack__``'s memory lives: the host (DLPack's kDLCPU, device 0)."""
+        from fuel.frontend.dlpack import K_DL_CPU
+
+        return (K_DL_CPU, 0)
 
     def item(self):
         """The single value as a Python scalar."""

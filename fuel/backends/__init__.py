@@ -16,6 +16,7 @@ BUILTIN_BACKENDS: dict[BackendId, str] = {
     BackendId.OPENCL: "fuel.backends.opencl",
     BackendId.VULKAN: "fuel.backends.wgpu",
     BackendId.METAL: "fuel.backends.wgpu",
+    BackendId.CUDA: "fuel.backends.cuda",
 }
 
 _backends: dict[BackendId, Backend] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 
@@ -11,7 +12,8 @@ from fuel.ir.errors import FuelError
 
 # The modules that add sub-commands, in the order ``fuel --help`` lists them; each defines
 # ``add_commands(subparsers)`` and imports its optional dependencies only when a command runs.
-COMMAND_MODULES = ("fuel.cli.kernels", "fuel.cli.models", "fuel.cli.serve", "fuel.cli.onnx")
+COMMAND_MODULES = ("fuel.cli.kernels", "fuel.cli.models", "fuel.cli.serve", "fuel.cli.onnx",
+                   "fuel.cli.tune")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the fuel command with ``argv`` (default: the process's arguments)."""
     args = build_parser().parse_args(argv)
+    _show_notes()
     try:
         return int(args.handler(args) or 0)
     except FuelError as error:
@@ -39,6 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (fuel kernels | head): stop quietly
         _silence_stdout()
         return 141
+
+
+def _show_notes() -> None:
+    """Print fuel's INFO notes (the first kernel compile's) on standard error, once."""
+    logger = logging.getLogger("fuel")
+    if not any(getattr(h, "fuel_notes", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.fuel_notes = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def _silence_stdout() -> None:

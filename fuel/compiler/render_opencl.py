@@ -1,4 +1,4 @@
-"""Render a LoopKernel into OpenCL C: one ``fuel_kernel`` per program.
+"""Render a LoopKernel into OpenCL C (or CUDA C): one ``fuel_kernel`` per program.
 
 Arguments: each load's ``__global`` pointer, then each store's, then ``arguments``, a struct of
 64-bit integers passed by value: the collapsed loop sizes, each load's strides per dim and
@@ -12,13 +12,18 @@ outer dims; launches rounded up to whole work-groups clamp to the last element, 
 stops the compiler from vectorizing across work-items). Kernels with a reduction (``reduced``)
 are ``render_opencl_rows``'s: a row per work-item or a work-group per row. Values are computed
 as the C renderer computes them (``render_expression``); sums of float32 accumulate in float.
+
+The GPU C family shares this walk: a ``Language`` says how one spells the qualifiers, the
+work-item indices, the barrier, the types and the half loads and stores (``OPENCL`` here,
+``render_cuda.CUDA`` for CUDA C); the kernels' structure and arguments are the same.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from fuel.compiler.kernel_ir import LoopKernel, collapse, stride_pattern
+from fuel.compiler.kernel_ir import LoopKernel, Value, collapse, stride_pattern
 from fuel.compiler.render_expression import Dialect, render_value, renders
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import DType
@@ -54,6 +59,41 @@ inline long fuel_power_integer(long base, long exponent) {
 _DOUBLE_HELPERS = """inline double fuel_remainder_double(double a, double b) {
   double r = fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
 """
+
+
+@dataclass(frozen=True)
+class Language:
+    """How one GPU C-family language spells what the shared kernel walk writes: the compute
+    and storage types, the pointer and scratch qualifiers, the kernel's head, the work-item
+    indices, the barrier, the helpers and the half types' loads and stores (``OPENCL``;
+    ``render_cuda.CUDA``)."""
+
+    name: str
+    dialect: Dialect
+    types: Mapping[DType, str]  # the type a value of each dtype is computed in
+    storage_types: Mapping[DType, str]  # where the type in memory differs
+    index: str  # the 64-bit signed integer type of indices and arguments
+    pointer: str  # the qualifier of a kernel's buffer pointers ("__global ")
+    local: str  # the qualifier of a pointer into the work-group's scratch ("__local ")
+    kernel: str  # what precedes the kernel's name
+    global_id: str
+    group_id: str
+    local_id: str
+    local_size: str
+    barrier: str
+    helpers: Callable[[bool], str]  # the helpers, given whether float64 is used
+    # (kernel, load, index) -> element ``index`` of ``in<load>`` in its compute type
+    load: Callable[[LoopKernel, int, str], str]
+    # (kernel, store, pointer, index) -> the statement writing the store's value
+    store: Callable[[LoopKernel, int, str, str], str]
+    scratch_parameter: str  # a work-group-per-row kernel's extra parameter ("" if none)
+    scratch_declaration: str  # its first statement, declaring ``scratch`` ("" if none)
+    # (kernel, value) -> a computed value's expression, where the language rounds values of
+    # storage-only dtypes where they are computed (None: ``render_value`` as it is)
+    compute: Callable[[LoopKernel, Value], str] | None = None
+
+    def storage(self, dtype: DType) -> str:
+        return self.storage_types.get(dtype, self.types[dtype])
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,25 +163,37 @@ def store_statement(kernel: LoopKernel, store: int, pointer: str, index: str) ->
     return f"{pointer}[{index}] = {name};"
 
 
-def element_lines(kernel: LoopKernel, indices, load_index, indent: str) -> list[str]:
+OPENCL = Language(
+    name="opencl", dialect=OPENCL_DIALECT, types=OPENCL_TYPES, storage_types=STORAGE_TYPES,
+    index="long", pointer="__global ", local="__local ", kernel="__kernel void",
+    global_id="get_global_id(0)", group_id="get_group_id(0)", local_id="get_local_id(0)",
+    local_size="get_local_size(0)", barrier="barrier(CLK_LOCAL_MEM_FENCE)",
+    helpers=helpers, load=load_expression, store=store_statement,
+    scratch_parameter=", __local uchar *scratch", scratch_declaration="")
+
+
+def element_lines(kernel: LoopKernel, indices, load_index, indent: str,
+                  language: Language = OPENCL) -> list[str]:
     """Declarations of the values ``indices`` (loads at ``load_index(load)``)."""
     lines = []
     for i in indices:
         value = kernel.values[i]
         if value.op == "load":
-            expression = load_expression(kernel, value.load, load_index(value.load))
+            expression = language.load(kernel, value.load, load_index(value.load))
+        elif language.compute is not None:
+            expression = language.compute(kernel, value)
         else:
-            expression = render_value(kernel, value, [], OPENCL_DIALECT)
-        lines.append(f"{indent}const {OPENCL_TYPES[value.dtype]} v{i} = {expression};")
+            expression = render_value(kernel, value, [], language.dialect)
+        lines.append(f"{indent}const {language.types[value.dtype]} v{i} = {expression};")
     return lines
 
 
-def render_opencl(kernel: LoopKernel) -> OpenClProgram:
-    """The OpenCL C of the elementwise ``kernel`` (one with a row is ``render_opencl_rows``'s,
-    which builds on this module)."""
+def render_opencl(kernel: LoopKernel, language: Language = OPENCL) -> OpenClProgram:
+    """The OpenCL C (or ``language``'s) of the elementwise ``kernel`` (one with a row is
+    ``render_opencl_rows``'s, which builds on this module)."""
     if kernel.reduced:
         raise ValueError(f"{kernel.name} has a row: render it with render_opencl_rows")
-    return _render_elements(kernel)
+    return _render_elements(kernel, language)
 
 
 def uses_double(kernel: LoopKernel) -> bool:
@@ -153,21 +205,26 @@ def storage(dtype: DType) -> str:
     return STORAGE_TYPES.get(dtype, OPENCL_TYPES[dtype])
 
 
-def head(kernel: LoopKernel, argument_count: int, extra: str = "") -> list[str]:
-    """Helpers, the argument struct and the kernel's signature."""
-    lines = [helpers(uses_double(kernel)),
-             f"typedef struct {{ long v[{argument_count}]; }} fuel_arguments_t;"]
-    parameters = [f"__global const {storage(load.dtype)} *data{k}"
+def head(kernel: LoopKernel, argument_count: int, scratch: bool = False,
+         language: Language = OPENCL) -> list[str]:
+    """Helpers, the argument struct and the kernel's signature (with the work-group's
+    ``scratch`` memory where asked)."""
+    lines = [language.helpers(uses_double(kernel)),
+             f"typedef struct {{ {language.index} v[{argument_count}]; }} fuel_arguments_t;"]
+    parameters = [f"{language.pointer}const {language.storage(load.dtype)} *data{k}"
                   for k, load in enumerate(kernel.loads)]
-    parameters += [f"__global {storage(store.dtype)} *result{k}"
+    parameters += [f"{language.pointer}{language.storage(store.dtype)} *result{k}"
                    for k, store in enumerate(kernel.stores)]
-    parameters.append("const fuel_arguments_t arguments" + extra)
-    lines.append(f"__kernel void {KERNEL_NAME}(" + ", ".join(parameters) + ") {")
+    parameters.append("const fuel_arguments_t arguments"
+                      + (language.scratch_parameter if scratch else ""))
+    lines.append(f"{language.kernel} {KERNEL_NAME}(" + ", ".join(parameters) + ") {")
+    if scratch and language.scratch_declaration:
+        lines.append(language.scratch_declaration)
     return lines
 
 
 def _bases(kernel: LoopKernel, outer_dims: int, dims: int, index: str, sizes_at: int,
-           patterns: list[str]) -> list[str]:
+           patterns: list[str], language: Language) -> list[str]:
     """Each load's pointer at outer index ``index`` decoded over the ``outer_dims`` outer sizes
     (argument ``sizes_at`` on), and a strided load's inner step. A load's arguments are its
     ``dims`` strides then its offset, after the sizes."""
@@ -177,24 +234,28 @@ def _bases(kernel: LoopKernel, outer_dims: int, dims: int, index: str, sizes_at:
     def stride(k: int, d: int) -> str:
         return f"arguments.v[{first + k * (dims + 1) + d}]"
 
-    lines = [f"  long base{k} = arguments.v[{first + k * (dims + 1) + dims}];" for k in loads]
+    long = language.index
+    lines = [f"  {long} base{k} = arguments.v[{first + k * (dims + 1) + dims}];" for k in loads]
     if outer_dims:
-        lines.append(f"  long rest = {index};")
+        lines.append(f"  {long} rest = {index};")
         for d in range(outer_dims - 1, -1, -1):
-            lines.append(f"  {{ const long size = arguments.v[{sizes_at + d}], "
+            lines.append(f"  {{ const {long} size = arguments.v[{sizes_at + d}], "
                          "position = rest % size; rest /= size;")
             lines += [f"    base{k} += position * {stride(k, d)};" for k in loads]
             lines.append("  }")
     for k, load in enumerate(kernel.loads):
-        lines.append(f"  __global const {storage(load.dtype)} *in{k} = data{k} + base{k};")
+        lines.append(f"  {language.pointer}const {language.storage(load.dtype)} *in{k} = "
+                     f"data{k} + base{k};")
         if patterns[k] == "strided":
-            lines.append(f"  const long step{k} = {stride(k, dims - 1)};")
+            lines.append(f"  const {long} step{k} = {stride(k, dims - 1)};")
     return lines
 
 
-def _value_lines(kernel: LoopKernel, indices, patterns: list[str], indent: str) -> list[str]:
+def _value_lines(kernel: LoopKernel, indices, patterns: list[str], indent: str,
+                 language: Language) -> list[str]:
     return element_lines(kernel, indices, lambda load: {
-        "dense": "i", "broadcast": "0", "strided": f"i * step{load}"}[patterns[load]], indent)
+        "dense": "i", "broadcast": "0", "strided": f"i * step{load}"}[patterns[load]], indent,
+        language)
 
 
 def _arguments(sizes, strides: list[tuple[int, ...]], kernel: LoopKernel, lead: tuple[int, ...]
@@ -217,7 +278,7 @@ def _store_offset(kernel: LoopKernel, position: int, argument_count: int) -> str
     return f"arguments.v[{argument_count - len(kernel.stores) + position}]"
 
 
-def _render_elements(kernel: LoopKernel) -> OpenClProgram:
+def _render_elements(kernel: LoopKernel, language: Language) -> OpenClProgram:
     output_strides = contiguous_strides(kernel.shape)
     sizes, strides = collapse(kernel.shape, [load.strides for load in kernel.loads]
                               + [output_strides] * len(kernel.stores))
@@ -228,18 +289,20 @@ def _render_elements(kernel: LoopKernel) -> OpenClProgram:
     for size in sizes:
         count *= size
     arguments, offsets = _arguments(sizes, load_strides, kernel, (count,))
-    lines = head(kernel, len(arguments))
-    lines.append("  const long flat = min((long)get_global_id(0), arguments.v[0] - 1);")
+    long = language.index
+    lines = head(kernel, len(arguments), language=language)
+    lines.append(f"  const {long} flat = min(({long}){language.global_id}, "
+                 "arguments.v[0] - 1);")
     if depth > 1:
-        lines.append(f"  const long inner = arguments.v[{depth}];")
-        lines.append("  const long i = flat % inner;")
-        lines += _bases(kernel, depth - 1, depth, "flat / inner", 1, patterns)
+        lines.append(f"  const {long} inner = arguments.v[{depth}];")
+        lines.append(f"  const {long} i = flat % inner;")
+        lines += _bases(kernel, depth - 1, depth, "flat / inner", 1, patterns, language)
     else:
-        lines.append("  const long i = flat;")
-        lines += _bases(kernel, 0, depth, "0", 1, patterns)
-    lines += _value_lines(kernel, range(len(kernel.values)), patterns, "  ")
+        lines.append(f"  const {long} i = flat;")
+        lines += _bases(kernel, 0, depth, "0", 1, patterns, language)
+    lines += _value_lines(kernel, range(len(kernel.values)), patterns, "  ", language)
     for k in range(len(kernel.stores)):
-        lines.append("  " + store_statement(
+        lines.append("  " + language.store(
             kernel, k, f"result{k}", f"{_store_offset(kernel, k, len(arguments))} + flat"))
     lines += ["}", ""]
     return OpenClProgram("\n".join(lines), uses_double(kernel), arguments, offsets,

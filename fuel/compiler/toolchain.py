@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -272,8 +273,23 @@ def _report(key: str, why: str) -> None:
                       RuntimeWarning, stacklevel=4)
 
 
+_announced = threading.Event()
+LOGGER = logging.getLogger("fuel.compiler")
+
+
+def _announce_compiling(folder: Path) -> None:
+    """Say once per process, at the first kernel that is not in the disk cache, that kernels
+    are being compiled (the first run of a model pauses for it); logged at INFO on
+    ``fuel.compiler``, which the ``fuel`` command prints."""
+    if not _announced.is_set():
+        _announced.set()
+        LOGGER.info("fuel: compiling kernels for this machine (once: they are cached in %s)",
+                    folder)
+
+
 def _compile(toolchain: Toolchain, source: str, folder: Path, key: str, source_path: Path,
              index_path: Path, name: str) -> Path:
+    _announce_compiling(folder)
     _write_atomically(source_path, source.encode())
     handle, temporary = tempfile.mkstemp(prefix=f"{key}-", suffix=".so.part", dir=folder)
     os.close(handle)

@@ -148,6 +148,10 @@ def execute_compiled_with_wait_hint(
                 launcher = compiled.prepare(inputs, outputs, layouts)
                 start = time.perf_counter()
             launcher()
+            observe = getattr(compiled.kernel, "observe", None)
+            if observe is not None:  # a judged kernel watches its winner's profiled times
+                observe(inputs, outputs, layouts, compiled.op_params,
+                        time.perf_counter() - start)
         finally:
             seconds = time.perf_counter() - start
             _record(compiled, inputs, outputs, start, seconds, label, timer() if timer else None,

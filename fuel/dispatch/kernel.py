@@ -44,6 +44,20 @@ def prepare_launcher(kernel: Kernel, inputs: Sequence[object], outputs: Sequence
     if prepare is None:
         return Kernel.prepare(kernel, inputs, outputs, layouts, params)
     return prepare(inputs, outputs, layouts, params)
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One way a tunable kernel can run a launch: ``name`` (``openblas``, ``c-dot/1t``) and
+    ``prepare(inputs, outputs, layouts, params) -> Launcher``. A kernel offers its variants
+    with an optional ``variants(layouts, params, device)`` method, the first being the one its own
+    measured rule picks; the judge (fuel.runtime.judge) times them on the real operands and
+    dispatches the winner. Every variant computes the same result within the conformance
+    tolerance: the kernel suite runs each one."""
+
+    name: str
+    prepare: Callable[[Sequence[object], Sequence[object], Sequence[Layout], object], Launcher]
+
 KernelDTypes = tuple[DType, ...]
 BindingKey = tuple[OpKind, KernelDTypes, BackendId]
 

@@ -43,8 +43,8 @@ def thread_limit(threads: int | None) -> Iterator[None]:
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
-        raise FuelError("--threads-per-worker without --ray needs threadpoolctl: pip install "
-                        f"threadpoolctl ({install_command('ray')})") from None
+        raise FuelError("--threads-per-worker without --ray needs threadpoolctl, part of the "
+                        f"ray extra: {install_command('ray')}") from None
     with threadpool_limits(threads):
         yield
 

@@ -23,6 +23,7 @@ from fuel.ir.ops import (
     UNARY_FLOAT_OPS,
     OpKind,
     broadcast_shapes,
+    check_operand,
 )
 
 if TYPE_CHECKING:
@@ -166,12 +167,16 @@ def binary_operator(op: OpKind, reflected: bool = False):
     return operator
 
 
-def where(condition, a, b, dtype: dt.DType | None = None) -> TensorBase:
-    """``a`` where ``condition`` holds, else ``b`` (broadcast together); ``dtype`` forces the
-    result type (masked_fill keeps the tensor's own)."""
+def where(condition, a, b, dtype: dt.DType | None = None, function: str = "where",
+          role: str = "condition") -> TensorBase:
+    """``a`` where the bool ``condition`` holds, else ``b`` (broadcast together); ``dtype``
+    forces the result type (masked_fill keeps the tensor's own). ``function`` and ``role``
+    name the user's call in a refusal (``masked_fill: the mask must be bool``)."""
     if not isinstance(condition, TensorBase):
-        raise DTypeError("where() needs a bool tensor condition")
-    cond = condition._node if condition.dtype.is_bool else cast(condition._node, dt.bool_)
+        raise DTypeError(f"{function}: the {role} must be a bool Tensor, got "
+                         f"{type(condition).__name__}")
+    check_operand(f"{function}: the {role}", "mask", condition.dtype)  # as torch: no casting
+    cond = condition._node
     if not isinstance(a, TensorBase) and not isinstance(b, TensorBase):
         dtype = dtype or dt.promote_with_scalar(dt.promote_with_scalar(dt.bool_, a), b)
         a = wrap(constant(a, dtype, cond.device))
@@ -279,4 +284,4 @@ class ElementwiseMethods:
     @at_user_line
     def masked_fill(self, mask, value) -> Self:
         """``value`` where ``mask`` holds, keeping this tensor's dtype."""
-        return where(mask, value, self, dtype=self.dtype)
+        return where(mask, value, self, dtype=self.dtype, function="masked_fill", role="mask")

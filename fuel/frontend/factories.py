@@ -94,6 +94,18 @@ def from_numpy(array: np.ndarray, device=None) -> TensorBase:
 
 
 @at_user_line
+def from_dlpack(source) -> TensorBase:
+    """A CPU tensor over the host memory of any DLPack producer (a NumPy array, a torch,
+    JAX or CuPy host array, a DLPack capsule) without a copy, as ``torch.from_dlpack``; only
+    a non-contiguous source is copied (fuel's leaves are dense)."""
+    from fuel.frontend.dlpack import to_numpy
+
+    array = to_numpy(source)
+    dt.from_numpy(array.dtype)
+    return leaf(array, parse_device("cpu"))
+
+
+@at_user_line
 def full(size, fill_value, dtype=None, device=None) -> TensorBase:
     """A tensor of ``size`` filled with ``fill_value`` (dtype inferred from the value)."""
     shape = tuple(size) if isinstance(size, (tuple, list)) else _shape((size,))

@@ -63,8 +63,9 @@ def dequantize(x: TensorBase) -> TensorBase:
 @at_user_line
 def quantized_matmul(x: TensorBase, weight: TensorBase) -> TensorBase:
     """``x @ dequantize(weight).T`` for float32 ``x`` (..., k) and a quantized (n, k) weight,
-    computed on the blocks (torch.nn.functional.linear without a bias); for q4_0, q4_1 and q8_0
-    weights ``x`` is first ``round_int16_blocks(x)`` (the registry's definition)."""
+    computed on the blocks (torch.nn.functional.linear without a bias); for the block formats
+    (all but f16_blocks and bf16_blocks) ``x`` is first ``round_int16_blocks(x)`` (the
+    registry's definition)."""
     return make(OpKind.QUANTIZED_MATMUL, (_tensor(x, "input"), _tensor(weight, "weight")),
                 NO_PARAMS)
 

@@ -24,6 +24,7 @@ from fuel.ir.ops import (
     ShapeParams,
     SliceAssignParams,
     SliceParams,
+    check_operand,
 )
 
 if TYPE_CHECKING:
@@ -220,8 +221,9 @@ def _index_tensor(item, x: TensorBase) -> TensorBase:
     if index.dtype.is_bool:
         raise InvalidArgument("boolean mask indexing has a data-dependent shape; use "
                               "where() or masked_fill() instead")
-    if not index.dtype.is_integer:
-        raise DTypeError(f"index tensors must be integers, got {index.dtype.name}")
+    if not isinstance(item, TensorBase) and index.dtype.is_integer:
+        return index if index.dtype.name == "int64" else index.long()  # host ints, as torch
+    check_operand("index tensors", "index", index.dtype)
     return index
 
 
@@ -263,7 +265,7 @@ def index_copy(x: TensorBase, dim: int, index: TensorBase, source,
     from fuel.frontend.build import cast
 
     axis = normalize_dim(dim, x.ndim)
-    index_node = index._node if index.dtype.name in ("int32", "int64") else index.long()._node
+    index_node = index_operand("index_copy", index)
     value = source if isinstance(source, TensorBase) else wrap(
         _scalar_like(x, source, x.shape[:axis] + index.shape + x.shape[axis + 1:]))
     params = IndexCopyParams(axis, inplace and _writable_in_place(x._node))
@@ -300,16 +302,23 @@ def _region_slices(x: TensorBase, items: list) -> list[slice]:
 @at_user_line
 def index_select(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
     axis = normalize_dim(dim, x.ndim)
-    node = index._node
-    if node.dtype.name not in ("int32", "int64"):
-        node = index.long()._node
+    node = index_operand("index_select", index)
     return make(OpKind.INDEX_SELECT, (x._node, node), AxisParams(axis))
 
 
 @at_user_line
 def gather(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
-    node = index._node if index.dtype.name in ("int32", "int64") else index.long()._node
+    node = index_operand("gather", index)
     return make(OpKind.GATHER, (x._node, node), AxisParams(normalize_dim(dim, x.ndim)))
+
+
+def index_operand(function: str, index) -> object:
+    """The node of ``function``'s index operand: a Tensor of an index dtype (int32 or
+    int64), never converted (torch refuses a float or bool index; so does fuel)."""
+    if not isinstance(index, TensorBase):
+        raise DTypeError(f"{function}: index must be a Tensor, got {type(index).__name__}")
+    check_operand(f"{function}: index", "index", index.dtype)
+    return index._node
 
 
 @at_user_line

@@ -23,6 +23,7 @@ class BackendId:
     _lock: ClassVar[threading.Lock] = threading.Lock()
     CPU: ClassVar[BackendId]
     OPENCL: ClassVar[BackendId]
+    CUDA: ClassVar[BackendId]
 
     value: str
 
@@ -81,6 +82,7 @@ BackendId.CPU = BackendId.register("cpu")
 BackendId.OPENCL = BackendId.register("opencl")
 BackendId.VULKAN = BackendId.register("vulkan")
 BackendId.METAL = BackendId.register("metal")
+BackendId.CUDA = BackendId.register("cuda")
 
 
 class Device:

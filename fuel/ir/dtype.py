@@ -262,8 +262,20 @@ class QuantizedDType(DType):
 q4_0 = QuantizedDType("q4_0", 32, 18, 2)
 q4_1 = QuantizedDType("q4_1", 32, 20, 3)
 q8_0 = QuantizedDType("q8_0", 32, 34, 8)
+q5_0 = QuantizedDType("q5_0", 32, 22, 6)
+q5_1 = QuantizedDType("q5_1", 32, 24, 7)
+q2_k = QuantizedDType("q2_k", 256, 84, 10)
+q3_k = QuantizedDType("q3_k", 256, 110, 11)
 q4_k = QuantizedDType("q4_k", 256, 144, 12)
+q5_k = QuantizedDType("q5_k", 256, 176, 13)
 q6_k = QuantizedDType("q6_k", 256, 210, 14)
-QUANTIZED_DTYPES: tuple[QuantizedDType, ...] = (q4_0, q4_1, q8_0, q4_k, q6_k)
+iq4_nl = QuantizedDType("iq4_nl", 32, 18, 20)
+iq4_xs = QuantizedDType("iq4_xs", 256, 136, 23)
+# GGUF's float weights, kept as stored in blocks of 32 (their matmul multiplies floats).
+f16_blocks = QuantizedDType("f16_blocks", 32, 64, 1)
+bf16_blocks = QuantizedDType("bf16_blocks", 32, 64, 30)
+QUANTIZED_DTYPES: tuple[QuantizedDType, ...] = (q4_0, q4_1, q8_0, q4_k, q6_k, q5_k, q5_0, q5_1,
+                                                q3_k, q2_k, iq4_nl, iq4_xs, f16_blocks,
+                                                bf16_blocks)
 QUANTIZED_BY_GGUF_TYPE = {d.gguf_type: d for d in QUANTIZED_DTYPES}
 _BY_NAME.update((d.name, d) for d in QUANTIZED_DTYPES)

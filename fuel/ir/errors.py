@@ -41,3 +41,8 @@ class DeviceError(FuelError):
 
 class KernelIndexError(KernelError, IndexOutOfRange):
     """A kernel found an index out of range (both a KernelError and an IndexOutOfRange)."""
+
+
+class ResourceLimitError(FuelError, ValueError):
+    """A size read from a file (or asked for) is over one of fuel's resource limits
+    (``fuel.ir.limits``); the message names the limit and the variable that raises it."""

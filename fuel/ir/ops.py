@@ -24,6 +24,7 @@ from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata 
     ArangeParams,
     AxisParams,
     CastParams,
+    ConvEpilogueParams,
     ConvParams,
     CopyParams,
     DiagonalParams,
@@ -165,6 +166,7 @@ class OpKind(enum.Enum):
     ARGSORT = "argsort"
     CONV = "conv"
     CONV_TRANSPOSE = "conv_transpose"
+    CONV_FUSED = "conv_fused"
     MAX_POOL = "max_pool"
     MAX_POOL_INDICES = "max_pool_indices"
     AVG_POOL = "avg_pool"
@@ -180,6 +182,7 @@ class OpKind(enum.Enum):
     QUANTIZED_MATMUL = "quantized_matmul"
     QUANTIZED_EMBEDDING = "quantized_embedding"
     ROUND_INT16_BLOCKS = "round_int16_blocks"
+    PAGED_ATTENTION = "paged_attention"
     FUSED = "fused"
 
     def __repr__(self) -> str:
@@ -447,6 +450,8 @@ define(OpKind.ARGSORT, "sort", rules.argsort, params=SortParams,
 define(OpKind.CONV, "window", rules.conv, params=ConvParams, doc="N-d convolution.")
 define(OpKind.CONV_TRANSPOSE, "window", rules.conv_transpose, params=ConvParams,
        doc="N-d transposed convolution.")
+define(OpKind.CONV_FUSED, "window", rules.conv_fused, params=ConvEpilogueParams,
+       doc="Convolution with its epilogue (bias, residual, activation) in its output loop.")
 define(OpKind.MAX_POOL, "window", rules.pool, params=PoolParams, doc="Max pooling.")
 define(OpKind.MAX_POOL_INDICES, "window", rules.pool_indices, params=PoolParams,
        doc="Positions of max pooling's maxima.")
@@ -492,7 +497,8 @@ define(OpKind.DEQUANTIZE, "quantized", rules.dequantize, params=NoParams,
        operands=("quantized",), primitive=True, function="dequantize",
        doc="A block-quantized tensor's values as float32 (same shape).")
 # quantized_matmul's numerics, the same on every backend and for every row count: for weights in
-# ACTIVATION_ROUNDED_FORMATS the activations are first rounded to 16-bit blocks of 32
+# ACTIVATION_ROUNDED_FORMATS (every block format, K and IQ4 formats included; not the float
+# weights f16_blocks/bf16_blocks) the activations are first rounded to 16-bit blocks of 32
 # (round_int16_blocks: codes up to ACTIVATION_CODE_MAX, the scale kept in float32, so each value
 # is off by at most max|x| / 65534 of its block), then multiplied; for the other formats they
 # are multiplied as they are. Kernels may sum in any order (integer dots included). llama.cpp
@@ -501,11 +507,12 @@ define(OpKind.DEQUANTIZE, "quantized", rules.dequantize, params=NoParams,
 # dots cost about the same (16-bit codes by madd where 8-bit ones took maddubs).
 ACTIVATION_BLOCK = rules.ACTIVATION_BLOCK
 ACTIVATION_CODE_MAX = rules.ACTIVATION_CODE_MAX
-ACTIVATION_ROUNDED_FORMATS: frozenset[DType] = frozenset({dt.q4_0, dt.q4_1, dt.q8_0})
+ACTIVATION_ROUNDED_FORMATS: frozenset[DType] = frozenset(
+    d for d in dt.QUANTIZED_DTYPES if d not in (dt.f16_blocks, dt.bf16_blocks))
 define(OpKind.QUANTIZED_MATMUL, "quantized", rules.quantized_matmul, params=NoParams,
        operands=("activation", "quantized"), function="quantized_matmul",
        doc="x @ dequantize(weight).T: float32 (..., k) by a quantized (n, k) weight -> (..., n); "
-           "x = round_int16_blocks(x) first for the q4_0, q4_1 and q8_0 formats.")
+           "x = round_int16_blocks(x) first for the block formats (not f16/bf16 blocks).")
 define(OpKind.ROUND_INT16_BLOCKS, "quantized", rules.int16_blocks, params=NoParams,
        operands=("activation",), function="round_int16_blocks",
        doc="x rounded per block of 32 along its last dim to 16-bit codes: d = max|x| / "
@@ -513,6 +520,17 @@ define(OpKind.ROUND_INT16_BLOCKS, "quantized", rules.int16_blocks, params=NoPara
 define(OpKind.QUANTIZED_EMBEDDING, "quantized", rules.quantized_embedding, params=NoParams,
        operands=("quantized", "index"), function="quantized_embedding",
        doc="Rows of a quantized (rows, k) table picked by a 1-D index, as float32.")
+
+# ------------------------------------------------------------------ attention
+define(OpKind.PAGED_ATTENTION, "attention", rules.paged_attention, params=NoParams,
+       operands=("activation", "activation", "activation", "index", "index"),
+       functional="paged_attention",
+       doc="Attention of each query row over its own keys in a paged pool: q (T, heads, d) "
+           "(pre-scaled); key and value pools (blocks, block_size, kv_heads, d); block_table "
+           "(T, M); lengths (T,) in 1..M*block_size. Row t's position p lies in block "
+           "block_table[t, p // block_size] at offset p % block_size; head h reads kv head "
+           "h // (heads / kv_heads); out[t, h] = softmax(q[t, h] . k[p] over p < lengths[t]) "
+           "@ v -> (T, heads, d).")
 
 # ------------------------------------------------------------------ planner-made
 define(OpKind.FUSED, "fused", rules.same_as_input,
@@ -547,12 +565,19 @@ LOGICAL_OPS = frozenset({OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_X
 _INFER_CACHE: dict[tuple, tuple[Shape, DType, int]] = {}
 
 
+def check_operand(role: str, constraint: str, dtype: DType) -> None:
+    """DTypeError unless ``dtype`` meets the registry's ``constraint`` (``index``, ``mask``,
+    ...): the front end checks a user's operand with it before any implicit conversion, so
+    ``x.gather(1, float_index)`` is refused as torch refuses it, naming ``role``."""
+    allowed, text = OPERAND_CONSTRAINTS[constraint]
+    if dtype not in allowed:
+        raise DTypeError(f"{role} must be {text}, got {dtype.name}")
+
+
 def _check_operands(record: OpDefinition, dtypes: tuple[DType, ...]) -> None:
     for position, (constraint, dtype) in enumerate(zip(record.operands, dtypes)):
-        allowed = OPERAND_CONSTRAINTS.get(constraint)
-        if allowed is not None and dtype not in allowed[0]:
-            raise DTypeError(f"operand {position} ({constraint}) must be {allowed[1]}, got "
-                             f"{dtype.name}")
+        if constraint in OPERAND_CONSTRAINTS:
+            check_operand(f"operand {position} ({constraint})", constraint, dtype)
 
 
 def _infer(op: OpKind, params, shapes: tuple[Shape, ...], dtypes: tuple[DType, ...]):

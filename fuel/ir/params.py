@@ -266,6 +266,25 @@ class ConvParams:
     output_padding: tuple[int, ...] = ()
 
 
+CONV_ACTIVATIONS = ("", "relu", "clip", "sigmoid", "silu", "hard_sigmoid", "hard_swish",
+                    "leaky_relu", "prelu", "tanh")
+
+
+@dataclass(frozen=True, slots=True)
+@bits_keyed
+class ConvEpilogueParams:
+    """CONV_FUSED: ``conv`` then, in the convolution's output loop, + bias[m] (operand 3),
+    + a residual of the output's shape (operand 4, when ``residual``) and ``activation`` (one of
+    CONV_ACTIVATIONS; ``alpha``/``beta``: clip's bounds, hard_sigmoid's slope and offset,
+    leaky_relu's slope; prelu's per-channel slope is the last operand)."""
+
+    conv: ConvParams
+    activation: str = ""
+    alpha: float = 0.0
+    beta: float = 0.0
+    residual: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class PoolParams:
     """Max / average pooling windows over the trailing dims. ``count_include_pad`` counts the

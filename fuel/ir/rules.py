@@ -282,6 +282,26 @@ def conv(params: ConvParams, shapes, dtypes):
     return (x[0], w[0]) + spatial, dtypes[0]
 
 
+def conv_fused(params, shapes, dtypes):
+    """CONV_FUSED: (x, w, bias[, residual][, slope]) -> conv's shape."""
+    expected = 3 + params.residual + (params.activation == "prelu")
+    if len(shapes) != expected:
+        raise ShapeError(f"conv_fused takes {expected} operands, got {len(shapes)}")
+    shape, dtype = conv(params.conv, shapes[:2], dtypes[:2])
+    if any(d is not dtype for d in dtypes):
+        raise DTypeError(f"conv_fused operands must share a dtype: "
+                         f"{', '.join(d.name for d in dtypes)}")
+    if tuple(shapes[2]) != (shape[1],):
+        raise ShapeError(f"conv_fused: bias must have shape ({shape[1]},), got {shapes[2]}")
+    if params.residual and tuple(shapes[3]) != shape:
+        raise ShapeError(f"conv_fused: residual must have the output's shape {shape}, "
+                         f"got {shapes[3]}")
+    if params.activation == "prelu" and tuple(shapes[-1]) != (shape[1],):
+        raise ShapeError(f"conv_fused: prelu slope must have shape ({shape[1]},), "
+                         f"got {shapes[-1]}")
+    return shape, dtype
+
+
 def conv_transpose(params: ConvParams, shapes, dtypes):
     x, w = shapes
     if dtypes[0] is not dtypes[1]:
@@ -498,3 +518,21 @@ def quantized_embedding(params, shapes, dtypes):
         raise ShapeError(f"quantized_embedding takes a 1-D index, got shape {index}")
     quantized_rows(table, dtypes[0], "table")
     return (index[0], table[1]), dt.float32
+
+
+def paged_attention(params, shapes, dtypes):
+    """q (T, heads, d); pools (blocks, block_size, kv_heads, d); table (T, M); lengths (T,)."""
+    q, keys, values, table, lengths = shapes
+    if len(q) != 3:
+        raise ShapeError(f"paged_attention's q must be (rows, heads, head_dim), got {q}")
+    if len(keys) != 4 or keys != values:
+        raise ShapeError(f"paged_attention's key and value pools must share one shape "
+                         f"(blocks, block_size, kv_heads, head_dim), got {keys} and {values}")
+    rows, heads, dim = q
+    if keys[3] != dim or keys[2] < 1 or heads % keys[2]:
+        raise ShapeError(f"paged_attention: q {q} does not match pools {keys} (head_dim must "
+                         f"agree and heads be a multiple of kv_heads)")
+    if len(table) != 2 or table[0] != rows or lengths != (rows,):
+        raise ShapeError(f"paged_attention needs a (rows, M) block table and (rows,) lengths "
+                         f"for {rows} rows, got {table} and {lengths}")
+    return q, dtypes[0]

@@ -18,6 +18,7 @@ import numpy as np
 
 import fuel
 from fuel.models.common import ModelFormatError, require
+from fuel.models.file_checks import check_bert_config, check_bert_weights, read_safetensors
 from fuel.nn.functional import gelu, layer_norm, softmax
 from fuel.tensor import Tensor
 
@@ -41,8 +42,9 @@ class BertConfig:
     def from_file(cls, path: str | os.PathLike) -> BertConfig:
         try:
             values = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, RecursionError) as error:
             raise ModelFormatError(f"cannot read the BERT config {path}: {error}") from None
+        check_bert_config(path, values)
         if values.get("hidden_act", "gelu") not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
             raise ModelFormatError(f"unsupported BERT activation {values['hidden_act']!r}")
         try:
@@ -130,13 +132,11 @@ class BertEncoder:
     def from_safetensors(cls, weights: str | os.PathLike, config: str | os.PathLike,
                          device=None) -> BertEncoder:
         """Load ``model.safetensors`` with its ``config.json``."""
-        numpy_loader = require("safetensors.numpy", "loading BERT weights")
-        try:
-            arrays = numpy_loader.load_file(str(weights))
-        except Exception as error:  # safetensors raises its own SafetensorError
-            raise ModelFormatError(f"cannot read the safetensors file {weights}: {error}") \
-                from None
-        return cls(BertConfig.from_file(config), arrays, device)
+        require("safetensors.numpy", "loading BERT weights")
+        arrays = read_safetensors(weights)  # its header checked against its bytes first
+        values = BertConfig.from_file(config)
+        check_bert_weights(weights, values, arrays)
+        return cls(values, arrays, device)
 
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> Tensor:
         """Lazy last hidden states ``(batch, length, hidden)`` for ``ids`` and its 0/1

@@ -73,8 +73,7 @@ def model_file(path: str | os.PathLike | None, package: str, relative: str, what
         return candidate
     candidate = Path(path).expanduser()
     if not candidate.exists():
-        raise ModelDependencyError(f"{what} not found at {candidate}; pass an existing path or "
-                                   f"{INSTALL_HINT}")
+        raise ModelDependencyError(f"{what} not found at {candidate}: no such file or folder")
     return candidate
 
 

@@ -24,12 +24,14 @@ from fuel.models.common import (
     release_freed_heap,
     require,
 )
+from fuel.models.gguf_checks import check_gguf, check_llama
 from fuel.models.tokenizer import byte_level_bpe
 
 # Tensor types gguf's NumPy dequantizer handles and fuel accepts for weights.
 SUPPORTED_TENSOR_TYPES = (
     "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K",
-    "Q5_K", "Q6_K",
+    "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
+    "IQ1_S", "IQ1_M", "TQ1_0", "TQ2_0", "MXFP4",
 )
 
 
@@ -204,6 +206,7 @@ class GGUFModelFile:
     def __init__(self, path: str | os.PathLike) -> None:
         gguf = require("gguf", "loading a GGUF model")
         self.path = Path(path)
+        check_gguf(self.path)  # every length, count, type, dim and offset, before gguf reads it
         try:
             self._reader = _checked_reader(gguf)(str(self.path))
         except (ValueError, OSError, IndexError, KeyError) as error:
@@ -256,7 +259,7 @@ class GGUFModelFile:
         tokens = self.value("tokenizer.ggml.tokens") or []
         bos = self.value("tokenizer.ggml.bos_token_id")
         eos = self.value("tokenizer.ggml.eos_token_id")
-        return LlamaConfig(
+        config = LlamaConfig(
             vocab_size=int(self.value("llama.vocab_size", len(tokens))),
             hidden_size=hidden,
             intermediate_size=int(self.required("llama.feed_forward_length")),
@@ -272,6 +275,10 @@ class GGUFModelFile:
             add_bos_token=bool(self.value("tokenizer.ggml.add_bos_token", False)),
             tied_embeddings="output.weight" not in self.tensors,
         )
+        types = self._field("tokenizer.ggml.token_type")
+        check_llama(self.path.name, config, {n: t.shape for n, t in self.tensors.items()},
+                    len(tokens), None if types is None else len(types.data))
+        return config
 
     def tokenizer(self):
         """The tokenizer the file describes, as a ``tokenizers.Tokenizer``."""
@@ -281,8 +288,14 @@ class GGUFModelFile:
                                    "byte-level BPE ('gpt2') tokenizers from GGUF")
         tokens = self.required("tokenizer.ggml.tokens")
         types = self.value("tokenizer.ggml.token_type") or [1] * len(tokens)
-        return byte_level_bpe(tokens, self.required("tokenizer.ggml.merges"), types,
-                              self.value("tokenizer.ggml.pre", "default"))
+        try:
+            return byte_level_bpe(tokens, self.required("tokenizer.ggml.merges"), types,
+                                  self.value("tokenizer.ggml.pre", "default"))
+        except Exception as error:  # tokenizers' own errors (a merge of unknown tokens, ...)
+            if isinstance(error, ModelFormatError):
+                raise
+            raise ModelFormatError(f"{self.path.name}: its tokenizer cannot be built: "
+                                   f"{error}") from None
 
     def check_tensor_types(self) -> None:
         """Raise a ModelFormatError naming the first tensor of a type fuel cannot dequantize."""
@@ -322,7 +335,7 @@ class GGUFModelFile:
         tensor = self.tensors.get(name)
         if tensor is None:
             raise ModelFormatError(f"{self.path.name} lacks the tensor '{name}'")
-        dtype = QUANTIZED_BY_GGUF_TYPE.get(int(tensor.tensor_type))
+        dtype = stored_format(tensor)
         runnable = dtype is not None and (kernels is None or kernels(dtype))
         if not runnable or len(tensor.shape) != 2:
             kind = tensor.tensor_type.name
@@ -333,7 +346,7 @@ class GGUFModelFile:
                        f"(first: '{name}'); they are dequantized to float32")
             return self.tensor(name)
         shape = (int(tensor.shape[1]), int(tensor.shape[0]))
-        return QuantizedArray(self._mapped(tensor), dtype, shape)
+        return QuantizedArray(self._mapped(tensor).view(np.uint8), dtype, shape)
 
     def stored_together(self, names: list[str], kernels=None) -> QuantizedArray | None:
         """The named matrices joined along their rows as one view of the file, when they lie
@@ -343,7 +356,7 @@ class GGUFModelFile:
         if any(entry is None or len(entry.shape) != 2 for entry in entries):
             return None
         first = entries[0]
-        dtype = QUANTIZED_BY_GGUF_TYPE.get(int(first.tensor_type))
+        dtype = stored_format(first)
         if dtype is None or (kernels is not None and not kernels(dtype)):
             return None
         for before, after in zip(entries, entries[1:]):
@@ -354,7 +367,8 @@ class GGUFModelFile:
         joined = TensorEntry(" | ".join(names), first.tensor_type, (first.shape[0], rows),
                              first.data_offset, first.data_type,
                              (rows, first.data_shape[-1]))
-        return QuantizedArray(self._mapped(joined), dtype, (rows, first.shape[0]))
+        return QuantizedArray(self._mapped(joined).view(np.uint8), dtype,
+                              (rows, first.shape[0]))
 
     def _mapped(self, tensor) -> np.ndarray:
         """``tensor``'s bytes over a map of their own, not the reader's map of the whole file:
@@ -371,6 +385,15 @@ class GGUFModelFile:
         """(name, float32 array) for each name, with a progress bar."""
         for name in progress(names, len(names), description):
             yield name, self.tensor(name)
+
+
+def stored_format(tensor: TensorEntry) -> QuantizedDType | None:
+    """The format fuel keeps ``tensor`` in as stored (a block format, or F16/BF16 as 32-value
+    float blocks where its rows are whole blocks), or None where it is de-quantized."""
+    dtype = QUANTIZED_BY_GGUF_TYPE.get(int(tensor.tensor_type))
+    if dtype is None or not tensor.shape or int(tensor.shape[0]) % dtype.block_size:
+        return None
+    return dtype
 
 
 def unpermute_rope_rows(weight: np.ndarray, heads: int) -> np.ndarray:

@@ -79,3 +79,55 @@ def lazy_zeros(shape: tuple[int, ...]) -> np.ndarray:
     # private: a shared anonymous map is shared memory, whose pages are made when read
     pages = mmap.mmap(-1, count * 4, flags=private | mmap.MAP_ANONYMOUS)
     return np.frombuffer(pages, np.float32, count).reshape(shape)
+
+
+class PagedKVPool:
+    """One pool of fixed-size key/value blocks shared by every request of a server: per layer,
+    keys and values of shape ``(blocks * block_size, kv_heads, head_dim)`` (a request's block
+    table says which blocks hold its positions; ``fuel.nn.functional.paged_attention`` reads
+    them as ``(blocks, block_size, kv_heads, head_dim)``). The memory is mapped lazily: a
+    block costs resident memory once written, and ``release`` hands written blocks' pages
+    back (``lazy_zeros``)."""
+
+    def __init__(self, num_layers: int, kv_heads: int, head_dim: int, blocks: int,
+                 block_size: int, device=None) -> None:
+        if blocks < 2 or block_size < 1:
+            raise InvalidArgument(f"a paged KV pool needs at least 2 blocks of at least one "
+                                  f"position, got {blocks} blocks of {block_size}")
+        self.blocks = blocks
+        self.block_size = block_size
+        self.kv_heads = kv_heads
+        self.head_dim = head_dim
+        shape = (blocks * block_size, kv_heads, head_dim)
+        self._arrays = [lazy_zeros(shape) for _ in range(2 * num_layers)]
+        tensors = [fuel.from_numpy(array, device=device) for array in self._arrays]
+        self.keys, self.values = tensors[:num_layers], tensors[num_layers:]
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes one block holds over all layers, keys and values."""
+        return 4 * self.block_size * self.kv_heads * self.head_dim * len(self._arrays)
+
+    def tensors(self) -> list[Tensor]:
+        """Every pool tensor, keys then values (a step's in-place writes land in them)."""
+        return self.keys + self.values
+
+    def release(self, blocks) -> None:
+        """Give the pages of ``blocks`` (free ones) back to the system: they read as zeros and
+        cost no memory until written again. Only whole pages inside a block's bytes are
+        released; on the CPU without POSIX ``madvise`` this does nothing."""
+        advise = getattr(mmap, "MADV_DONTNEED", None)
+        page = mmap.PAGESIZE
+        stride = self.block_bytes // len(self._arrays)
+        for array in self._arrays:
+            base = array
+            while isinstance(base, np.ndarray):
+                base = base.base
+            base = base.obj if isinstance(base, memoryview) else base
+            if advise is None or not isinstance(base, mmap.mmap):
+                return
+            for block in blocks:
+                start = -(-block * stride // page) * page
+                stop = (block + 1) * stride // page * page
+                if stop > start:
+                    base.madvise(advise, start, stop - start)

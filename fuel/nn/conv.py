@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from fuel.frontend.build import make
 from fuel.ir.errors import InvalidArgument, ShapeError
 from fuel.ir.ops import OpKind
-from fuel.ir.params import ConvParams, PoolParams
+from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, PoolParams
 from fuel.tensor import Tensor
 
 __all__ = [
     "avg_pool1d", "avg_pool2d", "avg_pool3d", "avg_pool_nd", "conv1d", "conv2d", "conv3d",
-    "conv_nd", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "conv_transpose_nd",
+    "conv_fused", "conv_nd", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "conv_transpose_nd",
     "max_pool1d", "max_pool2d", "max_pool3d", "max_pool_nd",
 ]
 
@@ -44,6 +45,26 @@ def conv_nd(x: Tensor, weight: Tensor, bias: Tensor | None = None,
         _per_dim(dilations or 1, rank, "dilation"), int(groups))
     result = make(OpKind.CONV, (x._node, weight.to(x.dtype)._node), params)
     return _add_bias(result, bias)
+
+
+def conv_fused(x: Tensor, weight: Tensor, bias: Tensor, params: ConvParams,
+               activation: str = "", alpha: float = 0.0, beta: float = 0.0,
+               residual: Tensor | None = None, slope: Tensor | None = None) -> Tensor:
+    """``activation(conv(x, weight) + bias + residual)`` as one node, the epilogue run in the
+    convolution's output loop where the backend has such a kernel (else decomposed).
+    ``activation``: one of ``CONV_ACTIVATIONS`` ("" none, "relu", "clip" between ``alpha``
+    and ``beta``, "sigmoid", "silu", "hard_sigmoid" (``alpha * y + beta`` clamped to 0..1),
+    "hard_swish", "leaky_relu" (slope ``alpha``), "prelu" (per-channel ``slope``), "tanh")."""
+    if activation not in CONV_ACTIVATIONS:
+        raise InvalidArgument(f"conv_fused: activation {activation!r} is not one of "
+                              f"{', '.join(repr(a) for a in CONV_ACTIVATIONS)}")
+    if (activation == "prelu") != (slope is not None):
+        raise InvalidArgument("conv_fused: a slope goes with activation 'prelu' (and only it)")
+    epilogue = ConvEpilogueParams(params, activation, float(alpha), float(beta),
+                                  residual is not None)
+    operands = [x, weight.to(x.dtype), bias.to(x.dtype)]
+    operands += [t.to(x.dtype) for t in (residual, slope) if t is not None]
+    return make(OpKind.CONV_FUSED, tuple(t._node for t in operands), epilogue)
 
 
 def conv_transpose_nd(x: Tensor, weight: Tensor, bias: Tensor | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from fuel.frontend.attention import paged_attention
 from fuel.frontend.build import at_user_line
 from fuel.frontend.elementwise import gelu, where
 from fuel.frontend.factories import random_uniform
@@ -20,11 +21,13 @@ from fuel.frontend.shape import cat, chunk, gather, index_select, split, stack
 from fuel.frontend.shape import pad as _pad
 from fuel.frontend.structured import layer_norm, log_softmax, matmul, rms_norm, softmax
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
+from fuel.ir.ops import check_operand
 from fuel.tensor import Tensor
 
 __all__ = [
     "cat", "chunk", "dropout", "embedding", "gather", "gelu", "hardswish", "index_select",
-    "layer_norm", "linear", "log_softmax", "matmul", "mish", "pad", "relu", "rms_norm",
+    "layer_norm", "linear", "log_softmax", "matmul", "mish", "pad", "paged_attention", "relu",
+    "rms_norm",
     "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "softplus", "split", "stack",
     "tanh",
 ]
@@ -42,8 +45,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 @at_user_line
 def embedding(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002 - torch's name
     """Rows of ``weight`` picked by the integer ``input`` (any shape)."""
-    if not input.dtype.is_integer:
-        raise DTypeError(f"embedding indices must be integers, got {input.dtype.name}")
+    check_operand("embedding: the indices", "index", input.dtype)
     rows = index_select(weight, 0, input.reshape(-1))
     return rows.reshape(input.shape + (weight.shape[1],))
 
@@ -98,6 +100,9 @@ def scaled_dot_product_attention(
     if attn_mask is not None:
         if attn_mask.dtype.is_bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
+        elif not attn_mask.dtype.is_floating:  # torch: a bool mask or an additive float one
+            raise DTypeError(f"scaled_dot_product_attention: attn_mask must be bool or "
+                             f"floating, got {attn_mask.dtype.name}")
         else:
             scores = scores + attn_mask
     weights = softmax(scores, -1)

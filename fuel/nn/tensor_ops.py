@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from fuel.frontend.build import make, normalize_dim, operand_nodes
+from fuel.frontend.build import at_user_line, make, normalize_dim, operand_nodes
 from fuel.frontend.elementwise import binary, unary
-from fuel.frontend.shape import gather, narrow
+from fuel.frontend.shape import gather, index_operand, narrow
 from fuel.ir import dtype as dt
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
 from fuel.ir.ops import NO_PARAMS, AxisParams, CastParams, OpKind
@@ -19,6 +19,7 @@ __all__ = [
 ]
 
 
+@at_user_line
 def det(x: Tensor) -> Tensor:
     """Determinants of the square matrices in the last two dims (torch.linalg.det)."""
     if not x.dtype.is_floating:
@@ -26,11 +27,13 @@ def det(x: Tensor) -> Tensor:
     return make(OpKind.DET, (x._node,), NO_PARAMS)
 
 
+@at_user_line
 def bitcast(x: Tensor, dtype) -> Tensor:
     """The same bits read as ``dtype`` of the same size (torch's ``Tensor.view(dtype)``)."""
     return make(OpKind.BITCAST, (x._node,), CastParams(dt.to_dtype(dtype)))
 
 
+@at_user_line
 def trunc_divide(a, b) -> Tensor:
     """Division rounded toward zero (``torch.div(a, b, rounding_mode='trunc')``); integer
     operands stay integers (division by zero gives 0), floats are divided and truncated."""
@@ -40,6 +43,7 @@ def trunc_divide(a, b) -> Tensor:
     return binary(OpKind.INT_DIV, Tensor(left), Tensor(right))
 
 
+@at_user_line
 def trunc(x: Tensor) -> Tensor:
     """Round toward zero (torch.trunc); integers are returned as they are."""
     if not x.dtype.is_floating:
@@ -47,6 +51,7 @@ def trunc(x: Tensor) -> Tensor:
     return (x < 0).where(unary(OpKind.CEIL, x), unary(OpKind.FLOOR, x))
 
 
+@at_user_line
 def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
     """Positions that sort ``x`` along ``dim``; always stable (ties keep their order)."""
     if x.ndim == 0:
@@ -55,12 +60,14 @@ def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = T
                                                          bool(descending)))
 
 
+@at_user_line
 def sort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = True):
     """(values, indices) of a stable sort along ``dim``."""
     indices = argsort(x, dim, descending)
     return (gather(x, dim, indices) if x.ndim else x), indices
 
 
+@at_user_line
 def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
     """(values, indices) of the ``k`` largest (or smallest) entries along ``dim``; equal
     values come in ascending index order."""
@@ -72,6 +79,7 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     return gather(x, axis, indices), indices
 
 
+@at_user_line
 def cumprod(x: Tensor, dim: int) -> Tensor:
     """Running product along ``dim``."""
     if x.dtype.is_bool:
@@ -83,6 +91,7 @@ _TORCH_REDUCE = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min",
                  "add": "add", "multiply": "mul"}
 
 
+@at_user_line
 def scatter(x: Tensor, dim: int, index: Tensor, src, reduce: str | None = None) -> Tensor:
     """A copy of ``x`` with ``src`` written at ``index`` along ``dim`` (torch.scatter);
     ``reduce`` "add" or "multiply" combines instead of overwriting."""
@@ -92,6 +101,7 @@ def scatter(x: Tensor, dim: int, index: Tensor, src, reduce: str | None = None) 
     return _scatter_elements(x, dim, index, src, reduction)
 
 
+@at_user_line
 def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
                    include_self: bool = True) -> Tensor:
     """torch.scatter_reduce with ``reduce`` in sum, prod, amax, amin (include_self only)."""
@@ -106,12 +116,12 @@ def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
 
 def _scatter_elements(x: Tensor, dim: int, index: Tensor, src, reduction: str) -> Tensor:
     axis = normalize_dim(dim, x.ndim)
+    index_node = index_operand("scatter", index)
     if not isinstance(src, Tensor):
         src = Tensor(operand_nodes([x, src])[0][1]).expand(*index.shape)
-    index = index if index.dtype.name in ("int32", "int64") else index.long()
     if src.shape != index.shape:
         src = narrow_to(src, index.shape)
-    return make(OpKind.SCATTER_ELEMENTS, (x._node, index._node, src.to(x.dtype)._node),
+    return make(OpKind.SCATTER_ELEMENTS, (x._node, index_node, src.to(x.dtype)._node),
                 ScatterParams(axis, reduction))
 
 
@@ -124,14 +134,16 @@ def narrow_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     return x
 
 
+@at_user_line
 def scatter_nd(x: Tensor, indices: Tensor, updates: Tensor, reduction: str = "none") -> Tensor:
     """A copy of ``x`` with ``updates`` written at the index tuples in ``indices[..., :]``
     (ONNX ScatterND); ``reduction`` none, add, mul, max or min."""
-    index = indices if indices.dtype.name in ("int32", "int64") else indices.long()
-    return make(OpKind.SCATTER_ND, (x._node, index._node, updates.to(x.dtype)._node),
+    index_node = index_operand("scatter_nd", indices)
+    return make(OpKind.SCATTER_ND, (x._node, index_node, updates.to(x.dtype)._node),
                 ScatterParams(0, reduction))
 
 
+@at_user_line
 def einsum(equation: str, *operands: Tensor) -> Tensor:
     """Einstein summation over one or more operands with an explicit or implicit output
     (``"ij,jk->ik"``, ``"ii"``); more than two operands are contracted pairwise."""

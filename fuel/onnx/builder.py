@@ -39,6 +39,13 @@ class Builder:
         # Whether a random op drew its numbers on the host during the build: a replay would
         # repeat them, so such builds are never captured.
         self.draws_random = False
+        # How many node inputs and graph outputs name each value (subgraphs' references
+        # included): converters that fuse a producer into its consumer need it to be the only
+        # one (fuel.onnx.ops.conv_fusion).
+        self.consumers: dict[str, int] = {}
+        # Feeds that disagree on a named dim the model declares shared (Model._bind_feeds):
+        # named in the error of a node their shapes make fail.
+        self.dim_conflicts: list[str] = []
 
     # ------------------------------------------------------------------ values
     def host_value(self, tensor: Tensor) -> np.ndarray:
@@ -78,6 +85,7 @@ class Builder:
     # ------------------------------------------------------------------ graphs
     def run_graph(self, graph, scope: Scope) -> None:
         """Convert every node of ``graph`` in order, binding its outputs in ``scope``."""
+        count_consumers(graph, self.consumers)
         for initializer in graph.initializer:
             if initializer.name not in scope.values:
                 scope.values[initializer.name] = self.initializer(initializer)
@@ -145,6 +153,21 @@ class Builder:
             self._stamped[id(fuel_node)] = fuel_node
             fuel_node.site = site
             stack.extend(fuel_node.inputs)
+
+
+def count_consumers(graph, counts: dict[str, int]) -> None:
+    """Add to ``counts`` every use of a value by ``graph``'s nodes (and by the nodes of their
+    subgraphs) and by its outputs."""
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                counts[name] = counts.get(name, 0) + 1
+        for attribute in node.attribute:
+            for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(
+                    attribute.graphs):
+                count_consumers(subgraph, counts)
+    for output in graph.output:
+        counts[output.name] = counts.get(output.name, 0) + 1
 
 
 def lookup(scope: Scope, name: str, where: str):

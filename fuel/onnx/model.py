@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fuel.ir.errors import FuelError
 from fuel.onnx.builder import Builder
 from fuel.onnx.context import DEFAULT_DOMAINS, OptionalValue, Scope, SequenceValue, find_converter
 from fuel.onnx.errors import OnnxError, UnsupportedOp, UnsupportedOpset, node_label
@@ -46,6 +47,27 @@ class Model:
     """A loaded ONNX model. ``run(feeds)`` returns NumPy outputs by name, in graph order."""
 
     def __init__(self, source) -> None:
+        # errors name the file a model came from (a path's last part; None for bytes, protos)
+        self.file_name = os.path.basename(os.fspath(source)) if isinstance(
+            source, (str, os.PathLike)) else None
+        try:
+            self._load(source)
+        except FuelError as error:
+            raise self._named(error) from error.__cause__
+
+    def _named(self, error: FuelError) -> FuelError:
+        """``error`` with the model's file name in front (as it is when it already names it)."""
+        message = str(error)
+        if self.file_name is None or self.file_name in message:
+            return error
+        try:
+            named = type(error)(f"{self.file_name}: {message}")
+        except TypeError:  # an error class with a constructor of its own
+            named = OnnxError(f"{self.file_name}: {message}")
+        named.__dict__.update(error.__dict__)
+        return named
+
+    def _load(self, source) -> None:
         self.proto, self.base_dir = _parse(source)
         graph = self.proto.graph
         self.opsets = _check_opsets(self.proto)
@@ -77,7 +99,13 @@ class Model:
         bound = self._bind_feeds(feeds, builder)
         for name, value in bound.items():
             scope.values[name] = value
-        builder.run_graph(self.proto.graph, scope)
+        try:
+            builder.run_graph(self.proto.graph, scope)
+        except OnnxError as error:
+            if not builder.dim_conflicts:
+                raise
+            raise type(error)(f"{error}; the feeds disagree on a named dim the model declares "
+                              f"shared: {'; '.join(builder.dim_conflicts)}") from error
         result = {}
         for name in self.output_names:
             if name not in scope:
@@ -91,6 +119,12 @@ class Model:
         The first call per feed signature (dtypes, shapes, device) builds the graph; when
         nothing in it depends on the feeds' values, its plan is captured and later calls with
         that signature replay it (see fuel.onnx.replay)."""
+        try:
+            return self._run(feeds, device)
+        except FuelError as error:
+            raise self._named(error) from error.__cause__
+
+    def _run(self, feeds: dict | None, device) -> dict[str, object]:
         import fuel
         from fuel.runtime.executor import PLAN_CACHE
 
@@ -127,7 +161,7 @@ class Model:
             raise OnnxError(f"feeds name unknown inputs {unknown}; the model's inputs are "
                             f"{[s.name for s in self.inputs]}")
         bound: dict[str, object] = {}
-        free_dims: dict[str, int] = {}
+        free_dims: dict[str, object] = {}
         for spec in self.inputs:
             if spec.name not in feeds:
                 raise OnnxError(f"missing feed for graph input {spec.name!r} "
@@ -137,6 +171,7 @@ class Model:
                 builder.feed_nodes.add(id(bound[spec.name]._node))
         for name in set(feeds) - {s.name for s in self.inputs}:  # overriding an initializer
             bound[name] = builder.constant(np.asarray(feeds[name]))
+        builder.dim_conflicts = free_dims.get(DIM_CONFLICTS, [])
         return bound
 
 
@@ -175,11 +210,19 @@ def _check_shape(spec: InputSpec, shape: tuple, free_dims: dict) -> None:
         if isinstance(declared, int) and declared > 0 and size != declared:
             raise OnnxError(f"feed {spec.name!r} has shape {shape}; the model declares "
                             f"{_shape_text(spec.shape)} (dim {axis} must be {declared})")
-        if isinstance(declared, str) and declared:
-            seen = free_dims.setdefault(declared, size)
-            if seen != size:
-                raise OnnxError(f"feed {spec.name!r}: free dim {declared!r} is {size} here "
-                                f"but {seen} in another input")
+        if isinstance(declared, str) and declared and declared != "?":
+            # A named dim shared by inputs: ONNX Runtime only warns when the feeds disagree,
+            # and so does fuel, until the model's own shapes force them equal (a node fails):
+            # then the error names both inputs (``dim_conflicts``).
+            seen = free_dims.setdefault(declared, (size, spec.name, axis))
+            if seen[0] != size:
+                conflicts = free_dims.setdefault(DIM_CONFLICTS, [])
+                conflicts.append(f"free dim {declared!r} is {seen[0]} in input {seen[1]!r} "
+                                 f"(dim {seen[2]}) but {size} in input {spec.name!r} "
+                                 f"(dim {axis})")
+
+
+DIM_CONFLICTS = "\0conflicts"  # the key under which _check_shape lists disagreeing feeds
 
 
 def _shape_text(shape) -> str:

@@ -1,12 +1,24 @@
-"""The serving engine: one worker thread owns the models. Requests wait in a bounded queue; up
-to ``slots`` generations are live at once, each on its own KV cache. Every round runs the
-prompts of newly admitted requests, then one batched decode step that gives every other live
-generation its next token (continuous batching: requests join and leave between steps). A
-request cancelled by its client (a dropped connection) leaves its slot before the next step.
+"""The serving engine: one worker thread owns the models and runs one forward per step for
+every live request at once (continuous batching with chunked prefill over a paged KV cache).
+
+Each step gathers, within a token budget: one decode token of every request that is
+generating, the next chunk of every prompt still being read, and the first chunks of newly
+admitted requests. ``fuel.models.paged_step`` runs them as one forward (the weights read once
+for all rows; each row's attention over its own request's blocks), captured per row-count
+bucket and replayed. A long prompt is read a budget's worth at a time, so it never stalls the
+others' decoding for more than a step.
+
+Memory is a pool of fixed-size KV blocks (``fuel.serve.blocks``): a request is admitted when
+the blocks of its prompt are free (after taking the blocks of any prefix already cached),
+takes one more block whenever its positions cross a block boundary, and gives them back when
+it ends. When a generating request finds no block, the most recently admitted request is
+preempted: its blocks are released and it goes back to the front of the queue, to be
+recomputed (its prompt and the tokens it made so far, most of it often still cached by
+prefix) when blocks are free again; its client sees nothing but a pause.
 
 The engine is a scheduler: each request's own state (prompt, sampling, tokens, text, stop
 strings, finish reason) is a ``fuel.models.generation.Generation``, the state machine that
-LlamaModel's own generation drives too; the engine only decides which step runs when."""
+LlamaModel's own generation drives too; the engine only decides which rows run when."""
 
 from __future__ import annotations
 
@@ -21,15 +33,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import fuel
-from fuel.ir.errors import FuelError
-from fuel.models.batched_decode import BatchDecoder
+from fuel.ir.errors import FuelError, InvalidArgument
 from fuel.models.generation import Generation
-from fuel.models.kv_cache import KVCache
+from fuel.models.kv_cache import PagedKVPool
+from fuel.models.paged_step import Chunk, PagedStepper
 from fuel.models.sampling import SamplingConfig
+from fuel.serve.blocks import BlockManager
 from fuel.serve.metrics import Metrics
 
-FREE_CACHES_PER_SLOT = 2  # KV caches kept for reuse, per slot
-DECODE_STEP = (1, False)  # the replay key of a one-token decode step (LlamaModel._step)
+DEFAULT_SLOTS = 16
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_TOKEN_BUDGET = 64  # rows per step: below the quantized matmul's BLAS switch (96)
+DEFAULT_KV_MEMORY = 1 << 30  # bytes of KV blocks, when the number of blocks is not given
 
 
 def _heap_trimmer():
@@ -66,10 +81,14 @@ class Job:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     stop: tuple[str, ...] = ()
     texts: list[str] | None = None  # an embedding job's inputs
+    timeout_s: float | None = None  # the whole request's limit, from queueing to its end
     cancelled: bool = False
     # engine-side state of a live generation
     generation: Generation | None = None
-    cache: KVCache | None = None
+    tokens: list[int] = field(default_factory=list)  # prompt, then the tokens made
+    computed: int = 0  # leading tokens whose keys and values are in the job's blocks
+    blocks: list[int] = field(default_factory=list)
+    named: int = 0  # leading blocks named for prefix reuse
     queued_at: float = field(default_factory=time.perf_counter)
 
     def cancel(self) -> None:
@@ -79,20 +98,51 @@ class Job:
 
 class Engine:
     """Runs generation and embedding jobs for ``model`` (a LlamaModel) and ``encoder`` (a
-    SentenceEncoder or None) on a worker thread."""
+    SentenceEncoder or None) on a worker thread.
 
-    def __init__(self, model, encoder=None, slots: int = 4, max_queue: int = 64,
-                 metrics: Metrics | None = None, batching: bool = True) -> None:
+    Limits: ``slots`` requests generate at once; ``max_queue`` more wait; ``token_budget``
+    rows per step (decode tokens and prompt chunks together); ``kv_blocks`` blocks of
+    ``block_size`` positions (default: DEFAULT_KV_MEMORY bytes' worth); ``max_inflight_tokens``
+    caps the prompt plus max_tokens of all admitted requests together (None: no cap);
+    ``request_timeout_s`` ends a request that runs longer (None: no limit). ``batching=False``
+    runs one request's rows per step (in turn)."""
+
+    def __init__(self, model, encoder=None, slots: int = DEFAULT_SLOTS, max_queue: int = 64,
+                 metrics: Metrics | None = None, batching: bool = True,
+                 kv_blocks: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
+                 token_budget: int = DEFAULT_TOKEN_BUDGET,
+                 max_inflight_tokens: int | None = None,
+                 request_timeout_s: float | None = None) -> None:
+        for name, value in (("slots", slots), ("block_size", block_size),
+                            ("token_budget", token_budget), ("max_queue", max_queue)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgument(f"the engine's {name} must be a positive integer, "
+                                      f"got {value!r}")
+        if token_budget < slots:
+            raise InvalidArgument(f"the token budget ({token_budget}) must hold a decode token "
+                                  f"of every slot ({slots})")
+        config = model.config
         self.model = model
-        self.batching = batching
-        self._batch = BatchDecoder(model)
         self.encoder = encoder
+        self.batching = batching
         self.slots = slots
         self.max_queue = max_queue
+        self.token_budget = token_budget
+        self.max_inflight_tokens = max_inflight_tokens
+        self.request_timeout_s = request_timeout_s
         self.metrics = metrics or Metrics()
+        table_width = -(-config.context_length // block_size)
+        if kv_blocks is None:
+            per_block = 8 * block_size * config.num_kv_heads * config.head_dim * \
+                config.num_layers
+            kv_blocks = min(slots * table_width, DEFAULT_KV_MEMORY // per_block) + 1
+        self.pool = PagedKVPool(config.num_layers, config.num_kv_heads, config.head_dim,
+                                kv_blocks, block_size, model.device)
+        self.blocks = BlockManager(kv_blocks, block_size)
+        self.stepper = PagedStepper(model, self.pool, table_width)
+        self.metrics.blocks = self.blocks
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
-        self._free_caches: list[KVCache] = []
         self._condition = threading.Condition()
         self._running = False
         self._thread: threading.Thread | None = None
@@ -122,6 +172,8 @@ class Engine:
 
     def submit(self, job: Job) -> None:
         """Queue ``job``; QueueFull when ``max_queue`` jobs already wait."""
+        if job.timeout_s is None:
+            job.timeout_s = self.request_timeout_s
         with self._condition:
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(f"the server is busy: {len(self._waiting)} requests are "
@@ -137,12 +189,11 @@ class Engine:
                     self._condition.wait(timeout=1.0)
                 if not self._running:
                     break
-                admitted = []
-                while self._waiting and len(self._active) + len(admitted) < self.slots:
-                    admitted.append(self._waiting.popleft())
-            for job in admitted:
-                self._admit(job)
-            self._round()
+            try:
+                self._step()
+            except Exception as error:  # never a dead engine: fail the step's requests
+                for job in list(self._active):
+                    self._finish(job, error=describe(error))
             self.metrics.set_load(len(self._waiting), len(self._active))
             if not self._active and not self._waiting:
                 self._release_memory()
@@ -150,70 +201,137 @@ class Engine:
             self._finish(job, error="the server is shutting down")
 
     def _release_memory(self) -> None:
-        """Once idle: drop the captured batch steps and pooled buffers, and hand the freed heap
-        back to the system (glibc keeps it otherwise), so memory returns to its baseline."""
-        self._batch.clear()
+        """Once idle: the pages of free KV blocks and pooled buffers go back to the system
+        (glibc keeps freed heap otherwise), so memory returns to its baseline. Blocks cached
+        for prefix reuse stay."""
+        self.pool.release(self.blocks.free_blocks())
         fuel.empty_cache()
         if _trim_heap is not None:
             _trim_heap(0)
 
-    def _admit(self, job: Job) -> None:
-        if job.cancelled:
-            self.metrics.cancelled += 1
+    def _step(self) -> None:
+        """One scheduling round and, when any rows are due, one forward."""
+        self._drop_ended()
+        plan: list[tuple[Job, int]] = []
+        budget = self.token_budget
+        index = 0
+        while index < len(self._active) and budget > 0:
+            job = self._active[index]
+            count = min(len(job.tokens) - job.computed, budget)
+            if not self._reserve(job, job.computed + count):
+                break  # ``job`` itself was preempted: it was the last one
+            plan.append((job, count))
+            budget -= count
+            index += 1
+            if not self.batching:
+                break
+        while budget > 0 and (self.batching or not plan) and self._waiting and \
+                len(self._active) < self.slots:
+            job = self._waiting[0]
+            if not self._admit(job):
+                break
+            count = min(len(job.tokens) - job.computed, budget)
+            plan.append((job, count))
+            budget -= count
+        if not plan:
             return
-        if job.texts is not None:
-            self._embed(job)
-            return
+        chunks = [Chunk(job.tokens[job.computed:job.computed + count], job.computed,
+                        job.blocks, job.computed + count == len(job.tokens))
+                  for job, count in plan]
         try:
-            job.generation = self.model.start_generation(job.ids, job.max_tokens, job.sampling,
-                                                         text=True, stop=job.stop)
-            job.cache = self._acquire_cache(job.generation.positions_needed)
+            logits = self.stepper.step(chunks)
         except Exception as error:
-            self._finish(job, error=describe(error))
+            for job, _ in plan:
+                self._finish(job, error=describe(error))
             return
-        self._active.append(job)
+        self.metrics.count_step(sum(count for _, count in plan), len(plan))
+        row = 0
+        for (job, count), chunk in zip(plan, chunks):
+            job.computed += count
+            job.named = self.blocks.name(job.blocks, job.tokens[:job.computed], job.named)
+            if chunk.logits:
+                self._deliver(job, logits[row])
+                row += 1
 
-    def _round(self) -> None:
-        """Prompts of newly admitted jobs, then one decode step for every other live job:
-        batched across jobs when ``batching`` (and more than one decodes), else in turn."""
-        for job in [job for job in self._active if job.cancelled]:
-            self.metrics.cancelled += 1
-            self._finish(job)
-        decoding = []
-        for job in list(self._active):
-            if job.generation.produced:
-                decoding.append(job)
+    def _drop_ended(self) -> None:
+        """Cancelled jobs leave; jobs past their timeout end with an error."""
+        now = time.perf_counter()
+        for job in list(self._active) + list(self._waiting):
+            if job.cancelled:
+                self.metrics.cancelled += 1
+                self._finish(job)
+            elif job.timeout_s is not None and now - job.queued_at > job.timeout_s:
+                self._finish(job, error=f"the request ran past its time limit of "
+                                        f"{job.timeout_s:g} s")
+
+    def _reserve(self, job: Job, positions: int) -> bool:
+        """Blocks for ``job``'s first ``positions`` positions, preempting the most recently
+        admitted jobs while none is free; False when ``job`` itself had to be preempted."""
+        while len(job.blocks) < self.blocks.blocks_for(positions):
+            if self.blocks.usable == 0:
+                victim = self._active[-1]
+                self._preempt(victim)
+                if victim is job:
+                    return False
                 continue
-            try:  # the prompt, and the first token
-                logits = self.model.forward(job.generation.pending_ids(), job.cache)[-1]
-            except Exception as error:
-                self._finish(job, error=describe(error))
-                continue
-            self._deliver(job, logits)
-        if len(decoding) > 1 and self.batching:
+            job.blocks.append(self.blocks.allocate())
+        return True
+
+    def _preempt(self, job: Job) -> None:
+        """``job`` gives back its blocks and waits at the front of the queue to be recomputed
+        (its prompt and the tokens made so far)."""
+        self._active.remove(job)
+        self.blocks.release(job.blocks)
+        job.blocks, job.computed, job.named = [], 0, 0
+        self._waiting.appendleft(job)
+        self.metrics.preemptions += 1
+
+    def _admit(self, job: Job) -> bool:
+        """Start ``job`` when its prompt's blocks are free (and the in-flight cap allows);
+        False to keep it waiting. An embedding job runs at once; a job that fails to start
+        ends with its error."""
+        if job.texts is not None:
+            self._waiting.popleft()
+            self._embed(job)
+            return True
+        if job.generation is None:
             try:
-                tokens = [job.generation.pending_ids()[0] for job in decoding]
-                rows = self._batch.step(tokens, [job.cache for job in decoding])
+                job.generation = self.model.start_generation(
+                    job.ids, job.max_tokens, job.sampling, text=True, stop=job.stop)
             except Exception as error:
-                for job in decoding:
-                    self._finish(job, error=describe(error))
-                return
-            for job, logits in zip(decoding, rows):
-                self._deliver(job, logits)
-            return
-        for job in decoding:
-            try:
-                logits = self.model.forward(job.generation.pending_ids(), job.cache)[-1]
-            except Exception as error:
+                self._waiting.popleft()
                 self._finish(job, error=describe(error))
-                continue
-            self._deliver(job, logits)
+                return True
+            job.tokens = [int(t) for t in job.generation.prompt]
+        if self.max_inflight_tokens is not None and self._active:
+            inflight = sum(j.generation.positions_needed for j in self._active)
+            if inflight + job.generation.positions_needed > self.max_inflight_tokens:
+                return False
+        shared = self.blocks.match(job.tokens)
+        needed = self.blocks.blocks_for(len(job.tokens)) - len(shared)
+        if needed + 1 > self.blocks.usable and not (needed <= self.blocks.usable
+                                                     and not self._active):
+            self.blocks.release(shared)
+            if not self._active and needed > self.blocks.blocks - 1 - len(shared):
+                self._waiting.popleft()
+                self._finish(job, error=f"the request needs {needed} KV blocks; the pool "
+                                        f"holds {self.blocks.blocks - 1}")
+                return True
+            return False
+        self._waiting.popleft()
+        job.blocks = shared + [self.blocks.allocate() for _ in range(needed)]
+        job.computed = job.named = len(shared)
+        job.computed *= self.blocks.block_size
+        self.metrics.cached_prompt_tokens += job.computed
+        self._active.append(job)
+        return True
 
     def _deliver(self, job: Job, logits: np.ndarray) -> None:
         """Advance ``job``'s generation with ``logits``: send the text of its new token, end
         the job when the generation is over (the stop token, a stop string or its budget)."""
         generation = job.generation
-        generation.advance(logits)
+        token = generation.advance(logits)
+        job.tokens.append(int(token))
         if generation.produced == 1:
             self.metrics.first_token(time.perf_counter() - job.queued_at)
         self.metrics.count_token()
@@ -223,12 +341,14 @@ class Engine:
             self._finish(job)
 
     def _finish(self, job: Job, error: str | None = None) -> None:
-        """End ``job``: return its cache, send its last events."""
+        """End ``job``: return its blocks, send its last events."""
         if job in self._active:
             self._active.remove(job)
-        if job.cache is not None:
-            self._release_cache(job.cache)
-            job.cache = None
+        elif job in self._waiting:
+            self._waiting.remove(job)
+        if job.blocks:
+            self.blocks.release(job.blocks)
+            job.blocks = []
         if job.cancelled:
             return
         if error is not None:
@@ -248,25 +368,3 @@ class Engine:
             job.emit("error", describe(error))
             return
         job.emit("embeddings", np.asarray(vectors, np.float32))
-
-    # ------------------------------------------------------------------ caches
-    def _acquire_cache(self, needed: int) -> KVCache:
-        """A free KV cache for ``needed`` positions (capacities rounded up to the model's
-        bucket), reused when one of that capacity is free."""
-        capacity = self.model.cache_capacity(needed)
-        for index, cache in enumerate(self._free_caches):
-            if cache.capacity == capacity:
-                del self._free_caches[index]
-                cache.reset()
-                return cache
-        return self.model.new_cache(capacity)
-
-    def _release_cache(self, cache: KVCache) -> None:
-        """Keep ``cache`` for a later request with only its captured one-token decode step: a
-        captured prompt step holds its activations, and prompt lengths rarely repeat."""
-        cache.reset()
-        for key in [key for key in cache.replays if key != DECODE_STEP]:
-            del cache.replays[key]
-        self._free_caches.append(cache)
-        while len(self._free_caches) > FREE_CACHES_PER_SLOT * self.slots:
-            self._batch.forget(self._free_caches.pop(0))

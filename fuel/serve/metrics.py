@@ -34,6 +34,13 @@ class Metrics:
         self.first_token_seconds_sum = 0.0
         self.first_token_count = 0
         self._token_times: deque[float] = deque()
+        self.steps = 0
+        self.step_rows = 0
+        self.step_requests = 0
+        self.last_batch = 0
+        self.preemptions = 0
+        self.cached_prompt_tokens = 0
+        self.blocks = None  # the engine's BlockManager, read when rendered
 
     def count_request(self, endpoint: str, status: int) -> None:
         with self._lock:
@@ -55,6 +62,14 @@ class Metrics:
         with self._lock:
             self.first_token_seconds_sum += seconds
             self.first_token_count += 1
+
+    def count_step(self, rows: int, requests: int) -> None:
+        """One forward of ``rows`` token rows for ``requests`` requests."""
+        with self._lock:
+            self.steps += 1
+            self.step_rows += rows
+            self.step_requests += requests
+            self.last_batch = requests
 
     def set_load(self, queue_depth: int, active: int) -> None:
         self.queue_depth, self.active = queue_depth, active
@@ -96,6 +111,35 @@ class Metrics:
              "Requests that got a first token.", self.first_token_count),
             ("fuel_resident_memory_bytes", "gauge", "Resident memory of the server process.",
              resident_memory_bytes()),
+        ]
+        blocks = self.blocks
+        if blocks is not None:
+            gauges += [
+                ("fuel_kv_blocks_total", "gauge", "KV blocks in the pool (one is reserved).",
+                 blocks.blocks),
+                ("fuel_kv_blocks_used", "gauge", "KV blocks held by live requests.",
+                 blocks.used),
+                ("fuel_kv_blocks_cached", "gauge",
+                 "KV blocks no request holds, kept for prefix reuse.", blocks.cached),
+                ("fuel_kv_block_size", "gauge", "Positions per KV block.", blocks.block_size),
+                ("fuel_prefix_cache_queries_total", "counter",
+                 "Admissions that looked for a cached prefix.", blocks.prefix_queries),
+                ("fuel_prefix_cache_hits_total", "counter",
+                 "Admissions that found a cached prefix.", blocks.prefix_hits),
+            ]
+        gauges += [
+            ("fuel_prefix_cache_hit_tokens_total", "counter",
+             "Prompt tokens taken from cached blocks instead of computed.",
+             self.cached_prompt_tokens),
+            ("fuel_steps_total", "counter", "Forwards run (one per engine step).", self.steps),
+            ("fuel_step_rows_total", "counter", "Token rows run over all steps.",
+             self.step_rows),
+            ("fuel_step_requests_total", "counter",
+             "Requests in a step, summed over steps (divide by steps: the mean batch size).",
+             self.step_requests),
+            ("fuel_batch_size", "gauge", "Requests in the last step.", self.last_batch),
+            ("fuel_preemptions_total", "counter",
+             "Requests preempted (blocks given back, recomputed later).", self.preemptions),
         ]
         for name, kind, text, value in gauges:
             lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]

@@ -41,6 +41,8 @@ def _weight_entries(folder):
     {},
     {"tied": True, "matrix_type": "Q8_0", "embedding_type": "Q4_0", "kv_heads": 1},
     {"matrix_type": "Q4_0", "embedding_type": "Q8_0"},
+    {"matrix_type": "Q5_0", "embedding_type": "Q5_1", "tied": True},
+    {"matrix_type": "F16", "embedding_type": "BF16"},
 ])
 def test_quantized_model_matches_the_float32_path(tiny_gguf, cache_dir, fields):
     from fuel.models.llama import load_gguf
@@ -76,10 +78,10 @@ def test_mixed_formats_run_as_separate_projections(tiny_gguf, cache_dir):
 def test_format_without_kernels_is_dequantized_with_a_notice(tiny_gguf, cache_dir, capsys):
     from fuel.models.llama import load_gguf
 
-    path = tiny_gguf(matrix_type="Q5_0")
+    path = tiny_gguf(matrix_type="MXFP4")
     model = load_gguf(path)
     err = capsys.readouterr().err
-    assert err.count("no kernels for GGUF Q5_0") == 1
+    assert err.count("no kernels for GGUF MXFP4") == 1
     reference = load_gguf(path, dtype="float32", use_cache=False)
     ids = model.encode("the hat")
     assert model.generate_ids(ids, 5) == reference.generate_ids(ids, 5)

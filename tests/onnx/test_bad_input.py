@@ -104,11 +104,35 @@ def test_feed_of_wrong_rank_and_size():
         model.run({"x": np.ones((5, 3), np.float32)})
 
 
-def test_inconsistent_free_dims():
+def test_inconsistent_free_dims_forced_by_the_model():
+    """Feeds disagreeing on a shared named dim fail only where a node needs them equal, and
+    the error names both inputs."""
     model = make_model([helper.make_node("Add", ["a", "b"], ["y"])],
                        [("a", F, ["n"]), ("b", F, ["n"])], [("y", F, None)])
-    with pytest.raises(OnnxError, match="free dim 'n' is 3 here but 2"):
+    with pytest.raises(OnnxError, match="free dim 'n' is 2 in input 'a' .* but 3 in input 'b'"):
         fuel.onnx.load(model).run({"a": np.ones(2, np.float32), "b": np.ones(3, np.float32)})
+
+
+def test_inconsistent_free_dims_the_model_does_not_force_run():
+    """As in ONNX Runtime (which warns), a named dim the computation never ties runs."""
+    model = make_model([helper.make_node("ReduceSum", ["a"], ["s"], keepdims=0),
+                        helper.make_node("ReduceSum", ["b"], ["t"], keepdims=0),
+                        helper.make_node("Add", ["s", "t"], ["y"])],
+                       [("a", F, ["n"]), ("b", F, ["n"])], [("y", F, None)])
+    got = fuel.onnx.load(model).run({"a": np.ones(2, np.float32), "b": np.ones(3, np.float32)})
+    assert float(got["y"]) == 5.0
+
+
+def test_unknown_dims_are_independent():
+    """``?``, empty and unnamed dims constrain nothing: ``[?, 3, ?, ?]`` takes any H and W."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [("x", F, ["?", 3, "?", "?"])], [("y", F, None)])
+    x = -np.arange(2 * 3 * 48 * 192, dtype=np.float32).reshape(2, 3, 48, 192)
+    np.testing.assert_array_equal(fuel.onnx.load(model).run({"x": x})["y"], np.maximum(x, 0))
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [("x", F, ["", 3, None, None])], [("y", F, None)])
+    x = np.ones((1, 3, 5, 7), np.float32)
+    np.testing.assert_array_equal(fuel.onnx.load(model).run({"x": x})["y"], x)
 
 
 def test_shape_error_while_building_names_the_node():

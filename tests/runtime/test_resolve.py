@@ -126,7 +126,7 @@ def test_a_backend_without_the_kernel_decomposes_and_says_so():
     assert row.decision == DECOMPOSED
     assert row.reason == "no kernel for softmax(float32 -> float32) on primitive -> decomposed"
     copy = next(row for row in rows if row.op == "copy")
-    assert copy.reason == "cross-device copy: kernel at its source (cpu)"
+    assert copy.reason.startswith("cross-device copy: kernel at its source (cpu); moves ")
     assert copy.dispatch == "numpy"  # the CPU's kernel, not the primitive backend's
 
 
@@ -200,3 +200,12 @@ def test_preferred_decompositions_follow_the_backends_record():
     table.declare_backend(BackendId.CPU, BackendRecord(
         fusion=dataclasses.replace(target, prefers_decomposed=frozenset())))
     assert resolve(graph, table).user_decision(layer_norm).kind is KERNEL
+
+
+def test_explain_shows_the_bytes_each_copy_moves():
+    """A cross-device copy's row says how many bytes it moves, between which devices."""
+    primitive_backend()
+    x = fuel.from_numpy(np.ones((3, 5), np.float32)).to(str(DEVICE))
+    row = [r for r in (x * 2.0).to("cpu").explain().rows if r.op == "copy"]
+    assert [r.reason.split("; ")[-1] for r in row] == [
+        f"moves 60 bytes cpu -> {DEVICE}", f"moves 60 bytes {DEVICE} -> cpu"]

@@ -8,8 +8,9 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,16 @@ class RunningServer:
     process: subprocess.Popen
     url: str
     model: str
+    # Every line it printed: a thread keeps reading them (the access log is on), so the pipe
+    # never fills and blocks the server.
+    output: list[str] = field(default_factory=list)
+
+    def read_output(self) -> None:
+        try:
+            for line in iter(self.process.stdout.readline, ""):
+                self.output.append(line)
+        except (OSError, ValueError):  # closed by stop()
+            pass
 
     def stop(self) -> None:
         self.process.terminate()
@@ -63,7 +74,10 @@ def start_server(model_path: Path, cache: Path, *options: str) -> RunningServer:
             lines.append(line)
             if " on http://" in line:
                 url = line.split(" on ", 1)[1].split()[0].removesuffix("/v1")
-                return RunningServer(process, url, model_path.name.removesuffix(".gguf"))
+                running = RunningServer(process, url, model_path.name.removesuffix(".gguf"),
+                                        lines)
+                threading.Thread(target=running.read_output, daemon=True).start()
+                return running
         if process.poll() is not None:
             break
     process.kill()

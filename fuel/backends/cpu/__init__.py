@@ -9,10 +9,12 @@ import numpy as np
 from fuel.backends.base import Backend, LaunchBatcher
 from fuel.backends.cpu import (
     convolution,
+    convolution_c,
     elementwise,
     indexing,
     matmul,
     ml,
+    paged_attention,
     pooling,
     quantized,
     sampling,
@@ -120,8 +122,8 @@ PREFERS_DECOMPOSED = frozenset({
 
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
-KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution, pooling, scatter, sorting,
-                  sampling, strings, ml, quantized)
+KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution_c, convolution, pooling,
+                  scatter, sorting, sampling, strings, ml, quantized, paged_attention)
 
 
 BACKEND = CpuBackend()

@@ -16,16 +16,17 @@ import hashlib
 import itertools
 from collections.abc import Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 
 from fuel.compiler import toolchain
 from fuel.compiler.foreign import ForeignCall
 from fuel.compiler.fusion import FusionTarget
-from fuel.compiler.kernel_ir import LoopKernel
+from fuel.compiler.kernel_ir import LoopKernel, collapse, stride_pattern
 from fuel.compiler.render_c import CProgram, render_c, renders
 from fuel.compiler.render_c_reduce import render_c_reduce
 from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
-from fuel.ir.layout import Layout
+from fuel.ir.layout import Layout, contiguous_strides
 
 GENERATED = KernelCaps(strided_input=True)
 KERNEL_SOURCE = "c"
@@ -47,6 +48,7 @@ class GeneratedKernel:
         self.strides = (ctypes.c_int64 * max(1, len(program.strides)))(*program.strides)
         self.empty = any(size == 0 for size in kernel.shape)
         self.__qualname__ = self.__name__ = kernel.name
+        self.own_patterns: list[str] | None = None
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object) -> Launcher:
@@ -63,6 +65,47 @@ class GeneratedKernel:
             pointers.append(address + layout.offset * storage.buffer.itemsize)
         data = (ctypes.c_void_p * len(pointers))(*pointers)
         return ForeignCall(self.function, data, self.sizes, self.strides)
+
+    def for_shape(self, shape: tuple[int, ...], load_strides: list[tuple[int, ...]]
+                  ) -> GeneratedKernel | None:
+        """This kernel's compiled source serving another loop ``shape`` (loads walking
+        ``load_strides``): sizes and strides are launch arguments, so a new shape with the
+        same collapsed depth and innermost patterns needs no rendering and no build. None
+        when the collapsed loop differs (or the kernel has a row: its source is per shape)."""
+        loop = self.loop
+        if loop.reduced or len(load_strides) != len(loop.loads):
+            return None
+        dense = contiguous_strides(shape)
+        sizes, strides = collapse(shape, list(load_strides) + [dense] * len(loop.stores))
+        own = self.program
+        if len(sizes) != len(own.sizes):
+            return None
+        loads = strides[:len(loop.loads)]
+        if [stride_pattern(s[-1:]) for s in loads] != self.patterns():
+            return None
+        flat = tuple(s for load in loads for s in load)
+        twin = object.__new__(GeneratedKernel)
+        twin.loop = replace(loop, shape=shape, loads=tuple(
+            replace(load, strides=tuple(strides_)) for load, strides_ in
+            zip(loop.loads, load_strides)))
+        twin.program = CProgram(own.source, sizes, flat)
+        twin.pending, twin.built, twin.function = self.pending, self.built, self.function
+        twin.sizes = (ctypes.c_int64 * len(sizes))(*sizes)
+        twin.strides = (ctypes.c_int64 * max(1, len(flat)))(*flat)
+        twin.empty = any(size == 0 for size in shape)
+        twin.__qualname__ = twin.__name__ = loop.name
+        twin.own_patterns = self.own_patterns
+        return twin
+
+    def patterns(self) -> list[str]:
+        """The innermost stride pattern of each load, as the source was rendered for."""
+        if self.own_patterns is None:
+            count = len(self.loop.loads)
+            depth = len(self.program.sizes)
+            flat = self.program.strides
+            self.own_patterns = [stride_pattern(flat[i * depth + depth - 1:i * depth + depth])
+                                 for i in range(count)]
+        return self.own_patterns
 
     def _wait_for_library(self) -> None:
         """Take the finished build (a KernelError naming the source and the compiler's message

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +26,9 @@ from fuel.backends.cpu import structured
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
-from fuel.dispatch.kernel import KernelCaps, KernelList, Launcher
+from fuel.dispatch.kernel import KernelCaps, KernelList, Launcher, Variant
 from fuel.ir import dtype as dt
-from fuel.ir.device import BackendId
+from fuel.ir.device import BackendId, Device
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 
@@ -155,18 +155,60 @@ def launch_arguments(layouts: tuple[Layout, ...], forced: bool, threads: int):
     """(plan, (sizes, strides) as the C entry's int64 arrays, or None for an empty output),
     memoized per layouts: an eager launch (no replay) pays the planning once per shape."""
     plan = plan_launch(layouts, forced)
+    if plan.form is None:
+        return plan, None
+    return plan, _arguments(plan, threads if _work(plan) >= PARALLEL_WORK else 1)
+
+
+def _work(plan: LaunchPlan) -> int:
+    """The launch's multiply-adds."""
+    elements = plan.m * plan.n * plan.k
+    for size, *_ in plan.batch:
+        elements *= size
+    return elements
+
+
+def _arguments(plan: LaunchPlan, threads: int):
+    """The C entry's (sizes, strides) int64 arrays for ``plan`` on ``threads`` threads, or None
+    for an empty output."""
     elements = plan.m * plan.n
     for size, *_ in plan.batch:
         elements *= size
-    if plan.form is None or elements == 0:
-        return plan, None
-    threads = threads if elements * plan.k >= PARALLEL_WORK else 1
+    if elements == 0:
+        return None
     row_chunk, column_chunk = _chunks(plan, threads)
     sizes = [plan.form, threads, plan.m, plan.n, plan.k, row_chunk, column_chunk,
              len(plan.batch)] + [row[0] for row in plan.batch]
     strides = list(plan.strides) + [s for row in plan.batch for s in row[1:]]
-    return plan, ((ctypes.c_int64 * len(sizes))(*sizes),
-                  (ctypes.c_int64 * len(strides))(*strides))
+    return ((ctypes.c_int64 * len(sizes))(*sizes),
+            (ctypes.c_int64 * len(strides))(*strides))
+
+
+FORM_NAMES = {DOT: "c-dot", ROWS: "c-rows"}
+
+
+@functools.lru_cache(maxsize=4096)
+def variant_plans(layouts: tuple[Layout, ...], threads: int
+                  ) -> tuple[tuple[str, LaunchPlan, int], ...]:
+    """Every way this launch can run, as (name, plan, threads), the measured rule's choice
+    first: OpenBLAS, and each C form the strides fit on ``threads`` threads and on one."""
+    rule, _ = launch_arguments(layouts, False, threads)
+    found = plan_launch(layouts, forced=True)
+    forms = []
+    if found.form is not None:
+        forms.append(found.form)
+        if found.form == DOT and found.strides[3] == 1:  # b's columns unit-stride too
+            forms.append(ROWS)
+    choices = [("openblas", replace(found, form=None), 0)]
+    for form in forms:
+        for count in sorted({threads, 1}, reverse=True):
+            choices.append((f"{FORM_NAMES[form]}/{count}t", replace(found, form=form), count))
+    if rule.form is None:
+        first = "openblas"
+    else:
+        first = f"{FORM_NAMES[rule.form]}/{threads if _work(rule) >= PARALLEL_WORK else 1}t"
+    choices.sort(key=lambda choice: choice[0] != first)
+    return tuple(choices)
 
 
 class CMatmul:
@@ -186,6 +228,22 @@ class CMatmul:
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object) -> Launcher:
         plan, arguments = launch_arguments(tuple(layouts), self.forced, thread_count())
+        return self._launcher(plan, arguments, inputs, outputs, layouts, params)
+
+    def variants(self, layouts: Sequence[Layout], params: object, device: Device
+                 ) -> tuple[Variant, ...]:
+        """The judge's candidates for this launch (the rule's choice first): OpenBLAS and
+        each C form the strides fit, on the default threads and on one."""
+        if self.forced or library() is None:
+            return ()
+        found = []
+        for name, plan, threads in variant_plans(tuple(layouts), thread_count()):
+            arguments = _arguments(plan, threads) if plan.form is not None else None
+            found.append(Variant(name, functools.partial(self._launcher, plan, arguments)))
+        return tuple(found)
+
+    def _launcher(self, plan: LaunchPlan, arguments, inputs: Sequence, outputs: Sequence,
+                  layouts: Sequence[Layout], params: object) -> Launcher:
         function = library() if plan.form is not None else None
         if function is None:
             return self._blas(plan, inputs, outputs, layouts, params)

@@ -7,132 +7,14 @@
  *   0 dequantize:  data = {weight, out};        sizes = {0, elements}
  *   1 matmul:      data = {x, weight, out};     sizes = {1, m, n, k, threads}
  *                  out[i, j] = sum_l x[i, l] * w[j, l]  (w: n rows of k)
- *                  q4_0, q4_1, q8_0: x is first rounded to 16-bit blocks of 32 (the registry's
+ *                  block formats: x is first rounded to 16-bit blocks of 32 (the registry's
  *                  round_int16_blocks: x ~ d * q, d = max|x| / ACTIVATION_CODE_MAX = 32767,
- *                  s = d * sum(q)) and each weight block's dot is integer arithmetic; the
- *                  other formats de-quantize each weight row to floats.
+ *                  s = d * sum(q)) and each weight chunk's dot is integer arithmetic, scaled
+ *                  by the block's (sub-block's) scales; float weights (f16, bf16) are
+ *                  converted a row at a time and multiplied as floats.
  *   2 embedding:   data = {table, ids, out};    sizes = {2, count, k, id_bytes}
  *   3 round:       data = {x, out};             sizes = {3, blocks}  (round_int16_blocks)
  */
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
-
-static inline float half_to_float(const uint8_t *p) {
-#if defined(__FLT16_MAX__)
-    _Float16 h;
-    memcpy(&h, p, 2);
-    return (float)h;
-#else
-    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-    uint32_t bits;
-    if (exponent == 0x1f) bits = sign | 0x7f800000u | (mantissa << 13);
-    else if (exponent != 0) bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-    else if (mantissa == 0) bits = sign;
-    else {
-        exponent = 113;
-        while (!(mantissa & 0x400)) { mantissa <<= 1; exponent--; }
-        bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
-    }
-    float value;
-    memcpy(&value, &bits, 4);
-    return value;
-#endif
-}
-
-/* One block's BLOCK_SIZE values into out. */
-#if defined(FORMAT_Q4_0)
-static inline void dequantize_block(const uint8_t *block, float *restrict out) {
-    const float d = half_to_float(block);
-    const uint8_t *qs = block + 2;
-#pragma omp simd
-    for (int j = 0; j < 16; j++) {
-        out[j] = (float)((int)(qs[j] & 0x0f) - 8) * d;
-        out[j + 16] = (float)((int)(qs[j] >> 4) - 8) * d;
-    }
-}
-#elif defined(FORMAT_Q4_1)
-static inline void dequantize_block(const uint8_t *block, float *restrict out) {
-    const float d = half_to_float(block), m = half_to_float(block + 2);
-    const uint8_t *qs = block + 4;
-#pragma omp simd
-    for (int j = 0; j < 16; j++) {
-        out[j] = (float)(qs[j] & 0x0f) * d + m;
-        out[j + 16] = (float)(qs[j] >> 4) * d + m;
-    }
-}
-#elif defined(FORMAT_Q8_0)
-static inline void dequantize_block(const uint8_t *block, float *restrict out) {
-    const float d = half_to_float(block);
-    const int8_t *qs = (const int8_t *)(block + 2);
-#pragma omp simd
-    for (int j = 0; j < 32; j++) out[j] = (float)qs[j] * d;
-}
-#elif defined(FORMAT_Q4_K)
-static inline void dequantize_block(const uint8_t *block, float *restrict out) {
-    const float d = half_to_float(block), dmin = half_to_float(block + 2);
-    const uint8_t *scales = block + 4, *q = block + 16;
-    for (int group = 0; group < 4; group++) {
-        float factor[2], offset[2];
-        for (int half = 0; half < 2; half++) {
-            int j = 2 * group + half, scale, minimum;
-            if (j < 4) {
-                scale = scales[j] & 63;
-                minimum = scales[j + 4] & 63;
-            } else {
-                scale = (scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4);
-                minimum = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
-            }
-            factor[half] = d * (float)scale;
-            offset[half] = dmin * (float)minimum;
-        }
-        float *target = out + 64 * group;
-        const uint8_t *codes = q + 32 * group;
-#pragma omp simd
-        for (int l = 0; l < 32; l++) {
-            target[l] = factor[0] * (float)(codes[l] & 0x0f) - offset[0];
-            target[l + 32] = factor[1] * (float)(codes[l] >> 4) - offset[1];
-        }
-    }
-}
-#elif defined(FORMAT_Q6_K)
-static inline void dequantize_block(const uint8_t *block, float *restrict out) {
-    const uint8_t *low = block, *high = block + 128;
-    const int8_t *scales = (const int8_t *)(block + 192);
-    const float d = half_to_float(block + 208);
-    for (int part = 0; part < 2; part++) {
-        const uint8_t *ql = low + 64 * part, *qh = high + 32 * part;
-        const int8_t *sc = scales + 8 * part;
-        float *target = out + 128 * part;
-        for (int sixteen = 0; sixteen < 2; sixteen++) {
-            const float s0 = d * sc[sixteen], s2 = d * sc[sixteen + 2];
-            const float s4 = d * sc[sixteen + 4], s6 = d * sc[sixteen + 6];
-#pragma omp simd
-            for (int l = 16 * sixteen; l < 16 * sixteen + 16; l++) {
-                int q1 = (int)((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                int q2 = (int)((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                target[l] = s0 * (float)q1;
-                target[l + 32] = s2 * (float)q2;
-                target[l + 64] = s4 * (float)q3;
-                target[l + 96] = s6 * (float)q4;
-            }
-        }
-    }
-}
-#else
-#error "define one FORMAT_* before this source"
-#endif
-
 static void dequantize_row(const uint8_t *row, float *restrict out, int64_t k) {
     for (int64_t block = 0; block < k / BLOCK_SIZE; block++)
         dequantize_block(row + block * BLOCK_BYTES, out + block * BLOCK_SIZE);
@@ -146,11 +28,15 @@ static inline float dot(const float *restrict a, const float *restrict b, int64_
 }
 
 /* Blocks of 32 activations rounded to 16 bits: block b is x ~ d * q with q = codes[32 b ..
- * 32 b + 31] (64 bytes, one aligned cache line) and {d, s} = scales[2 b, 2 b + 1], s = d * sum(q).
+ * 32 b + 31] (64 bytes, one aligned cache line) and {d, s, s_low, s_high} = scales[4 b .. 4 b +
+ * 3], s = d * sum(q), s_low and s_high the same over its first and last 16 codes.
  */
 typedef struct {
     int16_t *codes;
     float *scales;
+    /* the same values by kind (for the block formats of several chunks): d[b], s[b],
+     * halves[2 b] = s_low, halves[2 b + 1] = s_high; NULL where not wanted */
+    float *d, *s, *halves;
 } activation_blocks;
 
 _Static_assert(ACTIVATION_CODE_MAX == 32767, "activation codes are int16_t");
@@ -169,15 +55,29 @@ static void quantize_activations(const float *restrict x, activation_blocks out,
             largest = magnitude > largest ? magnitude : largest;
         }
         const float d = largest / (float)ACTIVATION_CODE_MAX, inverse = d > 0.0f ? 1.0f / d : 0.0f;
-        int sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int l = 0; l < 32; l++) {
+        int low = 0, high = 0;
+#pragma omp simd reduction(+ : low)
+        for (int l = 0; l < 16; l++) {
             int q = (int)rintf(values[l] * inverse);
             out.codes[32 * block + l] = (int16_t)q;
-            sum += q;
+            low += q;
         }
-        out.scales[2 * block] = d;
-        out.scales[2 * block + 1] = d * (float)sum;
+#pragma omp simd reduction(+ : high)
+        for (int l = 16; l < 32; l++) {
+            int q = (int)rintf(values[l] * inverse);
+            out.codes[32 * block + l] = (int16_t)q;
+            high += q;
+        }
+        out.scales[4 * block] = d;
+        out.scales[4 * block + 1] = d * (float)(low + high);
+        out.scales[4 * block + 2] = d * (float)low;
+        out.scales[4 * block + 3] = d * (float)high;
+        if (out.d != NULL) {
+            out.d[block] = d;
+            out.s[block] = out.scales[4 * block + 1];
+            out.halves[2 * block] = out.scales[4 * block + 2];
+            out.halves[2 * block + 1] = out.scales[4 * block + 3];
+        }
     }
 }
 
@@ -185,8 +85,8 @@ static void quantize_activations(const float *restrict x, activation_blocks out,
  * multiply). */
 static void round_blocks(const float *restrict x, float *restrict out, int64_t count) {
     int16_t codes[32];
-    float scales[2];
-    const activation_blocks block = {codes, scales};
+    float scales[4];
+    const activation_blocks block = {codes, scales, NULL, NULL, NULL};
     for (int64_t b = 0; b < count; b++) {
         quantize_activations(x + 32 * b, block, 1);
 #pragma omp simd
@@ -211,7 +111,7 @@ static void round_blocks(const float *restrict x, float *restrict out, int64_t c
 #define OFFSET_FACTOR 0.0f
 #endif
 
-#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#if USE_AVX2
 #define PREFETCH_BYTES 1024
 /* One weight block's 32 codes as 16-bit integers in two vectors, codes 0-15 then 16-31:
  * unsigned nibbles (q4) or signed bytes (q8). */
@@ -272,7 +172,7 @@ static inline __attribute__((always_inline)) void integer_tile(
             const __m256i q_high = _mm256_load_si256((const __m256i *)(q + 16));
             /* {d_x, s_x, 0, 0} */
             const __m128 ds = _mm_castpd_ps(
-                _mm_load_sd((const double *)(const void *)(x.scales + 2 * (i * blocks + b))));
+                _mm_load_sd((const double *)(const void *)(x.scales + 4 * (i * blocks + b))));
             for (int r = 0; r < rows; r++) {
                 const __m256i pairs = _mm256_add_epi32(_mm256_madd_epi16(low[r], q_low),
                                                        _mm256_madd_epi16(high[r], q_high));
@@ -303,7 +203,7 @@ static inline __attribute__((always_inline)) void integer_tile(
         for (int i = 0; i < activations; i++) {
             const uint8_t *row = weight + r * row_bytes;
             const int16_t *q = x.codes + 32 * i * blocks;
-            const float *ds = x.scales + 2 * i * blocks;
+            const float *ds = x.scales + 4 * i * blocks;
             float sum = 0.0f, offsets = 0.0f;
             for (int64_t b = 0; b < blocks; b++) {
                 const uint8_t *block = row + b * BLOCK_BYTES;
@@ -320,11 +220,11 @@ static inline __attribute__((always_inline)) void integer_tile(
                     products += (codes[l] & 0x0f) * q[32 * b + l] +
                                 (codes[l] >> 4) * q[32 * b + l + 16];
 #endif
-                sum += (float)products * (scale * ds[2 * b]);
+                sum += (float)products * (scale * ds[4 * b]);
 #if defined(FORMAT_Q4_1)
-                offsets += half_to_float(block + 2) * ds[2 * b + 1];
+                offsets += half_to_float(block + 2) * ds[4 * b + 1];
 #else
-                offsets += scale * ds[2 * b + 1];
+                offsets += scale * ds[4 * b + 1];
 #endif
             }
             out[i * n + r] = sum + OFFSET_FACTOR * offsets;
@@ -332,9 +232,154 @@ static inline __attribute__((always_inline)) void integer_tile(
 }
 #endif
 
-/* Activation rows from row i on (rows of blocks blocks). */
+#elif defined(CHUNKED)
+#define INTEGER_DOT 1
+/* Per chunk of 32 (activation block x ~ d_x q_x, weight chunk = scale * q - minimum per half):
+ * scale d_x sum(q q_x) - minimum s_x, the sums over each half where the halves have their own
+ * scales. The tile is as the 32-value formats' (one accumulator per weight row and activation
+ * row, each weight chunk unpacked once for all activation rows); a block's header (its
+ * scales as floats) is decoded once per tile row. A half's integer sum is at most 16 * 127 *
+ * 32767 < 2^27 in magnitude (a chunk's, 2^28): exact in int32, rounded once by the conversion
+ * to float. */
+#if USE_AVX2
+#define PREFETCH_BYTES 1024
+/* Per block, tile row r and activation row i: the chunks' (halves') factors scale * d_x as a
+ * vector (stored, then broadcast per chunk) and the offsets' dot minimum . s_x as one
+ * vector fma. */
+static inline __attribute__((always_inline)) void integer_tile(
+    const uint8_t *weight, int64_t row_bytes, activation_blocks x, int64_t blocks,
+    float *out, int64_t n, const int rows, const int activations) {
+    __m256 sums[4][4], offsets[4][4];
+    float factors[4][4][8 * SCALES] __attribute__((aligned(32)));
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < activations; i++) {
+            sums[r][i] = _mm256_setzero_ps();
+            offsets[r][i] = _mm256_setzero_ps();
+        }
+    const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_BYTES;
+    for (int64_t b = 0; b < blocks; b++) {
+        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
+            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
+        for (int r = 0; r < rows; r++) {
+            vector_header h;
+            header_vectors(weight + r * row_bytes + b * BLOCK_BYTES, &h);
+            for (int i = 0; i < activations; i++) {
+                const int64_t at = (i * blocks + b) * CHUNKS;
+#if CHUNKS == 1
+                const __m256 d = _mm256_set1_ps(x.d[at]);
+                _mm256_store_ps(factors[r][i], _mm256_mul_ps(h.scale[0], d));
+#if MINIMUM
+                offsets[r][i] = _mm256_fmadd_ps(h.minimum[0], _mm256_set1_ps(x.s[at]),
+                                                offsets[r][i]);
+#endif
+#elif SCALES == 1
+                _mm256_store_ps(factors[r][i], _mm256_mul_ps(h.scale[0], _mm256_loadu_ps(x.d + at)));
+#if MINIMUM
+                offsets[r][i] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.s + at),
+                                                offsets[r][i]);
+#endif
+#else
+                const __m256 d = _mm256_loadu_ps(x.d + at);
+                _mm256_store_ps(factors[r][i], _mm256_mul_ps(h.scale[0], _mm256_permutevar8x32_ps(
+                    d, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))));
+                _mm256_store_ps(factors[r][i] + 8, _mm256_mul_ps(h.scale[1], _mm256_permutevar8x32_ps(
+                    d, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7))));
+#if MINIMUM
+                offsets[r][i] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.halves + 2 * at),
+                                                offsets[r][i]);
+                offsets[r][i] = _mm256_fmadd_ps(h.minimum[1], _mm256_loadu_ps(x.halves + 2 * at + 8),
+                                                offsets[r][i]);
+#endif
+#endif
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < CHUNKS; c++) {
+            __m256i low[4], high[4];
+            for (int r = 0; r < rows; r++)
+                chunk_vectors(weight + r * row_bytes + b * BLOCK_BYTES, c, &low[r], &high[r]);
+            for (int i = 0; i < activations; i++) {
+                const int16_t *q = x.codes + 32 * ((i * blocks + b) * CHUNKS + c);
+                const __m256i q_low = _mm256_load_si256((const __m256i *)q);
+                const __m256i q_high = _mm256_load_si256((const __m256i *)(q + 16));
+                for (int r = 0; r < rows; r++) {
+#if SCALES == 2
+                    sums[r][i] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(_mm256_madd_epi16(low[r], q_low)),
+                        _mm256_broadcast_ss(factors[r][i] + 2 * c), sums[r][i]);
+                    sums[r][i] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(_mm256_madd_epi16(high[r], q_high)),
+                        _mm256_broadcast_ss(factors[r][i] + 2 * c + 1), sums[r][i]);
+#else
+                    const __m256i pairs = _mm256_add_epi32(_mm256_madd_epi16(low[r], q_low),
+                                                           _mm256_madd_epi16(high[r], q_high));
+                    sums[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pairs),
+                                                 _mm256_broadcast_ss(factors[r][i] + c),
+                                                 sums[r][i]);
+#endif
+                }
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < activations; i++) {
+            const __m256 total = _mm256_sub_ps(sums[r][i], offsets[r][i]);
+            __m128 half = _mm_add_ps(_mm256_castps256_ps128(total),
+                                     _mm256_extractf128_ps(total, 1));
+            half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+            half = _mm_add_ss(half, _mm_movehdup_ps(half));
+            out[i * n + r] = _mm_cvtss_f32(half);
+        }
+}
+#else
+/* Portable: the same sums, one chunk's integer dot at a time. */
+static inline __attribute__((always_inline)) void integer_tile(
+    const uint8_t *weight, int64_t row_bytes, activation_blocks x, int64_t blocks,
+    float *out, int64_t n, const int rows, const int activations) {
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < activations; i++) {
+            float sum = 0.0f, offsets = 0.0f;
+            for (int64_t b = 0; b < blocks; b++) {
+                const uint8_t *block = weight + r * row_bytes + b * BLOCK_BYTES;
+                block_header h;
+                header(block, &h);
+                for (int c = 0; c < CHUNKS; c++) {
+                    const int64_t at = (i * blocks + b) * CHUNKS + c;
+                    const int16_t *q = x.codes + 32 * at;
+                    const float *ds = x.scales + 4 * at;
+                    int16_t codes[32];
+                    chunk_codes(block, c, codes);
+                    int low = 0, high = 0;
+                    for (int l = 0; l < 16; l++) {
+                        low += codes[l] * q[l];
+                        high += codes[l + 16] * q[l + 16];
+                    }
+#if SCALES == 2
+                    sum += (float)low * (h.scale[2 * c] * ds[0]) +
+                           (float)high * (h.scale[2 * c + 1] * ds[0]);
+                    offsets += h.minimum[2 * c] * ds[2] + h.minimum[2 * c + 1] * ds[3];
+#else
+                    sum += (float)(low + high) * (h.scale[c] * ds[0]);
+                    offsets += h.minimum[c] * ds[1];
+#endif
+                }
+            }
+            out[i * n + r] = sum - offsets;
+        }
+}
+#endif
+#endif
+
+#if defined(INTEGER_DOT)
+/* Activation rows from row i on (rows of blocks blocks of 32). */
 static inline activation_blocks activation_rows(activation_blocks x, int64_t i, int64_t blocks) {
-    const activation_blocks rows = {x.codes + 32 * i * blocks, x.scales + 2 * i * blocks};
+    activation_blocks rows = {x.codes + 32 * i * blocks, x.scales + 4 * i * blocks, NULL, NULL,
+                              NULL};
+    if (x.d != NULL) {
+        rows.d = x.d + i * blocks;
+        rows.s = x.s + i * blocks;
+        rows.halves = x.halves + 2 * i * blocks;
+    }
     return rows;
 }
 
@@ -343,7 +388,7 @@ static inline activation_blocks activation_rows(activation_blocks x, int64_t i, 
  * activation rows, so a weight row is read from memory once for all m (short prompts). */
 static void integer_matmul_rows(activation_blocks x, const uint8_t *weight, float *out,
                                 int64_t m, int64_t n, int64_t k, int64_t first, int64_t last) {
-    const int64_t blocks = k / 32, row_bytes = blocks * BLOCK_BYTES;
+    const int64_t blocks = k / BLOCK_SIZE, row_bytes = blocks * BLOCK_BYTES, x_blocks = k / 32;
     int64_t j = first;
     if (m == 1) {
         for (; j + 4 <= last; j += 4)
@@ -356,9 +401,9 @@ static void integer_matmul_rows(activation_blocks x, const uint8_t *weight, floa
         const uint8_t *row = weight + j * row_bytes;
         int64_t i = 0;
         for (; i + 4 <= m; i += 4)
-            integer_tile(row, row_bytes, activation_rows(x, i, blocks), blocks, out + i * n + j,
+            integer_tile(row, row_bytes, activation_rows(x, i, x_blocks), blocks, out + i * n + j,
                          n, 1, 4);
-        const activation_blocks rest = activation_rows(x, i, blocks);
+        const activation_blocks rest = activation_rows(x, i, x_blocks);
         switch (m - i) {
         case 3: integer_tile(row, row_bytes, rest, blocks, out + i * n + j, n, 1, 3);
             break;
@@ -373,9 +418,43 @@ static void integer_matmul_rows(activation_blocks x, const uint8_t *weight, floa
 
 /* Rows [first, last) of the weight: each is dequantized once into an L1-sized buffer, then
  * dotted with every activation row. */
+#if defined(FLOAT_WEIGHTS) && USE_AVX2
+/* One activation row by one float16 (bfloat16) weight row of k values: 32 at a time, four
+ * accumulators. */
+static inline __m256 weight_floats(const uint8_t *p) {
+    const __m128i bits = _mm_loadu_si128((const __m128i *)p);
+#if defined(FORMAT_F16_BLOCKS)
+    return _mm256_cvtph_ps(bits);
+#else
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+#endif
+}
+
+static float float_row_dot(const float *x, const uint8_t *row, int64_t k) {
+    __m256 sums[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                      _mm256_setzero_ps()};
+    for (int64_t l = 0; l < k; l += 32)
+        for (int part = 0; part < 4; part++)
+            sums[part] = _mm256_fmadd_ps(weight_floats(row + 2 * (l + 8 * part)),
+                                         _mm256_loadu_ps(x + l + 8 * part), sums[part]);
+    const __m256 total = _mm256_add_ps(_mm256_add_ps(sums[0], sums[1]),
+                                       _mm256_add_ps(sums[2], sums[3]));
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));
+    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    half = _mm_add_ss(half, _mm_movehdup_ps(half));
+    return _mm_cvtss_f32(half);
+}
+#endif
+
 static void matmul_rows(const float *x, const uint8_t *weight, float *out, int64_t m,
                         int64_t n, int64_t k, int64_t first, int64_t last, float *buffer) {
     const int64_t row_bytes = k / BLOCK_SIZE * BLOCK_BYTES;
+#if defined(FLOAT_WEIGHTS) && USE_AVX2
+    if (m == 1) {  /* decode: each weight row is read once, converted in registers */
+        for (int64_t j = first; j < last; j++) out[j] = float_row_dot(x, weight + j * row_bytes, k);
+        return;
+    }
+#endif
     for (int64_t j = first; j < last; j++) {
         dequantize_row(weight + j * row_bytes, buffer, k);
         for (int64_t i = 0; i < m; i++) out[i * n + j] = dot(x + i * k, buffer, k);
@@ -387,12 +466,18 @@ static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m,
                    int64_t k, int64_t threads) {
 #if defined(INTEGER_DOT)
     const size_t count = (size_t)(m * (k / 32));
-    activation_blocks quantized = {aligned_alloc(64, 64 * count), malloc(8 * count)};
+    activation_blocks quantized = {aligned_alloc(64, 64 * count), malloc(32 * count), NULL, NULL,
+                                   NULL};
     if (quantized.codes == NULL || quantized.scales == NULL) {
         free(quantized.codes);
         free(quantized.scales);
         return;
     }
+#if defined(CHUNKED)
+    quantized.d = quantized.scales + 4 * count;
+    quantized.s = quantized.d + count;
+    quantized.halves = quantized.s + count;
+#endif
     quantize_activations(x, quantized, (int64_t)count);
 #if defined(_OPENMP)
     /* Chunks of output rows (a multiple of 4, about 8 per thread) taken in turn: a thread

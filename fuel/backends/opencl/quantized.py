@@ -10,7 +10,7 @@ import numpy as np
 
 from fuel.backends.opencl.codegen import collapse, numel
 from fuel.backends.opencl.common import DENSE, STRIDED, ClKernel, int64, kernel_list, launch_1d
-from fuel.backends.opencl.quantized_source import ROWS, quantized_program
+from fuel.backends.opencl.quantized_source import FORMATS, ROWS, quantized_program
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import QuantizedDType
 from fuel.ir.errors import InvalidArgument
@@ -114,7 +114,9 @@ def embedding_kernel(kernel: ClKernel, inputs, outputs, layouts, params) -> None
 
 
 KERNELS = kernel_list()
-for _format in dt.QUANTIZED_DTYPES:
+# Formats without an OpenCL source here are de-quantized at load on this device (the loader
+# asks the kernel registry; gguf_loader names them in its notice).
+for _format in (f for f in dt.QUANTIZED_DTYPES if f.name in FORMATS):
     _spec = quantized_program(_format)
     KERNELS.add(OpKind.DEQUANTIZE, [(_format, dt.float32)],
                 ClKernel(dequantize_kernel, _spec, "dequantize"), STRIDED)

@@ -214,7 +214,7 @@ __kernel void quantized_matmul(__global float* out, __global const float* x,
         __global const uchar* blocks = weights + (start / BLOCK_SIZE) * BLOCK_BYTES;
         for (int c = 0; c < length / BLOCK_SIZE; ++c) {
             __global const uchar* block = blocks + c * BLOCK_BYTES;
-#if ROUNDED
+#if UNPACK
             float8 codes[4];
             float d, m;
             unpack(block, codes, &d, &m);
@@ -240,7 +240,7 @@ __kernel void quantized_matmul(__global float* out, __global const float* x,
         }
     }
     if (!active) return;
-#if ROUNDED
+#if UNPACK
     for (int r = 0; r < rows; ++r) {
         const float4 four = partial[r].lo + partial[r].hi;
         const float2 two = four.lo + four.hi;
@@ -288,7 +288,8 @@ def quantized_program(dtype: QuantizedDType) -> ProgramSpec:
             f"#define BLOCK_BYTES {dtype.block_bytes}\n#define PARTS {dtype.block_size // 32}\n"
             f"#define ACTIVATION_BLOCK {ACTIVATION_BLOCK}\n"
             f"#define ACTIVATION_CODE_MAX {ACTIVATION_CODE_MAX}\n#define CHUNK {CHUNK}\n"
-            f"#define ROWS {ROWS}\n#define ROUNDED {int(rounded)}\n")
+            f"#define ROWS {ROWS}\n#define ROUNDED {int(rounded)}\n"
+            f"#define UNPACK {int('void unpack(' in FORMATS[dtype.name])}\n")
     embedding = "".join(_EMBEDDING.format(index=index) for index in ("int", "long"))
     source = head + _HALF + ROUNDING + FORMATS[dtype.name] + _KERNELS + embedding
     return ProgramSpec(f"quantized_{dtype.name}", source)

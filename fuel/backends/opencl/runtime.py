@@ -19,14 +19,15 @@ import numpy as np
 
 from fuel.backends.opencl.codegen import ProgramSpec
 from fuel.backends.opencl.memory import BufferCache
+from fuel.extras import install_command
 from fuel.ir.errors import DeviceError, FuelError, KernelError, KernelIndexError
 
 try:  # optional dependency: the backend reports itself unavailable without it
     import pyopencl as cl
 except Exception as _error:  # ImportError, or an OSError from a broken libOpenCL
     cl = None
-    IMPORT_ERROR = f"pyopencl is not importable ({_error}); install it with pip install " \
-                   "'pyfuel[opencl]'"
+    IMPORT_ERROR = f"pyopencl is not importable ({_error}); install it with " \
+                   f"{install_command('opencl')}"
 else:
     IMPORT_ERROR = ""
 
@@ -98,14 +99,14 @@ def detect() -> tuple[list[Candidate], str]:
 def detect_devices() -> Detection:
     """Enumerate, probe (cached) and order the devices. Never raises."""
     if cl is None:
-        return Detection([], IMPORT_ERROR or "pyopencl is not importable; install it with pip "
-                                             "install 'pyfuel[opencl]'")
+        return Detection([], IMPORT_ERROR or "pyopencl is not importable; install it with "
+                                             f"{install_command('opencl')}")
     try:
         platforms = cl.get_platforms()
     except Exception as error:
         return Detection([], f"no OpenCL platform found ({_first_line(error)}); install an ICD "
-                             "such as Debian's pocl-opencl-icd or your GPU's driver, or pip "
-                             "install 'pyfuel[opencl-cpu]'")
+                             "such as Debian's pocl-opencl-icd or your GPU's driver, or "
+                             f"{install_command('opencl-cpu')}")
     seen: list[Candidate] = []
     for platform_index, platform in enumerate(platforms):
         try:

@@ -23,15 +23,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from fuel.backends.wgpu.windows import binding_resource
+from fuel.extras import install_command
 from fuel.ir.errors import DeviceError, KernelError, KernelIndexError
 
-try:  # optional dependency: pip install pyfuel[wgpu]
+try:  # optional dependency: the wgpu extra
     if not os.environ.get("XDG_RUNTIME_DIR"):  # Mesa's drivers warn without one
         os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="fuel-xdg-")
     import wgpu
 except Exception as import_error:  # noqa: BLE001 - any failure makes the backend unavailable
     wgpu = None
-    IMPORT_ERROR = f"wgpu is not installed ({import_error}); pip install pyfuel[wgpu]"
+    IMPORT_ERROR = f"wgpu is not installed ({import_error}); {install_command('wgpu')}"
 else:
     IMPORT_ERROR = ""
 

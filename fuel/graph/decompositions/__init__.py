@@ -5,6 +5,7 @@ to every node of a graph that lacks a kernel. Graph layer only: no front end, no
 """
 
 from fuel.graph.decompositions import (  # noqa: F401 - registration
+    attention,
     contraction,
     elementwise,
     indexing,

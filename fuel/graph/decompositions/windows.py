@@ -176,3 +176,43 @@ def avg_pool(node: Node, build: Builder) -> Node:
                             counts)
     divisor = build.sum(_windows_last(build, count_patches, 0, rank), (rank,))
     return build.cast(build.div(sums, divisor), node.dtype)
+
+
+def _activation(build: Builder, y: Node, params, slope: Node | None) -> Node:
+    """CONV_FUSED's activation over ``y`` from primitive and composite elementwise nodes."""
+    kind, alpha, beta = params.activation, params.alpha, params.beta
+    zero = build.constant(0.0, y.dtype)
+    if kind == "relu":
+        return build.op(OpKind.RELU, y)
+    if kind == "clip":
+        return build.elementwise(OpKind.MINIMUM, build.elementwise(
+            OpKind.MAXIMUM, y, build.constant(alpha, y.dtype)), build.constant(beta, y.dtype))
+    if kind in ("sigmoid", "tanh", "silu"):
+        return build.op({"sigmoid": OpKind.SIGMOID, "tanh": OpKind.TANH,
+                         "silu": OpKind.SILU}[kind], y)
+    if kind in ("hard_sigmoid", "hard_swish"):
+        if kind == "hard_swish":
+            alpha, beta = 1.0 / 6.0, 0.5
+        t = build.add(build.scalar(OpKind.MUL, y, alpha), build.constant(beta, y.dtype))
+        t = build.elementwise(OpKind.MINIMUM, build.elementwise(OpKind.MAXIMUM, t, zero),
+                              build.constant(1.0, y.dtype))
+        return build.mul(y, t) if kind == "hard_swish" else t
+    if kind in ("leaky_relu", "prelu"):
+        factor = build.constant(alpha, y.dtype) if kind == "leaky_relu" else \
+            build.reshape(slope, (1, y.shape[1]) + (1,) * (len(y.shape) - 2))
+        negative = build.elementwise(OpKind.LT, y, zero)
+        return build.where(negative, build.mul(y, factor), y)
+    return y
+
+
+@decomposes(OpKind.CONV_FUSED)
+def conv_fused(node: Node, build: Builder) -> Node:
+    """conv, + bias per channel, + residual, then the activation: separate nodes."""
+    params = node.params
+    x, weight, bias = node.inputs[:3]
+    y = build.op(OpKind.CONV, x, weight, params=params.conv)
+    y = build.add(y, build.reshape(bias, (1, y.shape[1]) + (1,) * (len(y.shape) - 2)))
+    if params.residual:
+        y = build.add(y, node.inputs[3])
+    slope = node.inputs[-1] if params.activation == "prelu" else None
+    return _activation(build, y, params, slope)

@@ -6,6 +6,7 @@ from fuel.onnx.ops import (  # noqa: F401
     attention_extra,
     control,
     conv,
+    conv_fusion,
     elementwise,
     gradient,
     image,

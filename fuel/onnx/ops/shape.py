@@ -263,7 +263,9 @@ def constant_of_shape(ctx: NodeContext) -> Tensor:
     dtype = dt.from_numpy(value.dtype)
     if any(d < 0 for d in dims):
         raise OnnxError(f"negative dim in shape {dims}")
-    return fuel.full(tuple(dims), fill, dtype=dtype, device=ctx.device)
+    # A constant filled once, when the model is built (a leaf: a replay does not fill it
+    # again, and a convolution can fold its values).
+    return ctx.constant(np.full(tuple(dims), fill, dtype=dtype.numpy))
 
 
 @onnx_op("Constant")

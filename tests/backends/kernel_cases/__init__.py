@@ -11,6 +11,7 @@ from collections.abc import Callable
 from fuel.ir.dtype import DType
 from fuel.ir.ops import OpKind
 from tests.backends.kernel_cases import (
+    attention,
     convolution,
     elementwise,
     indexing,
@@ -25,7 +26,7 @@ from tests.backends.kernel_cases import (
 from tests.backends.kernel_cases.base import Case
 
 FAMILIES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting, sampling,
-            text, quantized)
+            text, quantized, attention)
 
 
 def _merge() -> dict[OpKind, Callable[[tuple[DType, ...]], list[Case]]]:

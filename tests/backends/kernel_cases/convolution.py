@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from fuel.ir.ops import OpKind
-from fuel.ir.params import ConvParams
+from fuel.ir.params import ConvEpilogueParams, ConvParams
 from tests.backends.kernel_cases import references as naive
 from tests.backends.kernel_cases.base import Case, compute, operand, rng_for, tolerance, values
 
@@ -53,7 +55,87 @@ def conv_transpose_cases(dtypes):
     return cases
 
 
+def epilogue_reference(y, params, bias, residual, slope):
+    """CONV_FUSED's epilogue from its definition, in float64."""
+    channel = (1, -1) + (1,) * (y.ndim - 2)
+    y = y + bias.reshape(channel)
+    if residual is not None:
+        y = y + residual
+    kind, alpha, beta = params.activation, params.alpha, params.beta
+    if kind == "relu":
+        return np.maximum(y, 0)
+    if kind == "clip":
+        return np.clip(y, alpha, beta)
+    if kind == "sigmoid":
+        return 1 / (1 + np.exp(-y))
+    if kind == "silu":
+        return y / (1 + np.exp(-y))
+    if kind == "tanh":
+        return np.tanh(y)
+    if kind == "hard_sigmoid":
+        return np.clip(alpha * y + beta, 0, 1)
+    if kind == "hard_swish":
+        return y * np.clip(y / 6 + 0.5, 0, 1)
+    if kind == "leaky_relu":
+        return np.where(y >= 0, y, alpha * y)
+    if kind == "prelu":
+        return np.where(y >= 0, y, slope.reshape(channel) * y)
+    return y
+
+
+# input, weight, strides, begin, end, dilations, groups, activation, alpha, beta, residual:
+# one of each form (depthwise, pointwise, im2col, 1-d, 3-d) and every activation.
+FUSED_PLANS = [
+    ((2, 4, 9, 10), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 4, "relu", 0.0, 0.0, True),
+    ((1, 5, 7, 21), (5, 1, 5, 5), (2, 2), (2, 2), (2, 2), (1, 1), 5, "hard_swish", 0, 0, False),
+    ((2, 6, 5, 7), (8, 6, 1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1, "clip", 0.0, 6.0, False),
+    ((2, 6, 5, 7), (6, 3, 1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 2, "silu", 0, 0, True),
+    ((1, 3, 8, 9), (4, 3, 3, 3), (2, 1), (1, 0), (0, 1), (1, 2), 1, "sigmoid", 0, 0, False),
+    ((1, 4, 6, 6), (6, 2, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 2, "hard_sigmoid", 0.2, 0.5,
+     True),
+    ((2, 3, 11), (4, 3, 3), (2,), (1,), (1,), (1,), 1, "leaky_relu", 0.1, 0.0, False),
+    ((1, 4, 6, 5), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "prelu", 0, 0, True),
+    ((1, 2, 4, 3, 3), (2, 2, 2, 2, 2), (1, 1, 1), (0, 1, 0), (1, 0, 1), (1, 1, 1), 1, "tanh",
+     0, 0, False),
+    ((1, 3, 6, 6), (3, 3, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "", 0, 0, False),
+]
+
+
+def conv_fused_cases(dtypes):
+    d = dtypes[0]
+    rng = rng_for("conv_fused", dtypes)
+    rtol, atol = tolerance(d, loose=True)
+    cases = []
+    for i, plan in enumerate(FUSED_PLANS):
+        xs, ws, strides, begin, end, dilations, groups, kind, alpha, beta, residual = plan
+        operand_count = 3 + residual + (kind == "prelu")
+        if operand_count != len(dtypes) - 1:
+            continue
+        params = ConvEpilogueParams(ConvParams(strides, begin, end, dilations, groups), kind,
+                                    float(alpha), float(beta), residual)
+        out_shape = (xs[0], ws[0]) + tuple(
+            (size + b + e - (k - 1) * dil - 1) // s + 1 for size, k, s, b, e, dil in
+            zip(xs[2:], ws[2:], strides, begin, end, dilations))
+        arrays = [_conv_data(d, xs, rng), _conv_data(d, ws, rng), values(d, (ws[0],), rng)]
+        if residual:
+            arrays.append(values(d, out_shape, rng))
+        if kind == "prelu":
+            arrays.append(values(d, (ws[0],), rng))
+        operands = [operand(a) for a in arrays]
+
+        def reference(a, p):
+            a = [compute(v) for v in a]
+            y = naive.conv(a[0], a[1], p.conv.strides, p.conv.pads_begin, p.conv.pads_end,
+                           p.conv.dilations, p.conv.groups)
+            return epilogue_reference(y, p, a[2], a[3] if p.residual else None,
+                                      a[-1]).astype(d.numpy)
+
+        cases.append(Case(params, operands, reference, f"conv_fused#{i}", rtol, atol))
+    return cases
+
+
 CASES = {
     K.CONV: conv_cases,
+    K.CONV_FUSED: conv_fused_cases,
     K.CONV_TRANSPOSE: conv_transpose_cases,
 }

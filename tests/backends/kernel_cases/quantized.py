@@ -17,7 +17,9 @@ from tests.backends.kernel_cases.base import Case, Operand, operand, rng_for
 
 K = OpKind
 # Byte offsets of each format's float16 scales inside a block (the rest are codes).
-SCALE_OFFSETS = {"q4_0": (0,), "q4_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2), "q6_k": (208,)}
+SCALE_OFFSETS = {"q4_0": (0,), "q4_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2), "q6_k": (208,),
+                 "q5_k": (0, 2), "q3_k": (108,), "q2_k": (80, 82), "iq4_nl": (0,),
+                 "iq4_xs": (0,)}
 
 
 def gguf_type(dtype: QuantizedDType):
@@ -32,7 +34,8 @@ def quantized_blocks(dtype: QuantizedDType, rows: int, k: int, rng) -> np.ndarra
 
     kind = gguf_type(dtype)
     try:
-        return gguf.quants.quantize(rng.normal(0.0, 1.0, (rows, k)).astype(np.float32), kind)
+        blocks = gguf.quants.quantize(rng.normal(0.0, 1.0, (rows, k)).astype(np.float32), kind)
+        return np.ascontiguousarray(blocks).view(np.uint8).reshape(rows, -1)
     except NotImplementedError:
         blocks = rng.integers(0, 256, (rows, k // dtype.block_size, dtype.block_bytes),
                               dtype=np.uint8)

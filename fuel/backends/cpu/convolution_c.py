@@ -1,0 +1,463 @@
+"""float32 convolution in C (``conv.c``) and OpenBLAS (through NumPy): CONV, CONV_FUSED (the
+convolution with its bias, residual and activation in its output loop) and CONV_TRANSPOSE.
+
+Each key has siblings, one per form, every one correct on every launch (a form handed a shape
+it does not take runs the general form), so a judge may time any of them on the same operands;
+``accepts`` says which shapes a form is made for:
+
+- ``pointwise``: 1x1 kernel, stride 1, no padding: per group one GEMM (OpenBLAS) on the input
+  as stored, ``W (M, C) @ x[n] (C, H*W)``, no copy;
+- ``depthwise``: groups == C == M: one C pass per plane, every tap of an output row's
+  interior accumulated in registers, the epilogue applied on the row in cache;
+- ``im2col``: any 1-d or 2-d shape: the patch matrix of one image and group written by C into
+  a scratch buffer, then one GEMM (OpenBLAS);
+- ``auto`` (registered first, so it runs today): picks per launch by ``choose_form``.
+
+3-d shapes (and the rare depthwise filter over 64 rows) run the NumPy kernel; after a GEMM
+form, the epilogue is one C pass over the output. Threads: the C passes split planes over
+``FUEL_THREADS`` OpenMP threads; OpenBLAS runs its own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fuel.backends.cpu import convolution, pooling
+from fuel.backends.cpu.c_library import address, entry_point
+from fuel.backends.cpu.quantized import thread_count
+from fuel.compiler.foreign import ForeignCall
+from fuel.dispatch.kernel import KernelList, Launcher
+from fuel.ir import dtype as dt
+from fuel.ir.device import BackendId
+from fuel.ir.layout import Layout
+from fuel.ir.ops import OpKind
+from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, PoolParams
+
+KERNELS = KernelList(BackendId.CPU, "c")
+SOURCE = Path(__file__).with_name("conv.c")
+(IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
+ AVG_POOL) = range(9)
+ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
+MAX_DEPTHWISE_ROWS = 64  # conv.c's depthwise row gathers at most this many filter rows
+# From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
+# smaller launch loses more to waking the other threads than it gains).
+PARALLEL_WORK = 1 << 20
+FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col")
+
+
+def library():
+    """The compiled conv.c (built or fetched from the kernel cache once), or None."""
+    return entry_point("conv_float32", SOURCE.read_text, openmp=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """A 1-d or 2-d convolution in conv.c's terms (1-d: height 1)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    m: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+    groups: int
+
+    @classmethod
+    def of(cls, x: tuple, weight: tuple, out: tuple, params: ConvParams) -> Geometry | None:
+        """The geometry of a CONV launch, or None for shapes conv.c does not take (3-d)."""
+        rank = len(x) - 2
+        if rank == 1:
+            return cls(x[0], x[1], 1, x[2], out[1], 1, weight[2], 1, out[2], 1,
+                       params.strides[0], 1, params.dilations[0], 0, params.pads_begin[0],
+                       params.groups)
+        if rank == 2:
+            return cls(x[0], x[1], x[2], x[3], out[1], weight[2], weight[3], out[2], out[3],
+                       params.strides[0], params.strides[1], params.dilations[0],
+                       params.dilations[1], params.pads_begin[0], params.pads_begin[1],
+                       params.groups)
+        return None
+
+    def sizes(self, form: int, threads: int, activation: int, **changes) -> ctypes.Array:
+        values = dict(n=self.n, c=self.c, h=self.h, w=self.w, m=self.m, kh=self.kh,
+                      kw=self.kw, oh=self.oh, ow=self.ow, sh=self.sh, sw=self.sw, dh=self.dh,
+                      dw=self.dw, pt=self.pt, pl=self.pl, groups=self.groups)
+        values.update(changes)
+        row = [form, threads] + list(values.values()) + [activation]
+        return (ctypes.c_int64 * len(row))(*row)
+
+    @property
+    def pointwise(self) -> bool:
+        return (self.kh == self.kw == 1 and self.sh == self.sw == 1 and self.pt == self.pl == 0
+                and self.oh == self.h and self.ow == self.w)
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups == self.c == self.m and self.kh <= MAX_DEPTHWISE_ROWS
+
+
+def accepts(form: str, geometry: Geometry | None) -> bool:
+    """Whether ``form`` is made for ``geometry`` (every form runs every shape correctly)."""
+    if geometry is None:
+        return False
+    if form == "pointwise":
+        return geometry.pointwise
+    if form == "depthwise":
+        return geometry.depthwise
+    return form in ("im2col", "auto", "gemm")
+
+
+def choose_form(geometry: Geometry | None) -> str | None:
+    """The written rule (docs/ARCHITECTURE.md, "Convolution"): depthwise when groups == C ==
+    M, pointwise for an unpadded stride-1 1x1 kernel, im2col + OpenBLAS otherwise; None (the
+    NumPy kernel) for 3-d shapes."""
+    if geometry is None:
+        return None
+    if geometry.depthwise:
+        return "depthwise"
+    return "gemm"
+
+
+_scalars: dict[tuple[float, float], ctypes.Array] = {}
+_scratch = threading.local()
+
+
+def _scalar_array(alpha: float, beta: float) -> ctypes.Array:
+    """{alpha, beta} as a float array kept for the process (few distinct pairs)."""
+    key = (alpha, beta)
+    found = _scalars.get(key)
+    if found is None:
+        found = _scalars[key] = (ctypes.c_float * 2)(alpha, beta)
+    return found
+
+
+def scratch(elements: int) -> np.ndarray:
+    """This thread's patch buffer, grown to at least ``elements`` floats (launches on one
+    thread run one at a time, so their im2col passes share it)."""
+    buffer = getattr(_scratch, "buffer", None)
+    if buffer is None or buffer.size < elements:
+        buffer = _scratch.buffer = np.empty(max(elements, 1), np.float32)
+    return buffer
+
+
+@dataclass(frozen=True, slots=True)
+class Epilogue:
+    """What follows the convolution in its output loop."""
+
+    activation: int = 0
+    alpha: float = 0.0
+    beta: float = 0.0
+    bias: int | None = None  # addresses (None: absent)
+    residual: int | None = None
+    slope: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.activation == 0 and self.bias is None and self.residual is None
+
+
+def _epilogue(op: OpKind, inputs: Sequence, layouts: Sequence[Layout], params) -> Epilogue:
+    if op is not OpKind.CONV_FUSED:
+        return Epilogue()
+    addresses = [address(storage, layout) for storage, layout in zip(inputs, layouts)]
+    residual = addresses[3] if params.residual else None
+    slope = addresses[-1] if params.activation == "prelu" else None
+    return Epilogue(ACTIVATIONS[params.activation], params.alpha, params.beta, addresses[2],
+                    residual, slope)
+
+
+def _array(storage, layout: Layout, shape: tuple) -> np.ndarray:
+    buffer = storage.buffer
+    return np.ndarray(shape, buffer.dtype, buffer=buffer, offset=layout.offset * buffer.itemsize)
+
+
+class CConvolution:
+    """One sibling of CONV / CONV_FUSED float32: ``form`` is one of FORMS."""
+
+    def __init__(self, op: OpKind, form: str) -> None:
+        self.op = op
+        self.form = form
+        self.__name__ = self.__qualname__ = f"{op.value}_{form}_float32"
+
+    @property
+    def revision_source(self) -> str:
+        """What the revision hash covers besides the Python code: the C source."""
+        return SOURCE.read_text() + self.form
+
+    def accepts(self, layouts: Sequence[Layout], params) -> bool:
+        """Whether this sibling's form is made for the launch (the judge's candidates)."""
+        conv = params.conv if self.op is OpKind.CONV_FUSED else params
+        return accepts(self.form, Geometry.of(layouts[0].shape, layouts[1].shape,
+                                              layouts[-1].shape, conv))
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params) -> Launcher:
+        conv = params.conv if self.op is OpKind.CONV_FUSED else params
+        out_layout = layouts[-1]
+        geometry = Geometry.of(layouts[0].shape, layouts[1].shape, out_layout.shape, conv)
+        function = library()
+        form = choose_form(geometry) if self.form == "auto" else self.form
+        if geometry is None:
+            form = None
+        elif not accepts(form, geometry):
+            form = "im2col"
+        if (function is None or form is None or not out_layout.is_contiguous()
+                or not all(layout.is_contiguous() for layout in layouts)):
+            return self._numpy(inputs, outputs, layouts, params)
+        if out_layout.numel == 0:
+            return lambda: None
+        epilogue = _epilogue(self.op, inputs, layouts, params)
+        x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
+        out = address(outputs[0], out_layout)
+        if form == "depthwise":
+            work = out_layout.numel * geometry.kh * geometry.kw
+            threads = thread_count() if work >= PARALLEL_WORK else 1
+            return self._call(function, geometry, DEPTHWISE, threads, epilogue, x, w, out)
+        if form == "gemm" and geometry.c:
+            return self._gemm(function, geometry, epilogue, x, w, out)
+        gemm = (self._pointwise if form == "pointwise" else self._im2col)(
+            function, geometry, inputs, outputs, layouts)
+        if epilogue.empty:
+            return gemm
+        threads = thread_count() if out_layout.numel >= PARALLEL_WORK else 1
+        finish = self._call(function, geometry, EPILOGUE, threads, epilogue, 0, 0, out)
+
+        def launch() -> None:
+            gemm()
+            finish()
+
+        launch.kernel_source = "c"
+        return launch
+
+    @staticmethod
+    def _call(function, geometry: Geometry, form: int, threads: int, epilogue: Epilogue,
+              x: int, w: int, out: int, scratch_address: int = 0, **changes) -> ForeignCall:
+        scalars = _scalar_array(epilogue.alpha, epilogue.beta)
+        data = (ctypes.c_void_p * 8)(x, w, epilogue.bias, epilogue.residual, out,
+                                     epilogue.slope, ctypes.addressof(scalars),
+                                     scratch_address or None)
+        return ForeignCall(function, data, geometry.sizes(form, threads, epilogue.activation,
+                                                          **changes))
+
+    def _gemm(self, function, g: Geometry, epilogue: Epilogue, x: int, w: int,
+              out: int) -> ForeignCall:
+        """conv.c's own implicit GEMM (the input as stored when pointwise), threaded."""
+        work = g.n * g.m * g.oh * g.ow * (g.c // g.groups) * g.kh * g.kw
+        threads = thread_count() if work >= PARALLEL_WORK else 1
+        return self._call(function, g, GEMM_POINTWISE if g.pointwise else GEMM, threads,
+                          epilogue, x, w, out)
+
+    @staticmethod
+    def _pointwise(function, g: Geometry, inputs, outputs, layouts) -> Launcher:
+        """Per group, out[:, group] = W[group] @ x[:, group] over the input as stored."""
+        plane = g.h * g.w
+        x = _array(inputs[0], layouts[0], (g.n, g.c, plane))
+        w = _array(inputs[1], layouts[1], (g.m, g.c // g.groups))
+        out = _array(outputs[0], layouts[-1], (g.n, g.m, plane))
+        per_in, per_out = g.c // g.groups, g.m // g.groups
+        pieces = [(w[k * per_out:(k + 1) * per_out], x[:, k * per_in:(k + 1) * per_in],
+                   out[:, k * per_out:(k + 1) * per_out]) for k in range(g.groups)]
+        if g.n == 1:
+            pieces = [(a, b[0], c[0]) for a, b, c in pieces]
+
+        def launch() -> None:
+            for weight, source, target in pieces:
+                np.matmul(weight, source, out=target)
+
+        launch.kernel_source = "numpy"
+        return launch
+
+    @staticmethod
+    def _im2col(function, g: Geometry, inputs, outputs, layouts) -> Launcher:
+        """Per image and group: conv.c writes the patch matrix, OpenBLAS multiplies."""
+        per_in, per_out = g.c // g.groups, g.m // g.groups
+        depth, plane = per_in * g.kh * g.kw, g.oh * g.ow
+        w = _array(inputs[1], layouts[1], (g.groups, per_out, depth))
+        out = _array(outputs[0], layouts[-1], (g.n, g.groups, per_out, plane))
+        x = address(inputs[0], layouts[0])
+        sizes = g.sizes(IM2COL, 1, 0, c=per_in)
+        steps = []
+        for image in range(g.n):
+            for group in range(g.groups):
+                source = x + 4 * (image * g.c + group * per_in) * g.h * g.w
+                steps.append((source, w[group], out[image, group]))
+
+        def launch() -> None:
+            buffer = scratch(depth * plane)
+            columns = buffer[:depth * plane].reshape(depth, plane)
+            data = (ctypes.c_void_p * 8)(0, 0, None, None, 0, None, None,
+                                         buffer.ctypes.data)
+            for source, weight, target in steps:
+                data[0] = source
+                function(data, sizes, None)
+                np.matmul(weight, columns, out=target)
+
+        launch.kernel_source = "c"
+        return launch
+
+    def _numpy(self, inputs, outputs, layouts, params) -> Launcher:
+        """The NumPy kernel (3-d shapes, no C compiler), then the epilogue in NumPy."""
+        if self.op is OpKind.CONV:
+            return lambda: convolution.conv(inputs, outputs, layouts, params)
+
+        def launch() -> None:
+            convolution.conv(inputs[:2], outputs, list(layouts[:2]) + [layouts[-1]],
+                             params.conv)
+            numpy_epilogue(inputs, outputs, layouts, params)
+
+        launch.kernel_source = "numpy"
+        return launch
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
+class CConvTranspose:
+    """CONV_TRANSPOSE float32, 1-d and 2-d: per image and group conv.c's GEMM of the
+    transposed weights with the input as stored into the patch scratch, then col2im's
+    scatter; 3-d shapes (or no C compiler) run the NumPy kernel."""
+
+    __name__ = __qualname__ = "conv_transpose_gemm_float32"
+
+    @property
+    def revision_source(self) -> str:
+        return SOURCE.read_text()
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: ConvParams) -> Launcher:
+        x, w, out = (layout.shape for layout in layouts)
+        function = library()
+        rank = len(x) - 2
+        if (function is None or rank > 2 or 0 in x or 0 in w
+                or not all(layout.is_contiguous() for layout in layouts)):
+            return lambda: convolution.conv_transpose(inputs, outputs, layouts, params)
+        if rank == 1:
+            x, w, out = ((a[0], a[1], 1, a[2]) for a in (x, w, out))
+            strides, dilations = (1, params.strides[0]), (1, params.dilations[0])
+            pads = (0, params.pads_begin[0])
+        else:
+            strides, dilations, pads = params.strides, params.dilations, params.pads_begin
+        geometry = Geometry(x[0], x[1], x[2], x[3], out[1], w[2], w[3], out[2], out[3],
+                            strides[0], strides[1], dilations[0], dilations[1], pads[0],
+                            pads[1], params.groups)
+        per_out = out[1] // params.groups
+        size = per_out * w[2] * w[3] * x[2] * x[3]
+        work = x[0] * size * (x[1] // params.groups)
+        threads = thread_count() if work >= PARALLEL_WORK else 1
+        call = CConvolution._call(function, geometry, TRANSPOSED, threads, Epilogue(),
+                                  address(inputs[0], layouts[0]),
+                                  address(inputs[1], layouts[1]),
+                                  address(outputs[0], layouts[2]), scratch(size).ctypes.data)
+
+        def launch() -> None:
+            call.data[7] = scratch(size).ctypes.data
+            call()
+
+        launch.kernel_source = "c"
+        return launch
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
+class CPool:
+    """MAX_POOL / AVG_POOL float32 over 1-d and 2-d windows in conv.c (one pass per plane over
+    a padded copy); 3-d windows (or no C compiler) run the NumPy kernel."""
+
+    def __init__(self, op: OpKind) -> None:
+        self.op = op
+        self.__name__ = self.__qualname__ = f"{op.value}_float32"
+        self.numpy = pooling.max_pool if op is OpKind.MAX_POOL else pooling.avg_pool
+
+    @property
+    def revision_source(self) -> str:
+        return SOURCE.read_text()
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: PoolParams) -> Launcher:
+        x, out = layouts[0].shape, layouts[-1].shape
+        rank = len(params.kernel)
+        function = library()
+        if (function is None or rank > 2 or len(x) != rank + 2 or 0 in out
+                or not all(layout.is_contiguous() for layout in layouts)):
+            return lambda: self.numpy(inputs, outputs, layouts, params)
+        pad = (0,) * (2 - rank)
+        one = (1,) * (2 - rank)
+        h, w = (one + x[2:])
+        oh, ow = (one + out[2:])
+        kh, kw = one + params.kernel
+        sh, sw = one + params.strides
+        dh, dw = one + params.dilations
+        pt, pl = pad + params.pads_begin
+        pb, pr = pad + params.pads_end
+        geometry = Geometry(x[0], x[1], h, w, x[1], kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, 1)
+        mode = 2 if not params.divide else int(params.count_include_pad)
+        work = layouts[-1].numel * kh * kw
+        threads = thread_count() if work >= PARALLEL_WORK else 1
+        form = MAX_POOL if self.op is OpKind.MAX_POOL else AVG_POOL
+        return CConvolution._call(function, geometry, form, threads,
+                                  Epilogue(mode, float(pb), float(pr)),
+                                  address(inputs[0], layouts[0]), 0,
+                                  address(outputs[0], layouts[-1]))
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
+def numpy_epilogue(inputs, outputs, layouts, params: ConvEpilogueParams) -> None:
+    """CONV_FUSED's epilogue over an output the convolution wrote, in NumPy."""
+    from fuel.backends.cpu.arrays import output, view
+
+    out = output(outputs[0], layouts[-1])
+    channel = (1, out.shape[1]) + (1,) * (out.ndim - 2)
+    y = out + view(inputs[2], layouts[2]).reshape(channel)
+    if params.residual:
+        y = y + view(inputs[3], layouts[3])
+    kind, alpha, beta = params.activation, np.float32(params.alpha), np.float32(params.beta)
+    if kind == "relu":
+        y = np.maximum(y, 0)
+    elif kind == "clip":
+        y = np.minimum(np.maximum(y, alpha), beta)
+    elif kind == "sigmoid":
+        y = 1 / (1 + np.exp(-y))
+    elif kind == "silu":
+        y = y / (1 + np.exp(-y))
+    elif kind == "tanh":
+        y = np.tanh(y)
+    elif kind in ("hard_sigmoid", "hard_swish"):
+        a, b = (alpha, beta) if kind == "hard_sigmoid" else (1 / 6, 0.5)
+        t = np.clip(a * y + b, 0, 1)
+        y = t if kind == "hard_sigmoid" else y * t
+    elif kind == "leaky_relu":
+        y = np.where(y >= 0, y, alpha * y)
+    elif kind == "prelu":
+        y = np.where(y >= 0, y, view(inputs[-1], layouts[-2]).reshape(channel) * y)
+    out[...] = y
+
+
+F32 = [(dt.float32, dt.float32, dt.float32)]
+for _form in FORMS:
+    KERNELS.add(OpKind.CONV, F32, CConvolution(OpKind.CONV, _form))
+for _form in FORMS:
+    KERNELS.add(OpKind.CONV_FUSED, [(dt.float32,) * 4, (dt.float32,) * 5, (dt.float32,) * 6],
+                CConvolution(OpKind.CONV_FUSED, _form))
+KERNELS.add(OpKind.CONV_TRANSPOSE, F32, CConvTranspose())
+KERNELS.add(OpKind.MAX_POOL, [(dt.float32, dt.float32)], CPool(OpKind.MAX_POOL))
+KERNELS.add(OpKind.AVG_POOL, [(dt.float32, dt.float32)], CPool(OpKind.AVG_POOL))

@@ -1,0 +1,430 @@
+/* Block formats (GGUF, ggml's byte layouts), the first part of each quantized_<format> library
+ * (quantized.c follows). The including Python module defines FORMAT_<NAME>, BLOCK_SIZE and
+ * BLOCK_BYTES first.
+ *
+ * q4_0, q4_1, q8_0: dequantize_block (quantized.c has their own integer tiles).
+ * The other formats (CHUNKED): every 32 values of a block (a chunk) are small integer codes q
+ * with a scale and an offset per half of 16 values:  value = scale[h] * q - minimum[h].
+ *   header(block, &h)           the block's scales and offsets as floats (h.scale[SCALES * c +
+ *                               h], SCALES = 2 where the halves have their own, else 1);
+ *   chunk_codes(block, c, q)    chunk c's 32 codes as int16 (portable);
+ *   chunk_vectors(block, c, ..) the same as two vectors of 16 int16 (AVX2).
+ * MINIMUM says whether a format has offsets. Codes are at most 127 in magnitude (iq4's
+ * table), so a 16-bit activation times a code pair fits madd's 32-bit lanes.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+/* The AVX2 paths; PORTABLE (set by a test) builds the portable ones on any machine. */
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__) && !defined(PORTABLE)
+#define USE_AVX2 1
+#include <immintrin.h>
+#else
+#define USE_AVX2 0
+#endif
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+static inline float half_to_float(const uint8_t *p) {
+#if defined(__FLT16_MAX__)
+    _Float16 h;
+    memcpy(&h, p, 2);
+    return (float)h;
+#else
+    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    uint32_t bits;
+    if (exponent == 0x1f) bits = sign | 0x7f800000u | (mantissa << 13);
+    else if (exponent != 0) bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    else if (mantissa == 0) bits = sign;
+    else {
+        exponent = 113;
+        while (!(mantissa & 0x400)) { mantissa <<= 1; exponent--; }
+        bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
+    }
+    float value;
+    memcpy(&value, &bits, 4);
+    return value;
+#endif
+}
+
+static inline float bfloat_to_float(const uint8_t *p) {
+    uint32_t bits = (uint32_t)(p[0] | (p[1] << 8)) << 16;
+    float value;
+    memcpy(&value, &bits, 4);
+    return value;
+}
+
+#if defined(FORMAT_Q4_0)
+static inline void dequantize_block(const uint8_t *block, float *restrict out) {
+    const float d = half_to_float(block);
+    const uint8_t *qs = block + 2;
+#pragma omp simd
+    for (int j = 0; j < 16; j++) {
+        out[j] = (float)((int)(qs[j] & 0x0f) - 8) * d;
+        out[j + 16] = (float)((int)(qs[j] >> 4) - 8) * d;
+    }
+}
+#elif defined(FORMAT_Q4_1)
+static inline void dequantize_block(const uint8_t *block, float *restrict out) {
+    const float d = half_to_float(block), m = half_to_float(block + 2);
+    const uint8_t *qs = block + 4;
+#pragma omp simd
+    for (int j = 0; j < 16; j++) {
+        out[j] = (float)(qs[j] & 0x0f) * d + m;
+        out[j + 16] = (float)(qs[j] >> 4) * d + m;
+    }
+}
+#elif defined(FORMAT_Q8_0)
+static inline void dequantize_block(const uint8_t *block, float *restrict out) {
+    const float d = half_to_float(block);
+    const int8_t *qs = (const int8_t *)(block + 2);
+#pragma omp simd
+    for (int j = 0; j < 32; j++) out[j] = (float)qs[j] * d;
+}
+#elif defined(FORMAT_F16_BLOCKS) || defined(FORMAT_BF16_BLOCKS)
+/* Float weights in blocks of 32 (kept as stored; the matmul multiplies them as floats). */
+#define FLOAT_WEIGHTS 1
+static inline void dequantize_block(const uint8_t *block, float *restrict out) {
+#if defined(FORMAT_F16_BLOCKS) && USE_AVX2
+    for (int j = 0; j < 32; j += 8)
+        _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 2 * j))));
+#elif defined(FORMAT_F16_BLOCKS)
+    for (int j = 0; j < 32; j++) out[j] = half_to_float(block + 2 * j);
+#else
+#pragma omp simd
+    for (int j = 0; j < 32; j++) out[j] = bfloat_to_float(block + 2 * j);
+#endif
+}
+#else
+#define CHUNKED 1
+#define CHUNKS (BLOCK_SIZE / 32)
+#if defined(FORMAT_Q6_K) || defined(FORMAT_Q3_K) || defined(FORMAT_Q2_K)
+#define SCALES 2
+#else
+#define SCALES 1
+#endif
+#if defined(FORMAT_Q4_K) || defined(FORMAT_Q5_K) || defined(FORMAT_Q5_1) || defined(FORMAT_Q2_K)
+#define MINIMUM 1
+#else
+#define MINIMUM 0
+#endif
+
+typedef struct {
+    float scale[SCALES * CHUNKS], minimum[SCALES * CHUNKS];
+} block_header;
+
+#if defined(FORMAT_IQ4_NL) || defined(FORMAT_IQ4_XS)
+static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+#endif
+
+/* ---- header: the block's per-chunk (or per-half) scales and offsets */
+#if defined(FORMAT_Q4_K) || defined(FORMAT_Q5_K)
+static inline void header(const uint8_t *block, block_header *h) {
+    const float d = half_to_float(block), dmin = half_to_float(block + 2);
+    /* 12 bytes of 6-bit scales and minimums, unpacked as ggml's get_scale_min_k4 */
+    uint32_t packed[4];
+    memcpy(packed, block + 4, 12);
+    packed[3] = ((packed[2] >> 4) & 0x0f0f0f0fu) | (((packed[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t minimums = packed[1] & 0x3f3f3f3fu;
+    packed[1] = (packed[2] & 0x0f0f0f0fu) | (((packed[0] >> 6) & 0x03030303u) << 4);
+    packed[2] = minimums;
+    packed[0] &= 0x3f3f3f3fu;
+    uint8_t values[16];
+    memcpy(values, packed, 16);
+#pragma omp simd
+    for (int j = 0; j < 8; j++) {
+        h->scale[j] = d * (float)values[j];
+        h->minimum[j] = dmin * (float)values[j + 8];
+    }
+}
+#elif defined(FORMAT_Q6_K)
+static inline void header(const uint8_t *block, block_header *h) {
+    const int8_t *scales = (const int8_t *)(block + 192);
+    const float d = half_to_float(block + 208);
+#pragma omp simd
+    for (int j = 0; j < 16; j++) {
+        h->scale[j] = d * (float)scales[j];
+        h->minimum[j] = 0.0f;
+    }
+}
+#elif defined(FORMAT_Q3_K)
+static inline void header(const uint8_t *block, block_header *h) {
+    const float d = half_to_float(block + 108);
+    uint32_t packed[4];
+    memcpy(packed, block + 96, 12);
+    const uint32_t high = packed[2];
+    packed[2] = ((packed[0] >> 4) & 0x0f0f0f0fu) | (((high >> 4) & 0x03030303u) << 4);
+    packed[3] = ((packed[1] >> 4) & 0x0f0f0f0fu) | (((high >> 6) & 0x03030303u) << 4);
+    packed[0] = (packed[0] & 0x0f0f0f0fu) | (((high >> 0) & 0x03030303u) << 4);
+    packed[1] = (packed[1] & 0x0f0f0f0fu) | (((high >> 2) & 0x03030303u) << 4);
+    uint8_t values[16];
+    memcpy(values, packed, 16);
+#pragma omp simd
+    for (int j = 0; j < 16; j++) {
+        h->scale[j] = d * (float)((int)values[j] - 32);
+        h->minimum[j] = 0.0f;
+    }
+}
+#elif defined(FORMAT_Q2_K)
+static inline void header(const uint8_t *block, block_header *h) {
+    const float d = half_to_float(block + 80), dmin = half_to_float(block + 82);
+#pragma omp simd
+    for (int j = 0; j < 16; j++) {
+        h->scale[j] = d * (float)(block[j] & 0x0f);
+        h->minimum[j] = dmin * (float)(block[j] >> 4);
+    }
+}
+#elif defined(FORMAT_Q5_0) || defined(FORMAT_IQ4_NL)
+static inline void header(const uint8_t *block, block_header *h) {
+    h->scale[0] = half_to_float(block);
+    h->minimum[0] = 0.0f;
+}
+#elif defined(FORMAT_Q5_1)
+static inline void header(const uint8_t *block, block_header *h) {
+    h->scale[0] = half_to_float(block);
+    h->minimum[0] = -half_to_float(block + 2);
+}
+#elif defined(FORMAT_IQ4_XS)
+static inline void header(const uint8_t *block, block_header *h) {
+    const float d = half_to_float(block);
+    const int high = block[2] | (block[3] << 8);
+    for (int j = 0; j < 8; j++) {
+        const int low = (block[4 + j / 2] >> (4 * (j % 2))) & 0x0f;
+        h->scale[j] = d * (float)((low | (((high >> (2 * j)) & 3) << 4)) - 32);
+        h->minimum[j] = 0.0f;
+    }
+}
+#else
+#error "define one FORMAT_* before this source"
+#endif
+
+/* ---- chunk_codes: chunk c's 32 codes, portable */
+static inline void chunk_codes(const uint8_t *block, int c, int16_t *restrict q) {
+#if defined(FORMAT_Q4_K)
+    const uint8_t *codes = block + 16 + 32 * (c / 2);
+    const int shift = 4 * (c % 2);
+    for (int l = 0; l < 32; l++) q[l] = (int16_t)((codes[l] >> shift) & 0x0f);
+#elif defined(FORMAT_Q5_K)
+    const uint8_t *high = block + 16, *codes = block + 48 + 32 * (c / 2);
+    const int shift = 4 * (c % 2);
+    for (int l = 0; l < 32; l++)
+        q[l] = (int16_t)(((codes[l] >> shift) & 0x0f) | (((high[l] >> c) & 1) << 4));
+#elif defined(FORMAT_Q6_K)
+    const int part = c / 4, quarter = c % 4;
+    const uint8_t *low = block + 64 * part + 32 * (quarter & 1), *high = block + 128 + 32 * part;
+    const int low_shift = 4 * (quarter >> 1), high_shift = 2 * quarter;
+    for (int l = 0; l < 32; l++)
+        q[l] = (int16_t)((((low[l] >> low_shift) & 0x0f) | (((high[l] >> high_shift) & 3) << 4))
+                         - 32);
+#elif defined(FORMAT_Q3_K)
+    const uint8_t *mask = block, *codes = block + 32 + 32 * (c / 4);
+    const int shift = 2 * (c % 4);
+    for (int l = 0; l < 32; l++)
+        q[l] = (int16_t)(((codes[l] >> shift) & 3) - (((mask[l] >> c) & 1) ? 0 : 4));
+#elif defined(FORMAT_Q2_K)
+    const uint8_t *codes = block + 16 + 32 * (c / 4);
+    const int shift = 2 * (c % 4);
+    for (int l = 0; l < 32; l++) q[l] = (int16_t)((codes[l] >> shift) & 3);
+#elif defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
+    (void)c;
+#if defined(FORMAT_Q5_0)
+    const uint8_t *bits = block + 2;
+    const int offset = 16;
+#else
+    const uint8_t *bits = block + 4;
+    const int offset = 0;
+#endif
+    uint32_t high;
+    memcpy(&high, bits, 4);
+    const uint8_t *codes = bits + 4;
+    for (int l = 0; l < 16; l++) {
+        q[l] = (int16_t)(((codes[l] & 0x0f) | (((high >> l) & 1) << 4)) - offset);
+        q[l + 16] = (int16_t)(((codes[l] >> 4) | (((high >> (l + 16)) & 1) << 4)) - offset);
+    }
+#elif defined(FORMAT_IQ4_NL) || defined(FORMAT_IQ4_XS)
+#if defined(FORMAT_IQ4_NL)
+    (void)c;
+    const uint8_t *codes = block + 2;
+#else
+    const uint8_t *codes = block + 8 + 16 * c;
+#endif
+    for (int l = 0; l < 16; l++) {
+        q[l] = IQ4_VALUES[codes[l] & 0x0f];
+        q[l + 16] = IQ4_VALUES[codes[l] >> 4];
+    }
+#endif
+}
+
+#if USE_AVX2
+/* 32 bytes, byte l = 0xff where bit l of the 32 bits at p is set (ggml's bytes_from_bits_32). */
+static inline __m256i bit_bytes(const uint8_t *p) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)bits),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    return _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                             _mm256_set1_epi64x(-1));
+}
+
+/* 16 bytes of two nibbles each as 32 bytes: low nibbles, then high nibbles. */
+static inline __m256i nibbles(const uint8_t *p) {
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)p);
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask),
+                            _mm_and_si128(bytes, mask));
+}
+
+static inline __attribute__((always_inline)) __m256i shifted_bits(__m256i bytes, int shift,
+                                                                  int mask) {
+    return _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(shift)),
+                            _mm256_set1_epi8((char)mask));
+}
+
+/* Chunk c's codes as two vectors of 16 int16 (codes 0-15, 16-31). */
+static inline __attribute__((always_inline)) void chunk_vectors(const uint8_t *block, int c,
+                                                                __m256i *low, __m256i *high) {
+    __m256i codes;
+#if defined(FORMAT_Q4_K)
+    codes = shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 2))),
+                         4 * (c % 2), 0x0f);
+#elif defined(FORMAT_Q5_K)
+    codes = shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 48 + 32 * (c / 2))),
+                         4 * (c % 2), 0x0f);
+    const __m256i top = shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16)), c, 1);
+    codes = _mm256_or_si256(codes, _mm256_slli_epi16(top, 4));
+#elif defined(FORMAT_Q6_K)
+    const int part = c / 4, quarter = c % 4;
+    codes = shifted_bits(
+        _mm256_loadu_si256((const __m256i *)(block + 64 * part + 32 * (quarter & 1))),
+        4 * (quarter >> 1), 0x0f);
+    const __m256i top = shifted_bits(
+        _mm256_loadu_si256((const __m256i *)(block + 128 + 32 * part)), 2 * quarter, 3);
+    codes = _mm256_sub_epi8(_mm256_or_si256(codes, _mm256_slli_epi16(top, 4)),
+                            _mm256_set1_epi8(32));
+#elif defined(FORMAT_Q3_K)
+    codes = shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 32 + 32 * (c / 4))),
+                         2 * (c % 4), 3);
+    const __m256i bit = _mm256_set1_epi8((char)(1 << c));
+    const __m256i unset = _mm256_cmpeq_epi8(
+        _mm256_and_si256(_mm256_loadu_si256((const __m256i *)block), bit), _mm256_setzero_si256());
+    codes = _mm256_sub_epi8(codes, _mm256_and_si256(unset, _mm256_set1_epi8(4)));
+#elif defined(FORMAT_Q2_K)
+    codes = shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 4))),
+                         2 * (c % 4), 3);
+#elif defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
+    (void)c;
+#if defined(FORMAT_Q5_0)
+    const uint8_t *bits = block + 2;
+#else
+    const uint8_t *bits = block + 4;
+#endif
+    codes = _mm256_or_si256(nibbles(bits + 4),
+                            _mm256_and_si256(bit_bytes(bits), _mm256_set1_epi8(0x10)));
+#if defined(FORMAT_Q5_0)
+    codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(16));
+#endif
+#elif defined(FORMAT_IQ4_NL) || defined(FORMAT_IQ4_XS)
+#if defined(FORMAT_IQ4_NL)
+    (void)c;
+    const uint8_t *packed = block + 2;
+#else
+    const uint8_t *packed = block + 8 + 16 * c;
+#endif
+    const __m128i table = _mm_loadu_si128((const __m128i *)IQ4_VALUES);
+    codes = _mm256_shuffle_epi8(_mm256_set_m128i(table, table), nibbles(packed));
+#endif
+    *low = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(codes));
+    *high = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(codes, 1));
+}
+
+/* The header as vectors: lane j of scale[v] (minimum[v]) is header scale (offset) 8 v + j;
+ * a block of one chunk has its scale in lane 0 and zeros elsewhere. */
+typedef struct {
+    __m256 scale[SCALES], minimum[SCALES];
+} vector_header;
+
+static inline __m256 byte_floats(__m128i bytes, int is_signed) {
+    return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
+}
+
+static inline __attribute__((always_inline)) void header_vectors(const uint8_t *block,
+                                                                 vector_header *h) {
+#if CHUNKS == 1
+    block_header scalar;
+    header(block, &scalar);
+    h->scale[0] = _mm256_setr_ps(scalar.scale[0], 0, 0, 0, 0, 0, 0, 0);
+    h->minimum[0] = _mm256_setr_ps(scalar.minimum[0], 0, 0, 0, 0, 0, 0, 0);
+#elif defined(FORMAT_Q4_K) || defined(FORMAT_Q5_K)
+    uint32_t packed[4];
+    memcpy(packed, block + 4, 12);
+    packed[3] = ((packed[2] >> 4) & 0x0f0f0f0fu) | (((packed[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t minimums = packed[1] & 0x3f3f3f3fu;
+    packed[1] = (packed[2] & 0x0f0f0f0fu) | (((packed[0] >> 6) & 0x03030303u) << 4);
+    packed[2] = minimums;
+    packed[0] &= 0x3f3f3f3fu;
+    const __m128i values = _mm_loadu_si128((const __m128i *)packed);
+    h->scale[0] = _mm256_mul_ps(byte_floats(values, 0), _mm256_set1_ps(half_to_float(block)));
+    h->minimum[0] = _mm256_mul_ps(byte_floats(_mm_srli_si128(values, 8), 0),
+                                  _mm256_set1_ps(half_to_float(block + 2)));
+#elif defined(FORMAT_Q6_K)
+    const __m128i values = _mm_loadu_si128((const __m128i *)(block + 192));
+    const __m256 d = _mm256_set1_ps(half_to_float(block + 208));
+    h->scale[0] = _mm256_mul_ps(byte_floats(values, 1), d);
+    h->scale[1] = _mm256_mul_ps(byte_floats(_mm_srli_si128(values, 8), 1), d);
+    h->minimum[0] = h->minimum[1] = _mm256_setzero_ps();
+#elif defined(FORMAT_Q3_K)
+    uint32_t packed[4];
+    memcpy(packed, block + 96, 12);
+    const uint32_t high = packed[2];
+    packed[2] = ((packed[0] >> 4) & 0x0f0f0f0fu) | (((high >> 4) & 0x03030303u) << 4);
+    packed[3] = ((packed[1] >> 4) & 0x0f0f0f0fu) | (((high >> 6) & 0x03030303u) << 4);
+    packed[0] = (packed[0] & 0x0f0f0f0fu) | (((high >> 0) & 0x03030303u) << 4);
+    packed[1] = (packed[1] & 0x0f0f0f0fu) | (((high >> 2) & 0x03030303u) << 4);
+    const __m128i values = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)packed),
+                                        _mm_set1_epi8(32));
+    const __m256 d = _mm256_set1_ps(half_to_float(block + 108));
+    h->scale[0] = _mm256_mul_ps(byte_floats(values, 1), d);
+    h->scale[1] = _mm256_mul_ps(byte_floats(_mm_srli_si128(values, 8), 1), d);
+    h->minimum[0] = h->minimum[1] = _mm256_setzero_ps();
+#elif defined(FORMAT_Q2_K)
+    const __m128i values = _mm_loadu_si128((const __m128i *)block);
+    const __m128i scales = _mm_and_si128(values, _mm_set1_epi8(0x0f));
+    const __m128i minimums = _mm_and_si128(_mm_srli_epi16(values, 4), _mm_set1_epi8(0x0f));
+    const __m256 d = _mm256_set1_ps(half_to_float(block + 80));
+    const __m256 dmin = _mm256_set1_ps(half_to_float(block + 82));
+    h->scale[0] = _mm256_mul_ps(byte_floats(scales, 0), d);
+    h->scale[1] = _mm256_mul_ps(byte_floats(_mm_srli_si128(scales, 8), 0), d);
+    h->minimum[0] = _mm256_mul_ps(byte_floats(minimums, 0), dmin);
+    h->minimum[1] = _mm256_mul_ps(byte_floats(_mm_srli_si128(minimums, 8), 0), dmin);
+#elif defined(FORMAT_IQ4_XS)
+    const int high = block[2] | (block[3] << 8);
+    uint8_t values[16];
+    for (int j = 0; j < 8; j++)
+        values[j] = (uint8_t)(((block[4 + j / 2] >> (4 * (j % 2))) & 0x0f) |
+                              (((high >> (2 * j)) & 3) << 4));
+    const __m128i bytes = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)values),
+                                       _mm_set1_epi8(32));
+    h->scale[0] = _mm256_mul_ps(byte_floats(bytes, 1), _mm256_set1_ps(half_to_float(block)));
+    h->minimum[0] = _mm256_setzero_ps();
+#endif
+}
+#endif
+
+static inline void dequantize_block(const uint8_t *block, float *restrict out) {
+    block_header h;
+    header(block, &h);
+    for (int c = 0; c < CHUNKS; c++) {
+        int16_t q[32];
+        chunk_codes(block, c, q);
+        for (int l = 0; l < 32; l++) {
+            const int s = SCALES * c + (SCALES == 2 ? l / 16 : 0);
+            out[32 * c + l] = h.scale[s] * (float)q[l] - h.minimum[s];
+        }
+    }
+}
+#endif

@@ -1,0 +1,185 @@
+"""One forward for a whole batch of requests over a paged KV pool: the rows of a step are the
+tokens of every request in it (one decode token each, chunks of prompts), in any mix. The
+weights' matmuls run once for all rows; each row attends over its own request's blocks
+(``paged_attention``, a C kernel on the CPU). A step's graph depends only on its row count and
+how many rows give logits, never on which requests are in it, so it is captured once per
+(rows, logit rows) bucket (fuel.jit, the pool tensors passed as arguments) and replayed.
+
+Row ``r`` carries: its token id, its flat pool slot (where its key and value are written), its
+RoPE matrix, its request's block table and the number of positions it sees (its position + 1).
+Padding rows write to the scratch slot 0 and see only it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+import fuel
+from fuel.dispatch import op_profile
+from fuel.frontend.snapshot import NodeSnapshot
+from fuel.ir.errors import InvalidArgument
+from fuel.models.kv_cache import PagedKVPool
+from fuel.models.llama_graph import _logits, _rotated_qkv, embed, feed_forward, project
+from fuel.nn.functional import paged_attention
+from fuel.tensor import Tensor
+
+if TYPE_CHECKING:
+    from fuel.models.llama import LlamaModel
+
+ROW_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def bucket(count: int) -> int:
+    """The captured row count that holds ``count`` rows (the next bucket up)."""
+    for size in ROW_BUCKETS:
+        if size >= count:
+            return size
+    return -(-count // ROW_BUCKETS[-1]) * ROW_BUCKETS[-1]
+
+
+@dataclass
+class Chunk:
+    """One request's part of a step: ``ids`` at positions ``start, start + 1, ...`` of the
+    request whose positions lie in ``blocks``; ``logits``: whether its last row's logits are
+    wanted."""
+
+    ids: Sequence[int]
+    start: int
+    blocks: Sequence[int]
+    logits: bool
+
+
+def paged_step_graph(model: LlamaModel, ids: Tensor, slots: Tensor, rope: Tensor,
+                     table: Tensor, lengths: Tensor, picks: Tensor, keys: Sequence[Tensor],
+                     values: Sequence[Tensor], block_size: int) -> Tensor:
+    """The lazy ``(picks, vocab)`` logits of one paged step (building it queues the pool
+    writes; realize the logits with the pool tensors)."""
+    weights, config = model.weights, model.config
+    heads, kv_heads, dim = config.num_heads, config.num_kv_heads, config.head_dim
+    rows = ids.shape[0]
+    x = embed(weights, ids)
+    for index, layer in enumerate(weights.layers):
+        rotated, new_values = _rotated_qkv(x, layer, config, rope)
+        q = rotated[:, :heads]
+        if weights.query_scale != 1.0:
+            q = q * weights.query_scale
+        keys[index].index_copy_(0, slots, rotated[:, heads:])
+        values[index].index_copy_(0, slots, new_values)
+        pool_shape = (keys[index].shape[0] // block_size, block_size, kv_heads, dim)
+        out = paged_attention(q, keys[index].reshape(pool_shape),
+                              values[index].reshape(pool_shape), table, lengths)
+        x = x + project(out.reshape(rows, heads * dim), layer.o_t)
+        x = x + feed_forward(x, layer, config)
+    return _logits(weights, config, x.index_select(0, picks))
+
+
+class PagedStepper:
+    """Runs paged steps of ``model`` over ``pool``: ``step(chunks)`` gives the logits of the
+    chunks that want them, one forward for all of them."""
+
+    def __init__(self, model: LlamaModel, pool: PagedKVPool, table_width: int) -> None:
+        self.model = model
+        self.pool = pool
+        self.table_width = table_width  # blocks a request may hold (its context / block_size)
+        self._jit = fuel.jit(self._traced)
+        self._inputs: dict = {}  # (rows, logit rows) -> the step's input leaves
+        self.steps = 0
+        self.rows = 0  # real (not padding) rows run, over all steps
+
+    def _traced(self, ids, slots, rope, table, lengths, picks, *pool: Tensor) -> Tensor:
+        layers = len(pool) // 2
+        return paged_step_graph(self.model, ids, slots, rope, table, lengths, picks,
+                                pool[:layers], pool[layers:], self.pool.block_size)
+
+    def inputs(self, chunks: Sequence[Chunk]) -> tuple[np.ndarray, ...]:
+        """The step's leaves as arrays, padded to its row and logit buckets."""
+        size, width = self.pool.block_size, self.table_width
+        count = sum(len(chunk.ids) for chunk in chunks)
+        rows = bucket(count)
+        wanted = sum(chunk.logits for chunk in chunks)
+        ids = np.zeros(rows, np.int64)
+        slots = np.zeros(rows, np.int64)
+        lengths = np.ones(rows, np.int64)
+        table = np.zeros((rows, width), np.int64)
+        positions = np.zeros(rows, np.int64)
+        picks = np.zeros(bucket(max(wanted, 1)), np.int64)
+        row = pick = 0
+        for chunk in chunks:
+            n = len(chunk.ids)
+            if len(chunk.blocks) > width:
+                raise InvalidArgument(f"a request holds {len(chunk.blocks)} blocks; the step's "
+                                      f"tables hold {width}")
+            where = np.arange(chunk.start, chunk.start + n)
+            blocks = np.asarray(chunk.blocks, np.int64)
+            ids[row:row + n] = chunk.ids
+            slots[row:row + n] = blocks[where // size] * size + where % size
+            lengths[row:row + n] = where + 1
+            table[row:row + n, :len(blocks)] = blocks
+            positions[row:row + n] = where
+            row += n
+            if chunk.logits:
+                picks[pick] = row - 1
+                pick += 1
+        rope = rope_rows(self.model._inverse_frequencies, positions)
+        return ids, slots, rope, table, lengths, picks
+
+    def step(self, chunks: Sequence[Chunk]) -> np.ndarray:
+        """Run ``chunks`` as one forward; the logits ``(wanted, vocab)`` of the chunks with
+        ``logits`` set, in their order."""
+        if not chunks:
+            raise InvalidArgument("a paged step needs at least one chunk")
+        arrays = self.inputs(chunks)
+        wanted = sum(chunk.logits for chunk in chunks)
+        leaves = self._leaves(arrays)
+        pool = self.pool.tensors()
+        if op_profile.enabled() or not self.model.use_jit:
+            snapshot = NodeSnapshot(pool)
+            try:
+                logits = self._traced(*leaves, *pool)
+                fuel.realize(logits, *pool)
+            except BaseException:  # the pool as it was, not holding half a step
+                snapshot.restore()
+                raise
+        else:
+            logits = self._jit(*leaves, *pool)
+        self.steps += 1
+        self.rows += sum(len(chunk.ids) for chunk in chunks)
+        return logits.numpy()[:wanted]
+
+    def _leaves(self, arrays: Sequence[np.ndarray]) -> list[Tensor]:
+        """The step's input tensors: per bucket the same ones, refilled in place (a replay
+        given the storages it prepared its launchers on re-prepares nothing)."""
+        key = (arrays[0].shape[0], arrays[-1].shape[0])
+        leaves = self._inputs.get(key)
+        if leaves is None:
+            device = self.model.device
+            leaves = self._inputs[key] = [fuel.from_numpy(a.copy(), device=device)
+                                          for a in arrays]
+            return leaves
+        for tensor, array in zip(leaves, arrays):
+            storage = tensor._node.buffer
+            storage.backend.write_from_host(storage, array)
+        return leaves
+
+    def clear(self) -> None:
+        """Drop the captured steps and their inputs (made again when needed)."""
+        self._jit = fuel.jit(self._traced)
+        self._inputs.clear()
+
+
+def rope_rows(inverse_frequencies: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``(rows, d, d)`` RoPE matrices at ``positions`` (``llama_graph.rope_matrices``' rows,
+    one position per row)."""
+    half = inverse_frequencies.size
+    angles = positions.astype(np.float32)[:, None] * inverse_frequencies[None, :]
+    cos, sin = np.cos(angles), np.sin(angles)
+    rotation = np.zeros((positions.size, 2 * half, 2 * half), np.float32)
+    first, second = np.arange(half), np.arange(half, 2 * half)
+    rotation[:, first, first] = cos
+    rotation[:, second, second] = cos
+    rotation[:, second, first] = -sin
+    rotation[:, first, second] = sin
+    return rotation

@@ -1,0 +1,489 @@
+"""The judge: where sibling kernels compete, time them on the real operands and dispatch the
+winner.
+
+A key of the binding table may hold several kernels that compute the same thing (siblings),
+and a kernel may offer several ways to run one launch (its ``variants``: the float32 matmul's
+OpenBLAS and C forms on N threads or one). Each kernel's own measured rule picks a default.
+The judge replaces that rule where it can measure: the first time a launch of a *shape bucket*
+is bound (``JudgedKernel.prepare``: the walk of a fresh plan, a replay's bind, never a replay's
+launch), it runs every candidate a few times on that launch's operands within the process's
+time budget, takes medians and switches away from the default only when a candidate wins by
+more than ``MARGIN``. Winners persist per machine in ``<cache>/judge/winners.json`` (or
+``FUEL_JUDGE_FILE``), keyed by
+op, dtypes, backend, device, bucket and candidate names, with each candidate's revision: a
+second process times nothing, and a changed kernel invalidates only its own entries.
+
+``FUEL_JUDGE``: ``on`` (default: time unseen buckets within ``FUEL_JUDGE_BUDGET`` seconds per
+process, 2 by default), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
+own rule). A profiled launch that runs much slower than its recorded winner marks the entry
+for a re-check. Timings taken while the machine is busier than its cores (the load average
+above ``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) serve this process only: they rank
+the candidates by how they share the cores, so they are not stored. ``judge_stats()``
+counts what it did; ``explain()`` shows the candidates and their times per node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fuel.dispatch.kernel import BindingEntry, KernelDTypes, Launcher, Variant
+from fuel.extras import cache_root
+from fuel.ir.device import BackendId, Device
+from fuel.ir.errors import FuelError
+from fuel.ir.layout import Layout
+from fuel.ir.ops import OpKind
+
+MODES = ("off", "cached", "on")
+MARGIN = 0.05  # a candidate replaces the default only when faster by more than this fraction
+REPEATS = 7  # timed runs per candidate (after one warm-up), fewer when a run is slow
+CANDIDATE_SECONDS = 0.05  # at most about this long timing one candidate
+LOSING = 4.0  # a first timed run this many times the best median so far ends the timing
+REGRESSION = 1.5  # a profiled median this much slower than the winner's triggers a re-check
+REGRESSION_SAMPLES = 5
+FORMAT = 1  # the winners file's format
+
+
+def mode() -> str:
+    """``FUEL_JUDGE``: off, cached or on (the default)."""
+    value = os.environ.get("FUEL_JUDGE", "on").strip().lower() or "on"
+    if value not in MODES:
+        raise FuelError(f"FUEL_JUDGE={value!r}: expected one of {', '.join(MODES)}")
+    return value
+
+
+def budget() -> float:
+    """``FUEL_JUDGE_BUDGET``: seconds this process may spend timing candidates (default 2)."""
+    value = os.environ.get("FUEL_JUDGE_BUDGET", "2")
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        raise FuelError(f"FUEL_JUDGE_BUDGET={value!r}: expected a number of seconds") from None
+
+
+def bucket_dim(size: int) -> int:
+    """A dim's bucket: exact up to 8, else the next power of two (12 -> 16, 384 -> 512)."""
+    return size if size <= 8 else 1 << (size - 1).bit_length()
+
+
+def shape_bucket(layouts: Sequence[Layout]) -> tuple[tuple[int, ...], ...]:
+    """The launch's bucket: every operand's dims bucketed (``bucket_dim``)."""
+    return tuple([tuple([bucket_dim(d) for d in layout.shape]) for layout in layouts])
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One competitor at a launch: a variant of a kernel, or a sibling kernel whole."""
+
+    name: str
+    revision: str
+    variant: Variant
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What the judge decided for one bucket: the winner, the default (the kernel's own
+    rule), each candidate's median seconds (empty when not timed) and where it came from
+    (``timed``, ``stored``, ``default``: not timed, the rule's choice)."""
+
+    winner: str
+    default: str
+    seconds: dict[str, float] = field(default_factory=dict)
+    source: str = "default"
+    observed: list[float] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """``judge: c-dot/2t 0.011 ms < openblas 0.020 ms (timed)``, or the default's line."""
+        if not self.seconds:
+            return f"judge: {self.winner} (the kernel's rule; not timed)"
+        ranked = sorted(self.seconds.items(), key=lambda item: item[1])
+        times = " < ".join(f"{name} {seconds * 1e3:.3f} ms" for name, seconds in ranked)
+        kept = "" if self.winner != self.default else " (default kept)"
+        return f"judge: {times} -> {self.winner}{kept} ({self.source})"
+
+
+class Judge:
+    """The process's judge: verdicts by key, the stored winners, the budget spent."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.lock = threading.RLock()
+        self.path = path
+        self.verdicts: dict[str, Verdict] = {}
+        self.stored: dict[str, dict] | None = None
+        self.spent = 0.0
+        self.counts = {"timed": 0, "stored": 0, "default": 0, "switched": 0, "rechecks": 0,
+                       "stale": 0, "unsaved_busy": 0}
+        self.devices: dict = {}
+        self.epoch = 0  # bumped when verdicts are dropped: kernels' remembered choices expire
+
+    # -- the store ---------------------------------------------------------------------------
+    def _file(self) -> Path:
+        if self.path is not None:
+            return self.path
+        configured = os.environ.get("FUEL_JUDGE_FILE")
+        return Path(configured) if configured else cache_root() / "judge" / "winners.json"
+
+    def _load(self) -> dict[str, dict]:
+        if self.stored is None:
+            try:
+                data = json.loads(self._file().read_text())
+                entries = data.get("entries", {}) if data.get("format") == FORMAT else {}
+            except (OSError, ValueError, AttributeError):
+                entries = {}
+            self.stored = entries if isinstance(entries, dict) else {}
+        return self.stored
+
+    def _save(self, key: str, record: dict) -> None:
+        """Merge ``record`` into the winners file (re-read first: other processes write too);
+        a cache folder that cannot be written keeps the verdict in memory only."""
+        path = self._file()
+        try:
+            try:
+                data = json.loads(path.read_text())
+                entries = data.get("entries", {}) if data.get("format") == FORMAT else {}
+            except (OSError, ValueError, AttributeError):
+                entries = {}
+            entries[key] = record
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            temporary.write_text(json.dumps({"format": FORMAT, "entries": entries}, indent=1,
+                                            sort_keys=True))
+            os.replace(temporary, path)
+            self.stored = entries
+        except OSError:
+            self._load()[key] = record
+
+    # -- deciding ------------------------------------------------------------------------------
+    def device_name(self, backend: BackendId, index: int) -> str:
+        """What the winners are measured on: the backend's description of the device (the
+        CPU's model name), with the thread count the CPU kernels use."""
+        name = self.devices.get((backend, index))
+        if name is None:
+            from fuel.backends import find_backend
+
+            device = Device(backend, index)
+            try:
+                name = find_backend(backend).describe_device(device)
+            except Exception:  # a description is a label; the device itself still runs
+                name = str(device)
+            if backend is BackendId.CPU:
+                name = f"{_processor() or name} threads={_threads()}"
+            self.devices[(backend, index)] = name
+        return name
+
+    def choose(self, head: str, candidates: Sequence[Candidate], inputs: Sequence,
+               outputs: Sequence, layouts: Sequence[Layout], params: object) -> Candidate:
+        """The candidate to dispatch for this launch (timing the candidates first when the
+        bucket is unseen, the mode is ``on`` and budget is left)."""
+        key = f"{head}|{shape_bucket(layouts)}|{','.join(c.name for c in candidates)}"
+        verdict = self.verdicts.get(key)
+        if verdict is None:
+            with self.lock:
+                verdict = self.verdicts.get(key)
+                if verdict is None:
+                    verdict = self._decide(key, candidates, inputs, outputs, layouts, params)
+                    self.verdicts[key] = verdict
+        for candidate in candidates:
+            if candidate.name == verdict.winner:
+                return candidate
+        return candidates[0]
+
+    def _decide(self, key: str, candidates: Sequence[Candidate], inputs: Sequence,
+                outputs: Sequence, layouts: Sequence[Layout], params: object) -> Verdict:
+        default = candidates[0].name
+        current = mode()
+        if current == "off":
+            self.counts["default"] += 1
+            return Verdict(default, default)
+        revisions = {c.name: c.revision for c in candidates}
+        record = self._load().get(key)
+        if record is not None:
+            if record.get("revisions") == revisions and not record.get("recheck"):
+                self.counts["stored"] += 1
+                return Verdict(record["winner"], default, dict(record.get("seconds", {})),
+                               "stored")
+            if record.get("revisions") != revisions:
+                self.counts["stale"] += 1
+        if current == "cached" or self.spent >= budget() or _aliased(inputs, outputs):
+            self.counts["default"] += 1
+            return Verdict(default, default)
+        start = time.perf_counter()
+        seconds = _time_candidates(candidates, inputs, outputs, layouts, params)
+        self.spent += time.perf_counter() - start
+        winner = default
+        if seconds:
+            best = min(seconds, key=seconds.get)
+            if default not in seconds or seconds[best] < seconds[default] * (1 - MARGIN):
+                winner = best
+        self.counts["timed"] += 1
+        if winner != default:
+            self.counts["switched"] += 1
+        if _busy():  # timings of a machine busier than its cores: this process's only
+            self.counts["unsaved_busy"] += 1
+            return Verdict(winner, default, seconds, "timed on a busy machine, not stored")
+        self._save(key, {"winner": winner, "default": default, "seconds": seconds,
+                         "revisions": revisions, "timed": time.strftime("%Y-%m-%d %H:%M:%S")})
+        return Verdict(winner, default, seconds, "timed")
+
+    def observe(self, key_prefix: str, layouts: Sequence[Layout], candidates_names: str,
+                seconds: float) -> None:
+        """A profiled launch of a judged kernel took ``seconds``: after REGRESSION_SAMPLES
+        launches whose median is REGRESSION times the winner's timed median (and 5 us more),
+        the bucket is re-checked at its next bind."""
+        key = f"{key_prefix}|{shape_bucket(layouts)}|{candidates_names}"
+        verdict = self.verdicts.get(key)
+        if verdict is None or verdict.winner not in verdict.seconds:
+            return
+        verdict.observed.append(seconds)
+        if len(verdict.observed) < REGRESSION_SAMPLES:
+            return
+        observed = statistics.median(verdict.observed)
+        verdict.observed.clear()
+        if observed > verdict.seconds[verdict.winner] * REGRESSION + 5e-6:
+            with self.lock:
+                self.verdicts.pop(key, None)
+                self.epoch += 1
+                record = self._load().get(key)
+                if record is not None:
+                    self._save(key, dict(record, recheck=True))
+                self.counts["rechecks"] += 1
+
+    def describe(self, head: str, bucket: tuple) -> list[str]:
+        """Each verdict (in this process, else stored) for ``bucket`` of the key ``head``."""
+        prefix = f"{head}|{bucket}|"
+        found = [v.describe() for key, v in self.verdicts.items() if key.startswith(prefix)]
+        if not found and mode() != "off":
+            for key, record in self._load().items():
+                if key.startswith(prefix):
+                    verdict = Verdict(record.get("winner", "?"), record.get("default", "?"),
+                                      dict(record.get("seconds", {})), "stored")
+                    found.append(verdict.describe())
+        return found
+
+    def stats(self) -> dict:
+        with self.lock:
+            return {"mode": mode(), "budget_seconds": budget(),
+                    "spent_seconds": round(self.spent, 4), **self.counts,
+                    "verdicts": len(self.verdicts), "stored_entries": len(self._load()),
+                    "path": str(self._file())}
+
+    def forget(self) -> None:
+        """Drop this process's verdicts and counts (the stored winners stay on disk)."""
+        with self.lock:
+            self.verdicts.clear()
+            self.epoch += 1
+            self.stored = None
+            self.spent = 0.0
+            for name in self.counts:
+                self.counts[name] = 0
+
+
+def _busy() -> bool:
+    """Whether the machine is busier than ``FUEL_JUDGE_MAX_LOAD`` (default 1.5 runnable
+    tasks per core, the 1-minute load average): timings taken then rank the candidates by
+    how they share the cores with others, so they are not stored for other processes."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - no load average here
+        return False
+    value = os.environ.get("FUEL_JUDGE_MAX_LOAD")
+    try:
+        limit = float(value) if value else 1.5 * _threads()
+    except ValueError:
+        raise FuelError(f"FUEL_JUDGE_MAX_LOAD={value!r}: expected a number") from None
+    return load > limit
+
+
+def _processor() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), or "" where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor()
+
+
+def _threads() -> int:
+    configured = os.environ.get("FUEL_THREADS")
+    if configured and configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - platforms without affinity
+        return os.cpu_count() or 1
+
+
+def _aliased(inputs: Sequence, outputs: Sequence) -> bool:
+    """Whether an output shares memory with an input (timing would overwrite an operand)."""
+    return any(o is i or getattr(o, "buffer", None) is getattr(i, "buffer", 0)
+               for o in outputs for i in inputs)
+
+
+def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs: Sequence,
+                     layouts: Sequence[Layout], params: object) -> dict[str, float]:
+    """Median seconds per candidate on these operands: one warm-up run, then up to REPEATS
+    runs within CANDIDATE_SECONDS; a candidate that fails to prepare or run drops out."""
+    storage = outputs[0] if outputs else None
+    synchronize = None
+    if storage is not None and storage.device.backend is not BackendId.CPU:
+        backend, device = storage.backend, storage.device
+        synchronize = lambda: backend.synchronize(device)  # noqa: E731
+    found: dict[str, float] = {}
+    best = float("inf")
+    for candidate in candidates:
+        try:
+            launcher = candidate.variant.prepare(inputs, outputs, layouts, params)
+            samples = []
+            begin = time.perf_counter()
+            for run in range(REPEATS + 1):
+                start = time.perf_counter()
+                launcher()
+                if synchronize is not None:
+                    synchronize()
+                seconds = time.perf_counter() - start
+                if run:  # run 0 warms up (a first launch may compile: never judged)
+                    samples.append(seconds)
+                    if run == 1 and seconds > LOSING * best and seconds > 1e-4:
+                        break  # far behind the best already: no more runs
+                if time.perf_counter() - begin > CANDIDATE_SECONDS and len(samples) >= 2:
+                    break
+        except Exception:  # a candidate that cannot run this launch loses it
+            continue
+        found[candidate.name] = statistics.median(samples) if samples else float("inf")
+        best = min(best, found[candidate.name])
+    return found
+
+
+JUDGE = Judge()
+
+
+def judge_stats() -> dict:
+    """What the judge did in this process: buckets timed, taken from the stored winners or
+    left to the kernels' rules, how many switched away from the rule, re-checks, stale
+    entries, seconds spent against the budget, the mode and the winners file."""
+    return JUDGE.stats()
+
+
+def key_head(op: OpKind, dtypes: KernelDTypes, backend: BackendId, device: str) -> str:
+    """The part of a verdict's key before the bucket."""
+    return f"{op.value}|{','.join(d.name for d in dtypes)}|{backend.value}|{device}"
+
+
+class JudgedKernel:
+    """A kernel with competing candidates, behind the kernel contract: ``prepare`` asks the
+    judge which candidate runs this launch. Its candidates are the first entry's variants
+    (when it offers any; the first variant is its rule's choice) and every other sibling at
+    the key with the same caps, whole, that accepts the launch (a sibling kernel may define
+    ``accepts(layouts, params) -> bool``; the first entry accepts every launch)."""
+
+    def __init__(self, op: OpKind, dtypes: KernelDTypes, backend: BackendId,
+                 entries: Sequence[BindingEntry]) -> None:
+        self.op, self.dtypes, self.backend = op, dtypes, backend
+        self.entries = tuple(entries)
+        self.__name__ = self.__qualname__ = getattr(entries[0].kernel, "__name__", op.value)
+        # (layouts, params) -> (judge epoch, the chosen candidate): a bound launch of a seen
+        # shape costs one lookup; a re-check (a new epoch) decides again.
+        self.chosen: dict = {}
+
+    def candidates(self, layouts: Sequence[Layout], params: object, index: int = 0
+                   ) -> tuple[Candidate, ...]:
+        first = self.entries[0]
+        found: list[Candidate] = []
+        offer = getattr(first.kernel, "variants", None)
+        variants = offer(layouts, params, Device(self.backend, index)) if offer else ()
+        for variant in variants:
+            found.append(Candidate(variant.name, f"{first.kernel_revision_hash:016x}", variant))
+        if not found:
+            found.append(_whole(first, _sibling_name(first)))
+        names = {c.name for c in found}
+        for entry in self.entries[1:]:
+            accepts = getattr(entry.kernel, "accepts", None)
+            if accepts is not None and not accepts(layouts, params):
+                continue  # a sibling for some launches only (a form of the convolution)
+            name = _sibling_name(entry)
+            while name in names:
+                name += "'"
+            names.add(name)
+            found.append(_whole(entry, name))
+        return tuple(found)
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: object) -> Launcher:
+        try:
+            key = (tuple(layouts), params)
+            epoch, candidate = self.chosen.get(key, (-1, None))
+        except TypeError:  # unhashable params: decide every time
+            key, epoch, candidate = None, -1, None
+        if candidate is None or epoch != JUDGE.epoch:
+            candidates = self.candidates(layouts, params, _index(outputs, inputs))
+            candidate = candidates[0]
+            if len(candidates) > 1:
+                head = key_head(self.op, self.dtypes, self.backend,
+                                JUDGE.device_name(self.backend, _index(outputs, inputs)))
+                candidate = JUDGE.choose(head, candidates, inputs, outputs, layouts, params)
+            if key is not None:
+                if len(self.chosen) > 4096:
+                    self.chosen.clear()
+                self.chosen[key] = (JUDGE.epoch, candidate)
+        return candidate.variant.prepare(inputs, outputs, layouts, params)
+
+    def observe(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: object, seconds: float) -> None:
+        """A profiled launch's time (see ``Judge.observe``)."""
+        candidates = self.candidates(layouts, params, _index(outputs, inputs))
+        if len(candidates) < 2:
+            return
+        head = key_head(self.op, self.dtypes, self.backend,
+                        JUDGE.device_name(self.backend, _index(outputs, inputs)))
+        JUDGE.observe(head, layouts, ",".join(c.name for c in candidates), seconds)
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params: object) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
+def _index(outputs: Sequence, inputs: Sequence) -> int:
+    """The device index the launch runs on (its first output's, else its first input's)."""
+    storage = outputs[0] if outputs else inputs[0]
+    return storage.device.index
+
+
+def _sibling_name(entry: BindingEntry) -> str:
+    """A whole sibling's candidate name: its source tag and the kernel's name where it has
+    one (``c:conv_gemm_float32``), else the tag alone."""
+    name = getattr(entry.kernel, "__name__", None)
+    return f"{entry.kernel_source}:{name}" if isinstance(name, str) else entry.kernel_source
+
+
+def _whole(entry: BindingEntry, name: str) -> Candidate:
+    from fuel.dispatch.kernel import prepare_launcher
+
+    kernel = entry.kernel
+    return Candidate(name, f"{entry.kernel_revision_hash:016x}", Variant(
+        name, lambda inputs, outputs, layouts, params: prepare_launcher(
+            kernel, inputs, outputs, layouts, params)))
+
+
+def judged(op: OpKind, dtypes: KernelDTypes, backend: BackendId,
+           siblings: Sequence[BindingEntry]):
+    """The kernel a plan binds for this key: a JudgedKernel when candidates compete (the
+    first eligible entry offers variants, or another sibling has its caps), else None."""
+    eligible = [e for e in siblings if not e.caps.requires_broadcast]
+    if not eligible:
+        return None
+    first = eligible[0]
+    same = [e for e in eligible if e.caps == first.caps]
+    if len(same) < 2 and getattr(first.kernel, "variants", None) is None:
+        return None
+    return JudgedKernel(op, dtypes, backend, same)

@@ -1,0 +1,192 @@
+"""The float32 convolution siblings (fuel/backends/cpu/convolution_c.py) against a NumPy
+reference over random shapes: 1-d, 2-d and 3-d, strides, dilations, asymmetric padding,
+groups (dense, grouped, depthwise), odd sizes, several K blocks and partial register tiles,
+with and without the fused epilogue. Every sibling of the key runs every case (a form handed
+a shape it is not made for runs the general form), and each form meets the shapes it
+accepts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fuel.backends import find_backend
+from fuel.backends.cpu import convolution_c
+from fuel.dispatch.kernel import global_table
+from fuel.ir import dtype as dt
+from fuel.ir.device import BackendId
+from fuel.ir.layout import Layout
+from fuel.ir.ops import OpKind
+from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams
+from tests.backends.kernel_cases.convolution import epilogue_reference
+
+CPU = find_backend(BackendId.CPU)
+
+
+def reference(x, w, params: ConvParams) -> np.ndarray:
+    """Cross-correlation in float64 through sliding windows (no fuel code)."""
+    rank = x.ndim - 2
+    widths = [(0, 0), (0, 0)] + list(zip(params.pads_begin, params.pads_end))
+    padded = np.pad(x.astype(np.float64), widths)
+    spans = [(k - 1) * d + 1 for k, d in zip(w.shape[2:], params.dilations)]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, spans, axis=range(2, 2 + rank))
+    index = (slice(None),) * 2 + tuple(slice(None, None, s) for s in params.strides)
+    index += tuple(slice(None, None, d) for d in params.dilations)
+    windows = windows[index]  # (N, C, O..., K...)
+    n, channels = x.shape[:2]
+    groups = params.groups
+    grouped = windows.reshape((n, groups, channels // groups) + windows.shape[2:])
+    weight = w.astype(np.float64).reshape((groups, w.shape[0] // groups) + w.shape[1:])
+    letters = "pqr"[:rank]
+    kernel = "uvw"[:rank]
+    out = np.einsum(f"ngc{letters}{kernel},gmc{kernel}->ngm{letters}", grouped, weight)
+    return out.reshape((n, w.shape[0]) + out.shape[3:])
+
+
+def random_plan(rng: np.random.Generator, rank: int) -> tuple:
+    """(x shape, w shape, ConvParams) with a valid output."""
+    while True:
+        kind = rng.choice(["dense", "grouped", "depthwise", "pointwise"])
+        groups = 1
+        channels = int(rng.integers(1, 40))
+        out_channels = int(rng.integers(1, 40))
+        if kind == "grouped":
+            groups = int(rng.integers(2, 4))
+            channels, out_channels = channels * groups, out_channels * groups
+        elif kind == "depthwise":
+            groups = channels = out_channels = int(rng.integers(1, 24))
+        kernel = [1] * rank if kind == "pointwise" else [int(k) for k in rng.integers(1, 6, rank)]
+        sizes = [int(s) for s in rng.integers(1, 30 if rank < 3 else 9, rank)]
+        strides = [1] * rank if kind == "pointwise" else [int(s) for s in rng.integers(1, 4, rank)]
+        dilations = [int(d) for d in rng.integers(1, 3, rank)]
+        begin = [0] * rank if kind == "pointwise" else [int(p) for p in rng.integers(0, 3, rank)]
+        end = [0] * rank if kind == "pointwise" else [int(p) for p in rng.integers(0, 3, rank)]
+        outs = [(s + b + e - (k - 1) * d - 1) // st + 1 for s, k, st, b, e, d in
+                zip(sizes, kernel, strides, begin, end, dilations)]
+        if min(outs) >= 1:
+            batch = int(rng.integers(1, 3))
+            return ((batch, channels, *sizes), (out_channels, channels // groups, *kernel),
+                    ConvParams(tuple(strides), tuple(begin), tuple(end), tuple(dilations),
+                               groups))
+
+
+def _run(entry, arrays, out_shape, params) -> np.ndarray:
+    device = CPU.devices()[0]
+    storages = [CPU.upload(device, a) for a in arrays]
+    layouts = [Layout.contiguous(a.shape) for a in arrays]
+    out_layout = Layout.contiguous(out_shape)
+    output = CPU.allocate(device, dt.float32, out_layout.numel)
+    entry.kernel(storages, [output], layouts + [out_layout], params)
+    return np.asarray(CPU.download(output, out_layout))
+
+
+def _siblings(op: OpKind, arity: int):
+    entries = global_table().lookup_alternatives(op, (dt.float32,) * (arity + 1), BackendId.CPU)
+    return [e for e in entries if isinstance(e.kernel, convolution_c.CConvolution)]
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_every_sibling_matches_the_reference(rank):
+    rng = np.random.default_rng(100 + rank)
+    siblings = _siblings(OpKind.CONV, 2)
+    assert [e.kernel.form for e in siblings] == list(convolution_c.FORMS)
+    met = set()
+    for _ in range(30 if rank < 3 else 6):
+        xs, ws, params = random_plan(rng, rank)
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        expected = reference(x, w, params)
+        layouts = [Layout.contiguous(xs), Layout.contiguous(ws), Layout.contiguous(
+            expected.shape)]
+        for entry in siblings:
+            actual = _run(entry, [x, w], expected.shape, params)
+            scale = max(1.0, float(np.abs(expected).max()))
+            np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4 * scale,
+                                       err_msg=f"{entry.kernel.__name__} on {xs} * {ws} "
+                                               f"{params}")
+            if entry.kernel.accepts(layouts, params):
+                met.add(entry.kernel.form)
+    if rank < 3:
+        assert met == set(convolution_c.FORMS), f"forms never accepting a shape: {met}"
+
+
+def test_fused_siblings_match_the_reference_for_every_activation():
+    rng = np.random.default_rng(7)
+    for index, activation in enumerate(CONV_ACTIVATIONS):
+        xs, ws, conv = random_plan(rng, 2)
+        residual = bool(index % 2)
+        params = ConvEpilogueParams(conv, activation, -0.5 if activation == "clip" else 0.2,
+                                    1.5 if activation == "clip" else 0.5, residual)
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        y = reference(x, w, conv)
+        bias = rng.standard_normal(ws[0]).astype(np.float32)
+        arrays = [x, w, bias]
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        if residual:
+            arrays.append(extra)
+        slope = rng.standard_normal(ws[0]).astype(np.float32)
+        if activation == "prelu":
+            arrays.append(slope)
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64) if residual else None,
+                                      slope.astype(np.float64))
+        for entry in _siblings(OpKind.CONV_FUSED, len(arrays)):
+            actual = _run(entry, arrays, y.shape, params)
+            scale = max(1.0, float(np.abs(expected).max()))
+            np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4 * scale,
+                                       err_msg=f"{entry.kernel.__name__} {activation} on "
+                                               f"{xs} * {ws} {conv}")
+
+
+def test_the_rule_picks_depthwise_and_gemm():
+    depthwise = convolution_c.Geometry(1, 8, 9, 9, 8, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 8)
+    dense = convolution_c.Geometry(1, 8, 9, 9, 16, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1)
+    assert convolution_c.choose_form(depthwise) == "depthwise"
+    assert convolution_c.choose_form(dense) == "gemm"
+    assert convolution_c.choose_form(None) is None
+
+
+@pytest.mark.parametrize("groups", [1, 2, 40])
+def test_threaded_launches_match_the_reference(monkeypatch, groups):
+    """Launches over PARALLEL_WORK split over threads (GEMM units, depthwise planes)."""
+    monkeypatch.setenv("FUEL_THREADS", "3")
+    rng = np.random.default_rng(groups)
+    params = ConvParams((1, 2), (1, 0), (2, 1), (1, 1), groups)
+    x = rng.standard_normal((2, 40, 67, 81)).astype(np.float32)
+    w = rng.standard_normal((40, 40 // groups, 3, 3)).astype(np.float32)
+    expected = reference(x, w, params)
+    for entry in _siblings(OpKind.CONV, 2):
+        actual = _run(entry, [x, w], expected.shape, params)
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-3,
+                                   err_msg=entry.kernel.__name__)
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_transposed_convolution_matches_the_reference(rank):
+    from tests.backends.kernel_cases import references
+
+    rng = np.random.default_rng(rank)
+    entry = global_table().lookup_alternatives(OpKind.CONV_TRANSPOSE, (dt.float32,) * 3,
+                                               BackendId.CPU)[0]
+    assert isinstance(entry.kernel, convolution_c.CConvTranspose)
+    for _ in range(6):
+        groups = int(rng.integers(1, 3))
+        channels, per_out = int(rng.integers(1, 6)) * groups, int(rng.integers(1, 9))
+        kernel = tuple(int(k) for k in rng.integers(1, 4, rank))
+        sizes = tuple(int(s) for s in rng.integers(1, 8, rank))
+        strides = tuple(int(s) for s in rng.integers(1, 4, rank))
+        dilations = tuple(int(d) for d in rng.integers(1, 3, rank))
+        begin = tuple(int(p) for p in rng.integers(0, 2, rank))
+        end = tuple(int(p) for p in rng.integers(0, 2, rank))
+        padding = tuple(int(rng.integers(0, s)) for s in strides)
+        params = ConvParams(strides, begin, end, dilations, groups, padding)
+        x = rng.standard_normal((2, channels) + sizes).astype(np.float32)
+        w = rng.standard_normal((channels, per_out) + kernel).astype(np.float32)
+        expected = references.conv_transpose(x.astype(np.float64), w.astype(np.float64),
+                                              strides, begin, end, dilations, groups, padding)
+        if min(expected.shape) == 0:
+            continue
+        actual = _run(entry, [x, w], expected.shape, params)
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{x.shape} * {w.shape} {params}")

@@ -1,0 +1,164 @@
+"""The engine's scheduling over the paged KV pool, in-process on the tiny model: whatever the
+limits force (prompts read in chunks of a small token budget, requests preempted and recomputed
+when blocks run out, prefixes taken from cached blocks), every request ends exactly as the
+model's own generation of it alone ends (greedy and sampled); and the block manager's
+bookkeeping (reference counts, names, least-recently-used reuse)."""
+
+from __future__ import annotations
+
+import queue
+
+import pytest
+
+from fuel.serve.blocks import BlockManager, OutOfBlocks, block_hashes
+
+TIMEOUT_S = 120
+
+
+def _alone(model, prompt_ids, max_tokens, sampling):
+    generation = model.start_generation(prompt_ids, max_tokens, sampling, text=True)
+    text = "".join(model.drive_text(generation))
+    return text, (generation.finish_reason, len(prompt_ids), generation.produced)
+
+
+def _serve(model, requests, **limits):
+    """Run ``requests`` ((ids, max_tokens, sampling)) on one engine, all queued before it
+    starts; their (text, done payload) in order, and the engine."""
+    from fuel.serve.engine import Engine, Job
+
+    events: queue.Queue = queue.Queue()
+    engine = Engine(model, **limits)
+    for index, (ids, max_tokens, sampling) in enumerate(requests):
+        def emit(kind, payload, index=index):
+            events.put((index, kind, payload))
+
+        engine.submit(Job(emit=emit, ids=ids, max_tokens=max_tokens, sampling=sampling))
+    engine.start()
+    pieces: list[list[str]] = [[] for _ in requests]
+    done: dict[int, tuple] = {}
+    try:
+        while len(done) < len(requests):
+            index, kind, payload = events.get(timeout=TIMEOUT_S)
+            if kind == "error":
+                done[index] = ("error", payload)
+            elif kind == "piece":
+                pieces[index].append(payload)
+            else:
+                done[index] = payload
+    finally:
+        engine.stop()
+    return [("".join(p), done[i]) for i, p in enumerate(pieces)], engine
+
+
+def _requests(model, count, prefix=""):
+    from fuel.models.sampling import SamplingConfig
+
+    words = ["the cat", "in the hat", "a red hat", "the mat", "sat on it", "a big dog"]
+    out = []
+    for index in range(count):
+        sampling = SamplingConfig(temperature=0.7, seed=index) if index % 3 == 2 \
+            else SamplingConfig()
+        ids = model.encode(prefix + words[index % len(words)] + " " * (index // 6))
+        out.append((ids, 10 + 3 * (index % 4), sampling))
+    return out
+
+
+def test_chunked_prompts_end_as_alone(local_model):
+    model = local_model
+    requests = _requests(model, 5, prefix="the long hat of the cat " * 6)
+    expected = [_alone(model, *request) for request in requests]
+    answers, engine = _serve(model, requests, slots=3, token_budget=8)
+    assert answers == expected
+    assert engine.metrics.steps > max(len(ids) for ids, _, _ in requests) // 8
+
+
+def test_preempted_requests_are_recomputed_and_end_as_alone(local_model):
+    model = local_model
+    requests = _requests(model, 6)
+    expected = [_alone(model, *request) for request in requests]
+    answers, engine = _serve(model, requests, slots=4, kv_blocks=9, block_size=4,
+                             token_budget=16)
+    assert answers == expected
+    assert engine.metrics.preemptions > 0
+    assert engine.blocks.used == 0  # every block given back
+
+
+def test_a_shared_prefix_is_taken_from_cached_blocks(local_model):
+    model = local_model
+    prefix = "a hat on the mat of the cat " * 8
+    first, second = _requests(model, 2, prefix=prefix)
+    expected = [_alone(model, *first), _alone(model, *second)]
+    from fuel.serve.engine import Engine
+
+    answers, engine = _serve(model, [first], slots=2, block_size=8)
+    assert answers == expected[:1] and engine.metrics.cached_prompt_tokens == 0
+    answers, _ = _serve_on(engine, model, [second])  # the same engine's cached blocks
+    assert answers == expected[1:]
+    shared = len(model.encode(prefix)) - 1  # the tokenizer may join the prefix's last word
+    assert engine.metrics.cached_prompt_tokens == shared // 8 * 8
+    assert isinstance(engine, Engine)
+
+
+def _serve_on(engine, model, requests):
+    """``_serve`` on an existing (stopped) engine, which keeps its cached blocks."""
+    from fuel.serve.engine import Job
+
+    events: queue.Queue = queue.Queue()
+    for index, (ids, max_tokens, sampling) in enumerate(requests):
+        engine.submit(Job(emit=lambda k, p, i=index: events.put((i, k, p)), ids=ids,
+                          max_tokens=max_tokens, sampling=sampling))
+    engine.start()
+    pieces: list[list[str]] = [[] for _ in requests]
+    done: dict[int, tuple] = {}
+    try:
+        while len(done) < len(requests):
+            index, kind, payload = events.get(timeout=TIMEOUT_S)
+            if kind == "piece":
+                pieces[index].append(payload)
+            else:
+                done[index] = payload if kind == "done" else ("error", payload)
+    finally:
+        engine.stop()
+    return [("".join(p), done[i]) for i, p in enumerate(pieces)], engine
+
+
+def test_a_prompt_larger_than_the_pool_is_refused_with_its_size(local_model):
+    model = local_model
+    ids = model.encode("the cat in the hat " * 10)
+    answers, _ = _serve(model, [(ids, 4, None)], slots=1, kv_blocks=3, block_size=4,
+                        token_budget=8)
+    kind, message = answers[0][1]
+    assert kind == "error" and "KV blocks; the pool holds 2" in message
+
+
+def test_a_request_past_its_time_limit_ends_with_an_error(local_model):
+    model = local_model
+    answers, _ = _serve(model, [(model.encode("the cat"), 50, None)], request_timeout_s=0.0)
+    assert answers[0][1][0] == "error" and "time limit of 0 s" in answers[0][1][1]
+
+
+def test_block_manager_counts_names_and_reuses_least_recent_first():
+    manager = BlockManager(5, 2)  # blocks 1..4 usable
+    tokens = [1, 2, 3, 4, 5]
+    held = [manager.allocate() for _ in range(3)]
+    assert manager.used == 3 and manager.usable == 1
+    assert manager.name(held, tokens, 0) == 2  # two full blocks named
+    assert manager.match(tokens) == held[:2]  # shared: counted twice now
+    manager.release(held)
+    assert manager.used == 2 and manager.cached == 0
+    manager.release(held[:2])
+    assert manager.cached == 2 and manager.usable == 4
+    fresh = [manager.allocate() for _ in range(2)]  # free blocks first, then the named LRU
+    assert set(fresh).isdisjoint(held[:2])
+    manager.allocate()  # the prefix's tail block goes first (released last-first), its head
+    assert manager.match(tokens) == held[:1]  # stays
+    manager.release(held[:1])
+    manager.allocate()
+    with pytest.raises(OutOfBlocks):
+        manager.allocate()
+
+
+def test_block_hashes_chain_over_the_whole_prefix():
+    first = block_hashes([1, 2, 3, 4], 2, 2)
+    assert block_hashes([9, 9, 3, 4], 2, 2)[1] != first[1]  # same block, other prefix
+    assert block_hashes([3, 4], 2, 1, first[0]) == first[1:]
