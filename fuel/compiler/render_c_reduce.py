@@ -45,9 +45,17 @@ from fuel.compiler.render_expression import (
 )
 from fuel.ir import dtype as dt
 
+# A row kernel's launch with at least this many elements runs its rows on OpenMP threads (the
+# default the judge's timed variants, serial and parallel, compete with).
+PARALLEL_ROWS = 1 << 17
 
-def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
-    """The C source of a row-reduction ``kernel`` and its sizes/strides arguments."""
+
+def render_c_reduce(kernel: LoopKernel, vector_math: bool = False,
+                    parallel: bool = False) -> CProgram:
+    """The C source of a row-reduction ``kernel`` and its sizes/strides arguments.
+    ``parallel``: the rows run on OpenMP threads when a launch has at least as many elements
+    as the launch argument after the sizes (``sizes[rows dims + row dims]``, which the
+    program's sizes end with: ``PARALLEL_ROWS``; the kernel's launcher may change it)."""
     strided = [k for k, store in enumerate(kernel.stores) if store.strides is not None]
     operands = [load.strides for load in kernel.loads] + [store_strides(kernel, k)
                                                          for k in strided]
@@ -64,9 +72,12 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
              f"  int64_t row = 1; for (int d = {depth}; d < {depth + len(row_sizes)}; d++) "
              "row *= sizes[d];",
              "  int64_t outer_count = 1;",
-             f"  for (int d = 0; d < {depth}; d++) outer_count *= sizes[d];",
-             "  for (int64_t outer = 0; outer < outer_count; outer++) {"]
+             f"  for (int d = 0; d < {depth}; d++) outer_count *= sizes[d];"]
     width = depth + len(row_sizes)
+    if parallel:
+        lines.append(f"  #pragma omp parallel for schedule(static) "
+                     f"if (outer_count * row >= sizes[{width}])")
+    lines.append("  for (int64_t outer = 0; outer < outer_count; outer++) {")
     lines += outer_inputs(kernel, patterns, depth, width)
     lines += _stores(kernel, strided, patterns[len(kernel.loads):], depth, width)
     loop_head = _decode(patterns, depth, len(row_sizes), width, len(kernel.loads))
@@ -96,7 +107,8 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False) -> CProgram:
             lines.append(f"    out{position}[0] = {stored(store)};")
     lines += ["  }", "}", ""]
     flat = tuple(s for own, row in zip(strides, row_strides) for s in (*own, *row))
-    return CProgram("\n".join(lines), (*sizes, *row_sizes), flat)
+    tail = (PARALLEL_ROWS,) if parallel else ()
+    return CProgram("\n".join(lines), (*sizes, *row_sizes, *tail), flat)
 
 
 def _stores(kernel: LoopKernel, strided: list[int], patterns: list[str], depth: int,

@@ -136,13 +136,21 @@ def unavailable_reason() -> str | None:
     return found if isinstance(found, str) else None
 
 
+# libgomp's idle spin before a finished thread sleeps (its default: 300000), set for every
+# process that builds OpenMP kernels, before libgomp loads (see fuel/backends/cpu/c_library.py).
+SPIN_COUNT = "10000"
+
+
 def openmp_flags() -> tuple[str, ...]:
     """``("-fopenmp",)`` where the compiler builds OpenMP code, else ``()`` (probed once).
     For hand-written kernels that thread themselves (the quantized matmul picks its thread
-    count per launch); generated kernels stay single-threaded unless FUEL_OPENMP=1."""
+    count per launch) and row kernels (serial or parallel rows, the judge's variants);
+    generated elementwise kernels stay single-threaded unless FUEL_OPENMP=1. Handing the
+    flags out sets the bounded idle spin (``GOMP_SPINCOUNT``, unless the user set one)."""
     found = detect()
     if isinstance(found, str):
         return ()
+    os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)  # read when libgomp loads
     with _lock:
         if not _openmp_probe:
             with tempfile.TemporaryDirectory(prefix="fuel-cc-") as folder:

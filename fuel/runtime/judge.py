@@ -17,9 +17,11 @@ second process times nothing, and a changed kernel invalidates only its own entr
 process, 2 by default), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
 own rule). A profiled launch that runs much slower than its recorded winner marks the entry
 for a re-check. Timings taken while the machine is busier than its cores (the load average
-above ``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) serve this process only: they rank
-the candidates by how they share the cores, so they are not stored. ``judge_stats()``
-counts what it did; ``explain()`` shows the candidates and their times per node.
+above ``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) rank the candidates by how they share
+the cores: the kernel's rule stays and nothing is stored. So the processes of one machine
+dispatch alike (a stored winner, else the rule), and their results agree bit for bit.
+``judge_stats()`` counts what it did; ``explain()`` shows the candidates and their times per
+node.
 """
 
 from __future__ import annotations
@@ -224,9 +226,9 @@ class Judge:
         self.counts["timed"] += 1
         if winner != default:
             self.counts["switched"] += 1
-        if _busy():  # timings of a machine busier than its cores: this process's only
-            self.counts["unsaved_busy"] += 1
-            return Verdict(winner, default, seconds, "timed on a busy machine, not stored")
+        if _busy():  # timings of a machine busier than its cores rank nothing: the rule
+            self.counts["unsaved_busy"] += 1  # stays, as in every other process here
+            return Verdict(default, default, seconds, "timed on a busy machine: rule kept")
         self._save(key, {"winner": winner, "default": default, "seconds": seconds,
                          "revisions": revisions, "timed": time.strftime("%Y-%m-%d %H:%M:%S")})
         return Verdict(winner, default, seconds, "timed")
@@ -375,9 +377,19 @@ def judge_stats() -> dict:
     return JUDGE.stats()
 
 
-def key_head(op: OpKind, dtypes: KernelDTypes, backend: BackendId, device: str) -> str:
+def key_head(op: OpKind | str, dtypes: KernelDTypes, backend: BackendId, device: str) -> str:
     """The part of a verdict's key before the bucket."""
-    return f"{op.value}|{','.join(d.name for d in dtypes)}|{backend.value}|{device}"
+    name = op if isinstance(op, str) else op.value
+    return f"{name}|{','.join(d.name for d in dtypes)}|{backend.value}|{device}"
+
+
+def judged_generated(compiled_entry: BindingEntry, dtypes: KernelDTypes, backend: BackendId):
+    """A generated kernel's JudgedKernel when it says its variants may compete (``competes``:
+    a row kernel's serial and parallel rows), keyed by its source's revision; else None."""
+    if not getattr(compiled_entry.kernel, "competes", False):
+        return None
+    return JudgedKernel(OpKind.FUSED, dtypes, backend, [compiled_entry],
+                        f"fused#{compiled_entry.kernel_revision_hash:016x}")
 
 
 class JudgedKernel:
@@ -388,9 +400,10 @@ class JudgedKernel:
     ``accepts(layouts, params) -> bool``; the first entry accepts every launch)."""
 
     def __init__(self, op: OpKind, dtypes: KernelDTypes, backend: BackendId,
-                 entries: Sequence[BindingEntry]) -> None:
+                 entries: Sequence[BindingEntry], label: str | None = None) -> None:
         self.op, self.dtypes, self.backend = op, dtypes, backend
         self.entries = tuple(entries)
+        self.label = label or op.value  # the verdicts' op field (a generated kernel's: its hash)
         self.__name__ = self.__qualname__ = getattr(entries[0].kernel, "__name__", op.value)
         # (layouts, params) -> (judge epoch, the chosen candidate): a bound launch of a seen
         # shape costs one lookup; a re-check (a new epoch) decides again.
@@ -429,7 +442,7 @@ class JudgedKernel:
             candidates = self.candidates(layouts, params, _index(outputs, inputs))
             candidate = candidates[0]
             if len(candidates) > 1:
-                head = key_head(self.op, self.dtypes, self.backend,
+                head = key_head(self.label, self.dtypes, self.backend,
                                 JUDGE.device_name(self.backend, _index(outputs, inputs)))
                 candidate = JUDGE.choose(head, candidates, inputs, outputs, layouts, params)
             if key is not None:
@@ -444,7 +457,7 @@ class JudgedKernel:
         candidates = self.candidates(layouts, params, _index(outputs, inputs))
         if len(candidates) < 2:
             return
-        head = key_head(self.op, self.dtypes, self.backend,
+        head = key_head(self.label, self.dtypes, self.backend,
                         JUDGE.device_name(self.backend, _index(outputs, inputs)))
         JUDGE.observe(head, layouts, ",".join(c.name for c in candidates), seconds)
 

@@ -22,9 +22,10 @@ from fuel.graph import Graph
 from fuel.ir.errors import FuelError
 from fuel.ir.layout import Layout, contiguous_strides
 from fuel.ir.ops import INPLACE_OPS, OpKind
+from fuel.ir.params import bits_key
 from fuel.memory.pool import pool_for
 from fuel.runtime.decompose import translate_steps
-from fuel.runtime.judge import judged
+from fuel.runtime.judge import judged, judged_generated
 from fuel.runtime.resolve import (
     FUSED,
     KERNEL,
@@ -156,8 +157,8 @@ def _generic_signature(graph: Graph, group: FusionGroup, outside: list[int],
         op = node.op
         if op is OpKind.EXPAND:
             params = None
-        elif op is OpKind.FULL:
-            params = (node.params.value, node.params.dtype)
+        elif op is OpKind.FULL:  # keyed by its bits: -0.0 and 0.0 render differently
+            params = (bits_key(node.params.value), node.params.dtype)
         else:
             params = node.params
         members.append((op, node.dtype, params))
@@ -332,6 +333,9 @@ class PlanBuilder:
                 compiled = compile_generated(binding.entry, dtypes, binding.backend, kernel)
             except FuelError as error:
                 raise type(error)(f"{error} [{node_label(graph, group.members[0])}]") from None
+            contest = judged_generated(compiled.entry, dtypes, binding.backend)
+            if contest is not None:  # its variants compete per shape bucket at bind
+                compiled = replace(compiled, kernel=contest)
             memo[key] = compiled
         return compiled, sources
 

@@ -3,21 +3,18 @@ indexing copies): each source built once per process through the kernel compiler
 and its on-disk cache, then looked up by name.
 
 Threads: kernels built with OpenMP leave finished threads spinning a bounded while
-(``GOMP_SPINCOUNT`` defaults to ``SPIN_COUNT``), then sleeping: a decode step launches ~120
-short matmuls back to back, and waking a sleeping thread for each cost ~40% of decode speed
-(``bench/models.py``: 38-47 tok/s passive, 57-67 bounded spin on 2 cores), while an unbounded
-spin would fight OpenBLAS's threads.
+(``GOMP_SPINCOUNT`` defaults to ``fuel.compiler.toolchain.SPIN_COUNT``), then sleeping: a
+decode step launches ~120 short matmuls back to back, and waking a sleeping thread for each
+cost ~40% of decode speed (``bench/models.py``: 38-47 tok/s passive, 57-67 bounded spin on 2
+cores), while an unbounded spin would fight OpenBLAS's threads.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 
 from fuel.ir.layout import Layout
-
-SPIN_COUNT = "10000"  # libgomp's idle spin before a finished thread sleeps (its default: 300000)
 
 _functions: dict[str, object] = {}
 _lock = threading.Lock()
@@ -43,8 +40,6 @@ def entry_point(name: str, source: Callable[[], str], openmp: bool = False):
 
     if toolchain.unavailable_reason() is not None:
         return None
-    if openmp:
-        os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)  # read when libgomp loads
     with _lock:
         function = _functions.get(name)
         if function is None:

@@ -17,15 +17,16 @@ import itertools
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import replace
+from functools import partial
 
 from fuel.compiler import toolchain
 from fuel.compiler.foreign import ForeignCall
 from fuel.compiler.fusion import FusionTarget
 from fuel.compiler.kernel_ir import LoopKernel, collapse, stride_pattern
 from fuel.compiler.render_c import CProgram, render_c, renders
-from fuel.compiler.render_c_reduce import render_c_reduce
+from fuel.compiler.render_c_reduce import PARALLEL_ROWS, render_c_reduce
 from fuel.dispatch import op_profile
-from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher
+from fuel.dispatch.kernel import BindingEntry, KernelCaps, Launcher, Variant
 from fuel.ir.layout import Layout, contiguous_strides
 
 GENERATED = KernelCaps(strided_input=True)
@@ -33,13 +34,17 @@ KERNEL_SOURCE = "c"
 # A launch with at least this many elements runs its outer loop on OpenMP threads (when the
 # toolchain enabled OpenMP; see toolchain.detect).
 PARALLEL_THRESHOLD = 1 << 18
+# Row kernels smaller than this run serially without a contest (the judge times none).
+SMALLEST_CONTEST = 1 << 14
 
 
 class GeneratedKernel:
     """A LoopKernel compiled to C: ``kernel(inputs, outputs, layouts, params)`` like any other."""
 
-    def __init__(self, kernel: LoopKernel, program: CProgram, pending: Future | None) -> None:
+    def __init__(self, kernel: LoopKernel, program: CProgram, pending: Future | None,
+                 extra_flags: tuple[str, ...] = ()) -> None:
         self.loop = kernel
+        self.extra_flags = extra_flags  # beyond the toolchain's (OpenMP for a row kernel)
         self.program = program
         self.pending = pending  # the build's future; None: build again at the next launch
         self.built: toolchain.BuiltKernel | None = None
@@ -49,6 +54,35 @@ class GeneratedKernel:
         self.empty = any(size == 0 for size in kernel.shape)
         self.__qualname__ = self.__name__ = kernel.name
         self.own_patterns: list[str] | None = None
+        # A row kernel rendered with parallel rows ends its sizes with the row threshold.
+        self.row_threshold = kernel.reduced and len(program.sizes) > len(kernel.shape) and \
+            "omp parallel" in program.source
+        self.competes = self.row_threshold  # the judge times its variants (see ``variants``)
+
+    def variants(self, layouts: Sequence[Layout], params: object, device
+                 ) -> tuple[Variant, ...]:
+        """A row kernel's rows serial or on OpenMP threads (the judge's candidates; the rule,
+        parallel from PARALLEL_ROWS elements, first); none for a small launch or an
+        elementwise kernel."""
+        if not self.row_threshold:
+            return ()
+        elements = 1
+        for size in self.loop.shape:
+            elements *= size
+        if elements < SMALLEST_CONTEST:
+            return ()
+        serial = Variant("rows-serial", partial(self._prepare_with, 1 << 62))
+        threads = Variant("rows-parallel", partial(self._prepare_with, 0))
+        return (threads, serial) if elements >= PARALLEL_ROWS else (serial, threads)
+
+    def _prepare_with(self, threshold: int, inputs: Sequence, outputs: Sequence,
+                      layouts: Sequence[Layout], params: object) -> Launcher:
+        launcher = self.prepare(inputs, outputs, layouts, params)
+        if isinstance(launcher, ForeignCall):
+            sizes = (ctypes.c_int64 * len(self.sizes))(*self.sizes)
+            sizes[len(sizes) - 1] = threshold
+            launcher.sizes = sizes
+        return launcher
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object) -> Launcher:
@@ -90,6 +124,7 @@ class GeneratedKernel:
             zip(loop.loads, load_strides)))
         twin.program = CProgram(own.source, sizes, flat)
         twin.pending, twin.built, twin.function = self.pending, self.built, self.function
+        twin.extra_flags, twin.row_threshold, twin.competes = self.extra_flags, False, False
         twin.sizes = (ctypes.c_int64 * len(sizes))(*sizes)
         twin.strides = (ctypes.c_int64 * max(1, len(flat)))(*flat)
         twin.empty = any(size == 0 for size in shape)
@@ -111,7 +146,8 @@ class GeneratedKernel:
         """Take the finished build (a KernelError naming the source and the compiler's message
         when it failed; the next launch then builds again)."""
         if self.pending is None:
-            self.pending = toolchain.start_build(self.program.source, self.loop.name)
+            self.pending = toolchain.start_build(self.program.source, self.loop.name,
+                                                 self.extra_flags)
         try:
             built = self.pending.result()
         except BaseException:
@@ -141,15 +177,20 @@ def generate_c_kernel(kernel: LoopKernel) -> BindingEntry:
     usable = not isinstance(found, str)
     threshold = PARALLEL_THRESHOLD if usable and found.openmp else None
     vector_math = usable and found.vector_math
+    extra: tuple[str, ...] = ()
     if kernel.reduced:
-        program = render_c_reduce(kernel, vector_math=vector_math)
+        # Rows may run on OpenMP threads: the judge times serial and parallel rows per shape
+        # bucket (the default rule: parallel from PARALLEL_ROWS elements).
+        extra = toolchain.openmp_flags() if usable else ()  # sets the bounded idle spin
+        program = render_c_reduce(kernel, vector_math=vector_math,
+                                  parallel=bool(extra) or threshold is not None)
     else:
         program = render_c(kernel, threshold, vector_math=vector_math)
-    pending = toolchain.start_build(program.source, kernel.name)
+    pending = toolchain.start_build(program.source, kernel.name, extra)
     revision = int.from_bytes(hashlib.blake2b(program.source.encode(), digest_size=8).digest(),
                               "little")
-    return BindingEntry(GeneratedKernel(kernel, program, pending), GENERATED, KERNEL_SOURCE,
-                        revision)
+    return BindingEntry(GeneratedKernel(kernel, program, pending, extra), GENERATED,
+                        KERNEL_SOURCE, revision)
 
 
 def _vector_math() -> bool:
