@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from fuel.frontend import tape
 from fuel.frontend.base import TensorBase, wrap
 from fuel.frontend.build import constant
-from fuel.frontend.gradients import vjp
+from fuel.frontend.gradients import Through, vjp
 from fuel.frontend.tape import Leaf, Record
 from fuel.graph.node import Node
 from fuel.ir.errors import FuelError, InvalidArgument
@@ -136,6 +136,8 @@ def run_backward(outputs: Sequence[Node], grads: Sequence[TensorBase],
                 touched.append(found)
             inputs = found.inputs
             for source, part in zip(inputs, vjp(node, inputs, grad)):
+                if part.__class__ is Through:
+                    source, part = part.node, part.grad
                 if part is None or tape.record_of(source) is None:
                     continue
                 key = id(source)

@@ -331,9 +331,41 @@ def _cumsum(v: Values, g):
 
 
 # ------------------------------------------------------------------ contractions and rows
+class Through:
+    """A rule's gradient for an ancestor of its input reached through views (the input
+    itself then gets none): the source of a broadcast matmul operand."""
+
+    __slots__ = ("node", "grad")
+
+    def __init__(self, node: Node, grad: TensorBase) -> None:
+        self.node, self.grad = node, grad
+
+
+def _broadcast_source(node: Node) -> Node | None:
+    """The source of ``node`` when it broadcasts a matrix (or a stack with batch dims of 1)
+    over batch dims; None otherwise."""
+    if node.op is not OpKind.EXPAND or tape.record_of(node).__class__ is not tape.Record:
+        return None
+    source = tape.record_of(node).inputs[0]
+    if source.shape[-2:] != node.shape[-2:] or any(s != 1 for s in source.shape[:-2]):
+        return None
+    return source if tape.record_of(source) is not None else None
+
+
 @gradient(OpKind.MATMUL)
 def _matmul(v: Values, g):
     a, b = v.x
+    batched = g.ndim > 2
+    source = _broadcast_source(v.inputs[1]) if batched else None
+    if source is not None:  # x @ W over a batch: one product over the folded rows
+        k, n = b.shape[-2:]
+        folded = a.reshape(-1, k).mT @ g.reshape(-1, n)
+        return (g @ b.mT, Through(source, folded.reshape(source.shape)))
+    source = _broadcast_source(v.inputs[0]) if batched else None
+    if source is not None:
+        m, k = a.shape[-2:]
+        folded = g.mT.reshape(-1, m).mT @ b.mT.reshape(-1, k)  # sum over batch of g b^T
+        return (Through(source, folded.reshape(source.shape)), a.mT @ g)
     return (g @ b.mT, a.mT @ g)
 
 
@@ -483,6 +515,11 @@ def vjp(node: Node, inputs: tuple[Node, ...], g: TensorBase) -> list:
     for position, (source, grad) in enumerate(zip(inputs, grads)):
         if grad is None:
             continue
+        if grad.__class__ is Through:
+            source, grad = grad.node, grad.grad
+            if grad.dtype is not source.dtype:
+                grads[position] = Through(source, wrap(cast(grad._node, source.dtype)))
+            continue
         if not source.dtype.is_floating:
             grads[position] = None
             continue
@@ -538,6 +575,8 @@ def _through_decomposition(node: Node, inputs: tuple[Node, ...], g: TensorBase) 
         if grad is None:
             continue
         for source, part in zip(current.inputs, vjp(current, current.inputs, grad)):
+            if part.__class__ is Through:
+                source, part = part.node, part.grad
             if part is None or id(source) not in reaches:
                 continue
             key = id(source)

@@ -134,3 +134,34 @@ def test_gradients_flow_through_a_realized_intermediate():
     (h * x).sum().backward()
     ((tx * 4.0).exp() * tx).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
+
+
+# Ops with no gradient rule, no decomposition and not declared non-differentiable: each one's
+# output is never floating point (masks, indices, bits, strings) or it has no inputs.
+NO_FLOAT_OUTPUT = {
+    "load", "full", "arange", "logical_not", "isnan", "bitwise_not", "int_div", "eq", "ne",
+    "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "bitshift_left", "bitshift_right", "argmax",
+    "string_concat", "string_split", "string_normalize", "full_match",
+}
+
+
+def test_every_op_has_a_gradient_or_says_it_has_none():
+    from fuel.graph.decompositions import DECOMPOSITIONS
+    from fuel.ir.ops import OPS
+
+    unaccounted = {kind.value for kind in OPS if kind not in fuel.autograd.RULES
+                   and kind not in DECOMPOSITIONS and kind not in fuel.autograd.NOT_DIFFERENTIABLE}
+    assert unaccounted == NO_FLOAT_OUTPUT
+
+
+def test_the_backward_graph_is_fused_like_the_forward():
+    x = fuel.tensor(np.linspace(-1, 1, 64).reshape(8, 8).astype(np.float32), requires_grad=True)
+    loss = ((x * 2.0).tanh() * x.sigmoid()).sum()
+    with fuel.profile() as profile:
+        loss.backward()
+    names = profile.table_text()
+    assert "fused(" in names, names
+    expected = torch.tensor(x.numpy(), requires_grad=True)
+    ((expected * 2.0).tanh() * expected.sigmoid()).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), expected.grad.numpy(), rtol=1e-5, atol=1e-6)
