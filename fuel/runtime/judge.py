@@ -241,6 +241,12 @@ class Judge:
         if _busy():  # timings of a machine busier than its cores rank nothing: the rule
             self.counts["unsaved_busy"] += 1  # stays, as in every other process here
             return Verdict(default, default, seconds, "timed on a busy machine: rule kept")
+        self.stored = None  # re-read: another process may have stored this bucket meanwhile
+        record = self._load().get(key)
+        if record is not None and record.get("revisions") == revisions and \
+                not record.get("recheck"):  # the first stored verdict wins: one machine's
+            return Verdict(record["winner"], default,  # processes dispatch alike
+                           dict(record.get("seconds", {})), "stored")
         self._save(key, {"winner": winner, "default": default, "seconds": seconds,
                          "revisions": revisions, "timed": time.strftime("%Y-%m-%d %H:%M:%S")})
         return Verdict(winner, default, seconds, "timed")
