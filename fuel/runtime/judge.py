@@ -18,8 +18,9 @@ process, 2 by default), ``cached`` (use stored winners, time nothing), ``off`` (
 own rule). A profiled launch that runs much slower than its recorded winner marks the entry
 for a re-check. Timings taken while the machine is busier than its cores (the load average
 above ``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) rank the candidates by how they share
-the cores: the kernel's rule stays and nothing is stored. So the processes of one machine
-dispatch alike (a stored winner, else the rule), and their results agree bit for bit.
+the cores: the kernel's rule stays and nothing is stored. A process follows a stored winner
+(the first stored verdict wins), else its own timing, else the rule; bitwise agreement across
+processes takes ``off``, or ``cached`` with tuned winners.
 ``judge_stats()`` counts what it did; ``explain()`` shows the candidates and their times per
 node.
 """
