@@ -36,11 +36,9 @@ def add_commands(subparsers) -> None:
 
 def run_tune(args: argparse.Namespace) -> int:
     """Tune every target; print the verdicts each one reached and a summary."""
-    from fuel.runtime.judge import JUDGE
-
     saved = {name: os.environ.get(name) for name in ("FUEL_JUDGE", "FUEL_JUDGE_BUDGET")}
     try:
-        return _tune(args, JUDGE)
+        return _tune(args)
     finally:  # a caller's own settings come back (fuel.cli.main runs in-process too)
         for name, value in saved.items():
             if value is None:
@@ -49,8 +47,9 @@ def run_tune(args: argparse.Namespace) -> int:
                 os.environ[name] = value
 
 
-def _tune(args: argparse.Namespace, JUDGE) -> int:  # noqa: N803 - the process's judge
+def _tune(args: argparse.Namespace) -> int:
     import fuel
+    from fuel.runtime.judge import JUDGE
 
     os.environ["FUEL_JUDGE"] = "on"
     started = time.perf_counter()

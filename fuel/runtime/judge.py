@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fuel.dispatch.kernel import BindingEntry, KernelDTypes, Launcher, Variant
+from fuel.dispatch.kernel import BindingEntry, KernelDTypes, Launcher, Variant, prepare_launcher
 from fuel.extras import cache_root
 from fuel.ir.device import BackendId, Device
 from fuel.ir.errors import FuelError
@@ -540,8 +540,6 @@ def _sibling_name(entry: BindingEntry) -> str:
 
 
 def _whole(entry: BindingEntry, name: str) -> Candidate:
-    from fuel.dispatch.kernel import prepare_launcher
-
     kernel = entry.kernel
     return Candidate(name, f"{entry.kernel_revision_hash:016x}", Variant(
         name, lambda inputs, outputs, layouts, params: prepare_launcher(
