@@ -87,9 +87,11 @@ class _Expander:
     def run(self) -> Expansion:
         position = []
         decomposed: dict[int, list[int]] = {}
+        ids, place = self.ids, self._place
         for user_id, node in enumerate(self.user.nodes):
             start = len(self.nodes)
-            position.append(self._place(node, user_id, 0, None))
+            known = ids.get(id(node))
+            position.append(known if known is not None else place(node, user_id, 0, None))
             if len(self.nodes) - start > 1 or (len(self.nodes) > start
                                                and self.nodes[start] is not node):
                 decomposed[user_id] = list(range(start, len(self.nodes)))
@@ -99,12 +101,14 @@ class _Expander:
 
     def _place(self, node: Node, user_id: int, depth: int, parent: Node | None) -> int:
         """The expanded id of ``node``, placing it (and what it needs) on first sight."""
-        known = self.ids.get(id(node))
+        ids = self.ids
+        known = ids.get(id(node))
         if known is not None:
             return known
         if node.buffer is None and node.op is not OpKind.LOAD:
             for source in node.inputs:
-                self._place(source, user_id, depth, parent)
+                if id(source) not in ids:
+                    self._place(source, user_id, depth, parent)
         if needs_kernel(node) and not self.has_kernel(node):
             decomposition = self.table_of(node).get(node.op)
             if decomposition is not None:
@@ -125,8 +129,8 @@ class _Expander:
             self.inputs.append(())
             self.leaves.append(placed)
         else:
-            self.inputs.append(tuple(self.ids[id(source)] for source in node.inputs))
-        self.ids[id(node)] = placed
+            self.inputs.append(tuple([ids[id(source)] for source in node.inputs]))
+        ids[id(node)] = placed
         return placed
 
 
