@@ -121,7 +121,7 @@ static void pool(const float *x, float *out, const Shape *s, int maximum, int64_
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
-    const int64_t form = sizes[0], threads = team_size(sizes[1]);
+    const int64_t form = sizes[0], threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *scalars = data[6];
     pool(data[0], data[4], &s, form == MAX_POOL, s.act, scalars != NULL ? scalars[0] : 0.0f,
