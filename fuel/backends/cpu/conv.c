@@ -174,36 +174,35 @@ static void gemm_conv(const float *x, const float *w, float *out, const float *r
                       int pointwise, const Shape *s, const Finish *f, int64_t threads) {
     const int64_t cg = s->c / s->groups, mg = s->m / s->groups;
     const int64_t k = cg * s->kh * s->kw, plane = s->oh * s->ow, in_plane = s->h * s->w;
-    const int64_t slivers = (mg + MR - 1) / MR;
-    /* Work units per GEMM: column blocks x sliver blocks, split evenly over the team. */
+    const int64_t slivers = (mg + MR - 1) / MR, gemms = s->n * s->groups;
+    /* Work units: per GEMM (image and group) column blocks x sliver blocks, enough that the
+     * team splits them evenly; one loop over every GEMM's units (one barrier a launch). */
+    const int64_t per_gemm = gemms >= threads ? 1 : (threads + gemms - 1) / gemms;
     int64_t block, column_blocks, row_blocks;
-    split_units(plane, slivers, threads, &block, &column_blocks, &row_blocks);
+    split_units(plane, slivers, per_gemm, &block, &column_blocks, &row_blocks);
     const int64_t units = column_blocks * row_blocks;
     Shape one = *s;
     one.c = cg;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         float *panel = thread_buffer(0, (size_t)PANEL(KC) * (size_t)((block + NR - 1) / NR));
-        for (int64_t image = 0; image < s->n; image++)
-            for (int64_t g = 0; g < s->groups; g++) {
-                const float *source = x + (image * s->c + g * cg) * in_plane;
-                const int64_t at = (image * s->m + g * mg) * plane;
-                Finish local = *f;
-                if (local.bias != NULL) local.bias += g * mg;
-                if (local.slope != NULL) local.slope += g * mg;
 #pragma omp for schedule(dynamic, 1)
-                for (int64_t u = 0; u < units; u++) {
-                    const int64_t cb = u % column_blocks, rb = u / column_blocks;
-                    const int64_t n0 = cb * block;
-                    const int64_t nc = plane - n0 < block ? plane - n0 : block;
-                    const int64_t s0 = slivers * rb / row_blocks;
-                    const int64_t s1 = slivers * (rb + 1) / row_blocks;
-                    gemm_unit(w + g * mg * k, source, plane,
-                              pointwise ? NULL : &one, out + at, plane,
-                              residual != NULL ? residual + at : NULL, mg, k, n0, nc, s0, s1,
-                              panel, &local);
-                }
-            }
+        for (int64_t u = 0; u < gemms * units; u++) {
+            const int64_t image = u / units / s->groups, g = u / units % s->groups;
+            const int64_t cb = u % units % column_blocks, rb = u % units / column_blocks;
+            const float *source = x + (image * s->c + g * cg) * in_plane;
+            const int64_t at = (image * s->m + g * mg) * plane;
+            Finish local = *f;
+            if (local.bias != NULL) local.bias += g * mg;
+            if (local.slope != NULL) local.slope += g * mg;
+            const int64_t n0 = cb * block;
+            const int64_t nc = plane - n0 < block ? plane - n0 : block;
+            const int64_t s0 = slivers * rb / row_blocks;
+            const int64_t s1 = slivers * (rb + 1) / row_blocks;
+            gemm_unit(w + g * mg * k, source, plane, pointwise ? NULL : &one, out + at, plane,
+                      residual != NULL ? residual + at : NULL, mg, k, n0, nc, s0, s1, panel,
+                      &local);
+        }
     }
 }
 
