@@ -210,6 +210,13 @@ static void winograd_conv(const float *x, const float *w, float *out, const floa
     if (tiles < 2 * NR) tiles = 2 * NR;
     if (tiles > 8 * NR) tiles = 8 * NR;
     int64_t rows = (tiles + tw_count - 1) / tw_count;
+    /* within a quarter of that, the row count whose tiles pad the fewest panel lanes */
+    int64_t best = rows, waste = -1;
+    for (int64_t r = (3 * rows + 3) / 4; r <= rows + rows / 4 && r <= th_count; r++) {
+        const int64_t pad = ((r * tw_count + NR - 1) / NR * NR - r * tw_count) * 64 / r;
+        if (waste < 0 || pad < waste) best = r, waste = pad;
+    }
+    rows = best;
     if (rows > th_count) rows = th_count;
     if (threads > 1 && s->n * ((th_count + rows - 1) / rows) < 2 * threads) {
         rows = (th_count * s->n + 2 * threads - 1) / (2 * threads);
