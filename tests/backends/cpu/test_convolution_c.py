@@ -207,6 +207,40 @@ def test_fused_siblings_match_the_reference_for_every_activation():
                                                f"{xs} * {ws} {conv}")
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_epilogues_match_the_reference(stride):
+    """depthwise.c applies bias, residual, relu and clip on its accumulators (the last chunk
+    of a row masked) and the other activations on the rows: every activation, rows wider
+    than one 16-column chunk and narrower, a 5x5 filter."""
+    rng = np.random.default_rng(stride)
+    for index, activation in enumerate(CONV_ACTIVATIONS):
+        width = (37, 7)[index % 2]
+        kernel = (3, 5)[index % 2]
+        conv = ConvParams((stride, stride), (1, 2), (kernel // 2, 0), (1, 1), 6)
+        residual = index % 3 == 0
+        params = ConvEpilogueParams(conv, activation, -0.5 if activation == "clip" else 0.2,
+                                    1.5 if activation == "clip" else 0.5, residual)
+        x = rng.standard_normal((2, 6, 11, width)).astype(np.float32)
+        w = rng.standard_normal((6, 1, kernel, kernel)).astype(np.float32)
+        y = reference(x, w, conv)
+        bias = rng.standard_normal(6).astype(np.float32)
+        arrays = [x, w, bias]
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        if residual:
+            arrays.append(extra)
+        slope = rng.standard_normal(6).astype(np.float32)
+        if activation == "prelu":
+            arrays.append(slope)
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64) if residual else None,
+                                      slope.astype(np.float64))
+        entry = next(e for e in _siblings(OpKind.CONV_FUSED, len(arrays))
+                     if e.kernel.form == "depthwise")
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(_run(entry, arrays, y.shape, params), expected, rtol=1e-4,
+                                   atol=1e-4 * scale, err_msg=f"{activation} {x.shape}")
+
+
 def test_the_rule_picks_depthwise_and_gemm():
     depthwise = convolution_c.Geometry(1, 8, 9, 9, 8, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 8)
     dense = convolution_c.Geometry(1, 8, 9, 9, 16, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1)
