@@ -20,31 +20,42 @@ enum { WINOGRAD = 9 };
  * transform writes do not share cache sets when `floats` is a power of two. */
 #define XI_STRIDE(floats) ((floats) + 16)
 
-/* U[xi][m][c] for the rows m in [m0, m1): w is M x C x 3 x 3. */
+/* U[xi][m][c] for the rows m in [m0, m1): w is M x C x 3 x 3. Channels 64 at a time, so
+ * each of the 16 outputs is one vector expression over them. */
+#define WEIGHT_BLOCK 64
 static void transform_weights(const float *w, float *u, int64_t m_count, int64_t c_count,
                               int64_t m0, int64_t m1) {
     const int64_t stride = XI_STRIDE(m_count * c_count);
+    float g[9][WEIGHT_BLOCK], t[4][3][WEIGHT_BLOCK];
     for (int64_t m = m0; m < m1; m++)
-        for (int64_t c = 0; c < c_count; c++) {
-            const float *g = w + (m * c_count + c) * 9;
-            float t[4][3];  /* G g */
-            for (int j = 0; j < 3; j++) {
-                const float g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
-                t[0][j] = g0;
-                t[1][j] = 0.5f * (g0 + g1 + g2);
-                t[2][j] = 0.5f * (g0 - g1 + g2);
-                t[3][j] = g2;
-            }
-            float *target = u + m * c_count + c;
+        for (int64_t c0 = 0; c0 < c_count; c0 += WEIGHT_BLOCK) {
+            const int64_t count = c_count - c0 < WEIGHT_BLOCK ? c_count - c0 : WEIGHT_BLOCK;
+            const float *source = w + (m * c_count + c0) * 9;
+            for (int64_t c = 0; c < count; c++)
+                for (int j = 0; j < 9; j++) g[j][c] = source[c * 9 + j];
+            for (int j = 0; j < 3; j++)  /* G g */
+                for (int64_t c = 0; c < count; c++) {
+                    const float g0 = g[j][c], g1 = g[3 + j][c], g2 = g[6 + j][c];
+                    t[0][j][c] = g0;
+                    t[1][j][c] = 0.5f * (g0 + g1 + g2);
+                    t[2][j][c] = 0.5f * (g0 - g1 + g2);
+                    t[3][j][c] = g2;
+                }
+            float *target = u + m * c_count + c0;
             for (int i = 0; i < 4; i++) {  /* (G g) G^T */
-                const float r0 = t[i][0], r1 = t[i][1], r2 = t[i][2];
-                target[(i * 4 + 0) * stride] = r0;
-                target[(i * 4 + 1) * stride] = 0.5f * (r0 + r1 + r2);
-                target[(i * 4 + 2) * stride] = 0.5f * (r0 - r1 + r2);
-                target[(i * 4 + 3) * stride] = r2;
+                float *u0 = target + (i * 4) * stride, *u1 = target + (i * 4 + 1) * stride;
+                float *u2 = target + (i * 4 + 2) * stride, *u3 = target + (i * 4 + 3) * stride;
+                for (int64_t c = 0; c < count; c++) {
+                    const float r0 = t[i][0][c], r1 = t[i][1][c], r2 = t[i][2][c];
+                    u0[c] = r0;
+                    u1[c] = 0.5f * (r0 + r1 + r2);
+                    u2[c] = 0.5f * (r0 - r1 + r2);
+                    u3[c] = r2;
+                }
             }
         }
 }
+#undef WEIGHT_BLOCK
 
 /* The input transform of tile rows [th0, th1) of one image (x: C planes) into v, laid out
  * [xi][panel][c][lane] (panels of NR tiles, `panels` of them, tiles past the chunk zero).
