@@ -64,6 +64,7 @@ FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd")
 # transform each launch outweighs the saved products on a small plane).
 WINOGRAD_PLANE = 100
 WINOGRAD_CHANNELS = 16
+WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
 
 
 def _source(path: Path) -> str:
@@ -140,9 +141,11 @@ class Geometry:
 
     @property
     def winograd(self) -> bool:
-        """A 3x3 stride-1 undilated dense 2-d convolution (winograd.c's F(2x2, 3x3))."""
+        """A 3x3 stride-1 undilated dense 2-d convolution (winograd.c's F(2x2, 3x3)) whose
+        transformed weights (16 x M x C floats) fit WINOGRAD_WEIGHTS."""
         return (self.kh == self.kw == 3 and self.sh == self.sw == 1 and self.dh == self.dw == 1
-                and self.groups == 1 and self.h > 1 and self.c > 0)
+                and self.groups == 1 and self.h > 1 and 0 < self.c
+                and 16 * self.m * self.c <= WINOGRAD_WEIGHTS)
 
 
 def accepts(form: str, geometry: Geometry | None) -> bool:
