@@ -95,6 +95,11 @@ class BertEncoder:
         def leaf(array: np.ndarray) -> Tensor:
             return fuel.from_numpy(np.ascontiguousarray(array, dtype=np.float32), device=device)
 
+        def transposed(array: np.ndarray) -> Tensor:
+            """``array.T`` as a view of ``array`` stored as given (a Linear weight's (out, in)
+            rows: each output's weights contiguous, streamed once by a dot-form matmul)."""
+            return leaf(array).transpose(0, 1)
+
         scale = np.float32(1.0 / np.sqrt(config.hidden_size // config.num_heads))
         self.word_embeddings = leaf(get("embeddings.word_embeddings.weight"))
         # token type 0 for every token (single-segment input), folded into the positions
@@ -117,14 +122,14 @@ class BertEncoder:
                                        part(attention + "key", "bias"),
                                        part(attention + "value", "bias")])
             self.layers.append(BertLayer(
-                leaf(qkv.T), leaf(qkv_bias),
-                leaf(part("attention.output.dense", "weight").T),
+                transposed(qkv), leaf(qkv_bias),
+                transposed(part("attention.output.dense", "weight")),
                 leaf(part("attention.output.dense", "bias")),
                 (leaf(part("attention.output.LayerNorm", "weight")),
                  leaf(part("attention.output.LayerNorm", "bias"))),
-                leaf(part("intermediate.dense", "weight").T),
+                transposed(part("intermediate.dense", "weight")),
                 leaf(part("intermediate.dense", "bias")),
-                leaf(part("output.dense", "weight").T), leaf(part("output.dense", "bias")),
+                transposed(part("output.dense", "weight")), leaf(part("output.dense", "bias")),
                 (leaf(part("output.LayerNorm", "weight")), leaf(part("output.LayerNorm", "bias"))),
             ))
 
