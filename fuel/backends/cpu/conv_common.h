@@ -155,7 +155,7 @@ static void run_units(int64_t count, int64_t team, unit_task task, void *context
     atomic_store_explicit(&workers.count, count, memory_order_relaxed);
     atomic_store_explicit(&workers.team, team, memory_order_relaxed);
     atomic_store_explicit(&workers.ticket, (uint64_t)generation << 32, memory_order_release);
-    atomic_store_explicit(&workers.generation, generation, memory_order_release);
+    atomic_store(&workers.generation, generation);  /* seq_cst: ordered before the sleepers load */
     if (atomic_load(&workers.sleepers) > 0)
         syscall(SYS_futex, &workers.generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
     pool_work(generation, 0);
