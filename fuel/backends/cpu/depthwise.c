@@ -85,11 +85,11 @@ static void depthwise_plane(const float *in, const float *filter, float *out, co
             for (int64_t j = 0; j < width; j++) target[j] = source[j];
         }
     }
-    /* AVX-512: (output row, 16-column chunk) units UNITS at a time, one accumulator each per
+    /* AVX-512: (output row, 16-column chunk) units UNITS (8) at a time, one accumulator each per
      * tap; the last chunk of a row stored masked; bias, residual and relu / clip applied on
      * the accumulators, other activations on the rows afterwards */
     (void)row_buffer;
-#define UNITS 6
+#define UNITS 8
     const int64_t chunks = (s->ow + 15) / 16, units = s->oh * chunks;
     const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
                                            4, 2, 0);
