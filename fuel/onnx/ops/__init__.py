@@ -18,6 +18,7 @@ from fuel.onnx.ops import (  # noqa: F401
     ml,
     normalization,
     quantize,
+    quantized_ms,
     random,
     reduce,
     regions,

@@ -1,5 +1,6 @@
 """Linear quantization: QuantizeLinear, DequantizeLinear (per tensor, per axis, blocked),
-DynamicQuantizeLinear, QLinearMatMul, QLinearConv (8- and 16-bit integers, int32, float8)."""
+DynamicQuantizeLinear (8- and 16-bit integers, int32, float8), and the integer products
+ConvInteger, MatMulInteger, QLinearMatMul and QLinearConv."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fuel.frontend.build import make
 from fuel.frontend.structured import matmul
 from fuel.ir import dtype as dt
 from fuel.ir.ops import CastParams
+from fuel.ir.params import ConvParams
 from fuel.nn import conv as nn_conv
 from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError, UnsupportedDType
@@ -94,27 +96,148 @@ def dynamic_quantize_linear(ctx: NodeContext) -> list[Tensor]:
     return [cast(y, dt.uint8), cast(scale, x.dtype), cast(zero, dt.uint8)]
 
 
-def _requantize(ctx: NodeContext, accumulated: Tensor, scale: Tensor, y_scale: Tensor,
-                y_zero: Tensor | None, fallback: dt.DType) -> Tensor:
-    work = dt.float32
-    value = cast(accumulated, work) * (cast(scale, work) / cast(y_scale, work))
-    target = y_zero.dtype if y_zero is not None else fallback
-    if y_zero is not None:
-        value = value + cast(y_zero, work)
-    info = np.iinfo(target.numpy)
-    return cast(unary(OpKind.ROUND, value).clamp(float(info.min), float(info.max)), target)
+# ----------------------------------------------------------------------------- integer products
+#
+# ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul (and com.microsoft QGemm) multiply
+# 8-bit integers with zero points taken off. They run on the float32 kernels with operands
+# that hold those integers exactly (|x - zero| <= 255): every product is exact, and so is
+# every partial sum below 2**24, which covers a product over K terms whenever
+# K * max|x - x_zero| * max|w - w_zero| < 2**24; past that a sum rounds by at most a
+# relative 2**-24 (a following float requantization shows it only at a rounding edge).
+# Constant weights are converted once, at import. Other integer widths take exact int32.
+
+EXACT = (dt.uint8, dt.int8, dt.uint4, dt.int4)
+
+
+def host(ctx: NodeContext, tensor: Tensor | None) -> np.ndarray | None:
+    """The host value of a constant input (an initializer), else None (never realizes)."""
+    if tensor is None:
+        return None
+    from fuel.onnx.ops.conv_fusion import known
+
+    return known(ctx, tensor._node)
+
+
+def _along(value: np.ndarray | Tensor, axis: int, ndim: int):
+    """A scalar, or a per-``axis`` vector reshaped to broadcast over a rank-``ndim`` value."""
+    count = value.size if isinstance(value, np.ndarray) else value.numel()
+    if count == 1:
+        return value.reshape(())
+    return value.reshape(tuple(-1 if d == axis else 1 for d in range(ndim)))
+
+
+def float_integers(ctx: NodeContext, x: Tensor, zero: Tensor | None, axis: int = 0) -> Tensor:
+    """``x - zero`` as float32 (exact for 8-bit ``x``); ``zero`` per tensor or per ``axis``
+    entry. A constant ``x`` (and zero point) is converted on the host, once."""
+    value, shift = host(ctx, x), host(ctx, zero)
+    if value is not None and (zero is None or shift is not None):
+        result = value.astype(np.float32)
+        if shift is not None:
+            result = result - _along(shift.astype(np.float32), axis, value.ndim)
+        return ctx.constant(np.ascontiguousarray(result, np.float32))
+    result = cast(x, dt.float32)
+    if zero is not None:
+        result = result - _along(cast(zero, dt.float32), axis, x.ndim)
+    return result
 
 
 def _shifted(x: Tensor, zero: Tensor | None, axis: int | None = None) -> Tensor:
+    """``x - zero`` in int32 (the exact path for wider integers)."""
     value = cast(x, dt.int32)
     if zero is None:
         return value
-    zero = cast(zero, dt.int32)
-    if zero.numel() > 1 and axis is not None:
-        zero = zero.reshape(tuple(-1 if d == axis else 1 for d in range(x.ndim)))
-    elif zero.numel() == 1:
-        zero = zero.reshape(())
-    return value - zero
+    return value - _along(cast(zero, dt.int32), axis if axis is not None else 0, x.ndim)
+
+
+def scale_product(ctx: NodeContext, *scales: Tensor | None, divide: Tensor | None = None,
+                  axis: int = 1, ndim: int = 1) -> Tensor:
+    """The product of ``scales`` (float32, in order) divided by ``divide``, computed on the
+    host when all are constants (the same float32 operations), shaped per ``axis``."""
+    values = [host(ctx, s) for s in scales + ((divide,) if divide is not None else ())]
+    if all(v is not None for v in values):
+        product = values[0].astype(np.float32).reshape(-1)
+        for other in values[1:len(scales)]:
+            product = product * other.astype(np.float32).reshape(-1)
+        if divide is not None:
+            product = product / values[-1].astype(np.float32).reshape(-1)
+        return _along(ctx.constant(product.astype(np.float32)), axis, ndim)
+    product = cast(scales[0], dt.float32).reshape(-1)
+    for other in scales[1:]:
+        product = product * cast(other, dt.float32).reshape(-1)
+    if divide is not None:
+        product = product / cast(divide, dt.float32).reshape(-1)
+    return _along(product, axis, ndim)
+
+
+def requantize(accumulated: Tensor, multiplier: Tensor, zero: Tensor | None,
+               fallback: dt.DType) -> Tensor:
+    """saturate(round_half_even(accumulated * multiplier) + zero) as the zero point's dtype
+    (``fallback`` without one): onnxruntime's requantization of an integer sum."""
+    value = unary(OpKind.ROUND, cast(accumulated, dt.float32) * multiplier)
+    target = zero.dtype if zero is not None else fallback
+    if zero is not None:
+        value = value + cast(zero, dt.float32).reshape(())
+    info = np.iinfo(target.numpy)
+    return cast(value.clamp(float(info.min), float(info.max)), target)
+
+
+def integer_matmul(ctx: NodeContext, a: Tensor, a_zero: Tensor | None, b: Tensor,
+                   b_zero: Tensor | None, transposed: bool = False) -> Tensor:
+    """(a - a_zero) @ (b - b_zero) (``b`` given transposed when ``transposed``; b_zero per
+    tensor or per column), float32 when both are 8-bit, else int32."""
+    if a.dtype in EXACT and b.dtype in EXACT:
+        left = float_integers(ctx, a, a_zero, a.ndim - 2)
+        right = float_integers(ctx, b, b_zero, b.ndim - 2 if transposed else b.ndim - 1)
+    else:
+        left = _shifted(a, a_zero, a.ndim - 2)
+        right = _shifted(b, b_zero, b.ndim - 2 if transposed else b.ndim - 1)
+    return matmul(left, right.permute(1, 0) if transposed else right)
+
+
+def integer_conv(ctx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor,
+                 w_zero: Tensor | None, bias: Tensor | None = None) -> Tensor:
+    """conv(x - x_zero, w - w_zero) + bias with the node's conv attributes (w_zero per
+    tensor or per output channel): float32 on the float convolution when x and w are 8-bit,
+    else int32."""
+    kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
+    rank = x.ndim - 2
+    strides = tuple(ctx.attr("strides") or [1] * rank)
+    dilations = tuple(ctx.attr("dilations") or [1] * rank)
+    begin, end = window_padding(ctx, x.shape[2:], kernel, strides, dilations)
+    groups = int(ctx.attr("group", 1))
+    if x.dtype not in EXACT or w.dtype not in EXACT:
+        out = nn_conv.conv_nd(_shifted(x, x_zero), _shifted(w, w_zero, 0), None, strides,
+                              begin, end, dilations, groups)
+        return out if bias is None else out + cast(bias, dt.int32).reshape(
+            (-1,) + (1,) * rank)
+    left, right = float_integers(ctx, x, x_zero), float_integers(ctx, w, w_zero, 0)
+    constant_bias = host(ctx, bias) if bias is not None else np.zeros(w.shape[0])
+    if 1 <= rank <= 3 and constant_bias is not None:
+        params = ConvParams(strides, tuple(begin), tuple(end), dilations, groups)
+        return nn_conv.conv_fused(left, right, ctx.constant(
+            np.asarray(constant_bias, np.float32).reshape(-1)), params)
+    out = nn_conv.conv_nd(left, right, None, strides, begin, end, dilations, groups)
+    return out if bias is None else out + cast(bias, dt.float32).reshape((-1,) + (1,) * rank)
+
+
+def _as_int32(value: Tensor) -> Tensor:
+    """An integer sum held in float32 (integral) or int32, as int32."""
+    return cast(value, dt.int32)
+
+
+@onnx_op("ConvInteger")
+def conv_integer(ctx: NodeContext) -> Tensor:
+    return _as_int32(integer_conv(ctx, ctx.input(0), ctx.optional(2), ctx.input(1),
+                                  ctx.optional(3)))
+
+
+@onnx_op("MatMulInteger")
+def matmul_integer(ctx: NodeContext) -> Tensor:
+    a, b = ctx.input(0), ctx.input(1)
+    if a.ndim < 2 or b.ndim < 2:  # vectors: the exact int32 product
+        return matmul(_shifted(a, ctx.optional(2), a.ndim - 1),
+                      _shifted(b, ctx.optional(3), b.ndim - 1))
+    return _as_int32(integer_matmul(ctx, a, ctx.optional(2), b, ctx.optional(3)))
 
 
 @onnx_op("QLinearMatMul")
@@ -122,8 +245,14 @@ def qlinear_matmul(ctx: NodeContext) -> Tensor:
     a, a_scale, a_zero = ctx.input(0), ctx.input(1), ctx.optional(2)
     b, b_scale, b_zero = ctx.input(3), ctx.input(4), ctx.optional(5)
     y_scale, y_zero = ctx.input(6), ctx.optional(7)
-    product = matmul(_shifted(a, a_zero), _shifted(b, b_zero, b.ndim - 1))
-    return _requantize(ctx, product, a_scale * b_scale, y_scale, y_zero, a.dtype)
+    if a.ndim < 2 or b.ndim < 2:
+        product = matmul(_shifted(a, a_zero, a.ndim - 1), _shifted(b, b_zero, b.ndim - 1))
+        multiplier = scale_product(ctx, a_scale, b_scale, divide=y_scale, axis=0, ndim=1)
+    else:
+        product = integer_matmul(ctx, a, a_zero, b, b_zero)
+        multiplier = scale_product(ctx, a_scale, b_scale, divide=y_scale, axis=product.ndim - 1,
+                                   ndim=product.ndim)
+    return requantize(product, multiplier, y_zero, a.dtype)
 
 
 @onnx_op("QLinearConv")
@@ -131,16 +260,6 @@ def qlinear_conv(ctx: NodeContext) -> Tensor:
     x, x_scale, x_zero = ctx.input(0), ctx.input(1), ctx.optional(2)
     w, w_scale, w_zero = ctx.input(3), ctx.input(4), ctx.optional(5)
     y_scale, y_zero, bias = ctx.input(6), ctx.optional(7), ctx.optional(8)
-    kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
-    rank = x.ndim - 2
-    strides = tuple(ctx.attr("strides") or [1] * rank)
-    dilations = tuple(ctx.attr("dilations") or [1] * rank)
-    begin, end = window_padding(ctx, x.shape[2:], kernel, strides, dilations)
-    accumulated = nn_conv.conv_nd(_shifted(x, x_zero), _shifted(w, w_zero, 0), None, strides,
-                                  begin, end, dilations, ctx.attr("group", 1))
-    if bias is not None:
-        accumulated = accumulated + cast(bias, dt.int32).reshape((-1,) + (1,) * rank)
-    scale = cast(x_scale, dt.float32) * cast(w_scale, dt.float32)
-    if scale.numel() > 1:
-        scale = scale.reshape((-1,) + (1,) * rank)
-    return _requantize(ctx, accumulated, scale, y_scale, y_zero, x.dtype)
+    accumulated = integer_conv(ctx, x, x_zero, w, w_zero, bias)
+    multiplier = scale_product(ctx, x_scale, w_scale, divide=y_scale, axis=1, ndim=x.ndim)
+    return requantize(accumulated, multiplier, y_zero, x.dtype)
