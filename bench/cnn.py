@@ -232,7 +232,7 @@ def main() -> None:
                         help="the 9 light CNNs of onnx's test data (batch 1) instead")
     parser.add_argument("--quant", help="the models' quantized versions instead: any of "
                         "dynamic,qdq,qop (bench/cnn_quant.py; agreement within "
-                        f"{cnn_quant.STEPS} steps of span / 255)")
+                        f"{cnn_quant.STEPS} quantization steps)")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=5)
@@ -246,14 +246,14 @@ def main() -> None:
         return
     if args.light:
         args.models, args.batches = ",".join(LIGHT), "1"
-    tolerance = cnn_quant.TOLERANCE if args.quant else TOLERANCE
+    tolerance = cnn_quant.STEPS if args.quant else TOLERANCE
     if args.quant:
         args.models = ",".join(f"{name}@{kind}" for name in args.models.split(",")
                                for kind in args.quant.split(","))
     print(f"machine load (1/5/15 min): {' '.join(f'{v:.2f}' for v in os.getloadavg())}, "
           f"{os.cpu_count()} cpus")
     print(f"{'model':<28} {'batch':>5} {'fuel ms':>10} {'ort ms':>10} {'ratio':>7} "
-          f"{'max diff/span':>14}")
+          f"{'steps apart' if args.quant else 'max diff/span':>14}")
     ratios, failures = [], []
     with tempfile.TemporaryDirectory(prefix="fuel-cnn-") as folder:
         for name in args.models.split(","):
@@ -268,7 +268,8 @@ def main() -> None:
                             "--calls", str(args.calls), "--save", saves[system]])
                         times[system].append(result["seconds"])
                 ours, peer = (statistics.median(times[s]) for s in ("fuel", "onnxruntime"))
-                difference = _difference(saves["fuel"], saves["onnxruntime"])
+                difference = (cnn_quant.steps_apart if args.quant else _difference)(
+                    saves["fuel"], saves["onnxruntime"])
                 ratio = ours / peer
                 ratios.append(ratio)
                 if difference > tolerance:
@@ -279,8 +280,9 @@ def main() -> None:
     print(f"geometric mean of fuel / onnxruntime: {mean:.2f}x over {len(ratios)} runs; "
           f"machine load now {os.getloadavg()[0]:.2f}")
     if failures:
-        raise SystemExit(f"outputs differ from onnxruntime by more than {tolerance:.2g} of their "
-                         f"span: {', '.join(failures)}")
+        limit = f"{tolerance} steps" if args.quant else f"{tolerance} of their span"
+        raise SystemExit(f"outputs differ from onnxruntime by more than {limit}: "
+                         f"{', '.join(failures)}")
 
 
 if __name__ == "__main__":

@@ -251,3 +251,11 @@ def test_qdq_conv_that_does_not_fold_runs_as_written(variant):
     feeds = {"x": RNG.standard_normal((2, 4, 10, 9)).astype(np.float32) * 2}
     for got, want in zip(*_run(model, feeds)):
         assert np.abs(got - want).max() <= 0.03 * 1.001
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_eight_bit_max_pool(dtype):
+    x = _ints(dtype, 2, 3, 9, 8)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                            pads=[1, 1, 1, 1])
+    _check(_model([node], {"x": x}, ["y"], {}), {"x": x}, exact=True)
