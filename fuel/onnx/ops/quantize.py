@@ -11,7 +11,7 @@ from fuel.frontend.build import make
 from fuel.frontend.structured import matmul
 from fuel.ir import dtype as dt
 from fuel.ir.ops import CastParams
-from fuel.ir.params import ConvParams
+from fuel.ir.params import ConvParams, QLinearConvParams
 from fuel.nn import conv as nn_conv
 from fuel.onnx.context import OPS, NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError, UnsupportedDType
@@ -255,11 +255,60 @@ def qlinear_matmul(ctx: NodeContext) -> Tensor:
     return requantize(product, multiplier, y_zero, a.dtype)
 
 
+def _scalar_int(ctx: NodeContext, tensor: Tensor | None) -> int | None:
+    """A constant one-value zero point as an int (0 when absent), else None."""
+    if tensor is None:
+        return 0
+    value = host(ctx, tensor)
+    return int(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
+
+
+def _integer_kernel(ctx: NodeContext, x: Tensor, x_zero, w: Tensor, w_zero, bias,
+                    multiplier: np.ndarray, y_zero, target: dt.DType) -> Tensor | None:
+    """QLINEAR_CONV (8-bit sums in int32, fuel.backends.cpu.qlinear_conv) when the weights,
+    bias, zero points and scales are constants, the weights less their zero point fit int8
+    and the convolution is 1-d or 2-d; else None."""
+    weights, shift, constant_bias = host(ctx, w), host(ctx, w_zero), host(ctx, bias)
+    xz, yz = _scalar_int(ctx, x_zero), _scalar_int(ctx, y_zero)
+    if (x.dtype not in (dt.uint8, dt.int8) or target not in (dt.uint8, dt.int8)
+            or weights is None or not 1 <= x.ndim - 2 <= 2 or xz is None or yz is None
+            or (w_zero is not None and shift is None) or (bias is not None and
+                                                           constant_bias is None)):
+        return None
+    channels = weights.shape[0]
+    values = weights.astype(np.int32)
+    if shift is not None:
+        values = values - _along(shift.astype(np.int32), 0, values.ndim)
+    if values.min(initial=0) < -128 or values.max(initial=0) > 127:
+        return None
+    kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
+    rank = x.ndim - 2
+    strides = tuple(ctx.attr("strides") or [1] * rank)
+    dilations = tuple(ctx.attr("dilations") or [1] * rank)
+    begin, end = window_padding(ctx, x.shape[2:], kernel, strides, dilations)
+    params = QLinearConvParams(ConvParams(strides, tuple(begin), tuple(end), dilations,
+                                          int(ctx.attr("group", 1))), xz, yz,
+                               target is dt.int8)
+    operands = (x, ctx.constant(values.astype(np.int8)), ctx.constant(
+        np.broadcast_to(np.asarray(0 if constant_bias is None else constant_bias, np.int32)
+                        .reshape(-1), (channels,)).copy()),
+                ctx.constant(np.broadcast_to(multiplier.reshape(-1), (channels,)).copy()))
+    return make(OpKind.QLINEAR_CONV, tuple(t._node for t in operands), params)
+
+
 @onnx_op("QLinearConv")
 def qlinear_conv(ctx: NodeContext) -> Tensor:
     x, x_scale, x_zero = ctx.input(0), ctx.input(1), ctx.optional(2)
     w, w_scale, w_zero = ctx.input(3), ctx.input(4), ctx.optional(5)
     y_scale, y_zero, bias = ctx.input(6), ctx.optional(7), ctx.optional(8)
+    scales = [host(ctx, s) for s in (x_scale, w_scale, y_scale)]
+    if all(s is not None for s in scales):
+        multiplier = (scales[0].astype(np.float32).reshape(-1) * scales[1].astype(
+            np.float32).reshape(-1) / scales[2].astype(np.float32).reshape(-1))
+        fast = _integer_kernel(ctx, x, x_zero, w, w_zero, bias, multiplier, y_zero,
+                               y_zero.dtype if y_zero is not None else x.dtype)
+        if fast is not None:
+            return fast
     accumulated = integer_conv(ctx, x, x_zero, w, w_zero, bias)
     multiplier = scale_product(ctx, x_scale, w_scale, divide=y_scale, axis=1, ndim=x.ndim)
     return requantize(accumulated, multiplier, y_zero, x.dtype)
