@@ -448,7 +448,7 @@ static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t gro
             return cache[i].packed;
     const int64_t quads = (per_in + 3) / 4, blocks = (per_out + MB - 1) / MB;
     const size_t block_bytes = (size_t)(taps * quads * MB * 4);
-    const size_t group_bytes = block_bytes * (size_t)blocks + sizeof(int32_t) * (size_t)per_out;
+    const size_t group_bytes = (block_bytes * (size_t)blocks + sizeof(int32_t) * (size_t)per_out + 63) / 64 * 64;
     uint8_t *packed = aligned_alloc(64, (group_bytes * (size_t)groups + 63) / 64 * 64);
     if (packed == NULL) abort();
     memset(packed, 0, group_bytes * (size_t)groups);
@@ -496,7 +496,7 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
     const size_t block_bytes = (size_t)(taps * quads * MB * 4);
     uint8_t *channels_last = shared_buffer((size_t)(in_plane * c4 + c4));
     const uint8_t *all = packed_weights(w, q->m * depth, q->groups, per_out, per_in, taps);
-    const size_t group_bytes = block_bytes * (size_t)blocks + sizeof(int32_t) * (size_t)per_out;
+    const size_t group_bytes = (block_bytes * (size_t)blocks + sizeof(int32_t) * (size_t)per_out + 63) / 64 * 64;
     uint8_t *zeros = channels_last + in_plane * c4; /* a position outside the image */
     memset(zeros, uz, (size_t)c4);
     for (int64_t group = 0; group < q->groups; group++) {
