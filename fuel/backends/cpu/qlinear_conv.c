@@ -14,9 +14,9 @@
  * moved by 128 too), so sum (x - x_zero) * w = sum u * w - u_zero * sum w.
  *
  * Forms, picked here:
- *   depthwise (groups == C == M, at most 256 taps, |bias| < 2**23): per plane, a padded
- *     float32 copy of (x - x_zero), then per output row each tap's products added across the
- *     row (vectorized by the compiler): integers below 2**24, so exact.
+ *   depthwise (groups == C == M, at most 256 taps, |bias| < 2**23): a padded channels-last
+ *     float32 copy of (x - x_zero), then per output position 8 channels at a time the taps'
+ *     products summed in float32 vectors: integers below 2**24, so exact.
  *   gemm (the rest): per image and group out[m, p] = sum_k w[m, k] * B[k, p] with B the patch
  *     matrix of u (written once per image and group, or the input as stored for an unpadded
  *     stride-1 1x1 kernel), re-packed 16 positions at a time into panels of k quads so that
@@ -27,6 +27,9 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,65 +98,92 @@ static uint8_t *shared_buffer(size_t bytes) {
 
 /* ------------------------------------------------------------------ depthwise */
 
-static void depthwise_plane(const uint8_t *x, const int8_t *w, int32_t bias, float scale,
-                            uint8_t *out, const Q *q) {
-    /* (x - x_zero) as float32 in a padded plane (exact), the taps' sums in float32: exact
-     * while below 2**24, which 255 * 128 * taps stays under for taps <= 512 */
-    const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
-    const int64_t pw = (q->ow - 1) * q->sw + (q->kw - 1) * q->dw + 1;
-    float *padded = scratch(0, sizeof(float) * (size_t)(ph * pw));
-    float *acc = scratch(1, sizeof(float) * (size_t)q->ow);
-    const float shift = (float)q->xz;
-    int64_t lo = q->pl, hi = q->pl + q->w; /* padded columns holding the input */
-    if (hi > pw) hi = pw;
-    for (int64_t r = 0; r < ph; r++) {
-        const int64_t ih = r - q->pt;
-        float *row = padded + r * pw;
-        if (ih < 0 || ih >= q->h) {
-            memset(row, 0, sizeof(float) * (size_t)pw);
-            continue;
-        }
-        for (int64_t col = 0; col < lo && col < pw; col++) row[col] = 0.0f;
-        if (q->x_signed) {
-            const int8_t *source = (const int8_t *)x + ih * q->w - q->pl;
-            for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col] - shift;
-        } else {
-            const uint8_t *source = x + ih * q->w - q->pl;
-            for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col] - shift;
-        }
-        for (int64_t col = hi > lo ? hi : lo; col < pw; col++) row[col] = 0.0f;
-    }
-    const float start = (float)bias;
-    for (int64_t oh = 0; oh < q->oh; oh++) {
-        for (int64_t ow = 0; ow < q->ow; ow++) acc[ow] = start;
-        for (int64_t kh = 0; kh < q->kh; kh++) {
-            const float *row = padded + (oh * q->sh + kh * q->dh) * pw;
-            for (int64_t kw = 0; kw < q->kw; kw++) {
-                const float tap = (float)w[kh * q->kw + kw];
-                const float *source = row + kw * q->dw;
-                if (q->sw == 1)
-                    for (int64_t ow = 0; ow < q->ow; ow++) acc[ow] += tap * source[ow];
-                else if (q->sw == 2)
-                    for (int64_t ow = 0; ow < q->ow; ow++) acc[ow] += tap * source[2 * ow];
-                else
-                    for (int64_t ow = 0; ow < q->ow; ow++) acc[ow] += tap * source[ow * q->sw];
-            }
-        }
-        uint8_t *target = out + oh * q->ow;
-        for (int64_t ow = 0; ow < q->ow; ow++)
-            store_y(target, ow, (int32_t)lrintf(acc[ow] * scale) + (int32_t)q->yz, q);
-    }
-}
-
+/* Depthwise, channels last: per image, (x - x_zero) as float32 (exact) in a zero-padded
+ * (H + pads) x (W + pads) x C8 copy (C rounded up to 8) and the taps as [tap][C8]; then per
+ * output position 8 channels at a time, acc = bias + sum of tap * value (integers below 2**24:
+ * exact), re-quantized and stored to the channels' planes. */
 static void depthwise(const uint8_t *x, const int8_t *w, const int32_t *bias,
                       const float *mult, uint8_t *out, const Q *q) {
-    const int64_t planes = q->n * q->c, in_plane = q->h * q->w, out_plane = q->oh * q->ow;
-    const int64_t taps = q->kh * q->kw;
-#pragma omp parallel for schedule(static) num_threads(q->threads) if (q->threads > 1)
-    for (int64_t i = 0; i < planes; i++) {
-        const int64_t channel = i % q->c;
-        depthwise_plane(x + i * in_plane, w + channel * taps, bias[channel], mult[channel],
-                        out + i * out_plane, q);
+    const int64_t c8 = (q->c + 7) / 8 * 8, taps = q->kh * q->kw;
+    const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
+    const int64_t pw = (q->ow - 1) * q->sw + (q->kw - 1) * q->dw + 1;
+    const int64_t in_plane = q->h * q->w, out_plane = q->oh * q->ow;
+    float *padded = (float *)shared_buffer(sizeof(float) * (size_t)(ph * pw * c8 + taps * c8 +
+                                                                    3 * c8));
+    float *weights = padded + ph * pw * c8, *start = weights + taps * c8;
+    float *scales = start + c8, *zeros_unused = scales + c8;
+    (void)zeros_unused;
+    for (int64_t c = 0; c < c8; c++) {
+        for (int64_t tap = 0; tap < taps; tap++)
+            weights[tap * c8 + c] = c < q->c ? (float)w[c * taps + tap] : 0.0f;
+        start[c] = c < q->c ? (float)bias[c] : 0.0f;
+        scales[c] = c < q->c ? mult[c] : 0.0f;
+    }
+    const float shift = (float)q->xz;
+    for (int64_t image = 0; image < q->n; image++) {
+        const uint8_t *source = x + image * q->c * in_plane;
+        uint8_t *target = out + image * q->m * out_plane;
+#pragma omp parallel num_threads(q->threads) if (q->threads > 1)
+        {
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < ph; r++) {
+                float *row = padded + r * pw * c8;
+                const int64_t ih = r - q->pt;
+                memset(row, 0, sizeof(float) * (size_t)(pw * c8));
+                if (ih < 0 || ih >= q->h) continue;
+                int64_t lo = q->pl, hi = q->pl + q->w;
+                if (hi > pw) hi = pw;
+                for (int64_t c = 0; c < q->c; c++) {
+                    if (q->x_signed) {
+                        const int8_t *values = (const int8_t *)source + c * in_plane + ih * q->w;
+                        for (int64_t col = lo; col < hi; col++)
+                            row[col * c8 + c] = (float)values[col - q->pl] - shift;
+                    } else {
+                        const uint8_t *values = source + c * in_plane + ih * q->w;
+                        for (int64_t col = lo; col < hi; col++)
+                            row[col * c8 + c] = (float)values[col - q->pl] - shift;
+                    }
+                }
+            }
+#pragma omp for schedule(static)
+            for (int64_t oh = 0; oh < q->oh; oh++)
+                for (int64_t ow = 0; ow < q->ow; ow++) {
+                    const int64_t p = oh * q->ow + ow;
+                    for (int64_t c0 = 0; c0 < q->c; c0 += 8) {
+#if defined(__AVX2__)
+                        __m256 acc = _mm256_loadu_ps(start + c0);
+                        for (int64_t kh = 0; kh < q->kh; kh++) {
+                            const float *row = padded + ((oh * q->sh + kh * q->dh) * pw +
+                                                         ow * q->sw) * c8 + c0;
+                            for (int64_t kw = 0; kw < q->kw; kw++)
+                                acc = _mm256_add_ps(acc, _mm256_mul_ps(
+                                    _mm256_loadu_ps(weights + (kh * q->kw + kw) * c8 + c0),
+                                    _mm256_loadu_ps(row + kw * q->dw * c8)));
+                        }
+                        const __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(
+                            acc, _mm256_loadu_ps(scales + c0))), _mm256_set1_epi32((int32_t)q->yz));
+                        int32_t values[8];
+                        _mm256_storeu_si256((__m256i *)values, v);
+                        const int count = (int)(q->c - c0 < 8 ? q->c - c0 : 8);
+                        for (int j = 0; j < count; j++)
+                            store_y(target, (c0 + j) * out_plane + p, values[j], q);
+#else
+                        const int count = (int)(q->c - c0 < 8 ? q->c - c0 : 8);
+                        for (int j = 0; j < count; j++) {
+                            const int64_t c = c0 + j;
+                            float acc = start[c];
+                            for (int64_t kh = 0; kh < q->kh; kh++)
+                                for (int64_t kw = 0; kw < q->kw; kw++)
+                                    acc += weights[(kh * q->kw + kw) * c8 + c] *
+                                           padded[((oh * q->sh + kh * q->dh) * pw + ow * q->sw +
+                                                   kw * q->dw) * c8 + c];
+                            store_y(target, c * out_plane + p,
+                                    (int32_t)lrintf(acc * scales[c]) + (int32_t)q->yz, q);
+                        }
+#endif
+                    }
+                }
+        }
     }
 }
 
@@ -587,9 +617,39 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
 }
 #endif
 
+/* The team a launch that asked for `requested` threads uses: conv_common.h's rule (one
+ * thread when the machine's other runnable tasks alone fill every core, per /proc/loadavg
+ * read at most every 0.2 s: a fork-join team there waits a scheduler slice for a preempted
+ * member at every barrier); FUEL_FULL_TEAM=1 keeps the requested team. */
+static int64_t team_size(int64_t requested) {
+    static double checked = -1.0;
+    static int64_t crowded = 0;
+    if (requested <= 1) return 1;
+    const char *always = getenv("FUEL_FULL_TEAM");
+    if (always != NULL && always[0] == '1') return requested;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const double seconds = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+    if (checked < 0.0 || seconds - checked > 0.2) { /* a benign race: a stale answer */
+        checked = seconds;
+        FILE *file = fopen("/proc/loadavg", "r");
+        long running = 0, total = 0;
+        double ignored[3];
+        if (file != NULL) {
+            if (fscanf(file, "%lf %lf %lf %ld/%ld", &ignored[0], &ignored[1], &ignored[2],
+                       &running, &total) != 5)
+                running = 0;
+            fclose(file);
+        }
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        crowded = cpus > 0 && running - requested >= cpus;
+    }
+    return crowded ? 1 : requested;
+}
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
-    const Q q = {sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
+    const Q q = {team_size(sizes[0]), sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
                  sizes[7], sizes[8], sizes[9], sizes[10], sizes[11], sizes[12], sizes[13],
                  sizes[14], sizes[15], sizes[16], sizes[17], sizes[18], sizes[19], sizes[20]};
     const uint8_t *x = data[0];
