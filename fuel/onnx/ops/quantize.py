@@ -67,6 +67,28 @@ def quantize_linear(ctx: NodeContext) -> Tensor:
     return quantize(x, scale, zero, target, bool(ctx.attr("saturate", 1)))
 
 
+def _constant_dequantized(ctx: NodeContext, x: Tensor, scale: Tensor, zero: Tensor | None,
+                          axis: int, block: int, target: dt.DType) -> Tensor | None:
+    """A DequantizeLinear of constants (a QDQ model's weights and biases) computed once at
+    load with the same float32 steps, or None: 8-bit and int32 values, per tensor or per axis
+    scales of float32."""
+    values, scales, zeros = host(ctx, x), host(ctx, scale), host(ctx, zero)
+    if (values is None or scales is None or (zero is not None and zeros is None) or block
+            or x.dtype not in (dt.uint8, dt.int8, dt.int32) or scale.dtype is not dt.float32
+            or target is not dt.float32):
+        return None
+    shifted = values.astype(np.int64)
+    if scales.size > 1 or (zeros is not None and zeros.size > 1):
+        axis = axis_of(axis, values.ndim)
+        if scales.size not in (1, values.shape[axis]):
+            return None
+    if zeros is not None:
+        shifted = shifted - _along(zeros.astype(np.int64), axis, values.ndim)
+    result = shifted.astype(np.int32).astype(np.float32) * _along(scales.astype(np.float32),
+                                                                   axis, values.ndim)
+    return ctx.constant(np.ascontiguousarray(result, np.float32))
+
+
 @onnx_op("DequantizeLinear")
 def dequantize_linear(ctx: NodeContext) -> Tensor:
     x, scale, zero = ctx.input(0), ctx.input(1), ctx.optional(2)
@@ -75,6 +97,9 @@ def dequantize_linear(ctx: NodeContext) -> Tensor:
     axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
     out = ctx.attr("output_dtype")
     target = fuel_dtype(out, ctx.label) if out else scale.dtype
+    folded = _constant_dequantized(ctx, x, scale, zero, axis, block, target)
+    if folded is not None:
+        return folded
     scale = spread(scale, x, axis, block)
     work = dt.float64 if scale.dtype is dt.float64 else dt.float32
     exact = work if x.dtype in FLOAT_QUANTIZED else dt.int32  # holds every value of x exactly
