@@ -1,6 +1,7 @@
-"""QLINEAR_CONV on the CPU: ``qlinear_conv.c`` (AVX512-VNNI u8 x s8 dot products where the
-machine has them, AVX2 int16 pairs otherwise, both exact in int32; depthwise on its own path),
-and NumPy (int64 sums) for 3-d shapes, strided operands or a machine without a C compiler.
+"""QLINEAR_CONV on the CPU: ``qlinear_conv.c`` + ``qlinear_conv_vnni.c`` (AVX512-VNNI u8 x s8
+dot products where the machine has them, AVX2 int16 pairs otherwise, both exact in int32;
+depthwise on its own path), and NumPy (int64 sums) for 3-d shapes, strided operands or a
+machine without a C compiler.
 
 The C kernel splits its work over ``FUEL_THREADS`` OpenMP threads from ``PARALLEL_WORK``
 multiply-adds (a smaller launch runs on one).
@@ -27,13 +28,19 @@ from fuel.ir.ops import OpKind
 from fuel.ir.params import QLinearConvParams
 
 KERNELS = KernelList(BackendId.CPU, "c")
-SOURCE = Path(__file__).with_name("qlinear_conv.c")
+SOURCES = tuple(Path(__file__).with_name(name)
+                for name in ("qlinear_conv.c", "qlinear_conv_vnni.c"))
 PARALLEL_WORK = 1 << 20
 
 
 def library():
     """The compiled qlinear_conv.c, or None where the machine has no C compiler."""
-    return entry_point("qlinear_conv", SOURCE.read_text, openmp=True)
+    return entry_point("qlinear_conv", source, openmp=True)
+
+
+def source() -> str:
+    """The kernel's C source: qlinear_conv.c, then qlinear_conv_vnni.c (one library)."""
+    return "".join(path.read_text() for path in SOURCES)
 
 
 def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
@@ -68,7 +75,7 @@ class CQLinearConv:
 
     @property
     def revision_source(self) -> str:
-        return SOURCE.read_text()
+        return source()
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: QLinearConvParams) -> Launcher:
