@@ -14,9 +14,10 @@
  * moved by 128 too), so sum (x - x_zero) * w = sum u * w - u_zero * sum w.
  *
  * Forms, picked here:
- *   depthwise (groups == C == M, at most 256 taps, |bias| < 2**23): a padded channels-last
- *     float32 copy of (x - x_zero), then per output position 8 channels at a time the taps'
- *     products summed in float32 vectors: integers below 2**24, so exact.
+ *   depthwise (groups == C == M, at most 256 taps, |bias| < 2**23), float32 sums of integers
+ *     below 2**24 (exact): from 16 output columns per plane, each output row 8 columns at a
+ *     time over a padded float copy of the plane split by column phase; narrower outputs
+ *     channels last, 8 channels at a time over a padded channels-last copy.
  *   gemm (the rest): per image and group out[m, p] = sum_k w[m, k] * B[k, p] with B the patch
  *     matrix of u (written once per image and group, or the input as stored for an unpadded
  *     stride-1 1x1 kernel), re-packed 16 positions at a time into panels of k quads so that
@@ -97,6 +98,96 @@ static uint8_t *shared_buffer(size_t bytes) {
 }
 
 /* ------------------------------------------------------------------ depthwise */
+
+/* Depthwise on one plane, rows vectorized (wide outputs): (x - x_zero) as float32 (exact) in
+ * a padded plane split by column phase ([phase][row][col] holds padded column col * stride +
+ * phase), so each tap reads its output row contiguously; float32 sums of integers below
+ * 2**24 (exact), re-quantized 8 at a time. */
+static void depthwise_plane(const uint8_t *x, const int8_t *w, int32_t bias, float scale,
+                            uint8_t *out, const Q *q) {
+    const int64_t s = q->sw, vw = (q->ow + 7) / 8 * 8;
+    const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
+    const int64_t reach = ((q->kw - 1) * q->dw) / s + 1;
+    const int64_t pw = vw + reach + 8;
+    float *planes = scratch(0, sizeof(float) * (size_t)(s * ph * pw));
+    const float shift = (float)q->xz;
+    for (int64_t phase = 0; phase < s; phase++)
+        for (int64_t r = 0; r < ph; r++) {
+            const int64_t ih = r - q->pt;
+            float *row = planes + (phase * ph + r) * pw;
+            if (ih < 0 || ih >= q->h) {
+                memset(row, 0, sizeof(float) * (size_t)pw);
+                continue;
+            }
+            const int64_t off = phase - q->pl;
+            int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
+            int64_t hi = q->w - off <= 0 ? 0 : (q->w - off - 1) / s + 1;
+            if (lo > pw) lo = pw;
+            if (hi > pw) hi = pw;
+            if (hi < lo) hi = lo;
+            for (int64_t col = 0; col < lo; col++) row[col] = 0.0f;
+            if (q->x_signed) {
+                const int8_t *source = (const int8_t *)x + ih * q->w + off;
+                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col * s] - shift;
+            } else if (s == 1) {
+                const uint8_t *source = x + ih * q->w + off;
+                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col] - shift;
+            } else {
+                const uint8_t *source = x + ih * q->w + off;
+                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col * s] - shift;
+            }
+            for (int64_t col = hi; col < pw; col++) row[col] = 0.0f;
+        }
+    float *acc = scratch(1, sizeof(float) * (size_t)vw);
+    const float start = (float)bias;
+    for (int64_t oh = 0; oh < q->oh; oh++) {
+        for (int64_t ow = 0; ow < vw; ow++) acc[ow] = start;
+        for (int64_t kh = 0; kh < q->kh; kh++) {
+            const int64_t r = oh * q->sh + kh * q->dh;
+            for (int64_t kw = 0; kw < q->kw; kw++) {
+                const int64_t column = kw * q->dw;
+                const float *source = planes + ((column % s) * ph + r) * pw + column / s;
+                const float tap = (float)w[kh * q->kw + kw];
+                for (int64_t ow = 0; ow < vw; ow++) acc[ow] += tap * source[ow];
+            }
+        }
+        uint8_t *target = out + oh * q->ow;
+#if defined(__AVX2__)
+        const __m256 factor = _mm256_set1_ps(scale);
+        const __m256i zero = _mm256_set1_epi32((int32_t)q->yz);
+        for (int64_t ow = 0; ow < q->ow; ow += 8) {
+            const __m256i v = _mm256_add_epi32(
+                _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(acc + ow), factor)), zero);
+            const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(v),
+                                                  _mm256_extracti128_si256(v, 1));
+            const __m128i bytes = q->y_signed ? _mm_packs_epi16(words, words)
+                                              : _mm_packus_epi16(words, words);
+            if (ow + 8 <= q->ow) {
+                _mm_storel_epi64((__m128i *)(target + ow), bytes);
+            } else {
+                uint8_t tail[16];
+                _mm_storeu_si128((__m128i *)tail, bytes);
+                memcpy(target + ow, tail, (size_t)(q->ow - ow));
+            }
+        }
+#else
+        for (int64_t ow = 0; ow < q->ow; ow++)
+            store_y(target, ow, (int32_t)lrintf(acc[ow] * scale) + (int32_t)q->yz, q);
+#endif
+    }
+}
+
+static void depthwise_rows(const uint8_t *x, const int8_t *w, const int32_t *bias,
+                           const float *mult, uint8_t *out, const Q *q) {
+    const int64_t planes = q->n * q->c, in_plane = q->h * q->w, out_plane = q->oh * q->ow;
+    const int64_t taps = q->kh * q->kw;
+#pragma omp parallel for schedule(static) num_threads(q->threads) if (q->threads > 1)
+    for (int64_t i = 0; i < planes; i++) {
+        const int64_t channel = i % q->c;
+        depthwise_plane(x + i * in_plane, w + channel * taps, bias[channel], mult[channel],
+                        out + i * out_plane, q);
+    }
+}
 
 /* Depthwise, channels last: per image, (x - x_zero) as float32 (exact) in a zero-padded
  * (H + pads) x (W + pads) x C8 copy (C rounded up to 8) and the taps as [tap][C8]; then per

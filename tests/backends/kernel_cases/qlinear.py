@@ -12,8 +12,8 @@ from tests.backends.kernel_cases import references as naive
 from tests.backends.kernel_cases.base import Case, operand, rng_for
 
 # input, weight, strides, begin, end, dilations, groups, input kind: one of each C form
-# (depthwise, pointwise as stored, im2col with odd channel counts, grouped, 1-d, channels
-# last) and 3-d (NumPy), strided inputs (NumPy).
+# (depthwise narrow and wide, pointwise as stored, im2col with odd channel counts, grouped,
+# 1-d, channels last) and 3-d (NumPy), strided inputs (NumPy).
 PLANS = [
     ((2, 5, 9, 8), (7, 5, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "dense"),
     ((1, 6, 8, 9), (6, 1, 3, 3), (2, 1), (1, 0), (1, 2), (1, 2), 6, "dense"),
@@ -23,6 +23,9 @@ PLANS = [
     ((1, 2, 3, 4, 4), (3, 2, 2, 2, 2), (1, 1, 1), (0, 1, 0), (1, 0, 1), (1, 1, 1), 1,
      "dense"),
     ((1, 4, 6, 6), (5, 4, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "stepped"),
+    # depthwise with 16 or more output columns (rows form), stride 1 and 2
+    ((1, 3, 4, 21), (3, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 3, "dense"),
+    ((2, 2, 5, 40), (2, 1, 3, 5), (2, 2), (1, 2), (0, 2), (1, 1), 2, "dense"),
     # 16 or more input channels per group: the channels-last VNNI form where there is one
     ((2, 20, 6, 7), (18, 20, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "dense"),
     ((1, 34, 5, 6), (10, 17, 3, 2), (2, 1), (1, 0), (0, 1), (1, 2), 2, "dense"),
