@@ -54,7 +54,11 @@ def creation_site() -> tuple[str, int]:
     site = _local.site
     if site is not None:
         return site
-    frame = sys._getframe(2)
+    return site_from(sys._getframe(2))
+
+
+def site_from(frame) -> tuple[str, int]:
+    """(file, line) of ``frame`` or of the first frame outside the fuel runtime behind it."""
     while frame is not None and is_runtime_file(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
