@@ -103,8 +103,10 @@ static void round_blocks(const float *restrict x, float *restrict out, int64_t c
  * dpwssd with its add) meets them with the activations in that same order. 32-bit lane j then
  * sums positions 4j .. 4j + 3: lanes 0-3 the chunk's first half, 4-7 its second. */
 #define PREFETCH_AHEAD 1024
+/* weight rows side by side per tile: more interleaved streams than two slowed the reads from
+ * memory (q6_k to half at four) */
 #ifndef DECODE_ROWS
-#define DECODE_ROWS 4
+#define DECODE_ROWS 2
 #endif
 typedef struct {
     int16_t *codes;
@@ -676,7 +678,7 @@ static inline activation_blocks activation_rows(activation_blocks x, int64_t i, 
     return rows;
 }
 
-/* Weight rows [first, last) against the m quantized activation rows: four weight rows at a
+/* Weight rows [first, last) against the m quantized activation rows: two weight rows at a
  * time for one activation row (decode), else one weight row at a time for up to four
  * activation rows, so a weight row is read from memory once for all m (short prompts). */
 static void integer_matmul_rows(activation_blocks x, const uint8_t *weight, float *out,
@@ -684,8 +686,10 @@ static void integer_matmul_rows(activation_blocks x, const uint8_t *weight, floa
     const int64_t blocks = k / BLOCK_SIZE, row_bytes = blocks * BLOCK_BYTES, x_blocks = k / 32;
     int64_t j = first;
     if (m == 1) {
-        for (; j + 4 <= last; j += 4)
-            integer_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, n, 4, 1);
+        /* two rows side by side: at the decode shape the weight streams from memory, and
+         * more interleaved streams than two slowed the reads (q6_k to half) */
+        for (; j + 2 <= last; j += 2)
+            integer_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, n, 2, 1);
         for (; j < last; j++)
             integer_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, n, 1, 1);
         return;
