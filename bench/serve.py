@@ -16,6 +16,7 @@ Phases, each printed as a table row:
 
     python bench/serve.py [--clients 8,32] [--max-tokens 48] [--slots 32] [--model GGUF]
                           [--threads N] [--json 100] [--no-llama-cpp]
+    python bench/serve.py --steps [--step-rows 1,8,32]   # one engine step of B rows, no server
 """
 
 from __future__ import annotations
@@ -322,6 +323,54 @@ def report(options, model, fuel_run: dict) -> int:
     return 1 if failed else 0
 
 
+def step_ratios(options: argparse.Namespace) -> int:
+    """``--steps``: one engine step (fuel.models.paged_step, in this process, no server) of B
+    decode rows for each B of --step-rows (each row a request at position 60 over its own
+    blocks): median wall time on --threads threads, and CPU time on one thread in a child
+    process (what the machine's other load changes least); the ratio of each to B=1's."""
+    rows = [int(b) for b in options.step_rows.split(",")]
+    code = ("import json, os, sys, time\nimport numpy as np\n"
+            "from fuel.models.llama import load_gguf\n"
+            "from fuel.models.kv_cache import PagedKVPool\n"
+            "from fuel.models.paged_step import Chunk, PagedStepper\n"
+            f"model = load_gguf({options.model!r})\nconfig = model.config\n"
+            "width = -(-config.context_length // 16)\n"
+            f"rows = {rows!r}\n"
+            "pool = PagedKVPool(config.num_layers, config.num_kv_heads, config.head_dim,"
+            " 8 * max(rows) + 1, 16, model.device)\n"
+            "stepper = PagedStepper(model, pool, width)\nclock = time.perf_counter if "
+            "sys.argv[1] == 'wall' else time.process_time\nresult = {}\n"
+            "for b in rows:\n"
+            "    chunks = [Chunk([100 + r], 60, list(range(1 + 8 * r, 9 + 8 * r)), True)"
+            " for r in range(b)]\n"
+            "    for _ in range(3):\n        stepper.step(chunks)\n    times = []\n"
+            "    for _ in range(15):\n        start = clock()\n        stepper.step(chunks)\n"
+            "        times.append(clock() - start)\n"
+            "    result[b] = float(np.median(times))\n"
+            "print(json.dumps(result))\n")
+    found = {}
+    for kind, threads in (("wall", options.threads), ("cpu", 1)):
+        values = environment(options)
+        values.update(FUEL_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+                      OPENBLAS_NUM_THREADS=str(threads), FUEL_JUDGE="off")
+        done = subprocess.run([sys.executable, "-c", code, kind], cwd=ROOT, env=values,
+                              capture_output=True, text=True, timeout=TOTAL_TIMEOUT_S)
+        if done.returncode != 0:
+            raise SystemExit(f"the step measurement failed:\n{done.stderr[-2000:]}")
+        found[kind] = {int(b): t for b, t in json.loads(done.stdout.splitlines()[-1]).items()}
+    load = os.getloadavg()[0]
+    print(f"one engine step of B decode rows (position 60), SmolLM2 unless --model; load "
+          f"average {load:.2f} on {os.cpu_count()} cores")
+    print(f"{'B':>4}{'wall ms':>10}{'/ B=1':>8}{'per row':>10}{'cpu ms 1t':>11}{'/ B=1':>8}"
+          f"{'per row':>10}")
+    for b in rows:
+        wall, cpu = found["wall"][b], found["cpu"][b]
+        print(f"{b:>4}{wall * 1e3:>10.2f}{wall / found['wall'][rows[0]]:>8.2f}"
+              f"{wall / b * 1e3:>10.2f}{cpu * 1e3:>11.2f}{cpu / found['cpu'][rows[0]]:>8.2f}"
+              f"{cpu / b * 1e3:>10.2f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", default="8,32",
@@ -336,7 +385,12 @@ def main() -> int:
                         help="json_schema requests to validate (0: none)")
     parser.add_argument("--no-llama-cpp", action="store_true",
                         help="skip llama-cpp-python's server")
+    parser.add_argument("--steps", action="store_true",
+                        help="only time one engine step of B rows in-process (no server)")
+    parser.add_argument("--step-rows", default="1,8,32", help="the B values of --steps")
     options = parser.parse_args()
+    if options.steps:
+        return step_ratios(options)
     options.clients = [int(n) for n in options.clients.split(",")]
     if not all(1 <= n <= len(TOPICS) for n in options.clients):
         raise SystemExit(f"--clients must be in 1..{len(TOPICS)}")
