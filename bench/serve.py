@@ -393,7 +393,7 @@ for rows in (1, 8, 32):
         sizes = (ctypes.c_int64 * 5)(1, rows, n, k, 1)
         repeats = max(2, int(3e7 / (rows * n * k)))
         for tile, function in (("int-dot", quantized.library(weight.dtype)),
-                               ("int-rows", quantized_rows.library(weight.dtype))):
+                               ("int-rows", quantized.rows_library(weight.dtype))):
             for _ in range(5):
                 function(data, sizes, None)
                 start = time.process_time()
