@@ -88,7 +88,7 @@ def make(op: OpKind, inputs: tuple[Node, ...], params,
         shape, dtype, structure = infer_keyed(op, params, shapes, dtypes)
     except FuelError as error:
         raise _located(type(error)(f"{op.value}: {error}")) from None
-    site = _site_local.site
+    site = _site_local.site if sites_in_progress else None
     node = Node(op, inputs, params, dtype, shape, device or source_device,
                 site if site is not None else creation_site(), structure)
     if tape.ACTIVE:
