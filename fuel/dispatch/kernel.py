@@ -53,7 +53,8 @@ class Variant:
     with an optional ``variants(layouts, params, device)`` method, the first being the one its own
     measured rule picks; the judge (fuel.runtime.judge) times them on the real operands and
     dispatches the winner. Every variant computes the same result within the conformance
-    tolerance: the kernel suite runs each one."""
+    tolerance: the kernel suite runs each one. A kernel whose variants already cover what its
+    siblings in the key do sets ``covers_siblings = True``: the siblings are then not timed."""
 
     name: str
     prepare: Callable[[Sequence[object], Sequence[object], Sequence[Layout], object], Launcher]

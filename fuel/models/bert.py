@@ -95,6 +95,11 @@ class BertEncoder:
         def leaf(array: np.ndarray) -> Tensor:
             return fuel.from_numpy(np.ascontiguousarray(array, dtype=np.float32), device=device)
 
+        def transposed(array: np.ndarray) -> Tensor:
+            """``array.T`` as a view of ``array`` stored as given (a Linear weight's (out, in)
+            rows: each output's weights contiguous, streamed once by a dot-form matmul)."""
+            return leaf(array).transpose(0, 1)
+
         scale = np.float32(1.0 / np.sqrt(config.hidden_size // config.num_heads))
         self.word_embeddings = leaf(get("embeddings.word_embeddings.weight"))
         # token type 0 for every token (single-segment input), folded into the positions
@@ -117,14 +122,14 @@ class BertEncoder:
                                        part(attention + "key", "bias"),
                                        part(attention + "value", "bias")])
             self.layers.append(BertLayer(
-                leaf(qkv.T), leaf(qkv_bias),
-                leaf(part("attention.output.dense", "weight").T),
+                transposed(qkv), leaf(qkv_bias),
+                transposed(part("attention.output.dense", "weight")),
                 leaf(part("attention.output.dense", "bias")),
                 (leaf(part("attention.output.LayerNorm", "weight")),
                  leaf(part("attention.output.LayerNorm", "bias"))),
-                leaf(part("intermediate.dense", "weight").T),
+                transposed(part("intermediate.dense", "weight")),
                 leaf(part("intermediate.dense", "bias")),
-                leaf(part("output.dense", "weight").T), leaf(part("output.dense", "bias")),
+                transposed(part("output.dense", "weight")), leaf(part("output.dense", "bias")),
                 (leaf(part("output.LayerNorm", "weight")), leaf(part("output.LayerNorm", "bias"))),
             ))
 
@@ -145,9 +150,10 @@ class BertEncoder:
         return self._hidden(ids_t, mask_t)
 
     def mean_pooled(self, ids: np.ndarray, mask: np.ndarray) -> Tensor:
-        """``(batch, hidden)`` means of the hidden states over the unmasked tokens. The second
-        time a (batch, length) shape comes, its plan is captured (fuel.jit) and replayed from
-        then on; the result may therefore come back already realized."""
+        """``(batch, hidden)`` means of the hidden states over the unmasked tokens. Each
+        (batch, length) shape's plan is captured (fuel.jit) at its first call and replayed from
+        then on (the last MAX_CAPTURED_SHAPES shapes are kept); the result may therefore come
+        back already realized."""
         leaves = self._leaves(ids, mask)
         replay = self._replay_for(ids.shape)
         return replay(*leaves) if replay is not None else self._pooled(*leaves)
@@ -168,14 +174,12 @@ class BertEncoder:
                 fuel.from_numpy(weights, device=self.device))
 
     def _replay_for(self, shape: tuple[int, int]):
-        """The captured pooled forward for ``shape``, or None the first time it is seen (or
-        when use_jit is off)."""
+        """The captured pooled forward for ``shape`` (captured by its first call), or None
+        when use_jit is off."""
         if not self.use_jit:
             return None
         replays = self._replays
         if shape not in replays:
-            replays[shape] = None
-        elif replays[shape] is None:
             replays[shape] = fuel.jit(self._pooled)
         replays.move_to_end(shape)
         while len(replays) > MAX_CAPTURED_SHAPES:

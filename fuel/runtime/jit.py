@@ -18,8 +18,22 @@ from fuel.graph import Graph, Node
 from fuel.graph.node import creation_site
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
-from fuel.runtime.plan import PlanBuilder
+from fuel.runtime.executor import PLAN_CACHE
+from fuel.runtime.plan import Plan, PlanBuilder
 from fuel.runtime.replay import BoundPlan, assign_storages
+
+
+def _cached_plan(graph: Graph, generation: int) -> Plan:
+    """The plan of ``graph`` from the realize path's plan cache (a graph that ran eagerly
+    before, e.g. the call before a capture, is planned already), else built and cached."""
+    key = graph.structure_key()
+    plan = PLAN_CACHE.get(key)
+    if plan is None:
+        builder = PlanBuilder(graph, global_table())
+        plan = builder.plan
+        plan.steps = list(builder.steps())
+        PLAN_CACHE.put(key, plan, generation, graph)
+    return plan
 
 
 class Capture(BoundPlan):
@@ -33,9 +47,7 @@ class Capture(BoundPlan):
                 len(graph.roots) != len(outputs):
             raise InvalidArgument("fuel.jit outputs must be distinct tensors computed by the "
                                   "function (not its inputs or captured tensors)")
-        builder = PlanBuilder(graph, global_table())
-        plan = builder.plan
-        plan.steps = list(builder.steps())
+        plan = _cached_plan(graph, generation)
         super().__init__(graph, plan, assign_storages(graph, plan, None), held=True)
         self.generation = generation
         self.graph = graph  # the traced graph: its nodes name the steps in errors and profiles

@@ -554,7 +554,9 @@ def judged(op: OpKind, dtypes: KernelDTypes, backend: BackendId,
     if not eligible:
         return None
     first = eligible[0]
-    same = [e for e in eligible if e.caps == first.caps]
+    # A first kernel whose variants already do what its siblings do says so (covers_siblings).
+    same = [first] if getattr(first.kernel, "covers_siblings", False) else [
+        e for e in eligible if e.caps == first.caps]
     if len(same) < 2 and getattr(first.kernel, "variants", None) is None:
         return None
     return JudgedKernel(op, dtypes, backend, same)

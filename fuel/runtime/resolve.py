@@ -117,6 +117,9 @@ class _Memo:
         self.alone: dict[Binding, Decision] = {}  # a binding's SINGLE_NODE decision
         self.rendered: dict = {}  # fusion_groups' memo
         self.generators: dict[BackendId, Binding | None] = {}
+        # Decomposition recipes (fuel.graph.decompositions.expand.Recipe) per fusion on/off:
+        # has_kernel answers differently when the fusing backends prefer decomposed rows.
+        self.recipes: dict[bool, dict] = {}
         records = table.backend_records().values()
         # Every target's prefers_decomposed: a node of another op is never asked about them.
         self.preferring = frozenset().union(
@@ -249,8 +252,9 @@ def resolve(graph: Graph, table: KernelBindingTable, strict: bool = True) -> Res
         dtypes = lookup_dtypes(node.op, tuple(i.dtype for i in node.inputs), node.dtype)
         return str(table.miss_error(node.op, dtypes, kernel_backend(node)))
 
+    recipes = memo.recipes.setdefault(resolving.fusing, {})
     expansion = expand_graph(graph, resolving.has_kernel, strict, describe_miss,
-                             resolving.table_of, memo.decomposable)
+                             resolving.table_of, memo.decomposable, recipes)
     planned = graph if expansion is None else expansion.graph
     waited = wait_set(planned)
     alone: list[int] = []

@@ -9,6 +9,7 @@ from fuel.dispatch.kernel import global_table
 from fuel.graph import Graph
 from fuel.graph.decompositions import DECOMPOSITIONS
 from fuel.ir.ops import OPS, PRIMITIVE_OPS, OpKind
+from fuel.nn.functional import layer_norm
 from fuel.runtime.executor import plan_cache_stats
 from fuel.runtime.resolve import resolve
 from tests.backends.primitive_backend import (
@@ -112,3 +113,59 @@ def test_a_decomposed_graph_realizes_pipelined_and_jitted(pipelined):
         got = jitted(fuel.from_numpy(b).to(DEVICE)).numpy()
         np.testing.assert_allclose(got, np.log(_softmax(b)) * 2, rtol=1e-5, atol=1e-6)
     assert jitted.replays == 1
+
+
+def _expanded_keys(graph, recipes):
+    resolution_graph = resolve_with(graph, recipes)
+    return [(n.op, n.params, n.dtype, n.shape, n.key) for n in resolution_graph.nodes]
+
+
+def resolve_with(graph, recipes):
+    from fuel.graph.decompositions.expand import expand_graph
+    from fuel.runtime.resolve import _memo_for, _Pass
+
+    resolving = _Pass(_memo_for(global_table()))
+    return expand_graph(graph, resolving.has_kernel, True, None, resolving.table_of,
+                        None, recipes).graph
+
+
+def test_a_recorded_decomposition_replays_node_for_node():
+    """A recipe (a decomposition's nodes as data) rebuilds exactly the nodes the decomposition
+    builds: the expansion with recipes recorded in the same graph (two identical layer norms,
+    softmaxes) and reused from an earlier one equals the expansion without any."""
+    a = fuel.from_numpy(_array((3, 8), 1)).to(DEVICE)
+    b = fuel.from_numpy(_array((3, 8), 2)).to(DEVICE)
+    weight = fuel.from_numpy(_array((8,), 3)).to(DEVICE)
+    first = layer_norm(a, (8,), weight, None, 1e-5).softmax(-1)
+    second = layer_norm(b, (8,), weight, None, 1e-5).softmax(-1)
+    graph = Graph.build([(first + second)._node])
+    fresh = _expanded_keys(graph, None)
+    memo: dict = {}
+    recorded = _expanded_keys(graph, memo)
+    assert memo, "the decompositions left no recipe"
+    replayed = _expanded_keys(graph, memo)
+    assert recorded == fresh and replayed == fresh
+    expected = _softmax(_layer_norm(_array((3, 8), 1), _array((8,), 3))) + _softmax(
+        _layer_norm(_array((3, 8), 2), _array((8,), 3)))
+    np.testing.assert_allclose((first + second).numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def _layer_norm(x, weight):
+    mean = x.mean(-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + 1e-5) * weight
+
+
+def test_a_decomposition_reaching_past_its_inputs_is_not_recorded():
+    from fuel.graph.decompositions.builder import Builder
+    from fuel.graph.decompositions.expand import Recipe
+
+    x = fuel.from_numpy(_array((4,), 4)).to(DEVICE)
+    y = (x + 1.0)._node
+    node = (fuel.Tensor(y) * 2.0)._node
+    build = Builder(node)
+    past = build.add(y.inputs[0], node.inputs[1])  # reads x, which is not an input of node
+    assert Recipe.record(node, past, build.made) is None
+    own = build.mul(node.inputs[0], node.inputs[1])
+    recipe = Recipe.record(node, own, build.made)
+    assert recipe is not None and recipe.make(node).key == own.key

@@ -28,6 +28,16 @@ def test_cpu_kernel_matches_reference():
     np.testing.assert_allclose(out, reference(arrays, None), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("dim", [64, 40, 12])
+def test_cpu_kernel_matches_reference_at_model_head_sizes(dim):
+    """Head sizes a multiple of 32 (the AVX2 dot's four accumulators), of 8 (its tail) and
+    neither (the portable sum), over many blocks and grouped query heads."""
+    arrays = _operands(seed=dim, rows=9, heads=9, kv_heads=3, dim=dim, blocks=40, block_size=16,
+                       width=12)
+    out = paged_attention(*(fuel.from_numpy(a) for a in arrays)).numpy()
+    np.testing.assert_allclose(out, reference(arrays, None), rtol=1e-4, atol=1e-5)
+
+
 def test_decomposition_matches_reference():
     primitive_backend()
     arrays = _operands(seed=3)

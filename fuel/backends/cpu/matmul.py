@@ -34,7 +34,8 @@ from fuel.ir.ops import OpKind
 
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("matmul.c")
-DOT, ROWS = 0, 1
+DOT, ROWS, BLAS = 0, 1, 2
+BLAS_ALIGNMENT = 16  # column chunks of the blas form: whole AVX-512 vectors
 DOT_ROWS, ROWS_ROWS = 3, 4  # matmul.c's tile heights (row chunks are multiples of them)
 COLUMN_ALIGNMENT = 24  # a multiple of both forms' tile widths (4 weight rows, 24 columns)
 # The rule's bounds (bench/matmul.py, threads=1 on this 2-core AMD EPYC, loaded machine): the
@@ -155,9 +156,14 @@ def launch_arguments(layouts: tuple[Layout, ...], forced: bool, threads: int):
     """(plan, (sizes, strides) as the C entry's int64 arrays, or None for an empty output),
     memoized per layouts: an eager launch (no replay) pays the planning once per shape."""
     plan = plan_launch(layouts, forced)
+    count = threads if _work(plan) >= PARALLEL_WORK else 1
     if plan.form is None:
-        return plan, None
-    return plan, _arguments(plan, threads if _work(plan) >= PARALLEL_WORK else 1)
+        blas = replace(plan, form=BLAS)
+        if openblas_entries() is None or len(plan.batch) > MAX_BATCH_DIMS or \
+                blas_operands(blas) is None:
+            return plan, None
+        return blas, _blas_arguments(blas, count)
+    return plan, _arguments(plan, count)
 
 
 def _work(plan: LaunchPlan) -> int:
@@ -184,7 +190,79 @@ def _arguments(plan: LaunchPlan, threads: int):
             (ctypes.c_int64 * len(strides))(*strides))
 
 
-FORM_NAMES = {DOT: "c-dot", ROWS: "c-rows"}
+FORM_NAMES = {DOT: "c-dot", ROWS: "c-rows", BLAS: "openblas-omp"}
+
+
+@functools.lru_cache(maxsize=1)
+def openblas_entries() -> tuple[int, int] | None:
+    """The addresses of NumPy's OpenBLAS ``cblas_sgemm`` (64-bit sizes) and
+    ``openblas_set_num_threads_local`` (it returns the count it replaces), or None when NumPy's
+    BLAS is not an ILP64 OpenBLAS exporting both (then the blas form is never offered)."""
+    import glob
+    import os
+
+    folder = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(folder, "*openblas*"))):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in ("scipy_cblas_sgemm64_", "cblas_sgemm64_"):
+            sgemm = getattr(library, name, None)
+            threads = getattr(library, "openblas_set_num_threads_local", None)
+            if sgemm is not None and threads is not None:
+                return (ctypes.cast(sgemm, ctypes.c_void_p).value,
+                        ctypes.cast(threads, ctypes.c_void_p).value)
+    return None
+
+
+def blas_operands(plan: LaunchPlan) -> tuple[int, int, int, int] | None:
+    """(transposed bits, lda, ldb, ldc) reading ``plan``'s operands as row-major cblas
+    matrices (bit 0: a as a transposed (k, m) matrix; bit 1: b as a transposed (n, k)), or None
+    when a stride pattern is none of those (broadcast or overlapping rows)."""
+    m, n, k = plan.m, plan.n, plan.k
+    a_row, a_inner, b_inner, b_column, out_row = plan.strides
+    transposed = 0
+    if a_inner == 1 and (m == 1 or a_row >= k):
+        lda = max(a_row if m > 1 else k, k, 1)
+    elif a_row == 1 and a_inner >= m and m > 1:
+        transposed, lda = 1, a_inner
+    else:
+        return None
+    if k == 1:  # one column of a, one row of b: read b's row as stored
+        ldb = max(n, 1)
+        if b_column != 1:
+            return None
+    elif b_column == 1 and b_inner >= n:
+        ldb = b_inner
+    elif b_inner == 1 and b_column >= k:
+        transposed, ldb = transposed | 2, b_column
+    else:
+        return None
+    if out_row < n and m > 1:
+        return None
+    return transposed, lda, ldb, max(out_row, n, 1)
+
+
+def _blas_arguments(plan: LaunchPlan, threads: int):
+    """The blas form's (sizes, strides) arrays: whole rows per unit, columns split over the
+    threads when the batch entries alone do not give each thread work; None for an empty
+    output or when the operands are no cblas matrices."""
+    operands = blas_operands(plan)
+    entries = 1
+    for size, *_ in plan.batch:
+        entries *= size
+    if operands is None or plan.m * plan.n * entries == 0:
+        return None
+    column_chunk = max(plan.n, 1)
+    if threads > 1 and entries < threads:
+        column_chunk = _round_up(-(-plan.n // threads), BLAS_ALIGNMENT)
+    sizes = [BLAS, threads, plan.m, plan.n, plan.k, max(plan.m, 1), column_chunk,
+             len(plan.batch)] + [row[0] for row in plan.batch]
+    strides = (list(plan.strides) + [s for row in plan.batch for s in row[1:]]
+               + list(operands))
+    return ((ctypes.c_int64 * len(sizes))(*sizes),
+            (ctypes.c_int64 * len(strides))(*strides))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -199,12 +277,20 @@ def variant_plans(layouts: tuple[Layout, ...], threads: int
         forms.append(found.form)
         if found.form == DOT and found.strides[3] == 1:  # b's columns unit-stride too
             forms.append(ROWS)
-    choices = [("openblas", replace(found, form=None), 0)]
+    if (openblas_entries() is not None and len(found.batch) <= MAX_BATCH_DIMS
+            and blas_operands(found) is not None):
+        # OpenBLAS called on fuel's OpenMP team (its own pool never wakes), N threads or one
+        choices = [(f"openblas/{count}t", replace(found, form=BLAS), count)
+                   for count in sorted({threads, 1}, reverse=True)]
+    else:
+        choices = [("openblas", replace(found, form=None), 0)]
     for form in forms:
         for count in sorted({threads, 1}, reverse=True):
             choices.append((f"{FORM_NAMES[form]}/{count}t", replace(found, form=form), count))
     if rule.form is None:
         first = "openblas"
+    elif rule.form == BLAS:
+        first = f"openblas/{threads if _work(rule) >= PARALLEL_WORK else 1}t"
     else:
         first = f"{FORM_NAMES[rule.form]}/{threads if _work(rule) >= PARALLEL_WORK else 1}t"
     choices.sort(key=lambda choice: choice[0] != first)
@@ -216,6 +302,9 @@ class CMatmul:
     rest; ``prepare`` decides once per launch, so a replay is one foreign call."""
 
     __name__ = __qualname__ = "matmul_float32"
+    # Its variants include OpenBLAS (on fuel's threads): the NumPy sibling (OpenBLAS on its
+    # own pool, which then spins beside fuel's kernels) is not timed against them.
+    covers_siblings = True
 
     def __init__(self, forced: bool = False) -> None:
         self.forced = forced
@@ -238,7 +327,8 @@ class CMatmul:
             return ()
         found = []
         for name, plan, threads in variant_plans(tuple(layouts), thread_count()):
-            arguments = _arguments(plan, threads) if plan.form is not None else None
+            arguments = (None if plan.form is None else _blas_arguments(plan, threads)
+                         if plan.form == BLAS else _arguments(plan, threads))
             found.append(Variant(name, functools.partial(self._launcher, plan, arguments)))
         return tuple(found)
 
@@ -249,8 +339,11 @@ class CMatmul:
             return self._blas(plan, inputs, outputs, layouts, params)
         if arguments is None:  # an empty output
             return lambda: None
-        data = (ctypes.c_void_p * 3)(*(address(storage, layout) for storage, layout in
-                                       zip((inputs[0], inputs[1], outputs[0]), layouts)))
+        pointers = [address(storage, layout) for storage, layout in
+                    zip((inputs[0], inputs[1], outputs[0]), layouts)]
+        if plan.form == BLAS:
+            pointers.extend(openblas_entries())
+        data = (ctypes.c_void_p * len(pointers))(*pointers)
         size_array, stride_array = arguments
         return ForeignCall(function, data, size_array, stride_array)
 

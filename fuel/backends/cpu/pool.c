@@ -41,7 +41,40 @@ static void pool_plane(const float *in, float *out, const Shape *s, float *padde
     for (int64_t oh = 0; oh < s->oh; oh++) {
         float *target = out + oh * s->ow;
         int64_t ow = 0;
-#if defined(VECTOR)
+#if defined(__AVX512F__)
+        /* 16 columns at a time, the last chunk masked (its reads stay in the padded copy:
+         * each row has 16 spare columns, the buffer 64 spare floats) */
+        if (sw <= 2) {
+            const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10,
+                                                   8, 6, 4, 2, 0);
+            for (; ow < s->ow; ow += 16) {
+                const __mmask16 mask = s->ow - ow >= 16 ? (__mmask16)0xFFFF
+                                                         : (__mmask16)((1u << (s->ow - ow)) - 1);
+                __m512 acc = _mm512_set1_ps(maximum ? -INFINITY : 0.0f);
+                __mmask16 nan = 0;
+                for (int64_t kh = 0; kh < s->kh; kh++) {
+                    const float *row = padded + (oh * s->sh + kh * s->dh) * pw + ow * sw;
+                    for (int64_t kw = 0; kw < s->kw; kw++) {
+                        const float *p = row + kw * s->dw;
+                        const __m512 v = sw == 1 ? _mm512_loadu_ps(p)
+                            : _mm512_permutex2var_ps(_mm512_loadu_ps(p), evens,
+                                                     _mm512_loadu_ps(p + 16));
+                        if (maximum) {
+                            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                            acc = _mm512_max_ps(acc, v);
+                        } else {
+                            acc = _mm512_add_ps(acc, v);
+                        }
+                    }
+                }
+                if (maximum) acc = _mm512_mask_blend_ps(nan, acc, _mm512_set1_ps(NAN));
+                else if (row_scale != NULL)
+                    acc = _mm512_mul_ps(acc, _mm512_mul_ps(
+                        _mm512_set1_ps(row_scale[oh]), _mm512_maskz_loadu_ps(mask, col_scale + ow)));
+                _mm512_mask_storeu_ps(target + ow, mask, acc);
+            }
+        }
+#elif defined(VECTOR)
         if (sw <= 2)  /* 8 columns at a time; the padded rows hold whole chunks */
             for (; ow + 8 <= s->ow; ow += 8) {
                 __m256 acc = _mm256_set1_ps(maximum ? -INFINITY : 0.0f);
@@ -109,7 +142,7 @@ static void pool(const float *x, float *out, const Shape *s, int maximum, int64_
     }
 #pragma omp parallel num_threads(threads) if (threads > 1 && planes > 1)
     {
-        float *padded = thread_buffer(0, (size_t)(pw * ph + 1));
+        float *padded = thread_buffer(0, (size_t)(pw * ph + 64));
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < planes; i++)
             pool_plane(x + i * s->h * s->w, out + i * s->oh * s->ow, s, padded, pw, ph, maximum,
@@ -121,7 +154,7 @@ static void pool(const float *x, float *out, const Shape *s, int maximum, int64_
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
-    const int64_t form = sizes[0], threads = team_size(sizes[1]);
+    const int64_t form = sizes[0], threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *scalars = data[6];
     pool(data[0], data[4], &s, form == MAX_POOL, s.act, scalars != NULL ? scalars[0] : 0.0f,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fuel.backends.cpu import quantized_rows
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
@@ -92,7 +93,10 @@ class QuantizedKernel:
 
     @property
     def revision_source(self) -> str:
-        """What the revision hash covers besides the Python code: the format's C source."""
+        """What the revision hash covers besides the Python code: the format's C source (and
+        the many-row tile's, for the matmul of the formats it serves)."""
+        if self.operation == MATMUL and self.dtype in quantized_rows.FORMATS:
+            return quantized_rows.source_of(self.dtype)
         return source_of(self.dtype)
 
     def sizes(self, inputs: Sequence, layouts: Sequence[Layout]) -> tuple[int, ...]:
@@ -122,15 +126,20 @@ class QuantizedKernel:
         if rule[1] >= BLAS_ROWS or 0 in rule[1:]:
             return ()
         counts = [rule[4]] + [c for c in (threads, 1) if c != rule[4]]
-        return tuple(Variant(f"int-dot/{count}t", partial(self._prepare_on, count))
-                     for count in counts)
+        # many rows on the 32-value integer formats: quantized_rows.c's tile first (the
+        # rule's), this library's one-weight-row tile after it; the same bits either way
+        tiles = ("int-rows", "int-dot") if quantized_rows.serves(self.dtype, rule[1]) \
+            else ("int-dot",)
+        return tuple(Variant(f"{tile}/{count}t", partial(self._prepare_on, count, tile))
+                     for tile in tiles for count in counts)
 
-    def _prepare_on(self, threads: int, inputs: Sequence, outputs: Sequence,
+    def _prepare_on(self, threads: int, tile: str, inputs: Sequence, outputs: Sequence,
                     layouts: Sequence[Layout], params: object) -> Launcher:
-        return self.prepare(inputs, outputs, layouts, params, threads)
+        return self.prepare(inputs, outputs, layouts, params, threads, tile)
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
-                params: object, threads: int | None = None) -> Launcher:
+                params: object, threads: int | None = None, tile: str | None = None
+                ) -> Launcher:
         sizes = self.sizes(inputs, layouts)
         if threads is not None and self.operation == MATMUL:
             sizes = sizes[:4] + (threads,)
@@ -140,6 +149,9 @@ class QuantizedKernel:
         pointers = [address(storage, layout) for storage, layout in zip(storages, layouts)]
         data = (ctypes.c_void_p * len(pointers))(*pointers)
         size_array = (ctypes.c_int64 * len(sizes))(*sizes)
+        if self.operation == MATMUL and tile != "int-dot" and \
+                quantized_rows.serves(self.dtype, sizes[1]):
+            return ForeignCall(quantized_rows.library(self.dtype), data, size_array)
         function = library(self.dtype)
         if self.operation == MATMUL and sizes[1] >= BLAS_ROWS:
             return self._tiled(function, storages, layouts, sizes)

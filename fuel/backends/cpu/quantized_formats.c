@@ -369,17 +369,26 @@ static inline __attribute__((always_inline)) void header_vectors(const uint8_t *
     h->scale[0] = _mm256_setr_ps(scalar.scale[0], 0, 0, 0, 0, 0, 0, 0);
     h->minimum[0] = _mm256_setr_ps(scalar.minimum[0], 0, 0, 0, 0, 0, 0, 0);
 #elif defined(FORMAT_Q4_K) || defined(FORMAT_Q5_K)
-    uint32_t packed[4];
-    memcpy(packed, block + 4, 12);
-    packed[3] = ((packed[2] >> 4) & 0x0f0f0f0fu) | (((packed[1] >> 6) & 0x03030303u) << 4);
-    const uint32_t minimums = packed[1] & 0x3f3f3f3fu;
-    packed[1] = (packed[2] & 0x0f0f0f0fu) | (((packed[0] >> 6) & 0x03030303u) << 4);
-    packed[2] = minimums;
-    packed[0] &= 0x3f3f3f3fu;
-    const __m128i values = _mm_loadu_si128((const __m128i *)packed);
-    h->scale[0] = _mm256_mul_ps(byte_floats(values, 0), _mm256_set1_ps(half_to_float(block)));
+    /* the 12 bytes s of 6-bit scales and minimums (ggml's get_scale_min_k4) in vector steps:
+     * scales 0-3 s[0-3] & 63, 4-7 (s[8-11] & 15) | (s[0-3] >> 6) << 4; minimums 0-3
+     * s[4-7] & 63, 4-7 (s[8-11] >> 4) | (s[4-7] >> 6) << 4 */
+    const __m128i s = _mm_loadu_si128((const __m128i *)(block + 4)); /* 4 bytes past: unused */
+    const __m128i low = _mm_shuffle_epi8(s, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7,
+                                                          8, 9, 10, 11));
+    const __m128i top = _mm_shuffle_epi8(s, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1,
+                                                          -1, -1, 4, 5, 6, 7));
+    const __m128i values = _mm_or_si128(
+        _mm_and_si128(_mm_srlv_epi32(low, _mm_setr_epi32(0, 0, 0, 4)),
+                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)),
+        _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)));
+    /* {d, dmin} */
+    int32_t bits;
+    memcpy(&bits, block, 4);
+    const __m256 both = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)));
+    h->scale[0] = _mm256_mul_ps(byte_floats(values, 0),
+                                _mm256_permutevar8x32_ps(both, _mm256_setzero_si256()));
     h->minimum[0] = _mm256_mul_ps(byte_floats(_mm_srli_si128(values, 8), 0),
-                                  _mm256_set1_ps(half_to_float(block + 2)));
+                                  _mm256_permutevar8x32_ps(both, _mm256_set1_epi32(1)));
 #elif defined(FORMAT_Q6_K)
     const __m128i values = _mm_loadu_si128((const __m128i *)(block + 192));
     const __m256 d = _mm256_set1_ps(half_to_float(block + 208));
@@ -436,4 +445,133 @@ static inline void dequantize_block(const uint8_t *block, float *restrict out) {
         }
     }
 }
+#endif
+
+#if USE_AVX2 && defined(CHUNKED) && !defined(FORMAT_IQ4_NL)
+/* ---- The decode kernel's view of the K formats, q5_0, q5_1 and iq4_xs (quantized.c's
+ * decode_tile; q4_0, q4_1, q8_0 and iq4_nl have their own tiles there): chunk c's 32 codes as
+ * 32 bytes, byte l = code l (CODES_SIGNED: as int8, else as uint8), and for blocks of one
+ * chunk the block's scale and offset as floats (value = scale * q - minimum). */
+#define PAIRED_DECODE 1
+#if defined(FORMAT_Q5_1) || defined(FORMAT_Q4_K) || defined(FORMAT_Q5_K) || \
+    defined(FORMAT_Q2_K) || defined(FORMAT_Q6_K)
+#define CODES_SIGNED 0
+#else
+#define CODES_SIGNED 1
+#endif
+/* q6_k's codes are read as stored (0-63), value = scale * (q - 32) */
+#if defined(FORMAT_Q6_K)
+#define CODE_OFFSET 32.0f
+#endif
+#define DECODE_CHUNKS CHUNKS
+#define DECODE_MINIMUM MINIMUM
+
+/* 16 bytes of two nibbles each (byte l: code l low, code l + 16 high) as 32 bytes of one
+ * code each, codes 0-15 then 16-31. */
+static inline __attribute__((always_inline)) __m256i spread_nibbles(const uint8_t *p) {
+    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4)),
+                            _mm256_set1_epi8(0x0f));
+}
+
+/* 32 bytes, byte l = 0xff where bit l of ``bits`` is set. */
+static inline __attribute__((always_inline)) __m256i bit_bytes32(uint32_t bits) {
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)bits),
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i select = _mm256_set1_epi64x(0x8040201008040201);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+}
+
+static inline __attribute__((always_inline)) __m256i code_bytes(const uint8_t *block, int c) {
+#if defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
+    (void)c;
+    const uint8_t *bits = block + (BLOCK_BYTES == 22 ? 2 : 4);
+    uint32_t high;
+    memcpy(&high, bits, 4);
+    const __m256i codes = _mm256_or_si256(
+        spread_nibbles(bits + 4), _mm256_and_si256(bit_bytes32(high), _mm256_set1_epi8(0x10)));
+#if defined(FORMAT_Q5_0)
+    return _mm256_sub_epi8(codes, _mm256_set1_epi8(16));
+#else
+    return codes;
+#endif
+#elif defined(FORMAT_IQ4_XS)
+    const __m256i nibbles = spread_nibbles(block + 8 + 16 * c);
+    return _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES)), nibbles);
+#elif defined(FORMAT_Q4_K)
+    return shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 2))),
+                        4 * (c % 2), 0x0f);
+#elif defined(FORMAT_Q5_K)
+    const __m256i codes = shifted_bits(
+        _mm256_loadu_si256((const __m256i *)(block + 48 + 32 * (c / 2))), 4 * (c % 2), 0x0f);
+    const __m256i top = shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16)), c, 1);
+    return _mm256_or_si256(codes, _mm256_slli_epi16(top, 4));
+#elif defined(FORMAT_Q6_K)
+    /* as stored, 0-63: the decode kernel subtracts 32 * scale * sum(x) (CODE_OFFSET) */
+    const int part = c / 4, quarter = c % 4;
+    const __m256i codes = shifted_bits(
+        _mm256_loadu_si256((const __m256i *)(block + 64 * part + 32 * (quarter & 1))),
+        4 * (quarter >> 1), 0x0f);
+    const __m256i top = shifted_bits(
+        _mm256_loadu_si256((const __m256i *)(block + 128 + 32 * part)), 2 * quarter, 3);
+    return _mm256_or_si256(codes, _mm256_slli_epi16(top, 4));
+#elif defined(FORMAT_Q3_K)
+    const __m256i codes = shifted_bits(
+        _mm256_loadu_si256((const __m256i *)(block + 32 + 32 * (c / 4))), 2 * (c % 4), 3);
+    const __m256i bit = _mm256_set1_epi8((char)(1 << c));
+    const __m256i unset = _mm256_cmpeq_epi8(
+        _mm256_and_si256(_mm256_loadu_si256((const __m256i *)block), bit), _mm256_setzero_si256());
+    return _mm256_sub_epi8(codes, _mm256_and_si256(unset, _mm256_set1_epi8(4)));
+#elif defined(FORMAT_Q2_K)
+    return shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 4))),
+                        2 * (c % 4), 3);
+#endif
+}
+
+
+#if defined(FORMAT_Q4_K) || defined(FORMAT_Q5_K)
+/* Chunks c and c + 1 (c even) straight from their shared 32 bytes as the even and odd codes
+ * of each in 16-bit lanes: lane i holds bytes 2i, 2i + 1, whose low nibbles are chunk c's
+ * codes 2i, 2i + 1 and high nibbles chunk c + 1's. */
+#define CHUNK_PAIRS 1
+static inline __attribute__((always_inline)) void chunk_pair_codes(const uint8_t *block, int c,
+                                                                   __m256i codes[4]) {
+    const __m256i raw = _mm256_loadu_si256(
+        (const __m256i *)(block + (BLOCK_BYTES == 144 ? 16 : 48) + 16 * c));
+    const __m256i nibble = _mm256_set1_epi16(0x000f);
+    codes[0] = _mm256_and_si256(raw, nibble);
+    codes[1] = _mm256_and_si256(_mm256_srli_epi16(raw, 8), nibble);
+    codes[2] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
+    codes[3] = _mm256_srli_epi16(raw, 12);
+#if defined(FORMAT_Q5_K)
+    /* the fifth bits: bit c (c + 1) of byte l of the 32 bytes at 16 */
+    const __m256i high = _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)(block + 16)),
+                                          _mm_cvtsi32_si128(c));
+    const __m256i bit = _mm256_set1_epi16(0x0010);
+    codes[0] = _mm256_or_si256(codes[0], _mm256_and_si256(_mm256_slli_epi16(high, 4), bit));
+    codes[1] = _mm256_or_si256(codes[1], _mm256_and_si256(_mm256_srli_epi16(high, 4), bit));
+    codes[2] = _mm256_or_si256(codes[2], _mm256_and_si256(_mm256_slli_epi16(high, 3), bit));
+    codes[3] = _mm256_or_si256(codes[3], _mm256_and_si256(_mm256_srli_epi16(high, 5), bit));
+#endif
+}
+#endif
+
+#if DECODE_CHUNKS == 1
+/* A block of one chunk: its scale and offset (value = scale * q - minimum). */
+static inline __attribute__((always_inline)) void block_scale(const uint8_t *block,
+                                                               float *scale, float *minimum) {
+#if defined(FORMAT_Q5_1)
+    int32_t bits;
+    memcpy(&bits, block, 4);
+    const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+    *scale = _mm_cvtss_f32(both);
+    *minimum = -_mm_cvtss_f32(_mm_movehdup_ps(both));
+#else
+    *scale = half_to_float(block);
+    *minimum = 0.0f;
+#endif
+}
+#endif
 #endif

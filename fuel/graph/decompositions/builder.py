@@ -38,6 +38,7 @@ class Builder:
         self.device = node.device
         self.site = node.site
         self.has_kernel = has_kernel
+        self.made: list[Node] = []  # every node this builder made, in order (recipes)
 
     def supports(self, kind: OpKind, *inputs: Node, params=NO_PARAMS) -> bool:
         """Whether the target backend has a kernel of its own for ``kind`` over ``inputs``
@@ -49,7 +50,9 @@ class Builder:
         """``kind`` over ``inputs`` with its shape and dtype inferred from the registry."""
         shape, dtype = infer(kind, params, tuple(i.shape for i in inputs),
                              tuple(i.dtype for i in inputs))
-        return Node(kind, tuple(inputs), params, dtype, tuple(shape), self.device, self.site)
+        made = Node(kind, tuple(inputs), params, dtype, tuple(shape), self.device, self.site)
+        self.made.append(made)
+        return made
 
     def elementwise(self, kind: OpKind, *inputs: Node) -> Node:
         """A unary, binary or where node; operands are broadcast to one shape first."""

@@ -1,5 +1,6 @@
-"""The quantized kernels' portable C (built with PORTABLE, as on a machine without AVX2; the
-kernel suite checks the native build) agrees with gguf's de-quantizer times a float64 matmul
+"""The quantized kernels' portable C (built with PORTABLE, as on a machine without AVX2) and
+their AVX2 C without AVX-512 (NO_AVX512: no VNNI, no 16-bit permutes; the kernel suite checks
+the native build) agree with gguf's de-quantizer times a float64 matmul
 of the rounded activations, for every block format, at the decode shape and a short prompt
 (four activation rows, a remainder of three), and de-quantizes as gguf does."""
 
@@ -21,12 +22,12 @@ from tests.backends.kernel_cases.quantized import (
 pytest.importorskip("gguf")
 
 
-def _kernel(dtype, portable: bool):
+def _kernel(dtype, build: str):
     from fuel.compiler import toolchain
 
     if toolchain.unavailable_reason() is not None:
         pytest.skip("no C compiler")
-    prefix = "#define PORTABLE 1\n" if portable else ""
+    prefix = {"portable": "#define PORTABLE 1\n", "avx2": "#define NO_AVX512 1\n"}[build]
     return toolchain.build(prefix + source_of(dtype), f"quantized_{dtype.name}_test").function
 
 
@@ -35,9 +36,10 @@ def _call(function, arrays, sizes) -> None:
     function(data, (ctypes.c_int64 * len(sizes))(*sizes), None)
 
 
+@pytest.mark.parametrize("build", ["portable", "avx2"])
 @pytest.mark.parametrize("dtype", dt.QUANTIZED_DTYPES, ids=lambda d: d.name)
-def test_portable_quantized_kernel_matches_gguf(dtype):
-    function = _kernel(dtype, portable=True)
+def test_portable_quantized_kernel_matches_gguf(dtype, build):
+    function = _kernel(dtype, build)
     rng = np.random.default_rng(dtype.gguf_type)
     n, k = 9, 2 * max(dtype.block_size, 64)
     blocks = np.ascontiguousarray(quantized_blocks(dtype, n, k, rng))

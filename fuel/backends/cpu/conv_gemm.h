@@ -1,0 +1,292 @@
+/* The register-tiled GEMM the convolution forms share (after conv_common.h, before conv.c or
+ * winograd.c): the micro kernels, B's packing into panels (from a matrix or straight from an
+ * image: the implicit GEMM), one work unit of a GEMM with its epilogue, and the team split.
+ */
+
+/* The register tile: MR output channels x NR output positions. With AVX-512, 8 x 32 (two
+ * 16-lane vectors per row; a panel of at most HALF columns runs one vector per row), else
+ * AVX2's 6 x 16 (or the scalar loop). B (the patch matrix) is packed per K block into panels
+ * NR (or HALF) columns wide; A (the weights) is read as stored, MR rows at a time. */
+#if defined(__AVX512F__)
+#define MR 8
+#define NR 32
+#define HALF 16
+#else
+#define MR 6
+#define NR 16
+#define HALF NR
+#endif
+#define KC 256
+#define NC 512  /* most columns one work unit packs and walks */
+/* Floats between two NR-column panels of kc rows: one cache line more than they hold, so a
+ * row written across the panels does not land in one cache set. */
+#define PANEL(kc) ((kc) * NR + 16)
+/* Floats between two rows of the panel that starts at column j of a block nc wide. */
+#define PANEL_ROW(nc, j) ((nc) - (j) <= HALF ? HALF : NR)
+
+typedef struct {
+    const float *bias, *slope;
+    int64_t act;
+    float alpha, beta;
+} Finish;
+
+/* Rows [0, rows) of the tile at c (rows ldc apart, `cols` wide): the epilogue, in place. */
+static inline void finish_tile(float *c, int64_t ldc, int rows, int cols, int64_t m0,
+                               const float *residual, const Finish *f) {
+    if (f->act == NONE && f->bias == NULL && residual == NULL) return;
+    for (int r = 0; r < rows; r++) {
+        const int64_t m = m0 + r;
+        finish(c + r * ldc, cols, f->bias != NULL ? f->bias[m] : 0.0f,
+               residual != NULL ? residual + r * ldc : NULL, f->act, f->alpha, f->beta,
+               f->slope != NULL ? f->slope[m] : 0.0f);
+    }
+}
+
+/* dst (MR rows, ldd apart, the panel's width wide) (+)= a (MR rows, row r at a[r], k long) .
+ * b (k rows, bs apart): `accumulate` adds dst's values. */
+#if defined(__AVX512F__)
+#define MICRO_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+static inline void micro_wide(int64_t k, const float *const *a, const float *restrict b,
+                              float *dst, int64_t ldd, int accumulate) {
+    __m512 c0[MR], c1[MR];
+    for (int r = 0; r < MR; r++) c0[r] = c1[r] = _mm512_setzero_ps();
+    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+    const float *a6 = a[6], *a7 = a[7];
+    for (int64_t l = 0; l < k; l++) {
+        const float *row = b + l * NR;
+        __builtin_prefetch(row + 8 * NR);
+        __builtin_prefetch(row + 8 * NR + 16);
+        const __m512 b0 = _mm512_load_ps(row), b1 = _mm512_load_ps(row + 16);
+#define ROW(r)                                                      \
+        {                                                               \
+            const __m512 x = _mm512_set1_ps(a##r[l]);                   \
+            c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);                      \
+            c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);                      \
+        }
+        MICRO_ROWS(ROW)
+#undef ROW
+    }
+    for (int r = 0; r < MR; r++) {
+        float *target = dst + r * ldd;
+        if (accumulate) {
+            c0[r] = _mm512_add_ps(c0[r], _mm512_loadu_ps(target));
+            c1[r] = _mm512_add_ps(c1[r], _mm512_loadu_ps(target + 16));
+        }
+        _mm512_storeu_ps(target, c0[r]);
+        _mm512_storeu_ps(target + 16, c1[r]);
+    }
+}
+
+static inline void micro_half(int64_t k, const float *const *a, const float *restrict b,
+                              float *dst, int64_t ldd, int accumulate) {
+    __m512 c0[MR];
+    for (int r = 0; r < MR; r++) c0[r] = _mm512_setzero_ps();
+    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+    const float *a6 = a[6], *a7 = a[7];
+    for (int64_t l = 0; l < k; l++) {
+        const float *row = b + l * HALF;
+        __builtin_prefetch(row + 8 * HALF);
+        const __m512 b0 = _mm512_load_ps(row);
+#define ROW(r) c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(a##r[l]), b0, c0[r]);
+        MICRO_ROWS(ROW)
+#undef ROW
+    }
+    for (int r = 0; r < MR; r++) {
+        float *target = dst + r * ldd;
+        if (accumulate) c0[r] = _mm512_add_ps(c0[r], _mm512_loadu_ps(target));
+        _mm512_storeu_ps(target, c0[r]);
+    }
+}
+#undef MICRO_ROWS
+
+static inline void micro(int64_t k, const float *const *a, const float *restrict b, int half,
+                         float *dst, int64_t ldd, int accumulate) {
+    if (half) micro_half(k, a, b, dst, ldd, accumulate);
+    else micro_wide(k, a, b, dst, ldd, accumulate);
+}
+#else
+static inline void micro(int64_t k, const float *const *a, const float *restrict b, int half,
+                         float *dst, int64_t ldd, int accumulate) {
+    (void)half;
+    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+#if defined(VECTOR)
+    __m256 c[MR][2];
+    for (int r = 0; r < MR; r++) c[r][0] = c[r][1] = _mm256_setzero_ps();
+    for (int64_t l = 0; l < k; l++) {
+        __builtin_prefetch(b + l * NR + 8 * NR);
+        const __m256 b0 = _mm256_loadu_ps(b + l * NR), b1 = _mm256_loadu_ps(b + l * NR + 8);
+#define ROW(r, p)                                                    \
+        {                                                               \
+            const __m256 x = _mm256_broadcast_ss(p + l);                \
+            c[r][0] = _mm256_fmadd_ps(x, b0, c[r][0]);                  \
+            c[r][1] = _mm256_fmadd_ps(x, b1, c[r][1]);                  \
+        }
+        ROW(0, a0) ROW(1, a1) ROW(2, a2) ROW(3, a3) ROW(4, a4) ROW(5, a5)
+#undef ROW
+    }
+    for (int r = 0; r < MR; r++) {
+        float *target = dst + r * ldd;
+        if (accumulate) {
+            c[r][0] = _mm256_add_ps(c[r][0], _mm256_loadu_ps(target));
+            c[r][1] = _mm256_add_ps(c[r][1], _mm256_loadu_ps(target + 8));
+        }
+        _mm256_storeu_ps(target, c[r][0]);
+        _mm256_storeu_ps(target + 8, c[r][1]);
+    }
+#else
+    (void)a0; (void)a1; (void)a2; (void)a3; (void)a4; (void)a5;
+    float acc[MR * NR];
+    for (int i = 0; i < MR * NR; i++) acc[i] = 0.0f;
+    for (int64_t l = 0; l < k; l++)
+        for (int r = 0; r < MR; r++)
+            for (int j = 0; j < NR; j++) acc[r * NR + j] += a[r][l] * b[l * NR + j];
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NR; j++)
+            dst[r * ldd + j] = acc[r * NR + j] + (accumulate ? dst[r * ldd + j] : 0.0f);
+#endif
+}
+#endif
+
+/* b[l0:l0+kc, n0:n0+nc] (rows ldb apart) into panels (PANEL_ROW wide), zero padded. */
+static void pack_b(const float *b, int64_t ldb, int64_t l0, int64_t kc, int64_t n0, int64_t nc,
+                   float *packed) {
+    for (int64_t j = 0; j < nc; j += NR) {
+        float *panel = packed + (j / NR) * PANEL(kc);
+        const int64_t width = nc - j < NR ? nc - j : NR, row = PANEL_ROW(nc, j);
+        for (int64_t l = 0; l < kc; l++) {
+            const float *source = b + (l0 + l) * ldb + n0 + j;
+            float *target = panel + l * row;
+            if (width == NR) memcpy(target, source, sizeof(float) * NR);
+            else {
+                for (int64_t t = 0; t < width; t++) target[t] = source[t];
+                for (int64_t t = width; t < row; t++) target[t] = 0.0f;
+            }
+        }
+    }
+}
+
+/* The patch matrix's rows [l0, l0 + kc) and columns [n0, n0 + nc) built straight from the
+ * image (x: one image and group, s->c its channels) into panels: the implicit GEMM, no patch
+ * matrix in memory. */
+static void pack_b_conv(const float *x, const Shape *s, int64_t l0, int64_t kc, int64_t n0,
+                        int64_t nc, float *packed) {
+    const int64_t taps = s->kh * s->kw, stride = PANEL(kc);
+    const int64_t tail = nc - (nc - 1) / NR * NR;  /* the last panel's columns */
+    const int64_t last_row = tail <= HALF ? HALF : NR;
+    const int64_t last_panel = (nc - 1) / NR;
+    for (int64_t l = 0; l < kc; l++) {
+        const int64_t index = l0 + l, c = index / taps, kh = (index % taps) / s->kw;
+        const int64_t kw = index % s->kw;
+        const float *plane = x + c * s->h * s->w;
+        const int64_t off = kw * s->dw - s->pl;
+        /* output columns ow with 0 <= ow * sw + off < W */
+        int64_t lo = off >= 0 ? 0 : (-off + s->sw - 1) / s->sw;
+        int64_t hi = s->w - off <= 0 ? 0 : (s->w - off - 1) / s->sw + 1;
+        if (lo > s->ow) lo = s->ow;
+        if (hi > s->ow) hi = s->ow;
+        if (hi < lo) hi = lo;
+        int64_t oh = n0 / s->ow, ow = n0 % s->ow, j = 0;
+        while (j < nc) {
+            const int64_t end = s->ow - ow < nc - j ? s->ow : ow + (nc - j);
+            const int64_t ih = oh * s->sh + kh * s->dh - s->pt;
+            const int valid = ih >= 0 && ih < s->h;
+            const float *source = plane + ih * s->w + off;
+            for (int64_t col = ow; col < end;) {
+                /* up to the panel's end, within one of the zero / copy / zero ranges */
+                const int64_t jj = j + (col - ow), lane = jj % NR, p = jj / NR;
+                int64_t stop = col + (NR - lane);
+                if (stop > end) stop = end;
+                float *target = packed + p * stride + l * (p == last_panel ? last_row : NR)
+                                + lane;
+                if (!valid || col >= hi || stop <= lo) {
+                    for (int64_t t = 0; t < stop - col; t++) target[t] = 0.0f;
+                    col = stop;
+                    continue;
+                }
+                if (col < lo) {
+                    for (int64_t t = 0; t < lo - col; t++) target[t] = 0.0f;
+                    col = lo;
+                    continue;
+                }
+                if (stop > hi) stop = hi;
+                if (s->sw == 1)
+                    for (int64_t t = col; t < stop; t++) target[t - col] = source[t];
+                else
+                    for (int64_t t = col; t < stop; t++) target[t - col] = source[t * s->sw];
+                col = stop;
+            }
+            j += end - ow;
+            ow = 0;
+            oh++;
+        }
+        for (int64_t t = tail; t < last_row; t++)
+            packed[last_panel * stride + l * last_row + t] = 0.0f;
+    }
+}
+
+/* c[m x n] (+)= weights (m x k, row-major) . b[k x n] for the columns [n0, n0 + nc) and sliver rows
+ * [s0, s1), the epilogue at the last K block. */
+static void gemm_unit(const float *weights, const float *b, int64_t ldb, const Shape *conv,
+                      float *c, int64_t ldc, const float *residual, int64_t m, int64_t k,
+                      int64_t n0, int64_t nc, int64_t s0, int64_t s1, float *panel,
+                      const Finish *f) {
+    float acc[MR * NR];
+    for (int64_t l0 = 0; l0 < k; l0 += KC) {
+        const int64_t kc = k - l0 < KC ? k - l0 : KC;
+        if (conv != NULL) pack_b_conv(b, conv, l0, kc, n0, nc, panel);
+        else pack_b(b, ldb, l0, kc, n0, nc, panel);
+        const int last = l0 + kc >= k;
+        for (int64_t s = s0; s < s1; s++) {
+            const int64_t i0 = s * MR;
+            const int rows = m - i0 < MR ? (int)(m - i0) : MR;
+            const float *a[MR];  /* rows past m repeat the last one; their sums are dropped */
+            for (int r = 0; r < MR; r++) a[r] = weights + (i0 + (r < rows ? r : rows - 1)) * k + l0;
+            for (int64_t j = 0; j < nc; j += NR) {
+                const int cols = nc - j < NR ? (int)(nc - j) : NR;
+                const int half = PANEL_ROW(nc, j) == HALF && HALF < NR;
+                const int width = half ? HALF : NR;
+                const int64_t at = i0 * ldc + n0 + j;
+                const float *b_panel = panel + (j / NR) * PANEL(kc);
+                if (rows == MR && cols == width) {
+                    micro(kc, a, b_panel, half, c + at, ldc, l0 > 0);
+                } else {
+                    micro(kc, a, b_panel, half, acc, NR, 0);
+                    for (int r = 0; r < rows; r++) {
+                        float *target = c + at + r * ldc;
+                        const float *values = acc + r * NR;
+                        if (l0 > 0)
+                            for (int t = 0; t < cols; t++) target[t] += values[t];
+                        else
+                            memcpy(target, values, sizeof(float) * cols);
+                    }
+                }
+                if (last)
+                    finish_tile(c + at, ldc, rows, cols, i0,
+                                residual != NULL ? residual + at : NULL, f);
+            }
+        }
+    }
+}
+
+/* The column block width and the number of row blocks for a GEMM of `slivers` MR-row
+ * slivers and `plane` columns on `threads` threads: column blocks of at most NC columns (a
+ * multiple of NR), their count rounded up to a multiple of the team so the units split
+ * evenly; a plane too narrow for every thread splits the slivers instead. */
+static void split_units(int64_t plane, int64_t slivers, int64_t threads, int64_t *nc_out,
+                        int64_t *column_blocks, int64_t *row_blocks) {
+    int64_t blocks = (plane + NC - 1) / NC;
+    if (threads > 1 && blocks % threads && plane >= threads * NR)
+        blocks += threads - blocks % threads;
+    int64_t nc = (plane + blocks - 1) / blocks;
+    nc = (nc + NR - 1) / NR * NR;
+    blocks = (plane + nc - 1) / nc;
+    int64_t rows = 1;
+    if (blocks < threads) {
+        rows = (threads + blocks - 1) / blocks;
+        if (rows > slivers) rows = slivers;
+    }
+    *nc_out = nc;
+    *column_blocks = blocks;
+    *row_blocks = rows;
+}
+

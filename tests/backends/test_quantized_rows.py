@@ -1,0 +1,89 @@
+"""The many-row quantized matmul (``quantized_rows.c``) against the format library's own
+integer tiles: the same bits for every row count, thread count and tile remainder, and each
+row's output the same bits as that row multiplied alone (the decode tile), so a batched
+serving step answers each request as it would be answered alone. The formats' values
+themselves are checked against gguf's de-quantizer by the kernel suite's cases."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import fuel
+from fuel.backends.cpu import BACKEND, quantized, quantized_rows
+from fuel.compiler import toolchain
+from fuel.ir import dtype as dt
+from fuel.ir.device import CPU
+from fuel.ir.layout import Layout
+
+pytestmark = pytest.mark.skipif(toolchain.unavailable_reason() is not None,
+                                reason="no C compiler")
+FORMATS = (dt.q4_0, dt.q4_1, dt.q8_0)
+
+
+def _weight(dtype, n, k, rng):
+    gguf = pytest.importorskip("gguf")
+    values = rng.standard_normal((n, k)).astype(np.float32)
+    values[:, :32] *= 40.0  # a block of outliers
+    values[1, :] = 0.0  # an all-zero weight row
+    blocks = gguf.quants.quantize(values, gguf.GGMLQuantizationType(dtype.gguf_type))
+    return np.ascontiguousarray(blocks).view(np.uint8).reshape(-1)
+
+
+def _activations(m, k, rng):
+    x = (rng.standard_normal((m, k)) * rng.choice([1e-3, 1.0, 300.0], (m, 1))).astype(np.float32)
+    x[0, 32:64] = 0.0  # an all-zero activation block
+    x[:, 7] *= 50.0  # an outlier channel
+    return x
+
+
+def _run(function, x, weight, n, threads):
+    m, k = x.shape
+    out = np.full((m, n), np.nan, np.float32)
+    data = (ctypes.c_void_p * 3)(x.ctypes.data, weight.ctypes.data, out.ctypes.data)
+    function(data, (ctypes.c_int64 * 5)(quantized.MATMUL, m, n, k, threads), None)
+    return out
+
+
+@pytest.mark.parametrize("dtype", FORMATS, ids=lambda d: d.name)
+def test_rows_tile_equals_the_integer_tile_and_each_row_alone(dtype):
+    rng = np.random.default_rng(5)
+    k = 96
+    for n in (13, 203):  # a tile remainder; chunks over threads
+        weight = _weight(dtype, n, k, rng)
+        for m in (2, 3, 8, 9, 17, 33):
+            x = _activations(m, k, rng)
+            rows = _run(quantized_rows.library(dtype), x, weight, n, 2)
+            tile = _run(quantized.library(dtype), x, weight, n, 1)
+            np.testing.assert_array_equal(rows.view(np.uint32), tile.view(np.uint32),
+                                          err_msg=f"{dtype.name} m={m} n={n}")
+            for i in (0, m - 1):
+                alone = _run(quantized.library(dtype), x[i:i + 1].copy(), weight, n, 1)
+                np.testing.assert_array_equal(rows[i].view(np.uint32),
+                                              alone[0].view(np.uint32))
+
+
+def test_the_rule_runs_many_rows_on_the_rows_tile_and_offers_both_tiles(monkeypatch):
+    """quantized_matmul's variants for 8 rows of q4_1: the rows tile first (the rule's), then
+    the one-weight-row tile, each on the rule's thread count and the other; every variant
+    gives the same bits."""
+    monkeypatch.setenv("FUEL_THREADS", "2")
+    rng = np.random.default_rng(3)
+    n, k, m = 64, 128, 8
+    weight = fuel.from_quantized(_weight(dt.q4_1, n, k, rng), fuel.q4_1, (n, k))
+    x = _activations(m, k, rng)
+    kernel = quantized.QuantizedKernel(quantized.MATMUL, dt.q4_1)
+    layouts = [Layout.contiguous((m, k)), weight._node.layout, Layout.contiguous((m, n))]
+    variants = kernel.variants(layouts, None, CPU)
+    assert [v.name.split("/")[0] for v in variants] == ["int-rows"] * 2 + ["int-dot"] * 2
+    found = []
+    for variant in variants:
+        out = BACKEND.allocate(CPU, dt.float32, m * n)
+        variant.prepare([BACKEND.upload(CPU, x.reshape(-1)), weight._node.buffer], [out],
+                        layouts, None)()
+        found.append(out.buffer.copy())
+    for other in found[1:]:
+        np.testing.assert_array_equal(found[0].view(np.uint32), other.view(np.uint32))
+    # and the op itself (the rule: the rows tile) gives those bits
+    product = fuel.quantized_matmul(fuel.from_numpy(x), weight).numpy().reshape(-1)
+    np.testing.assert_array_equal(product.view(np.uint32), found[0].view(np.uint32))
