@@ -10,7 +10,7 @@ import numpy as np
 
 from fuel.frontend import tape
 from fuel.frontend.base import TensorBase, wrap
-from fuel.graph.node import Node, creation_site, is_runtime_file, site_from
+from fuel.graph.node import Node, creation_site, is_runtime_file, site_from, sites_in_progress
 from fuel.graph.node import user_site_holder as _site_local
 from fuel.ir import dtype as dt
 from fuel.ir.device import Device
@@ -40,6 +40,7 @@ def at_user_line(function):
             site = user_site(_getframe(1))
             if site is not None:
                 local.site = site
+                sites_in_progress.append(None)
                 outermost = True
         try:
             return function(*args, **kwargs)
@@ -50,6 +51,7 @@ def at_user_line(function):
         finally:
             if outermost:
                 local.site = None
+                sites_in_progress.pop()
 
     return wrapper
 
@@ -86,7 +88,7 @@ def make(op: OpKind, inputs: tuple[Node, ...], params,
         shape, dtype, structure = infer_keyed(op, params, shapes, dtypes)
     except FuelError as error:
         raise _located(type(error)(f"{op.value}: {error}")) from None
-    site = _site_local.site
+    site = _site_local.site if sites_in_progress else None
     node = Node(op, inputs, params, dtype, shape, device or source_device,
                 site if site is not None else creation_site(), structure)
     if tape.ACTIVE:
@@ -113,6 +115,8 @@ def pair_rule(op: OpKind, dtype: DType, shape: tuple[int, ...]):
             found = infer_keyed(op, NO_PARAMS, (shape, shape), (dtype, dtype))
         except FuelError:
             return None
+        if found[0] == shape:  # one shape object along a chain: the memos compare by identity
+            found = (shape, found[1], found[2])
         if len(_PAIR_RULES) > 65536:
             _PAIR_RULES.clear()
         _PAIR_RULES[rule_key] = found

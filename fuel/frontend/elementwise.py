@@ -18,7 +18,7 @@ from fuel.frontend.build import (
     operand_nodes,
     pair_rule,
 )
-from fuel.graph.node import Node
+from fuel.graph.node import Node, sites_in_progress
 from fuel.graph.node import user_site_holder as site_holder
 from fuel.ir import dtype as dt
 from fuel.ir.errors import DTypeError, InvalidArgument
@@ -156,54 +156,57 @@ def binary_operator(op: OpKind, reflected: bool = False):
             return binary(op, self, other)
     general = at_user_line(general)
     needs_float = op is OpKind.DIV  # integer division promotes: the general path
-    # (value, dtype, device, shape, constant node) of the last Python float; (dtype, shape,
-    # rule result) of the last operands: each one tuple, read and replaced whole (threads).
-    last_scalar: tuple = (None, None, None, None, None)
+    # (value, dtype, device, shape, constant node, rule result) of the last Python float;
+    # (dtype, shape, rule result) of the last two tensors: each one tuple, read and replaced
+    # whole (threads).
+    last_scalar: tuple = (None, None, None, None, None, None)
     last_rule: tuple = (None, None, None)
+    tensor_class = None  # fuel.Tensor (TensorBase.concrete), once it is defined
 
     def operator(self, other) -> TensorBase:
-        nonlocal last_scalar, last_rule
+        nonlocal last_scalar, last_rule, tensor_class
         left = self._node
         dtype = left.dtype
-        kind = other.__class__
+        kind = type(other)  # (not __class__: a specialized call, not an attribute lookup)
+        device = left.device
+        shape = left.shape
         if kind is float:
             if dtype.kind != "f":
                 return general(self, other)
-            device = left.device
-            shape = left.shape
-            value, seen_dtype, seen_device, seen_shape, right = last_scalar
+            value, seen_dtype, seen_device, seen_shape, right, found = last_scalar
             if value is not other or seen_dtype is not dtype or seen_device is not device or \
-                    seen_shape != shape:
+                    seen_shape is not shape and seen_shape != shape:
+                found = pair_rule(op, dtype, shape)
+                if found is None:
+                    return general(self, other)
                 right = constant(other, dtype, device, shape)
-                last_scalar = (other, dtype, device, shape, right)
-        elif kind is TensorBase.concrete:
-            right = other._node
-            shape = left.shape
-            device = left.device
-            if right.dtype is not dtype or right.shape != shape or dtype.kind == "b" or \
-                    right.device is not device or needs_float and dtype.kind != "f":
-                return general(self, other)
+                last_scalar = (other, dtype, device, shape, right, found)
         else:
-            return general(self, other)
-        seen_dtype, seen_shape, found = last_rule
-        if seen_dtype is not dtype or seen_shape != shape:
-            found = pair_rule(op, dtype, shape)
-            if found is None:
+            if tensor_class is None:
+                tensor_class = TensorBase.concrete
+            if kind is not tensor_class:
                 return general(self, other)
-            last_rule = (dtype, shape, found)
+            right = other._node
+            if right.dtype is not dtype or right.shape is not shape and right.shape != shape or \
+                    dtype.kind == "b" or right.device is not device or \
+                    needs_float and dtype.kind != "f":
+                return general(self, other)
+            seen_dtype, seen_shape, found = last_rule
+            if seen_dtype is not dtype or seen_shape is not shape and seen_shape != shape:
+                found = pair_rule(op, dtype, shape)
+                if found is None:
+                    return general(self, other)
+                last_rule = (dtype, shape, found)
         if reflected:
             left, right = right, left
-        site = site_holder.site
+        site = site_holder.site if sites_in_progress else None
         if site is None:  # no API entry in progress: the caller's line (user_site's hit inline)
             caller = _getframe(1)
             code = caller.f_code
             entry = code_sites.get(id(code))
-            if entry is None or entry[0] is not code or entry[1] is None:
+            if entry is None or entry[0] is not code or entry[1] is None or \
+                    (site := entry[1].get(caller.f_lasti)) is None:
                 site = frame_site(caller)
-            else:
-                site = entry[1].get(caller.f_lasti)
-                if site is None:
-                    site = frame_site(caller)
         node = new_object(Node)  # Node(op, (left, right), NO_PARAMS, ...) without __init__
         node.op = op
         node.inputs = (left, right)
@@ -217,7 +220,9 @@ def binary_operator(op: OpKind, reflected: bool = False):
         node.key = hash((found[2], device.key, left.key, right.key))
         if tape.ACTIVE:
             tape.record(node)
-        result = new_object(TensorBase.concrete)  # wrap(node) without a Python __init__
+        if tensor_class is None:
+            tensor_class = TensorBase.concrete
+        result = new_object(tensor_class)  # wrap(node) without a Python __init__
         result._node = node
         return result
 

@@ -122,3 +122,39 @@ def test_literal_memo_under_threads():
     for thread in threads:
         thread.join()
     assert not failures
+
+
+def test_sites_in_progress_follow_api_calls_and_threads():
+    """The operators skip the thread-local site only while no thread has one set: an API call
+    that raises leaves none behind, and another thread's site never becomes this one's."""
+    from fuel.graph.node import set_user_site, sites_in_progress
+
+    x = fuel.from_numpy(np.ones(3, np.float32))
+    with pytest.raises(fuel.FuelError):
+        x.reshape(7)
+    assert sites_in_progress == []
+    started, release = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        set_user_site(("elsewhere.py", 1))
+        started.set()
+        release.wait(10)
+        set_user_site(None)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    started.wait(10)
+    try:
+        assert len(sites_in_progress) == 1
+        result, line = x * 2.0, _line()
+        assert result._node.site == (__file__, line)
+    finally:
+        release.set()
+        thread.join()
+    assert sites_in_progress == []
+    set_user_site(("mine.py", 3))
+    try:
+        assert (x * 2.0)._node.site == ("mine.py", 3)
+    finally:
+        set_user_site(None)
+    assert sites_in_progress == []
