@@ -81,22 +81,32 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False,
     lines += outer_inputs(kernel, patterns, depth, width)
     lines += _stores(kernel, strided, patterns[len(kernel.loads):], depth, width)
     loop_head = _decode(patterns, depth, len(row_sizes), width, len(kernel.loads))
+    element_stores = [(p, s) for p, s in enumerate(kernel.stores) if not s.per_row]
+    kept = _kept_in_output(kernel, per_row, strided, element_stores) if KEEP_IN_OUTPUT else None
     for index, value in enumerate(kernel.values):
         if not per_row[index]:
             continue
         if value.op in REDUCE_OPS:
-            lines += _reduction(kernel, index, per_row, patterns, loop_head)
+            keep = (f"      out{kept[1]}[i] = v{kept[0]};"
+                    if kept is not None and index == kept[2] else None)
+            lines += _reduction(kernel, index, per_row, patterns, loop_head, keep)
         else:
             lines.append(f"    const {C_TYPES[value.dtype]} v{index} = "
                          f"{_expression(kernel, value, patterns)};")
-    element_stores = [(p, s) for p, s in enumerate(kernel.stores) if not s.per_row]
     if element_stores:
-        needed = element_dependencies(kernel, [s.value for _, s in element_stores], per_row)
+        available = per_row
+        if kept is not None:  # the kept value is read back, not computed again
+            available = list(per_row)
+            available[kept[0]] = True
+        needed = element_dependencies(kernel, [s.value for _, s in element_stores], available)
         for index in needed:
             if kernel.values[index].op in SCAN_OPS:
                 lines.append(f"    {C_TYPES[kernel.values[index].dtype]} a{index} = 0;")
         lines.append("    for (int64_t i = 0; i < row; i++) {")
         lines += loop_head
+        if kept is not None:
+            lines.append(f"      const {C_TYPES[kernel.values[kept[0]].dtype]} v{kept[0]} = "
+                         f"out{kept[1]}[i];")
         lines += _element_lines(kernel, needed, patterns, "      ")
         for position, store in element_stores:
             lines.append(f"      out{position}[{_store_index(kernel, position, strided, patterns)}]"
@@ -109,6 +119,36 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False,
     flat = tuple(s for own, row in zip(strides, row_strides) for s in (*own, *row))
     tail = (PARALLEL_ROWS,) if parallel else ()
     return CProgram("\n".join(lines), (*sizes, *row_sizes, *tail), flat)
+
+
+# The last reduction's loop writes the most derived per-element value it shares with the
+# element loop into the output row, which the element loop reads back instead of computing it
+# again (softmax's exp, layer norm's centred input): the same operations on the same operands,
+# one exp per element fewer (and the sum then adds exactly the exps the row divides).
+KEEP_IN_OUTPUT = True
+
+
+def _kept_in_output(kernel: LoopKernel, per_row: list[bool], strided: list[int],
+                    element_stores: list) -> tuple[int, int, int] | None:
+    """(value, store position, reduction): the per-element value the last reduction's loop
+    and the element loop both compute, the most derived one, when the kernel has one dense
+    element store of that value's own floating dtype and no running fold; else None."""
+    if len(element_stores) != 1 or any(v.op in SCAN_OPS for v in kernel.values):
+        return None
+    position, store = element_stores[0]
+    if position in strided or store.dtype not in (dt.float32, dt.float64):
+        return None
+    reductions = [i for i, v in enumerate(kernel.values) if per_row[i] and v.op in REDUCE_OPS]
+    if not reductions:
+        return None
+    last = reductions[-1]
+    shared = set(element_dependencies(kernel, [kernel.values[last].args[0]], per_row))
+    shared &= set(element_dependencies(kernel, [store.value], per_row))
+    candidates = [i for i in shared if kernel.values[i].dtype is store.dtype
+                  and kernel.values[i].op != "load"]
+    if not candidates:
+        return None
+    return max(candidates), position, last
 
 
 def _stores(kernel: LoopKernel, strided: list[int], patterns: list[str], depth: int,
@@ -179,10 +219,11 @@ _SIMD_COMBINES = {"add": "+", "mul": "*", "and": "&&", "or": "||"}
 
 
 def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: list[str],
-               loop_head: list[str]) -> list[str]:
+               loop_head: list[str], keep: str | None = None) -> list[str]:
     """One loop over the row folding the argument into an accumulator, vectorized through an
     OpenMP SIMD reduction (``-fopenmp-simd``: no threads); float max and min track NaN apart;
-    argmax and argmin fold (value, index) pairs in order."""
+    argmax and argmin fold (value, index) pairs in order. ``keep``: a line the loop also runs
+    (the store of a value the element loop reads back)."""
     value = kernel.values[index]
     op = value.op
     fold = reduction(op)
@@ -191,6 +232,8 @@ def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: li
     accumulator = f"a{index}"
     needed = element_dependencies(kernel, [argument], per_row)
     body = [*loop_head, *_element_lines(kernel, needed, patterns, "      ")]
+    if keep is not None:
+        body.append(keep)
     if fold.indexed:
         folded = kernel.values[argument].dtype
         best = C_TYPES[folded]

@@ -116,7 +116,7 @@ def _detect() -> Toolchain | str:
     return found
 
 
-PROBE_FILE = "toolchain.json"  # in the cache root: the last probe's verdict per machine
+PROBE_FILE = "toolchain.json"  # in the kernel cache: the last probe's verdict per machine
 
 
 def _probe_key(path: str) -> str:
@@ -147,7 +147,7 @@ _PROBE_REVISION = 1  # bump when _probe's decisions change
 def _remembered_probe(key: str) -> Toolchain | None:
     """The Toolchain an earlier process probed under ``key`` (no compiler runs), if any."""
     try:
-        stored = json.loads((cache_root() / PROBE_FILE).read_text())
+        stored = json.loads((cache_folder() / PROBE_FILE).read_text())
         if stored.get("key") != key:
             return None
         found = stored["toolchain"]
@@ -163,7 +163,7 @@ def _remembered_probe(key: str) -> Toolchain | None:
 
 def _remember_probe(key: str, toolchain: Toolchain, openmp_flags: tuple | None = None) -> None:
     """Store a probe's verdict for the next process (written whole, then renamed)."""
-    folder = cache_root()
+    folder = cache_folder()
     entry: dict = {"key": key, "toolchain": {
         "compiler": toolchain.compiler, "identity": toolchain.identity,
         "flags": list(toolchain.flags), "openmp": toolchain.openmp,

@@ -155,3 +155,51 @@ def test_norms_over_the_trailing_dims(axes):
     loop = norm_loop(OpKind.RMS_NORM, dt.float32, [layout, weights, layout], axes, 1e-6)
     actual = _run(loop, [x, weight], [layout, weights], dt.float32, layout, 72)
     np.testing.assert_allclose(actual.reshape(shape), rms, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
+@pytest.mark.parametrize("expression", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
+def test_a_value_kept_in_the_output_row_gives_the_same_values(expression, monkeypatch):
+    """The last reduction's loop may keep the value the element loop needs (softmax's exp,
+    layer norm's centred input) in the output row instead of the element loop computing it
+    again: the same operations on the same operands, within four units in the last place."""
+    import fuel
+    from fuel.compiler import render_c_reduce
+    from fuel.nn import functional
+    from fuel.runtime import plan as compiled
+
+    rng = np.random.default_rng(len(expression))
+    x = rng.standard_normal((6, 5, 77)).astype(np.float32) * 4
+    bias = rng.standard_normal(77).astype(np.float32)
+    weight = rng.standard_normal(77).astype(np.float32)
+
+    def run():
+        fuel.set_plan_cache_capacity(0)
+        compiled._compiled_cache.clear()  # render and build the rows anew
+        try:
+            t = fuel.from_numpy(x) + fuel.from_numpy(bias)
+            if expression == "softmax":
+                return functional.softmax(t, -1).numpy()
+            if expression == "log_softmax":
+                return t.log_softmax(-1).numpy()
+            if expression == "layer_norm":
+                return functional.layer_norm(t, (77,), fuel.from_numpy(weight),
+                                             fuel.from_numpy(bias), 1e-5).numpy()
+            return (t * (t * t).mean(-1, keepdim=True).add(1e-6).rsqrt()).numpy()
+        finally:
+            fuel.set_plan_cache_capacity(128)
+
+    def sources():
+        return [getattr(c.kernel, "program", None) for c in compiled._compiled_cache.values()
+                if hasattr(c, "kernel")]
+
+    kept = run()
+    assert any(p is not None and "= out0[i];\n" in p.source.split("for (int64_t i")[-1]
+               for p in sources()), "no row kept its value in the output"
+    monkeypatch.setattr(render_c_reduce, "KEEP_IN_OUTPUT", False)
+    recomputed = run()
+    assert not any(p is not None and "] = out0[i]" in p.source for p in sources())
+    # The same operations on the same operands; an exp may come from libmvec's vector form in
+    # one loop and its scalar form in the other loop's remainder, a last-bit apart.
+    np.testing.assert_array_max_ulp(kept, recomputed, maxulp=4)
+    assert np.isfinite(kept).all()

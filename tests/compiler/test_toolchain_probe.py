@@ -22,7 +22,7 @@ def test_a_second_process_reads_the_probe_without_running_the_compiler(fresh_cac
     if isinstance(first, str):
         pytest.skip(first)
     flags = toolchain.openmp_flags()
-    assert (fresh_cache / toolchain.PROBE_FILE).exists()
+    assert (fresh_cache / "kernels" / toolchain.PROBE_FILE).exists()
 
     def no_compiler(*args, **kwargs):
         raise AssertionError(f"the compiler ran: {args[0]}")
@@ -47,7 +47,8 @@ def test_the_probe_is_keyed_by_what_steers_it(fresh_cache, monkeypatch):
 
 
 def test_a_damaged_probe_file_is_probed_again(fresh_cache, monkeypatch):
-    (fresh_cache / toolchain.PROBE_FILE).write_text("{not json")
+    (fresh_cache / "kernels").mkdir()
+    (fresh_cache / "kernels" / toolchain.PROBE_FILE).write_text("{not json")
     found = toolchain.detect()
     if isinstance(found, str):
         pytest.skip(found)
