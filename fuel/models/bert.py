@@ -150,9 +150,10 @@ class BertEncoder:
         return self._hidden(ids_t, mask_t)
 
     def mean_pooled(self, ids: np.ndarray, mask: np.ndarray) -> Tensor:
-        """``(batch, hidden)`` means of the hidden states over the unmasked tokens. The second
-        time a (batch, length) shape comes, its plan is captured (fuel.jit) and replayed from
-        then on; the result may therefore come back already realized."""
+        """``(batch, hidden)`` means of the hidden states over the unmasked tokens. Each
+        (batch, length) shape's plan is captured (fuel.jit) at its first call and replayed from
+        then on (the last MAX_CAPTURED_SHAPES shapes are kept); the result may therefore come
+        back already realized."""
         leaves = self._leaves(ids, mask)
         replay = self._replay_for(ids.shape)
         return replay(*leaves) if replay is not None else self._pooled(*leaves)
@@ -173,14 +174,12 @@ class BertEncoder:
                 fuel.from_numpy(weights, device=self.device))
 
     def _replay_for(self, shape: tuple[int, int]):
-        """The captured pooled forward for ``shape``, or None the first time it is seen (or
-        when use_jit is off)."""
+        """The captured pooled forward for ``shape`` (captured by its first call), or None
+        when use_jit is off."""
         if not self.use_jit:
             return None
         replays = self._replays
         if shape not in replays:
-            replays[shape] = None
-        elif replays[shape] is None:
             replays[shape] = fuel.jit(self._pooled)
         replays.move_to_end(shape)
         while len(replays) > MAX_CAPTURED_SHAPES:
