@@ -128,46 +128,58 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
     }
 }
 
-/* Few output positions (plane < NR, e.g. a squeeze-excite's 1x1 maps): per image and group
- * the patch columns transposed into `columns` (plane x k), then one dot product per output,
- * no weight packing. */
-static void small_conv(const float *x, const float *w, float *out, const float *residual,
-                       const Shape *s, const Finish *f, int64_t threads) {
+/* Few output positions (plane < HALF, e.g. a squeeze-excite's 1x1 maps): per image and group
+ * (a unit of run_units) the patch columns transposed into `columns` (plane x k), then one
+ * dot product per output, no weight packing. */
+typedef struct {
+    const float *x, *w, *residual;
+    float *out;
+    const Shape *s;
+    const Finish *f;
+} SmallJob;
+
+static void small_task(void *context, int64_t unit) {
+    const SmallJob *j = context;
+    const Shape *s = j->s;
+    const Finish *f = j->f;
+    const int64_t image = unit / s->groups, g = unit % s->groups;
     const int64_t cg = s->c / s->groups, mg = s->m / s->groups, taps = s->kh * s->kw;
     const int64_t k = cg * taps, plane = s->oh * s->ow, in_plane = s->h * s->w;
     float *columns = thread_buffer(1, (size_t)(plane * k + 1));
-    for (int64_t image = 0; image < s->n; image++)
-        for (int64_t g = 0; g < s->groups; g++) {
-            const float *source = x + (image * s->c + g * cg) * in_plane;
-            for (int64_t p = 0; p < plane; p++) {
-                const int64_t y0 = (p / s->ow) * s->sh - s->pt, x0 = (p % s->ow) * s->sw - s->pl;
-                float *column = columns + p * k;
-                for (int64_t l = 0; l < k; l++) {
-                    const int64_t c = l / taps, kh = (l % taps) / s->kw, kw = l % s->kw;
-                    const int64_t iy = y0 + kh * s->dh, ix = x0 + kw * s->dw;
-                    column[l] = iy >= 0 && iy < s->h && ix >= 0 && ix < s->w
-                                    ? source[(c * s->h + iy) * s->w + ix] : 0.0f;
-                }
-            }
-            const int64_t at = (image * s->m + g * mg) * plane;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-            for (int64_t m = 0; m < mg; m++) {
-                const float *row = w + (g * mg + m) * k;
-                float values[NR];
-                for (int64_t p = 0; p < plane; p++) {
-                    const float *column = columns + p * k;
-                    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                    for (int64_t l = 0; l < k; l++) sum += row[l] * column[l];
-                    values[p] = sum;
-                }
-                const int64_t channel = g * mg + m;
-                finish(values, plane, f->bias != NULL ? f->bias[channel] : 0.0f,
-                       residual != NULL ? residual + at + m * plane : NULL, f->act, f->alpha,
-                       f->beta, f->slope != NULL ? f->slope[channel] : 0.0f);
-                memcpy(out + at + m * plane, values, sizeof(float) * plane);
-            }
+    const float *source = j->x + (image * s->c + g * cg) * in_plane;
+    for (int64_t p = 0; p < plane; p++) {
+        const int64_t y0 = (p / s->ow) * s->sh - s->pt, x0 = (p % s->ow) * s->sw - s->pl;
+        float *column = columns + p * k;
+        for (int64_t l = 0; l < k; l++) {
+            const int64_t c = l / taps, kh = (l % taps) / s->kw, kw = l % s->kw;
+            const int64_t iy = y0 + kh * s->dh, ix = x0 + kw * s->dw;
+            column[l] = iy >= 0 && iy < s->h && ix >= 0 && ix < s->w
+                            ? source[(c * s->h + iy) * s->w + ix] : 0.0f;
         }
+    }
+    const int64_t at = (image * s->m + g * mg) * plane;
+    for (int64_t m = 0; m < mg; m++) {
+        const float *row = j->w + (g * mg + m) * k;
+        float values[HALF];
+        for (int64_t p = 0; p < plane; p++) {
+            const float *column = columns + p * k;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t l = 0; l < k; l++) sum += row[l] * column[l];
+            values[p] = sum;
+        }
+        const int64_t channel = g * mg + m;
+        finish(values, plane, f->bias != NULL ? f->bias[channel] : 0.0f,
+               j->residual != NULL ? j->residual + at + m * plane : NULL, f->act, f->alpha,
+               f->beta, f->slope != NULL ? f->slope[channel] : 0.0f);
+        memcpy(j->out + at + m * plane, values, sizeof(float) * plane);
+    }
+}
+
+static void small_conv(const float *x, const float *w, float *out, const float *residual,
+                       const Shape *s, const Finish *f, int64_t threads) {
+    SmallJob j = {x, w, residual, out, s, f};
+    run_units(s->n * s->groups, threads, small_task, &j);
 }
 
 typedef struct {

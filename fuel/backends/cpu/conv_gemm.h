@@ -211,6 +211,24 @@ static void pack_b_conv(const float *x, const Shape *s, int64_t l0, int64_t kc, 
                 if (stop > hi) stop = hi;
                 if (s->sw == 1)
                     for (int64_t t = col; t < stop; t++) target[t - col] = source[t];
+#if defined(__AVX512F__)
+                else if (s->sw == 2)  /* the even elements, 16 at a time (masked loads) */
+                    for (int64_t t = col; t < stop; t += 16) {
+                        const int64_t count = stop - t < 16 ? stop - t : 16;
+                        const int64_t reads = 2 * count - 1;  /* up to the last even one */
+                        const __mmask16 low = reads >= 16 ? (__mmask16)0xFFFF
+                                                          : (__mmask16)((1u << reads) - 1);
+                        const __mmask16 high = reads <= 16 ? 0
+                                                           : (__mmask16)((1u << (reads - 16)) - 1);
+                        const __m512 even = _mm512_permutex2var_ps(
+                            _mm512_maskz_loadu_ps(low, source + 2 * t),
+                            _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                             2, 0),
+                            _mm512_maskz_loadu_ps(high, source + 2 * t + 16));
+                        _mm512_mask_storeu_ps(target + (t - col),
+                                              (__mmask16)((1u << count) - 1), even);
+                    }
+#endif
                 else
                     for (int64_t t = col; t < stop; t++) target[t - col] = source[t * s->sw];
                 col = stop;

@@ -239,6 +239,61 @@ static void depthwise_task(void *context, int64_t unit) {
     }
 }
 
+#if defined(__AVX512F__)
+/* Narrow planes (at most NARROW output columns: 7x7 maps, where a 16-lane row would leave
+ * most lanes idle): 16 channels of one image in the vector lanes instead. Unit i: channels
+ * [16 i', 16 i' + 16) of image i / blocks: the block's padded planes transposed into a
+ * (row, column, channel) buffer (borders zeroed once a unit), one 16-channel accumulator per
+ * output position over the taps, then transposed back with the epilogue on each plane. */
+#define NARROW 8
+static void depthwise_channels_task(void *context, int64_t unit) {
+    const DepthwiseJob *j = context;
+    const Shape *s = j->s;
+    const int64_t blocks = (s->c + 15) / 16, image = unit / blocks, c0 = (unit % blocks) * 16;
+    const int64_t lanes = s->c - c0 < 16 ? s->c - c0 : 16, taps = s->kh * s->kw;
+    const int64_t pw = (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1;
+    const int64_t ph = j->ph, plane_in = s->h * s->w;
+    float *buffer = thread_buffer(0, (size_t)(16 * (pw * ph + taps + j->plane)));
+    float *weights = buffer + 16 * pw * ph, *results = weights + 16 * taps;
+    memset(buffer, 0, sizeof(float) * 16 * (size_t)(pw * ph));
+    for (int64_t l = 0; l < lanes; l++) {
+        const float *in = j->x + (image * s->c + c0 + l) * plane_in;
+        for (int64_t iy = 0; iy < s->h; iy++) {
+            const int64_t y = iy + s->pt;
+            if (y >= ph) break;
+            for (int64_t ix = 0; ix < s->w; ix++) {
+                const int64_t x = ix + s->pl;
+                if (x < pw) buffer[(y * pw + x) * 16 + l] = in[iy * s->w + ix];
+            }
+        }
+        for (int64_t t = 0; t < taps; t++) weights[t * 16 + l] = j->w[(c0 + l) * taps + t];
+    }
+    for (int64_t l = lanes; l < 16; l++)
+        for (int64_t t = 0; t < taps; t++) weights[t * 16 + l] = 0.0f;
+    for (int64_t oh = 0; oh < s->oh; oh++)
+        for (int64_t ow = 0; ow < s->ow; ow++) {
+            const float *origin = buffer + (oh * s->sh * pw + ow * s->sw) * 16;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t kh = 0; kh < s->kh; kh++) {
+                const float *row = origin + kh * s->dh * pw * 16;
+                const float *w = weights + kh * s->kw * 16;
+                for (int64_t kw = 0; kw < s->kw; kw++)
+                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(w + kw * 16),
+                                          _mm512_loadu_ps(row + kw * s->dw * 16), acc);
+            }
+            _mm512_storeu_ps(results + (oh * s->ow + ow) * 16, acc);
+        }
+    for (int64_t l = 0; l < lanes; l++) {
+        const int64_t c = c0 + l, at = (image * s->c + c) * j->plane;
+        float *target = j->out + at;
+        for (int64_t p = 0; p < j->plane; p++) target[p] = results[p * 16 + l];
+        finish(target, j->plane, j->bias != NULL ? j->bias[c] : 0.0f,
+               j->residual != NULL ? j->residual + at : NULL, s->act, j->alpha, j->beta,
+               j->slope != NULL ? j->slope[c] : 0.0f);
+    }
+}
+#endif
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     const int64_t threads = (sizes[1] > 1 ? sizes[1] : 1);
@@ -249,6 +304,12 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
                       s.oh * s.ow, s.n * s.c, 1, (s.ow + 15) / 16 * 16, 0, 0};
     j.pw = j.wide * s.sw + (s.kw - 1) * s.dw + 32;
     j.ph = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1;
+#if defined(__AVX512F__)
+    if (s.ow <= NARROW) {
+        run_units(s.n * ((s.c + 15) / 16), threads, depthwise_channels_task, &j);
+        return;
+    }
+#endif
     /* about four units a thread */
     j.per_unit = threads > 1 ? (j.planes + 4 * threads - 1) / (4 * threads) : j.planes;
     if (j.per_unit < 1) j.per_unit = 1;

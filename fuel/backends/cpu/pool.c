@@ -26,8 +26,8 @@ static inline int64_t inside(int64_t o, int64_t stride, int64_t pad, int64_t dil
 }
 
 static void pool_plane(const float *in, float *out, const Shape *s, float *padded, int64_t pw,
-                       int64_t ph, int maximum, float fill, const float *row_scale,
-                       const float *col_scale) {
+                       int64_t ph, int maximum, float fill, const float *row_count,
+                       const float *col_count) {
     for (int64_t y = 0; y < ph; y++) {
         float *target = padded + y * pw;
         const int64_t iy = y - s->pt;
@@ -68,9 +68,10 @@ static void pool_plane(const float *in, float *out, const Shape *s, float *padde
                     }
                 }
                 if (maximum) acc = _mm512_mask_blend_ps(nan, acc, _mm512_set1_ps(NAN));
-                else if (row_scale != NULL)
-                    acc = _mm512_mul_ps(acc, _mm512_mul_ps(
-                        _mm512_set1_ps(row_scale[oh]), _mm512_maskz_loadu_ps(mask, col_scale + ow)));
+                else if (row_count != NULL)
+                    acc = _mm512_div_ps(acc, _mm512_mul_ps(
+                        _mm512_set1_ps(row_count[oh]),
+                        _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), mask, col_count + ow)));
                 _mm512_mask_storeu_ps(target + ow, mask, acc);
             }
         }
@@ -98,9 +99,9 @@ static void pool_plane(const float *in, float *out, const Shape *s, float *padde
                     }
                 }
                 if (maximum) acc = _mm256_blendv_ps(acc, _mm256_set1_ps(NAN), nan);
-                else if (row_scale != NULL)
-                    acc = _mm256_mul_ps(acc, _mm256_mul_ps(_mm256_set1_ps(row_scale[oh]),
-                                                           _mm256_loadu_ps(col_scale + ow)));
+                else if (row_count != NULL)
+                    acc = _mm256_div_ps(acc, _mm256_mul_ps(_mm256_set1_ps(row_count[oh]),
+                                                           _mm256_loadu_ps(col_count + ow)));
                 _mm256_storeu_ps(target + ow, acc);
             }
 #endif
@@ -116,7 +117,7 @@ static void pool_plane(const float *in, float *out, const Shape *s, float *padde
                 else
                     for (int64_t kw = 0; kw < s->kw; kw++) acc += row[kw * s->dw];
             }
-            target[ow] = row_scale != NULL ? acc * row_scale[oh] * col_scale[ow] : acc;
+            target[ow] = row_count != NULL ? acc / (row_count[oh] * col_count[ow]) : acc;
         }
     }
 }
@@ -126,7 +127,7 @@ typedef struct {
     float *out;
     const Shape *s;
     int maximum;
-    const float *row_scale, *col_scale;
+    const float *row_count, *col_count;
     int64_t pw, ph, planes, per_unit;
 } PoolJob;
 
@@ -139,7 +140,7 @@ static void pool_task(void *context, int64_t unit) {
     const int64_t last = first + j->per_unit < j->planes ? first + j->per_unit : j->planes;
     for (int64_t i = first; i < last; i++)
         pool_plane(j->x + i * s->h * s->w, j->out + i * s->oh * s->ow, s, padded, j->pw, j->ph,
-                   j->maximum, j->maximum ? -INFINITY : 0.0f, j->row_scale, j->col_scale);
+                   j->maximum, j->maximum ? -INFINITY : 0.0f, j->row_count, j->col_count);
 }
 
 static void pool(const float *x, float *out, const Shape *s, int maximum, int64_t mode,
@@ -147,26 +148,27 @@ static void pool(const float *x, float *out, const Shape *s, int maximum, int64_
     const int64_t planes = s->n * s->m;
     const int64_t pw = (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1 + 16;
     const int64_t ph = (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1;
-    float *row_scale = NULL, *col_scale = NULL;
-    if (!maximum && mode != 2) {  /* 1 / count, separable over rows and columns */
-        row_scale = malloc(sizeof(float) * (size_t)s->oh);
-        col_scale = malloc(sizeof(float) * (size_t)s->ow);
+    float *row_count = NULL, *col_count = NULL;
+    if (!maximum && mode != 2) {  /* the taps counted, separable over rows and columns: the sum is
+                                   * divided by their (exact) product, as onnxruntime does */
+        row_count = malloc(sizeof(float) * (size_t)s->oh);
+        col_count = malloc(sizeof(float) * (size_t)s->ow);
         const int64_t bottom = mode == 1 ? (int64_t)pad_bottom : 0;
         const int64_t right = mode == 1 ? (int64_t)pad_right : 0;
         const int64_t top = mode == 1 ? s->pt : 0, left = mode == 1 ? s->pl : 0;
         for (int64_t o = 0; o < s->oh; o++)
-            row_scale[o] = 1.0f / (float)inside(o, s->sh, s->pt, s->dh, s->kh, -top,
+            row_count[o] = (float)inside(o, s->sh, s->pt, s->dh, s->kh, -top,
                                                 s->h + bottom);
         for (int64_t o = 0; o < s->ow; o++)
-            col_scale[o] = 1.0f / (float)inside(o, s->sw, s->pl, s->dw, s->kw, -left,
+            col_count[o] = (float)inside(o, s->sw, s->pl, s->dw, s->kw, -left,
                                                 s->w + right);
     }
-    PoolJob j = {x, out, s, maximum, row_scale, col_scale, pw, ph, planes, 1};
+    PoolJob j = {x, out, s, maximum, row_count, col_count, pw, ph, planes, 1};
     j.per_unit = threads > 1 ? (planes + 4 * threads - 1) / (4 * threads) : planes;
     if (j.per_unit < 1) j.per_unit = 1;
     run_units((planes + j.per_unit - 1) / j.per_unit, threads, pool_task, &j);
-    free(row_scale);
-    free(col_scale);
+    free(row_count);
+    free(col_count);
 }
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {

@@ -130,9 +130,10 @@ static void transform_input(const float *x, const Shape *s, int64_t tw_count, in
 }
 
 /* Mx[xi] (mp x panels * NR, rows past M computed from the last row and never read) =
- * U[xi] (M x C) . V[xi] for every xi. */
+ * U[xi] (M x C) . V[xi] for every xi, the rows [m0, m1) (m0 a multiple of MR). */
 static void winograd_gemms(const float *u, const float *v, float *mx, int64_t m_count,
-                           int64_t c_count, int64_t mp, int64_t panels) {
+                           int64_t c_count, int64_t mp, int64_t panels, int64_t m0,
+                           int64_t m1) {
     const int64_t ld = panels * NR;
     for (int xi = 0; xi < 16; xi++) {
         const float *weights = u + xi * XI_STRIDE(m_count * c_count);
@@ -140,7 +141,7 @@ static void winograd_gemms(const float *u, const float *v, float *mx, int64_t m_
         float *c = mx + xi * XI_STRIDE(mp * ld);
         for (int64_t l0 = 0; l0 < c_count; l0 += KC) {
             const int64_t kc = c_count - l0 < KC ? c_count - l0 : KC;
-            for (int64_t i0 = 0; i0 < m_count; i0 += MR) {
+            for (int64_t i0 = m0; i0 < m1; i0 += MR) {
                 const float *a[MR];
                 for (int r = 0; r < MR; r++) {
                     const int64_t m = i0 + r < m_count ? i0 + r : m_count - 1;
@@ -154,14 +155,16 @@ static void winograd_gemms(const float *u, const float *v, float *mx, int64_t m_
     }
 }
 
-/* A^T Mx A for tile rows [th0, th1) into the output rows, then the epilogue on them. */
+/* A^T Mx A for tile rows [th0, th1) and output channels [m0, m1) into the output rows, then
+ * the epilogue on them. */
 static void transform_output(const float *mx, float *out, const float *residual,
                              const Shape *s, const Finish *f, int64_t tw_count, int64_t th0,
-                             int64_t th1, int64_t mp, int64_t panels) {
+                             int64_t th1, int64_t mp, int64_t panels, int64_t m0,
+                             int64_t m1) {
     const int64_t ld = panels * NR, xi_stride = XI_STRIDE(mp * ld), plane = s->oh * s->ow;
     const int64_t row0 = 2 * th0, row1 = 2 * th1 < s->oh ? 2 * th1 : s->oh;
     const int odd = s->ow % 2;
-    for (int64_t m = 0; m < s->m; m++) {
+    for (int64_t m = m0; m < m1; m++) {
         float *target = out + m * plane;
         const float *base = mx + m * ld;
         for (int64_t th = th0; th < th1; th++) {
@@ -218,7 +221,7 @@ typedef struct {
     float *u;
     const Shape *s;
     const Finish *f;
-    int64_t tw_count, th_count, rows, chunks, panels, mp, plane, weight_units;
+    int64_t tw_count, th_count, rows, chunks, panels, mp, plane, weight_units, m_blocks;
 } WinogradJob;
 
 /* Unit i of the weights' transform: output channels [8 i, 8 i + 8). */
@@ -228,10 +231,16 @@ static void weight_task(void *context, int64_t i) {
     transform_weights(j->w, j->u, j->s->m, j->s->c, m0, m1);
 }
 
-/* Unit i: one chunk of tile rows of one image, from input to epilogue. */
+/* Unit i: one chunk of tile rows of one image and one block of output channels, from input
+ * to epilogue (each block of a chunk transforms the chunk's input again). */
 static void chunk_task(void *context, int64_t unit) {
     const WinogradJob *j = context;
     const Shape *s = j->s;
+    const int64_t block = unit % j->m_blocks, slivers = j->mp / MR;
+    const int64_t m0 = slivers * block / j->m_blocks * MR;
+    int64_t m1 = slivers * (block + 1) / j->m_blocks * MR;
+    if (m1 > s->m) m1 = s->m;
+    unit /= j->m_blocks;
     float *v = thread_buffer(0, (size_t)(16 * XI_STRIDE(j->panels * s->c * NR)));
     float *mx = thread_buffer(1, (size_t)(16 * XI_STRIDE(j->mp * j->panels * NR)));
     float *row = thread_buffer(2, (size_t)(4 * (2 * j->tw_count + 2)));
@@ -239,10 +248,10 @@ static void chunk_task(void *context, int64_t unit) {
     const int64_t th1 = th0 + j->rows < j->th_count ? th0 + j->rows : j->th_count;
     const float *source = j->x + image * s->c * s->h * s->w;
     transform_input(source, s, j->tw_count, th0, th1, j->panels, v, row);
-    winograd_gemms(j->u, v, mx, s->m, s->c, j->mp, j->panels);
+    winograd_gemms(j->u, v, mx, s->m, s->c, j->mp, j->panels, m0, m1);
     transform_output(mx, j->out + image * s->m * j->plane,
                      j->residual != NULL ? j->residual + image * s->m * j->plane : NULL, s,
-                     j->f, j->tw_count, th0, th1, j->mp, j->panels);
+                     j->f, j->tw_count, th0, th1, j->mp, j->panels, m0, m1);
 }
 
 static void winograd_conv(const float *x, const float *w, float *out, const float *residual,
@@ -250,7 +259,7 @@ static void winograd_conv(const float *x, const float *w, float *out, const floa
     const int64_t tw_count = (s->ow + 1) / 2, th_count = (s->oh + 1) / 2;
     const int64_t mp = (s->m + MR - 1) / MR * MR;
     /* tiles per chunk: its transformed tiles and products (16 x (C + M) floats a tile) about
-     * 1 MiB, from 2 to 8 panels; then enough chunks for every thread */
+     * 1 MiB, from 2 to 8 panels */
     int64_t tiles = (1 << 18) / (16 * (s->c + mp));
     if (tiles < 2 * NR) tiles = 2 * NR;
     if (tiles > 8 * NR) tiles = 8 * NR;
@@ -263,17 +272,20 @@ static void winograd_conv(const float *x, const float *w, float *out, const floa
     }
     rows = best;
     if (rows > th_count) rows = th_count;
-    if (threads > 1 && s->n * ((th_count + rows - 1) / rows) < 2 * threads) {
-        rows = (th_count * s->n + 2 * threads - 1) / (2 * threads);
-        if (rows < 1) rows = 1;
-    }
     const int64_t chunks = (th_count + rows - 1) / rows;
     const int64_t panels = (rows * tw_count + NR - 1) / NR;
     const int64_t plane = s->oh * s->ow;
+    /* too few chunks for the team: blocks of output channels split each chunk (a plane of
+     * a few tile rows would otherwise be cut into panels of a few tiles each) */
+    int64_t m_blocks = 1;
+    if (threads > 1 && s->n * chunks < 2 * threads) {
+        m_blocks = (2 * threads + s->n * chunks - 1) / (s->n * chunks);
+        if (m_blocks > mp / MR) m_blocks = mp / MR;
+    }
     WinogradJob j = {x, w, out, residual, u, s, f, tw_count, th_count, rows, chunks, panels,
-                     mp, plane, (s->m + 7) / 8};
+                     mp, plane, (s->m + 7) / 8, m_blocks};
     run_units(j.weight_units, threads, weight_task, &j);
-    run_units(s->n * chunks, threads, chunk_task, &j);
+    run_units(s->n * chunks * m_blocks, threads, chunk_task, &j);
 }
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {

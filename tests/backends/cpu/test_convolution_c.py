@@ -241,6 +241,28 @@ def test_depthwise_epilogues_match_the_reference(stride):
                                    atol=1e-4 * scale, err_msg=f"{activation} {x.shape}")
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_narrow_depthwise_matches_the_reference(monkeypatch, threads):
+    """Planes at most 8 columns wide run with 16 channels in the vector lanes: 40 channels
+    (two blocks and a partial one), 2 images, strides 1 and 2, a residual and clip."""
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(40)
+    for stride, size in ((1, 7), (2, 13), (1, 4)):
+        conv = ConvParams((stride, stride), (1, 2), (2, 1), (1, 1), 40)
+        params = ConvEpilogueParams(conv, "clip", -0.5, 1.5, True)
+        x = rng.standard_normal((2, 40, size, size)).astype(np.float32)
+        w = rng.standard_normal((40, 1, 3, 4)).astype(np.float32)
+        y = reference(x, w, conv)
+        assert y.shape[-1] <= 8
+        bias = rng.standard_normal(40).astype(np.float32)
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64), None)
+        entry = next(e for e in _siblings(OpKind.CONV_FUSED, 4) if e.kernel.form == "depthwise")
+        np.testing.assert_allclose(_run(entry, [x, w, bias, extra], y.shape, params),
+                                   expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
+
+
 def test_the_rule_picks_depthwise_and_gemm():
     depthwise = convolution_c.Geometry(1, 8, 9, 9, 8, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 8)
     dense = convolution_c.Geometry(1, 8, 9, 9, 16, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1)
