@@ -49,7 +49,7 @@ def _run(model, feeds, optimize=False):
     return actual, expected
 
 
-def _check(model, feeds, exact=False, optimize=False):
+def _check(model, feeds, exact=False, optimize=False, edges=0.01):
     for got, want in zip(*_run(model, feeds, optimize)):
         assert got.dtype == want.dtype and got.shape == want.shape
         if exact or not np.issubdtype(want.dtype, np.integer):
@@ -57,7 +57,7 @@ def _check(model, feeds, exact=False, optimize=False):
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
             continue
         steps = np.abs(got.astype(np.int64) - want.astype(np.int64))
-        assert steps.max() <= 1 and (steps > 0).mean() <= 0.01, (steps.max(), steps.mean())
+        assert steps.max() <= 1 and (steps > 0).mean() <= edges, (steps.max(), steps.mean())
 
 
 def _ints(dtype, *shape, low=None, high=None):
@@ -102,12 +102,13 @@ def test_qlinear_conv(x_type, w_type, case, per_channel):
 
 
 @pytest.mark.parametrize("x_type,w_type", [(np.uint8, np.int8), (np.uint8, np.uint8)])
-def test_conv_integer(x_type, w_type):
-    x = _ints(x_type, 2, 4, 8, 9)
-    initializers = {"w": _ints(w_type, 6, 4, 3, 3), "xz": np.asarray(17, x_type),
+@pytest.mark.parametrize("channels,strides", [(4, [1, 2]), (32, [1, 1])])
+def test_conv_integer(x_type, w_type, channels, strides):
+    x = _ints(x_type, 2, channels, 8, 9)
+    initializers = {"w": _ints(w_type, 6, channels, 3, 3), "xz": np.asarray(17, x_type),
                     "wz": np.asarray(5, w_type)}
     node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 1, 1, 1],
-                            strides=[1, 2])
+                            strides=strides)
     _check(_model([node], {"x": x}, ["y"], initializers), {"x": x}, exact=True)
 
 
@@ -202,7 +203,9 @@ def test_qlinear_average_pool():
     node = helper.make_node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"],
                             domain=MS, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
                             count_include_pad=1)
-    _check(_model([node], {"x": x}, ["y"], initializers), {"x": x})
+    # onnxruntime's means round like neither the float nor the integer-sum formula on about
+    # one value in ten inputs' worth (checked against both in NumPy): one step, rarely
+    _check(_model([node], {"x": x}, ["y"], initializers), {"x": x}, edges=0.05)
 
 
 def _qdq_conv_model(bias_scale_matches=True, shared_input=False):

@@ -128,7 +128,10 @@ def dynamic_quantize_linear(ctx: NodeContext) -> list[Tensor]:
 # that hold those integers exactly (|x - zero| <= 255): every product is exact, and so is
 # every partial sum below 2**24, which covers a product over K terms whenever
 # K * max|x - x_zero| * max|w - w_zero| < 2**24; past that a sum rounds by at most a
-# relative 2**-24 (a following float requantization shows it only at a rounding edge).
+# relative 2**-24 (a following float requantization shows it only at a rounding edge). A
+# convolution form that transforms its operands (Winograd's) lands near the integer instead:
+# integer outputs are rounded to it. QLinearConv with constant weights runs QLINEAR_CONV
+# (exact int32 sums, fuel.backends.cpu.qlinear_conv) instead.
 # Constant weights are converted once, at import. Other integer widths take exact int32.
 
 EXACT = (dt.uint8, dt.int8, dt.uint4, dt.int4)
@@ -246,8 +249,11 @@ def integer_conv(ctx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor,
 
 
 def _as_int32(value: Tensor) -> Tensor:
-    """An integer sum held in float32 (integral) or int32, as int32."""
-    return cast(value, dt.int32)
+    """An integer sum held in float32 or int32, as int32: a float sum is rounded first (a
+    convolution form that transforms its operands, Winograd's, lands near the integer)."""
+    if value.dtype is dt.int32:
+        return value
+    return cast(unary(OpKind.ROUND, value), dt.int32)
 
 
 @onnx_op("ConvInteger")

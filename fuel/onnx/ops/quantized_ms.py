@@ -112,18 +112,29 @@ def qlinear_global_average_pool(ctx: NodeContext) -> Tensor:
 
 @onnx_op("QLinearAveragePool", domain=MS)
 def qlinear_average_pool(ctx: NodeContext) -> Tensor:
-    """AveragePool on the de-quantized input, re-quantized (channels first only)."""
+    """The window means of the de-quantized input, re-quantized (channels first only): the
+    integer window sums (exact in float32), times x_scale, divided by the count, rounded.
+    onnxruntime sums de-quantized floats, so a mean on a rounding edge may land a step away."""
     if ctx.attr("channels_last", 0):
         raise OnnxError("QLinearAveragePool with channels_last is not supported")
-    x = dequantized(ctx.input(0), ctx.input(1), ctx.optional(2))
+    x = ctx.input(0)
+    shifted = cast(x, dt.float32)
+    if ctx.has(2):
+        shifted = shifted - cast(ctx.input(2), dt.float32).reshape(())
     rank = x.ndim - 2
     kernel = tuple(ctx.attr("kernel_shape"))
     strides = tuple(ctx.attr("strides") or [1] * rank)
     begin, end = window_padding(ctx, x.shape[2:], kernel, strides, (1,) * rank)
-    pooled = nn_conv.avg_pool_nd(x, kernel, strides, begin, end, None,
-                                 bool(ctx.attr("ceil_mode", 0)),
-                                 bool(ctx.attr("count_include_pad", 0)))
-    return _quantized(pooled, ctx.input(3), ctx.optional(4), ctx.input(0))
+    ceil, include = bool(ctx.attr("ceil_mode", 0)), bool(ctx.attr("count_include_pad", 0))
+    sums = nn_conv.avg_pool_nd(shifted, kernel, strides, begin, end, None, ceil, include,
+                               divide=False)
+    counts = nn_conv.avg_pool_nd(shifted * 0.0 + 1.0, kernel, strides, begin, end, None, ceil,
+                                 include, divide=False) if not include else None
+    scale = cast(ctx.input(1), dt.float32).reshape(())
+    if counts is None:
+        counts = float(np.prod(kernel))
+    means = sums * scale / counts
+    return _quantized(means, ctx.input(3), ctx.optional(4), x)
 
 
 @onnx_op("QGemm", domain=MS)
