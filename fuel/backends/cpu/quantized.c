@@ -11,7 +11,9 @@
  *                  round_int16_blocks: x ~ d * q, d = max|x| / ACTIVATION_CODE_MAX = 32767,
  *                  s = d * sum(q)) and each weight chunk's dot is integer arithmetic, scaled
  *                  by the block's (sub-block's) scales; float weights (f16, bf16) are
- *                  converted a row at a time and multiplied as floats.
+ *                  converted a row at a time and multiplied as floats. The decode shape
+ *                  (m = 1) of the K formats and iq4_xs runs decode_tile (paired activation
+ *                  blocks), of the blocks of 32 values integer_tile on two weight rows.
  *   2 embedding:   data = {table, ids, out};    sizes = {2, count, k, id_bytes}
  *   3 round:       data = {x, out};             sizes = {3, blocks}  (round_int16_blocks)
  */

@@ -396,14 +396,19 @@ static inline __attribute__((always_inline)) void header_vectors(const uint8_t *
     h->scale[1] = _mm256_mul_ps(byte_floats(_mm_srli_si128(values, 8), 1), d);
     h->minimum[0] = h->minimum[1] = _mm256_setzero_ps();
 #elif defined(FORMAT_Q3_K)
-    uint32_t packed[4];
-    memcpy(packed, block + 96, 12);
-    const uint32_t high = packed[2];
-    packed[2] = ((packed[0] >> 4) & 0x0f0f0f0fu) | (((high >> 4) & 0x03030303u) << 4);
-    packed[3] = ((packed[1] >> 4) & 0x0f0f0f0fu) | (((high >> 6) & 0x03030303u) << 4);
-    packed[0] = (packed[0] & 0x0f0f0f0fu) | (((high >> 0) & 0x03030303u) << 4);
-    packed[1] = (packed[1] & 0x0f0f0f0fu) | (((high >> 2) & 0x03030303u) << 4);
-    const __m128i values = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)packed),
+    /* the 12 bytes at 96 as words a0, a1, h: scales (a0, a1, a0 >> 4, a1 >> 4) & 0x0f0f0f0f,
+     * each with 2 bits of h (shifted 0, 2, 4, 6) above, less 32; in vector steps */
+    int32_t third;
+    memcpy(&third, block + 104, 4);
+    const __m128i words =
+        _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(block + 96)), third, 2);
+    const __m128i nibbles = _mm_and_si128(
+        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(1, 0, 1, 0)), _mm_setr_epi32(0, 0, 4, 4)),
+        _mm_set1_epi8(0x0f));
+    const __m128i tops = _mm_and_si128(
+        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 2, 4, 6)),
+        _mm_set1_epi8(3));
+    const __m128i values = _mm_sub_epi8(_mm_or_si128(nibbles, _mm_slli_epi32(tops, 4)),
                                         _mm_set1_epi8(32));
     const __m256 d = _mm256_set1_ps(half_to_float(block + 108));
     h->scale[0] = _mm256_mul_ps(byte_floats(values, 1), d);
@@ -420,14 +425,21 @@ static inline __attribute__((always_inline)) void header_vectors(const uint8_t *
     h->minimum[0] = _mm256_mul_ps(byte_floats(minimums, 0), dmin);
     h->minimum[1] = _mm256_mul_ps(byte_floats(_mm_srli_si128(minimums, 8), 0), dmin);
 #elif defined(FORMAT_IQ4_XS)
-    const int high = block[2] | (block[3] << 8);
-    uint8_t values[16];
-    for (int j = 0; j < 8; j++)
-        values[j] = (uint8_t)(((block[4 + j / 2] >> (4 * (j % 2))) & 0x0f) |
-                              (((high >> (2 * j)) & 3) << 4));
-    const __m128i bytes = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)values),
-                                       _mm_set1_epi8(32));
-    h->scale[0] = _mm256_mul_ps(byte_floats(bytes, 1), _mm256_set1_ps(half_to_float(block)));
+    /* scale j: the nibble j of the 4 bytes at 4, with bits 2j, 2j + 1 of the 16 at 2 above
+     * it, less 32; in 32-bit lanes by variable shifts */
+    uint32_t low, high;
+    memcpy(&low, block + 4, 4);
+    memcpy(&high, block, 4);
+    const __m256i nibbles = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32((int)low), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+        _mm256_set1_epi32(0x0f));
+    const __m256i tops = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32((int)high),
+                          _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30)),
+        _mm256_set1_epi32(3));
+    const __m256i values = _mm256_sub_epi32(_mm256_or_si256(nibbles, _mm256_slli_epi32(tops, 4)),
+                                            _mm256_set1_epi32(32));
+    h->scale[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(values), _mm256_set1_ps(half_to_float(block)));
     h->minimum[0] = _mm256_setzero_ps();
 #endif
 }
