@@ -29,6 +29,12 @@ class TensorBase:
         self._node = node
 
 
+_new_object = object.__new__
+
+
 def wrap(node: Node) -> TensorBase:
-    """A ``fuel.Tensor`` holding ``node`` (whatever subclasses of it a user defines)."""
-    return TensorBase.concrete(node)
+    """A ``fuel.Tensor`` holding ``node`` (whatever subclasses of it a user defines): made
+    without a Python ``__init__`` call (``TensorBase.__init__`` only sets ``_node``)."""
+    result = _new_object(TensorBase.concrete)
+    result._node = node
+    return result

@@ -10,8 +10,7 @@ import numpy as np
 
 from fuel.frontend import tape
 from fuel.frontend.base import TensorBase, wrap
-from fuel.graph.node import Node, creation_site, is_runtime_file
-from fuel.graph.node import runtime_file_memo as _is_runtime
+from fuel.graph.node import Node, creation_site, is_runtime_file, site_from, sites_in_progress
 from fuel.graph.node import user_site_holder as _site_local
 from fuel.ir import dtype as dt
 from fuel.ir.device import Device
@@ -37,13 +36,11 @@ def at_user_line(function):
         local = _site_local
         outermost = False
         if local.site is None:
-            code = _getframe(1).f_code
-            runtime = _is_runtime.get(code.co_filename)
-            if runtime is None:
-                runtime = is_runtime_file(code.co_filename)
             # Called from fuel's own code outside an API entry: no site to set.
-            if not runtime:
-                local.site = (code.co_filename, _getframe(1).f_lineno)
+            site = user_site(_getframe(1))
+            if site is not None:
+                local.site = site
+                sites_in_progress.append(None)
                 outermost = True
         try:
             return function(*args, **kwargs)
@@ -54,6 +51,7 @@ def at_user_line(function):
         finally:
             if outermost:
                 local.site = None
+                sites_in_progress.pop()
 
     return wrapper
 
@@ -90,7 +88,7 @@ def make(op: OpKind, inputs: tuple[Node, ...], params,
         shape, dtype, structure = infer_keyed(op, params, shapes, dtypes)
     except FuelError as error:
         raise _located(type(error)(f"{op.value}: {error}")) from None
-    site = _site_local.site
+    site = _site_local.site if sites_in_progress else None
     node = Node(op, inputs, params, dtype, shape, device or source_device,
                 site if site is not None else creation_site(), structure)
     if tape.ACTIVE:
@@ -100,46 +98,65 @@ def make(op: OpKind, inputs: tuple[Node, ...], params,
 
 _PAIR_RULES: dict = {}
 _SITES: dict[str, dict[int, tuple[str, int]]] = {}  # file -> line -> the site tuple
+# id(code) -> (code, {f_lasti: site}) for user code, (code, None) for fuel's own: a node's
+# site found from the calling frame's code object and instruction offset, without reading the
+# line table per node. The entry holds its code object, so an id is never reused under it.
+code_sites: dict[int, tuple] = {}
 
 
-def make_pair(op: OpKind, first: Node, second: Node) -> Node | None:
-    """``make(op, (first, second), NO_PARAMS)`` for two operands of one dtype, shape and
-    device (the operators' common case), with the rule's result memoized per (op, dtype,
-    shape); None when the rule refuses them (the caller's general path raises at the user's
-    line). Called directly by an operator method: its caller's frame is the user's line."""
-    rule_key = (op, first.dtype, first.shape)
+def pair_rule(op: OpKind, dtype: DType, shape: tuple[int, ...]):
+    """``infer_keyed(op, NO_PARAMS, ...)`` for two operands of ``dtype`` and ``shape``,
+    memoized per (op, dtype, shape); None when the rule refuses them (the caller's general
+    path then raises at the user's line)."""
+    rule_key = (op, dtype, shape)
     found = _PAIR_RULES.get(rule_key)
     if found is None:
         try:
-            found = infer_keyed(op, NO_PARAMS, (first.shape, first.shape),
-                                (first.dtype, first.dtype))
+            found = infer_keyed(op, NO_PARAMS, (shape, shape), (dtype, dtype))
         except FuelError:
             return None
+        if found[0] == shape:  # one shape object along a chain: the memos compare by identity
+            found = (shape, found[1], found[2])
         if len(_PAIR_RULES) > 65536:
             _PAIR_RULES.clear()
         _PAIR_RULES[rule_key] = found
-    site = _site_local.site
+    return found
+
+
+def user_site(frame) -> tuple[str, int] | None:
+    """``frame``'s (file, line) when it runs user code, one shared tuple per call site
+    (memoized by code object and instruction offset: no line-table read per node); None when
+    it runs fuel's own code."""
+    code = frame.f_code
+    entry = code_sites.get(id(code))
+    if entry is None or entry[0] is not code:
+        if len(code_sites) > 4096:
+            code_sites.clear()
+        entry = code_sites[id(code)] = (code, None if is_runtime_file(code.co_filename)
+                                        else {})
+    lines = entry[1]
+    if lines is None:
+        return None
+    offset = frame.f_lasti
+    site = lines.get(offset)
     if site is None:
-        caller = _getframe(2)
-        code = caller.f_code
-        runtime = _is_runtime.get(code.co_filename)
-        if runtime is None:
-            runtime = is_runtime_file(code.co_filename)
-        if runtime:
-            site = creation_site()
-        else:  # one shared (file, line) tuple per site: no new object per node for the GC
-            lines = _SITES.get(code.co_filename)
-            if lines is None:
-                lines = _SITES[code.co_filename] = {}
-            line = caller.f_lineno
-            site = lines.get(line)
-            if site is None:
-                site = lines[line] = (code.co_filename, line)
-    node = Node(op, (first, second), NO_PARAMS, found[1], found[0], first.device, site,
-                found[2])
-    if tape.ACTIVE:
-        tape.record(node)
-    return node
+        by_line = _SITES.get(code.co_filename)
+        if by_line is None:
+            by_line = _SITES[code.co_filename] = {}
+        line = frame.f_lineno
+        site = by_line.get(line)
+        if site is None:
+            site = by_line[line] = (code.co_filename, line)
+        lines[offset] = site
+    return site
+
+
+def frame_site(frame) -> tuple[str, int]:
+    """The site of a node built by the call running in ``frame`` outside any API entry
+    (``at_user_line``): the frame's own site when it is user code, else the first user frame
+    behind it."""
+    site = user_site(frame)
+    return site if site is not None else site_from(frame)
 
 
 def _raise_device_mismatch(op: OpKind, device: Device, other: Device):

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from sys import _getframe
 from typing import TYPE_CHECKING, TypeVar
 
+from fuel.frontend import tape
 from fuel.frontend.base import TensorBase, wrap
 from fuel.frontend.build import (
     at_user_line,
     cast,
+    code_sites,
     constant,
     expand,
+    frame_site,
     make,
-    make_pair,
     operand_nodes,
+    pair_rule,
 )
+from fuel.graph.node import Node, sites_in_progress
+from fuel.graph.node import user_site_holder as site_holder
 from fuel.ir import dtype as dt
 from fuel.ir.errors import DTypeError, InvalidArgument
 from fuel.ir.ops import (
@@ -133,8 +139,15 @@ new_object = object.__new__
 
 def binary_operator(op: OpKind, reflected: bool = False):
     """Tensor's operator method for ``op`` (``__add__``; ``__radd__`` when ``reflected``): the
-    common case of ``_same_kind_operands`` built inline by ``make_pair``, the rest through
-    ``binary``; either way the node carries the user's line and errors name it."""
+    common case of ``_same_kind_operands`` built inline, the rest through ``binary``; either
+    way the node carries the user's line and errors name it.
+
+    The inline path is a node's whole construction in one frame: the scalar's constant and
+    the rule's result come from one-entry memos (a loop applies an operator to one literal at
+    one dtype and shape), the site from the caller's code object and instruction offset
+    (``user_site``), and the Node and Tensor are filled without a Python ``__init__``. It
+    builds exactly the Node that ``make(op, (left, right), NO_PARAMS)`` builds (the test
+    tests/frontend/test_operator_fast_path.py compares every slot)."""
     if reflected:
         def general(self, other) -> TensorBase:
             return binary(op, other, self)
@@ -143,26 +156,73 @@ def binary_operator(op: OpKind, reflected: bool = False):
             return binary(op, self, other)
     general = at_user_line(general)
     needs_float = op is OpKind.DIV  # integer division promotes: the general path
+    # (value, dtype, device, shape, constant node, rule result) of the last Python float;
+    # (dtype, shape, rule result) of the last two tensors: each one tuple, read and replaced
+    # whole (threads).
+    last_scalar: tuple = (None, None, None, None, None, None)
+    last_rule: tuple = (None, None, None)
+    tensor_class = None  # fuel.Tensor (TensorBase.concrete), once it is defined
 
     def operator(self, other) -> TensorBase:
+        nonlocal last_scalar, last_rule, tensor_class
         left = self._node
         dtype = left.dtype
-        kind = other.__class__
+        kind = type(other)  # (not __class__: a specialized call, not an attribute lookup)
+        device = left.device
+        shape = left.shape
         if kind is float:
             if dtype.kind != "f":
                 return general(self, other)
-            right = constant(other, dtype, left.device, left.shape)
-        elif kind is TensorBase.concrete:
-            right = other._node
-            if right.dtype is not dtype or right.shape != left.shape or dtype.kind == "b" or \
-                    right.device is not left.device or needs_float and dtype.kind != "f":
-                return general(self, other)
+            value, seen_dtype, seen_device, seen_shape, right, found = last_scalar
+            if value is not other or seen_dtype is not dtype or seen_device is not device or \
+                    seen_shape is not shape and seen_shape != shape:
+                found = pair_rule(op, dtype, shape)
+                if found is None:
+                    return general(self, other)
+                right = constant(other, dtype, device, shape)
+                last_scalar = (other, dtype, device, shape, right, found)
         else:
-            return general(self, other)
-        node = make_pair(op, right, left) if reflected else make_pair(op, left, right)
-        if node is None:
-            return general(self, other)
-        result = new_object(TensorBase.concrete)  # wrap(node) without a Python __init__
+            if tensor_class is None:
+                tensor_class = TensorBase.concrete
+            if kind is not tensor_class:
+                return general(self, other)
+            right = other._node
+            if right.dtype is not dtype or right.shape is not shape and right.shape != shape or \
+                    dtype.kind == "b" or right.device is not device or \
+                    needs_float and dtype.kind != "f":
+                return general(self, other)
+            seen_dtype, seen_shape, found = last_rule
+            if seen_dtype is not dtype or seen_shape is not shape and seen_shape != shape:
+                found = pair_rule(op, dtype, shape)
+                if found is None:
+                    return general(self, other)
+                last_rule = (dtype, shape, found)
+        if reflected:
+            left, right = right, left
+        site = site_holder.site if sites_in_progress else None
+        if site is None:  # no API entry in progress: the caller's line (user_site's hit inline)
+            caller = _getframe(1)
+            code = caller.f_code
+            entry = code_sites.get(id(code))
+            if entry is None or entry[0] is not code or entry[1] is None or \
+                    (site := entry[1].get(caller.f_lasti)) is None:
+                site = frame_site(caller)
+        node = new_object(Node)  # Node(op, (left, right), NO_PARAMS, ...) without __init__
+        node.op = op
+        node.inputs = (left, right)
+        node.params = NO_PARAMS
+        node.dtype = found[1]
+        node.shape = found[0]
+        node.device = device
+        node.site = site
+        node.buffer = None
+        node.layout = None
+        node.key = hash((found[2], device.key, left.key, right.key))
+        if tape.ACTIVE:
+            tape.record(node)
+        if tensor_class is None:
+            tensor_class = TensorBase.concrete
+        result = new_object(tensor_class)  # wrap(node) without a Python __init__
         result._node = node
         return result
 

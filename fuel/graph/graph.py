@@ -70,39 +70,55 @@ class Graph:
 
     @classmethod
     def build(cls, roots: list[Node]) -> Graph:
-        """Topological order over everything the roots need that is not realized yet."""
-        index: dict[int, int] = {}
+        """Topological order over everything the roots need that is not realized yet: a
+        depth-first post-order, inputs in order (a node stays on the stack until its inputs
+        are numbered; nodes key the index by identity, Node defines no ``__eq__``)."""
+        index: dict[Node, int] = {}
         nodes: list[Node] = []
         inputs: list[tuple[int, ...]] = []
         leaves: list[int] = []
         for root in roots:
-            if id(root) in index:
+            if root in index:
                 continue
-            stack = [(root, False)]
+            stack = [root]
             while stack:
-                node, expanded = stack.pop()
-                key = id(node)
-                if key in index:
+                node = stack[-1]
+                if node in index:
+                    stack.pop()
                     continue
                 if node.buffer is not None:
-                    index[key] = len(nodes)
+                    stack.pop()
+                    index[node] = len(nodes)
                     leaves.append(len(nodes))
                     nodes.append(node)
                     inputs.append(())
                     continue
                 sources = node.inputs
-                if expanded or not sources:
-                    index[key] = len(nodes)
-                    nodes.append(node)
-                    inputs.append((index[id(sources[0])], index[id(sources[1])])
-                                  if len(sources) == 2
-                                  else tuple([index[id(i)] for i in sources]))
+                if len(sources) == 2:  # the common case, without a list per node
+                    first, second = sources
+                    first_id = index.get(first)
+                    second_id = index.get(second)
+                    if first_id is not None and second_id is not None:
+                        stack.pop()
+                        index[node] = len(nodes)
+                        nodes.append(node)
+                        inputs.append((first_id, second_id))
+                        continue
+                    if second_id is None:
+                        stack.append(second)
+                    if first_id is None:
+                        stack.append(first)
                     continue
-                stack.append((node, True))
-                for child in reversed(sources):
-                    if id(child) not in index:
-                        stack.append((child, False))
-        return cls(nodes, inputs, [index[id(r)] for r in roots], leaves)
+                missing = [source for source in sources if source not in index]
+                if missing:
+                    missing.reverse()
+                    stack.extend(missing)
+                    continue
+                stack.pop()
+                index[node] = len(nodes)
+                nodes.append(node)
+                inputs.append(tuple([index[source] for source in sources]))
+        return cls(nodes, inputs, [index[root] for root in roots], leaves)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -150,7 +166,8 @@ class Wiring:
         a node's inputs are not the recorded ones, a recorded leaf is not realized or an
         inner node is (a key made stale by a later realize), or a leaf's key differs."""
         inputs = self.inputs
-        nodes: list = [None] * len(inputs)
+        count = len(inputs)
+        nodes: list = [None] * count
         if len(roots) != len(self.roots):
             return None
         for root_id, root in zip(self.roots, roots):
@@ -160,14 +177,33 @@ class Wiring:
             elif known is not root:
                 return None
         is_leaf = self.is_leaf
-        for node_id in range(len(inputs) - 1, -1, -1):
+        for node_id in range(count - 1, -1, -1):
             node = nodes[node_id]
-            if node is None or (node.buffer is not None) is not is_leaf[node_id]:
+            if node is None:
                 return None
             sources = inputs[node_id]
-            if not sources:
+            if not sources:  # a leaf, or a generator (FULL, ARANGE) that must not be realized
+                if (node.buffer is None) is is_leaf[node_id]:
+                    return None
                 continue
+            if node.buffer is not None:
+                return None
             actual = node.inputs
+            if len(sources) == 2:  # the common case, without a zip per node
+                if len(actual) != 2:
+                    return None
+                first, second = sources
+                known = nodes[first]
+                if known is None:
+                    nodes[first] = actual[0]
+                elif known is not actual[0]:
+                    return None
+                known = nodes[second]
+                if known is None:
+                    nodes[second] = actual[1]
+                elif known is not actual[1]:
+                    return None
+                continue
             if len(actual) != len(sources):
                 return None
             for source, given in zip(sources, actual):

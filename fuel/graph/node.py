@@ -29,6 +29,10 @@ _local = _UserSite()
 # Public names of the two for the front end's hot path (at_user_line, make).
 user_site_holder = _local
 runtime_file_memo = _is_runtime
+# One entry per site set on some thread (at_user_line's outermost call, set_user_site): while
+# it is empty no thread has one, and the operators' inline path skips the thread-local read.
+# list.append and list.pop are atomic.
+sites_in_progress: list = []
 
 
 def is_runtime_file(filename: str) -> bool:
@@ -46,6 +50,12 @@ def current_user_site():
 
 
 def set_user_site(site) -> None:
+    """Set (or, with None, clear) this thread's site: every node built meanwhile carries it."""
+    if (site is None) is not (_local.site is None):
+        if site is None:
+            sites_in_progress.pop()
+        else:
+            sites_in_progress.append(None)
     _local.site = site
 
 
@@ -54,7 +64,11 @@ def creation_site() -> tuple[str, int]:
     site = _local.site
     if site is not None:
         return site
-    frame = sys._getframe(2)
+    return site_from(sys._getframe(2))
+
+
+def site_from(frame) -> tuple[str, int]:
+    """(file, line) of ``frame`` or of the first frame outside the fuel runtime behind it."""
     while frame is not None and is_runtime_file(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:

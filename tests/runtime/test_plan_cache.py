@@ -154,7 +154,8 @@ def test_decode_like_loop_hits_every_step_after_the_first():
         expected[:, position] = token.numpy()[:, 0] @ weights
     stats = fuel.plan_cache_stats()
     assert stats["hits"] - hits_before == 7 and stats["misses"] - misses_before == 1
-    np.testing.assert_allclose(cache.numpy(), expected, rtol=1e-6)
+    # four-term dots: OpenBLAS's gemm (fuel) and gemv (NumPy's vector product) round apart
+    np.testing.assert_allclose(cache.numpy(), expected, rtol=1e-6, atol=2e-6)
 
 
 def test_peak_memory_stays_within_ten_percent_of_the_liveness_bound():
