@@ -141,6 +141,10 @@ class Engine:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgument(f"the engine's {name} must be a positive integer, "
                                       f"got {value!r}")
+        if isinstance(kept_captures, bool) or not isinstance(kept_captures, int) or \
+                kept_captures < 0:
+            raise InvalidArgument(f"the engine's kept_captures must be a non-negative integer, "
+                                  f"got {kept_captures!r}")
         if token_budget < slots:
             raise InvalidArgument(f"the token budget ({token_budget}) must hold a decode token "
                                   f"of every slot ({slots})")
