@@ -15,12 +15,11 @@ of it (what was allocated before the step, parameters and optimizer state, is no
 what the step frees of it is not subtracted).
   torch: the profiler's memory events (profile_memory=True: every allocation and free of
          torch's CPU allocator during the step; allocations made before it are ignored).
-  fuel:  tracemalloc (NumPy's buffers, which hold fuel's CPU tensors, and every Python object
-         the step builds: graph nodes too, which torch's count leaves out), with fuel's buffer
-         pool emptied before the step so the step allocates what it reuses, plus the buffers
-         a fuel.jit capture holds between calls (its intermediates).
-
-    python bench/train.py [--tasks mlp,cnn,minilm] [--epochs 20] [--minilm-steps 50]
+  fuel:  the same count over fuel's CPU storages (every buffer the CPU backend allocates or
+         uploads during the step, until it is freed; a buffer kept idle in fuel's pool still
+         counts), with the pool emptied before the step so the step allocates what it
+         reuses, plus the buffers a fuel.jit capture holds between calls (its intermediates).
+Neither counts Python objects or the autograd graph's own records.
 """
 
 from __future__ import annotations
@@ -188,21 +187,41 @@ def torch_step_peak(step, item):
 
 
 def fuel_step_peak(step, item, captures=None):
-    """(step's result, peak bytes traced during the step from an emptied pool, plus the
-    buffers ``captures`` (fuel.jit's) hold between calls)."""
+    """(step's result, peak bytes of the CPU storages allocated during the step and alive,
+    from an emptied buffer pool, plus the buffers ``captures`` (fuel.jit's) hold between
+    calls)."""
     import gc
-    import tracemalloc
+    import weakref
 
     import fuel
+    from fuel.backends.cpu import CpuBackend
 
     gc.collect()
     fuel.empty_cache()
-    tracemalloc.start()
+    live = peak = 0
+
+    def release(nbytes):
+        nonlocal live
+        live -= nbytes
+
+    def counted(method):
+        def wrapper(self, *args):
+            nonlocal live, peak
+            storage = method(self, *args)
+            buffer = storage.buffer
+            live += buffer.nbytes
+            peak = max(peak, live)
+            weakref.finalize(buffer, release, buffer.nbytes)
+            return storage
+
+        return wrapper
+
+    saved = CpuBackend.allocate, CpuBackend.upload
+    CpuBackend.allocate, CpuBackend.upload = counted(saved[0]), counted(saved[1])
     try:
         result = step(item)
-        peak = tracemalloc.get_traced_memory()[1]
     finally:
-        tracemalloc.stop()
+        CpuBackend.allocate, CpuBackend.upload = saved
     held = sum(storage.nbytes for capture, *_ in (captures or {}).values()
                for storage in capture.held or ())
     return result, peak + held
