@@ -352,12 +352,27 @@ def _broadcast_source(node: Node) -> Node | None:
     return source if tape.record_of(source) is not None else None
 
 
+def _transposed_source(node: Node) -> Node | None:
+    """The matrix ``node`` transposes (a recorded 2-D permute), when it requires grad: a
+    Linear's ``weight.t()``; None otherwise."""
+    record = tape.record_of(node)
+    if node.op is not OpKind.PERMUTE or record.__class__ is not tape.Record or \
+            node.params.dims != (1, 0) or record.inputs is None:
+        return None
+    source = record.inputs[0]
+    return source if tape.record_of(source) is not None else None
+
+
 @gradient(OpKind.MATMUL)
 def _matmul(v: Values, g):
     a, b = v.x
     batched = g.ndim > 2
-    source = _broadcast_source(v.inputs[1]) if batched else None
-    if source is not None:  # x @ W over a batch: one product over the folded rows
+    source = _broadcast_source(v.inputs[1]) if batched else v.inputs[1]
+    weight = _transposed_source(source) if source is not None else None
+    if weight is not None:  # x @ W.t(): W's gradient as g^T x in W's own layout (torch's)
+        k, n = b.shape[-2:]
+        return (g @ b.mT, Through(weight, g.reshape(-1, n).mT @ a.reshape(-1, k)))
+    if source is not None and batched:  # x @ W over a batch: one product over the rows
         k, n = b.shape[-2:]
         folded = a.reshape(-1, k).mT @ g.reshape(-1, n)
         return (g @ b.mT, Through(source, folded.reshape(source.shape)))

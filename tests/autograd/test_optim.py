@@ -59,13 +59,30 @@ def test_sgd(kwargs):
     _train(*_models(), lambda p: optim.SGD(p, **kwargs), lambda p: torch.optim.SGD(p, **kwargs))
 
 
+@pytest.mark.parametrize("fused", [None, False])  # the in-place C kernel, the lazy graph
 @pytest.mark.parametrize("name, kwargs", [
     ("Adam", dict(lr=0.01)), ("Adam", dict(lr=0.01, weight_decay=0.1, amsgrad=True)),
     ("AdamW", dict(lr=0.01)), ("AdamW", dict(lr=0.02, betas=(0.8, 0.99), weight_decay=0.3)),
+    ("AdamW", dict(lr=0.01, maximize=True, amsgrad=True)),
 ])
-def test_adam(name, kwargs):
-    _train(*_models(), lambda p: getattr(optim, name)(p, **kwargs),
+def test_adam(name, kwargs, fused):
+    _train(*_models(), lambda p: getattr(optim, name)(p, fused=fused, **kwargs),
            lambda p: getattr(torch.optim, name)(p, **kwargs))
+
+
+def test_fused_adam_updates_in_place():
+    """The eager CPU step writes the parameters and moments into their own storages (one
+    kernel, nothing new allocated for them); a fused=False step builds new ones."""
+    for fused, kept in ((None, True), (False, False)):
+        model, _ = _models()
+        opt = optim.AdamW(model.parameters(), lr=0.01, fused=fused)
+        for _ in range(2):
+            before = [p._node.buffer for p in model.parameters()]
+            opt.zero_grad()
+            model(fuel.tensor(np.ones((2, 5), np.float32))).sum().backward()
+            opt.step()
+        after = [p._node.buffer for p in model.parameters()]
+        assert all((a is b) == kept for a, b in zip(before, after))
 
 
 def test_schedulers_and_clipping():
