@@ -16,6 +16,7 @@ fuel / onnxruntime) and the geometric mean of the ratios.
 
     python bench/cnn.py [--models resnet18,yolo] [--batches 1,8] [--rounds 3] [--calls 5]
     python bench/cnn.py --light      # the 9 light CNNs of onnx's backend test data, batch 1
+    python bench/cnn.py --quant dynamic,qdq,qop   # their quantized versions (bench/cnn_quant.py)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import time
 import types
 from pathlib import Path
 
+import cnn_quant
 import numpy as np
 from child import child_result
 
@@ -133,6 +135,9 @@ def model_path(name: str) -> Path:
     """The exported model of ``name`` (exported into the cache folder the first time)."""
     from fuel.extras import cache_root
 
+    base, kind = cnn_quant.split(name)
+    if kind:
+        return cnn_quant.quantized_path(model_path(base), kind, SIZES.get(base, 224))
     if name in LIGHT:
         import onnx
 
@@ -163,6 +168,7 @@ def model_path(name: str) -> Path:
 
 
 def feeds(name: str, batch: int) -> dict:
+    name = cnn_quant.split(name)[0]
     if name in LIGHT:  # fixed shapes: the declared ones
         import onnx
 
@@ -224,6 +230,9 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--light", action="store_true",
                         help="the 9 light CNNs of onnx's test data (batch 1) instead")
+    parser.add_argument("--quant", help="the models' quantized versions instead: any of "
+                        "dynamic,qdq,qop (bench/cnn_quant.py; agreement within "
+                        f"{cnn_quant.STEPS} quantization steps)")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=5)
@@ -237,10 +246,14 @@ def main() -> None:
         return
     if args.light:
         args.models, args.batches = ",".join(LIGHT), "1"
+    tolerance = cnn_quant.STEPS if args.quant else TOLERANCE
+    if args.quant:
+        args.models = ",".join(f"{name}@{kind}" for name in args.models.split(",")
+                               for kind in args.quant.split(","))
     print(f"machine load (1/5/15 min): {' '.join(f'{v:.2f}' for v in os.getloadavg())}, "
           f"{os.cpu_count()} cpus")
-    print(f"{'model':<20} {'batch':>5} {'fuel ms':>10} {'ort ms':>10} {'ratio':>7} "
-          f"{'max diff/span':>14}")
+    print(f"{'model':<28} {'batch':>5} {'fuel ms':>10} {'ort ms':>10} {'ratio':>7} "
+          f"{'steps apart' if args.quant else 'max diff/span':>14}")
     ratios, failures = [], []
     with tempfile.TemporaryDirectory(prefix="fuel-cnn-") as folder:
         for name in args.models.split(","):
@@ -255,19 +268,21 @@ def main() -> None:
                             "--calls", str(args.calls), "--save", saves[system]])
                         times[system].append(result["seconds"])
                 ours, peer = (statistics.median(times[s]) for s in ("fuel", "onnxruntime"))
-                difference = _difference(saves["fuel"], saves["onnxruntime"])
+                difference = (cnn_quant.steps_apart if args.quant else _difference)(
+                    saves["fuel"], saves["onnxruntime"])
                 ratio = ours / peer
                 ratios.append(ratio)
-                if difference > TOLERANCE:
+                if difference > tolerance:
                     failures.append(f"{name} batch {batch}")
-                print(f"{name:<20} {batch:>5} {ours * 1e3:>10.2f} {peer * 1e3:>10.2f} "
+                print(f"{name:<28} {batch:>5} {ours * 1e3:>10.2f} {peer * 1e3:>10.2f} "
                       f"{ratio:>6.2f}x {difference:>14.2e}", flush=True)
     mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     print(f"geometric mean of fuel / onnxruntime: {mean:.2f}x over {len(ratios)} runs; "
           f"machine load now {os.getloadavg()[0]:.2f}")
     if failures:
-        raise SystemExit(f"outputs differ from onnxruntime by more than {TOLERANCE} of their "
-                         f"span: {', '.join(failures)}")
+        limit = f"{tolerance} steps" if args.quant else f"{tolerance} of their span"
+        raise SystemExit(f"outputs differ from onnxruntime by more than {limit}: "
+                         f"{', '.join(failures)}")
 
 
 if __name__ == "__main__":

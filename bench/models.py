@@ -20,7 +20,13 @@ new to its process (fuel plans each one on its first call), fuel against onnxrun
 
 ``--llama-cpp`` adds SmolLM2 against llama.cpp (llama-cpp-python, the same GGUF, the same
 thread count, its own process): time to first token, decode tok/s and greedy agreement over
-3 prompts (``pip install llama-cpp-python``; not a fuel dependency).
+3 prompts (``pip install llama-cpp-python``; not a fuel dependency), teacher-forced top-1
+agreement of each with fuel's float32 path of the file (bench/agreement.py's passages), and
+the resident memory of fuel's quantized load (bench/memory.py's worker, a fresh process).
+``--gguf Q4_K_M,Q6_K`` (or ``all``: Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ4_NL) runs it on SmolLM2
+requantized to each format (bench/requantize.py), then prints one summary row per file:
+
+    python bench/models.py --only llama-cpp --gguf all
 """
 
 from __future__ import annotations
@@ -459,10 +465,44 @@ def llama_cpp_worker(request: dict) -> dict:
     return result
 
 
-def bench_llama_cpp(runs: int, threads: int, profile: bool, gguf: str | None = None) -> None:
+GGUF_FORMATS = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "IQ4_NL")  # --gguf all
+
+
+def teacher_forced_top1(model, path, threads: int) -> tuple[float, float]:
+    """Teacher-forced top-1 agreement with fuel's float32 path of the same file (the
+    de-quantized weights), over bench/agreement.py's 3 passages x 64 tokens: (fuel quantized
+    as one prompt, llama.cpp on the same file in its own process)."""
+    from agreement import TEXTS, TOKENS, llama_cpp_logits
+
+    from fuel.models.llama import load_gguf
+
+    ids = [model.encode(text)[:TOKENS] for text in TEXTS]
+    reference = load_gguf(path, dtype="float32")
+    floats = [reference.forward(i, reference.new_cache(TOKENS), all_logits=True) for i in ids]
+    del reference
+    ours = [model.forward(i, model.new_cache(TOKENS), all_logits=True) for i in ids]
+    theirs = llama_cpp_logits(path, ids, threads)
+    total = sum(len(i) for i in ids)
+
+    def agreement(logits: list) -> float:
+        return sum(int(np.sum(a.argmax(-1) == f.argmax(-1))) for a, f in zip(logits, floats)) \
+            / total
+
+    return agreement(ours), agreement(theirs)
+
+
+def resident_after_load(gguf: str | None) -> dict:
+    """bench/memory.py's resident worker in a fresh process: VmRSS before and after loading the
+    quantized model (and after 16 generated tokens), and the file's size."""
+    arguments = ["--resident-worker", "quantized"] + (["--gguf", gguf] if gguf else [])
+    return child_result(str(Path(__file__).with_name("memory.py")), arguments)
+
+
+def bench_llama_cpp(runs: int, threads: int, profile: bool, gguf: str | None = None) -> dict:
     """fuel (this process, quantized weights) against llama.cpp (a fresh process per round,
-    same GGUF, same threads), alternated rounds; prints its own table. ``gguf``: a format the
-    shipped file is requantized to first (bench/requantize.py)."""
+    same GGUF, same threads), alternated rounds; prints its own table and returns its figures
+    for the summary. ``gguf``: a format the shipped file is requantized to first
+    (bench/requantize.py)."""
     import json
 
     from requantize import smollm_path
@@ -494,13 +534,19 @@ def bench_llama_cpp(runs: int, threads: int, profile: bool, gguf: str | None = N
     print(f"\nSmolLM2 {path.name}: fuel (quantized) vs llama.cpp, {threads} threads each, "
           f"medians of {rounds} alternated rounds")
     print(f"{'benchmark':<38}{'unit':>6}{'fuel':>10}{'llama.cpp':>11}{'ratio':>8}")
+    summary: dict = {"file": path.name, "bytes": path.stat().st_size}
     for key, name, unit, kind in (("4", "first token, 4-token prompt", "ms", "time"),
                                   ("128", "first token, 128-token prompt", "ms", "time"),
                                   ("decode", f"decode, {DECODE_TOKENS} tokens", "tok/s", "rate")):
         a, b = statistics.median(ours[key]), statistics.median(theirs[key])
         ratio = a / b
+        summary[key] = (a, b)
         verdict = "ok" if (ratio <= 1.0 if kind == "time" else ratio >= 1.0) else "MISSED"
         print(f"{name:<38}{unit:>6}{a:>10.2f}{b:>11.2f}{ratio:>8.2f}  {verdict}")
+    fuel_top1, peer_top1 = teacher_forced_top1(model, path, threads)
+    summary["top1"] = (fuel_top1, peer_top1)
+    print(f"{'teacher-forced top-1 vs float32 path':<38}{'':>6}{fuel_top1:>10.4f}"
+          f"{peer_top1:>11.4f}{'':>8}  {'ok' if fuel_top1 >= peer_top1 else 'MISSED'}")
     for text, ids, expected in zip(GREEDY_PROMPTS, greedy_ids, peer["greedy"]):
         got = model.generate_ids(ids, GREEDY_TOKENS)
         same = next((i for i, (x, y) in enumerate(zip(got, expected)) if x != y), len(got))
@@ -514,6 +560,32 @@ def bench_llama_cpp(runs: int, threads: int, profile: bool, gguf: str | None = N
                 token = int(np.argmax(model.forward([token], cache)[-1]))
         print("\nfuel op_profile, 16 quantized SmolLM2 decode steps (replayed):")
         prof.table()
+    resident = resident_after_load(gguf)
+    summary["resident"] = resident
+    load = (resident["loaded"] - resident["baseline"]) / resident["file"]
+    print(f"resident memory of the quantized load (fresh process, VmRSS after load minus "
+          f"before): {load:.3f}x the file's {resident['file'] / 2**20:.1f} MiB "
+          f"{'ok' if load <= 1.3 else 'MISSED'} (after 16 tokens: "
+          f"{(resident['generated'] - resident['baseline']) / resident['file']:.3f}x)")
+    return summary
+
+
+def print_llama_cpp_summary(summaries: list, threads: int) -> None:
+    """One row per GGUF file: fuel / llama.cpp for first token and decode, the top-1
+    agreements, and the resident memory of the load against the file."""
+    print(f"\nSummary, fuel vs llama.cpp, {threads} threads each (first token: fuel / "
+          f"llama.cpp time, <= 1 wanted; decode: fuel / llama.cpp tok/s, >= 1 wanted; top-1: "
+          f"teacher-forced agreement with the float32 path; load: resident after load minus "
+          f"before / file, <= 1.3 wanted)")
+    print(f"{'file':<36}{'MiB':>7}{'ttft 4':>8}{'ttft 128':>9}{'decode':>8}{'tok/s':>8}"
+          f"{'top-1 fuel':>11}{'llama.cpp':>10}{'load':>7}")
+    for row in summaries:
+        resident = row["resident"]
+        load = (resident["loaded"] - resident["baseline"]) / resident["file"]
+        print(f"{row['file']:<36}{row['bytes'] / 2**20:>7.1f}"
+              f"{row['4'][0] / row['4'][1]:>8.2f}{row['128'][0] / row['128'][1]:>9.2f}"
+              f"{row['decode'][0] / row['decode'][1]:>8.2f}{row['decode'][0]:>8.1f}"
+              f"{row['top1'][0]:>11.4f}{row['top1'][1]:>10.4f}{load:>7.3f}")
 
 
 def main() -> None:
@@ -521,7 +593,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="timed runs per measurement")
     parser.add_argument("--profile", action="store_true", help="print fuel's op_profile tables")
     parser.add_argument("--no-torch", action="store_true", help="measure fuel only")
-    parser.add_argument("--only", choices=("minilm", "smollm", "minilm-processes", "sweep"),
+    parser.add_argument("--only", choices=("minilm", "smollm", "minilm-processes", "sweep",
+                                           "llama-cpp"),
                         default=None)
     parser.add_argument("--compare-replay", action="store_true",
                         help="also measure fuel with the plan cache and fuel.jit replays off")
@@ -542,8 +615,9 @@ def main() -> None:
                         help="also compare SmolLM2 with llama.cpp (llama-cpp-python, own process)")
     parser.add_argument("--llama-cpp-worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gguf", default=None,
-                        help="with --llama-cpp: SmolLM2 requantized to this llama.cpp format "
-                             "first (Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ4_NL, ...)")
+                        help="with --llama-cpp: SmolLM2 requantized to these llama.cpp formats "
+                             "first, comma-separated (Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ4_NL, ...; "
+                             "'all': the first five), then a summary table")
     args = parser.parse_args()
     if args.llama_cpp_worker:
         import json
@@ -587,9 +661,13 @@ def main() -> None:
         bench_minilm_processes(args.runs, args.rounds, args.threads, systems)
     if args.sweep or args.only == "sweep":
         bench_minilm_sweep(args.rounds, args.threads, ("fuel", "fuel-judge-off", "onnxruntime"))
-    if args.llama_cpp:
-        bench_llama_cpp(args.runs, args.threads or len(os.sched_getaffinity(0)), args.profile,
-                        args.gguf)
+    if args.llama_cpp or args.only == "llama-cpp":
+        threads = args.threads or len(os.sched_getaffinity(0))
+        formats: list = [None]
+        if args.gguf:
+            formats = list(GGUF_FORMATS) if args.gguf == "all" else args.gguf.split(",")
+        summaries = [bench_llama_cpp(args.runs, threads, args.profile, name) for name in formats]
+        print_llama_cpp_summary(summaries, threads)
 
 
 if __name__ == "__main__":

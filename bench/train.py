@@ -136,9 +136,10 @@ def minilm_batches(steps: int):
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(os.path.join(minilm_folder(), "tokenizer.json"))
+    tokenizer.no_padding()  # the file pads every sentence to 128 with its mask all ones
     rng = np.random.default_rng(3)
-    # One padded length for every batch: one shape, so plans are cached and fuel.jit's capture
-    # replays (the mask keeps the padding out of the loss).
+    # One padded length for every batch (the longest sentence's): one shape, so plans are
+    # cached and fuel.jit's capture replays (the mask keeps the padding out of the loss).
     longest = max(len(e.ids) for e in tokenizer.encode_batch([s for p in PAIRS for s in p]))
 
     def encode(sentences):

@@ -22,11 +22,12 @@ class ForeignCall:
     (ctypes arrays or None); ``status`` (an int64 array) and ``failure`` (the error for a
     nonzero status) where the kernel validates at launch."""
 
-    __slots__ = ("function", "data", "sizes", "strides", "status", "failure")
-    kernel_source = "c"  # what profile rows of its launches say ran
+    __slots__ = ("function", "data", "sizes", "strides", "status", "failure", "kernel_source")
 
     def __init__(self, function, data, sizes, strides=None, status=None,
-                 failure: Callable[[int], BaseException] | None = None) -> None:
+                 failure: Callable[[int], BaseException] | None = None,
+                 kernel_source: str = "c") -> None:
+        self.kernel_source = kernel_source  # what profile rows of its launches say ran
         self.function = function
         self.data = data
         self.sizes = sizes

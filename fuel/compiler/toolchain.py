@@ -106,6 +106,82 @@ def _detect() -> Toolchain | str:
     path = shutil.which(compiler)
     if path is None:
         return f"no C compiler: {compiler!r} is not on PATH (set CC)"
+    key = _probe_key(path)
+    remembered = _remembered_probe(key)
+    if remembered is not None:
+        return remembered
+    found = _probe(path)
+    if isinstance(found, Toolchain):
+        _remember_probe(key, found)
+    return found
+
+
+PROBE_FILE = "toolchain.json"  # in the cache root: the last probe's verdict per machine
+
+
+def _probe_key(path: str) -> str:
+    """What a probe's verdict depends on: the compiler binary (its real path, size and
+    modification time), the settings that steer the probe, the CPU (``-march=native``) and the
+    probe's own flags and sources."""
+    real = os.path.realpath(path)
+    try:
+        stat = os.stat(real)
+        binary = (real, stat.st_size, stat.st_mtime_ns)
+    except OSError:
+        binary = (real, 0, 0)
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            cpu = "".join(line for line in info.read().split("\n\n")[0].splitlines(True)
+                          if line.startswith(("model name", "flags", "vendor_id")))
+    except OSError:
+        pass
+    settings = tuple(os.environ.get(name, "") for name in ("FUEL_OPENMP", "FUEL_VECTOR_MATH"))
+    text = repr((binary, settings, cpu, FLAGS, VECTOR_PROBE, _PROBE_REVISION))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_PROBE_REVISION = 1  # bump when _probe's decisions change
+
+
+def _remembered_probe(key: str) -> Toolchain | None:
+    """The Toolchain an earlier process probed under ``key`` (no compiler runs), if any."""
+    try:
+        stored = json.loads((cache_root() / PROBE_FILE).read_text())
+        if stored.get("key") != key:
+            return None
+        found = stored["toolchain"]
+        toolchain = Toolchain(found["compiler"], found["identity"], tuple(found["flags"]),
+                              bool(found["openmp"]), bool(found["vector_math"]),
+                              tuple(found["libraries"]))
+        if "openmp_flags" in stored and not _openmp_probe:
+            _openmp_probe.append(tuple(stored["openmp_flags"]))
+        return toolchain
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _remember_probe(key: str, toolchain: Toolchain, openmp_flags: tuple | None = None) -> None:
+    """Store a probe's verdict for the next process (written whole, then renamed)."""
+    folder = cache_root()
+    entry: dict = {"key": key, "toolchain": {
+        "compiler": toolchain.compiler, "identity": toolchain.identity,
+        "flags": list(toolchain.flags), "openmp": toolchain.openmp,
+        "vector_math": toolchain.vector_math, "libraries": list(toolchain.libraries)}}
+    if openmp_flags is not None:
+        entry["openmp_flags"] = list(openmp_flags)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f"{PROBE_FILE}.{os.getpid()}.tmp"
+        partial.write_text(json.dumps(entry))
+        os.replace(partial, folder / PROBE_FILE)
+    except OSError:
+        pass  # a read-only cache: the next process probes again
+
+
+def _probe(path: str) -> Toolchain | str:
+    """Run the compiler: its identity, whether it builds kernels, and which optional flags
+    and libraries it takes."""
     try:
         version = subprocess.run([path, "--version"], capture_output=True, text=True,
                                  timeout=30).stdout.splitlines()
@@ -156,6 +232,7 @@ def openmp_flags() -> tuple[str, ...]:
             with tempfile.TemporaryDirectory(prefix="fuel-cc-") as folder:
                 works = _try_compile(found.compiler, found.flags + ("-fopenmp",), folder) is None
             _openmp_probe.append(("-fopenmp",) if works else ())
+            _remember_probe(_probe_key(found.compiler), found, _openmp_probe[0])
         return _openmp_probe[0]
 
 

@@ -40,6 +40,7 @@ from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata 
     PatternParams,
     PermuteParams,
     PoolParams,
+    QLinearConvParams,
     ReduceParams,
     ScatterParams,
     ShapeParams,
@@ -168,6 +169,7 @@ class OpKind(enum.Enum):
     CONV = "conv"
     CONV_TRANSPOSE = "conv_transpose"
     CONV_FUSED = "conv_fused"
+    QLINEAR_CONV = "qlinear_conv"
     MAX_POOL = "max_pool"
     MAX_POOL_INDICES = "max_pool_indices"
     AVG_POOL = "avg_pool"
@@ -453,6 +455,8 @@ define(OpKind.CONV_TRANSPOSE, "window", rules.conv_transpose, params=ConvParams,
        doc="N-d transposed convolution.")
 define(OpKind.CONV_FUSED, "window", rules.conv_fused, params=ConvEpilogueParams,
        doc="Convolution with its epilogue (bias, residual, activation) in its output loop.")
+define(OpKind.QLINEAR_CONV, "window", rules.qlinear_conv, params=QLinearConvParams,
+       doc="8-bit convolution summed in int32 and re-quantized (onnxruntime's QLinearConv).")
 define(OpKind.MAX_POOL, "window", rules.pool, params=PoolParams, doc="Max pooling.")
 define(OpKind.MAX_POOL_INDICES, "window", rules.pool_indices, params=PoolParams,
        doc="Positions of max pooling's maxima.")

@@ -286,6 +286,18 @@ class ConvEpilogueParams:
 
 
 @dataclass(frozen=True, slots=True)
+class QLinearConvParams:
+    """QLINEAR_CONV: ``conv`` of (x - ``x_zero``) (8-bit x; the padding adds 0) and int8
+    weights, summed exactly, + the int32 bias[m], as float32 times the float32 multiplier[m],
+    rounded half to even, + ``y_zero``, saturated to int8 (``y_signed``) or uint8."""
+
+    conv: ConvParams
+    x_zero: int
+    y_zero: int
+    y_signed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PoolParams:
     """Max / average pooling windows over the trailing dims. ``count_include_pad`` counts the
     explicit padding in an average's divisor; ``divide=False`` returns window sums;

@@ -290,6 +290,24 @@ def conv(params: ConvParams, shapes, dtypes):
     return (x[0], w[0]) + spatial, dtypes[0]
 
 
+def qlinear_conv(params, shapes, dtypes):
+    """QLINEAR_CONV: (x uint8/int8, w int8, bias int32 (M,), multiplier float32 (M,)) ->
+    conv's shape, int8 or uint8 (``params.y_signed``)."""
+
+    if len(shapes) != 4:
+        raise ShapeError(f"qlinear_conv takes 4 operands, got {len(shapes)}")
+    expected = ((dt.uint8, dt.int8), (dt.int8,), (dt.int32,), (dt.float32,))
+    for name, dtype, allowed in zip(("x", "weight", "bias", "multiplier"), dtypes, expected):
+        if dtype not in allowed:
+            raise DTypeError(f"qlinear_conv: {name} must be {' or '.join(a.name for a in allowed)}"
+                             f", got {dtype.name}")
+    shape, _ = conv(params.conv, shapes[:2], (dtypes[0], dtypes[0]))
+    for name, operand in (("bias", shapes[2]), ("multiplier", shapes[3])):
+        if tuple(operand) != (shape[1],):
+            raise ShapeError(f"qlinear_conv: {name} must have shape ({shape[1]},), got {operand}")
+    return shape, dt.int8 if params.y_signed else dt.uint8
+
+
 def conv_fused(params, shapes, dtypes):
     """CONV_FUSED: (x, w, bias[, residual][, slope]) -> conv's shape."""
     expected = 3 + params.residual + (params.activation == "prelu")

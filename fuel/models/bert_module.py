@@ -56,9 +56,11 @@ class _Layer(nn.Module):
 
 
 class _Embeddings(nn.Module):
-    def __init__(self, config: BertConfig, dropout: float, type_vocab_size: int) -> None:
+    def __init__(self, config: BertConfig, dropout: float, type_vocab_size: int,
+                 pad_token_id: int | None) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
+                                            padding_idx=pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings,
                                                 config.hidden_size)
         self.token_type_embeddings = nn.Embedding(type_vocab_size, config.hidden_size)
@@ -77,10 +79,11 @@ class BertModule(nn.Module):
     gives the last hidden states, ``mean_pooled`` sentence-transformers' pooling."""
 
     def __init__(self, config: BertConfig, dropout: float = 0.1,
-                 type_vocab_size: int = 2) -> None:
+                 type_vocab_size: int = 2, pad_token_id: int | None = 0) -> None:
         super().__init__()
         self.config = config
-        self.embeddings = _Embeddings(config, dropout, type_vocab_size)
+        # The padding token's row gets no gradient (transformers' padding_idx).
+        self.embeddings = _Embeddings(config, dropout, type_vocab_size, pad_token_id)
         self.encoder = _Encoder(config, dropout)
 
     @classmethod
@@ -90,9 +93,9 @@ class BertModule(nn.Module):
         folder = Path(folder)
         import json
 
-        types = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(
-            "type_vocab_size", 2)
-        model = cls(BertConfig.from_file(folder / "config.json"), dropout, types)
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        model = cls(BertConfig.from_file(folder / "config.json"), dropout,
+                    raw.get("type_vocab_size", 2), raw.get("pad_token_id", 0))
         arrays = numpy_io.load_file(str(folder / "model.safetensors"))
         arrays = {name[len("bert."):] if name.startswith("bert.") else name: value
                   for name, value in arrays.items()}

@@ -179,7 +179,9 @@ class PagedStepper:
         """The step's input tensors: per bucket the same ones, refilled in place (a replay
         given the storages it prepared its launchers on re-prepares nothing)."""
         key = (arrays[0].shape[0], arrays[-1].shape[0])
-        leaves = self._inputs.get(key)
+        leaves = self._inputs.pop(key, None)  # re-inserted: the dict is in order of use
+        if leaves is not None:
+            self._inputs[key] = leaves
         if leaves is None:
             device = self.model.device
             leaves = self._inputs[key] = [fuel.from_numpy(a.copy(), device=device)
@@ -194,6 +196,19 @@ class PagedStepper:
         """Drop the captured steps and their inputs (made again when needed)."""
         self._jit = fuel.jit(self._traced)
         self._inputs.clear()
+
+    def trim(self, keep: int) -> int:
+        """Keep the captured steps (and input leaves) of the ``keep`` most recently run
+        (rows, logit rows) buckets, drop the others' (each holds its plan's buffers, a few MiB;
+        a dropped bucket is captured again when it comes back); how many were dropped."""
+        dropped = list(self._inputs)[:max(0, len(self._inputs) - keep)]
+        for key in dropped:
+            del self._inputs[key]
+        gone = set(dropped)
+        for signature in [s for s in self._jit.captures
+                          if (s[0][1][0], s[5][1][0]) in gone]:
+            del self._jit.captures[signature]
+        return len(dropped)
 
 
 def rope_rows(inverse_frequencies: np.ndarray, positions: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from fuel.frontend.generated import (  # the registry's functional names
 from fuel.frontend.shape import cat, chunk, gather, index_select, split, stack
 from fuel.frontend.shape import pad as _pad
 from fuel.frontend.structured import layer_norm, log_softmax, matmul, rms_norm, softmax
+from fuel.frontend.tape import is_grad_enabled
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
 from fuel.ir.ops import check_operand
 from fuel.tensor import Tensor, as_tensor
@@ -44,10 +45,22 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 @at_user_line
-def embedding(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002 - torch's name
-    """Rows of ``weight`` picked by the integer ``input`` (any shape)."""
+def embedding(input: Tensor, weight: Tensor,  # noqa: A002 - torch's name
+              padding_idx: int | None = None) -> Tensor:
+    """Rows of ``weight`` picked by the integer ``input`` (any shape); as torch, the row
+    ``padding_idx`` gets no gradient (its value is still read)."""
     check_operand("embedding: the indices", "index", input.dtype)
-    rows = index_select(weight, 0, input.reshape(-1))
+    flat = input.reshape(-1)
+    rows = index_select(weight, 0, flat)
+    if padding_idx is not None:
+        count = weight.shape[0]
+        if not -count <= padding_idx < count:
+            raise InvalidArgument(f"embedding: padding_idx {padding_idx} is outside the "
+                                  f"table's {count} rows")
+        if weight.requires_grad and is_grad_enabled():
+            # The padding row's picks pass their value but not their gradient.
+            kept = (flat != padding_idx % count).unsqueeze(1)
+            rows = where(kept, rows, rows.detach())
     return rows.reshape(input.shape + (weight.shape[1],))
 
 

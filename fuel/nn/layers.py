@@ -97,7 +97,7 @@ class Embedding(Module):
         self.weight = Parameter(weight.realize())
 
     def forward(self, ids: Tensor) -> Tensor:
-        return F.embedding(ids, self.weight)
+        return F.embedding(ids, self.weight, self.padding_idx)
 
 
 class LayerNorm(Module):

@@ -12,6 +12,7 @@ from fuel.onnx.builder import Builder
 from fuel.onnx.context import DEFAULT_DOMAINS, OptionalValue, Scope, SequenceValue, find_converter
 from fuel.onnx.errors import OnnxError, UnsupportedOp, UnsupportedOpset, node_label
 from fuel.onnx.proto import fuel_dtype, onnx_type_name, value_info_signature
+from fuel.onnx.qdq import fold_qdq
 from fuel.onnx.replay import ModelReplay, feed_signature
 from fuel.tensor import Tensor
 
@@ -72,6 +73,7 @@ class Model:
         graph = self.proto.graph
         self.opsets = _check_opsets(self.proto)
         _check_ops(graph)
+        self._graph = fold_qdq(graph, self.base_dir)  # what runs: QDQ convs folded
         initializers = {t.name for t in graph.initializer}
         self.inputs = [_input_spec(v) for v in graph.input if v.name not in initializers]
         self.output_names = [v.name for v in graph.output]
@@ -100,7 +102,7 @@ class Model:
         for name, value in bound.items():
             scope.values[name] = value
         try:
-            builder.run_graph(self.proto.graph, scope)
+            builder.run_graph(self._graph, scope)
         except OnnxError as error:
             if not builder.dim_conflicts:
                 raise

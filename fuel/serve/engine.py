@@ -47,6 +47,9 @@ DEFAULT_BLOCK_SIZE = 16
 DEFAULT_TOKEN_BUDGET = 64  # rows per step: below the quantized matmul's BLAS switch (96)
 DEFAULT_KV_MEMORY = 1 << 30  # bytes of KV blocks, when the number of blocks is not given
 DEFAULT_PREFIX_CACHE_BLOCKS = 64  # cached prefix blocks kept while the server is idle
+# captured step buckets kept while the server is idle (each holds its plan's buffers, a few
+# MiB; the most recently run stay, the others are captured again when they come back)
+DEFAULT_KEPT_CAPTURES = 8
 
 
 def _heap_trimmer():
@@ -121,7 +124,8 @@ class Engine:
     caps the prompt plus max_tokens of all admitted requests together (None: no cap);
     ``request_timeout_s`` ends a request that runs longer (None: no limit);
     ``prefix_cache_blocks`` cached prefix blocks outlive an idle moment (the rest of the
-    cache is forgotten then, its memory given back). ``batching=False``
+    cache is forgotten then, its memory given back), and so do the captured steps of the
+    ``kept_captures`` most recently run row buckets. ``batching=False``
     runs one request's rows per step (in turn)."""
 
     def __init__(self, model, encoder=None, slots: int = DEFAULT_SLOTS, max_queue: int = 64,
@@ -130,7 +134,8 @@ class Engine:
                  token_budget: int = DEFAULT_TOKEN_BUDGET,
                  max_inflight_tokens: int | None = None,
                  request_timeout_s: float | None = None,
-                 prefix_cache_blocks: int = DEFAULT_PREFIX_CACHE_BLOCKS) -> None:
+                 prefix_cache_blocks: int = DEFAULT_PREFIX_CACHE_BLOCKS,
+                 kept_captures: int = DEFAULT_KEPT_CAPTURES) -> None:
         for name, value in (("slots", slots), ("block_size", block_size),
                             ("token_budget", token_budget), ("max_queue", max_queue)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -149,6 +154,7 @@ class Engine:
         self.max_inflight_tokens = max_inflight_tokens
         self.request_timeout_s = request_timeout_s
         self.prefix_cache_blocks = prefix_cache_blocks
+        self.kept_captures = kept_captures
         self.metrics = metrics or Metrics()
         table_width = -(-config.context_length // block_size)
         if kv_blocks is None:
@@ -226,8 +232,10 @@ class Engine:
     def _release_memory(self) -> None:
         """Once idle: the pages of free KV blocks and pooled buffers go back to the system
         (glibc keeps freed heap otherwise), so memory returns to its baseline. The
-        ``prefix_cache_blocks`` most recently used blocks cached for prefix reuse stay."""
+        ``prefix_cache_blocks`` most recently used blocks cached for prefix reuse stay, and
+        the captured steps of the ``kept_captures`` most recently run buckets."""
         self.pool.release(self.blocks.released(self.prefix_cache_blocks))
+        self.stepper.trim(self.kept_captures)
         fuel.empty_cache()
         if _trim_heap is not None:
             _trim_heap(0)

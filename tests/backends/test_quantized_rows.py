@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fuel
-from fuel.backends.cpu import BACKEND, quantized, quantized_rows
+from fuel.backends.cpu import BACKEND, quantized
 from fuel.compiler import toolchain
 from fuel.ir import dtype as dt
 from fuel.ir.device import CPU
@@ -53,7 +53,7 @@ def test_rows_tile_equals_the_integer_tile_and_each_row_alone(dtype):
         weight = _weight(dtype, n, k, rng)
         for m in (2, 3, 8, 9, 17, 33):
             x = _activations(m, k, rng)
-            rows = _run(quantized_rows.library(dtype), x, weight, n, 2)
+            rows = _run(quantized.rows_library(dtype), x, weight, n, 2)
             tile = _run(quantized.library(dtype), x, weight, n, 1)
             np.testing.assert_array_equal(rows.view(np.uint32), tile.view(np.uint32),
                                           err_msg=f"{dtype.name} m={m} n={n}")

@@ -83,6 +83,19 @@ def test_embedding_norms():
                                    dict(t.named_parameters())[name].grad.numpy(), **RTOL)
 
 
+@pytest.mark.parametrize("padding_idx", [0, -1])
+def test_embedding_padding_idx_gets_no_gradient(padding_idx):
+    torch.manual_seed(5)
+    f, t = nn.Embedding(6, 4, padding_idx=padding_idx), TNN.Embedding(6, 4,
+                                                                       padding_idx=padding_idx)
+    with torch.no_grad():
+        t.weight[padding_idx] = 0.5  # a padding row with a value: still read, never updated
+    _compare(f, t, np.array([[0, 2, 5, 5], [1, 0, 0, 3]]))
+    assert not np.any(f.weight.grad.numpy()[padding_idx])
+    with pytest.raises(fuel.FuelError, match="padding_idx 6"):
+        F.embedding(fuel.tensor(np.array([1])), f.weight, padding_idx=6)
+
+
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_multihead_attention(batch_first):
     torch.manual_seed(4)

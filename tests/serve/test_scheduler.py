@@ -21,13 +21,14 @@ def _alone(model, prompt_ids, max_tokens, sampling):
     return text, (generation.finish_reason, len(prompt_ids), generation.produced)
 
 
-def _serve(model, requests, **limits):
-    """Run ``requests`` ((ids, max_tokens, sampling)) on one engine, all queued before it
-    starts; their (text, done payload) in order, and the engine."""
+def _serve(model, requests, engine=None, **limits):
+    """Run ``requests`` ((ids, max_tokens, sampling)) on one engine (``engine``, else a new
+    one with ``limits``), all queued before it starts; their (text, done payload) in order,
+    and the engine."""
     from fuel.serve.engine import Engine, Job
 
     events: queue.Queue = queue.Queue()
-    engine = Engine(model, **limits)
+    engine = engine or Engine(model, **limits)
     for index, (ids, max_tokens, sampling) in enumerate(requests):
         def emit(kind, payload, index=index):
             events.put((index, kind, payload))
@@ -70,6 +71,24 @@ def test_chunked_prompts_end_as_alone(local_model):
     answers, engine = _serve(model, requests, slots=3, token_budget=8)
     assert answers == expected
     assert engine.metrics.steps > max(len(ids) for ids, _, _ in requests) // 8
+
+
+def test_an_idle_engine_keeps_its_most_recent_captured_steps(local_model):
+    """Going idle, the engine drops the captured steps of all but its kept_captures most
+    recently run row buckets; the dropped ones are captured again and answer as before."""
+    from fuel.serve.engine import Engine
+
+    model = local_model
+    requests = _requests(model, 4, prefix="the long hat of the cat " * 3)
+    expected = [_alone(model, *request) for request in requests]
+    engine = Engine(model, slots=3, token_budget=8, kept_captures=1)
+    trim, dropped = engine.stepper.trim, []
+    engine.stepper.trim = lambda keep: dropped.append(trim(keep)) or dropped[-1]
+    for _ in range(2):  # the second round captures the dropped buckets again
+        answers, _ = _serve(model, requests, engine=engine)
+        assert answers == expected
+        assert dropped[-1] >= 1  # the engine went idle at the end and trimmed
+        assert len(engine.stepper._inputs) == len(engine.stepper._jit.captures) == 1
 
 
 def test_preempted_requests_are_recomputed_and_end_as_alone(local_model):

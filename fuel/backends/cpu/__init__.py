@@ -16,6 +16,7 @@ from fuel.backends.cpu import (
     ml,
     paged_attention,
     pooling,
+    qlinear_conv,
     quantized,
     sampling,
     scatter,
@@ -123,7 +124,8 @@ PREFERS_DECOMPOSED = frozenset({
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
 KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution_c, convolution, pooling,
-                  scatter, sorting, sampling, strings, ml, quantized, paged_attention)
+                  scatter, sorting, sampling, strings, ml, quantized, paged_attention,
+                  qlinear_conv)
 
 
 BACKEND = CpuBackend()

@@ -170,40 +170,55 @@ static void small_conv(const float *x, const float *w, float *out, const float *
         }
 }
 
+typedef struct {
+    const float *x, *w, *residual;
+    float *out;
+    const Shape *s;
+    const Finish *f;
+    Shape one;  /* one group's shape */
+    int pointwise;
+    int64_t cg, mg, k, plane, in_plane, slivers, block, column_blocks, row_blocks, units;
+} GemmJob;
+
+/* Unit u of a GemmJob: GEMM u / units (image-major, then group), its column block and
+ * sliver block u % units. */
+static void gemm_task(void *context, int64_t u) {
+    const GemmJob *j = context;
+    const Shape *s = j->s;
+    const int64_t image = u / j->units / s->groups, g = u / j->units % s->groups;
+    const int64_t cb = u % j->units % j->column_blocks, rb = u % j->units / j->column_blocks;
+    float *panel = thread_buffer(0, (size_t)PANEL(KC) * (size_t)((j->block + NR - 1) / NR));
+    const float *source = j->x + (image * s->c + g * j->cg) * j->in_plane;
+    const int64_t at = (image * s->m + g * j->mg) * j->plane;
+    Finish local = *j->f;
+    if (local.bias != NULL) local.bias += g * j->mg;
+    if (local.slope != NULL) local.slope += g * j->mg;
+    const int64_t n0 = cb * j->block;
+    const int64_t nc = j->plane - n0 < j->block ? j->plane - n0 : j->block;
+    const int64_t s0 = j->slivers * rb / j->row_blocks;
+    const int64_t s1 = j->slivers * (rb + 1) / j->row_blocks;
+    gemm_unit(j->w + g * j->mg * j->k, source, j->plane, j->pointwise ? NULL : &j->one,
+              j->out + at, j->plane, j->residual != NULL ? j->residual + at : NULL, j->mg,
+              j->k, n0, nc, s0, s1, panel, &local);
+}
+
 static void gemm_conv(const float *x, const float *w, float *out, const float *residual,
                       int pointwise, const Shape *s, const Finish *f, int64_t threads) {
-    const int64_t cg = s->c / s->groups, mg = s->m / s->groups;
-    const int64_t k = cg * s->kh * s->kw, plane = s->oh * s->ow, in_plane = s->h * s->w;
-    const int64_t slivers = (mg + MR - 1) / MR, gemms = s->n * s->groups;
+    GemmJob j = {x, w, residual, out, s, f, *s, pointwise, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    j.cg = s->c / s->groups;
+    j.mg = s->m / s->groups;
+    j.k = j.cg * s->kh * s->kw;
+    j.plane = s->oh * s->ow;
+    j.in_plane = s->h * s->w;
+    j.slivers = (j.mg + MR - 1) / MR;
+    j.one.c = j.cg;
+    const int64_t gemms = s->n * s->groups;
     /* Work units: per GEMM (image and group) column blocks x sliver blocks, enough that the
-     * team splits them evenly; one loop over every GEMM's units (one barrier a launch). */
+     * team splits them evenly; one job over every GEMM's units. */
     const int64_t per_gemm = gemms >= threads ? 1 : (threads + gemms - 1) / gemms;
-    int64_t block, column_blocks, row_blocks;
-    split_units(plane, slivers, per_gemm, &block, &column_blocks, &row_blocks);
-    const int64_t units = column_blocks * row_blocks;
-    Shape one = *s;
-    one.c = cg;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        float *panel = thread_buffer(0, (size_t)PANEL(KC) * (size_t)((block + NR - 1) / NR));
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t u = 0; u < gemms * units; u++) {
-            const int64_t image = u / units / s->groups, g = u / units % s->groups;
-            const int64_t cb = u % units % column_blocks, rb = u % units / column_blocks;
-            const float *source = x + (image * s->c + g * cg) * in_plane;
-            const int64_t at = (image * s->m + g * mg) * plane;
-            Finish local = *f;
-            if (local.bias != NULL) local.bias += g * mg;
-            if (local.slope != NULL) local.slope += g * mg;
-            const int64_t n0 = cb * block;
-            const int64_t nc = plane - n0 < block ? plane - n0 : block;
-            const int64_t s0 = slivers * rb / row_blocks;
-            const int64_t s1 = slivers * (rb + 1) / row_blocks;
-            gemm_unit(w + g * mg * k, source, plane, pointwise ? NULL : &one, out + at, plane,
-                      residual != NULL ? residual + at : NULL, mg, k, n0, nc, s0, s1, panel,
-                      &local);
-        }
-    }
+    split_units(j.plane, j.slivers, per_gemm, &j.block, &j.column_blocks, &j.row_blocks);
+    j.units = j.column_blocks * j.row_blocks;
+    run_units(gemms * j.units, threads, gemm_task, &j);
 }
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {

@@ -1,4 +1,4 @@
-/* What conv.c, depthwise.c and pool.c share (each library's source is this file, then its
+/* What conv.c, depthwise.c and workers.c share (each library's source is this file, then its
  * own): the includes, the vector switch, the launch geometry, the team size and the
  * convolution epilogue (bias, residual, activation).
  *
@@ -7,7 +7,10 @@
  *
  * Threads: sizes[1] is the team a launch uses (convolution_c.py's choice: FUEL_THREADS or the
  * process's cores for a launch large enough to pay for waking them, else one; the judge times
- * the one-thread variant beside it). The machine's load is not consulted here.
+ * the one-thread variant beside it). The machine's load is not consulted here. The main
+ * loops run on run_units' pool (below), which never waits for a helper that has not started:
+ * on a busy machine a preempted helper costs its unfinished unit, not a scheduler slice at a
+ * fork-join barrier.
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +24,13 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 typedef struct {
     int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, groups, act;
@@ -39,6 +49,124 @@ static inline float *thread_buffer(int slot, size_t floats) {
         sizes[slot] = buffers[slot] != NULL ? floats : 0;
     }
     return buffers[slot];
+}
+
+/* ------------------------------------------------------------ the work pool
+ * run_units(count, team, task, context) calls task(context, unit) once for every unit in
+ * [0, count) on the calling thread and up to team - 1 helper threads (started once, kept for
+ * the process), and returns when every unit is done. Units are claimed one at a time from a
+ * ticket (generation << 32 | next unit), so the caller does every unit no helper took: it
+ * waits only for units a helper has started, never for a helper still asleep or preempted.
+ * A helper spins a while for the next job, then sleeps on a futex. One job at a time (a
+ * mutex); a forked child starts its own helpers. */
+typedef void (*unit_task)(void *context, int64_t unit);
+
+#define POOL_MOST 64   /* helpers at most */
+#define POOL_SPIN 4000  /* polls before a helper sleeps (about 0.1 ms: a pause is ~65 cycles) */
+
+static struct {
+    _Atomic uint64_t ticket;
+    _Atomic int64_t finished;
+    _Atomic(unit_task) task;
+    _Atomic(void *) context;
+    _Atomic int64_t count, team;
+    _Atomic uint32_t generation;  /* the futex word: bumped per job */
+    _Atomic int sleepers;
+    int helpers;
+    pid_t owner;
+    pthread_mutex_t lock;
+} workers = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static inline void pool_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Claims and runs units of job `generation` until none is left; `member` is the helper's
+ * index (0 the caller), which takes part only while it is below the job's team. */
+static void pool_work(uint32_t generation, int64_t member) {
+    for (;;) {
+        uint64_t ticket = atomic_load_explicit(&workers.ticket, memory_order_acquire);
+        if ((uint32_t)(ticket >> 32) != generation) return;
+        const int64_t unit = (int64_t)(ticket & 0xFFFFFFFFu);
+        /* read before the claim: while the ticket holds an unclaimed unit of this job, the
+         * job cannot finish, so no newer job has replaced these */
+        const unit_task task = atomic_load_explicit(&workers.task, memory_order_relaxed);
+        void *context = atomic_load_explicit(&workers.context, memory_order_relaxed);
+        const int64_t count = atomic_load_explicit(&workers.count, memory_order_relaxed);
+        if (unit >= count || member >= atomic_load_explicit(&workers.team, memory_order_relaxed))
+            return;
+        if (!atomic_compare_exchange_weak_explicit(&workers.ticket, &ticket, ticket + 1,
+                                                   memory_order_acq_rel, memory_order_relaxed))
+            continue;
+        task(context, unit);
+        atomic_fetch_add_explicit(&workers.finished, 1, memory_order_release);
+    }
+}
+
+static void *pool_helper(void *argument) {
+    const int64_t member = (int64_t)(intptr_t)argument;
+    uint32_t seen = atomic_load(&workers.generation);
+    for (;;) {
+        uint32_t now = atomic_load_explicit(&workers.generation, memory_order_acquire);
+        for (int spin = 0; now == seen && spin < POOL_SPIN; spin++) {
+            pool_pause();
+            now = atomic_load_explicit(&workers.generation, memory_order_acquire);
+        }
+        if (now == seen) {
+            atomic_fetch_add(&workers.sleepers, 1);
+            syscall(SYS_futex, &workers.generation, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+            atomic_fetch_sub(&workers.sleepers, 1);
+            continue;
+        }
+        seen = now;
+        pool_work(now, member);
+    }
+    return NULL;
+}
+
+static void run_units(int64_t count, int64_t team, unit_task task, void *context) {
+    if (team > POOL_MOST + 1) team = POOL_MOST + 1;
+    if (team <= 1 || count <= 1) {
+        for (int64_t unit = 0; unit < count; unit++) task(context, unit);
+        return;
+    }
+    pthread_mutex_lock(&workers.lock);
+    if (workers.owner != getpid()) {  /* first use, or a forked child: no helpers here yet */
+        workers.owner = getpid();
+        workers.helpers = 0;
+    }
+    while (workers.helpers < team - 1) {
+        pthread_t thread;
+        pthread_attr_t attributes;
+        pthread_attr_init(&attributes);
+        pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+        const int failed = pthread_create(&thread, &attributes, pool_helper,
+                                          (void *)(intptr_t)(workers.helpers + 1));
+        pthread_attr_destroy(&attributes);
+        if (failed) break;
+        workers.helpers++;
+    }
+    const uint32_t generation = atomic_load(&workers.generation) + 1;
+    atomic_store_explicit(&workers.finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&workers.task, task, memory_order_relaxed);
+    atomic_store_explicit(&workers.context, context, memory_order_relaxed);
+    atomic_store_explicit(&workers.count, count, memory_order_relaxed);
+    atomic_store_explicit(&workers.team, team, memory_order_relaxed);
+    atomic_store_explicit(&workers.ticket, (uint64_t)generation << 32, memory_order_release);
+    atomic_store(&workers.generation, generation);  /* seq_cst: ordered before the sleepers load */
+    if (atomic_load(&workers.sleepers) > 0)
+        syscall(SYS_futex, &workers.generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    pool_work(generation, 0);
+    /* only units a helper started are left: wait for them (yielding now and then, in case
+     * that helper waits for this core) */
+    for (int64_t spin = 1; atomic_load_explicit(&workers.finished, memory_order_acquire) < count;
+         spin++) {
+        pool_pause();
+        if (spin % 4096 == 0) sched_yield();
+    }
+    pthread_mutex_unlock(&workers.lock);
 }
 
 static inline Shape shape_of(const int64_t *sizes) {

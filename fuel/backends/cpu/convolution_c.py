@@ -1,4 +1,5 @@
-"""float32 convolution in C (``conv.c``, ``depthwise.c``, ``pool.c`` after ``conv_common.h``)
+"""float32 convolution in C (``conv.c``, ``winograd.c``, ``depthwise.c``, ``pool.c`` after
+``conv_common.h``; conv.c and winograd.c also after ``conv_gemm.h``)
 and OpenBLAS (through NumPy): CONV, CONV_FUSED (the
 convolution with its bias, residual and activation in its output loop) and CONV_TRANSPOSE.
 
@@ -15,12 +16,14 @@ it does not take runs ``gemm``), so a judge may time any of them on the same ope
   as stored, ``W (M, C) @ x[n] (C, H*W)``, no copy;
 - ``im2col``: any 1-d or 2-d shape: the patch matrix of one image and group written by C into
   a scratch buffer, then one GEMM (OpenBLAS);
+- ``winograd``: 3x3, stride 1, undilated, groups 1: winograd.c's F(2x2, 3x3);
 - ``auto`` (registered first, so it runs today): picks per launch by ``choose_form``.
 
 3-d shapes (and the rare depthwise filter over 64 rows) run the NumPy kernel; after an
 OpenBLAS form, the epilogue is one C pass over the output. Threads: the C kernels split their
-work over ``FUEL_THREADS`` OpenMP threads from PARALLEL_WORK multiply-adds (``auto`` offers the
-judge that team and one thread as variants); OpenBLAS runs its own.
+work over ``FUEL_THREADS`` threads (conv_common.h's run_units) from PARALLEL_WORK
+multiply-adds (``auto`` offers the judge that team and one thread as variants); the OpenBLAS
+forms run OpenBLAS on the calling thread alone (its own pool never wakes).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd")
 # transform each launch outweighs the saved products on a small plane).
 WINOGRAD_PLANE = 100
 WINOGRAD_CHANNELS = 16
+WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
 
 
 def _source(path: Path) -> str:
@@ -140,9 +144,11 @@ class Geometry:
 
     @property
     def winograd(self) -> bool:
-        """A 3x3 stride-1 undilated dense 2-d convolution (winograd.c's F(2x2, 3x3))."""
+        """A 3x3 stride-1 undilated dense 2-d convolution (winograd.c's F(2x2, 3x3)) whose
+        transformed weights (16 x M x C floats) fit WINOGRAD_WEIGHTS."""
         return (self.kh == self.kw == 3 and self.sh == self.sw == 1 and self.dh == self.dw == 1
-                and self.groups == 1 and self.h > 1 and self.c > 0)
+                and self.groups == 1 and self.h > 1 and 0 < self.c
+                and 16 * self.m * self.c <= WINOGRAD_WEIGHTS)
 
 
 def accepts(form: str, geometry: Geometry | None) -> bool:
@@ -180,6 +186,33 @@ def _threads(geometry: Geometry, form: str | None) -> int:
     taps = g.kh * g.kw
     work = g.n * g.m * g.oh * g.ow * taps * (1 if form == "depthwise" else g.c // g.groups)
     return thread_count() if work >= PARALLEL_WORK else 1
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_threads():
+    """NumPy's OpenBLAS ``openblas_set_num_threads_local`` (returns the count it replaces),
+    or None: the OpenBLAS forms run its GEMMs on one thread with it, so OpenBLAS's own pool
+    never wakes to spin beside fuel's threads (fuel/backends/cpu/matmul.py's one pool)."""
+    from fuel.backends.cpu.matmul import openblas_entries
+
+    entries = openblas_entries()
+    return None if entries is None else ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(entries[1])
+
+
+def _one_blas_thread(launch):
+    """``launch`` with NumPy's OpenBLAS on this thread alone while it runs."""
+    set_threads = _blas_threads()
+    if set_threads is None:
+        return launch
+
+    def single() -> None:
+        previous = set_threads(1)
+        try:
+            launch()
+        finally:
+            set_threads(previous)
+
+    return single
 
 
 _scalars: dict[tuple[float, float], ctypes.Array] = {}
@@ -360,6 +393,7 @@ class CConvolution:
             for weight, source, target in pieces:
                 np.matmul(weight, source, out=target)
 
+        launch = _one_blas_thread(launch)
         launch.kernel_source = "numpy"
         return launch
 
@@ -388,6 +422,7 @@ class CConvolution:
                 function(data, sizes, None)
                 np.matmul(weight, columns, out=target)
 
+        launch = _one_blas_thread(launch)
         launch.kernel_source = "c"
         return launch
 

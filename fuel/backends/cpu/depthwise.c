@@ -2,7 +2,7 @@
  * conv_common.h): data and sizes as conv.c's. Each plane is copied once into a zero-padded
  * buffer so every output column runs the 16-wide vector loop (stride 1 and 2; other strides
  * and machines without AVX2 take the scalar row walk), the epilogue applied on each output
- * row while it is in cache. Planes split over the team.
+ * row while it is in cache. Blocks of planes are run_units' units.
  */
 
 #define CHUNK 16  /* output columns a depthwise row accumulates in registers at once */
@@ -85,11 +85,11 @@ static void depthwise_plane(const float *in, const float *filter, float *out, co
             for (int64_t j = 0; j < width; j++) target[j] = source[j];
         }
     }
-    /* AVX-512: (output row, 16-column chunk) units UNITS at a time, one accumulator each per
+    /* AVX-512: (output row, 16-column chunk) units UNITS (8) at a time, one accumulator each per
      * tap; the last chunk of a row stored masked; bias, residual and relu / clip applied on
      * the accumulators, other activations on the rows afterwards */
     (void)row_buffer;
-#define UNITS 6
+#define UNITS 8
     const int64_t chunks = (s->ow + 15) / 16, units = s->oh * chunks;
     const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
                                            4, 2, 0);
@@ -192,52 +192,65 @@ static void depthwise_plane(const float *in, const float *filter, float *out, co
 }
 #endif
 
+typedef struct {
+    const float *x, *w, *bias, *residual, *slope;
+    float *out;
+    const Shape *s;
+    float alpha, beta;
+    int64_t plane, planes, per_unit, wide, pw, ph;
+} DepthwiseJob;
+
+/* Unit i: planes [i per_unit, (i + 1) per_unit), through this thread's padded buffer (its
+ * borders zeroed once a unit: no plane writes them). */
+static void depthwise_task(void *context, int64_t unit) {
+    const DepthwiseJob *j = context;
+    const Shape *s = j->s;
+#if defined(VECTOR)
+    const size_t padded_bytes = (sizeof(float) * (size_t)(j->pw * j->ph + 64) + 63) / 64 * 64;
+    float *padded = s->sw <= 2 ? thread_buffer(0, padded_bytes / sizeof(float)) : NULL;
+#if defined(__AVX512F__)
+    if (padded != NULL) memset(padded, 0, padded_bytes);
+#endif
+    float *row_buffer = thread_buffer(1, (size_t)j->wide);
+#endif
+    const int64_t first = unit * j->per_unit;
+    const int64_t last = first + j->per_unit < j->planes ? first + j->per_unit : j->planes;
+    for (int64_t i = first; i < last; i++) {
+        const int64_t c = i % s->c;
+        const float *in = j->x + i * s->h * s->w;
+        const float *filter = j->w + c * s->kh * s->kw;
+        float *target = j->out + i * j->plane;
+        const float b = j->bias != NULL ? j->bias[c] : 0.0f;
+        const float k = j->slope != NULL ? j->slope[c] : 0.0f;
+        const float *res = j->residual != NULL ? j->residual + i * j->plane : NULL;
+#if defined(VECTOR)
+        if (padded != NULL) {
+            depthwise_plane(in, filter, target, s, padded, j->pw, j->ph, row_buffer, b, res,
+                            j->alpha, j->beta, k);
+            continue;
+        }
+#endif
+        for (int64_t oh = 0; oh < s->oh; oh++) {
+            float *row = target + oh * s->ow;
+            depthwise_row(in, filter, row, oh, s);
+            finish(row, s->ow, b, res != NULL ? res + oh * s->ow : NULL, s->act, j->alpha,
+                   j->beta, k);
+        }
+    }
+}
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     const int64_t threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
-    const float *x = data[0], *w = data[1], *bias = data[2], *residual = data[3];
-    float *out = data[4];
-    const float *slope = data[5], *scalars = data[6];
-    const float alpha = scalars != NULL ? scalars[0] : 0.0f;
-    const float beta = scalars != NULL ? scalars[1] : 0.0f;
-    const int64_t plane = s.oh * s.ow;
-    const int64_t planes = s.n * s.c;
-    const int64_t wide = (s.ow + 15) / 16 * 16;
-    const int64_t pw = wide * s.sw + (s.kw - 1) * s.dw + 32;
-    const int64_t ph = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1;
-#pragma omp parallel num_threads(threads) if (threads > 1 && planes > 1)
-    {
-#if defined(VECTOR)
-        const size_t padded_bytes = (sizeof(float) * (size_t)(pw * ph + 64) + 63) / 64 * 64;
-        float *padded = s.sw <= 2 ? thread_buffer(0, padded_bytes / sizeof(float)) : NULL;
-#if defined(__AVX512F__)
-        if (padded != NULL) memset(padded, 0, padded_bytes);  /* the borders, once */
-#endif
-        float *row_buffer = thread_buffer(1, (size_t)wide);
-#endif
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < planes; i++) {
-            const int64_t c = i % s.c;
-            const float *in = x + i * s.h * s.w;
-            const float *filter = w + c * s.kh * s.kw;
-            float *target = out + i * plane;
-            const float b = bias != NULL ? bias[c] : 0.0f;
-            const float k = slope != NULL ? slope[c] : 0.0f;
-            const float *res = residual != NULL ? residual + i * plane : NULL;
-#if defined(VECTOR)
-            if (padded != NULL) {
-                depthwise_plane(in, filter, target, &s, padded, pw, ph, row_buffer, b, res,
-                                alpha, beta, k);
-                continue;
-            }
-#endif
-            for (int64_t oh = 0; oh < s.oh; oh++) {
-                float *row = target + oh * s.ow;
-                depthwise_row(in, filter, row, oh, &s);
-                finish(row, s.ow, b, res != NULL ? res + oh * s.ow : NULL, s.act, alpha,
-                       beta, k);
-            }
-        }
-    }
+    const float *scalars = data[6];
+    DepthwiseJob j = {data[0], data[1], data[2], data[3], data[5], data[4], &s,
+                      scalars != NULL ? scalars[0] : 0.0f, scalars != NULL ? scalars[1] : 0.0f,
+                      s.oh * s.ow, s.n * s.c, 1, (s.ow + 15) / 16 * 16, 0, 0};
+    j.pw = j.wide * s.sw + (s.kw - 1) * s.dw + 32;
+    j.ph = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1;
+    /* about four units a thread */
+    j.per_unit = threads > 1 ? (j.planes + 4 * threads - 1) / (4 * threads) : j.planes;
+    if (j.per_unit < 1) j.per_unit = 1;
+    run_units((j.planes + j.per_unit - 1) / j.per_unit, threads, depthwise_task, &j);
 }

@@ -345,7 +345,9 @@ class CMatmul:
             pointers.extend(openblas_entries())
         data = (ctypes.c_void_p * len(pointers))(*pointers)
         size_array, stride_array = arguments
-        return ForeignCall(function, data, size_array, stride_array)
+        # the blas form: OpenBLAS's code ran (on fuel's threads), as its profile rows say
+        return ForeignCall(function, data, size_array, stride_array,
+                           kernel_source="openblas" if plan.form == BLAS else "c")
 
     @staticmethod
     def _blas(plan: LaunchPlan, inputs, outputs, layouts, params) -> Launcher:

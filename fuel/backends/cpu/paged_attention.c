@@ -45,6 +45,33 @@ static inline float dot(const float *a, const float *b, int64_t n) {
     return sum;
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* The weighted sum of the values for head size 64 and `group` (a constant, at most 4) query
+   heads: 8 * group accumulators held in registers over the positions (the same products and
+   adds, in the same order, as the portable loop). */
+static inline __attribute__((always_inline)) void values_64(
+    const float *values, const int64_t *row_table, int64_t length, int64_t block_size,
+    int64_t slot_stride, const float *scores, int64_t longest, float *out, const int group) {
+    __m256 sums[4][8];
+    for (int g = 0; g < group; g++)
+        for (int c = 0; c < 8; c++) sums[g][c] = _mm256_setzero_ps();
+    int64_t block = 0, offset = 0; /* position p's entry and slot in it, without dividing */
+    for (int64_t p = 0; p < length; p++) {
+        const float *value = values + (row_table[block] * block_size + offset) * slot_stride;
+        if (++offset == block_size) offset = 0, block++;
+        __m256 v[8];
+        for (int c = 0; c < 8; c++) v[c] = _mm256_loadu_ps(value + 8 * c);
+        for (int g = 0; g < group; g++) {
+            const __m256 weight = _mm256_broadcast_ss(scores + g * longest + p);
+            for (int c = 0; c < 8; c++)
+                sums[g][c] = _mm256_add_ps(sums[g][c], _mm256_mul_ps(weight, v[c]));
+        }
+    }
+    for (int g = 0; g < group; g++)
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(out + g * 64 + 8 * c, sums[g][c]);
+}
+#endif
+
 /* The group of query heads `queries` (group rows of dim) sharing one kv head: scores over the
    row's `length` positions (keys and values: the kv head's first slot, slots slot_stride
    apart, through the row's block table), softmax per head, weighted sum of values into out
@@ -53,9 +80,10 @@ static void attend(const float *queries, const float *keys, const float *values,
                    const int64_t *row_table, int64_t length, int64_t block_size,
                    int64_t slot_stride, int64_t group, int64_t dim, float *scores,
                    int64_t longest, float *out) {
+    int64_t block = 0, offset = 0; /* position p's entry and slot in it, without dividing */
     for (int64_t p = 0; p < length; p++) {
-        const float *key = keys + (row_table[p / block_size] * block_size + p % block_size)
-                                  * slot_stride;
+        const float *key = keys + (row_table[block] * block_size + offset) * slot_stride;
+        if (++offset == block_size) offset = 0, block++;
         for (int64_t g = 0; g < group; g++) scores[g * longest + p] = dot(queries + g * dim, key, dim);
     }
     for (int64_t g = 0; g < group; g++) {
@@ -72,9 +100,20 @@ static void attend(const float *queries, const float *keys, const float *values,
         float *target = out + g * dim;
         for (int64_t i = 0; i < dim; i++) target[i] = 0.0f;
     }
+#if defined(__AVX2__) && defined(__FMA__)
+    if (dim == 64 && group <= 4) { /* the outputs in registers over all positions */
+        switch (group) {
+        case 1: values_64(values, row_table, length, block_size, slot_stride, scores, longest, out, 1); return;
+        case 2: values_64(values, row_table, length, block_size, slot_stride, scores, longest, out, 2); return;
+        case 3: values_64(values, row_table, length, block_size, slot_stride, scores, longest, out, 3); return;
+        case 4: values_64(values, row_table, length, block_size, slot_stride, scores, longest, out, 4); return;
+        }
+    }
+#endif
+    block = offset = 0;
     for (int64_t p = 0; p < length; p++) {
-        const float *value = values + (row_table[p / block_size] * block_size + p % block_size)
-                                      * slot_stride;
+        const float *value = values + (row_table[block] * block_size + offset) * slot_stride;
+        if (++offset == block_size) offset = 0, block++;
         for (int64_t g = 0; g < group; g++) {
             const float weight = scores[g * longest + p];
             float *restrict target = out + g * dim;

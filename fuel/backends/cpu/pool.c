@@ -121,6 +121,27 @@ static void pool_plane(const float *in, float *out, const Shape *s, float *padde
     }
 }
 
+typedef struct {
+    const float *x;
+    float *out;
+    const Shape *s;
+    int maximum;
+    const float *row_scale, *col_scale;
+    int64_t pw, ph, planes, per_unit;
+} PoolJob;
+
+/* Unit i: planes [i per_unit, (i + 1) per_unit). */
+static void pool_task(void *context, int64_t unit) {
+    const PoolJob *j = context;
+    const Shape *s = j->s;
+    float *padded = thread_buffer(0, (size_t)(j->pw * j->ph + 64));
+    const int64_t first = unit * j->per_unit;
+    const int64_t last = first + j->per_unit < j->planes ? first + j->per_unit : j->planes;
+    for (int64_t i = first; i < last; i++)
+        pool_plane(j->x + i * s->h * s->w, j->out + i * s->oh * s->ow, s, padded, j->pw, j->ph,
+                   j->maximum, j->maximum ? -INFINITY : 0.0f, j->row_scale, j->col_scale);
+}
+
 static void pool(const float *x, float *out, const Shape *s, int maximum, int64_t mode,
                  float pad_bottom, float pad_right, int64_t threads) {
     const int64_t planes = s->n * s->m;
@@ -140,14 +161,10 @@ static void pool(const float *x, float *out, const Shape *s, int maximum, int64_
             col_scale[o] = 1.0f / (float)inside(o, s->sw, s->pl, s->dw, s->kw, -left,
                                                 s->w + right);
     }
-#pragma omp parallel num_threads(threads) if (threads > 1 && planes > 1)
-    {
-        float *padded = thread_buffer(0, (size_t)(pw * ph + 64));
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < planes; i++)
-            pool_plane(x + i * s->h * s->w, out + i * s->oh * s->ow, s, padded, pw, ph, maximum,
-                       maximum ? -INFINITY : 0.0f, row_scale, col_scale);
-    }
+    PoolJob j = {x, out, s, maximum, row_scale, col_scale, pw, ph, planes, 1};
+    j.per_unit = threads > 1 ? (planes + 4 * threads - 1) / (4 * threads) : planes;
+    if (j.per_unit < 1) j.per_unit = 1;
+    run_units((planes + j.per_unit - 1) / j.per_unit, threads, pool_task, &j);
     free(row_scale);
     free(col_scale);
 }

@@ -103,8 +103,10 @@ static void round_blocks(const float *restrict x, float *restrict out, int64_t c
  * dpwssd with its add) meets them with the activations in that same order. 32-bit lane j then
  * sums positions 4j .. 4j + 3: lanes 0-3 the chunk's first half, 4-7 its second. */
 #define PREFETCH_AHEAD 1024
+/* weight rows side by side per tile: more interleaved streams than two slowed the reads from
+ * memory (q6_k to half at four) */
 #ifndef DECODE_ROWS
-#define DECODE_ROWS 4
+#define DECODE_ROWS 2
 #endif
 typedef struct {
     int16_t *codes;
@@ -329,10 +331,13 @@ static void decode_rows(paired_blocks x, const uint8_t *weight, float *out, int6
 #endif
 
 #if defined(FORMAT_Q4_0) || defined(FORMAT_Q4_1) || defined(FORMAT_Q8_0) || \
-    defined(FORMAT_IQ4_NL)
+    defined(FORMAT_IQ4_NL) || defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
 #define INTEGER_DOT 1
-/* Per block: q4_0 d_w * (d_x * sum(q_w q_x) - 8 s_x); q4_1 d_w d_x sum(q_w q_x) + m_w s_x;
- * q8_0 d_w d_x sum(q_w q_x). A tile is ROWS weight rows by ACTIVATIONS activation rows: each
+#if defined(FORMAT_Q4_1) || defined(FORMAT_Q5_1)
+#define BLOCK_MINIMUM 1 /* {d, m} float16 at the block's start: value = d q + m */
+#endif
+/* Per block: q4_0 d_w * (d_x * sum(q_w q_x) - 8 s_x); q4_1, q5_1 d_w d_x sum(q_w q_x) +
+ * m_w s_x; q8_0, iq4_nl, q5_0 d_w d_x sum(q_w q_x) (q5_0's codes less 16). A tile is ROWS weight rows by ACTIVATIONS activation rows: each
  * weight block is loaded and unpacked once for all the tile's activation rows, each
  * activation block once for all its weight rows, with one accumulator per (weight row,
  * activation row) so no chain of dependent adds limits the loop. The weight codes widen to 16
@@ -340,7 +345,7 @@ static void decode_rows(paired_blocks x, const uint8_t *weight, float *out, int6
  * 4 * 128 * 32767 < 2^24 in magnitude, so its conversion to float is exact. */
 #if defined(FORMAT_Q4_0)
 #define OFFSET_FACTOR (-8.0f)
-#elif defined(FORMAT_Q4_1)
+#elif defined(BLOCK_MINIMUM)
 #define OFFSET_FACTOR 1.0f
 #else
 #define OFFSET_FACTOR 0.0f
@@ -362,6 +367,26 @@ static inline __attribute__((always_inline)) void block_codes(const uint8_t *blo
     const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(block + 2)));
     *low = _mm256_permutexvar_epi16(bytes, table);
     *high = _mm256_permutexvar_epi16(_mm256_srli_epi16(bytes, 4), table);
+#elif (defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__) && !defined(NO_AVX512)
+    /* the nibbles as q4's, the fifth bits (bit l of the 32 at qh: code l) added under masks;
+     * q5_0's codes less 16 where the bit is clear */
+    const uint8_t *qh = block + (BLOCK_BYTES == 22 ? 2 : 4);
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(qh + 4)));
+    const __m256i low_codes = _mm256_and_si256(bytes, _mm256_set1_epi16(0x0f));
+    const __m256i high_codes = _mm256_srli_epi16(bytes, 4);
+    const __m256i sixteen = _mm256_set1_epi16(16);
+#if defined(FORMAT_Q5_0)
+    *low = _mm256_mask_sub_epi16(low_codes, (__mmask16)~bits, low_codes, sixteen);
+    *high = _mm256_mask_sub_epi16(high_codes, (__mmask16)~(bits >> 16), high_codes, sixteen);
+#else
+    *low = _mm256_mask_add_epi16(low_codes, (__mmask16)bits, low_codes, sixteen);
+    *high = _mm256_mask_add_epi16(high_codes, (__mmask16)(bits >> 16), high_codes, sixteen);
+#endif
+#elif defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
+    chunk_vectors(block, 0, low, high);
 #elif defined(FORMAT_IQ4_NL)
     const __m128i table = _mm_loadu_si128((const __m128i *)IQ4_VALUES);
     const __m128i bytes = _mm_loadu_si128((const __m128i *)(block + 2));
@@ -380,7 +405,7 @@ static inline __attribute__((always_inline)) void block_codes(const uint8_t *blo
 
 /* The block's float16 scales as floats: {d, m} (q4_1) or d in every lane. */
 static inline __attribute__((always_inline)) __m128 block_scales(const uint8_t *block) {
-#if defined(FORMAT_Q4_1)
+#if defined(BLOCK_MINIMUM)
     int32_t bits;
     memcpy(&bits, block, 4);
     return _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
@@ -467,6 +492,10 @@ static inline __attribute__((always_inline)) void integer_tile(
                 for (int l = 0; l < 16; l++)
                     products += IQ4_VALUES[codes[l] & 0x0f] * q[32 * b + l] +
                                 IQ4_VALUES[codes[l] >> 4] * q[32 * b + l + 16];
+#elif defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
+                int16_t codes[32];
+                chunk_codes(block, 0, codes);
+                for (int l = 0; l < 32; l++) products += codes[l] * q[32 * b + l];
 #else
                 const uint8_t *codes = block + BLOCK_BYTES - 16;
 #pragma omp simd reduction(+ : products)
@@ -475,7 +504,7 @@ static inline __attribute__((always_inline)) void integer_tile(
                                 (codes[l] >> 4) * q[32 * b + l + 16];
 #endif
                 sum += (float)products * (scale * ds[4 * b]);
-#if defined(FORMAT_Q4_1)
+#if defined(BLOCK_MINIMUM)
                 offsets += half_to_float(block + 2) * ds[4 * b + 1];
 #else
                 offsets += scale * ds[4 * b + 1];
@@ -676,7 +705,7 @@ static inline activation_blocks activation_rows(activation_blocks x, int64_t i, 
     return rows;
 }
 
-/* Weight rows [first, last) against the m quantized activation rows: four weight rows at a
+/* Weight rows [first, last) against the m quantized activation rows: two weight rows at a
  * time for one activation row (decode), else one weight row at a time for up to four
  * activation rows, so a weight row is read from memory once for all m (short prompts). */
 static void integer_matmul_rows(activation_blocks x, const uint8_t *weight, float *out,
@@ -684,8 +713,10 @@ static void integer_matmul_rows(activation_blocks x, const uint8_t *weight, floa
     const int64_t blocks = k / BLOCK_SIZE, row_bytes = blocks * BLOCK_BYTES, x_blocks = k / 32;
     int64_t j = first;
     if (m == 1) {
-        for (; j + 4 <= last; j += 4)
-            integer_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, n, 4, 1);
+        /* two rows side by side: at the decode shape the weight streams from memory, and
+         * more interleaved streams than two slowed the reads (q6_k to half) */
+        for (; j + 2 <= last; j += 2)
+            integer_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, n, 2, 1);
         for (; j < last; j++)
             integer_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, n, 1, 1);
         return;

@@ -59,6 +59,17 @@ def thread_count() -> int:
         return os.cpu_count() or 1
 
 
+def rows_tile(dtype, rows: int) -> bool:
+    """Whether a matmul of ``rows`` activation rows runs on quantized_rows.c's many-row tile
+    (from its ROWS_MIN rows, below BLAS_ROWS, on the formats it serves)."""
+    return rows < BLAS_ROWS and quantized_rows.serves(dtype, rows)
+
+
+def rows_library(dtype: QuantizedDType):
+    """``dtype``'s many-row library (its format library with quantized_rows.c's tile)."""
+    return quantized_rows.library(dtype, partial(source_of, dtype))
+
+
 def source_of(dtype: QuantizedDType) -> str:
     """The C source of ``dtype``'s library: its format macros (and the registry's activation
     code bound), then ``quantized_formats.c`` and ``quantized.c``."""
@@ -96,7 +107,7 @@ class QuantizedKernel:
         """What the revision hash covers besides the Python code: the format's C source (and
         the many-row tile's, for the matmul of the formats it serves)."""
         if self.operation == MATMUL and self.dtype in quantized_rows.FORMATS:
-            return quantized_rows.source_of(self.dtype)
+            return quantized_rows.source_of(source_of(self.dtype))
         return source_of(self.dtype)
 
     def sizes(self, inputs: Sequence, layouts: Sequence[Layout]) -> tuple[int, ...]:
@@ -128,8 +139,7 @@ class QuantizedKernel:
         counts = [rule[4]] + [c for c in (threads, 1) if c != rule[4]]
         # many rows on the 32-value integer formats: quantized_rows.c's tile first (the
         # rule's), this library's one-weight-row tile after it; the same bits either way
-        tiles = ("int-rows", "int-dot") if quantized_rows.serves(self.dtype, rule[1]) \
-            else ("int-dot",)
+        tiles = ("int-rows", "int-dot") if rows_tile(self.dtype, rule[1]) else ("int-dot",)
         return tuple(Variant(f"{tile}/{count}t", partial(self._prepare_on, count, tile))
                      for tile in tiles for count in counts)
 
@@ -149,9 +159,8 @@ class QuantizedKernel:
         pointers = [address(storage, layout) for storage, layout in zip(storages, layouts)]
         data = (ctypes.c_void_p * len(pointers))(*pointers)
         size_array = (ctypes.c_int64 * len(sizes))(*sizes)
-        if self.operation == MATMUL and tile != "int-dot" and \
-                quantized_rows.serves(self.dtype, sizes[1]):
-            return ForeignCall(quantized_rows.library(self.dtype), data, size_array)
+        if self.operation == MATMUL and tile != "int-dot" and rows_tile(self.dtype, sizes[1]):
+            return ForeignCall(rows_library(self.dtype), data, size_array)
         function = library(self.dtype)
         if self.operation == MATMUL and sizes[1] >= BLAS_ROWS:
             return self._tiled(function, storages, layouts, sizes)

@@ -447,9 +447,10 @@ static inline void dequantize_block(const uint8_t *block, float *restrict out) {
 }
 #endif
 
-#if USE_AVX2 && defined(CHUNKED) && !defined(FORMAT_IQ4_NL)
-/* ---- The decode kernel's view of the K formats, q5_0, q5_1 and iq4_xs (quantized.c's
- * decode_tile; q4_0, q4_1, q8_0 and iq4_nl have their own tiles there): chunk c's 32 codes as
+#if USE_AVX2 && defined(CHUNKED) && !defined(FORMAT_IQ4_NL) && !defined(FORMAT_Q5_0) && \
+    !defined(FORMAT_Q5_1)
+/* ---- The decode kernel's view of the K formats and iq4_xs (quantized.c's decode_tile; the
+ * blocks of 32 values have their own tiles there): chunk c's 32 codes as
  * 32 bytes, byte l = code l (CODES_SIGNED: as int8, else as uint8), and for blocks of one
  * chunk the block's scale and offset as floats (value = scale * q - minimum). */
 #define PAIRED_DECODE 1

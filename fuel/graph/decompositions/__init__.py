@@ -10,6 +10,7 @@ from fuel.graph.decompositions import (  # noqa: F401 - registration
     elementwise,
     indexing,
     placement,
+    qlinear,
     quantized,
     reductions,
     rows,

@@ -1,5 +1,5 @@
-"""Convolution and pooling ONNX ops: Conv, ConvTranspose, ConvInteger, MaxPool, AveragePool,
-LpPool, the global pools, MaxUnpool, LRN."""
+"""Convolution and pooling ONNX ops: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, the
+global pools, MaxUnpool, LRN (ConvInteger: quantize.py)."""
 
 from __future__ import annotations
 
@@ -55,25 +55,6 @@ def conv(ctx: NodeContext) -> Tensor:
     kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
     strides, dilations, begin, end = _spatial(ctx, x, kernel)
     return nn_conv.conv_nd(x, w, bias, strides, begin, end, dilations, ctx.attr("group", 1))
-
-
-@onnx_op("ConvInteger")
-def conv_integer(ctx: NodeContext) -> Tensor:
-    x, w = cast(ctx.input(0), dt.int32), cast(ctx.input(1), dt.int32)
-    for index, value in ((2, x), (3, w)):
-        zero = ctx.optional(index)
-        if zero is None:
-            continue
-        zero = cast(zero, dt.int32)
-        if index == 3 and zero.numel() > 1:
-            zero = zero.reshape((-1,) + (1,) * (w.ndim - 1))
-        if index == 2:
-            x = value - zero
-        else:
-            w = value - zero
-    kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
-    strides, dilations, begin, end = _spatial(ctx, x, kernel)
-    return nn_conv.conv_nd(x, w, None, strides, begin, end, dilations, ctx.attr("group", 1))
 
 
 @onnx_op("ConvTranspose")

@@ -1,9 +1,8 @@
-"""Matrix products: MatMul, Gemm, Einsum, MatMulInteger."""
+"""Matrix products: MatMul, Gemm, Einsum (MatMulInteger: quantize.py)."""
 
 from __future__ import annotations
 
 from fuel.frontend.structured import matmul
-from fuel.ir import dtype as dt
 from fuel.nn import tensor_ops
 from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError
@@ -40,23 +39,3 @@ def gemm(ctx: NodeContext) -> Tensor:
 def einsum(ctx: NodeContext) -> Tensor:
     operands = [ctx.input(i) for i in range(ctx.num_inputs)]
     return tensor_ops.einsum(ctx.attr("equation"), *operands)
-
-
-def _zero_point_shifted(ctx: NodeContext, index: int, zero_index: int, axis_from_end: int):
-    x = cast(ctx.input(index), dt.int32)
-    zero = ctx.optional(zero_index)
-    if zero is None:
-        return x
-    zero = cast(zero, dt.int32)
-    if zero.ndim == 1 and zero.shape[0] > 1:
-        shape = [1] * x.ndim
-        shape[x.ndim - axis_from_end] = zero.shape[0]
-        zero = zero.reshape(tuple(shape))
-    return x - zero
-
-
-@onnx_op("MatMulInteger")
-def matmul_integer(ctx: NodeContext) -> Tensor:
-    a = _zero_point_shifted(ctx, 0, 2, 1 if ctx.input(0).ndim == 1 else 2)
-    b = _zero_point_shifted(ctx, 1, 3, 1)
-    return matmul(a, b)

@@ -327,3 +327,35 @@ def test_pooling_matches_the_reference(stride, pad, ceil):
             np.pad(x.astype(np.float64), widths), (3, 3), axis=(2, 3))[
             :, :, ::stride, ::stride][:, :, :out[0], :out[1]].sum(axis=(-1, -2))
         np.testing.assert_allclose(got, sums / counts, rtol=1e-5, atol=1e-6)
+
+
+def test_concurrent_launches_share_the_work_pool(monkeypatch):
+    """run_units serves one job at a time: convolutions launched from several Python threads
+    at once (each threaded, across the gemm, winograd and depthwise libraries) all match the
+    reference, again and again."""
+    import threading
+
+    monkeypatch.setenv("FUEL_THREADS", "2")
+    rng = np.random.default_rng(11)
+    cases = []
+    for groups, kernel in ((1, 3), (1, 1), (48, 3)):  # each over PARALLEL_WORK
+        conv = ConvParams((1, 1), (kernel // 2,) * 2, (kernel // 2,) * 2, (1, 1), groups)
+        x = rng.standard_normal((1, 48, 48, 48)).astype(np.float32)
+        w = rng.standard_normal((48, 48 // groups, kernel, kernel)).astype(np.float32)
+        cases.append((x, w, conv, reference(x, w, conv)))
+    auto = _siblings(OpKind.CONV, 2)[0]
+    failures = []
+
+    def work(index: int) -> None:
+        x, w, conv, expected = cases[index % len(cases)]
+        for _ in range(20):
+            actual = _run(auto, [x, w], expected.shape, conv)
+            if not np.allclose(actual, expected, rtol=1e-4, atol=1e-3):
+                failures.append(index)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []

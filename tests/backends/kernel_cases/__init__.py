@@ -16,6 +16,7 @@ from tests.backends.kernel_cases import (
     elementwise,
     indexing,
     pooling,
+    qlinear,
     quantized,
     sampling,
     scatter,
@@ -26,7 +27,7 @@ from tests.backends.kernel_cases import (
 from tests.backends.kernel_cases.base import Case
 
 FAMILIES = (elementwise, indexing, structured, convolution, pooling, scatter, sorting, sampling,
-            text, quantized, attention)
+            text, quantized, attention, qlinear)
 
 
 def _merge() -> dict[OpKind, Callable[[tuple[DType, ...]], list[Case]]]:

@@ -1,0 +1,525 @@
+/* The quantized convolution QLINEAR_CONV for fuel's CPU backend (qlinear_conv.py drives it):
+ * 8-bit activations times int8 weights (the weights less their zero point) summed exactly in
+ * int32, then re-quantized like onnxruntime: the sum plus the bias, as float, times the
+ * channel's multiplier, rounded half to even, plus the output zero point, saturated.
+ *
+ * Entry: fuel_kernel(data, sizes, strides)
+ *   data  = {x (uint8 or int8, N x C x H x W), w (int8, M x C/groups x KH x KW),
+ *            bias (int32, M), multiplier (float32, M), out (uint8 or int8, N x M x OH x OW)}
+ *   sizes = {threads, N, C, H, W, M, KH, KW, OH, OW, stride_h, stride_w, dilation_h,
+ *            dilation_w, pad_top, pad_left, groups, x_zero, y_zero, x_signed, y_signed}
+ *   (a 1-d convolution is a 2-d one of height 1; the padding holds x_zero: it adds 0.)
+ *
+ * Activations are handled as unsigned bytes u = x (uint8) or x + 128 (int8, its zero point
+ * moved by 128 too), so sum (x - x_zero) * w = sum u * w - u_zero * sum w.
+ *
+ * Forms, picked here:
+ *   depthwise (groups == C == M, at most 256 taps, |bias| < 2**23), float32 sums of integers
+ *     below 2**24 (exact): from 16 output columns per plane, each output row 8 columns at a
+ *     time over a padded float copy of the plane split by column phase; narrower outputs
+ *     channels last, 8 channels at a time over a padded channels-last copy.
+ *   gemm (the rest): per image and group out[m, p] = sum_k w[m, k] * B[k, p] with B the patch
+ *     matrix of u (written once per image and group, or the input as stored for an unpadded
+ *     stride-1 1x1 kernel), re-packed 16 positions at a time into panels of k quads so that
+ *     one vpdpbusd (AVX512-VNNI: u8 x s8, four products into int32, exact) serves 16 positions
+ *     of one weight row; a 6 x 16 register tile; the re-quantization on the tile. Without
+ *     VNNI the panels hold k pairs of (u - u_zero) as int16 for vpmaddwd (AVX2, also exact),
+ *     or a scalar loop. Threads split the patch matrix's rows, then the panels.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define VNNI 1
+#define STEP 4 /* k per panel step */
+#elif defined(__AVX2__)
+#define PAIRS 1
+#define STEP 2
+#else
+#define STEP 1
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct {
+    int64_t threads, n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, groups, xz, yz,
+        x_signed, y_signed;
+} Q;
+
+#define MR 6
+#define NR 16
+
+static inline void store_y(uint8_t *out, int64_t i, int32_t v, const Q *q) {
+    if (q->y_signed) {
+        v = v < -128 ? -128 : (v > 127 ? 127 : v);
+        ((int8_t *)out)[i] = (int8_t)v;
+    } else {
+        v = v < 0 ? 0 : (v > 255 ? 255 : v);
+        out[i] = (uint8_t)v;
+    }
+}
+
+/* round half to even of acc * scale (the MXCSR's default rounding), plus the zero point */
+static inline int32_t requantize(int32_t acc, float scale, int64_t yz) {
+    return (int32_t)lrintf((float)acc * scale) + (int32_t)yz;
+}
+
+/* Per-thread scratch `slot` of at least `bytes`, 64-byte aligned, grown as needed, kept. */
+static void *scratch(int slot, size_t bytes) {
+    static __thread void *buffers[3];
+    static __thread size_t sizes[3];
+    if (sizes[slot] < bytes || buffers[slot] == NULL) {
+        free(buffers[slot]);
+        buffers[slot] = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+        sizes[slot] = buffers[slot] != NULL ? bytes : 0;
+    }
+    return buffers[slot];
+}
+
+/* The calling thread's buffer of at least `bytes`, which its team then shares. */
+static uint8_t *shared_buffer(size_t bytes) {
+    static __thread uint8_t *buffer;
+    static __thread size_t size;
+    if (size < bytes || buffer == NULL) {
+        free(buffer);
+        buffer = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+        size = buffer != NULL ? bytes : 0;
+    }
+    return buffer;
+}
+
+/* ------------------------------------------------------------------ depthwise */
+
+/* Depthwise on one plane, rows vectorized (wide outputs): (x - x_zero) as float32 (exact) in
+ * a padded plane split by column phase ([phase][row][col] holds padded column col * stride +
+ * phase), so each tap reads its output row contiguously; float32 sums of integers below
+ * 2**24 (exact), re-quantized 8 at a time. */
+static void depthwise_plane(const uint8_t *x, const int8_t *w, int32_t bias, float scale,
+                            uint8_t *out, const Q *q) {
+    const int64_t s = q->sw, vw = (q->ow + 7) / 8 * 8;
+    const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
+    const int64_t reach = ((q->kw - 1) * q->dw) / s + 1;
+    const int64_t pw = vw + reach + 8;
+    float *planes = scratch(0, sizeof(float) * (size_t)(s * ph * pw));
+    const float shift = (float)q->xz;
+    for (int64_t phase = 0; phase < s; phase++)
+        for (int64_t r = 0; r < ph; r++) {
+            const int64_t ih = r - q->pt;
+            float *row = planes + (phase * ph + r) * pw;
+            if (ih < 0 || ih >= q->h) {
+                memset(row, 0, sizeof(float) * (size_t)pw);
+                continue;
+            }
+            const int64_t off = phase - q->pl;
+            int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
+            int64_t hi = q->w - off <= 0 ? 0 : (q->w - off - 1) / s + 1;
+            if (lo > pw) lo = pw;
+            if (hi > pw) hi = pw;
+            if (hi < lo) hi = lo;
+            for (int64_t col = 0; col < lo; col++) row[col] = 0.0f;
+            if (q->x_signed) {
+                const int8_t *source = (const int8_t *)x + ih * q->w + off;
+                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col * s] - shift;
+            } else if (s == 1) {
+                const uint8_t *source = x + ih * q->w + off;
+                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col] - shift;
+            } else {
+                const uint8_t *source = x + ih * q->w + off;
+                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col * s] - shift;
+            }
+            for (int64_t col = hi; col < pw; col++) row[col] = 0.0f;
+        }
+    float *acc = scratch(1, sizeof(float) * (size_t)vw);
+    const float start = (float)bias;
+    for (int64_t oh = 0; oh < q->oh; oh++) {
+        for (int64_t ow = 0; ow < vw; ow++) acc[ow] = start;
+        for (int64_t kh = 0; kh < q->kh; kh++) {
+            const int64_t r = oh * q->sh + kh * q->dh;
+            for (int64_t kw = 0; kw < q->kw; kw++) {
+                const int64_t column = kw * q->dw;
+                const float *source = planes + ((column % s) * ph + r) * pw + column / s;
+                const float tap = (float)w[kh * q->kw + kw];
+                for (int64_t ow = 0; ow < vw; ow++) acc[ow] += tap * source[ow];
+            }
+        }
+        uint8_t *target = out + oh * q->ow;
+#if defined(__AVX2__)
+        const __m256 factor = _mm256_set1_ps(scale);
+        const __m256i zero = _mm256_set1_epi32((int32_t)q->yz);
+        for (int64_t ow = 0; ow < q->ow; ow += 8) {
+            const __m256i v = _mm256_add_epi32(
+                _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(acc + ow), factor)), zero);
+            const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(v),
+                                                  _mm256_extracti128_si256(v, 1));
+            const __m128i bytes = q->y_signed ? _mm_packs_epi16(words, words)
+                                              : _mm_packus_epi16(words, words);
+            if (ow + 8 <= q->ow) {
+                _mm_storel_epi64((__m128i *)(target + ow), bytes);
+            } else {
+                uint8_t tail[16];
+                _mm_storeu_si128((__m128i *)tail, bytes);
+                memcpy(target + ow, tail, (size_t)(q->ow - ow));
+            }
+        }
+#else
+        for (int64_t ow = 0; ow < q->ow; ow++)
+            store_y(target, ow, (int32_t)lrintf(acc[ow] * scale) + (int32_t)q->yz, q);
+#endif
+    }
+}
+
+static void depthwise_rows(const uint8_t *x, const int8_t *w, const int32_t *bias,
+                           const float *mult, uint8_t *out, const Q *q) {
+    const int64_t planes = q->n * q->c, in_plane = q->h * q->w, out_plane = q->oh * q->ow;
+    const int64_t taps = q->kh * q->kw;
+#pragma omp parallel for schedule(static) num_threads(q->threads) if (q->threads > 1)
+    for (int64_t i = 0; i < planes; i++) {
+        const int64_t channel = i % q->c;
+        depthwise_plane(x + i * in_plane, w + channel * taps, bias[channel], mult[channel],
+                        out + i * out_plane, q);
+    }
+}
+
+/* Depthwise, channels last: per image, (x - x_zero) as float32 (exact) in a zero-padded
+ * (H + pads) x (W + pads) x C8 copy (C rounded up to 8) and the taps as [tap][C8]; then per
+ * output position 8 channels at a time, acc = bias + sum of tap * value (integers below 2**24:
+ * exact), re-quantized and stored to the channels' planes. */
+static void depthwise(const uint8_t *x, const int8_t *w, const int32_t *bias,
+                      const float *mult, uint8_t *out, const Q *q) {
+    const int64_t c8 = (q->c + 7) / 8 * 8, taps = q->kh * q->kw;
+    const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
+    const int64_t pw = (q->ow - 1) * q->sw + (q->kw - 1) * q->dw + 1;
+    const int64_t in_plane = q->h * q->w, out_plane = q->oh * q->ow;
+    float *padded = (float *)shared_buffer(sizeof(float) * (size_t)(ph * pw * c8 + taps * c8 +
+                                                                    3 * c8));
+    float *weights = padded + ph * pw * c8, *start = weights + taps * c8;
+    float *scales = start + c8, *zeros_unused = scales + c8;
+    (void)zeros_unused;
+    for (int64_t c = 0; c < c8; c++) {
+        for (int64_t tap = 0; tap < taps; tap++)
+            weights[tap * c8 + c] = c < q->c ? (float)w[c * taps + tap] : 0.0f;
+        start[c] = c < q->c ? (float)bias[c] : 0.0f;
+        scales[c] = c < q->c ? mult[c] : 0.0f;
+    }
+    const float shift = (float)q->xz;
+    for (int64_t image = 0; image < q->n; image++) {
+        const uint8_t *source = x + image * q->c * in_plane;
+        uint8_t *target = out + image * q->m * out_plane;
+#pragma omp parallel num_threads(q->threads) if (q->threads > 1)
+        {
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < ph; r++) {
+                float *row = padded + r * pw * c8;
+                const int64_t ih = r - q->pt;
+                memset(row, 0, sizeof(float) * (size_t)(pw * c8));
+                if (ih < 0 || ih >= q->h) continue;
+                int64_t lo = q->pl, hi = q->pl + q->w;
+                if (hi > pw) hi = pw;
+                for (int64_t c = 0; c < q->c; c++) {
+                    if (q->x_signed) {
+                        const int8_t *values = (const int8_t *)source + c * in_plane + ih * q->w;
+                        for (int64_t col = lo; col < hi; col++)
+                            row[col * c8 + c] = (float)values[col - q->pl] - shift;
+                    } else {
+                        const uint8_t *values = source + c * in_plane + ih * q->w;
+                        for (int64_t col = lo; col < hi; col++)
+                            row[col * c8 + c] = (float)values[col - q->pl] - shift;
+                    }
+                }
+            }
+#pragma omp for schedule(static)
+            for (int64_t oh = 0; oh < q->oh; oh++)
+                for (int64_t ow = 0; ow < q->ow; ow++) {
+                    const int64_t p = oh * q->ow + ow;
+                    for (int64_t c0 = 0; c0 < q->c; c0 += 8) {
+#if defined(__AVX2__)
+                        __m256 acc = _mm256_loadu_ps(start + c0);
+                        for (int64_t kh = 0; kh < q->kh; kh++) {
+                            const float *row = padded + ((oh * q->sh + kh * q->dh) * pw +
+                                                         ow * q->sw) * c8 + c0;
+                            for (int64_t kw = 0; kw < q->kw; kw++)
+                                acc = _mm256_add_ps(acc, _mm256_mul_ps(
+                                    _mm256_loadu_ps(weights + (kh * q->kw + kw) * c8 + c0),
+                                    _mm256_loadu_ps(row + kw * q->dw * c8)));
+                        }
+                        const __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(
+                            acc, _mm256_loadu_ps(scales + c0))), _mm256_set1_epi32((int32_t)q->yz));
+                        int32_t values[8];
+                        _mm256_storeu_si256((__m256i *)values, v);
+                        const int count = (int)(q->c - c0 < 8 ? q->c - c0 : 8);
+                        for (int j = 0; j < count; j++)
+                            store_y(target, (c0 + j) * out_plane + p, values[j], q);
+#else
+                        const int count = (int)(q->c - c0 < 8 ? q->c - c0 : 8);
+                        for (int j = 0; j < count; j++) {
+                            const int64_t c = c0 + j;
+                            float acc = start[c];
+                            for (int64_t kh = 0; kh < q->kh; kh++)
+                                for (int64_t kw = 0; kw < q->kw; kw++)
+                                    acc += weights[(kh * q->kw + kw) * c8 + c] *
+                                           padded[((oh * q->sh + kh * q->dh) * pw + ow * q->sw +
+                                                   kw * q->dw) * c8 + c];
+                            store_y(target, c * out_plane + p,
+                                    (int32_t)lrintf(acc * scales[c]) + (int32_t)q->yz, q);
+                        }
+#endif
+                    }
+                }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ gemm */
+
+/* Row k = (c, kh, kw) of the patch matrix of one image and group: u at each output position
+ * (u_zero in the padding); `flip` turns int8 into u (x ^ 0x80). */
+static void patch_row(const uint8_t *x, int64_t k, uint8_t *row, uint8_t uz, uint8_t flip,
+                      const Q *q) {
+    const int64_t area = q->kh * q->kw, c = k / area, kh = k % area / q->kw, kw = k % q->kw;
+    const int64_t off = kw * q->dw - q->pl;
+    int64_t lo = off >= 0 ? 0 : (-off + q->sw - 1) / q->sw; /* ow with 0 <= ow*sw+off < W */
+    int64_t hi = q->w - off <= 0 ? 0 : (q->w - off - 1) / q->sw + 1;
+    if (lo > q->ow) lo = q->ow;
+    if (hi > q->ow) hi = q->ow;
+    if (hi < lo) hi = lo;
+    for (int64_t oh = 0; oh < q->oh; oh++) {
+        uint8_t *target = row + oh * q->ow;
+        const int64_t ih = oh * q->sh + kh * q->dh - q->pt;
+        if (ih < 0 || ih >= q->h) {
+            memset(target, uz, (size_t)q->ow);
+            continue;
+        }
+        const uint8_t *source = x + (c * q->h + ih) * q->w + off;
+        memset(target, uz, (size_t)lo);
+        if (q->sw == 1 && !flip)
+            memcpy(target + lo, source + lo, (size_t)(hi - lo));
+        else
+            for (int64_t ow = lo; ow < hi; ow++) target[ow] = source[ow * q->sw] ^ flip;
+        memset(target + hi, uz, (size_t)(q->ow - hi));
+    }
+}
+
+/* Panel of positions [p0, p0 + NR) from the patch matrix B (depth rows, `stride` apart):
+ * STEP consecutive k of one position side by side (u8 for VNNI; int16 u - u_zero for the
+ * AVX2 pairs and the scalar loop). Past the last row or position: u_zero (adds 0). */
+static void pack_panel(const uint8_t *b, int64_t stride, int64_t depth, int64_t p0,
+                       int64_t cols, uint8_t flip, uint8_t uz, void *panel) {
+    const int64_t steps = (depth + STEP - 1) / STEP;
+    int64_t i = 0;
+#if defined(VNNI)
+    if (cols == NR) { /* 4 rows of 16 bytes interleaved into 16 quads by byte/word unpacks */
+        const __m128i mask = _mm_set1_epi8((char)flip);
+        for (; (i + 1) * 4 <= depth; i++) {
+            const uint8_t *row = b + i * 4 * stride + p0;
+            const __m128i a0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)row), mask);
+            const __m128i a1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(row + stride)),
+                                             mask);
+            const __m128i a2 = _mm_xor_si128(
+                _mm_loadu_si128((const __m128i *)(row + 2 * stride)), mask);
+            const __m128i a3 = _mm_xor_si128(
+                _mm_loadu_si128((const __m128i *)(row + 3 * stride)), mask);
+            const __m128i t0 = _mm_unpacklo_epi8(a0, a1), t1 = _mm_unpackhi_epi8(a0, a1);
+            const __m128i t2 = _mm_unpacklo_epi8(a2, a3), t3 = _mm_unpackhi_epi8(a2, a3);
+            __m128i *target = (__m128i *)((uint8_t *)panel + i * NR * STEP);
+            _mm_store_si128(target, _mm_unpacklo_epi16(t0, t2));
+            _mm_store_si128(target + 1, _mm_unpackhi_epi16(t0, t2));
+            _mm_store_si128(target + 2, _mm_unpacklo_epi16(t1, t3));
+            _mm_store_si128(target + 3, _mm_unpackhi_epi16(t1, t3));
+        }
+    }
+#endif
+    for (; i < steps; i++) {
+        for (int s = 0; s < STEP; s++) {
+            const int64_t k = i * STEP + s;
+            const uint8_t *row = k < depth ? b + k * stride + p0 : NULL;
+#if defined(VNNI)
+            uint8_t *target = (uint8_t *)panel + i * NR * STEP + s;
+            for (int64_t j = 0; j < NR; j++)
+                target[j * STEP] = row != NULL && j < cols ? row[j] ^ flip : uz;
+#else
+            int16_t *target = (int16_t *)panel + i * NR * STEP + s;
+            for (int64_t j = 0; j < NR; j++)
+                target[j * STEP] = row != NULL && j < cols ? (int16_t)((row[j] ^ flip) - uz) : 0;
+#endif
+        }
+    }
+}
+
+/* STEP weights of row `row` from k = i * STEP, packed for one broadcast (0 past depth). */
+static inline int32_t weights_at(const int8_t *row, int64_t i, int64_t depth) {
+#if defined(VNNI)
+    if ((i + 1) * 4 <= depth) {
+        int32_t v;
+        memcpy(&v, row + i * 4, sizeof(v));
+        return v;
+    }
+    uint32_t v = 0;
+    for (int64_t s = 0; s < 4 && i * 4 + s < depth; s++)
+        v |= (uint32_t)(uint8_t)row[i * 4 + s] << (8 * s);
+    return (int32_t)v;
+#elif defined(PAIRS)
+    const uint16_t low = (uint16_t)(int16_t)row[2 * i];
+    const uint16_t high = 2 * i + 1 < depth ? (uint16_t)(int16_t)row[2 * i + 1] : 0;
+    return (int32_t)((uint32_t)low | ((uint32_t)high << 16));
+#else
+    return row[i];
+#endif
+}
+
+/* acc (MR x NR int32) = rows [m0, m0 + rows) of w times the panel. */
+static void tile(const int8_t *w, int64_t depth, int64_t m0, int rows, const void *panel,
+                 int32_t *acc) {
+    const int64_t steps = (depth + STEP - 1) / STEP;
+    const int8_t *row[MR];
+    for (int r = 0; r < MR; r++) row[r] = w + (m0 + (r < rows ? r : 0)) * depth;
+#if defined(VNNI) || defined(PAIRS)
+    __m256i c[MR][2];
+    for (int r = 0; r < MR; r++) c[r][0] = c[r][1] = _mm256_setzero_si256();
+    const int64_t whole = depth / STEP; /* steps whose weights are read as one int32 */
+    for (int64_t i = 0; i < steps; i++) {
+#if defined(VNNI)
+        const uint8_t *base = (const uint8_t *)panel + i * NR * STEP;
+#else
+        const int16_t *base = (const int16_t *)panel + i * NR * STEP;
+#endif
+        const __m256i b0 = _mm256_load_si256((const __m256i *)base);
+        const __m256i b1 = _mm256_load_si256((const __m256i *)base + 1);
+        for (int r = 0; r < MR; r++) {
+            int32_t value;
+#if defined(VNNI)
+            if (i < whole)
+                memcpy(&value, row[r] + i * 4, sizeof(value));
+            else
+#endif
+                value = weights_at(row[r], i, depth);
+            (void)whole;
+            const __m256i a = _mm256_set1_epi32(value);
+#if defined(VNNI)
+            c[r][0] = _mm256_dpbusd_epi32(c[r][0], b0, a);
+            c[r][1] = _mm256_dpbusd_epi32(c[r][1], b1, a);
+#else
+            c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(a, b0));
+            c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(a, b1));
+#endif
+        }
+    }
+    for (int r = 0; r < MR; r++) {
+        _mm256_storeu_si256((__m256i *)(acc + r * NR), c[r][0]);
+        _mm256_storeu_si256((__m256i *)(acc + r * NR + 8), c[r][1]);
+    }
+#else
+    const int16_t *b = panel;
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NR; j++) {
+            int32_t sum = 0;
+            for (int64_t i = 0; i < steps; i++) sum += (int32_t)row[r][i] * b[i * NR + j];
+            acc[r * NR + j] = sum;
+        }
+#endif
+}
+
+#if defined(__AVX2__)
+/* 16 sums re-quantized and saturated to bytes (the packs saturate as store_y clamps). */
+static inline void store_row(const int32_t *acc, int32_t shift, float scale, uint8_t *target,
+                             const Q *q) {
+    const __m256i add = _mm256_set1_epi32(shift), zero = _mm256_set1_epi32((int32_t)q->yz);
+    const __m256 factor = _mm256_set1_ps(scale);
+    __m256i v[2];
+    for (int h = 0; h < 2; h++) {
+        const __m256i sum = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)acc + h), add);
+        v[h] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_cvtepi32_ps(sum),
+                                                                 factor)), zero);
+    }
+    /* int32 -> int16 (saturating) per 128-bit lane, then fix the lane order */
+    const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xd8);
+    const __m128i low = _mm256_castsi256_si128(words), high = _mm256_extracti128_si256(words, 1);
+    const __m128i bytes = q->y_signed ? _mm_packs_epi16(low, high) : _mm_packus_epi16(low, high);
+    _mm_storeu_si128((__m128i *)target, bytes);
+}
+#endif
+
+static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const float *mult,
+                 uint8_t *out, const Q *q) {
+    const int64_t per_in = q->c / q->groups, per_out = q->m / q->groups;
+    const int64_t depth = per_in * q->kh * q->kw, plane = q->oh * q->ow;
+    const int64_t panels = (plane + NR - 1) / NR, steps = (depth + STEP - 1) / STEP;
+    const int pointwise = q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
+                          q->pl == 0 && q->oh == q->h && q->ow == q->w;
+    const uint8_t flip = q->x_signed ? 0x80 : 0;
+    const uint8_t uz = (uint8_t)(q->xz + (q->x_signed ? 128 : 0));
+#if defined(VNNI)
+    const int32_t correction = uz; /* sum u * w - u_zero * sum w */
+    const size_t panel_bytes = (size_t)(steps * NR * STEP);
+#else
+    const int32_t correction = 0; /* the panels hold u - u_zero already */
+    const size_t panel_bytes = sizeof(int16_t) * (size_t)(steps * NR * STEP);
+#endif
+    /* sum of each weight row (for the correction) */
+    int32_t *sums = scratch(2, sizeof(int32_t) * (size_t)q->m);
+    for (int64_t m = 0; m < q->m; m++) {
+        int32_t total = 0;
+        const int8_t *row = w + m * depth;
+        for (int64_t k = 0; k < depth; k++) total += row[k];
+        sums[m] = total;
+    }
+    uint8_t *patches = pointwise ? NULL : shared_buffer((size_t)(depth * plane));
+    /* units of work: panels x row blocks, enough blocks to share few panels */
+    int64_t blocks = 1;
+    while (panels * blocks < 4 * q->threads && per_out / (blocks * 2) >= MR) blocks *= 2;
+    const int64_t rows_per_block = (per_out + blocks - 1) / blocks;
+    for (int64_t image = 0; image < q->n; image++)
+        for (int64_t group = 0; group < q->groups; group++) {
+            const uint8_t *source = x + (image * q->c + group * per_in) * q->h * q->w;
+            const uint8_t *b = pointwise ? source : patches;
+            const uint8_t panel_flip = pointwise ? flip : 0;
+#pragma omp parallel num_threads(q->threads) if (q->threads > 1)
+            {
+                if (!pointwise) {
+#pragma omp for schedule(static)
+                    for (int64_t k = 0; k < depth; k++)
+                        patch_row(source, k, patches + k * plane, uz, flip, q);
+                }
+#pragma omp for schedule(static)
+                for (int64_t unit = 0; unit < panels * blocks; unit++) {
+                    const int64_t panel_index = unit / blocks, block = unit % blocks;
+                    const int64_t p0 = panel_index * NR;
+                    const int cols = (int)(plane - p0 < NR ? plane - p0 : NR);
+                    void *panel = scratch(0, panel_bytes);
+                    pack_panel(b, plane, depth, p0, cols, panel_flip, uz, panel);
+                    int32_t acc[MR * NR] __attribute__((aligned(32)));
+                    const int64_t first = group * per_out + block * rows_per_block;
+                    int64_t last = first + rows_per_block;
+                    if (last > (group + 1) * per_out) last = (group + 1) * per_out;
+                    for (int64_t m0 = first; m0 < last; m0 += MR) {
+                        const int rows = (int)(last - m0 < MR ? last - m0 : MR);
+                        tile(w, depth, m0, rows, panel, acc);
+                        for (int r = 0; r < rows; r++) {
+                            const int64_t m = m0 + r;
+                            uint8_t *target = out + (image * q->m + m) * plane + p0;
+                            const int32_t shift = bias[m] - correction * sums[m];
+                            const float scale = mult[m];
+#if defined(__AVX2__)
+                            if (cols == NR) {
+                                store_row(acc + r * NR, shift, scale, target, q);
+                                continue;
+                            }
+#endif
+                            for (int j = 0; j < cols; j++)
+                                store_y(target, j, requantize(acc[r * NR + j] + shift, scale,
+                                                              q->yz), q);
+                        }
+                    }
+                }
+            }
+        }
+}
+

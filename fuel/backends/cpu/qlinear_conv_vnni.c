@@ -1,0 +1,246 @@
+/* qlinear_conv.c's second half (qlinear_conv.py builds the two as one source): the
+ * channels-last VNNI form, the team rule and the entry point. */
+
+#if defined(VNNI)
+/* ------------------------------------------------------------------ VNNI, channels last */
+
+#define PR 6  /* output positions per register tile */
+#define MB 16 /* output channels per register tile (two vectors of 8) */
+
+/* The weights packed for gemm_vnni, per group: per block of 16 output channels
+ * [tap][channel quad][16][4] (zeros past the channels), then the rows' sums (int32). Kept in
+ * a small cache keyed by the weights' contents (a 64-bit hash of every byte, read each
+ * launch: a tenth of packing's cost) and shape, so constant weights are packed once. A lock
+ * holds one gemm_vnni launch at a time (its entry stays valid while it runs). */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+#define CACHED 256
+static struct {
+    uint64_t hash;
+    int64_t count, groups, per_out, per_in, taps;
+    uint8_t *packed;
+} cache[CACHED];
+static int64_t cache_next;
+
+static uint64_t hash_bytes(const int8_t *w, int64_t count) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)count, a = 0, b = 0;
+    int64_t i = 0;
+    for (; i + 16 <= count; i += 16) {
+        uint64_t u, v;
+        memcpy(&u, w + i, 8);
+        memcpy(&v, w + i + 8, 8);
+        a = (a ^ u) * 0xff51afd7ed558ccdull + (uint64_t)i;
+        b = (b ^ v) * 0xc4ceb9fe1a85ec53ull + (uint64_t)i;
+    }
+    for (; i < count; i++) a = (a ^ (uint8_t)w[i]) * 0x100000001b3ull;
+    h ^= a + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h ^= b + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h;
+}
+
+static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t groups,
+                                     int64_t per_out, int64_t per_in, int64_t taps) {
+    const uint64_t hash = hash_bytes(w, count);
+    for (int i = 0; i < CACHED; i++)
+        if (cache[i].packed != NULL && cache[i].hash == hash && cache[i].count == count &&
+            cache[i].groups == groups && cache[i].per_out == per_out &&
+            cache[i].per_in == per_in && cache[i].taps == taps)
+            return cache[i].packed;
+    const int64_t quads = (per_in + 3) / 4, blocks = (per_out + MB - 1) / MB;
+    const size_t block_bytes = (size_t)(taps * quads * MB * 4);
+    const size_t group_bytes = (block_bytes * (size_t)blocks + sizeof(int32_t) * (size_t)per_out + 63) / 64 * 64;
+    uint8_t *packed = aligned_alloc(64, (group_bytes * (size_t)groups + 63) / 64 * 64);
+    if (packed == NULL) abort();
+    memset(packed, 0, group_bytes * (size_t)groups);
+    for (int64_t group = 0; group < groups; group++) {
+        uint8_t *base = packed + group * group_bytes;
+        int32_t *sums = (int32_t *)(base + block_bytes * (size_t)blocks);
+        for (int64_t m = 0; m < per_out; m++) {
+            const int8_t *row = w + (group * per_out + m) * per_in * taps;
+            int8_t *target = (int8_t *)base + (m / MB) * block_bytes + (m % MB) * 4;
+            int32_t total = 0;
+            for (int64_t c = 0; c < per_in; c++)
+                for (int64_t tap = 0; tap < taps; tap++) {
+                    const int8_t value = row[c * taps + tap];
+                    total += value;
+                    target[(tap * quads + c / 4) * MB * 4 + c % 4] = value;
+                }
+            sums[m] = total;
+        }
+    }
+    const int64_t slot = cache_next++ % CACHED;
+    free(cache[slot].packed);
+    cache[slot].hash = hash;
+    cache[slot].count = count;
+    cache[slot].groups = groups;
+    cache[slot].per_out = per_out;
+    cache[slot].per_in = per_in;
+    cache[slot].taps = taps;
+    cache[slot].packed = packed;
+    return packed;
+}
+
+/* out[m, p] = requantize(sum over taps and channels of u[pos(p, tap), c] * w[m, c, tap]),
+ * per image and group: the input copied channels-last (u, channels padded to a multiple of
+ * 4 with u_zero), the weights packed per block of 16 channels as [tap][channel quad][16][4],
+ * then a 6-position x 16-channel tile of vpdpbusd reading each position's 4 channels as one
+ * broadcast (a tap outside the image reads a row of u_zero). */
+static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, const float *mult,
+                      uint8_t *out, const Q *q) {
+    const int64_t per_in = q->c / q->groups, per_out = q->m / q->groups;
+    const int64_t quads = (per_in + 3) / 4, c4 = quads * 4, taps = q->kh * q->kw;
+    const int64_t depth = per_in * taps, plane = q->oh * q->ow, in_plane = q->h * q->w;
+    const int64_t blocks = (per_out + MB - 1) / MB, tiles = (plane + PR - 1) / PR;
+    const uint8_t flip = q->x_signed ? 0x80 : 0;
+    const uint8_t uz = (uint8_t)(q->xz + (q->x_signed ? 128 : 0));
+    const size_t block_bytes = (size_t)(taps * quads * MB * 4);
+    uint8_t *channels_last = shared_buffer((size_t)(in_plane * c4 + c4));
+    const uint8_t *all = packed_weights(w, q->m * depth, q->groups, per_out, per_in, taps);
+    const size_t group_bytes = (block_bytes * (size_t)blocks + sizeof(int32_t) * (size_t)per_out + 63) / 64 * 64;
+    uint8_t *zeros = channels_last + in_plane * c4; /* a position outside the image */
+    memset(zeros, uz, (size_t)c4);
+    for (int64_t group = 0; group < q->groups; group++) {
+        const uint8_t *packed = all + group * group_bytes;
+        const int32_t *sums = (const int32_t *)(packed + block_bytes * (size_t)blocks);
+        for (int64_t image = 0; image < q->n; image++) {
+            const uint8_t *source = x + (image * q->c + group * per_in) * in_plane;
+#pragma omp parallel num_threads(q->threads) if (q->threads > 1)
+            {
+#pragma omp for schedule(static)
+                for (int64_t p0 = 0; p0 < in_plane; p0 += 256) { /* blocks that stay in L2 */
+                    const int64_t p1 = p0 + 256 < in_plane ? p0 + 256 : in_plane;
+                    for (int64_t c = 0; c < per_in; c++) {
+                        const uint8_t *row = source + c * in_plane;
+                        for (int64_t p = p0; p < p1; p++) channels_last[p * c4 + c] = row[p] ^ flip;
+                    }
+                    for (int64_t c = per_in; c < c4; c++)
+                        for (int64_t p = p0; p < p1; p++) channels_last[p * c4 + c] = uz;
+                }
+#pragma omp for schedule(static)
+                for (int64_t unit = 0; unit < blocks * tiles; unit++) {
+                    const int64_t block = unit % blocks, tile_index = unit / blocks;
+                    const int64_t p0 = tile_index * PR;
+                    const int rows = (int)(plane - p0 < PR ? plane - p0 : PR);
+                    int64_t ih0[PR], iw0[PR];
+                    for (int r = 0; r < PR; r++) {
+                        const int64_t p = p0 + (r < rows ? r : 0);
+                        ih0[r] = p / q->ow * q->sh - q->pt;
+                        iw0[r] = p % q->ow * q->sw - q->pl;
+                    }
+                    const uint8_t *weights = packed + block * block_bytes;
+                    __m256i acc[PR][2];
+                    for (int r = 0; r < PR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+                    for (int64_t kh = 0; kh < q->kh; kh++)
+                        for (int64_t kw = 0; kw < q->kw; kw++) {
+                            const uint8_t *at[PR];
+                            for (int r = 0; r < PR; r++) {
+                                const int64_t ih = ih0[r] + kh * q->dh, iw = iw0[r] + kw * q->dw;
+                                at[r] = ih >= 0 && ih < q->h && iw >= 0 && iw < q->w
+                                    ? channels_last + (ih * q->w + iw) * c4 : zeros;
+                            }
+                            const uint8_t *wq = weights + (kh * q->kw + kw) * quads * MB * 4;
+                            for (int64_t quad = 0; quad < quads; quad++) {
+                                const __m256i b0 = _mm256_load_si256((const __m256i *)(wq + quad * 64));
+                                const __m256i b1 = _mm256_load_si256((const __m256i *)(wq + quad * 64 + 32));
+                                for (int r = 0; r < PR; r++) {
+                                    int32_t value;
+                                    memcpy(&value, at[r] + quad * 4, sizeof(value));
+                                    const __m256i a = _mm256_set1_epi32(value);
+                                    acc[r][0] = _mm256_dpbusd_epi32(acc[r][0], a, b0);
+                                    acc[r][1] = _mm256_dpbusd_epi32(acc[r][1], a, b1);
+                                }
+                            }
+                        }
+                    /* re-quantize 16 channels per position, then scatter to NCHW */
+                    const int64_t m0 = block * MB;
+                    const int count = (int)(per_out - m0 < MB ? per_out - m0 : MB);
+                    int32_t shift[MB] __attribute__((aligned(32)));
+                    float scale[MB] __attribute__((aligned(32)));
+                    for (int j = 0; j < MB; j++) {
+                        const int64_t m = group * per_out + m0 + (j < count ? j : 0);
+                        shift[j] = bias[m] - (int32_t)uz * sums[m0 + (j < count ? j : 0)];
+                        scale[j] = mult[m];
+                    }
+                    const __m256i zero = _mm256_set1_epi32((int32_t)q->yz);
+                    for (int r = 0; r < rows; r++) {
+                        __m256i v[2];
+                        for (int h = 0; h < 2; h++) {
+                            const __m256i sum = _mm256_add_epi32(
+                                acc[r][h], _mm256_load_si256((const __m256i *)shift + h));
+                            v[h] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(
+                                _mm256_cvtepi32_ps(sum), _mm256_load_ps(scale + 8 * h))), zero);
+                        }
+                        const __m256i words = _mm256_permute4x64_epi64(
+                            _mm256_packs_epi32(v[0], v[1]), 0xd8);
+                        const __m128i low = _mm256_castsi256_si128(words);
+                        const __m128i high = _mm256_extracti128_si256(words, 1);
+                        uint8_t bytes[16];
+                        _mm_storeu_si128((__m128i *)bytes, q->y_signed
+                                         ? _mm_packs_epi16(low, high) : _mm_packus_epi16(low, high));
+                        uint8_t *target = out + (image * q->m + group * per_out + m0) * plane + p0 + r;
+                        for (int j = 0; j < count; j++) target[j * plane] = bytes[j];
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
+
+/* The team a launch that asked for `requested` threads uses: conv_common.h's rule (one
+ * thread when the machine's other runnable tasks alone fill every core, per /proc/loadavg
+ * read at most every 0.2 s: a fork-join team there waits a scheduler slice for a preempted
+ * member at every barrier); FUEL_FULL_TEAM=1 keeps the requested team. */
+static int64_t team_size(int64_t requested) {
+    static double checked = -1.0;
+    static int64_t crowded = 0;
+    if (requested <= 1) return 1;
+    const char *always = getenv("FUEL_FULL_TEAM");
+    if (always != NULL && always[0] == '1') return requested;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const double seconds = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+    if (checked < 0.0 || seconds - checked > 0.2) { /* a benign race: a stale answer */
+        checked = seconds;
+        FILE *file = fopen("/proc/loadavg", "r");
+        long running = 0, total = 0;
+        double ignored[3];
+        if (file != NULL) {
+            if (fscanf(file, "%lf %lf %lf %ld/%ld", &ignored[0], &ignored[1], &ignored[2],
+                       &running, &total) != 5)
+                running = 0;
+            fclose(file);
+        }
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        crowded = cpus > 0 && running - requested >= cpus;
+    }
+    return crowded ? 1 : requested;
+}
+
+void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
+    (void)strides;
+    const Q q = {team_size(sizes[0]), sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
+                 sizes[7], sizes[8], sizes[9], sizes[10], sizes[11], sizes[12], sizes[13],
+                 sizes[14], sizes[15], sizes[16], sizes[17], sizes[18], sizes[19], sizes[20]};
+    const uint8_t *x = data[0];
+    const int8_t *w = data[1];
+    const int32_t *bias = data[2];
+    const float *mult = data[3];
+    uint8_t *out = data[4];
+    int small = q.groups == q.c && q.c == q.m && q.groups > 1 && q.kh * q.kw <= 256;
+    for (int64_t m = 0; small && m < q.m; m++) small = bias[m] > -(1 << 23) && bias[m] < (1 << 23);
+    if (small && q.ow >= 16)
+        depthwise_rows(x, w, bias, mult, out, &q);
+    else if (small)
+        depthwise(x, w, bias, mult, out, &q);
+    else
+#if defined(VNNI)
+    if (!(q.kh == 1 && q.kw == 1 && q.sh == 1 && q.sw == 1 && q.pt == 0 && q.pl == 0 &&
+          q.oh == q.h && q.ow == q.w) && q.c / q.groups >= 16)
+    {
+        pthread_mutex_lock(&cache_lock);
+        gemm_vnni(x, w, bias, mult, out, &q);
+        pthread_mutex_unlock(&cache_lock);
+    } else
+#endif
+        gemm(x, w, bias, mult, out, &q);
+}

@@ -1,0 +1,67 @@
+"""Kernel-suite cases of QLINEAR_CONV: the integer sums from the convolution's definition
+(tests' naive reference, in int64), then the float32 re-quantization step by step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuel.ir import dtype as dt
+from fuel.ir.ops import OpKind
+from fuel.ir.params import ConvParams, QLinearConvParams
+from tests.backends.kernel_cases import references as naive
+from tests.backends.kernel_cases.base import Case, operand, rng_for
+
+# input, weight, strides, begin, end, dilations, groups, input kind: one of each C form
+# (depthwise narrow and wide, pointwise as stored, im2col with odd channel counts, grouped,
+# 1-d, channels last) and 3-d (NumPy), strided inputs (NumPy).
+PLANS = [
+    ((2, 5, 9, 8), (7, 5, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "dense"),
+    ((1, 6, 8, 9), (6, 1, 3, 3), (2, 1), (1, 0), (1, 2), (1, 2), 6, "dense"),
+    ((2, 9, 5, 7), (20, 9, 1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1, "dense"),
+    ((1, 8, 7, 7), (12, 4, 2, 3), (2, 2), (0, 1), (1, 0), (1, 1), 2, "dense"),
+    ((2, 3, 19), (4, 3, 5), (2,), (2,), (1,), (2,), 1, "dense"),
+    ((1, 2, 3, 4, 4), (3, 2, 2, 2, 2), (1, 1, 1), (0, 1, 0), (1, 0, 1), (1, 1, 1), 1,
+     "dense"),
+    ((1, 4, 6, 6), (5, 4, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "stepped"),
+    # depthwise with 16 or more output columns (rows form), stride 1 and 2
+    ((1, 3, 4, 21), (3, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 3, "dense"),
+    ((2, 2, 5, 40), (2, 1, 3, 5), (2, 2), (1, 2), (0, 2), (1, 1), 2, "dense"),
+    # 16 or more input channels per group: the channels-last VNNI form where there is one
+    ((2, 20, 6, 7), (18, 20, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "dense"),
+    ((1, 34, 5, 6), (10, 17, 3, 2), (2, 1), (1, 0), (0, 1), (1, 2), 2, "dense"),
+]
+
+
+def expected(arrays, params: QLinearConvParams) -> np.ndarray:
+    x, w, bias, multiplier = arrays
+    conv = params.conv
+    sums = naive.conv(x.astype(np.int64) - params.x_zero, w.astype(np.int64), conv.strides,
+                      conv.pads_begin, conv.pads_end, conv.dilations, conv.groups)
+    channel = (1, -1) + (1,) * (x.ndim - 2)
+    total = (np.asarray(sums, np.int64) + bias.astype(np.int64).reshape(channel))
+    scaled = total.astype(np.float32) * multiplier.reshape(channel)
+    low, high = (-128, 127) if params.y_signed else (0, 255)
+    values = np.clip(np.rint(scaled) + params.y_zero, low, high)
+    return values.astype(np.int8 if params.y_signed else np.uint8)
+
+
+def qlinear_conv_cases(dtypes):
+    x_type, y_type = dtypes[0], dtypes[-1]
+    rng = rng_for("qlinear_conv", dtypes)
+    info = np.iinfo(x_type.numpy)
+    cases = []
+    for i, (xs, ws, strides, begin, end, dilations, groups, kind) in enumerate(PLANS):
+        x = rng.integers(info.min, info.max + 1, xs).astype(x_type.numpy)
+        w = rng.integers(-128, 128, ws).astype(np.int8)
+        bias = rng.integers(-3000, 3000, ws[0]).astype(np.int32)
+        multiplier = rng.uniform(0.0005, 0.004, ws[0]).astype(np.float32)
+        x_zero = int(rng.integers(info.min, info.max + 1))
+        y_zero = int(rng.integers(-20, 20)) + (0 if y_type is dt.int8 else 128)
+        params = QLinearConvParams(ConvParams(strides, begin, end, dilations, groups), x_zero,
+                                   y_zero, y_type is dt.int8)
+        cases.append(Case(params, [operand(x, kind), operand(w), operand(bias),
+                                   operand(multiplier)], expected, f"qlinear_conv#{i}", 0, 0))
+    return cases
+
+
+CASES = {OpKind.QLINEAR_CONV: qlinear_conv_cases}

@@ -1,0 +1,40 @@
+"""QLINEAR_CONV's decomposition (float32 convolution of the integers, then the float32
+re-quantization) on the primitive-only backend against the CPU kernel (exact int32 sums):
+equal for sums below 2**24."""
+
+import numpy as np
+import pytest
+
+import fuel
+from fuel.frontend.build import make
+from fuel.ir.ops import OpKind
+from fuel.ir.params import ConvParams, QLinearConvParams
+from tests.backends.primitive_backend import DEVICE, primitive_backend
+
+
+@pytest.fixture(scope="module", autouse=True)
+def backend():
+    yield primitive_backend()
+
+
+@pytest.mark.parametrize("x_type,y_signed", [(np.uint8, False), (np.int8, True)])
+@pytest.mark.parametrize("x_shape,w_shape,groups", [((2, 4, 9, 8), (6, 4, 3, 3), 1),
+                                                    ((1, 6, 7, 7), (6, 1, 3, 3), 6),
+                                                    ((1, 3, 11), (5, 3, 3), 1)])
+def test_qlinear_conv_decomposition_matches_the_cpu_kernel(x_type, y_signed, x_shape, w_shape,
+                                                           groups):
+    rng = np.random.default_rng(3)
+    info = np.iinfo(x_type)
+    rank = len(x_shape) - 2
+    arrays = [rng.integers(info.min, info.max + 1, x_shape).astype(x_type),
+              rng.integers(-128, 128, w_shape).astype(np.int8),
+              rng.integers(-2000, 2000, w_shape[0]).astype(np.int32),
+              rng.uniform(0.001, 0.01, w_shape[0]).astype(np.float32)]
+    params = QLinearConvParams(ConvParams((1,) * rank, (1,) * rank, (1,) * rank, (1,) * rank,
+                                          groups), 5, -3 if y_signed else 120, y_signed)
+
+    def run(device):
+        tensors = [fuel.from_numpy(a).to(device) for a in arrays]
+        return make(OpKind.QLINEAR_CONV, tuple(t._node for t in tensors), params).numpy()
+
+    np.testing.assert_array_equal(run(DEVICE), run("cpu"))
