@@ -161,10 +161,13 @@ class Wiring:
         for leaf in graph.leaves:
             self.is_leaf[leaf] = True
 
-    def match(self, roots: list[Node]) -> Graph | None:
+    def match(self, roots: list[Node], leaf_keys: bool = True) -> Graph | None:
         """The graph behind ``roots`` numbered as the recorded one, or None when it differs:
         a node's inputs are not the recorded ones, a recorded leaf is not realized or an
-        inner node is (a key made stale by a later realize), or a leaf's key differs."""
+        inner node is (a key made stale by a later realize), or (with ``leaf_keys``) a
+        leaf's key differs. Without ``leaf_keys`` it checks the wiring alone (and that no node
+        sits at two ids): a graph of the same wiring at other shapes, dtypes or ops, numbered
+        as ``Graph.build`` numbers it."""
         inputs = self.inputs
         count = len(inputs)
         nodes: list = [None] * count
@@ -182,8 +185,8 @@ class Wiring:
             if node is None:
                 return None
             sources = inputs[node_id]
-            if not sources:  # a leaf, or a generator (FULL, ARANGE) that must not be realized
-                if (node.buffer is None) is is_leaf[node_id]:
+            if not sources:  # a leaf, or a generator (FULL, ARANGE): unrealized, no inputs
+                if (node.buffer is None) is is_leaf[node_id] or node.inputs:
                     return None
                 continue
             if node.buffer is not None:
@@ -212,7 +215,10 @@ class Wiring:
                     nodes[source] = given
                 elif known is not given:
                     return None
-        if tuple([nodes[i].key for i in self.leaves]) != self.leaf_keys:
+        if leaf_keys:
+            if tuple([nodes[i].key for i in self.leaves]) != self.leaf_keys:
+                return None
+        elif len(set(nodes)) != len(nodes):  # one node at two ids: Graph.build numbers it once
             return None
         return Graph(nodes, inputs, self.roots, self.leaves)
 

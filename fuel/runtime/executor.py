@@ -32,6 +32,7 @@ class PlanCache:
         self.invalidations = 0
         self.lock = threading.Lock()
         self.by_roots: dict = {}  # the roots' keys -> the key of the last plan cached for them
+        self.recent = None  # the wiring of the plan cached or found last (``same_wiring``)
 
     def get(self, key) -> Plan | None:
         with self.lock:
@@ -69,7 +70,18 @@ class PlanCache:
                 return None
             self.plans.move_to_end(key)
             self.hits += 1
+            self.recent = plan.wiring
         return graph, plan
+
+    def same_wiring(self, roots: list[Node]) -> Graph | None:
+        """The graph behind ``roots`` when it is wired as the last plan cached or found (the
+        same code at a new shape, say), numbered as ``Graph.build`` would number it but found
+        in one pass over the recorded ids (``Wiring.match`` without the leaves' keys); None
+        otherwise (the caller builds the graph)."""
+        recent = self.recent
+        if recent is None or len(roots) != len(recent.roots):
+            return None
+        return recent.match(roots, leaf_keys=False)
 
     def put(self, key, plan: Plan, generation: int, graph: Graph | None = None) -> None:
         """Cache ``plan`` under ``key``; with ``graph`` (the graph it was planned for), later
@@ -78,7 +90,7 @@ class PlanCache:
             if generation != self.generation or self.capacity <= 0:
                 return
             if graph is not None:
-                plan.wiring = graph.wiring()
+                plan.wiring = self.recent = graph.wiring()
                 self.remember(key)
             self.plans[key] = plan
             while len(self.plans) > self.capacity:
@@ -107,7 +119,9 @@ def realize(nodes: list[Node], pipelined: bool = False) -> None:
         with op_profile.phase("realize.graph"):
             found = PLAN_CACHE.find(roots)
             if found is None:
-                graph = Graph.build(roots)
+                graph = PLAN_CACHE.same_wiring(roots)
+                if graph is None:
+                    graph = Graph.build(roots)
                 key = graph.structure_key()
             else:
                 graph, plan = found

@@ -102,3 +102,76 @@ def test_match_finds_the_same_wiring_and_refuses_another():
     fuel.Tensor(stale.inputs[0]).realize()  # exp((a + b) * 2.0): the product is a leaf now
     assert recorded.match([stale]) is None
     assert Graph.build([stale]).leaves == [0]
+
+
+def _same_code_graph(size: int, seed: int):
+    """One random program (fixed by ``seed``) run on leaves of ``size`` elements."""
+    rng = random.Random(seed)
+    pool = [fuel.from_numpy(np.arange(size, dtype=np.float32) + k) for k in range(3)]
+    for _ in range(25):
+        a, b = rng.choice(pool), rng.choice(pool)
+        kind = rng.random()
+        pool.append(a + b if kind < 0.4 else a * 0.5 if kind < 0.7 else
+                    fuel.where(a > b, a, b) if kind < 0.85 else a.exp())
+    return [t._node for t in pool[-3:] if not t._node.realized] or [pool[-1]._node]
+
+
+def test_match_without_leaf_keys_numbers_a_new_shape_as_build_does():
+    for seed in range(40):
+        recorded = Graph.build(_same_code_graph(4, seed)).wiring()
+        roots = _same_code_graph(9, seed)
+        matched = recorded.match(roots, leaf_keys=False)
+        built = Graph.build(roots)
+        assert recorded.match(roots) is None  # the leaves' keys name their shapes
+        assert matched is not None
+        assert all(a is b for a, b in zip(matched.nodes, built.nodes))
+        assert (matched.inputs, matched.roots, matched.leaves) == (built.inputs, built.roots,
+                                                                    built.leaves)
+        assert matched.structure_key() == built.structure_key()
+        other = _same_code_graph(9, seed + 1000)
+        if Graph.build(other).inputs != built.inputs:
+            assert recorded.match(other, leaf_keys=False) is None
+
+
+def test_a_new_shape_of_the_last_wiring_skips_graph_build(monkeypatch):
+    """The realize path finds a new shape's graph from the last plan's wiring (no
+    Graph.build), and the results are right."""
+    from fuel.graph import graph as graph_module
+    from fuel.runtime import executor
+
+    fuel.set_plan_cache_capacity(128)
+    builds = []
+    original = graph_module.Graph.build.__func__
+
+    def counted(cls, roots):
+        builds.append(len(roots))
+        return original(cls, roots)
+
+    def program(x):
+        for _ in range(20):
+            x = (x * 1.5 - 0.25).exp() * 0.125
+        return x
+
+    program(fuel.from_numpy(np.ones(5, np.float32))).realize()
+    monkeypatch.setattr(executor.Graph, "build", classmethod(counted))
+    for size in (6, 7, 11):
+        data = np.linspace(-1, 1, size).astype(np.float32)
+        got = program(fuel.from_numpy(data)).numpy()
+        want = data
+        for _ in range(20):
+            want = np.exp(want * np.float32(1.5) - np.float32(0.25)) * np.float32(0.125)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert builds == []
+
+
+def test_match_without_leaf_keys_refuses_other_wirings():
+    """A generator recorded where the new graph has an op with inputs, and one node where the
+    recorded graph had two of equal wiring: neither is the new graph's numbering."""
+    recorded = Graph.build([fuel.full((3,), 0.0)._node]).wiring()
+    x = fuel.from_numpy(np.ones(3, np.float32))
+    assert recorded.match([(x * 2.0)._node], leaf_keys=False) is None
+    two = Graph.build([((x * 2.0) + (x * 2.0))._node]).wiring()
+    doubled = x * 2.0
+    shared = (doubled + doubled)._node
+    assert two.match([shared], leaf_keys=False) is None
+    assert len(Graph.build([shared]).nodes) == 4  # x, the constant, the product, the sum
