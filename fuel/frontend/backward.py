@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from fuel.frontend import tape
 from fuel.frontend.base import TensorBase, wrap
 from fuel.frontend.build import constant
-from fuel.frontend.gradients import Through, vjp
+from fuel.frontend.gradients import Through, accumulate, vjp
 from fuel.frontend.tape import Leaf, Record
 from fuel.graph.node import Node
 from fuel.ir.errors import FuelError, InvalidArgument
@@ -141,7 +141,7 @@ def run_backward(outputs: Sequence[Node], grads: Sequence[TensorBase],
                 if part is None or tape.record_of(source) is None:
                     continue
                 key = id(source)
-                pending[key] = part if key not in pending else pending[key] + part
+                pending[key] = part if key not in pending else accumulate(pending[key], part)
             if not retain_graph:
                 found.inputs = None
     if wanted is not None:

@@ -404,6 +404,28 @@ def _scatter_add(v: Values, shape, dim: int, index: TensorBase, g: TensorBase) -
                 ScatterParams(dim, "add"))
 
 
+def accumulate(total: TensorBase, part: TensorBase) -> TensorBase:
+    """``total + part``; two scatter-adds into zeros of one shape along one dim (a table read
+    by two embedding lookups) become one scatter-add of both, their indices and updates
+    joined: one table-sized buffer instead of three."""
+    a, b = total._node, part._node
+    if a.op is OpKind.SCATTER_ELEMENTS and b.op is OpKind.SCATTER_ELEMENTS and \
+            a.params == b.params and a.params.reduction == "add" and a.shape == b.shape and \
+            a.dtype is b.dtype and a.device == b.device and a.inputs and b.inputs:
+        zeros = constant(0.0, a.dtype, a.device, a.shape)
+        (base_a, index_a, updates_a), (base_b, index_b, updates_b) = a.inputs, b.inputs
+        dim = a.params.dim
+        rest_a, rest_b = list(index_a.shape), list(index_b.shape)
+        del rest_a[dim], rest_b[dim]
+        if base_a is zeros and base_b is zeros and rest_a == rest_b and \
+                index_a.dtype is index_b.dtype:
+            joined = AxisParams(dim)
+            index = make(OpKind.CAT, (index_a, index_b), joined)
+            updates = make(OpKind.CAT, (updates_a, updates_b), joined)
+            return make(OpKind.SCATTER_ELEMENTS, (zeros, index._node, updates._node), a.params)
+    return total + part
+
+
 @gradient(OpKind.GATHER)
 def _gather(v: Values, g):
     source, index = v.x

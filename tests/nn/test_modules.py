@@ -96,6 +96,21 @@ def test_embedding_padding_idx_gets_no_gradient(padding_idx):
         F.embedding(fuel.tensor(np.array([1])), f.weight, padding_idx=6)
 
 
+def test_embedding_read_twice_accumulates_in_one_scatter():
+    """Two lookups of one table (MiniLM's anchors and positives): the same gradient as torch,
+    built as one scatter-add of both (one table-sized buffer, not two plus their sum)."""
+    torch.manual_seed(6)
+    f, t = nn.Embedding(9, 3), TNN.Embedding(9, 3)
+    _load_from_torch(f, t)
+    first, second = np.array([[1, 4, 4]]), np.array([[4, 0, 8, 1]])
+    f_loss = (f(fuel.tensor(first)) * 2.0).sum() + f(fuel.tensor(second)).sum()
+    t_loss = (t(torch.tensor(first)) * 2.0).sum() + t(torch.tensor(second)).sum()
+    grads = fuel.autograd.grad(f_loss, [f.weight])
+    assert grads[0]._node.op is fuel.OpKind.SCATTER_ELEMENTS
+    t_loss.backward()
+    np.testing.assert_allclose(grads[0].numpy(), t.weight.grad.numpy(), **RTOL)
+
+
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_multihead_attention(batch_first):
     torch.manual_seed(4)
