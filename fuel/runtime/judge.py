@@ -354,7 +354,10 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
     (a first launch may compile: never judged), then the candidates take turns, one run each
     per round, the order rotating, for up to REPEATS rounds within CANDIDATE_SECONDS per
     candidate: what one leaves behind (another library's threads still spinning, a cache it
-    filled) falls on all of them alike, as it does between the launches of a model. A
+    filled) falls on all of them alike, as it does between the launches of a model. Each
+    timed run follows an untimed one of the same candidate, so a threaded candidate is timed
+    with its threads awake, as in a model's back-to-back launches (timed cold, a thread
+    team's wake-up made every two-thread form lose to its one-thread form). A
     candidate far behind the best after a round (LOSING) sits out the rest; one that fails
     to prepare or run drops out."""
     storage = outputs[0] if outputs else None
@@ -388,6 +391,7 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
         shift = round_ % len(active)
         for name in active[shift:] + active[:shift]:
             try:
+                launchers[name]()  # untimed: its threads awake, as between a model's launches
                 samples[name].append(run(launchers[name]))
             except Exception:
                 samples[name] = []
