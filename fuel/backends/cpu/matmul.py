@@ -7,9 +7,10 @@ The selection rule (``plan_launch``, measured by ``bench/matmul.py``): after fol
 dims into rows where the layout allows, a launch runs the C kernel when it has at most
 ``C_ROWS`` rows per batch entry and its strides fit one of the kernel's forms (``dot``: both
 operands unit-stride along k, Linear's ``x @ W.T``; ``rows``: ``b``'s rows unit-stride), else
-it runs OpenBLAS (``np.matmul``, over the folded 2-D views when there are no batch dims left).
-Threads follow ``quantized.py``'s rules: OpenMP over output tiles from ``PARALLEL_WORK``
-multiply-adds, ``FUEL_THREADS`` threads, no BLAS call inside the kernel.
+it runs OpenBLAS: the kernel's ``blas`` form, single-threaded ``cblas_sgemm`` calls of NumPy's
+OpenBLAS on fuel's OpenMP team (OpenBLAS's own pool never wakes), or ``np.matmul`` where NumPy's
+BLAS offers no such entry or the strides are no cblas matrix. Threads follow ``quantized.py``'s
+rules: OpenMP over output tiles from ``PARALLEL_WORK`` multiply-adds, ``FUEL_THREADS`` threads.
 """
 
 from __future__ import annotations
@@ -156,14 +157,11 @@ def launch_arguments(layouts: tuple[Layout, ...], forced: bool, threads: int):
     """(plan, (sizes, strides) as the C entry's int64 arrays, or None for an empty output),
     memoized per layouts: an eager launch (no replay) pays the planning once per shape."""
     plan = plan_launch(layouts, forced)
-    count = threads if _work(plan) >= PARALLEL_WORK else 1
     if plan.form is None:
-        blas = replace(plan, form=BLAS)
-        if openblas_entries() is None or len(plan.batch) > MAX_BATCH_DIMS or \
-                blas_operands(blas) is None:
+        plan = _blas_plan(plan)
+        if plan.form is None:
             return plan, None
-        return blas, _blas_arguments(blas, count)
-    return plan, _arguments(plan, count)
+    return plan, _form_arguments(plan, threads if _work(plan) >= PARALLEL_WORK else 1)
 
 
 def _work(plan: LaunchPlan) -> int:
@@ -190,7 +188,7 @@ def _arguments(plan: LaunchPlan, threads: int):
             (ctypes.c_int64 * len(strides))(*strides))
 
 
-FORM_NAMES = {DOT: "c-dot", ROWS: "c-rows", BLAS: "openblas-omp"}
+FORM_NAMES = {DOT: "c-dot", ROWS: "c-rows", BLAS: "openblas"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -244,6 +242,21 @@ def blas_operands(plan: LaunchPlan) -> tuple[int, int, int, int] | None:
     return transposed, lda, ldb, max(out_row, n, 1)
 
 
+def _blas_plan(plan: LaunchPlan) -> LaunchPlan:
+    """``plan`` in the blas form where NumPy's OpenBLAS offers its entries and the operands
+    are cblas matrices, else ``plan`` with no form (``np.matmul``)."""
+    blas = replace(plan, form=BLAS)
+    if openblas_entries() is None or len(plan.batch) > MAX_BATCH_DIMS or \
+            blas_operands(blas) is None:
+        return replace(plan, form=None)
+    return blas
+
+
+def _form_arguments(plan: LaunchPlan, threads: int):
+    """The C entry's (sizes, strides) arrays of ``plan``'s form on ``threads`` threads."""
+    return _blas_arguments(plan, threads) if plan.form == BLAS else _arguments(plan, threads)
+
+
 def _blas_arguments(plan: LaunchPlan, threads: int):
     """The blas form's (sizes, strides) arrays: whole rows per unit, columns split over the
     threads when the batch entries alone do not give each thread work; None for an empty
@@ -277,20 +290,17 @@ def variant_plans(layouts: tuple[Layout, ...], threads: int
         forms.append(found.form)
         if found.form == DOT and found.strides[3] == 1:  # b's columns unit-stride too
             forms.append(ROWS)
-    if (openblas_entries() is not None and len(found.batch) <= MAX_BATCH_DIMS
-            and blas_operands(found) is not None):
-        # OpenBLAS called on fuel's OpenMP team (its own pool never wakes), N threads or one
-        choices = [(f"openblas/{count}t", replace(found, form=BLAS), count)
-                   for count in sorted({threads, 1}, reverse=True)]
-    else:
-        choices = [("openblas", replace(found, form=None), 0)]
+    blas = _blas_plan(found)
+    if blas.form is None:
+        choices = [("openblas", blas, 0)]
+    else:  # OpenBLAS called on fuel's OpenMP team (its own pool never wakes), N threads or one
+        forms.insert(0, BLAS)
+        choices = []
     for form in forms:
         for count in sorted({threads, 1}, reverse=True):
             choices.append((f"{FORM_NAMES[form]}/{count}t", replace(found, form=form), count))
     if rule.form is None:
         first = "openblas"
-    elif rule.form == BLAS:
-        first = f"openblas/{threads if _work(rule) >= PARALLEL_WORK else 1}t"
     else:
         first = f"{FORM_NAMES[rule.form]}/{threads if _work(rule) >= PARALLEL_WORK else 1}t"
     choices.sort(key=lambda choice: choice[0] != first)
@@ -327,8 +337,7 @@ class CMatmul:
             return ()
         found = []
         for name, plan, threads in variant_plans(tuple(layouts), thread_count()):
-            arguments = (None if plan.form is None else _blas_arguments(plan, threads)
-                         if plan.form == BLAS else _arguments(plan, threads))
+            arguments = _form_arguments(plan, threads) if plan.form is not None else None
             found.append(Variant(name, functools.partial(self._launcher, plan, arguments)))
         return tuple(found)
 
