@@ -17,8 +17,8 @@
  *           data[3]; data[4] its openblas_set_num_threads_local) over all rows of a batch
  *           entry and a column chunk. The OpenMP team is then the only pool that runs: OpenBLAS
  *           is set to one thread for the launch (restored after), so its own workers never
- *           wake and spin beside fuel's kernels. strides[5] says how each operand is read
- *           (bit 0: a transposed, bit 1: b transposed), strides[6..8] lda, ldb, ldc.
+ *           wake and spin beside fuel's kernels. The four strides after the batch dims'
+ *           say how the operands are read: transposed bits (1: a, 2: b), lda, ldb, ldc.
  * Work is cut into units (a batch entry x row_chunk rows x column_chunk columns), split over
  * OpenMP threads when threads > 1.
  */
