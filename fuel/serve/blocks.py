@@ -134,6 +134,16 @@ class BlockManager:
             self.prefix_hit_tokens += len(found) * self.block_size
         return found
 
+    def cached_prefix(self, hashes: Sequence[bytes]) -> int:
+        """How many of the leading block ``hashes`` (block_hashes of a prompt) name cached
+        blocks now (taking none of them)."""
+        count = 0
+        for digest in hashes:
+            if digest not in self._by_hash:
+                break
+            count += 1
+        return count
+
     def name(self, blocks: Sequence[int], tokens: Sequence[int], named: int) -> int:
         """Name the full blocks of a request past the first ``named`` (its ``blocks`` holding
         ``tokens``' positions); returns how many of its blocks are named now. A block whose

@@ -38,7 +38,7 @@ from fuel.models.generation import Generation
 from fuel.models.kv_cache import PagedKVPool
 from fuel.models.paged_step import Chunk, PagedStepper, unsupported
 from fuel.models.sampling import SamplingConfig
-from fuel.serve.blocks import BlockManager
+from fuel.serve.blocks import BlockManager, block_hashes
 from fuel.serve.constraints import GrammarFactory
 from fuel.serve.metrics import Metrics
 
@@ -108,6 +108,8 @@ class Job:
     blocks: list[int] = field(default_factory=list)
     named: int = 0  # leading blocks named for prefix reuse
     queued_at: float = field(default_factory=time.perf_counter)
+    prompt_hashes: list[bytes] | None = None  # its prompt's full blocks' hashes, once known
+    start_error: str | None = None  # why its generation could not start
 
     def cancel(self) -> None:
         """Ask the engine to drop this job (thread-safe: a flag read before every step)."""
@@ -260,9 +262,14 @@ class Engine:
             index += 1
             if not self.batching:
                 break
+        pending = self._pending_prefixes() if self.batching else set()
+        held: list[Job] = []
         while budget > 0 and (self.batching or not plan) and self._waiting and \
                 len(self._active) < self.slots:
             job = self._waiting[0]
+            if pending and self._prefix_pending(job, pending):
+                held.append(self._waiting.popleft())
+                continue
             if not self._admit(job):
                 break
             if job not in self._active:  # an embedding job, or one that failed to start
@@ -270,6 +277,9 @@ class Engine:
             count = min(len(job.tokens) - job.computed, budget)
             plan.append((job, count))
             budget -= count
+            if self.batching:
+                pending.update(self._prompt_hashes(job))
+        self._waiting.extendleft(reversed(held))
         if not plan:
             return
         chunks = [Chunk(job.tokens[job.computed:job.computed + count], job.computed,
@@ -301,6 +311,37 @@ class Engine:
                 self._finish(job, error=f"the request ran past its time limit of "
                                         f"{job.timeout_s:g} s")
 
+    def _prompt_hashes(self, job: Job) -> list[bytes]:
+        """The chained hashes of the full blocks of ``job``'s prompt that prefix reuse could
+        take (computed once; none for a job that has made tokens, i.e. a preempted one)."""
+        if job.prompt_hashes is None:
+            size = self.blocks.block_size
+            job.prompt_hashes = [] if job.generation is None or job.generation.produced else \
+                block_hashes(job.tokens, size, (len(job.tokens) - 1) // size)
+        return job.prompt_hashes
+
+    def _pending_prefixes(self) -> set[bytes]:
+        """The block hashes the active requests still reading their prompts will name."""
+        pending: set[bytes] = set()
+        for job in self._active:
+            if len(job.tokens) - job.computed > 1:
+                pending.update(self._prompt_hashes(job))
+        return pending
+
+    def _prefix_pending(self, job: Job, pending: set[bytes]) -> bool:
+        """Whether ``job`` (not yet admitted) should wait for a prefix being computed: a
+        request admitted before it is reading a prompt whose leading blocks are ``job``'s too,
+        beyond what the cache holds now. Waiting (usually one step) lets ``job`` take those
+        blocks from the cache and compute only its own tokens: concurrent requests sharing a
+        system prompt or a chat template read it once, not once each."""
+        if job.texts is not None or (job.generation is not None and job.generation.produced):
+            return False
+        if job.generation is None and not self._start(job):
+            return False
+        hashes = self._prompt_hashes(job)
+        cached = self.blocks.cached_prefix(hashes)
+        return cached < len(hashes) and hashes[cached] in pending
+
     def _reserve(self, job: Job, positions: int) -> bool:
         """Blocks for ``job``'s first ``positions`` positions, preempting the most recently
         admitted jobs while none is free; False when ``job`` itself had to be preempted."""
@@ -331,17 +372,10 @@ class Engine:
             self._waiting.popleft()
             self._embed(job)
             return True
-        if job.generation is None:
-            try:
-                job.generation = self.model.start_generation(
-                    job.ids, job.max_tokens, job.sampling, text=True, stop=job.stop)
-                if job.schema is not None:
-                    job.generation.constraint = self.grammars.constraint(job.schema)
-            except Exception as error:
-                self._waiting.popleft()
-                self._finish(job, error=describe(error))
-                return True
-            job.tokens = [int(t) for t in job.generation.prompt]
+        if job.generation is None and not self._start(job):
+            self._waiting.popleft()
+            self._finish(job, error=job.start_error)
+            return True
         if self.max_inflight_tokens is not None and self._active:
             inflight = sum(j.generation.positions_needed for j in self._active)
             if inflight + job.generation.positions_needed > self.max_inflight_tokens:
@@ -363,6 +397,23 @@ class Engine:
         job.computed *= self.blocks.block_size
         self.metrics.cached_prompt_tokens += job.computed
         self._active.append(job)
+        return True
+
+    def _start(self, job: Job) -> bool:
+        """Start ``job``'s generation (its prompt checked, its grammar built); False, with
+        the reason in ``job.start_error``, when it cannot start."""
+        if job.start_error is not None:
+            return False
+        try:
+            job.generation = self.model.start_generation(
+                job.ids, job.max_tokens, job.sampling, text=True, stop=job.stop)
+            if job.schema is not None:
+                job.generation.constraint = self.grammars.constraint(job.schema)
+        except Exception as error:
+            job.generation = None
+            job.start_error = describe(error)
+            return False
+        job.tokens = [int(t) for t in job.generation.prompt]
         return True
 
     def _deliver(self, job: Job, logits: np.ndarray) -> None:

@@ -51,7 +51,7 @@ def test_rows_tile_equals_the_integer_tile_and_each_row_alone(dtype):
     k = 96
     for n in (13, 203):  # a tile remainder; chunks over threads
         weight = _weight(dtype, n, k, rng)
-        for m in (2, 3, 8, 9, 17, 33):
+        for m in (2, 3, 8, 9, 16, 17, 24, 33):
             x = _activations(m, k, rng)
             rows = _run(quantized.rows_library(dtype), x, weight, n, 2)
             tile = _run(quantized.library(dtype), x, weight, n, 1)
@@ -87,3 +87,24 @@ def test_the_rule_runs_many_rows_on_the_rows_tile_and_offers_both_tiles(monkeypa
     # and the op itself (the rule: the rows tile) gives those bits
     product = fuel.quantized_matmul(fuel.from_numpy(x), weight).numpy().reshape(-1)
     np.testing.assert_array_equal(product.view(np.uint32), found[0].view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", FORMATS, ids=lambda d: d.name)
+def test_the_avx2_rows_tile_equals_each_row_alone(dtype):
+    """The rows library built without AVX-512 (NO_AVX512: the AVX2 tile, as on a machine
+    without it) gives each row the bits of that row alone, as the native (wide) build does."""
+    from fuel.backends.cpu import quantized_rows
+
+    source = "#define NO_AVX512 1\n" + quantized_rows.source_of(quantized.source_of(dtype))
+    function = toolchain.build(source, f"quantized_rows_{dtype.name}_avx2_test").function
+    rng = np.random.default_rng(11)
+    k, n = 96, 37
+    weight = _weight(dtype, n, k, rng)
+    for m in (2, 9, 19):
+        x = _activations(m, k, rng)
+        rows = _run(function, x, weight, n, 2)
+        native = _run(quantized.rows_library(dtype), x, weight, n, 1)
+        np.testing.assert_array_equal(rows.view(np.uint32), native.view(np.uint32))
+        for i in range(m):
+            alone = _run(function, x[i:i + 1].copy(), weight, n, 1)
+            np.testing.assert_array_equal(rows[i].view(np.uint32), alone[0].view(np.uint32))

@@ -141,6 +141,21 @@ def _serve_on(engine, model, requests):
     return [("".join(p), done[i]) for i, p in enumerate(pieces)], engine
 
 
+def test_concurrent_requests_sharing_an_uncached_prefix_read_it_once(local_model):
+    """Requests queued together whose prompts share a prefix no cache holds yet: the first
+    reads it, the others wait for its blocks and compute only their own tokens (and every
+    answer is the request's alone)."""
+    model = local_model
+    prefix = "a hat on the mat of the cat " * 8
+    requests = _requests(model, 4, prefix=prefix)
+    expected = [_alone(model, *request) for request in requests]
+    answers, engine = _serve(model, requests, slots=4, block_size=8, token_budget=256)
+    assert answers == expected
+    shared = len(model.encode(prefix)) - 1  # the tokenizer may join the prefix's last word
+    assert engine.metrics.cached_prompt_tokens == 3 * (shared // 8 * 8)
+    assert engine.blocks.prefix_hits == 3
+
+
 def test_a_prompt_larger_than_the_pool_is_refused_with_its_size(local_model):
     model = local_model
     ids = model.encode("the cat in the hat " * 10)
