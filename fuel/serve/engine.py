@@ -48,8 +48,9 @@ DEFAULT_TOKEN_BUDGET = 64  # rows per step: below the quantized matmul's BLAS sw
 DEFAULT_KV_MEMORY = 1 << 30  # bytes of KV blocks, when the number of blocks is not given
 DEFAULT_PREFIX_CACHE_BLOCKS = 64  # cached prefix blocks kept while the server is idle
 # captured step buckets kept while the server is idle (each holds its plan's buffers, a few
-# MiB; the most recently run stay, the others are captured again when they come back)
-DEFAULT_KEPT_CAPTURES = 8
+# MiB; the most recently run stay, the others are captured again when they come back, their
+# first run 100-600 ms on SmolLM2; a burst of 8 or 32 clients meets 5-15 buckets)
+DEFAULT_KEPT_CAPTURES = 32
 
 
 def _heap_trimmer():
