@@ -142,11 +142,8 @@ static void rows_matmul_range(rows_activations x, const uint8_t *weight, float *
     int64_t j = first;
     for (; j + ROWS_WEIGHT <= last; j += ROWS_WEIGHT)
         rows_weight_tile(weight + j * row_bytes, row_bytes, x, m, out + j, n, ROWS_WEIGHT);
-    switch (last - j) {
-    case 3: rows_weight_tile(weight + j * row_bytes, row_bytes, x, m, out + j, n, 3); break;
-    case 2: rows_weight_tile(weight + j * row_bytes, row_bytes, x, m, out + j, n, 2); break;
-    case 1: rows_weight_tile(weight + j * row_bytes, row_bytes, x, m, out + j, n, 1); break;
-    }
+    if (j < last) /* one row left (ROWS_WEIGHT is 2) */
+        rows_weight_tile(weight + j * row_bytes, row_bytes, x, m, out + j, n, 1);
 }
 
 #if defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && \
@@ -164,8 +161,10 @@ static void rows_matmul_range(rows_activations x, const uint8_t *weight, float *
  *   - The weight rows' float16 scales are converted 16 at a time (SCALE_BLOCKS a chunk).
  *   - The horizontal sums of eight accumulators (16 row pairs) are one tree of 128-bit and
  *     in-lane shuffles: the integer tile's additions, pair for pair.
- * Measured (bench/serve.py --kernels, one thread): a step's matmuls at 8 rows 0.64x a row
- * alone per row (the AVX2 tile: 0.69x); at 32 rows 0.60x (0.69x). */
+ * Below WIDE_MIN (7) rows, and for a last group of fewer, the AVX2 tile runs (faster there).
+ * Measured (one thread, SmolLM2's shapes, CPU time per row against a row alone): 2 rows 0.89x,
+ * 4 rows 0.73x (the AVX2 tile); 8 rows 0.59-0.64x (the AVX2 tile: 0.69x), 12 rows 0.66x,
+ * 16-32 rows 0.61x (0.69x). */
 #define WIDE_WEIGHT_MAX 4 /* weight rows per tile, at most */
 #define WIDE_PAIRS 8
 #define WIDE_ROWS (2 * WIDE_PAIRS)
@@ -333,51 +332,33 @@ static inline __attribute__((always_inline)) void wide_tile(
 }
 
 /* Weight rows [first, last) against every activation group: four weight rows at a time for
- * a group of up to four pairs, two for more (16 accumulators either way). */
+ * a group of up to four pairs, two for more (16 accumulators either way). A group's pairs are
+ * rounded up to 4, 6 or 8 (its rows past the last are zero and their sums never stored; a last
+ * group holds at least WIDE_MIN rows), so few tile shapes are compiled. */
 static void wide_matmul_range(wide_activations x, const uint8_t *weight, float *out, int64_t m,
                               int64_t n, int64_t first, int64_t last) {
     const int64_t row_bytes = x.blocks * BLOCK_BYTES;
     const __m512i index = wide_index();
     const int64_t groups = (m + WIDE_ROWS - 1) / WIDE_ROWS;
-    for (int64_t j = first; j < last; j += WIDE_WEIGHT_MAX) {
-        const uint8_t *rows = weight + j * row_bytes;
-        const int count = last - j < WIDE_WEIGHT_MAX ? (int)(last - j) : WIDE_WEIGHT_MAX;
-        for (int64_t g = 0; g < groups; g++) {
-            const int acts = m - g * WIDE_ROWS < WIDE_ROWS ? (int)(m - g * WIDE_ROWS) : WIDE_ROWS;
+    for (int64_t g = 0; g < groups; g++) {
+        const int acts = m - g * WIDE_ROWS < WIDE_ROWS ? (int)(m - g * WIDE_ROWS) : WIDE_ROWS;
+        const int pairs = (acts + 1) / 2;
+        const int step = pairs > 4 ? 2 : 4; /* weight rows per tile */
+        for (int64_t j = first; j < last;) {
+            const uint8_t *rows = weight + j * row_bytes;
             float *at = out + g * WIDE_ROWS * n + j;
+            const int64_t left = last - j;
+            const int count = left >= step ? step : left >= 2 ? 2 : 1;
 #define WIDE(R, P) wide_tile(rows, row_bytes, x, g, at, n, index, R, P, acts)
-#define WIDE_TWO(P)                                                                      \
-    if (count == 4) {                                                                    \
-        WIDE(2, P);                                                                      \
-        wide_tile(rows + 2 * row_bytes, row_bytes, x, g, at + 2, n, index, 2, P, acts); \
-    } else if (count == 3) {                                                             \
-        WIDE(2, P);                                                                      \
-        wide_tile(rows + 2 * row_bytes, row_bytes, x, g, at + 2, n, index, 1, P, acts); \
-    } else if (count == 2) {                                                             \
-        WIDE(2, P);                                                                      \
-    } else {                                                                             \
-        WIDE(1, P);                                                                      \
-    }
-#define WIDE_FOUR(P)     \
-    switch (count) {     \
-    case 4: WIDE(4, P); break; \
-    case 3: WIDE(3, P); break; \
-    case 2: WIDE(2, P); break; \
-    default: WIDE(1, P); break; \
-    }
-            switch ((acts + 1) / 2) {
-            case 8: WIDE_TWO(8) break;
-            case 7: WIDE_TWO(7) break;
-            case 6: WIDE_TWO(6) break;
-            case 5: WIDE_TWO(5) break;
-            case 4: WIDE_FOUR(4) break;
-            case 3: WIDE_FOUR(3) break;
-            case 2: WIDE_FOUR(2) break;
-            default: WIDE_FOUR(1) break;
+            if (pairs > 6) {
+                if (count == 2) WIDE(2, 8); else WIDE(1, 8);
+            } else if (pairs > 4) {
+                if (count == 2) WIDE(2, 6); else WIDE(1, 6);
+            } else {
+                if (count == 4) WIDE(4, 4); else if (count == 2) WIDE(2, 4); else WIDE(1, 4);
             }
-#undef WIDE_FOUR
-#undef WIDE_TWO
 #undef WIDE
+            j += count;
         }
     }
 }
@@ -412,42 +393,86 @@ static void wide_interleave(activation_blocks quantized, int64_t m, int64_t bloc
 #define ROWS_WIDE 1
 #endif
 
+#if defined(ROWS_WIDE)
+/* Activation rows per launch from which the wide tile runs (fewer: the AVX2 tile, faster at
+ * 2-6 rows: at 2 rows 0.89x a row alone per row against the wide tile's 1.17x), and the rows
+ * of a last group it takes (fewer are left to the AVX2 tile). */
+#define WIDE_MIN 7
+
+/* The activation rows [0, wide) the wide tile takes. */
+static inline int64_t wide_count(int64_t m) {
+    if (m < WIDE_MIN) return 0;
+    return m % WIDE_ROWS == 0 || m % WIDE_ROWS >= WIDE_MIN ? m : m - m % WIDE_ROWS;
+}
+#endif
+
+/* Weight rows [first, last) against every activation row: the wide tile's rows, then the
+ * AVX2 tile's (from activation row `wide` on). */
+typedef struct {
+#if defined(ROWS_WIDE)
+    wide_activations wide;
+    int64_t wide_rows;
+#endif
+    rows_activations rest;
+} both_activations;
+
+static void both_range(both_activations x, const uint8_t *weight, float *out, int64_t m,
+                       int64_t n, int64_t first, int64_t last) {
+    int64_t done = 0;
+#if defined(ROWS_WIDE)
+    if (x.wide_rows > 0) wide_matmul_range(x.wide, weight, out, x.wide_rows, n, first, last);
+    done = x.wide_rows;
+#endif
+    if (done < m) {
+        rows_activations rest = x.rest;
+        rest.codes += 32 * rest.blocks * done;
+        rest.d += done;
+        rest.s += done;
+        rows_matmul_range(rest, weight, out + done * n, m - done, n, first, last);
+    }
+}
+
 static void rows_matmul(const float *x, const uint8_t *weight, float *out, int64_t m,
                         int64_t n, int64_t k, int64_t threads) {
     const int64_t blocks = k / 32, count = m * blocks;
-#if defined(ROWS_WIDE)
-    const int64_t stride = (m + WIDE_ROWS - 1) / WIDE_ROWS * WIDE_ROWS;
-#else
     const int64_t stride = (m + ROWS_ACTS - 1) / ROWS_ACTS * ROWS_ACTS;
+#if defined(ROWS_WIDE)
+    const int64_t wide_rows = wide_count(m);
+    const int64_t wide_stride = (wide_rows + WIDE_ROWS - 1) / WIDE_ROWS * WIDE_ROWS;
+#else
+    const int64_t wide_stride = 0;
 #endif
     activation_blocks quantized = {aligned_alloc(64, 64 * (size_t)count),
                                    malloc(16 * (size_t)count), NULL, NULL, NULL};
-    /* the scales by block (rows tile) or interleaved codes, d and s (wide tile) */
-    int16_t *wide = aligned_alloc(64, 64 * (size_t)(blocks * stride) + 64);
+    /* the scales by block (AVX2 tile); interleaved codes, d and s (wide tile) */
     float *transposed = aligned_alloc(64, 2 * sizeof(float) * (size_t)(blocks * stride) + 64);
+    int16_t *wide = aligned_alloc(64, 64 * (size_t)(blocks * wide_stride) + 64);
+    float *wide_scales = aligned_alloc(64, 2 * sizeof(float) * (size_t)(blocks * wide_stride)
+                                               + 64);
     if (quantized.codes == NULL || quantized.scales == NULL || transposed == NULL ||
-        wide == NULL) {
+        wide == NULL || wide_scales == NULL) {
         free(quantized.codes);
         free(quantized.scales);
         free(transposed);
         free(wide);
+        free(wide_scales);
         return;
     }
     quantize_activations(x, quantized, count);
-#if defined(ROWS_WIDE)
-    wide_interleave(quantized, m, blocks, wide, transposed, transposed + blocks * stride);
-    const wide_activations rows = {wide, transposed, transposed + blocks * stride, blocks};
-#define RANGE wide_matmul_range
-#else
     memset(transposed, 0, 2 * sizeof(float) * (size_t)(blocks * stride));
     for (int64_t i = 0; i < m; i++)
         for (int64_t b = 0; b < blocks; b++) {
             transposed[b * stride + i] = quantized.scales[4 * (i * blocks + b)];
             transposed[(blocks + b) * stride + i] = quantized.scales[4 * (i * blocks + b) + 1];
         }
-    const rows_activations rows = {quantized.codes, transposed, transposed + blocks * stride,
+    both_activations rows;
+    rows.rest = (rows_activations){quantized.codes, transposed, transposed + blocks * stride,
                                    blocks, stride};
-#define RANGE rows_matmul_range
+#if defined(ROWS_WIDE)
+    wide_interleave(quantized, wide_rows, blocks, wide, wide_scales,
+                    wide_scales + blocks * wide_stride);
+    rows.wide = (wide_activations){wide, wide_scales, wide_scales + blocks * wide_stride, blocks};
+    rows.wide_rows = wide_rows;
 #endif
 #if defined(_OPENMP)
     /* chunks of output rows (a multiple of 4, about CHUNKS_PER_THREAD per thread) taken in
@@ -458,17 +483,17 @@ static void rows_matmul(const float *x, const uint8_t *weight, float *out, int64
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && chunks > 1)
     for (int64_t c = 0; c < chunks; c++) {
         const int64_t first = c * chunk, last = first + chunk < n ? first + chunk : n;
-        RANGE(rows, weight, out, m, n, first, last);
+        both_range(rows, weight, out, m, n, first, last);
     }
 #else
     (void)threads;
-    RANGE(rows, weight, out, m, n, 0, n);
+    both_range(rows, weight, out, m, n, 0, n);
 #endif
-#undef RANGE
     free(quantized.codes);
     free(quantized.scales);
     free(transposed);
     free(wide);
+    free(wide_scales);
 }
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
