@@ -33,7 +33,7 @@ import statistics
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fuel.dispatch.kernel import BindingEntry, KernelDTypes, Launcher, Variant, prepare_launcher
@@ -446,6 +446,22 @@ class JudgedKernel:
         # (layouts, params) -> (judge epoch, the chosen candidate): a bound launch of a seen
         # shape costs one lookup; a re-check (a new epoch) decides again.
         self.chosen: dict = {}
+
+    def for_shape(self, shape: tuple[int, ...], load_strides: list) -> JudgedKernel | None:
+        """A generated kernel's contest at another shape: its kernel's twin for ``shape``
+        (the same source and revision, so the same verdicts), judged alike; None where the
+        twin cannot serve."""
+        reshape = getattr(self.entries[0].kernel, "for_shape", None)
+        twin = reshape(shape, load_strides) if len(self.entries) == 1 and reshape else None
+        if twin is None:
+            return None
+        entry = replace(self.entries[0], kernel=twin)
+        return JudgedKernel(self.op, self.dtypes, self.backend, [entry], self.label)
+
+    @property
+    def loop(self):
+        """The first entry's loop (a generated kernel's LoopKernel), or None."""
+        return getattr(self.entries[0].kernel, "loop", None)
 
     def candidates(self, layouts: Sequence[Layout], params: object, index: int = 0
                    ) -> tuple[Candidate, ...]:

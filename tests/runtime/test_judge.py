@@ -356,6 +356,50 @@ def test_row_kernels_serial_and_parallel_rows_agree_bit_for_bit():
 
 
 @pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
+@pytest.mark.parametrize("shape", [(20011,), (3001, 7), (129, 257)], ids=str)
+def test_elementwise_kernels_serial_and_parallel_agree_bit_for_bit(shape):
+    """A generated elementwise kernel's variants (serial; its flattened elements split over
+    OpenMP threads in whole vector runs) compute every element alike, whatever the split
+    does to the rows (a 1-D loop, short rows, rows not a multiple of a vector), with a
+    broadcast and a transposed operand; and NumPy's values within rounding."""
+    from fuel.backends.cpu.generated import generate_c_kernel
+    from fuel.compiler.kernel_ir import KernelBuilder, Load, Store
+    from fuel.ir.ops import OpKind
+
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape[-1:]).astype(np.float32)
+    c = rng.standard_normal(shape[::-1]).astype(np.float32)
+    if len(shape) == 2:
+        layouts = [Layout.contiguous(shape), Layout(shape, (0, 1), 0),
+                   Layout(shape, (1, shape[0]), 0)]
+        c_seen = c.T
+    else:
+        layouts = [Layout.contiguous(shape)] * 3
+        c_seen = c
+    builder = KernelBuilder(shape)
+    loads = [builder.load(Load(dt.float32, layout.strides, 0)) for layout in layouts]
+    product = builder.apply(OpKind.MUL, (loads[0], loads[1]), dt.float32)
+    value = builder.apply(OpKind.SUB, (builder.apply(OpKind.EXP, (product,), dt.float32),
+                                       loads[2]), dt.float32)
+    kernel = builder.build("test_parallel_elements", [Store(value, dt.float32)])
+    generated = generate_c_kernel(kernel).kernel
+    variants = generated.variants(layouts + [Layout.contiguous(shape)], kernel, CPU)
+    if not variants:
+        pytest.skip("no OpenMP: elementwise kernels have one variant")
+    assert [v.name for v in variants] == ["elements-serial", "elements-parallel"]
+    storages = [BACKEND.upload(CPU, array.reshape(-1)) for array in (a, b, c)]
+    found = []
+    for variant in variants:
+        out = BACKEND.allocate(CPU, dt.float32, a.size)
+        variant.prepare(storages, [out], layouts + [Layout.contiguous(shape)], kernel)()
+        found.append(out.buffer.copy())
+    np.testing.assert_array_equal(found[0], found[1])
+    np.testing.assert_allclose(found[0].reshape(shape), np.exp(a * b) - c_seen, rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
 def test_quantized_matmul_thread_variants_agree_bit_for_bit(monkeypatch):
     """A decode-shape quantized matmul on all threads or on one: the same bits."""
     from fuel.backends.cpu import quantized
