@@ -10,7 +10,8 @@
  *   0 dot:  a_inner == 1 and b_inner == 1 (b is the transposed view of a row-major (n, k)
  *           weight, Linear's x @ W.T): each output is the dot of a row of a with a row of W;
  *           a tile of DOT_ROWS rows x DOT_COLUMNS weight rows keeps 8-wide partial sums along
- *           k and reduces them horizontally at the end.
+ *           k and reduces them horizontally at the end (with AVX-512, unless NO_AVX512:
+ *           WIDE_COLUMNS weight rows, 16-wide sums).
  *   1 rows: b_column == 1 (b's rows are contiguous): a tile of ROWS_ROWS rows of a x 24
  *           columns of b broadcasts each a[i, l] against the row vector b[l, j:j+24].
  *   2 blas: each unit is one single-threaded cblas_sgemm (NumPy's OpenBLAS, its address in
@@ -123,6 +124,95 @@ INLINE void dot_tile(const int rows, const float *a, int64_t a_row, const float 
     }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && !defined(NO_AVX512)
+/* AVX-512 (32 vector registers): DOT_ROWS rows x WIDE_COLUMNS weight rows, 16-wide partial
+ * sums. Twice the AVX2 tile's weight rows per row of a loaded: half the reads of a, which at
+ * a long k (1536) come from L2 rather than L1. */
+#define WIDE_COLUMNS 8
+#define WIDE_PREFETCH_TILES 2
+
+/* {sum(v0), ..., sum(v7)} of eight 16-wide vectors. */
+INLINE __m256 sum8(const __m512 *v) {
+    __m256 half[WIDE_COLUMNS];
+    for (int c = 0; c < WIDE_COLUMNS; c++)
+        half[c] = _mm256_add_ps(_mm512_castps512_ps256(v[c]), _mm512_extractf32x8_ps(v[c], 1));
+    __m256 low = _mm256_hadd_ps(_mm256_hadd_ps(half[0], half[1]),
+                                _mm256_hadd_ps(half[2], half[3]));
+    __m256 high = _mm256_hadd_ps(_mm256_hadd_ps(half[4], half[5]),
+                                 _mm256_hadd_ps(half[6], half[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20),
+                         _mm256_permute2f128_ps(low, high, 0x31));
+}
+
+INLINE void wide_dot_tile(const int rows, const float *a, int64_t a_row,
+                          const float *const *w, float *out, int64_t out_row, int columns,
+                          int64_t k, __mmask16 tail, const float *next) {
+    __m512 sums[DOT_ROWS][WIDE_COLUMNS];
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < WIDE_COLUMNS; c++) sums[r][c] = _mm512_setzero_ps();
+    int64_t l = 0;
+    for (; l + 16 <= k; l += 16) {
+        if (next != NULL)  /* the next weight rows, a cache line per row */
+            for (int c = 0; c < WIDE_COLUMNS; c++)
+                _mm_prefetch((const char *)(next + c * k + l), _MM_HINT_T0);
+        __m512 x[DOT_ROWS];
+        for (int r = 0; r < rows; r++) {
+            x[r] = _mm512_loadu_ps(a + r * a_row + l);
+            __asm__("" : "+v"(x[r]));  /* in a register: one load, not one per FMA using it */
+        }
+        for (int c = 0; c < WIDE_COLUMNS; c++) {
+            __m512 y = _mm512_loadu_ps(w[c] + l);
+            __asm__("" : "+v"(y));
+            for (int r = 0; r < rows; r++) sums[r][c] = _mm512_fmadd_ps(x[r], y, sums[r][c]);
+        }
+    }
+    if (l < k) {
+        __m512 x[DOT_ROWS];
+        for (int r = 0; r < rows; r++) x[r] = _mm512_maskz_loadu_ps(tail, a + r * a_row + l);
+        for (int c = 0; c < WIDE_COLUMNS; c++) {
+            __m512 y = _mm512_maskz_loadu_ps(tail, w[c] + l);
+            for (int r = 0; r < rows; r++) sums[r][c] = _mm512_fmadd_ps(x[r], y, sums[r][c]);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        __m256 result = sum8(sums[r]);
+        float *target = out + r * out_row;
+        if (columns == WIDE_COLUMNS) {
+            _mm256_storeu_ps(target, result);
+        } else {
+            float lanes[WIDE_COLUMNS];
+            _mm256_storeu_ps(lanes, result);
+            memcpy(target, lanes, (size_t)columns * sizeof(float));
+        }
+    }
+}
+
+static void dot_block(const Problem *p, const float *a, const float *b, float *out,
+                      int64_t row_start, int64_t row_end, int64_t column_start,
+                      int64_t column_end) {
+    const __mmask16 tail = (__mmask16)((1u << (p->k % 16)) - 1u);
+    for (int64_t j = column_start; j < column_end; j += WIDE_COLUMNS) {
+        int columns = (int)(column_end - j < WIDE_COLUMNS ? column_end - j : WIDE_COLUMNS);
+        const float *w[WIDE_COLUMNS];
+        for (int c = 0; c < WIDE_COLUMNS; c++)  /* past the last column: repeat it, unstored */
+            w[c] = b + (j + (c < columns ? c : columns - 1)) * p->b_column;
+        const float *next = p->b_column == p->k && j + WIDE_PREFETCH_TILES * WIDE_COLUMNS
+                                                       < column_end
+                                ? b + (j + WIDE_PREFETCH_TILES * WIDE_COLUMNS) * p->b_column
+                                : NULL;
+        int64_t i = row_start;
+        for (; i + DOT_ROWS <= row_end; i += DOT_ROWS, next = NULL)
+            wide_dot_tile(DOT_ROWS, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j,
+                          p->out_row, columns, p->k, tail, next);
+        if (row_end - i == 2)
+            wide_dot_tile(2, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j,
+                          p->out_row, columns, p->k, tail, next);
+        else if (row_end - i == 1)
+            wide_dot_tile(1, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j,
+                          p->out_row, columns, p->k, tail, next);
+    }
+}
+#else
 static void dot_block(const Problem *p, const float *a, const float *b, float *out,
                       int64_t row_start, int64_t row_end, int64_t column_start,
                       int64_t column_end) {
@@ -149,6 +239,8 @@ static void dot_block(const Problem *p, const float *a, const float *b, float *o
                      columns, p->k, tail, next);
     }
 }
+
+#endif
 
 /* rows (1..ROWS_ROWS) rows of a x vectors (1..ROWS_VECTORS) 8-wide column vectors of b; the
  * last vector is loaded and stored through `last` when `masked`. With fewer than ROWS_ROWS
