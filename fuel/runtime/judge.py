@@ -545,6 +545,12 @@ class _TimedAtFirstLaunch:
     def kernel_source(self) -> str | None:
         return getattr(self.launcher, "kernel_source", None)
 
+    @property
+    def settled(self) -> Launcher | None:
+        """The winner's launcher once the first call decided (a bound plan then calls it
+        directly), else None."""
+        return self.launcher
+
 
 def _index(outputs: Sequence, inputs: Sequence) -> int:
     """The device index the launch runs on (its first output's, else its first input's)."""

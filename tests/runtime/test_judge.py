@@ -437,3 +437,22 @@ def test_a_bound_plan_times_at_its_first_launch_on_computed_operands(fresh_judge
     np.testing.assert_array_equal(compiled(fuel.from_numpy(values)).numpy(), -(values * 2 + 1))
     assert judge_stats()["timed"] == 1
     assert SEEN and set(SEEN) == {7.0}  # every timed and dispatched run read 3 * 2 + 1
+
+
+def test_a_bound_plan_calls_the_winner_directly_after_its_first_launch(fresh_judge,
+                                                                      judged_backend):
+    """The launcher that timed a bucket at its first call is replaced by the winner's own
+    launcher after that run: later runs dispatch the fast sibling with no timing wrapper."""
+    compiled = fuel.jit(lambda t: (-(t * 2.0 + 1.0).to(JUDGED)).to("cpu"))
+    values = np.full(64, 2.0, dtype=np.float32)
+    compiled(fuel.from_numpy(values)).numpy()
+    launchers = [launcher for capture, *_ in compiled.captures.values()
+                 for launcher in capture.launchers if launcher is not None]  # kept ones
+    assert len(launchers) >= 2
+    assert not any(isinstance(launcher, judge_module._TimedAtFirstLaunch)
+                   for launcher in launchers)
+    CALLS["slow"] = CALLS["fast"] = 0
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled(fuel.from_numpy(values)).numpy(),
+                                      -(values * 2 + 1))
+    assert CALLS == {"slow": 0, "fast": 3}
