@@ -16,11 +16,11 @@ and a changed kernel invalidates only its own entries.
 ``FUEL_JUDGE``: ``on`` (default: time unseen buckets within ``FUEL_JUDGE_BUDGET`` seconds per
 process, 2 by default), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
 own rule). A profiled launch that runs much slower than its recorded winner marks the entry
-for a re-check. Timings taken while the machine is busier than its cores (the load average
-above ``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) rank the candidates by how they share
-the cores: the kernel's rule stays and nothing is stored. A process follows a stored winner
-(the first stored verdict wins), else its own timing, else the rule; bitwise agreement across
-processes takes ``off``, or ``cached`` with tuned winners.
+for a re-check. While the machine is busier than its cores (the load average above
+``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) timings would rank the candidates by how
+they share the cores: nothing is timed or stored, and the kernel's rule stays. A process
+follows a stored winner (the first stored verdict wins), else its own timing, else the rule;
+bitwise agreement across processes takes ``off``, or ``cached`` with tuned winners.
 ``judge_stats()`` counts what it did; ``explain()`` shows the candidates and their times per
 node.
 """
@@ -228,6 +228,9 @@ class Judge:
         if not timing:
             self.counts["default"] += 1
             return Verdict(default, default)
+        if _busy():  # timings of a machine busier than its cores would rank nothing (they are
+            self.counts["unsaved_busy"] += 1  # not stored): the rule stays, untimed, as in
+            return Verdict(default, default, {}, "busy machine: rule kept")  # other processes
         start = time.perf_counter()
         seconds = _time_candidates(candidates, inputs, outputs, layouts, params)
         self.spent += time.perf_counter() - start
@@ -239,8 +242,8 @@ class Judge:
         self.counts["timed"] += 1
         if winner != default:
             self.counts["switched"] += 1
-        if _busy():  # timings of a machine busier than its cores rank nothing: the rule
-            self.counts["unsaved_busy"] += 1  # stays, as in every other process here
+        if _busy():  # it became busy while timing: the timings rank nothing, the rule stays
+            self.counts["unsaved_busy"] += 1
             return Verdict(default, default, seconds, "timed on a busy machine: rule kept")
         self.stored = None  # re-read: another process may have stored this bucket meanwhile
         record = self._load().get(key)
