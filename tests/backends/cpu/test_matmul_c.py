@@ -197,3 +197,32 @@ def test_selection_rule():
     assert form((3, 3, 512), (3, 512, 64), False, (3, 3, 64)).form == matmul.ROWS
     assert form((1, 512), (512, 64), False, (1, 64)).form is None  # one row: OpenBLAS
     assert form((12, 384), (384, 1536), False, (12, 1536)).form is None  # wide b
+
+
+@pytest.mark.parametrize("m", [64, 65, 130])
+@pytest.mark.parametrize("n", [1, 5, 33, 100])
+@pytest.mark.parametrize("k", [1, 7, 300])
+def test_gemm_form_odd_sizes(m, n, k):
+    """The gemm form (the convolution's register-tiled GEMM) on a transposed weight and on
+    (k, n) rows: edge slivers and panels, K blocks past KC, every output element written."""
+    from fuel.backends.cpu import matmul_gemm
+
+    if matmul_gemm.library() is None:
+        pytest.skip("no C compiler")
+    a, weight, b = random(m, k), random(n, k, seed=1), random(k, n, seed=2)
+    for operand in (weight.T, b):
+        layouts = tuple(storage_and_layout(x)[1] for x in (a, operand)) + (
+            Layout.contiguous((m, n)),)
+        assert matmul.gemm_arguments(layouts, 2) is not None
+        kernel = matmul.CMatmul()  # the rule gives these launches the gemm form
+        check(run(kernel, a, operand), a, operand)
+
+
+def test_gemm_form_strided_rows():
+    """Rows of a and of the weight further apart than k (slices of wider matrices)."""
+    a = random(100, 50)[:, :40]
+    weight = random(70, 48, seed=1)[:, :40]
+    layouts = tuple(storage_and_layout(x)[1] for x in (a, weight.T)) + (
+        Layout.contiguous((100, 70)),)
+    assert matmul.gemm_arguments(layouts, 2) is not None
+    check(run(matmul.CMatmul(), a, weight.T), a, weight.T)
