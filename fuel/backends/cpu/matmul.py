@@ -9,7 +9,9 @@ dims into rows where the layout allows, a launch runs the C kernel when it has a
 operands unit-stride along k, Linear's ``x @ W.T``; ``rows``: ``b``'s rows unit-stride), else
 it runs OpenBLAS: the kernel's ``blas`` form, single-threaded ``cblas_sgemm`` calls of NumPy's
 OpenBLAS on fuel's OpenMP team (OpenBLAS's own pool never wakes), or ``np.matmul`` where NumPy's
-BLAS offers no such entry or the strides are no cblas matrix. Threads follow ``quantized.py``'s
+BLAS offers no such entry or the strides are no cblas matrix. From ``matmul_gemm.GEMM_ROWS``
+rows of a 2-D product the rule gives the launch to the *gemm* form (``matmul_gemm``: the
+convolution's register-tiled GEMM on fuel's team). Threads follow ``quantized.py``'s
 rules: OpenMP over output tiles from ``PARALLEL_WORK`` multiply-adds, ``FUEL_THREADS`` threads.
 """
 
