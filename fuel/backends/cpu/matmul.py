@@ -5,7 +5,8 @@ cache on first use; registered with source tag ``c`` ahead of the NumPy kernel.
 
 The selection rule (``plan_launch``, measured by ``bench/matmul.py``): after folding batch
 dims into rows where the layout allows, a launch runs the C kernel when it has at most
-``C_ROWS`` rows per batch entry and its strides fit one of the kernel's forms (``dot``: both
+``C_ROWS`` rows per batch entry (``DOT_ROWS_MOST`` in the dot form) and its strides fit one
+of the kernel's forms (``dot``: both
 operands unit-stride along k, Linear's ``x @ W.T``; ``rows``: ``b``'s rows unit-stride), else
 it runs OpenBLAS: the kernel's ``blas`` form, single-threaded ``cblas_sgemm`` calls of NumPy's
 OpenBLAS on fuel's OpenMP team (OpenBLAS's own pool never wakes), or ``np.matmul`` where NumPy's
