@@ -172,16 +172,17 @@ def launch_arguments(layouts: tuple[Layout, ...], forced: bool, threads: int):
 
 
 @functools.lru_cache(maxsize=4096)
-def gemm_arguments(layouts: tuple[Layout, ...], threads: int) -> tuple[int, ...] | None:
-    """The gemm form's sizes where it takes the launch (a 2-D product, batch dims folded, of
-    at least ``matmul_gemm.GEMM_ROWS`` rows, operands it reads), else None. The rule gives it
-    the launches no C form takes: on this 2-core AMD EPYC (judge timings, 2 threads) it ran
-    4-26% faster than OpenBLAS on fuel's team at MiniLM's Linear shapes, 96 to 1024 rows."""
+def gemm_arguments(layouts: tuple[Layout, ...], threads: int):
+    """The gemm form's (sizes, strides) where it takes the launch (at least
+    ``matmul_gemm.GEMM_ROWS`` rows per product after folding batch dims, operands it reads),
+    else None. The rule gives it the launches no C form takes: on this 2-core AMD EPYC (judge
+    timings, 2 threads) it ran 4-26% faster than OpenBLAS on fuel's team at MiniLM's Linear
+    shapes, 96 to 1024 rows."""
     plan = plan_launch(layouts, forced=True)
-    if plan.batch or matmul_gemm.library() is None:
+    if matmul_gemm.library() is None:
         return None
-    return matmul_gemm.gemm_sizes(plan.m, plan.n, plan.k, plan.strides,
-                                  threads if _work(plan) >= PARALLEL_WORK else 1)
+    return matmul_gemm.gemm_arguments(plan.m, plan.n, plan.k, plan.strides, plan.batch,
+                                      threads if _work(plan) >= PARALLEL_WORK else 1)
 
 
 def _work(plan: LaunchPlan) -> int:
@@ -367,7 +368,8 @@ class CMatmul:
             found.append(Variant(name, functools.partial(self._launcher, plan, arguments)))
         sizes = gemm_arguments(tuple(layouts), threads)
         if sizes is not None:  # the register-tiled GEMM: the rule's choice where no C form is
-            gemm = Variant(f"gemm/{sizes[0]}t", functools.partial(matmul_gemm.prepare, sizes))
+            gemm = Variant(f"gemm/{sizes[0][0]}t", functools.partial(matmul_gemm.prepare,
+                                                                     sizes))
             rule, _ = launch_arguments(tuple(layouts), False, threads)
             found.insert(0 if rule.form not in (DOT, ROWS) else len(found), gemm)
         return tuple(found)

@@ -224,6 +224,20 @@ def test_gemm_form_strided_rows():
     check(run(GEMM, a, weight.T), a, weight.T)
 
 
+def test_gemm_form_batched_broadcast_and_attention_strides():
+    """Batch dims walked through their strides: a batch of products, a weight shared by the
+    batch (stride 0, folded where it can be), and attention's q @ k.T over heads read from one
+    fused projection (rows 3 heads apart, k transposed)."""
+    a, b = random(3, 70, 20), random(3, 20, 9, seed=1)
+    check(run(GEMM, a, b), a, b)
+    shared = random(20, 9, seed=2)
+    check(run(GEMM, random(2, 3, 65, 20), shared), random(2, 3, 65, 20), shared)
+    qkv = random(2, 80, 3 * 4 * 8, seed=3).reshape(2, 80, 3, 4, 8)
+    q = qkv[:, :, 0].transpose(0, 2, 1, 3)  # (batch, heads, rows, 8), rows 96 apart
+    k = qkv[:, :, 1].transpose(0, 2, 3, 1)  # (batch, heads, 8, rows): k transposed
+    check(run(GEMM, q, k), q, k)
+
+
 def test_the_rule_gives_many_rows_to_the_gemm_form():
     """Past the C forms' bounds the rule's launcher is the gemm form's (one foreign call of
     its library), and its result is the product."""
