@@ -265,22 +265,24 @@ class Engine:
                 break
         pending = self._pending_prefixes() if self.batching else set()
         held: list[Job] = []
-        while budget > 0 and (self.batching or not plan) and self._waiting and \
-                len(self._active) < self.slots:
-            job = self._waiting[0]
-            if pending and self._prefix_pending(job, pending):
-                held.append(self._waiting.popleft())
-                continue
-            if not self._admit(job):
-                break
-            if job not in self._active:  # an embedding job, or one that failed to start
-                continue
-            count = min(len(job.tokens) - job.computed, budget)
-            plan.append((job, count))
-            budget -= count
-            if self.batching:
-                pending.update(self._prompt_hashes(job))
-        self._waiting.extendleft(reversed(held))
+        try:
+            while budget > 0 and (self.batching or not plan) and self._waiting and \
+                    len(self._active) < self.slots:
+                job = self._waiting[0]
+                if pending and self._prefix_pending(job, pending):
+                    held.append(self._waiting.popleft())
+                    continue
+                if not self._admit(job):
+                    break
+                if job not in self._active:  # an embedding job, or one that failed to start
+                    continue
+                count = min(len(job.tokens) - job.computed, budget)
+                plan.append((job, count))
+                budget -= count
+                if self.batching:
+                    pending.update(self._prompt_hashes(job))
+        finally:  # held jobs keep their places at the front of the queue
+            self._waiting.extendleft(reversed(held))
         if not plan:
             return
         chunks = [Chunk(job.tokens[job.computed:job.computed + count], job.computed,
