@@ -12,8 +12,9 @@
  *                  s = d * sum(q)) and each weight chunk's dot is integer arithmetic, scaled
  *                  by the block's (sub-block's) scales; float weights (f16, bf16) are
  *                  converted a row at a time and multiplied as floats. The decode shape
- *                  (m = 1) of the K formats and iq4_xs runs decode_tile (paired activation
- *                  blocks), of the blocks of 32 values integer_tile on two weight rows.
+ *                  (m = 1) of the K formats and iq4_xs runs decode_tile (activation codes
+ *                  split in bytes), of the blocks of 32 values integer_tile on two weight
+ *                  rows.
  *   2 embedding:   data = {table, ids, out};    sizes = {2, count, k, id_bytes}
  *   3 round:       data = {x, out};             sizes = {3, blocks}  (round_int16_blocks)
  */
@@ -96,14 +97,16 @@ static void round_blocks(const float *restrict x, float *restrict out, int64_t c
     }
 }
 
-#if defined(PAIRED_DECODE)
-/* The decode shape (one activation row), every block format: each block of 32 activation
- * codes is stored as its 16 even positions, then its 16 odd ones. A weight chunk's 32 code
- * bytes (quantized_formats.c's code_bytes), read as 16 lanes of 16 bits, hold an even code in
- * each lane's low byte and the next odd one in its high byte: two shifts (or a mask and a
- * shift) widen them in place, no cross-lane shuffle, and each pair-sum (madd, or VNNI's
- * dpwssd with its add) meets them with the activations in that same order. 32-bit lane j then
- * sums positions 4j .. 4j + 3: lanes 0-3 the chunk's first half, 4-7 its second. */
+#if defined(SPLIT_DECODE)
+/* The decode shape (one activation row), every chunked block format: each 16-bit activation
+ * code x of a block of 32 is stored split as two bytes, x = 256 h + l with h = x >> 8 (signed)
+ * and l = x & 255 (unsigned): per block 32 bytes h, then 32 bytes l, in the codes' order. A
+ * weight chunk's 32 codes as bytes (quantized_formats.c's code_bytes) meet both halves in
+ * u8 x s8 four-product sums (VNNI's dpbusd, or its exact madd emulation):
+ *   sum(u x) = 256 sum(u h) + sum(l u),
+ * so the codes need no widening to 16 bits. 32-bit lane j sums positions 4j .. 4j + 3
+ * (lanes 0-3 the chunk's first half, 4-7 its second); each lane's sum is the exact integer
+ * (at most 4 * 127 * 32767 < 2^24 in magnitude, so its conversion to float is exact too). */
 #define PREFETCH_AHEAD 1024
 /* weight rows side by side per tile: more interleaved streams than two slowed the reads from
  * memory (q6_k to half at four) */
@@ -111,15 +114,34 @@ static void round_blocks(const float *restrict x, float *restrict out, int64_t c
 #define DECODE_ROWS 2
 #endif
 typedef struct {
-    int16_t *codes;
+    uint8_t *bytes;       /* per block 64: the high bytes h, then the low bytes l */
+    int32_t *corrections; /* SIGNED_CODES: per block 8 lanes of -128 * sum(h) over the lane */
     float *d, *s, *halves; /* per block: d, d * sum(q); per half: d * sum(q) */
-} paired_blocks;
+} split_blocks;
+
+/* a + sum over each 32-bit lane's four byte pairs of u[i] (unsigned) * s[i] (signed) */
+static inline __attribute__((always_inline)) __m256i dot_bytes(__m256i a, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && !defined(NO_AVX512)
+    return _mm256_dpbusd_epi32(a, u, s);
+#elif defined(__AVXVNNI__) && !defined(NO_AVX512)
+    return _mm256_dpbusd_avx_epi32(a, u, s);
+#else
+    /* exact: bytes widened in their 16-bit lanes (no saturating byte products) */
+    const __m256i u_even = _mm256_and_si256(u, _mm256_set1_epi16(0xff));
+    const __m256i u_odd = _mm256_srli_epi16(u, 8);
+    const __m256i s_even = _mm256_srai_epi16(_mm256_slli_epi16(s, 8), 8);
+    const __m256i s_odd = _mm256_srai_epi16(s, 8);
+    return _mm256_add_epi32(a, _mm256_add_epi32(_mm256_madd_epi16(u_even, s_even),
+                                                _mm256_madd_epi16(u_odd, s_odd)));
+#endif
+}
 
 /* round_int16_blocks of count blocks of x (quantize_activations' float32 steps), stored
- * paired: per block its even codes, then its odd ones. */
-static void pair_activations(const float *restrict x, paired_blocks out, int64_t count) {
+ * split (see above). */
+static void split_activations(const float *restrict x, split_blocks out, int64_t count) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256i evens_first = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    /* packs' 128-bit lanes back to the codes' order (4-byte groups) */
+    const __m256i in_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t b = 0; b < count; b++) {
         const float *values = x + 32 * b;
         __m256 v[4];
@@ -132,62 +154,56 @@ static void pair_activations(const float *restrict x, paired_blocks out, int64_t
         half = _mm_max_ss(half, _mm_movehdup_ps(half));
         const float d = _mm_cvtss_f32(half) / (float)ACTIVATION_CODE_MAX;
         const __m256 inverse = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-        __m256i q[4];
-        for (int j = 0; j < 4; j++)
-            q[j] = _mm256_permutevar8x32_epi32(
-                _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], inverse),
-                                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
-                evens_first);
-        /* per 128 bits: the evens, then the odds, of codes 0-15 (first) and 16-31 (second) */
-        const __m256i first = _mm256_packs_epi32(q[0], q[1]);
-        const __m256i second = _mm256_packs_epi32(q[2], q[3]);
-        _mm256_store_si256((__m256i *)(out.codes + 32 * b),
-                           _mm256_permute2x128_si256(first, second, 0x20));
-        _mm256_store_si256((__m256i *)(out.codes + 32 * b + 16),
-                           _mm256_permute2x128_si256(first, second, 0x31));
+        __m256i q[4], high[4], low[4];
+        for (int j = 0; j < 4; j++) {
+            q[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], inverse),
+                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            high[j] = _mm256_srai_epi32(q[j], 8);
+            low[j] = _mm256_and_si256(q[j], _mm256_set1_epi32(0xff));
+        }
+        const __m256i h = _mm256_packs_epi16(_mm256_packs_epi32(high[0], high[1]),
+                                             _mm256_packs_epi32(high[2], high[3]));
+        const __m256i l = _mm256_packus_epi16(_mm256_packs_epi32(low[0], low[1]),
+                                              _mm256_packs_epi32(low[2], low[3]));
+        const __m256i h_ordered = _mm256_permutevar8x32_epi32(h, in_order);
+        _mm256_store_si256((__m256i *)(out.bytes + 64 * b), h_ordered);
+        _mm256_store_si256((__m256i *)(out.bytes + 64 * b + 32),
+                           _mm256_permutevar8x32_epi32(l, in_order));
+#if defined(SIGNED_CODES)
+        /* the signed codes meet h as unsigned (code + 128): their lanes start at -128 sum(h) */
+        _mm256_store_si256((__m256i *)(out.corrections + 8 * b),
+                           _mm256_sub_epi32(_mm256_setzero_si256(),
+                                            dot_bytes(_mm256_setzero_si256(),
+                                                      _mm256_set1_epi8((char)0x80), h_ordered)));
+#endif
         const __m256i sums = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]),
                                                _mm256_add_epi32(q[2], q[3]));
         /* lanes: 0, 1, 4, 5 the first 16 codes' partial sums, 2, 3, 6, 7 the last 16's */
         int32_t parts[8];
         _mm256_storeu_si256((__m256i *)parts, sums);
-        const int low = parts[0] + parts[1] + parts[4] + parts[5];
-        const int high = parts[2] + parts[3] + parts[6] + parts[7];
+        const int first = parts[0] + parts[1] + parts[4] + parts[5];
+        const int second = parts[2] + parts[3] + parts[6] + parts[7];
         out.d[b] = d;
-        out.s[b] = d * (float)(low + high);
-        out.halves[2 * b] = d * (float)low;
-        out.halves[2 * b + 1] = d * (float)high;
+        out.s[b] = d * (float)(first + second);
+        out.halves[2 * b] = d * (float)first;
+        out.halves[2 * b + 1] = d * (float)second;
     }
 }
 
-static inline __attribute__((always_inline)) void widen_pairs(__m256i bytes, __m256i *even,
-                                                              __m256i *odd) {
-#if CODES_SIGNED
-    *even = _mm256_srai_epi16(_mm256_slli_epi16(bytes, 8), 8);
-    *odd = _mm256_srai_epi16(bytes, 8);
-#else
-    *even = _mm256_and_si256(bytes, _mm256_set1_epi16(0xff));
-    *odd = _mm256_srli_epi16(bytes, 8);
-#endif
-}
-
-/* sum + pairwise products of 16-bit lanes (a 32-bit lane sums at most 4 products of a code
- * (|q| <= 128) and an activation code (|q| <= 32767): below 2^24, exact as a float) */
-static inline __attribute__((always_inline)) __m256i dot_pairs(__m256i sum, __m256i a,
-                                                               __m256i b) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && !defined(NO_AVX512)
-    return _mm256_dpwssd_epi32(sum, a, b);
-#elif defined(__AVXVNNI__) && !defined(NO_AVX512)
-    return _mm256_dpwssd_avx_epi32(sum, a, b);
-#else
-    return _mm256_add_epi32(sum, _mm256_madd_epi16(a, b));
-#endif
-}
-
+/* Chunk c of a weight block against activation block at (64 bytes, see split_blocks) whose
+ * SIGNED_CODES lanes start at ``start``: the exact integer sums, lane j positions 4j .. 4j + 3. */
 static inline __attribute__((always_inline)) __m256i chunk_dot(const uint8_t *block, int c,
-                                                               __m256i xe, __m256i xo) {
-    __m256i even, odd;
-    widen_pairs(code_bytes(block, c), &even, &odd);
-    return dot_pairs(_mm256_madd_epi16(even, xe), odd, xo);
+                                                               __m256i high, __m256i low,
+                                                               __m256i start) {
+    const __m256i codes = code_bytes(block, c);
+#if defined(SIGNED_CODES)
+    const __m256i upper = dot_bytes(start, _mm256_xor_si256(codes, _mm256_set1_epi8((char)0x80)),
+                                    high);
+#else
+    (void)start;
+    const __m256i upper = dot_bytes(_mm256_setzero_si256(), codes, high);
+#endif
+    return dot_bytes(_mm256_slli_epi32(upper, 8), low, codes);
 }
 
 static inline float horizontal_sum(__m256 v) {
@@ -197,40 +213,29 @@ static inline float horizontal_sum(__m256 v) {
     return _mm_cvtss_f32(half);
 }
 
-/* rows (at most 4) weight rows side by side against the activation row; per chunk one float
- * conversion and fma by its factor (weight scale times activation scale; per half where the
- * halves have their own), the offsets one fma per block against the activation sums. */
+static inline __attribute__((always_inline)) __m256i block_start(split_blocks x, int64_t at) {
+#if defined(SIGNED_CODES)
+    return _mm256_load_si256((const __m256i *)(x.corrections + 8 * at));
+#else
+    (void)x;
+    (void)at;
+    return _mm256_setzero_si256();
+#endif
+}
+
+/* rows (at most DECODE_ROWS) weight rows side by side against the activation row; per chunk
+ * one float conversion and fma by its factor (weight scale times activation scale; per half
+ * where the halves have their own), the offsets one fma per block against the activation
+ * sums. Two accumulators per row (sums, spare): the chunks alternate between them, so each
+ * chain of dependent adds is half as long (an fma's latency bounds a chain). */
 static inline __attribute__((always_inline)) void decode_tile(
-    const uint8_t *weight, int64_t row_bytes, paired_blocks x, int64_t blocks, float *out,
+    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t blocks, float *out,
     const int rows) {
-    __m256 sums[DECODE_ROWS], offsets[DECODE_ROWS];
-    for (int r = 0; r < rows; r++) sums[r] = offsets[r] = _mm256_setzero_ps();
+    __m256 sums[DECODE_ROWS], spare[DECODE_ROWS], offsets[DECODE_ROWS];
+    for (int r = 0; r < rows; r++) sums[r] = spare[r] = offsets[r] = _mm256_setzero_ps();
     /* the tiles run through the weight in address order; the next tile's bytes are requested
      * a tile ahead (the rows side by side are short interleaved streams) */
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
-#if DECODE_CHUNKS == 1
-    float minimums[DECODE_ROWS] = {0.0f};
-    for (int64_t b = 0; b < blocks; b++) {
-        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
-            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
-        const __m256i xe = _mm256_load_si256((const __m256i *)(x.codes + 32 * b));
-        const __m256i xo = _mm256_load_si256((const __m256i *)(x.codes + 32 * b + 16));
-        const float d = x.d[b];
-        for (int r = 0; r < rows; r++) {
-            const uint8_t *block = weight + r * row_bytes + b * BLOCK_BYTES;
-            float scale, minimum;
-            block_scale(block, &scale, &minimum);
-            sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(chunk_dot(block, 0, xe, xo)),
-                                      _mm256_set1_ps(scale * d), sums[r]);
-#if DECODE_MINIMUM
-            minimums[r] += minimum * x.s[b];
-#else
-            (void)minimum;
-#endif
-        }
-    }
-    for (int r = 0; r < rows; r++) offsets[r] = _mm256_setr_ps(minimums[r], 0, 0, 0, 0, 0, 0, 0);
-#else
     for (int64_t b = 0; b < blocks; b++) {
         for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
             _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
@@ -240,7 +245,6 @@ static inline __attribute__((always_inline)) void decode_tile(
 #if defined(CODE_OFFSET)
         __m256 scales[DECODE_ROWS][2];
 #endif
-        __m256 factor_vectors[DECODE_ROWS];
         for (int r = 0; r < rows; r++) {
             vector_header h;
             header_vectors(weight + r * row_bytes + b * BLOCK_BYTES, &h);
@@ -249,8 +253,7 @@ static inline __attribute__((always_inline)) void decode_tile(
             scales[r][1] = h.scale[1];
 #endif
 #if SCALES == 1
-            factor_vectors[r] = _mm256_mul_ps(h.scale[0], d);
-            _mm256_store_ps(factors[r], factor_vectors[r]);
+            _mm256_store_ps(factors[r], _mm256_mul_ps(h.scale[0], d));
 #if MINIMUM
             offsets[r] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.s + at), offsets[r]);
 #endif
@@ -278,30 +281,15 @@ static inline __attribute__((always_inline)) void decode_tile(
                                          s_high, offsets[r]);
         }
 #endif
-#if defined(CHUNK_PAIRS)
-#pragma GCC unroll 4
-        for (int c = 0; c < CHUNKS; c += 2) {
-            const __m256i *at_x = (const __m256i *)(x.codes + 32 * (at + c));
-            const __m256i xe = _mm256_load_si256(at_x), xo = _mm256_load_si256(at_x + 1);
-            const __m256i ye = _mm256_load_si256(at_x + 2), yo = _mm256_load_si256(at_x + 3);
-            for (int r = 0; r < rows; r++) {
-                __m256i codes[4];
-                chunk_pair_codes(weight + r * row_bytes + b * BLOCK_BYTES, c, codes);
-                const __m256i p = dot_pairs(_mm256_madd_epi16(codes[0], xe), codes[1], xo);
-                const __m256i q = dot_pairs(_mm256_madd_epi16(codes[2], ye), codes[3], yo);
-                sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_permutevar8x32_ps(
-                    factor_vectors[r], _mm256_set1_epi32(c)), sums[r]);
-                sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_permutevar8x32_ps(
-                    factor_vectors[r], _mm256_set1_epi32(c + 1)), sums[r]);
-            }
-        }
-#else
 #pragma GCC unroll 8
         for (int c = 0; c < CHUNKS; c++) {
-            const __m256i xe = _mm256_load_si256((const __m256i *)(x.codes + 32 * (at + c)));
-            const __m256i xo = _mm256_load_si256((const __m256i *)(x.codes + 32 * (at + c) + 16));
+            const uint8_t *at_x = x.bytes + 64 * (at + c);
+            const __m256i high = _mm256_load_si256((const __m256i *)at_x);
+            const __m256i low = _mm256_load_si256((const __m256i *)(at_x + 32));
+            const __m256i start = block_start(x, at + c);
             for (int r = 0; r < rows; r++) {
-                const __m256i p = chunk_dot(weight + r * row_bytes + b * BLOCK_BYTES, c, xe, xo);
+                const __m256i p = chunk_dot(weight + r * row_bytes + b * BLOCK_BYTES, c, high,
+                                            low, start);
 #if SCALES == 2
                 /* lanes 0-3: the chunk's first half, 4-7: its second */
                 const __m256 factor = _mm256_permutevar8x32_ps(
@@ -312,17 +300,17 @@ static inline __attribute__((always_inline)) void decode_tile(
 #else
                 const __m256 factor = _mm256_broadcast_ss(factors[r] + c);
 #endif
-                sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, sums[r]);
+                if (c % 2 == 0) sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, sums[r]);
+                else spare[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, spare[r]);
             }
         }
-#endif
     }
-#endif
-    for (int r = 0; r < rows; r++) out[r] = horizontal_sum(_mm256_sub_ps(sums[r], offsets[r]));
+    for (int r = 0; r < rows; r++)
+        out[r] = horizontal_sum(_mm256_sub_ps(_mm256_add_ps(sums[r], spare[r]), offsets[r]));
 }
 
 
-static void decode_rows(paired_blocks x, const uint8_t *weight, float *out, int64_t k,
+static void decode_rows(split_blocks x, const uint8_t *weight, float *out, int64_t k,
                         int64_t first, int64_t last) {
     const int64_t blocks = k / BLOCK_SIZE, row_bytes = blocks * BLOCK_BYTES;
     int64_t j = first;
@@ -790,19 +778,20 @@ static void matmul_rows(const float *x, const uint8_t *weight, float *out, int64
 #define CHUNKS_PER_THREAD 4
 static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m, int64_t n,
                    int64_t k, int64_t threads) {
-#if defined(PAIRED_DECODE)
+#if defined(SPLIT_DECODE)
     if (m == 1) {
         const int64_t count = k / 32;
-        paired_blocks paired = {aligned_alloc(64, 64 * (size_t)count),
-                                malloc(sizeof(float) * 4 * (size_t)count), NULL, NULL};
-        if (paired.codes == NULL || paired.d == NULL) {
-            free(paired.codes);
-            free(paired.d);
+        split_blocks split = {aligned_alloc(64, 96 * (size_t)count), NULL,
+                              malloc(sizeof(float) * 4 * (size_t)count), NULL, NULL};
+        if (split.bytes == NULL || split.d == NULL) {
+            free(split.bytes);
+            free(split.d);
             return;
         }
-        paired.s = paired.d + count;
-        paired.halves = paired.s + count;
-        pair_activations(x, paired, count);
+        split.corrections = (int32_t *)(split.bytes + 64 * count);
+        split.s = split.d + count;
+        split.halves = split.s + count;
+        split_activations(x, split, count);
 #if defined(_OPENMP)
         int64_t chunk = (n / (threads * CHUNKS_PER_THREAD) + 3) / 4 * 4;
         chunk = chunk < 16 ? 16 : chunk;
@@ -810,14 +799,14 @@ static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m,
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && chunks > 1)
         for (int64_t c = 0; c < chunks; c++) {
             const int64_t first = c * chunk, last = first + chunk < n ? first + chunk : n;
-            decode_rows(paired, weight, out, k, first, last);
+            decode_rows(split, weight, out, k, first, last);
         }
 #else
         (void)threads;
-        decode_rows(paired, weight, out, k, 0, n);
+        decode_rows(split, weight, out, k, 0, n);
 #endif
-        free(paired.codes);
-        free(paired.d);
+        free(split.bytes);
+        free(split.d);
         return;
     }
 #endif
