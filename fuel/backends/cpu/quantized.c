@@ -223,6 +223,54 @@ static inline __attribute__((always_inline)) __m256i block_start(split_blocks x,
 #endif
 }
 
+/* Block b's headers for the tile's rows: their chunk factors (weight scale times activation
+ * scale; per half where SCALES is 2) into factors[r], their offsets added to offsets[r]. */
+static inline __attribute__((always_inline)) void block_factors(
+    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t b,
+    float (*factors)[8 * SCALES], __m256 *offsets, const int rows) {
+    const int64_t at = b * CHUNKS;
+    const __m256 d = _mm256_loadu_ps(x.d + at);
+#if defined(CODE_OFFSET)
+    __m256 scales[DECODE_ROWS][2];
+#endif
+    for (int r = 0; r < rows; r++) {
+        vector_header h;
+        header_vectors(weight + r * row_bytes + b * BLOCK_BYTES, &h);
+#if defined(CODE_OFFSET)
+        scales[r][0] = h.scale[0];
+        scales[r][1] = h.scale[1];
+#endif
+#if SCALES == 1
+        _mm256_store_ps(factors[r], _mm256_mul_ps(h.scale[0], d));
+#if MINIMUM
+        offsets[r] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.s + at), offsets[r]);
+#endif
+#else
+        _mm256_store_ps(factors[r], _mm256_mul_ps(h.scale[0], _mm256_permutevar8x32_ps(
+            d, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))));
+        _mm256_store_ps(factors[r] + 8, _mm256_mul_ps(h.scale[1], _mm256_permutevar8x32_ps(
+            d, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7))));
+#if MINIMUM
+        offsets[r] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.halves + 2 * at),
+                                     offsets[r]);
+        offsets[r] = _mm256_fmadd_ps(h.minimum[1], _mm256_loadu_ps(x.halves + 2 * at + 8),
+                                     offsets[r]);
+#endif
+#endif
+    }
+#if defined(CODE_OFFSET)
+    /* codes read as stored: value = scale * (q - CODE_OFFSET) */
+    const __m256 s_low = _mm256_loadu_ps(x.halves + 2 * at);
+    const __m256 s_high = _mm256_loadu_ps(x.halves + 2 * at + 8);
+    for (int r = 0; r < rows; r++) {
+        offsets[r] = _mm256_fmadd_ps(_mm256_mul_ps(scales[r][0], _mm256_set1_ps(CODE_OFFSET)),
+                                     s_low, offsets[r]);
+        offsets[r] = _mm256_fmadd_ps(_mm256_mul_ps(scales[r][1], _mm256_set1_ps(CODE_OFFSET)),
+                                     s_high, offsets[r]);
+    }
+#endif
+}
+
 /* rows (at most DECODE_ROWS) weight rows side by side against the activation row; per chunk
  * one float conversion and fma by its factor (weight scale times activation scale; per half
  * where the halves have their own), the offsets one fma per block against the activation
@@ -236,51 +284,17 @@ static inline __attribute__((always_inline)) void decode_tile(
     /* the tiles run through the weight in address order; the next tile's bytes are requested
      * a tile ahead (the rows side by side are short interleaved streams) */
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
+    /* the headers run a block ahead (double-buffered factors): a block's chunks then wait on
+     * no header's chain of dependent steps */
+    float buffers[2][DECODE_ROWS][8 * SCALES] __attribute__((aligned(32)));
+    block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
     for (int64_t b = 0; b < blocks; b++) {
         for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
             _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
-        float factors[DECODE_ROWS][8 * SCALES] __attribute__((aligned(32)));
+        float (*factors)[8 * SCALES] = buffers[b & 1];
+        if (b + 1 < blocks)
+            block_factors(weight, row_bytes, x, b + 1, buffers[(b + 1) & 1], offsets, rows);
         const int64_t at = b * CHUNKS;
-        const __m256 d = _mm256_loadu_ps(x.d + at);
-#if defined(CODE_OFFSET)
-        __m256 scales[DECODE_ROWS][2];
-#endif
-        for (int r = 0; r < rows; r++) {
-            vector_header h;
-            header_vectors(weight + r * row_bytes + b * BLOCK_BYTES, &h);
-#if defined(CODE_OFFSET)
-            scales[r][0] = h.scale[0];
-            scales[r][1] = h.scale[1];
-#endif
-#if SCALES == 1
-            _mm256_store_ps(factors[r], _mm256_mul_ps(h.scale[0], d));
-#if MINIMUM
-            offsets[r] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.s + at), offsets[r]);
-#endif
-#else
-            _mm256_store_ps(factors[r], _mm256_mul_ps(h.scale[0], _mm256_permutevar8x32_ps(
-                d, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))));
-            _mm256_store_ps(factors[r] + 8, _mm256_mul_ps(h.scale[1], _mm256_permutevar8x32_ps(
-                d, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7))));
-#if MINIMUM
-            offsets[r] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.halves + 2 * at),
-                                         offsets[r]);
-            offsets[r] = _mm256_fmadd_ps(h.minimum[1], _mm256_loadu_ps(x.halves + 2 * at + 8),
-                                         offsets[r]);
-#endif
-#endif
-        }
-#if defined(CODE_OFFSET)
-        /* codes read as stored: value = scale * (q - CODE_OFFSET) */
-        const __m256 s_low = _mm256_loadu_ps(x.halves + 2 * at);
-        const __m256 s_high = _mm256_loadu_ps(x.halves + 2 * at + 8);
-        for (int r = 0; r < rows; r++) {
-            offsets[r] = _mm256_fmadd_ps(_mm256_mul_ps(scales[r][0], _mm256_set1_ps(CODE_OFFSET)),
-                                         s_low, offsets[r]);
-            offsets[r] = _mm256_fmadd_ps(_mm256_mul_ps(scales[r][1], _mm256_set1_ps(CODE_OFFSET)),
-                                         s_high, offsets[r]);
-        }
-#endif
 #pragma GCC unroll 8
         for (int c = 0; c < CHUNKS; c++) {
             const uint8_t *at_x = x.bytes + 64 * (at + c);
