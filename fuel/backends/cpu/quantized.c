@@ -420,6 +420,24 @@ static inline __attribute__((always_inline)) __m128 block_scales(const uint8_t *
 #endif
 }
 
+/* madd(a, b) + madd(c, d): the same int32 lanes in one VNNI step where there is one */
+static inline __attribute__((always_inline)) __m256i pair_dot(__m256i a, __m256i b, __m256i c,
+                                                              __m256i d) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && !defined(NO_AVX512)
+    return _mm256_dpwssd_epi32(_mm256_madd_epi16(a, b), c, d);
+#elif defined(__AVXVNNI__) && !defined(NO_AVX512)
+    return _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(a, b), c, d);
+#else
+    return _mm256_add_epi32(_mm256_madd_epi16(a, b), _mm256_madd_epi16(c, d));
+#endif
+}
+
+#if defined(FORMAT_IQ4_NL) || defined(FORMAT_Q5_0)
+/* no offsets: a block's factor d_w d_x is its whole float work (q8_0 keeps the common steps,
+ * bit for bit those of quantized_rows.c's tile) */
+#define NO_OFFSETS 1
+#endif
+
 static inline __attribute__((always_inline)) void integer_tile(
     const uint8_t *weight, int64_t row_bytes, activation_blocks x, int64_t blocks,
     float *out, int64_t n, const int rows, const int activations) {
@@ -436,29 +454,46 @@ static inline __attribute__((always_inline)) void integer_tile(
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_BYTES;
     for (int64_t b = 0; b < blocks; b++) {
         __m256i low[4], high[4];
+#if defined(NO_OFFSETS)
+        __m256 scales[4];
+#else
         __m128 scales[4];
+#endif
         for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
             _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
         for (int r = 0; r < rows; r++) {
             const uint8_t *block = weight + r * row_bytes + b * BLOCK_BYTES;
             block_codes(block, &low[r], &high[r]);
+#if defined(NO_OFFSETS)
+            int16_t bits;
+            memcpy(&bits, block, 2);
+            scales[r] = _mm256_cvtph_ps(_mm_set1_epi16(bits));
+#else
             scales[r] = block_scales(block);
+#endif
         }
         for (int i = 0; i < activations; i++) {
             const int16_t *q = x.codes + 32 * (i * blocks + b);
             const __m256i q_low = _mm256_load_si256((const __m256i *)q);
             const __m256i q_high = _mm256_load_si256((const __m256i *)(q + 16));
+#if defined(NO_OFFSETS)
+            const __m256 d = _mm256_broadcast_ss(x.scales + 4 * (i * blocks + b));
+#else
             /* {d_x, s_x, 0, 0} */
             const __m128 ds = _mm_castpd_ps(
                 _mm_load_sd((const double *)(const void *)(x.scales + 4 * (i * blocks + b))));
+#endif
             for (int r = 0; r < rows; r++) {
-                const __m256i pairs = _mm256_add_epi32(_mm256_madd_epi16(low[r], q_low),
-                                                       _mm256_madd_epi16(high[r], q_high));
-                const __m256 products = _mm256_cvtepi32_ps(pairs);
+                const __m256 products = _mm256_cvtepi32_ps(
+                    pair_dot(low[r], q_low, high[r], q_high));
+#if defined(NO_OFFSETS)
+                sums[r][i] = _mm256_fmadd_ps(products, _mm256_mul_ps(scales[r], d), sums[r][i]);
+#else
                 /* {d_w d_x, m_w s_x} (q4_1) or {d_w d_x, d_w s_x} */
                 const __m128 scaled = _mm_mul_ps(scales[r], ds);
                 sums[r][i] = _mm256_fmadd_ps(products, _mm256_broadcastss_ps(scaled), sums[r][i]);
                 offsets[r][i] = _mm_add_ps(offsets[r][i], scaled);
+#endif
             }
         }
     }
@@ -468,8 +503,13 @@ static inline __attribute__((always_inline)) void integer_tile(
                                      _mm256_extractf128_ps(sums[r][i], 1));
             half = _mm_add_ps(half, _mm_movehl_ps(half, half));
             half = _mm_add_ss(half, _mm_movehdup_ps(half));
+#if defined(NO_OFFSETS)
+            (void)offsets;
+            out[i * n + r] = _mm_cvtss_f32(half);
+#else
             out[i * n + r] = _mm_cvtss_f32(half) +
                              OFFSET_FACTOR * _mm_cvtss_f32(_mm_movehdup_ps(offsets[r][i]));
+#endif
         }
 }
 #else
