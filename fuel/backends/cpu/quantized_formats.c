@@ -483,6 +483,23 @@ static inline __attribute__((always_inline)) __m256i spread_nibbles(const uint8_
                             _mm256_set1_epi8(0x0f));
 }
 
+/* 16-bit lanes shifted right by ``shift`` bits (left by -shift where negative; a constant in
+ * the unrolled loops, so one instruction or none) */
+static inline __attribute__((always_inline)) __m256i shift_lanes(__m256i v, int shift) {
+    if (shift > 0) return _mm256_srli_epi16(v, shift);
+    if (shift < 0) return _mm256_slli_epi16(v, -shift);
+    return v;
+}
+
+/* (a & mask) | b per byte (b already clear where mask is set): one ternary-logic step */
+static inline __attribute__((always_inline)) __m256i merge_bits(__m256i a, int mask, __m256i b) {
+#if defined(__AVX512VL__) && !defined(NO_AVX512)
+    return _mm256_ternarylogic_epi32(a, b, _mm256_set1_epi8((char)mask), 0xec);
+#else
+    return _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi8((char)mask)), b);
+#endif
+}
+
 static inline __attribute__((always_inline)) __m256i code_bytes(const uint8_t *block, int c) {
 #if defined(FORMAT_IQ4_XS)
     const __m256i nibbles = spread_nibbles(block + 8 + 16 * c);
@@ -492,26 +509,32 @@ static inline __attribute__((always_inline)) __m256i code_bytes(const uint8_t *b
     return shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 2))),
                         4 * (c % 2), 0x0f);
 #elif defined(FORMAT_Q5_K)
-    const __m256i codes = shifted_bits(
-        _mm256_loadu_si256((const __m256i *)(block + 48 + 32 * (c / 2))), 4 * (c % 2), 0x0f);
-    const __m256i top = shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16)), c, 1);
-    return _mm256_or_si256(codes, _mm256_slli_epi16(top, 4));
+    /* the nibble, and bit c of the 32 bytes at 16 moved to bit 4 */
+    const __m256i top = _mm256_and_si256(
+        shift_lanes(_mm256_loadu_si256((const __m256i *)(block + 16)), c - 4),
+        _mm256_set1_epi8(0x10));
+    return merge_bits(shift_lanes(_mm256_loadu_si256((const __m256i *)(block + 48 + 32 * (c / 2))),
+                                  4 * (c % 2)), 0x0f, top);
 #elif defined(FORMAT_Q6_K)
+    /* the nibble, and bits 2 quarter, 2 quarter + 1 of the 32 bytes at 128 + 32 part moved to
+     * bits 4, 5 */
     const int part = c / 4, quarter = c % 4;
-    const __m256i codes = shifted_bits(
-        _mm256_loadu_si256((const __m256i *)(block + 64 * part + 32 * (quarter & 1))),
-        4 * (quarter >> 1), 0x0f);
-    const __m256i top = shifted_bits(
-        _mm256_loadu_si256((const __m256i *)(block + 128 + 32 * part)), 2 * quarter, 3);
-    return _mm256_or_si256(codes, _mm256_slli_epi16(top, 4));
+    const __m256i top = _mm256_and_si256(
+        shift_lanes(_mm256_loadu_si256((const __m256i *)(block + 128 + 32 * part)),
+                    2 * quarter - 4),
+        _mm256_set1_epi8(0x30));
+    return merge_bits(
+        shift_lanes(_mm256_loadu_si256((const __m256i *)(block + 64 * part + 32 * (quarter & 1))),
+                    4 * (quarter >> 1)),
+        0x0f, top);
 #elif defined(FORMAT_Q3_K)
-    /* 0-7: the two low bits, plus 4 where the mask bit is set (its value: q - 4) */
-    const __m256i codes = shifted_bits(
-        _mm256_loadu_si256((const __m256i *)(block + 32 + 32 * (c / 4))), 2 * (c % 4), 3);
-    const __m256i bit = _mm256_set1_epi8((char)(1 << c));
-    const __m256i set = _mm256_cmpeq_epi8(
-        _mm256_and_si256(_mm256_loadu_si256((const __m256i *)block), bit), bit);
-    return _mm256_or_si256(codes, _mm256_and_si256(set, _mm256_set1_epi8(4)));
+    /* 0-7: the two low bits, plus 4 where the mask bit is set (its value: q - 4): bit c of
+     * the 32 mask bytes moved to bit 2 */
+    const __m256i top = _mm256_and_si256(
+        shift_lanes(_mm256_loadu_si256((const __m256i *)block), c - 2), _mm256_set1_epi8(4));
+    return merge_bits(
+        shift_lanes(_mm256_loadu_si256((const __m256i *)(block + 32 + 32 * (c / 4))), 2 * (c % 4)),
+        3, top);
 #elif defined(FORMAT_Q2_K)
     return shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 4))),
                         2 * (c % 4), 3);
