@@ -706,5 +706,17 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     case 3:
         round_blocks((const float *)data[0], (float *)data[1], sizes[1]);
         break;
+    case 4: { /* de-quantize split over threads: sizes = {4, values, threads} */
+        const int64_t blocks = sizes[1] / BLOCK_SIZE, threads = sizes[2];
+        const uint8_t *source = (const uint8_t *)data[0];
+        float *target = (float *)data[1];
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+        for (int64_t part = 0; part < threads; part++) {
+            const int64_t first = blocks * part / threads, last = blocks * (part + 1) / threads;
+            dequantize_row(source + first * BLOCK_BYTES, target + first * BLOCK_SIZE,
+                           (last - first) * BLOCK_SIZE);
+        }
+        break;
+    }
     }
 }
