@@ -31,6 +31,7 @@ from fuel.backends.base import LaunchBatcher
 from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import Launcher
 from fuel.graph import Graph
+from fuel.ir.ops import OpKind, definition
 from fuel.runtime.launch import drain, launch_step, step_error
 from fuel.runtime.pending import PendingWork
 from fuel.runtime.plan import Plan, Step
@@ -52,9 +53,12 @@ class Assignment(NamedTuple):
     slot_storage: dict  # root slot -> storage id
 
 
-def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None) -> Assignment | None:
+def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
+                    inplace: dict[int, int] | None = None) -> Assignment | None:
     """Give every slot of ``plan`` a storage id by walking its steps without launching; None
-    when the buffers would take more than ``byte_limit`` bytes."""
+    when the buffers would take more than ``byte_limit`` bytes. ``inplace`` (root slot -> leaf
+    storage id) writes those roots into their leaf's storage instead of an output."""
+    inplace = inplace or {}
     leaf_count = len(graph.leaves)
     root_slots = {plan.node_values[r][0] for r in graph.roots}
     refs: dict[int, int] = {slot: slot for slot in range(leaf_count)}
@@ -74,6 +78,8 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None) -> Assignm
             target = step.target
             if step.alias:
                 refs[target] = sources[0]
+            elif target in inplace:
+                refs[target] = slot_storage[target] = inplace[target]
             elif target in root_slots:
                 if target not in slot_storage:
                     slot_storage[target] = -1 - len(outputs)  # resolved below
@@ -112,6 +118,33 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None) -> Assignm
         if slot not in slot_storage:
             slot_storage[slot] = resolve(refs[slot])
     return Assignment(buffers, outputs, operands, steps, frees, slot_storage)
+
+
+def inplace_safe(assignment: Assignment, root: int, leaf: int) -> bool:
+    """Whether root slot ``root`` can be written into leaf ``leaf``'s storage (slot and storage
+    id are the same for a leaf) in ``assignment``: one step writes that storage, no later step
+    reads the leaf's old value (reading the root's new value is fine), and the writing step
+    reads it, if at all, element for element (an elementwise kernel over the same dense
+    layout)."""
+    writes = [i for i, (_, target) in enumerate(assignment.operands) if target == leaf]
+    if len(writes) != 1:
+        return False
+    index = writes[0]
+    step = assignment.steps[index]
+    if step.target != root or step.alias:
+        return False
+    if any(leaf in later.sources for later in assignment.steps[index + 1:]):
+        return False
+    if leaf not in step.sources:
+        return True
+    compiled = step.compiled
+    if compiled.op is OpKind.FUSED:
+        elementwise = not getattr(compiled.op_params, "reduced", 1)
+    else:
+        elementwise = definition(compiled.op).family in ("unary", "binary")
+    out = step.layouts[-1]
+    return elementwise and all(layout == out for source, layout
+                               in zip(step.sources, step.layouts) if source == leaf)
 
 
 class BoundPlan:
