@@ -6,8 +6,8 @@ Like a CUDA graph: the capture's intermediates live in buffers of its own, alloc
 reused by liveness, and its outputs get fresh storages every run, but the outputs it is told
 are a state's new value (``inplace``), which are written into that state's storage. The
 arguments are leaves that change between runs; tensors the function reads from its closure
-(weights, a KV cache written in place) are leaves that stay bound as captured. The Tensor-facing wrapper is
-fuel.jit.
+(weights, a KV cache written in place) are leaves that stay bound as captured. The
+Tensor-facing wrapper is fuel.jit.
 """
 
 from __future__ import annotations
