@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from fuel.frontend import tape
+from fuel.frontend import (
+    tape,
+    window_gradients,  # noqa: F401 - registers conv and pooling rules
+)
 from fuel.frontend.base import TensorBase, wrap
 from fuel.frontend.build import constant
 from fuel.frontend.gradients import Through, accumulate, vjp
