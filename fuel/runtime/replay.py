@@ -3,7 +3,9 @@ does no per-step work beyond rebinding the storages that changed; a cached plan'
 fuel.jit capture (fuel.runtime.jit.Capture) are both one.
 
 A plan names buffer slots; a BoundPlan decides once which storage each slot uses: the leaves'
-(bound by each run), one buffer per liveness class and an output storage per root slot. The
+(bound by each run), one buffer per liveness class (an idle buffer serves a later slot of its
+device and dtype of any size: the smallest that holds it, else the largest, grown) and an
+output storage per root slot. The
 buffers are taken from the device pool at the start of a run and given back at its end (so the
 pool's statistics and frees stay true), or, ``held`` (a capture, like a CUDA graph's private
 memory), allocated once and kept; the outputs are fresh every run (a held plan's straight from
@@ -87,9 +89,18 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
                                     step.size))
                 refs[target] = slot_storage[target]
             else:
-                free = idle.get((step.device, step.dtype, step.size))
+                dtype = step.dtype
+                free = idle.get((step.device, dtype, step.size) if dtype.is_packed
+                                else (step.device, dtype))
                 if free:
-                    refs[target] = free.pop()
+                    chosen = _fitting(free, buffers, leaf_count, step)
+                    refs[target] = chosen
+                    entry = buffers[chosen - leaf_count]
+                    if entry[4] < step.size:  # grown to this step's size
+                        total += (step.size - entry[4]) * step.dtype.itemsize
+                        buffers[chosen - leaf_count] = entry[:4] + (step.size,)
+                        if byte_limit is not None and total > byte_limit:
+                            return None
                 else:
                     refs[target] = leaf_count + len(buffers)
                     buffers.append((step.pool, step.backend, step.device, step.dtype,
@@ -105,7 +116,8 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
             storage_id = refs.get(slot)
             if storage_id is not None and storage_id >= leaf_count:  # a buffer
                 _, _, device, dtype, size = buffers[storage_id - leaf_count]
-                idle.setdefault((device, dtype, size), []).append(storage_id)
+                key = (device, dtype, size) if dtype.is_packed else (device, dtype)
+                idle.setdefault(key, []).append(storage_id)
     output_base = leaf_count + len(buffers)
 
     def resolve(storage_id: int) -> int:
@@ -118,6 +130,23 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
         if slot not in slot_storage:
             slot_storage[slot] = resolve(refs[slot])
     return Assignment(buffers, outputs, operands, steps, frees, slot_storage)
+
+
+def _fitting(free: list[int], buffers: list, leaf_count: int, step: Step) -> int:
+    """Take from ``free`` (idle buffer ids of the step's device and dtype) the smallest one
+    that holds ``step``'s output, else the largest (the caller grows it): buffers of
+    different sizes are shared, not only equal ones."""
+    size = step.size
+    best = -1
+    for position, storage_id in enumerate(free):
+        have = buffers[storage_id - leaf_count][4]
+        if best < 0:
+            best = position
+            continue
+        known = buffers[free[best] - leaf_count][4]
+        if (have >= size and (known < size or have < known)) or (known < size and have > known):
+            best = position
+    return free.pop(best)
 
 
 def inplace_safe(assignment: Assignment, root: int, leaf: int) -> bool:

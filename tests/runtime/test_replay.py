@@ -103,3 +103,23 @@ def test_a_plan_busy_on_another_thread_is_walked_instead():
     with bound.lock:  # as if another thread were running it
         np.testing.assert_allclose(result.numpy(), (np.exp(data * 0.25 + 0.5) - data).sum(0),
                                    rtol=1e-6)
+
+
+def test_buffers_of_different_sizes_are_shared():
+    """A buffer freed by liveness serves a later step of another size (the smallest that
+    holds it, else one grown): a chain 2048 -> 8192 -> 1024 -> output takes two buffers,
+    not three, and computes what NumPy does."""
+    from fuel.runtime.jit import Capture
+
+    rng = np.random.default_rng(4)
+    x, w1, w2, w3, w4 = (rng.standard_normal(s).astype(np.float32) for s in
+                         [(64, 16), (16, 32), (32, 128), (128, 16), (16, 64)])
+    tx, t1, t2, t3, t4 = (fuel.tensor(a).realize() for a in (x, w1, w2, w3, w4))
+    out = (((tx @ t1) @ t2) @ t3) @ t4
+    capture = Capture([tx._node], [out._node])
+    assert [entry[4] for entry in capture.buffers] == [2048, 8192]
+    for _ in range(2):
+        storage, = capture.run([tx._node.buffer])
+        node, = capture.output_nodes([storage])
+        got = fuel.Tensor(node).numpy()
+        np.testing.assert_allclose(got, (((x @ w1) @ w2) @ w3) @ w4, rtol=1e-4, atol=1e-4)
