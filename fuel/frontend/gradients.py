@@ -370,7 +370,8 @@ def _matmul(v: Values, g):
     weight = _transposed_source(source) if source is not None else None
     if weight is not None:  # x @ W.t(): W's gradient as g^T x in W's own layout (torch's)
         k, n = b.shape[-2:]
-        return (g @ b.mT, Through(weight, g.reshape(-1, n).mT @ a.reshape(-1, k)))
+        rows_g, rows_a = (g, a) if g.ndim == 2 else (g.reshape(-1, n), a.reshape(-1, k))
+        return (g @ wrap(weight), Through(weight, rows_g.mT @ rows_a))
     if source is not None and batched:  # x @ W over a batch: one product over the rows
         k, n = b.shape[-2:]
         folded = a.reshape(-1, k).mT @ g.reshape(-1, n)
