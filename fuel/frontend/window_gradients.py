@@ -50,7 +50,11 @@ def _conv(v: Values, g):
         for axis in range(rank):
             part = part.narrow(2 + axis, 0, kernel[axis])
         parts.append(part.transpose(0, 1))
-    return (dx, _join(parts))
+    dw = _join(parts)
+    if dw._node.op is OpKind.PERMUTE and min(dw.shape[:2]) > 1:
+        # Dense, in the weight's own layout (as torch's): an optimizer updates it in place.
+        dw = make(OpKind.CONTIGUOUS, (dw._node,), None)
+    return (dx, dw)
 
 
 def _join(parts: list[TensorBase]) -> TensorBase:
