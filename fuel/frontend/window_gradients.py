@@ -7,10 +7,8 @@ import math
 
 from fuel.frontend.base import TensorBase
 from fuel.frontend.build import make
-from fuel.frontend.elementwise import where
-from fuel.frontend.factories import arange
 from fuel.frontend.gradients import Values, _through_decomposition, gradient
-from fuel.ir.ops import AxisParams, ConvParams, OpKind, PoolParams
+from fuel.ir.ops import AxisParams, ConvParams, OpKind, PoolParams, ScatterParams
 
 
 @gradient(OpKind.CONV)
@@ -68,9 +66,10 @@ def _join(parts: list[TensorBase]) -> TensorBase:
 @gradient(OpKind.MAX_POOL)
 def _max_pool(v: Values, g):
     """Each window's gradient to its first maximum (torch's max_pool backward). Windows that
-    tile the input (kernel = stride, no padding or dilation): the window positions compared
-    with MAX_POOL_INDICES' choice, one elementwise kernel; other windows through the
-    decomposition."""
+    tile the input (kernel = stride, no padding or dilation): the gradient scattered (no
+    accumulation: the windows pick distinct positions) into zeros at MAX_POOL_INDICES'
+    choice; other windows through the decomposition (which shares a tied window's gradient
+    among its maxima)."""
     x = v.x[0]
     p: PoolParams = v.params
     rank = len(p.kernel)
@@ -81,9 +80,12 @@ def _max_pool(v: Values, g):
             any(c * k != s for c, k, s in zip(counts, p.kernel, spatial)):
         return tuple(_through_decomposition(v.node, v.inputs, g))
     indices = make(OpKind.MAX_POOL_INDICES, (x._node,), p)
-    split = tuple(d for c, k in zip(counts, p.kernel) for d in (c, k))
-    kept = x.shape[:lead] + tuple(d for c in counts for d in (c, 1))
-    positions = arange(math.prod(spatial), device=x.device).reshape(
-        (1,) * lead + split)
-    chosen = positions == indices.reshape(kept)
-    return (where(chosen, g.reshape(kept), 0.0).reshape(x.shape),)
+    planes = x.shape[:lead] + (math.prod(spatial),)
+    picked = x.shape[:lead] + (math.prod(counts),)
+    zeros = v.zeros(planes, g.dtype)
+    # Tiled windows pick distinct positions: a plain scatter (no accumulation) puts each
+    # window's gradient at its maximum, the rest stays zero.
+    routed = make(OpKind.SCATTER_ELEMENTS, (zeros._node, indices.reshape(picked)._node,
+                                             g.reshape(picked)._node),
+                  ScatterParams(lead, "none"))
+    return (routed.reshape(x.shape),)
