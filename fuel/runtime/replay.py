@@ -4,8 +4,9 @@ fuel.jit capture (fuel.runtime.jit.Capture) are both one.
 
 A plan names buffer slots; a BoundPlan decides once which storage each slot uses: the leaves'
 (bound by each run), one buffer per liveness class (an idle buffer serves a later slot of its
-device and dtype of any size: the smallest that holds it, else the largest, grown) and an
-output storage per root slot. The
+device and dtype of any size: the smallest that holds it, else the largest, grown; an
+elementwise CPU step writes over an operand it reads last, ``_dying_operand``) and an output
+storage per root slot. The
 buffers are taken from the device pool at the start of a run and given back at its end (so the
 pool's statistics and frees stay true), or, ``held`` (a capture, like a CUDA graph's private
 memory), allocated once and kept; the outputs are fresh every run (a held plan's straight from
@@ -33,6 +34,7 @@ from fuel.backends.base import LaunchBatcher
 from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import Launcher
 from fuel.graph import Graph
+from fuel.ir.device import CPU
 from fuel.ir.ops import OpKind, definition
 from fuel.runtime.launch import drain, launch_step, step_error
 from fuel.runtime.pending import PendingWork
@@ -70,7 +72,11 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
     idle: dict[tuple, list[int]] = {}
     operands, steps, frees = [], [], []
     total = 0
+    # An elementwise CPU step may write over an operand it frees (plans without in-place
+    # assignments, whose aliased slots would share that storage).
+    reuse = not any(step.__class__ is not tuple and step.alias for step in plan.steps)
     for step in plan.steps:
+        kept = -1
         if step.__class__ is tuple:  # slots freed without a launch
             if frees:
                 frees[-1] = frees[-1] + step
@@ -88,6 +94,8 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
                     outputs.append((step.pool, step.backend, step.device, step.dtype,
                                     step.size))
                 refs[target] = slot_storage[target]
+            elif reuse and (kept := _dying_operand(step, sources, leaf_count, buffers)) >= 0:
+                refs[target] = kept  # written over an operand this step reads for the last time
             else:
                 dtype = step.dtype
                 free = idle.get((step.device, dtype, step.size) if dtype.is_packed
@@ -114,6 +122,8 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
             released = step.frees
         for slot in released:
             storage_id = refs.get(slot)
+            if storage_id == kept:  # the step's output lives on in it
+                continue
             if storage_id is not None and storage_id >= leaf_count:  # a buffer
                 _, _, device, dtype, size = buffers[storage_id - leaf_count]
                 key = (device, dtype, size) if dtype.is_packed else (device, dtype)
@@ -149,6 +159,33 @@ def _fitting(free: list[int], buffers: list, leaf_count: int, step: Step) -> int
     return free.pop(best)
 
 
+def _elementwise(step: Step) -> bool:
+    """Whether ``step`` computes each output element from the same element of its operands
+    (a fused group without a reduction, a unary or binary op)."""
+    compiled = step.compiled
+    if compiled.op is OpKind.FUSED:
+        return not getattr(compiled.op_params, "reduced", 1)
+    return definition(compiled.op).family in ("unary", "binary")
+
+
+def _dying_operand(step: Step, sources: tuple, leaf_count: int, buffers: list) -> int:
+    """The buffer an elementwise CPU step can write its output over: an operand it reads for
+    the last time (freed after it), of its dtype, big enough, read in the output's dense
+    layout and by no other operand; else -1."""
+    if step.device is not CPU or not step.frees or step.alias or not _elementwise(step):
+        return -1
+    out = step.layouts[-1]
+    for slot, storage_id, layout in zip(step.sources, sources, step.layouts):
+        if slot not in step.frees or storage_id < leaf_count or layout != out:
+            continue
+        _, _, device, dtype, size = buffers[storage_id - leaf_count]
+        if dtype is not step.dtype or dtype.is_packed or size < step.size or \
+                sources.count(storage_id) != 1:
+            continue
+        return storage_id
+    return -1
+
+
 def inplace_safe(assignment: Assignment, root: int, leaf: int) -> bool:
     """Whether root slot ``root`` can be written into leaf ``leaf``'s storage (slot and storage
     id are the same for a leaf) in ``assignment``: one step writes that storage, no later step
@@ -166,13 +203,8 @@ def inplace_safe(assignment: Assignment, root: int, leaf: int) -> bool:
         return False
     if leaf not in step.sources:
         return True
-    compiled = step.compiled
-    if compiled.op is OpKind.FUSED:
-        elementwise = not getattr(compiled.op_params, "reduced", 1)
-    else:
-        elementwise = definition(compiled.op).family in ("unary", "binary")
     out = step.layouts[-1]
-    return elementwise and all(layout == out for source, layout
+    return _elementwise(step) and all(layout == out for source, layout
                                in zip(step.sources, step.layouts) if source == leaf)
 
 

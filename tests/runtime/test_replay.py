@@ -123,3 +123,25 @@ def test_buffers_of_different_sizes_are_shared():
         node, = capture.output_nodes([storage])
         got = fuel.Tensor(node).numpy()
         np.testing.assert_allclose(got, (((x @ w1) @ w2) @ w3) @ w4, rtol=1e-4, atol=1e-4)
+
+
+def test_an_elementwise_step_writes_over_an_operand_it_reads_last():
+    """An elementwise CPU step whose operand dies with it (same dtype, size and dense layout)
+    writes its output over that operand: a matmul, then relu of it, then a matmul takes one
+    buffer for the first two, and the values are NumPy's."""
+    from fuel.runtime.jit import Capture
+
+    rng = np.random.default_rng(5)
+    x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in [(16, 8), (8, 32),
+                                                                       (32, 4)])
+    tx, t1, t2 = (fuel.tensor(a).realize() for a in (x, w1, w2))
+    hidden = tx @ t1
+    out = ((hidden * 2.0).relu() + hidden.sum()) @ t2  # the sum keeps a reader of hidden
+    capture = Capture([tx._node], [out._node])
+    written = [target for sources, target in capture.operands if target in sources]
+    assert len(written) == 1  # the fused (mul, relu, add) over the matmul's buffer
+    storage, = capture.run([tx._node.buffer])
+    got = fuel.Tensor(capture.output_nodes([storage])[0]).numpy()
+    h = x @ w1
+    np.testing.assert_allclose(got, (np.maximum(h * 2, 0) + h.sum()) @ w2, rtol=1e-4,
+                               atol=1e-4)
