@@ -160,12 +160,14 @@ def _fitting(free: list[int], buffers: list, leaf_count: int, step: Step) -> int
 
 
 def _elementwise(step: Step) -> bool:
-    """Whether ``step`` computes each output element from the same element of its operands
-    (a fused group without a reduction, a unary or binary op)."""
+    """Whether ``step`` reads each element of its operands only to compute the same element
+    of its output, so that the output may overwrite an operand: a fused group without a
+    reduction, a binary op. Not a lone unary op: some of the CPU's (sigmoid, silu, gelu) fill
+    their output in passes that read the input again."""
     compiled = step.compiled
     if compiled.op is OpKind.FUSED:
         return not getattr(compiled.op_params, "reduced", 1)
-    return definition(compiled.op).family in ("unary", "binary")
+    return definition(compiled.op).family == "binary"
 
 
 def _dying_operand(step: Step, sources: tuple, leaf_count: int, buffers: list) -> int:

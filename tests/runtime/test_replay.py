@@ -145,3 +145,25 @@ def test_an_elementwise_step_writes_over_an_operand_it_reads_last():
     h = x @ w1
     np.testing.assert_allclose(got, (np.maximum(h * 2, 0) + h.sum()) @ w2, rtol=1e-4,
                                atol=1e-4)
+
+
+def test_a_lone_unary_step_keeps_its_own_output():
+    """A lone unary op (the CPU's silu fills its output in passes that read the input again)
+    never writes over its operand, fused or not."""
+    from fuel.compiler.fusion import fusion_enabled
+    from fuel.runtime.jit import Capture
+
+    previous = fusion_enabled()
+    fuel.set_fusion(False)
+    try:
+        x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(8, 8)
+        tx = fuel.tensor(x).realize()
+        out = (tx @ tx).silu() @ tx
+        capture = Capture([tx._node], [out._node])
+        assert not [target for sources, target in capture.operands if target in sources]
+        storage, = capture.run([tx._node.buffer])
+        got = fuel.Tensor(capture.output_nodes([storage])[0]).numpy()
+        h = x @ x
+        np.testing.assert_allclose(got, (h / (1 + np.exp(-h))) @ x, rtol=1e-4, atol=1e-4)
+    finally:
+        fuel.set_fusion(previous)
