@@ -1,7 +1,8 @@
 """Kernels on block-quantized (GGUF) weights: dequantize, quantized matmul (float32 rows by an
-(n, k) quantized weight), embedding lookup. Written in C (``quantized.c``), built per format
-through the kernel compiler's toolchain and cache on first use, registered with source tag
-``c``.
+(n, k) quantized weight), embedding lookup. Written in C (``quantized.c``; the formats in
+``quantized_formats.c``, the K formats' decode kernel in ``quantized_decode.c``), built per
+format through the kernel compiler's toolchain and cache on first use, registered with source
+tag ``c``.
 
 Threads: the matmul splits its output rows over OpenMP threads when the weight is large
 enough (``PARALLEL_BYTES``); OpenBLAS's pool is idle meanwhile (no BLAS call runs inside a
@@ -32,6 +33,7 @@ from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_CODE_MAX, ACTIVATION_ROUNDE
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("quantized.c")
 FORMATS_SOURCE = Path(__file__).with_name("quantized_formats.c")
+DECODE_SOURCE = Path(__file__).with_name("quantized_decode.c")
 # Weights of at least this many bytes are split over threads (below it a thread's start-up
 # costs more than it saves).
 PARALLEL_BYTES = 1 << 16
@@ -72,11 +74,11 @@ def rows_library(dtype: QuantizedDType):
 
 def source_of(dtype: QuantizedDType) -> str:
     """The C source of ``dtype``'s library: its format macros (and the registry's activation
-    code bound), then ``quantized_formats.c`` and ``quantized.c``."""
+    code bound), then ``quantized_formats.c``, ``quantized_decode.c`` and ``quantized.c``."""
     return (f"#define FORMAT_{dtype.name.upper()} 1\n#define BLOCK_SIZE {dtype.block_size}\n"
             f"#define BLOCK_BYTES {dtype.block_bytes}\n"
             f"#define ACTIVATION_CODE_MAX {ACTIVATION_CODE_MAX}\n" + FORMATS_SOURCE.read_text()
-            + SOURCE.read_text())
+            + DECODE_SOURCE.read_text() + SOURCE.read_text())
 
 
 def library(dtype: QuantizedDType):
