@@ -31,6 +31,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,18 +62,37 @@ def free_port() -> int:
 
 
 def wait_ready(process: subprocess.Popen, marker: str, what: str) -> str:
-    """The first output line holding ``marker`` (the process's output is merged)."""
+    """The first output line holding ``marker`` (the process's output is merged). Reads the
+    pipe's bytes as they come (a buffered readline after select would leave a second line
+    that arrived with the first unseen until more output came); afterwards a thread drains
+    the pipe, so the server's log never fills it."""
     deadline = time.monotonic() + 300
-    lines = []
+    descriptor = process.stdout.fileno()
+    pending, lines = b"", []
     while time.monotonic() < deadline and process.poll() is None:
-        ready, _, _ = select.select([process.stdout], [], [], 1.0)
-        if ready:
-            line = process.stdout.readline()
+        ready, _, _ = select.select([descriptor], [], [], 1.0)
+        if not ready:
+            continue
+        data = os.read(descriptor, 65536)
+        if not data:
+            break
+        *complete, pending = (pending + data).split(b"\n")
+        for raw in complete:
+            line = raw.decode(errors="replace")
             lines.append(line)
             if marker in line:
+                threading.Thread(target=_drain, args=(descriptor,), daemon=True).start()
                 return line
     process.kill()
-    raise SystemExit(f"{what} did not start:\n{''.join(lines[-20:])}")
+    raise SystemExit(f"{what} did not start:\n{chr(10).join(lines[-20:])}")
+
+
+def _drain(descriptor: int) -> None:
+    try:
+        while os.read(descriptor, 65536):
+            pass
+    except OSError:
+        pass
 
 
 def environment(options: argparse.Namespace) -> dict:
@@ -90,7 +110,7 @@ def start_fuel(options: argparse.Namespace) -> tuple[subprocess.Popen, str, str]
     if options.model:
         command += ["--model", options.model]
     process = subprocess.Popen(command, cwd=ROOT, env=environment(options),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     line = wait_ready(process, " on http://", "fuel serve")
     url = line.split(" on ", 1)[1].split()[0].removesuffix("/v1")
     model = line.split("fuel serve: ", 1)[1].split(" on ", 1)[0]
