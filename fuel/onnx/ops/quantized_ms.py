@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from fuel.frontend.build import make
 from fuel.frontend.reduce import reduce
 from fuel.ir import dtype as dt
+from fuel.ir.params import QLinearBinaryParams
 from fuel.nn import conv as nn_conv
 from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError
 from fuel.onnx.ops.common import OpKind, Tensor, axis_of, cast, unary, where
 from fuel.onnx.ops.conv import window_padding
-from fuel.onnx.ops.quantize import integer_matmul, quantize, requantize
+from fuel.onnx.ops.quantize import host, integer_matmul, quantize, requantize
+from fuel.onnx.ops.quantized_tables import tabulated
 
 MS = "com.microsoft"
 
@@ -38,27 +41,47 @@ def _quantized(value: Tensor, scale: Tensor, zero: Tensor | None, like: Tensor) 
     return quantize(value, cast(scale, dt.float32).reshape(()), zero, _target(zero, like))
 
 
-def _binary(ctx: NodeContext, combine) -> Tensor:
+def _binary(ctx: NodeContext, combine, multiply: bool) -> Tensor:
+    """A chain of one 8-bit source (QLinearMul(x, HardSigmoid(x)), ...) as a table lookup;
+    else QLINEAR_BINARY where the scales and zero points are one-value constants; else
+    float32 operations on the de-quantized operands."""
     a = dequantized(ctx.input(0), ctx.input(1), ctx.optional(2))
     b = dequantized(ctx.input(3), ctx.input(4), ctx.optional(5))
-    return _quantized(combine(a, b), ctx.input(6), ctx.optional(7), ctx.input(0))
+    result = _quantized(combine(a, b), ctx.input(6), ctx.optional(7), ctx.input(0))
+    table = tabulated(ctx, result)
+    if table is not result:
+        return table
+    x, y = ctx.input(0), ctx.input(3)
+    if x.dtype is not y.dtype or result.dtype is not x.dtype:
+        return result
+    values = [host(ctx, ctx.optional(index)) for index in range(1, 8)]
+    scales, zeros = [values[0], values[3], values[5]], [values[1], values[4], values[6]]
+    if any(v is None or v.size != 1 for v in scales) or any(
+            v is not None and v.size != 1 for v in zeros):
+        return result
+    scale = [float(np.float32(v.reshape(-1)[0])) for v in scales]
+    zero = [0 if v is None else int(v.reshape(-1)[0]) for v in zeros]
+    params = QLinearBinaryParams(multiply, scale[0], zero[0], scale[1], zero[1], scale[2],
+                                 zero[2])
+    return make(OpKind.QLINEAR_BINARY, (x._node, y._node), params)
 
 
 @onnx_op("QLinearAdd", domain=MS)
 def qlinear_add(ctx: NodeContext) -> Tensor:
     """C = quantize(dequantize(A) + dequantize(B)), with NumPy broadcasting."""
-    return _binary(ctx, lambda a, b: a + b)
+    return _binary(ctx, lambda a, b: a + b, False)
 
 
 @onnx_op("QLinearMul", domain=MS)
 def qlinear_mul(ctx: NodeContext) -> Tensor:
     """C = quantize(dequantize(A) * dequantize(B)), with NumPy broadcasting."""
-    return _binary(ctx, lambda a, b: a * b)
+    return _binary(ctx, lambda a, b: a * b, True)
 
 
 def _unary(ctx: NodeContext, function) -> Tensor:
+    """quantize(function(dequantize(x))), tabulated (onnxruntime tabulates these too)."""
     x = dequantized(ctx.input(0), ctx.input(1), ctx.optional(2))
-    return _quantized(function(x), ctx.input(3), ctx.optional(4), ctx.input(0))
+    return tabulated(ctx, _quantized(function(x), ctx.input(3), ctx.optional(4), ctx.input(0)))
 
 
 @onnx_op("QLinearSigmoid", domain=MS)
