@@ -15,9 +15,10 @@
  *
  * Forms, picked here:
  *   depthwise (groups == C == M, at most 256 taps, |bias| < 2**23), float32 sums of integers
- *     below 2**24 (exact): from 16 output columns per plane, each output row 8 columns at a
- *     time over a padded float copy of the plane split by column phase; narrower outputs
- *     channels last, 8 channels at a time over a padded channels-last copy.
+ *     below 2**24 (exact), one plane at a time: a zero-padded float copy of the plane, then
+ *     per output row the stride-1 sums over the columns the strided windows start at, 64
+ *     columns in four registers across every tap (AVX-512 fused multiply-adds, exact here),
+ *     every s-th sum re-quantized.
  *   gemm (the rest): per image and group out[m, p] = sum_k w[m, k] * B[k, p] with B the patch
  *     matrix of u (written once per image and group, or the input as stored for an unpadded
  *     stride-1 1x1 kernel), re-packed 16 positions at a time into panels of k quads so that
@@ -28,8 +29,6 @@
  */
 #include <math.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <time.h>
 #include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -99,80 +98,110 @@ static uint8_t *shared_buffer(size_t bytes) {
 
 /* ------------------------------------------------------------------ depthwise */
 
-/* Depthwise on one plane, rows vectorized (wide outputs): (x - x_zero) as float32 (exact) in
- * a padded plane split by column phase ([phase][row][col] holds padded column col * stride +
- * phase), so each tap reads its output row contiguously; float32 sums of integers below
- * 2**24 (exact), re-quantized 8 at a time. */
+/* Depthwise on one plane, rows vectorized: (x - x_zero) as float32 (exact) in a zero-padded
+ * plane of the rows and columns the windows reach; per output row the stride-1 sums over
+ * every column the strided outputs start at (each tap one contiguous multiply-add over the
+ * row: s times the strided work, all of it vector loads), float32 sums of integers below
+ * 2**24 (exact); then every s-th sum re-quantized, 8 at a time. */
 static void depthwise_plane(const uint8_t *x, const int8_t *w, int32_t bias, float scale,
                             uint8_t *out, const Q *q) {
-    const int64_t s = q->sw, vw = (q->ow + 7) / 8 * 8;
+    const int64_t s = q->sw, wide = (q->ow - 1) * s + 1, vw = (wide + 15) / 16 * 16;
     const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
-    const int64_t reach = ((q->kw - 1) * q->dw) / s + 1;
-    const int64_t pw = vw + reach + 8;
-    float *planes = scratch(0, sizeof(float) * (size_t)(s * ph * pw));
+    const int64_t pw = vw + (q->kw - 1) * q->dw + 16;
+    float *plane = scratch(0, sizeof(float) * (size_t)(ph * pw));
     const float shift = (float)q->xz;
-    for (int64_t phase = 0; phase < s; phase++)
-        for (int64_t r = 0; r < ph; r++) {
-            const int64_t ih = r - q->pt;
-            float *row = planes + (phase * ph + r) * pw;
-            if (ih < 0 || ih >= q->h) {
-                memset(row, 0, sizeof(float) * (size_t)pw);
-                continue;
-            }
-            const int64_t off = phase - q->pl;
-            int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
-            int64_t hi = q->w - off <= 0 ? 0 : (q->w - off - 1) / s + 1;
-            if (lo > pw) lo = pw;
-            if (hi > pw) hi = pw;
-            if (hi < lo) hi = lo;
-            for (int64_t col = 0; col < lo; col++) row[col] = 0.0f;
-            if (q->x_signed) {
-                const int8_t *source = (const int8_t *)x + ih * q->w + off;
-                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col * s] - shift;
-            } else if (s == 1) {
-                const uint8_t *source = x + ih * q->w + off;
-                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col] - shift;
-            } else {
-                const uint8_t *source = x + ih * q->w + off;
-                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col * s] - shift;
-            }
-            for (int64_t col = hi; col < pw; col++) row[col] = 0.0f;
+    const int64_t lo = q->pl < pw ? q->pl : pw;
+    const int64_t hi = q->pl + q->w < pw ? q->pl + q->w : pw;
+    for (int64_t r = 0; r < ph; r++) {
+        const int64_t ih = r - q->pt;
+        float *row = plane + r * pw;
+        if (ih < 0 || ih >= q->h) {
+            memset(row, 0, sizeof(float) * (size_t)pw);
+            continue;
         }
-    float *acc = scratch(1, sizeof(float) * (size_t)vw);
+        for (int64_t col = 0; col < lo; col++) row[col] = 0.0f;
+        if (q->x_signed) {
+            const int8_t *source = (const int8_t *)x + ih * q->w - q->pl;
+            for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col] - shift;
+        } else {
+            const uint8_t *source = x + ih * q->w - q->pl;
+            for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col] - shift;
+        }
+        for (int64_t col = hi; col < pw; col++) row[col] = 0.0f;
+    }
+    float *acc = scratch(1, sizeof(float) * (size_t)(vw + q->ow + 8));
+    float *picked = acc + vw;
     const float start = (float)bias;
+    float taps[256];
+    for (int64_t t = 0; t < q->kh * q->kw; t++) taps[t] = (float)w[t];
     for (int64_t oh = 0; oh < q->oh; oh++) {
-        for (int64_t ow = 0; ow < vw; ow++) acc[ow] = start;
-        for (int64_t kh = 0; kh < q->kh; kh++) {
-            const int64_t r = oh * q->sh + kh * q->dh;
-            for (int64_t kw = 0; kw < q->kw; kw++) {
-                const int64_t column = kw * q->dw;
-                const float *source = planes + ((column % s) * ph + r) * pw + column / s;
-                const float tap = (float)w[kh * q->kw + kw];
-                for (int64_t ow = 0; ow < vw; ow++) acc[ow] += tap * source[ow];
+#if defined(__AVX512F__)
+        /* 16 columns in a register across every tap (products and sums of integers below
+         * 2**24 are exact, so the fused multiply-add rounds nothing) */
+        int64_t i = 0;
+        for (; i + 64 <= vw; i += 64) { /* four independent chains hide the FMA latency */
+            __m512 s0 = _mm512_set1_ps(start), s1 = s0, s2 = s0, s3 = s0;
+            for (int64_t kh = 0; kh < q->kh; kh++) {
+                const float *base = plane + (oh * q->sh + kh * q->dh) * pw + i;
+                for (int64_t kw = 0; kw < q->kw; kw++) {
+                    const __m512 tap = _mm512_set1_ps(taps[kh * q->kw + kw]);
+                    const float *at = base + kw * q->dw;
+                    s0 = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at), s0);
+                    s1 = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + 16), s1);
+                    s2 = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + 32), s2);
+                    s3 = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + 48), s3);
+                }
             }
+            _mm512_storeu_ps(acc + i, s0);
+            _mm512_storeu_ps(acc + i + 16, s1);
+            _mm512_storeu_ps(acc + i + 32, s2);
+            _mm512_storeu_ps(acc + i + 48, s3);
+        }
+        for (; i < vw; i += 16) {
+            __m512 sum = _mm512_set1_ps(start);
+            for (int64_t kh = 0; kh < q->kh; kh++) {
+                const float *base = plane + (oh * q->sh + kh * q->dh) * pw + i;
+                for (int64_t kw = 0; kw < q->kw; kw++)
+                    sum = _mm512_fmadd_ps(_mm512_set1_ps(taps[kh * q->kw + kw]),
+                                          _mm512_loadu_ps(base + kw * q->dw), sum);
+            }
+            _mm512_storeu_ps(acc + i, sum);
+        }
+#else
+        for (int64_t i = 0; i < vw; i++) acc[i] = start;
+        for (int64_t kh = 0; kh < q->kh; kh++) {
+            const float *base = plane + (oh * q->sh + kh * q->dh) * pw;
+            for (int64_t kw = 0; kw < q->kw; kw++) {
+                const float *source = base + kw * q->dw;
+                const float tap = taps[kh * q->kw + kw];
+                for (int64_t i = 0; i < vw; i++) acc[i] += tap * source[i];
+            }
+        }
+#endif
+        const float *sums = acc;
+        if (s != 1) {
+            for (int64_t ow = 0; ow < q->ow; ow++) picked[ow] = acc[ow * s];
+            sums = picked;
         }
         uint8_t *target = out + oh * q->ow;
 #if defined(__AVX2__)
         const __m256 factor = _mm256_set1_ps(scale);
         const __m256i zero = _mm256_set1_epi32((int32_t)q->yz);
-        for (int64_t ow = 0; ow < q->ow; ow += 8) {
+        int64_t ow = 0;
+        for (; ow + 8 <= q->ow; ow += 8) {
             const __m256i v = _mm256_add_epi32(
-                _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(acc + ow), factor)), zero);
+                _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(sums + ow), factor)), zero);
             const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(v),
                                                   _mm256_extracti128_si256(v, 1));
             const __m128i bytes = q->y_signed ? _mm_packs_epi16(words, words)
                                               : _mm_packus_epi16(words, words);
-            if (ow + 8 <= q->ow) {
-                _mm_storel_epi64((__m128i *)(target + ow), bytes);
-            } else {
-                uint8_t tail[16];
-                _mm_storeu_si128((__m128i *)tail, bytes);
-                memcpy(target + ow, tail, (size_t)(q->ow - ow));
-            }
+            _mm_storel_epi64((__m128i *)(target + ow), bytes);
         }
+        for (; ow < q->ow; ow++)
+            store_y(target, ow, (int32_t)lrintf(sums[ow] * scale) + (int32_t)q->yz, q);
 #else
         for (int64_t ow = 0; ow < q->ow; ow++)
-            store_y(target, ow, (int32_t)lrintf(acc[ow] * scale) + (int32_t)q->yz, q);
+            store_y(target, ow, (int32_t)lrintf(sums[ow] * scale) + (int32_t)q->yz, q);
 #endif
     }
 }
@@ -186,95 +215,6 @@ static void depthwise_rows(const uint8_t *x, const int8_t *w, const int32_t *bia
         const int64_t channel = i % q->c;
         depthwise_plane(x + i * in_plane, w + channel * taps, bias[channel], mult[channel],
                         out + i * out_plane, q);
-    }
-}
-
-/* Depthwise, channels last: per image, (x - x_zero) as float32 (exact) in a zero-padded
- * (H + pads) x (W + pads) x C8 copy (C rounded up to 8) and the taps as [tap][C8]; then per
- * output position 8 channels at a time, acc = bias + sum of tap * value (integers below 2**24:
- * exact), re-quantized and stored to the channels' planes. */
-static void depthwise(const uint8_t *x, const int8_t *w, const int32_t *bias,
-                      const float *mult, uint8_t *out, const Q *q) {
-    const int64_t c8 = (q->c + 7) / 8 * 8, taps = q->kh * q->kw;
-    const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
-    const int64_t pw = (q->ow - 1) * q->sw + (q->kw - 1) * q->dw + 1;
-    const int64_t in_plane = q->h * q->w, out_plane = q->oh * q->ow;
-    float *padded = (float *)shared_buffer(sizeof(float) * (size_t)(ph * pw * c8 + taps * c8 +
-                                                                    3 * c8));
-    float *weights = padded + ph * pw * c8, *start = weights + taps * c8;
-    float *scales = start + c8, *zeros_unused = scales + c8;
-    (void)zeros_unused;
-    for (int64_t c = 0; c < c8; c++) {
-        for (int64_t tap = 0; tap < taps; tap++)
-            weights[tap * c8 + c] = c < q->c ? (float)w[c * taps + tap] : 0.0f;
-        start[c] = c < q->c ? (float)bias[c] : 0.0f;
-        scales[c] = c < q->c ? mult[c] : 0.0f;
-    }
-    const float shift = (float)q->xz;
-    for (int64_t image = 0; image < q->n; image++) {
-        const uint8_t *source = x + image * q->c * in_plane;
-        uint8_t *target = out + image * q->m * out_plane;
-#pragma omp parallel num_threads(q->threads) if (q->threads > 1)
-        {
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < ph; r++) {
-                float *row = padded + r * pw * c8;
-                const int64_t ih = r - q->pt;
-                memset(row, 0, sizeof(float) * (size_t)(pw * c8));
-                if (ih < 0 || ih >= q->h) continue;
-                int64_t lo = q->pl, hi = q->pl + q->w;
-                if (hi > pw) hi = pw;
-                for (int64_t c = 0; c < q->c; c++) {
-                    if (q->x_signed) {
-                        const int8_t *values = (const int8_t *)source + c * in_plane + ih * q->w;
-                        for (int64_t col = lo; col < hi; col++)
-                            row[col * c8 + c] = (float)values[col - q->pl] - shift;
-                    } else {
-                        const uint8_t *values = source + c * in_plane + ih * q->w;
-                        for (int64_t col = lo; col < hi; col++)
-                            row[col * c8 + c] = (float)values[col - q->pl] - shift;
-                    }
-                }
-            }
-#pragma omp for schedule(static)
-            for (int64_t oh = 0; oh < q->oh; oh++)
-                for (int64_t ow = 0; ow < q->ow; ow++) {
-                    const int64_t p = oh * q->ow + ow;
-                    for (int64_t c0 = 0; c0 < q->c; c0 += 8) {
-#if defined(__AVX2__)
-                        __m256 acc = _mm256_loadu_ps(start + c0);
-                        for (int64_t kh = 0; kh < q->kh; kh++) {
-                            const float *row = padded + ((oh * q->sh + kh * q->dh) * pw +
-                                                         ow * q->sw) * c8 + c0;
-                            for (int64_t kw = 0; kw < q->kw; kw++)
-                                acc = _mm256_add_ps(acc, _mm256_mul_ps(
-                                    _mm256_loadu_ps(weights + (kh * q->kw + kw) * c8 + c0),
-                                    _mm256_loadu_ps(row + kw * q->dw * c8)));
-                        }
-                        const __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(
-                            acc, _mm256_loadu_ps(scales + c0))), _mm256_set1_epi32((int32_t)q->yz));
-                        int32_t values[8];
-                        _mm256_storeu_si256((__m256i *)values, v);
-                        const int count = (int)(q->c - c0 < 8 ? q->c - c0 : 8);
-                        for (int j = 0; j < count; j++)
-                            store_y(target, (c0 + j) * out_plane + p, values[j], q);
-#else
-                        const int count = (int)(q->c - c0 < 8 ? q->c - c0 : 8);
-                        for (int j = 0; j < count; j++) {
-                            const int64_t c = c0 + j;
-                            float acc = start[c];
-                            for (int64_t kh = 0; kh < q->kh; kh++)
-                                for (int64_t kw = 0; kw < q->kw; kw++)
-                                    acc += weights[(kh * q->kw + kw) * c8 + c] *
-                                           padded[((oh * q->sh + kh * q->dh) * pw + ow * q->sw +
-                                                   kw * q->dw) * c8 + c];
-                            store_y(target, c * out_plane + p,
-                                    (int32_t)lrintf(acc * scales[c]) + (int32_t)q->yz, q);
-                        }
-#endif
-                    }
-                }
-        }
     }
 }
 

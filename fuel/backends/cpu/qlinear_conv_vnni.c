@@ -1,5 +1,5 @@
 /* qlinear_conv.c's second half (qlinear_conv.py builds the two as one source): the
- * channels-last VNNI form, the team rule and the entry point. */
+ * channels-last VNNI form and the entry point. */
 
 #if defined(VNNI)
 /* ------------------------------------------------------------------ VNNI, channels last */
@@ -117,7 +117,8 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
                 }
 #pragma omp for schedule(static)
                 for (int64_t unit = 0; unit < blocks * tiles; unit++) {
-                    const int64_t block = unit % blocks, tile_index = unit / blocks;
+                    /* block-major: a thread's tiles reuse one block's weights from cache */
+                    const int64_t block = unit / tiles, tile_index = unit % tiles;
                     const int64_t p0 = tile_index * PR;
                     const int rows = (int)(plane - p0 < PR ? plane - p0 : PR);
                     int64_t ih0[PR], iw0[PR];
@@ -186,39 +187,9 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
 }
 #endif
 
-/* The team a launch that asked for `requested` threads uses: conv_common.h's rule (one
- * thread when the machine's other runnable tasks alone fill every core, per /proc/loadavg
- * read at most every 0.2 s: a fork-join team there waits a scheduler slice for a preempted
- * member at every barrier); FUEL_FULL_TEAM=1 keeps the requested team. */
-static int64_t team_size(int64_t requested) {
-    static double checked = -1.0;
-    static int64_t crowded = 0;
-    if (requested <= 1) return 1;
-    const char *always = getenv("FUEL_FULL_TEAM");
-    if (always != NULL && always[0] == '1') return requested;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    const double seconds = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
-    if (checked < 0.0 || seconds - checked > 0.2) { /* a benign race: a stale answer */
-        checked = seconds;
-        FILE *file = fopen("/proc/loadavg", "r");
-        long running = 0, total = 0;
-        double ignored[3];
-        if (file != NULL) {
-            if (fscanf(file, "%lf %lf %lf %ld/%ld", &ignored[0], &ignored[1], &ignored[2],
-                       &running, &total) != 5)
-                running = 0;
-            fclose(file);
-        }
-        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        crowded = cpus > 0 && running - requested >= cpus;
-    }
-    return crowded ? 1 : requested;
-}
-
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
-    const Q q = {team_size(sizes[0]), sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
+    const Q q = {sizes[0] > 1 ? sizes[0] : 1, sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
                  sizes[7], sizes[8], sizes[9], sizes[10], sizes[11], sizes[12], sizes[13],
                  sizes[14], sizes[15], sizes[16], sizes[17], sizes[18], sizes[19], sizes[20]};
     const uint8_t *x = data[0];
@@ -228,10 +199,8 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     uint8_t *out = data[4];
     int small = q.groups == q.c && q.c == q.m && q.groups > 1 && q.kh * q.kw <= 256;
     for (int64_t m = 0; small && m < q.m; m++) small = bias[m] > -(1 << 23) && bias[m] < (1 << 23);
-    if (small && q.ow >= 16)
+    if (small)
         depthwise_rows(x, w, bias, mult, out, &q);
-    else if (small)
-        depthwise(x, w, bias, mult, out, &q);
     else
 #if defined(VNNI)
     if (!(q.kh == 1 && q.kw == 1 && q.sh == 1 && q.sw == 1 && q.pt == 0 && q.pl == 0 &&
