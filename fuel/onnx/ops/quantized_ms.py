@@ -12,13 +12,13 @@ import numpy as np
 from fuel.frontend.build import make
 from fuel.frontend.reduce import reduce
 from fuel.ir import dtype as dt
-from fuel.ir.params import QLinearBinaryParams
+from fuel.ir.params import ConvParams, QLinearBinaryParams, QLinearConvParams
 from fuel.nn import conv as nn_conv
 from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError
 from fuel.onnx.ops.common import OpKind, Tensor, axis_of, cast, unary, where
 from fuel.onnx.ops.conv import window_padding
-from fuel.onnx.ops.quantize import host, integer_matmul, quantize, requantize
+from fuel.onnx.ops.quantize import _scalar_int, host, integer_matmul, quantize, requantize
 from fuel.onnx.ops.quantized_tables import tabulated
 
 MS = "com.microsoft"
@@ -125,12 +125,41 @@ def qlinear_global_average_pool(ctx: NodeContext) -> Tensor:
     last = bool(ctx.attr("channels_last", 0))
     axes = tuple(range(1, x.ndim - 1)) if last else tuple(range(2, x.ndim))
     count = int(np.prod([x.shape[a] for a in axes]))
+    if not last:
+        fast = _pool_as_depthwise(ctx, x, x_scale, x_zero, y_scale, y_zero, count)
+        if fast is not None:
+            return fast
     total = reduce(OpKind.SUM, cast(x, dt.int32), axes, True)
     if x_zero is not None:
         total = total - cast(x_zero, dt.int32).reshape(()) * count
     multiplier = cast(x_scale, dt.float32).reshape(()) / (
         cast(y_scale, dt.float32).reshape(()) * float(count))
     return requantize(total, multiplier, y_zero, x.dtype)
+
+
+def _pool_as_depthwise(ctx: NodeContext, x: Tensor, x_scale, x_zero, y_scale, y_zero,
+                       count: int) -> Tensor | None:
+    """The channels-first mean as QLINEAR_CONV's depthwise form (one launch, no int32 copy):
+    weights of ones over the whole plane summing x - x_zero, multiplier
+    x_scale / (y_scale * count): the same integer sum and rounding. When the scales and zero
+    points are constants and the plane has at most 256 values (the form's limit); else
+    None."""
+    xz, yz = _scalar_int(ctx, x_zero), _scalar_int(ctx, y_zero)
+    scales = [host(ctx, s) for s in (x_scale, y_scale)]
+    if (x.ndim != 4 or count > 256 or xz is None or yz is None
+            or any(v is None or v.size != 1 for v in scales)
+            or x.dtype not in (dt.uint8, dt.int8)):
+        return None
+    target = y_zero.dtype if y_zero is not None else x.dtype
+    channels, height, width = x.shape[1:]
+    multiplier = scales[0].astype(np.float32).reshape(()) / (
+        scales[1].astype(np.float32).reshape(()) * np.float32(count))
+    params = QLinearConvParams(ConvParams((1, 1), (0, 0), (0, 0), (1, 1), channels), xz, yz,
+                               target is dt.int8)
+    operands = (x, ctx.constant(np.ones((channels, 1, height, width), np.int8)),
+                ctx.constant(np.full(channels, 0, np.int32)),
+                ctx.constant(np.full(channels, multiplier, np.float32)))
+    return make(OpKind.QLINEAR_CONV, tuple(t._node for t in operands), params)
 
 
 @onnx_op("QLinearAveragePool", domain=MS)
@@ -171,6 +200,10 @@ def qgemm(ctx: NodeContext) -> Tensor:
     if ctx.attr("transA", 0):
         a = a.permute(1, 0)
     transposed = bool(ctx.attr("transB", 0))
+    fast = _integer_qgemm(ctx, a, a_zero, b, b_zero, bias, b_scale, y_scale, y_zero,
+                          transposed, float(ctx.attr("alpha", 1.0)))
+    if fast is not None:
+        return fast
     product = integer_matmul(ctx, a, a_zero, b, b_zero, transposed)
     if bias is not None:
         product = product + cast(bias, dt.float32)
@@ -184,3 +217,47 @@ def qgemm(ctx: NodeContext) -> Tensor:
     if y_zero is None:
         return product * scale
     return requantize(product, scale, y_zero, a.dtype)
+
+
+def _integer_qgemm(ctx: NodeContext, a: Tensor, a_zero, b: Tensor, b_zero, bias, b_scale,
+                   y_scale, y_zero, transposed: bool, alpha: float) -> Tensor | None:
+    """A quantized-output QGemm on QLINEAR_CONV (8-bit products summed exactly in int32, the
+    8-bit weights read as stored): A (M, K) as a 1 x K x M x 1 image, B as N 1x1 filters, the
+    (1, N, M, 1) result read back as (M, N); when B, the bias, the scales and the zero points
+    are constants and B less its zero point fits int8; else None."""
+    a_scale = ctx.input(1)
+    weights, shift, constant_bias = host(ctx, b), host(ctx, b_zero), host(ctx, bias)
+    scales = [host(ctx, s) for s in (a_scale, b_scale, y_scale)]
+    az, yz = _scalar_int(ctx, a_zero), _scalar_int(ctx, y_zero)
+    if (y_zero is None or a.ndim != 2 or a.dtype not in (dt.uint8, dt.int8)
+            or y_zero.dtype not in (dt.uint8, dt.int8) or weights is None or weights.ndim != 2
+            or az is None or yz is None or any(v is None for v in scales)
+            or (b_zero is not None and shift is None)
+            or (bias is not None and constant_bias is None)):
+        return None
+    values = weights.astype(np.int32)
+    if not transposed:
+        values = values.T
+    if shift is not None:
+        values = values - (shift.astype(np.int32).reshape(-1, 1) if shift.size > 1
+                           else int(shift.reshape(-1)[0]))
+    if values.min(initial=0) < -128 or values.max(initial=0) > 127:
+        return None
+    columns, depth = values.shape
+    first = scales[0].astype(np.float32).reshape(())
+    if alpha != 1.0:
+        first = first * np.float32(alpha)
+    multiplier = (first * scales[1].astype(np.float32).reshape(-1)
+                  / scales[2].astype(np.float32).reshape(()))
+    params = QLinearConvParams(ConvParams((1, 1), (0, 0), (0, 0), (1, 1), 1), az, yz,
+                               y_zero.dtype is dt.int8)
+    rows = a.shape[0]
+    image = a.permute(1, 0).contiguous().reshape(1, depth, rows, 1)
+    operands = (image, ctx.constant(np.ascontiguousarray(
+        values.reshape(columns, depth, 1, 1).astype(np.int8))), ctx.constant(
+        np.broadcast_to(np.asarray(0 if constant_bias is None else constant_bias, np.int32)
+                        .reshape(-1), (columns,)).copy()),
+                ctx.constant(np.broadcast_to(multiplier.astype(np.float32).reshape(-1),
+                                             (columns,)).copy()))
+    out = make(OpKind.QLINEAR_CONV, tuple(t._node for t in operands), params)
+    return out.reshape(columns, rows).permute(1, 0)
