@@ -218,6 +218,98 @@ static void depthwise_rows(const uint8_t *x, const int8_t *w, const int32_t *bia
     }
 }
 
+#if defined(__AVX512F__)
+/* Depthwise over narrow planes (fewer than 16 output columns), channels last, 16 channels
+ * per register: each thread takes whole blocks of 16 channels of one image, copies them as
+ * float32 (x - x_zero, exact) into a zero-padded [row][column][16] buffer, sums every output
+ * position's taps with fused multiply-adds (exact: integers below 2**24), re-quantizes the 16
+ * sums and writes them back to the channels' planes. */
+static void depthwise_last(const uint8_t *x, const int8_t *w, const int32_t *bias,
+                           const float *mult, uint8_t *out, const Q *q) {
+    const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
+    const int64_t pw = (q->ow - 1) * q->sw + (q->kw - 1) * q->dw + 1;
+    const int64_t in_plane = q->h * q->w, out_plane = q->oh * q->ow, taps = q->kh * q->kw;
+    const int64_t blocks = (q->c + 15) / 16, units = q->n * blocks;
+    const float shift = (float)q->xz;
+#pragma omp parallel for schedule(static) num_threads(q->threads) if (q->threads > 1)
+    for (int64_t unit = 0; unit < units; unit++) {
+        const int64_t image = unit / blocks, c0 = unit % blocks * 16;
+        const int count = (int)(q->c - c0 < 16 ? q->c - c0 : 16);
+        float *padded = scratch(0, sizeof(float) * (size_t)(ph * pw * 16 + taps * 16 + 32));
+        float *weights = padded + ph * pw * 16, *start = weights + taps * 16;
+        float *scales = start + 16;
+        memset(padded, 0, sizeof(float) * (size_t)(ph * pw * 16));
+        for (int j = 0; j < 16; j++) {
+            const int64_t c = c0 + (j < count ? j : 0);
+            for (int64_t tap = 0; tap < taps; tap++)
+                weights[tap * 16 + j] = j < count ? (float)w[c * taps + tap] : 0.0f;
+            start[j] = j < count ? (float)bias[c] : 0.0f;
+            scales[j] = j < count ? mult[c] : 0.0f;
+        }
+        /* rows and columns of the input inside the padded buffer (pads are not negative) */
+        const int64_t rows = q->h < ph - q->pt ? q->h : ph - q->pt;
+        const int64_t cols = q->w < pw - q->pl ? q->w : pw - q->pl;
+        for (int j = 0; j < count; j++) {
+            const int64_t at = (image * q->c + c0 + j) * in_plane;
+            for (int64_t ih = 0; ih < rows; ih++) {
+                float *row = padded + ((ih + q->pt) * pw + q->pl) * 16 + j;
+                if (q->x_signed) {
+                    const int8_t *source = (const int8_t *)x + at + ih * q->w;
+                    for (int64_t iw = 0; iw < cols; iw++)
+                        row[iw * 16] = (float)source[iw] - shift;
+                } else {
+                    const uint8_t *source = x + at + ih * q->w;
+                    for (int64_t iw = 0; iw < cols; iw++)
+                        row[iw * 16] = (float)source[iw] - shift;
+                }
+            }
+        }
+        const __m512 first = _mm512_loadu_ps(start), factor = _mm512_loadu_ps(scales);
+        const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
+        for (int64_t oh = 0; oh < q->oh; oh++)
+            for (int64_t ow0 = 0; ow0 < q->ow; ow0 += 4) {
+                /* four positions' independent chains hide the FMA latency */
+                const int n = (int)(q->ow - ow0 < 4 ? q->ow - ow0 : 4);
+                const int64_t step = q->sw * 16;
+                __m512 sum[4] = {first, first, first, first};
+                for (int64_t kh = 0; kh < q->kh; kh++) {
+                    const float *row = padded + ((oh * q->sh + kh * q->dh) * pw +
+                                                 ow0 * q->sw) * 16;
+                    if (n == 4) {
+                        for (int64_t kw = 0; kw < q->kw; kw++) {
+                            const __m512 tap = _mm512_loadu_ps(weights + (kh * q->kw + kw) * 16);
+                            const float *at = row + kw * q->dw * 16;
+                            sum[0] = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at), sum[0]);
+                            sum[1] = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + step), sum[1]);
+                            sum[2] = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + 2 * step), sum[2]);
+                            sum[3] = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + 3 * step), sum[3]);
+                        }
+                    } else {
+                        for (int i = 0; i < n; i++)
+                            for (int64_t kw = 0; kw < q->kw; kw++)
+                                sum[i] = _mm512_fmadd_ps(
+                                    _mm512_loadu_ps(weights + (kh * q->kw + kw) * 16),
+                                    _mm512_loadu_ps(row + kw * q->dw * 16 + i * step), sum[i]);
+                    }
+                }
+                for (int i = 0; i < n; i++) {
+                    const __m512i v = _mm512_add_epi32(
+                        _mm512_cvtps_epi32(_mm512_mul_ps(sum[i], factor)), zero);
+                    int8_t bytes[16];
+                    if (q->y_signed)
+                        _mm_storeu_si128((__m128i *)bytes, _mm512_cvtsepi32_epi8(v));
+                    else
+                        _mm_storeu_si128((__m128i *)bytes, _mm512_cvtusepi32_epi8(
+                            _mm512_max_epi32(v, _mm512_setzero_si512())));
+                    uint8_t *target = out + (image * q->m + c0) * out_plane + oh * q->ow +
+                                      ow0 + i;
+                    for (int j = 0; j < count; j++) target[j * out_plane] = (uint8_t)bytes[j];
+                }
+            }
+    }
+}
+#endif
+
 /* ------------------------------------------------------------------ gemm */
 
 /* Row k = (c, kh, kw) of the patch matrix of one image and group: u at each output position

@@ -199,6 +199,11 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     uint8_t *out = data[4];
     int small = q.groups == q.c && q.c == q.m && q.groups > 1 && q.kh * q.kw <= 256;
     for (int64_t m = 0; small && m < q.m; m++) small = bias[m] > -(1 << 23) && bias[m] < (1 << 23);
+#if defined(__AVX512F__)
+    if (small && q.ow < 16)
+        depthwise_last(x, w, bias, mult, out, &q);
+    else
+#endif
     if (small)
         depthwise_rows(x, w, bias, mult, out, &q);
     else
