@@ -310,6 +310,36 @@ static void depthwise_last(const uint8_t *x, const int8_t *w, const int32_t *bia
 }
 #endif
 
+/* Depthwise whose window is the whole unpadded plane (QLinearGlobalAveragePool's form): one
+ * exact int32 dot product of (x - x_zero) and the weights per plane (below 2**31: at most
+ * 65536 values of |255 * 128|), then re-quantized. */
+static void plane_dots(const uint8_t *x, const int8_t *w, const int32_t *bias,
+                       const float *mult, uint8_t *out, const Q *q) {
+    const int64_t planes = q->n * q->c, count = q->h * q->w;
+    const int32_t zero = (int32_t)q->xz;
+#pragma omp parallel for schedule(static) num_threads(q->threads) if (q->threads > 1 && planes * count >= (1 << 16))
+    for (int64_t i = 0; i < planes; i++) {
+        const int64_t channel = i % q->c;
+        const int8_t *weights = w + channel * count;
+        int32_t total = 0, weight_sum = 0;
+        if (q->x_signed) {
+            const int8_t *values = (const int8_t *)x + i * count;
+            for (int64_t j = 0; j < count; j++) {
+                total += (int32_t)values[j] * weights[j];
+                weight_sum += weights[j];
+            }
+        } else {
+            const uint8_t *values = x + i * count;
+            for (int64_t j = 0; j < count; j++) {
+                total += (int32_t)values[j] * weights[j];
+                weight_sum += weights[j];
+            }
+        }
+        store_y(out, i, requantize(total - zero * weight_sum + bias[channel], mult[channel],
+                                   q->yz), q);
+    }
+}
+
 /* ------------------------------------------------------------------ gemm */
 
 /* Row k = (c, kh, kw) of the patch matrix of one image and group: u at each output position

@@ -197,6 +197,11 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const int32_t *bias = data[2];
     const float *mult = data[3];
     uint8_t *out = data[4];
+    if (q.groups == q.c && q.c == q.m && q.oh == 1 && q.ow == 1 && q.kh == q.h &&
+        q.kw == q.w && q.pt == 0 && q.pl == 0 && q.h * q.w <= 65536) {
+        plane_dots(x, w, bias, mult, out, &q); /* a global (weighted) pooling */
+        return;
+    }
     int small = q.groups == q.c && q.c == q.m && q.groups > 1 && q.kh * q.kw <= 256;
     for (int64_t m = 0; small && m < q.m; m++) small = bias[m] > -(1 << 23) && bias[m] < (1 << 23);
 #if defined(__AVX512F__)

@@ -141,12 +141,12 @@ def _pool_as_depthwise(ctx: NodeContext, x: Tensor, x_scale, x_zero, y_scale, y_
                        count: int) -> Tensor | None:
     """The channels-first mean as QLINEAR_CONV's depthwise form (one launch, no int32 copy):
     weights of ones over the whole plane summing x - x_zero, multiplier
-    x_scale / (y_scale * count): the same integer sum and rounding. When the scales and zero
-    points are constants and the plane has at most 256 values (the form's limit); else
-    None."""
+    x_scale / (y_scale * count): the same integer sum and rounding (the kernel's plane-dot
+    form). When the scales and zero points are constants and the plane has at most 65536
+    values (int32 sums); else None."""
     xz, yz = _scalar_int(ctx, x_zero), _scalar_int(ctx, y_zero)
     scales = [host(ctx, s) for s in (x_scale, y_scale)]
-    if (x.ndim != 4 or count > 256 or xz is None or yz is None
+    if (x.ndim != 4 or count > 65536 or xz is None or yz is None
             or any(v is None or v.size != 1 for v in scales)
             or x.dtype not in (dt.uint8, dt.int8)):
         return None

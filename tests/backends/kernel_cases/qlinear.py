@@ -28,6 +28,10 @@ PLANS = [
     # depthwise with 16 or more output columns (rows form), stride 1 and 2
     ((1, 3, 4, 21), (3, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 3, "dense"),
     ((2, 2, 5, 40), (2, 1, 3, 5), (2, 2), (1, 2), (0, 2), (1, 1), 2, "dense"),
+    # depthwise over whole planes (a global pooling: one dot product per plane), a plane
+    # past the 256 taps of the other depthwise forms
+    ((2, 5, 7, 6), (5, 1, 7, 6), (1, 1), (0, 0), (0, 0), (1, 1), 5, "dense"),
+    ((1, 3, 20, 17), (3, 1, 20, 17), (1, 1), (0, 0), (0, 0), (1, 1), 3, "dense"),
     # 16 or more input channels per group: the channels-last VNNI form where there is one
     ((2, 20, 6, 7), (18, 20, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "dense"),
     ((1, 34, 5, 6), (10, 17, 3, 2), (2, 1), (1, 0), (0, 1), (1, 2), 2, "dense"),
