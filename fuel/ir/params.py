@@ -295,6 +295,8 @@ class QLinearConvParams:
     x_zero: int
     y_zero: int
     y_signed: bool
+    # the weights are a constant (a model's): a kernel may re-pack them once, when prepared
+    constant_weights: bool = False
 
 
 @dataclass(frozen=True, slots=True)

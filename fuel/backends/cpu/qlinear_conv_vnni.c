@@ -37,19 +37,19 @@ static uint64_t hash_bytes(const int8_t *w, int64_t count) {
     return h;
 }
 
-static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t groups,
-                                     int64_t per_out, int64_t per_in, int64_t taps) {
-    const uint64_t hash = hash_bytes(w, count);
-    for (int i = 0; i < CACHED; i++)
-        if (cache[i].packed != NULL && cache[i].hash == hash && cache[i].count == count &&
-            cache[i].groups == groups && cache[i].per_out == per_out &&
-            cache[i].per_in == per_in && cache[i].taps == taps)
-            return cache[i].packed;
+/* Bytes of the packed weights of a launch (groups x (blocks x block_bytes + per_out sums)). */
+static size_t packed_bytes(int64_t groups, int64_t per_out, int64_t per_in, int64_t taps) {
     const int64_t quads = (per_in + 3) / 4, blocks = (per_out + MB - 1) / MB;
     const size_t block_bytes = (size_t)(taps * quads * MB * 4);
     const size_t group_bytes = (block_bytes * (size_t)blocks + sizeof(int32_t) * (size_t)per_out + 63) / 64 * 64;
-    uint8_t *packed = aligned_alloc(64, (group_bytes * (size_t)groups + 63) / 64 * 64);
-    if (packed == NULL) abort();
+    return group_bytes * (size_t)groups;
+}
+
+static void pack_into(const int8_t *w, uint8_t *packed, int64_t groups, int64_t per_out,
+                      int64_t per_in, int64_t taps) {
+    const int64_t quads = (per_in + 3) / 4, blocks = (per_out + MB - 1) / MB;
+    const size_t block_bytes = (size_t)(taps * quads * MB * 4);
+    const size_t group_bytes = packed_bytes(1, per_out, per_in, taps);
     memset(packed, 0, group_bytes * (size_t)groups);
     for (int64_t group = 0; group < groups; group++) {
         uint8_t *base = packed + group * group_bytes;
@@ -67,6 +67,19 @@ static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t gro
             sums[m] = total;
         }
     }
+}
+
+static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t groups,
+                                     int64_t per_out, int64_t per_in, int64_t taps) {
+    const uint64_t hash = hash_bytes(w, count);
+    for (int i = 0; i < CACHED; i++)
+        if (cache[i].packed != NULL && cache[i].hash == hash && cache[i].count == count &&
+            cache[i].groups == groups && cache[i].per_out == per_out &&
+            cache[i].per_in == per_in && cache[i].taps == taps)
+            return cache[i].packed;
+    uint8_t *packed = aligned_alloc(64, (packed_bytes(groups, per_out, per_in, taps) + 63) / 64 * 64);
+    if (packed == NULL) abort();
+    pack_into(w, packed, groups, per_out, per_in, taps);
     const int64_t slot = cache_next++ % CACHED;
     free(cache[slot].packed);
     cache[slot].hash = hash;
@@ -85,7 +98,7 @@ static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t gro
  * then a 6-position x 16-channel tile of vpdpbusd reading each position's 4 channels as one
  * broadcast (a tap outside the image reads a row of u_zero). */
 static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, const float *mult,
-                      uint8_t *out, const Q *q) {
+                      uint8_t *out, const Q *q, const uint8_t *prepacked) {
     const int64_t per_in = q->c / q->groups, per_out = q->m / q->groups;
     const int64_t quads = (per_in + 3) / 4, c4 = quads * 4, taps = q->kh * q->kw;
     const int64_t depth = per_in * taps, plane = q->oh * q->ow, in_plane = q->h * q->w;
@@ -94,7 +107,9 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
     const uint8_t uz = (uint8_t)(q->xz + (q->x_signed ? 128 : 0));
     const size_t block_bytes = (size_t)(taps * quads * MB * 4);
     uint8_t *channels_last = shared_buffer((size_t)(in_plane * c4 + c4));
-    const uint8_t *all = packed_weights(w, q->m * depth, q->groups, per_out, per_in, taps);
+    const uint8_t *all = prepacked != NULL ? prepacked
+                                           : packed_weights(w, q->m * depth, q->groups, per_out,
+                                                            per_in, taps);
     const size_t group_bytes = (block_bytes * (size_t)blocks + sizeof(int32_t) * (size_t)per_out + 63) / 64 * 64;
     uint8_t *zeros = channels_last + in_plane * c4; /* a position outside the image */
     memset(zeros, uz, (size_t)c4);
@@ -187,39 +202,83 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
 }
 #endif
 
+/* Whether a launch is a depthwise the float forms take (at most 256 taps, |bias| < 2**23). */
+static int small_depthwise(const int32_t *bias, const Q *q) {
+    int small = q->groups == q->c && q->c == q->m && q->groups > 1 && q->kh * q->kw <= 256;
+    for (int64_t m = 0; small && m < q->m; m++)
+        small = bias[m] > -(1 << 23) && bias[m] < (1 << 23);
+    return small;
+}
+
+static int whole_plane(const Q *q) {
+    return q->groups == q->c && q->c == q->m && q->oh == 1 && q->ow == 1 && q->kh == q->h &&
+           q->kw == q->w && q->pt == 0 && q->pl == 0 && q->h * q->w <= 65536;
+}
+
+/* Whether a launch that is neither takes the channels-last VNNI form. */
+static int channels_last(const Q *q) {
+#if defined(VNNI)
+    return !(q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
+             q->pl == 0 && q->oh == q->h && q->ow == q->w) && q->c / q->groups >= 16;
+#else
+    (void)q;
+    return 0;
+#endif
+}
+
+/* sizes[21], the mode: 0 a launch (the channels-last form packs its weights through the
+ * cache), 1 a launch with the weights packed in data[5], 2 the packed weights' byte count
+ * (0 where the launch takes another form) written to ((int64_t *)data[5])[0], 3 pack the
+ * weights into data[5]. */
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     const Q q = {sizes[0] > 1 ? sizes[0] : 1, sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
                  sizes[7], sizes[8], sizes[9], sizes[10], sizes[11], sizes[12], sizes[13],
                  sizes[14], sizes[15], sizes[16], sizes[17], sizes[18], sizes[19], sizes[20]};
+    const int64_t mode = sizes[21];
     const uint8_t *x = data[0];
     const int8_t *w = data[1];
     const int32_t *bias = data[2];
     const float *mult = data[3];
     uint8_t *out = data[4];
-    if (q.groups == q.c && q.c == q.m && q.oh == 1 && q.ow == 1 && q.kh == q.h &&
-        q.kw == q.w && q.pt == 0 && q.pl == 0 && q.h * q.w <= 65536) {
-        plane_dots(x, w, bias, mult, out, &q); /* a global (weighted) pooling */
+    const int other = whole_plane(&q) || small_depthwise(bias, &q) || !channels_last(&q);
+#if defined(VNNI)
+    const int64_t per_out = q.m / q.groups, per_in = q.c / q.groups, taps = q.kh * q.kw;
+    if (mode == 2) {
+        ((int64_t *)data[5])[0] = other ? 0 : (int64_t)packed_bytes(q.groups, per_out, per_in, taps);
         return;
     }
-    int small = q.groups == q.c && q.c == q.m && q.groups > 1 && q.kh * q.kw <= 256;
-    for (int64_t m = 0; small && m < q.m; m++) small = bias[m] > -(1 << 23) && bias[m] < (1 << 23);
+    if (mode == 3) {
+        pack_into(w, data[5], q.groups, per_out, per_in, taps);
+        return;
+    }
+#else
+    if (mode == 2) {
+        ((int64_t *)data[5])[0] = 0;
+        return;
+    }
+#endif
+    if (whole_plane(&q))
+        plane_dots(x, w, bias, mult, out, &q); /* a global (weighted) pooling */
+    else if (small_depthwise(bias, &q)) {
 #if defined(__AVX512F__)
-    if (small && q.ow < 16)
-        depthwise_last(x, w, bias, mult, out, &q);
-    else
+        if (q.ow < 16)
+            depthwise_last(x, w, bias, mult, out, &q);
+        else
 #endif
-    if (small)
-        depthwise_rows(x, w, bias, mult, out, &q);
-    else
+            depthwise_rows(x, w, bias, mult, out, &q);
+    }
 #if defined(VNNI)
-    if (!(q.kh == 1 && q.kw == 1 && q.sh == 1 && q.sw == 1 && q.pt == 0 && q.pl == 0 &&
-          q.oh == q.h && q.ow == q.w) && q.c / q.groups >= 16)
-    {
-        pthread_mutex_lock(&cache_lock);
-        gemm_vnni(x, w, bias, mult, out, &q);
-        pthread_mutex_unlock(&cache_lock);
-    } else
+    else if (!other) {
+        if (mode == 1) {
+            gemm_vnni(x, w, bias, mult, out, &q, data[5]);
+        } else {
+            pthread_mutex_lock(&cache_lock);
+            gemm_vnni(x, w, bias, mult, out, &q, NULL);
+            pthread_mutex_unlock(&cache_lock);
+        }
+    }
 #endif
+    else
         gemm(x, w, bias, mult, out, &q);
 }

@@ -320,7 +320,7 @@ def _integer_kernel(ctx: NodeContext, x: Tensor, x_zero, w: Tensor, w_zero, bias
     begin, end = window_padding(ctx, x.shape[2:], kernel, strides, dilations)
     params = QLinearConvParams(ConvParams(strides, tuple(begin), tuple(end), dilations,
                                           int(ctx.attr("group", 1))), xz, yz,
-                               target is dt.int8)
+                               target is dt.int8, constant_weights=True)
     operands = (x, ctx.constant(values.astype(np.int8)), ctx.constant(
         np.broadcast_to(np.asarray(0 if constant_bias is None else constant_bias, np.int32)
                         .reshape(-1), (channels,)).copy()),

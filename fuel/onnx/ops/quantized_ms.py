@@ -155,7 +155,7 @@ def _pool_as_depthwise(ctx: NodeContext, x: Tensor, x_scale, x_zero, y_scale, y_
     multiplier = scales[0].astype(np.float32).reshape(()) / (
         scales[1].astype(np.float32).reshape(()) * np.float32(count))
     params = QLinearConvParams(ConvParams((1, 1), (0, 0), (0, 0), (1, 1), channels), xz, yz,
-                               target is dt.int8)
+                               target is dt.int8, constant_weights=True)
     operands = (x, ctx.constant(np.ones((channels, 1, height, width), np.int8)),
                 ctx.constant(np.full(channels, 0, np.int32)),
                 ctx.constant(np.full(channels, multiplier, np.float32)))
@@ -250,7 +250,7 @@ def _integer_qgemm(ctx: NodeContext, a: Tensor, a_zero, b: Tensor, b_zero, bias,
     multiplier = (first * scales[1].astype(np.float32).reshape(-1)
                   / scales[2].astype(np.float32).reshape(()))
     params = QLinearConvParams(ConvParams((1, 1), (0, 0), (0, 0), (1, 1), 1), az, yz,
-                               y_zero.dtype is dt.int8)
+                               y_zero.dtype is dt.int8, constant_weights=True)
     rows = a.shape[0]
     image = a.permute(1, 0).contiguous().reshape(1, depth, rows, 1)
     operands = (image, ctx.constant(np.ascontiguousarray(

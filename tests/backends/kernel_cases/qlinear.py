@@ -63,8 +63,9 @@ def qlinear_conv_cases(dtypes):
         multiplier = rng.uniform(0.0005, 0.004, ws[0]).astype(np.float32)
         x_zero = int(rng.integers(info.min, info.max + 1))
         y_zero = int(rng.integers(-20, 20)) + (0 if y_type is dt.int8 else 128)
+        # every other plan with its weights packed once, when prepared
         params = QLinearConvParams(ConvParams(strides, begin, end, dilations, groups), x_zero,
-                                   y_zero, y_type is dt.int8)
+                                   y_zero, y_type is dt.int8, constant_weights=bool(i % 2))
         cases.append(Case(params, [operand(x, kind), operand(w), operand(bias),
                                    operand(multiplier)], expected, f"qlinear_conv#{i}", 0, 0))
     return cases
