@@ -28,6 +28,9 @@ PLANS = [
     # depthwise with 16 or more output columns (rows form), stride 1 and 2
     ((1, 3, 4, 21), (3, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 3, "dense"),
     ((2, 2, 5, 40), (2, 1, 3, 5), (2, 2), (1, 2), (0, 2), (1, 1), 2, "dense"),
+    # few channels at stride 2, wide: the patch rows' vector gather of even bytes
+    ((1, 3, 9, 70), (4, 3, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1, "dense"),
+    ((1, 3, 8, 67), (5, 3, 7, 7), (2, 2), (3, 3), (3, 3), (1, 1), 1, "dense"),
     # depthwise over whole planes (a global pooling: one dot product per plane), a plane
     # past the 256 taps of the other depthwise forms
     ((2, 5, 7, 6), (5, 1, 7, 6), (1, 1), (0, 0), (0, 0), (1, 1), 5, "dense"),
