@@ -452,7 +452,8 @@ static inline int32_t weights_at(const int8_t *row, int64_t i, int64_t depth) {
 }
 
 /* acc (MR x NR int32) = rows [m0, m0 + rows) of w times the panel. */
-static void tile(const int8_t *w, int64_t depth, int64_t m0, int rows, const void *panel,
+__attribute__((noinline)) static void tile(const int8_t *w, int64_t depth, int64_t m0, int rows,
+                                          const void *panel,
                  int32_t *acc) {
     const int64_t steps = (depth + STEP - 1) / STEP;
     const int8_t *row[MR];
