@@ -29,6 +29,8 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>

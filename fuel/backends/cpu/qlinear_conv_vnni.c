@@ -1,5 +1,5 @@
 /* qlinear_conv.c's second half (qlinear_conv.py builds the two as one source): the
- * channels-last VNNI form and the entry point. */
+ * channels-last VNNI form, the team rule and the entry point. */
 
 #if defined(VNNI)
 /* ------------------------------------------------------------------ VNNI, channels last */
@@ -202,6 +202,36 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
 }
 #endif
 
+/* The team a launch that asked for `requested` threads uses: conv_common.h's rule (one
+ * thread when the machine's other runnable tasks alone fill every core, per /proc/loadavg
+ * read at most every 0.2 s: a fork-join team there waits a scheduler slice for a preempted
+ * member at every barrier); FUEL_FULL_TEAM=1 keeps the requested team. */
+static int64_t team_size(int64_t requested) {
+    static double checked = -1.0;
+    static int64_t crowded = 0;
+    if (requested <= 1) return 1;
+    const char *always = getenv("FUEL_FULL_TEAM");
+    if (always != NULL && always[0] == '1') return requested;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const double seconds = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+    if (checked < 0.0 || seconds - checked > 0.2) { /* a benign race: a stale answer */
+        checked = seconds;
+        FILE *file = fopen("/proc/loadavg", "r");
+        long running = 0, total = 0;
+        double ignored[3];
+        if (file != NULL) {
+            if (fscanf(file, "%lf %lf %lf %ld/%ld", &ignored[0], &ignored[1], &ignored[2],
+                       &running, &total) != 5)
+                running = 0;
+            fclose(file);
+        }
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        crowded = cpus > 0 && running - requested >= cpus;
+    }
+    return crowded ? 1 : requested;
+}
+
 /* Whether a launch is a depthwise the float forms take (at most 256 taps, |bias| < 2**23). */
 static int small_depthwise(const int32_t *bias, const Q *q) {
     int small = q->groups == q->c && q->c == q->m && q->groups > 1 && q->kh * q->kw <= 256;
@@ -232,7 +262,7 @@ static int channels_last(const Q *q) {
  * weights into data[5]. */
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
-    const Q q = {sizes[0] > 1 ? sizes[0] : 1, sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
+    const Q q = {team_size(sizes[0]), sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
                  sizes[7], sizes[8], sizes[9], sizes[10], sizes[11], sizes[12], sizes[13],
                  sizes[14], sizes[15], sizes[16], sizes[17], sizes[18], sizes[19], sizes[20]};
     const int64_t mode = sizes[21];
