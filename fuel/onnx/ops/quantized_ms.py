@@ -98,8 +98,8 @@ def qlinear_leaky_relu(ctx: NodeContext) -> Tensor:
 @onnx_op("QLinearConcat", domain=MS)
 def qlinear_concat(ctx: NodeContext) -> Tensor:
     """Inputs: Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per operand; each
-    operand re-quantized to Y's scale and zero point (copied as is when they are the same
-    tensors), then concatenated along ``axis``."""
+    operand re-quantized to Y's scale and zero point (a table lookup; copied as is when they
+    are the same tensors), then concatenated along ``axis``."""
     import fuel
 
     y_scale, y_zero = ctx.input(0), ctx.optional(1)
@@ -110,8 +110,9 @@ def qlinear_concat(ctx: NodeContext) -> Tensor:
         x = ctx.input(start)
         same = (ctx.inputs[start + 1] is ctx.inputs[0]
                 and ctx.inputs[start + 2] is ctx.inputs[1])
-        parts.append(x if same else _quantized(
-            dequantized(x, ctx.input(start + 1), ctx.optional(start + 2)), y_scale, y_zero, x))
+        parts.append(x if same else tabulated(ctx, _quantized(
+            dequantized(x, ctx.input(start + 1), ctx.optional(start + 2)), y_scale, y_zero,
+            x)))
     axis = axis_of(ctx.attr("axis"), parts[0].ndim)
     return fuel.cat(parts, axis)
 
