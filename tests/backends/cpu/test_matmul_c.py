@@ -64,6 +64,21 @@ def test_odd_sizes_both_forms(m, n, k):
     check(run(FORCED, a, b), a, b)
 
 
+def test_avx2_dot_tile_without_avx512(monkeypatch):
+    """The AVX2 dot tile (a machine without AVX-512; this one runs the wide tile) on odd
+    sizes, tails of k and of the weight rows included."""
+    from fuel.compiler import toolchain
+
+    if toolchain.unavailable_reason() is not None:
+        pytest.skip("no C compiler")
+    built = toolchain.build("#define NO_AVX512 1\n" + matmul.SOURCE.read_text(),
+                            "matmul_float32_avx2_test", toolchain.openmp_flags())
+    monkeypatch.setattr(matmul, "library", lambda: built.function)
+    for m, n, k in ((1, 5, 7), (4, 9, 17), (13, 33, 100), (12, 384, 1536)):
+        a, weight = random(m, k), random(n, k, seed=1)
+        check(run(FORCED, a, weight.T), a, weight.T)
+
+
 @pytest.mark.parametrize("m, n, k", [(12, 1536, 384), (12, 384, 1536), (64, 100, 384),
                                      (130, 70, 33)])
 def test_model_sizes_and_large_rows(m, n, k):
