@@ -177,6 +177,7 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
                         scale[j] = mult[m];
                     }
                     const __m256i zero = _mm256_set1_epi32((int32_t)q->yz);
+                    uint8_t bytes[PR][MB]; /* [position][channel], then per channel a run */
                     for (int r = 0; r < rows; r++) {
                         __m256i v[2];
                         for (int h = 0; h < 2; h++) {
@@ -189,12 +190,24 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
                             _mm256_packs_epi32(v[0], v[1]), 0xd8);
                         const __m128i low = _mm256_castsi256_si128(words);
                         const __m128i high = _mm256_extracti128_si256(words, 1);
-                        uint8_t bytes[16];
-                        _mm_storeu_si128((__m128i *)bytes, q->y_signed
+                        _mm_storeu_si128((__m128i *)bytes[r], q->y_signed
                                          ? _mm_packs_epi16(low, high) : _mm_packus_epi16(low, high));
-                        uint8_t *target = out + (image * q->m + group * per_out + m0) * plane + p0 + r;
-                        for (int j = 0; j < count; j++) target[j * plane] = bytes[j];
                     }
+                    /* the tile's positions are consecutive in each channel's plane: one run
+                     * of `rows` bytes per channel (the scatter of single bytes cost more than
+                     * the sums at 16 channels) */
+                    uint8_t runs[MB][PR];
+                    for (int j = 0; j < MB; j++)
+                        for (int r = 0; r < PR; r++) runs[j][r] = bytes[r < rows ? r : 0][j];
+                    uint8_t *first = out + (image * q->m + group * per_out + m0) * plane + p0;
+                    if (rows == PR)
+                        for (int j = 0; j < count; j++) {
+                            memcpy(first + j * plane, runs[j], 4);
+                            memcpy(first + j * plane + 4, runs[j] + 4, PR - 4);
+                        }
+                    else
+                        for (int j = 0; j < count; j++)
+                            for (int r = 0; r < rows; r++) first[j * plane + r] = runs[j][r];
                 }
             }
         }
