@@ -50,9 +50,9 @@ from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, Poo
 
 KERNELS = KernelList(BackendId.CPU, "c")
 HERE = Path(__file__).parent
-SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, COMMON, GEMM_HEADER = (
+SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, COMMON, GEMM_HEADER, FLAT_HEADER = (
     HERE / name for name in ("conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_common.h",
-                             "conv_gemm.h"))
+                             "conv_gemm.h", "depthwise_flat.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL, WINOGRAD) = range(10)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
@@ -60,6 +60,7 @@ MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this ma
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
 # smaller launch loses more to waking the other threads than it gains).
 PARALLEL_WORK = 1 << 20
+PARALLEL_DEPTHWISE = 1 << 17  # the same for a depthwise launch
 FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd")
 # The rule's Winograd shapes: from this many output positions and channels (measured, one
 # thread, this 2-core AMD EPYC: 64->64 at 56x56 1.73 ms against the GEMM form's 2.59,
@@ -71,8 +72,9 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 
 
 def _source(path: Path) -> str:
-    gemm = GEMM_HEADER.read_text() if path in (SOURCE, WINOGRAD_SOURCE) else ""
-    return COMMON.read_text() + gemm + path.read_text()
+    header = (GEMM_HEADER.read_text() if path in (SOURCE, WINOGRAD_SOURCE)
+              else FLAT_HEADER.read_text() if path == DEPTHWISE_SOURCE else "")
+    return COMMON.read_text() + header + path.read_text()
 
 
 def library(form: int = 4):
@@ -86,7 +88,7 @@ def library(form: int = 4):
 def revision_text() -> str:
     """Every C source the kernels here run (their revision hashes cover them)."""
     return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, SOURCE, DEPTHWISE_SOURCE,
-                                                    POOL_SOURCE, WINOGRAD_SOURCE))
+                                                    FLAT_HEADER, POOL_SOURCE, WINOGRAD_SOURCE))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +186,10 @@ def _threads(geometry: Geometry, form: str | None) -> int:
     """The rule's team for a C form: every thread from PARALLEL_WORK multiply-adds, else one."""
     g = geometry
     taps = g.kh * g.kw
-    work = g.n * g.m * g.oh * g.ow * taps * (1 if form == "depthwise" else g.c // g.groups)
+    if form == "depthwise":  # few flops a byte: a team pays from less work
+        work = g.n * g.m * g.oh * g.ow * taps
+        return thread_count() if work >= PARALLEL_DEPTHWISE else 1
+    work = g.n * g.m * g.oh * g.ow * taps * (g.c // g.groups)
     return thread_count() if work >= PARALLEL_WORK else 1
 
 

@@ -263,6 +263,46 @@ def test_narrow_depthwise_matches_the_reference(monkeypatch, threads):
                                    expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
 
 
+FLAT_CASES = [  # (N, C, H, W, kernel, dilation, pads (top, left, bottom, right))
+    (2, 5, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1)), (1, 6, 14, 14, (5, 5), (1, 1), (2, 2, 2, 2)),
+    (2, 3, 9, 13, (3, 5), (2, 1), (2, 1, 2, 3)), (1, 4, 1, 16, (3, 3), (1, 1), (1, 1, 1, 1)),
+    (1, 3, 20, 20, (5, 5), (1, 1), (2, 2, 2, 2)), (3, 2, 56, 56, (3, 3), (1, 1), (1, 1, 1, 1)),
+    (1, 7, 5, 3, (1, 1), (1, 1), (0, 0, 0, 0)), (2, 9, 4, 4, (3, 3), (1, 1), (1, 1, 1, 1))]
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_flat_depthwise_matches_the_reference(monkeypatch, threads):
+    """Stride 1 with "same" padding runs the flat layout (16 consecutive positions of a plane,
+    across row ends, one masked load a tap; planes of at most four vectors two at a time, an
+    odd count of planes and pairs across images): every activation, a residual every other
+    case, asymmetric pads, dilation, a one-row plane, 1x1 and 5x5 filters."""
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(7)
+    for index, (n, c, h, w, kernel, dilation, pads) in enumerate(FLAT_CASES * 2):
+        activation = CONV_ACTIVATIONS[index % len(CONV_ACTIVATIONS)]
+        conv = ConvParams((1, 1), pads[:2], pads[2:], dilation, c)
+        residual = index % 2 == 0
+        params = ConvEpilogueParams(conv, activation, -0.5 if activation == "clip" else 0.2,
+                                    1.5 if activation == "clip" else 0.5, residual)
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        weight = rng.standard_normal((c, 1) + kernel).astype(np.float32)
+        y = reference(x, weight, conv)
+        assert y.shape == x.shape
+        bias = rng.standard_normal(c).astype(np.float32)
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        slope = rng.standard_normal(c).astype(np.float32)
+        arrays = [x, weight, bias] + ([extra] if residual else []) + (
+            [slope] if activation == "prelu" else [])
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64) if residual else None,
+                                      slope.astype(np.float64))
+        entry = next(e for e in _siblings(OpKind.CONV_FUSED, len(arrays))
+                     if e.kernel.form == "depthwise")
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(_run(entry, arrays, y.shape, params), expected, rtol=1e-4,
+                                   atol=1e-4 * scale, err_msg=f"{activation} {x.shape}")
+
+
 def test_the_rule_picks_depthwise_and_gemm():
     depthwise = convolution_c.Geometry(1, 8, 9, 9, 8, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 8)
     dense = convolution_c.Geometry(1, 8, 9, 9, 16, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1)
