@@ -50,18 +50,19 @@ from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, Poo
 
 KERNELS = KernelList(BackendId.CPU, "c")
 HERE = Path(__file__).parent
-SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, COMMON, GEMM_HEADER, FLAT_HEADER = (
-    HERE / name for name in ("conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_common.h",
-                             "conv_gemm.h", "depthwise_flat.h"))
+(SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE, COMMON, GEMM_HEADER,
+ FLAT_HEADER) = (HERE / name for name in ("conv.c", "depthwise.c", "pool.c", "winograd.c",
+                                          "conv_direct.c", "conv_common.h", "conv_gemm.h",
+                                          "depthwise_flat.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
- AVG_POOL, WINOGRAD) = range(10)
+ AVG_POOL, WINOGRAD, DIRECT) = range(11)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
 # smaller launch loses more to waking the other threads than it gains).
 PARALLEL_WORK = 1 << 20
 PARALLEL_DEPTHWISE = 1 << 17  # the same for a depthwise launch
-FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd")
+FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd", "direct")
 # The rule's Winograd shapes: from this many output positions and channels (measured, one
 # thread, this 2-core AMD EPYC: 64->64 at 56x56 1.73 ms against the GEMM form's 2.59,
 # 256->256 at 14x14 1.96 against 2.50, but 512->512 at 7x7 5.7 against 2.9: the weights'
@@ -69,6 +70,23 @@ FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd")
 WINOGRAD_PLANE = 100
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
+# The direct form's shapes: at most this many input channels and at least this many output
+# channels (its accumulators are 16 output channels; measured, one thread, this machine:
+# 3->16 3x3 stride 2 at 224x224 172 us against gemm's 228, 3->16 3x3 at 256x256 797 against
+# 1358, 16->32 3x3 stride 2 at 160x160 768 against 856, 16->96 1x1 at 112x112 675 against 834;
+# 16->1 1x1 432 against 338, hence the output bound; winograd's shapes stay winograd's).
+DIRECT_CHANNELS = 16
+DIRECT_OUTPUTS = 16
+
+
+@functools.lru_cache(maxsize=1)
+def avx512() -> bool:
+    """Whether this CPU has AVX-512F (conv_direct.c's vector loop; without it, scalar)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            return any(line.startswith("flags") and " avx512f" in line for line in handle)
+    except OSError:
+        return False
 
 
 def _source(path: Path) -> str:
@@ -81,14 +99,15 @@ def library(form: int = 4):
     """The compiled library of ``form`` (conv.c; depthwise.c for DEPTHWISE, pool.c for the
     pools, winograd.c for WINOGRAD), built or fetched from the kernel cache once, or None."""
     path = {DEPTHWISE: DEPTHWISE_SOURCE, MAX_POOL: POOL_SOURCE, AVG_POOL: POOL_SOURCE,
-            WINOGRAD: WINOGRAD_SOURCE}.get(form, SOURCE)
+            WINOGRAD: WINOGRAD_SOURCE, DIRECT: DIRECT_SOURCE}.get(form, SOURCE)
     return entry_point(f"{path.stem}_float32", lambda: _source(path), openmp=True)
 
 
 def revision_text() -> str:
     """Every C source the kernels here run (their revision hashes cover them)."""
     return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, SOURCE, DEPTHWISE_SOURCE,
-                                                    FLAT_HEADER, POOL_SOURCE, WINOGRAD_SOURCE))
+                                                    FLAT_HEADER, POOL_SOURCE, WINOGRAD_SOURCE,
+                                                    DIRECT_SOURCE))
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +164,12 @@ class Geometry:
         return self.groups == self.c == self.m and self.kh <= MAX_DEPTHWISE_ROWS
 
     @property
+    def direct(self) -> bool:
+        """A dense convolution from at most DIRECT_CHANNELS input channels (a stem) to at least
+        DIRECT_OUTPUTS output channels."""
+        return self.groups == 1 and 0 < self.c <= DIRECT_CHANNELS and self.m >= DIRECT_OUTPUTS
+
+    @property
     def winograd(self) -> bool:
         """A 3x3 stride-1 undilated dense 2-d convolution (winograd.c's F(2x2, 3x3)) whose
         transformed weights (16 x M x C floats) fit WINOGRAD_WEIGHTS."""
@@ -163,6 +188,8 @@ def accepts(form: str, geometry: Geometry | None) -> bool:
         return geometry.depthwise
     if form == "winograd":
         return geometry.winograd
+    if form == "direct":
+        return geometry.direct
     return form in ("im2col", "auto", "gemm")
 
 
@@ -179,6 +206,8 @@ def choose_form(geometry: Geometry | None) -> str | None:
     if (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
             and g.oh * g.ow >= WINOGRAD_PLANE):
         return "winograd"
+    if g.direct and avx512():
+        return "direct"
     return "gemm"
 
 
@@ -329,6 +358,12 @@ class CConvolution:
             threads = _threads(geometry, form) if threads is None else threads
             if depthwise is not None:
                 return self._call(depthwise, geometry, DEPTHWISE, threads, epilogue, x, w, out)
+            form = "gemm"
+        if form == "direct":
+            direct = library(DIRECT)
+            if direct is not None:
+                threads = _threads(geometry, form) if threads is None else threads
+                return self._call(direct, geometry, DIRECT, threads, epilogue, x, w, out)
             form = "gemm"
         if form == "winograd":
             winograd = library(WINOGRAD)

@@ -17,30 +17,6 @@
 #define DW_UNITS 8
 #define DW_MASKS 8192  /* most flat masks a launch builds (vectors x taps) */
 
-static inline __m512 dw_activate(__m512 v, int64_t act, float alpha, float beta, float slope) {
-    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
-    switch (act) {
-    case RELU: return _mm512_max_ps(v, zero);
-    case CLIP: return _mm512_min_ps(_mm512_set1_ps(beta), _mm512_max_ps(_mm512_set1_ps(alpha), v));
-    case HARD_SIGMOID:
-        return _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_fmadd_ps(
-            v, _mm512_set1_ps(alpha), _mm512_set1_ps(beta))));
-    case HARD_SWISH:
-        return _mm512_mul_ps(v, _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_fmadd_ps(
-            v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f)))));
-    case LEAKY_RELU:
-    case PRELU: {
-        const __mmask16 negative = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
-        return _mm512_mask_mul_ps(v, negative, v, _mm512_set1_ps(act == PRELU ? slope : alpha));
-    }
-    default: return v;
-    }
-}
-
-static inline int dw_inline_act(int64_t act) {
-    return act != SIGMOID && act != SILU && act != TANH;
-}
-
 /* The flat layout's masks: bit j of masks[v * taps + t] is set when position v * 16 + j is
  * in the plane and its tap t reads inside the input. */
 static void dw_flat_masks(const Shape *s, uint16_t *masks, int64_t vectors) {
@@ -78,7 +54,7 @@ static inline __attribute__((always_inline)) void dw_store(
     const __mmask16 keep = plane - q >= 16 ? (__mmask16)0xFFFF
                                            : (__mmask16)((1u << (plane - q)) - 1);
     if (residual != NULL) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, residual + q));
-    if (dw_inline_act(s->act)) v = dw_activate(v, s->act, alpha, beta, slope);
+    if (inline_act16(s->act)) v = act16(v, s->act, alpha, beta, slope);
     _mm512_mask_storeu_ps(out + q, keep, v);
 }
 
@@ -132,7 +108,7 @@ static void dw_flat_plane(const float *in, const float *filter, float *out, cons
         }
 #undef DW_FLAT
     }
-    if (!dw_inline_act(s->act)) finish(out, s->oh * s->ow, 0.0f, NULL, s->act, alpha, beta, slope);
+    if (!inline_act16(s->act)) finish(out, s->oh * s->ow, 0.0f, NULL, s->act, alpha, beta, slope);
 }
 
 /* Two planes of at most four vectors each at once (eight accumulators in flight, where one
@@ -168,7 +144,7 @@ static inline __attribute__((always_inline)) void dw_flat_pair_block(
     DW_PAIR(DW_END)
 #undef DW_END
 #undef DW_PAIR
-    if (!dw_inline_act(s->act)) {
+    if (!inline_act16(s->act)) {
         finish(out, plane, 0.0f, NULL, s->act, alpha, beta, 0.0f);
         finish(out + plane, plane, 0.0f, NULL, s->act, alpha, beta, 0.0f);
     }

@@ -303,9 +303,56 @@ def test_flat_depthwise_matches_the_reference(monkeypatch, threads):
                                    atol=1e-4 * scale, err_msg=f"{activation} {x.shape}")
 
 
+DIRECT_CASES = [  # (N, C, H, W, M, kernel, strides, dilations, pads (top, left, bottom, right))
+    (2, 3, 17, 21, 16, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    (1, 3, 23, 40, 20, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),
+    (1, 1, 9, 35, 33, (3, 5), (1, 1), (2, 1), (0, 2, 1, 3)),
+    (2, 16, 12, 12, 32, (3, 3), (3, 3), (1, 1), (1, 0, 2, 2)),
+    (1, 4, 1, 50, 17, (1, 3), (1, 2), (1, 2), (0, 1, 0, 0)),
+    (1, 2, 5, 5, 16, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0))]
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_direct_matches_the_reference(monkeypatch, threads):
+    """conv_direct.c (few input channels, 16 output channels' accumulators a block): strides
+    1, 2 and 3 (a gather), dilation, asymmetric pads, output channels off the block, a row
+    of more than one 16-column chunk and a partial one, a one-row input, every activation,
+    a residual every other case; the rule picks it for a stem."""
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(16)
+    for index, (n, c, h, w, m, kernel, strides, dilations, pads) in enumerate(DIRECT_CASES * 2):
+        activation = CONV_ACTIVATIONS[index % len(CONV_ACTIVATIONS)]
+        conv = ConvParams(strides, pads[:2], pads[2:], dilations, 1)
+        residual = index % 2 == 1
+        params = ConvEpilogueParams(conv, activation, -0.5 if activation == "clip" else 0.2,
+                                    1.5 if activation == "clip" else 0.5, residual)
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        weight = rng.standard_normal((m, c) + kernel).astype(np.float32)
+        y = reference(x, weight, conv)
+        geometry = convolution_c.Geometry.of(x.shape, weight.shape, y.shape, conv)
+        assert convolution_c.accepts("direct", geometry)
+        bias = rng.standard_normal(m).astype(np.float32)
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        slope = rng.standard_normal(m).astype(np.float32)
+        arrays = [x, weight, bias] + ([extra] if residual else []) + (
+            [slope] if activation == "prelu" else [])
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64) if residual else None,
+                                      slope.astype(np.float64))
+        entry = next(e for e in _siblings(OpKind.CONV_FUSED, len(arrays))
+                     if e.kernel.form == "direct")
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(_run(entry, arrays, y.shape, params), expected, rtol=1e-4,
+                                   atol=1e-4 * scale, err_msg=f"{activation} {x.shape}")
+    stem = convolution_c.Geometry(1, 3, 224, 224, 64, 7, 7, 112, 112, 2, 2, 1, 1, 3, 3, 1)
+    head = convolution_c.Geometry(1, 16, 64, 64, 1, 1, 1, 64, 64, 1, 1, 1, 1, 0, 0, 1)
+    assert convolution_c.choose_form(stem) == ("direct" if convolution_c.avx512() else "gemm")
+    assert convolution_c.choose_form(head) == "gemm"
+
+
 def test_the_rule_picks_depthwise_and_gemm():
     depthwise = convolution_c.Geometry(1, 8, 9, 9, 8, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 8)
-    dense = convolution_c.Geometry(1, 8, 9, 9, 16, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1)
+    dense = convolution_c.Geometry(1, 32, 9, 9, 16, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(depthwise) == "depthwise"
     assert convolution_c.choose_form(dense) == "gemm"
     assert convolution_c.choose_form(None) is None
@@ -421,3 +468,46 @@ def test_concurrent_launches_share_the_work_pool(monkeypatch):
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+@pytest.mark.parametrize("path", ["direct", "depthwise"])
+def test_builds_without_avx512_match_the_reference(path):
+    """conv_direct.c's scalar loops and depthwise.c's AVX2 rows, as built on a machine without
+    AVX-512 (__AVX512F__ undefined after conv_common.h), against the reference."""
+    import ctypes
+
+    from fuel.compiler import toolchain
+
+    if toolchain.unavailable_reason() is not None:
+        pytest.skip("no C compiler")
+    source = convolution_c.DIRECT_SOURCE if path == "direct" else convolution_c.DEPTHWISE_SOURCE
+    common = convolution_c.COMMON.read_text()  # includes immintrin.h, which defines it again
+    text = convolution_c._source(source)
+    assert text.startswith(common)
+    function = toolchain.build(common + "#undef __AVX512F__\n" + text[len(common):],
+                               f"conv_{path}_no_avx512_test").function
+    rng = np.random.default_rng(3)
+    for strides, pads, activation in (((2, 2), (1, 1, 1, 1), "silu"),
+                                      ((1, 1), (0, 2, 1, 0), "clip")):
+        n, c, h, w = 2, 3 if path == "direct" else 5, 11, 19
+        m = 18 if path == "direct" else c
+        conv = ConvParams(strides, pads[:2], pads[2:], (1, 1), 1 if path == "direct" else c)
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        weight = rng.standard_normal((m, c // conv.groups, 3, 3)).astype(np.float32)
+        bias = rng.standard_normal(m).astype(np.float32)
+        y = reference(x, weight, conv)
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        params = ConvEpilogueParams(conv, activation, -0.5, 1.5, True)
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64), None)
+        out = np.empty(y.shape, np.float32)
+        scalars = np.array([-0.5, 1.5], np.float32)
+        geometry = convolution_c.Geometry.of(x.shape, weight.shape, y.shape, conv)
+        form = convolution_c.DIRECT if path == "direct" else convolution_c.DEPTHWISE
+        sizes = geometry.sizes(form, 2, convolution_c.ACTIVATIONS[activation])
+        data = (ctypes.c_void_p * 8)(x.ctypes.data, weight.ctypes.data, bias.ctypes.data,
+                                     extra.ctypes.data, out.ctypes.data, None,
+                                     scalars.ctypes.data, None)
+        function(data, sizes, None)
+        np.testing.assert_allclose(out, expected, rtol=1e-4,
+                                   atol=1e-4 * float(np.abs(expected).max()))
