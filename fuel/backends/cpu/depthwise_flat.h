@@ -170,3 +170,93 @@ static void dw_flat_pair(const float *in, const float *filter, float *out, const
 }
 
 #endif
+
+#if defined(__AVX512F__)
+/* Stride 2 (both dims): the padded plane split into its four phases (even / odd rows x even /
+ * odd columns, each `r` columns a row: the output's width plus the kernel's reach), so a tap
+ * reads one phase at a fixed offset and 16 consecutive positions of the output grid (rows of
+ * `r`, the last columns past the output's width discarded) are one unmasked load. The phases
+ * are filled with 16-lane deinterleaves; the grid's rows are copied out with the epilogue.
+ * `buffer`: dw_phase_floats(s) floats. */
+static inline int64_t dw_phase_width(const Shape *s) { return s->ow + ((s->kw - 1) * s->dw) / 2; }
+static inline int64_t dw_phase_rows(const Shape *s) { return s->oh + ((s->kh - 1) * s->dh) / 2; }
+/* one phase, and the zeros the last block of DW_UNITS vectors reads past it */
+#define DW_OVERRUN (16 * DW_UNITS + 32)  /* also a row's last 16-column store */
+static inline int64_t dw_phase_size(const Shape *s) {
+    return (dw_phase_rows(s) + 1) * dw_phase_width(s) + DW_OVERRUN;
+}
+static inline int64_t dw_phase_floats(const Shape *s) {
+    return 4 * dw_phase_size(s) + (s->oh * dw_phase_width(s) + 16 * DW_UNITS) + 16;
+}
+
+static void dw_phase_plane(const float *in, const float *filter, float *out, const Shape *s,
+                           float *buffer, float bias, const float *residual, float alpha,
+                           float beta, float slope) {
+    const int64_t r = dw_phase_width(s), rows = dw_phase_rows(s), size = dw_phase_size(s);
+    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+                                           4, 2, 0);
+    const __m512i odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i zero = _mm512_setzero_si512(), width = _mm512_set1_epi32((int)s->w);
+    /* phase (py, px) at buffer + (2 py + px) size: row y holds padded row 2 y + py */
+    for (int64_t py = 0; py < 2; py++)
+        for (int64_t y = 0; y < rows + 1; y++) {
+            float *p0 = buffer + (2 * py) * size + y * r, *p1 = p0 + size;
+            const int64_t iy = 2 * y + py - s->pt;
+            if (y >= rows || iy < 0 || iy >= s->h) {
+                memset(p0, 0, sizeof(float) * r);
+                memset(p1, 0, sizeof(float) * r);
+                continue;
+            }
+            /* 16 columns of both column phases from 32 input columns, zero-masked loads
+             * (a row's last chunk writes past it into the next row, written after) */
+            const float *row = in + iy * s->w;
+            for (int64_t q = 0; q < r; q += 16) {
+                const int64_t base = 2 * q - s->pl;
+                const __m512i at = _mm512_add_epi32(iota, _mm512_set1_epi32((int)base));
+                const __m512i next = _mm512_add_epi32(at, _mm512_set1_epi32(16));
+                const __mmask16 ma = _mm512_cmpge_epi32_mask(at, zero)
+                                     & _mm512_cmplt_epi32_mask(at, width);
+                const __mmask16 mb = _mm512_cmpge_epi32_mask(next, zero)
+                                     & _mm512_cmplt_epi32_mask(next, width);
+                const float *p = (const float *)((intptr_t)row + 4 * base);
+                const __m512 va = _mm512_maskz_loadu_ps(ma, p);
+                const __m512 vb = _mm512_maskz_loadu_ps(mb, p + 16);
+                _mm512_storeu_ps(p0 + q, _mm512_permutex2var_ps(va, evens, vb));
+                _mm512_storeu_ps(p1 + q, _mm512_permutex2var_ps(va, odds, vb));
+            }
+        }
+    for (int64_t phase = 0; phase < 4; phase++)  /* the overrun past the last row */
+        memset(buffer + phase * size + (rows + 1) * r, 0, sizeof(float) * DW_OVERRUN);
+    const int64_t taps = s->kh * s->kw, vectors = (s->oh * r + 15) / 16;
+    int64_t offsets[taps];
+    for (int64_t t = 0; t < taps; t++) {
+        const int64_t y = (t / s->kw) * s->dh, x = (t % s->kw) * s->dw;
+        offsets[t] = (2 * (y & 1) + (x & 1)) * size + (y >> 1) * r + (x >> 1);
+    }
+    float *grid = buffer + 4 * size;
+    for (int64_t v0 = 0; v0 < vectors; v0 += DW_UNITS) {
+        /* a block past the last vector reads the zeros after the phases' rows */
+#define DW_START(i) __m512 a##i = _mm512_set1_ps(bias);
+        DW_EACH(DW_START)
+#undef DW_START
+        for (int64_t t = 0; t < taps; t++) {
+            const __m512 weight = _mm512_set1_ps(filter[t]);
+            const float *p = buffer + offsets[t] + v0 * 16;
+#define DW_FMA(i) a##i = _mm512_fmadd_ps(weight, _mm512_loadu_ps(p + 16 * i), a##i);
+            DW_EACH(DW_FMA)
+#undef DW_FMA
+        }
+#define DW_KEEP(i) _mm512_storeu_ps(grid + (v0 + i) * 16, a##i);
+        DW_EACH(DW_KEEP)
+#undef DW_KEEP
+    }
+    const int64_t plane = s->oh * s->ow;
+    for (int64_t oh = 0; oh < s->oh; oh++)
+        for (int64_t ow = 0; ow < s->ow; ow += 16)
+            dw_store(out + oh * s->ow, ow, s->ow,
+                     _mm512_loadu_ps(grid + oh * r + ow), s,
+                     residual != NULL ? residual + oh * s->ow : NULL, alpha, beta, slope);
+    if (!inline_act16(s->act)) finish(out, plane, 0.0f, NULL, s->act, alpha, beta, slope);
+}
+#endif

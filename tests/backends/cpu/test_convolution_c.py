@@ -268,26 +268,31 @@ FLAT_CASES = [  # (N, C, H, W, kernel, dilation, pads (top, left, bottom, right)
     (2, 3, 9, 13, (3, 5), (2, 1), (2, 1, 2, 3)), (1, 4, 1, 16, (3, 3), (1, 1), (1, 1, 1, 1)),
     (1, 3, 20, 20, (5, 5), (1, 1), (2, 2, 2, 2)), (3, 2, 56, 56, (3, 3), (1, 1), (1, 1, 1, 1)),
     (1, 7, 5, 3, (1, 1), (1, 1), (0, 0, 0, 0)), (2, 9, 4, 4, (3, 3), (1, 1), (1, 1, 1, 1))]
+PHASE_CASES = [  # stride 2, more than 8 output columns: the four phases
+    (2, 3, 40, 41, (3, 3), (1, 1), (1, 1, 1, 1)), (1, 4, 17, 36, (5, 5), (1, 1), (2, 2, 2, 2)),
+    (1, 3, 20, 37, (3, 5), (2, 1), (0, 3, 2, 0)), (3, 2, 9, 18, (2, 2), (1, 1), (0, 0, 0, 0))]
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_flat_depthwise_matches_the_reference(monkeypatch, threads):
     """Stride 1 with "same" padding runs the flat layout (16 consecutive positions of a plane,
     across row ends, one masked load a tap; planes of at most four vectors two at a time, an
-    odd count of planes and pairs across images): every activation, a residual every other
-    case, asymmetric pads, dilation, a one-row plane, 1x1 and 5x5 filters."""
+    odd count of planes and pairs across images), and stride 2 through the four phases: every
+    activation, a residual every other case, asymmetric pads, dilation, a one-row plane, 1x1,
+    2x2 and 5x5 filters."""
     monkeypatch.setenv("FUEL_THREADS", threads)
     rng = np.random.default_rng(7)
-    for index, (n, c, h, w, kernel, dilation, pads) in enumerate(FLAT_CASES * 2):
+    cases = [(1, case) for case in FLAT_CASES * 2] + [(2, case) for case in PHASE_CASES * 3]
+    for index, (stride, (n, c, h, w, kernel, dilation, pads)) in enumerate(cases):
         activation = CONV_ACTIVATIONS[index % len(CONV_ACTIVATIONS)]
-        conv = ConvParams((1, 1), pads[:2], pads[2:], dilation, c)
+        conv = ConvParams((stride, stride), pads[:2], pads[2:], dilation, c)
         residual = index % 2 == 0
         params = ConvEpilogueParams(conv, activation, -0.5 if activation == "clip" else 0.2,
                                     1.5 if activation == "clip" else 0.5, residual)
         x = rng.standard_normal((n, c, h, w)).astype(np.float32)
         weight = rng.standard_normal((c, 1) + kernel).astype(np.float32)
         y = reference(x, weight, conv)
-        assert y.shape == x.shape
+        assert y.shape == x.shape if stride == 1 else y.shape[-1] > 8
         bias = rng.standard_normal(c).astype(np.float32)
         extra = rng.standard_normal(y.shape).astype(np.float32)
         slope = rng.standard_normal(c).astype(np.float32)
