@@ -10,6 +10,8 @@
  *                (activation 0) or inside the explicit padding (activation 1: count_include_pad;
  *                scalars[0], scalars[1]: the bottom and right explicit pads), unless activation
  *                is 2 (sums only).
+ * A window covering the whole unpadded plane (GlobalAveragePool, GlobalMaxPool) is one
+ * vector reduction per plane instead, planes split over the team.
  */
 
 enum { MAX_POOL = 7, AVG_POOL = 8 };
@@ -171,11 +173,64 @@ static void pool(const float *x, float *out, const Shape *s, int maximum, int64_
     free(col_count);
 }
 
+typedef struct {
+    const float *x;
+    float *out;
+    int64_t plane, planes, per_unit, maximum, divide;
+} WholeJob;
+
+/* Unit i: the planes [i per_unit, (i + 1) per_unit) reduced to one value each. */
+static void whole_task(void *context, int64_t unit) {
+    const WholeJob *j = context;
+    const int64_t first = unit * j->per_unit;
+    const int64_t last = first + j->per_unit < j->planes ? first + j->per_unit : j->planes;
+    for (int64_t i = first; i < last; i++) {
+        const float *in = j->x + i * j->plane;
+        int64_t k = 0;
+        float result;
+#if defined(__AVX512F__)
+        __m512 a = _mm512_set1_ps(j->maximum ? -INFINITY : 0.0f), b = a;
+        for (; k + 32 <= j->plane; k += 32) {
+            const __m512 u = _mm512_loadu_ps(in + k), v = _mm512_loadu_ps(in + k + 16);
+            a = j->maximum ? _mm512_max_ps(a, u) : _mm512_add_ps(a, u);
+            b = j->maximum ? _mm512_max_ps(b, v) : _mm512_add_ps(b, v);
+        }
+        result = j->maximum ? _mm512_reduce_max_ps(_mm512_max_ps(a, b))
+                            : _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+#else
+        result = j->maximum ? -INFINITY : 0.0f;
+#endif
+        for (; k < j->plane; k++) {
+            const float v = in[k];
+            result = j->maximum ? (v > result || v != v ? v : result) : result + v;
+        }
+#if defined(__AVX512F__)
+        if (j->maximum)  /* a NaN anywhere in the plane: NaN, as the windowed max gives */
+            for (int64_t t = 0; t < j->plane; t++)
+                if (in[t] != in[t]) {
+                    result = in[t];
+                    break;
+                }
+#endif
+        j->out[i] = j->divide ? result / (float)j->plane : result;
+    }
+}
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     const int64_t form = sizes[0], threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *scalars = data[6];
+    if (s.oh == 1 && s.ow == 1 && s.kh == s.h && s.kw == s.w && s.pt == 0 && s.pl == 0
+            && s.dh == 1 && s.dw == 1 && (scalars == NULL || (scalars[0] == 0.0f
+                                                              && scalars[1] == 0.0f))) {
+        const int64_t planes = s.n * s.c;
+        WholeJob j = {data[0], data[4], s.h * s.w, planes, planes, form == MAX_POOL,
+                      form == AVG_POOL && s.act != 2};
+        if (threads > 1) j.per_unit = (planes + 4 * threads - 1) / (4 * threads);
+        run_units((planes + j.per_unit - 1) / j.per_unit, threads, whole_task, &j);
+        return;
+    }
     pool(data[0], data[4], &s, form == MAX_POOL, s.act, scalars != NULL ? scalars[0] : 0.0f,
          scalars != NULL ? scalars[1] : 0.0f, threads);
 }

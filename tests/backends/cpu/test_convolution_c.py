@@ -443,6 +443,34 @@ def test_pooling_matches_the_reference(stride, pad, ceil):
         np.testing.assert_allclose(got, sums / counts, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_whole_plane_pooling_matches_numpy(monkeypatch, threads):
+    """A window over the whole unpadded plane (ONNX's GlobalAveragePool and GlobalMaxPool)
+    is pool.c's per-plane reduction: planes of fewer and more than 32 values, a 1-d plane,
+    a NaN (propagated by the max), the ONNX converters against NumPy."""
+    from onnx import TensorProto, helper
+
+    import fuel.onnx
+
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(5)
+    for shape in ((2, 3, 7, 7), (1, 40, 13, 29), (3, 5, 50), (1, 2, 1, 1)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.flat[7 % x.size] = np.nan
+        axes = tuple(range(2, x.ndim))
+        for op, reference_op in (("GlobalAveragePool", np.mean), ("GlobalMaxPool", np.max)):
+            graph = helper.make_graph(
+                [helper.make_node(op, ["x"], ["y"])], "g",
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+            model = fuel.onnx.load(helper.make_model(
+                graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+            got = model.run({"x": x})["y"]
+            expected = reference_op(x.astype(np.float64), axis=axes, keepdims=True)
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{op} {shape}")
+
+
 def test_concurrent_launches_share_the_work_pool(monkeypatch):
     """run_units serves one job at a time: convolutions launched from several Python threads
     at once (each threaded, across the gemm, winograd and depthwise libraries) all match the
