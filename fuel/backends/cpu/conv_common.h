@@ -248,9 +248,49 @@ static int64_t smooth8(float *y, int64_t count, int64_t act) {
 }
 #endif
 
+#if defined(__AVX512F__)
+/* The activations without exp on 16 lanes (sigmoid, SiLU and tanh: `finish` after). */
+static inline __m512 act16(__m512 v, int64_t act, float alpha, float beta, float slope) {
+    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    switch (act) {
+    case RELU: return _mm512_max_ps(v, zero);
+    case CLIP: return _mm512_min_ps(_mm512_set1_ps(beta), _mm512_max_ps(_mm512_set1_ps(alpha), v));
+    case HARD_SIGMOID:
+        return _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_fmadd_ps(
+            v, _mm512_set1_ps(alpha), _mm512_set1_ps(beta))));
+    case HARD_SWISH:
+        return _mm512_mul_ps(v, _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_fmadd_ps(
+            v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f)))));
+    case LEAKY_RELU:
+    case PRELU: {
+        const __mmask16 negative = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
+        return _mm512_mask_mul_ps(v, negative, v, _mm512_set1_ps(act == PRELU ? slope : alpha));
+    }
+    default: return v;
+    }
+}
+
+static inline int inline_act16(int64_t act) {
+    return act != SIGMOID && act != SILU && act != TANH;
+}
+#endif
+
 /* y[0, count) = act(y + bias + residual), residual may be NULL. */
 static void finish(float *restrict y, int64_t count, float bias, const float *restrict residual,
                    int64_t act, float alpha, float beta, float slope) {
+#if defined(__AVX512F__)
+    if (inline_act16(act)) {  /* 16 lanes at a time, the last chunk masked */
+        const __m512 shift = _mm512_set1_ps(bias);
+        for (int64_t i = 0; i < count; i += 16) {
+            const __mmask16 keep = count - i >= 16 ? (__mmask16)0xFFFF
+                                                   : (__mmask16)((1u << (count - i)) - 1);
+            __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, y + i), shift);
+            if (residual != NULL) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, residual + i));
+            _mm512_mask_storeu_ps(y + i, keep, act16(v, act, alpha, beta, slope));
+        }
+        return;
+    }
+#endif
     if (residual != NULL)
         for (int64_t i = 0; i < count; i++) y[i] += bias + residual[i];
     else if (bias != 0.0f)
@@ -285,30 +325,3 @@ static void finish(float *restrict y, int64_t count, float bias, const float *re
     }
     }
 }
-
-#if defined(__AVX512F__)
-/* The activations without exp on 16 lanes (sigmoid, SiLU and tanh: `finish` after). */
-static inline __m512 act16(__m512 v, int64_t act, float alpha, float beta, float slope) {
-    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
-    switch (act) {
-    case RELU: return _mm512_max_ps(v, zero);
-    case CLIP: return _mm512_min_ps(_mm512_set1_ps(beta), _mm512_max_ps(_mm512_set1_ps(alpha), v));
-    case HARD_SIGMOID:
-        return _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_fmadd_ps(
-            v, _mm512_set1_ps(alpha), _mm512_set1_ps(beta))));
-    case HARD_SWISH:
-        return _mm512_mul_ps(v, _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_fmadd_ps(
-            v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f)))));
-    case LEAKY_RELU:
-    case PRELU: {
-        const __mmask16 negative = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
-        return _mm512_mask_mul_ps(v, negative, v, _mm512_set1_ps(act == PRELU ? slope : alpha));
-    }
-    default: return v;
-    }
-}
-
-static inline int inline_act16(int64_t act) {
-    return act != SIGMOID && act != SILU && act != TANH;
-}
-#endif
