@@ -9,7 +9,9 @@
  * broadcast from a copy packed per launch (16 output channels a block, zero past M). A unit is
  * one output row of one image, over every channel block and column chunk; the bias starts
  * the accumulators, the residual and the activations without exp are applied on them
- * (sigmoid, SiLU, tanh: `finish` on the stored row). Without AVX-512, scalar loops.
+ * (sigmoid, SiLU, tanh: `finish` on the stored row). A 1x1 stride-1 unpadded convolution
+ * takes the plane as one row (no chunk of a row left part empty), units of DIRECT_SPAN
+ * positions. Without AVX-512, scalar loops.
  */
 
 typedef struct {
@@ -46,6 +48,52 @@ static inline __m512 direct_load(const float *row, int64_t base, const Shape *s,
     const __mmask16 m = _mm512_cmpge_epi32_mask(at, lo) & _mm512_cmplt_epi32_mask(at, hi);
     return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m,
                                     _mm512_add_epi32(at, _mm512_set1_epi32((int)base)), row, 4);
+}
+
+/* A 1x1 stride-1 unpadded convolution: the plane as one row, unit i: image i / spans,
+ * positions [span * (i % spans), + span) (read and written as stored). */
+#define DIRECT_SPAN 256
+static void direct_pointwise_task(void *context, int64_t unit) {
+    const DirectJob *j = context;
+    const Shape *s = j->s;
+    const int64_t plane = s->h * s->w, spans = (plane + DIRECT_SPAN - 1) / DIRECT_SPAN;
+    const int64_t n = unit / spans, first = (unit % spans) * DIRECT_SPAN;
+    const int64_t end = first + DIRECT_SPAN < plane ? first + DIRECT_SPAN : plane;
+    const float *image = j->x + n * s->c * plane;
+    const int inline_act = inline_act16(s->act);
+    for (int64_t block = 0; block < j->blocks; block++) {
+        const float *weights = j->packed + block * 16 * (s->c + 1);
+        const float *bias = weights + 16 * s->c;
+        const int64_t m0 = block * 16, live = s->m - m0 < 16 ? s->m - m0 : 16;
+        for (int64_t q = first; q < end; q += 16) {
+            const __mmask16 keep = end - q >= 16 ? (__mmask16)0xFFFF
+                                                 : (__mmask16)((1u << (end - q)) - 1);
+#define DIRECT_START(i) __m512 a##i = _mm512_set1_ps(bias[i]);
+            DIRECT_EACH(DIRECT_START)
+#undef DIRECT_START
+            for (int64_t c = 0; c < s->c; c++) {
+                const __m512 v = _mm512_maskz_loadu_ps(keep, image + c * plane + q);
+                const float *w = weights + c * 16;
+#define DIRECT_FMA(i) a##i = _mm512_fmadd_ps(_mm512_set1_ps(w[i]), v, a##i);
+                DIRECT_EACH(DIRECT_FMA)
+#undef DIRECT_FMA
+            }
+#define DIRECT_STORE(i) if (i < live) { \
+                const int64_t at = (n * s->m + m0 + i) * plane + q; \
+                __m512 v = a##i; \
+                if (j->residual != NULL) \
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, j->residual + at)); \
+                if (inline_act) v = act16(v, s->act, j->alpha, j->beta, \
+                                          j->slope != NULL ? j->slope[m0 + i] : 0.0f); \
+                _mm512_mask_storeu_ps(j->out + at, keep, v); }
+            DIRECT_EACH(DIRECT_STORE)
+#undef DIRECT_STORE
+        }
+        if (!inline_act)
+            for (int64_t i = 0; i < live; i++)
+                finish(j->out + (n * s->m + m0 + i) * plane + first, end - first, 0.0f, NULL,
+                       s->act, j->alpha, j->beta, 0.0f);
+    }
 }
 
 static void direct_task(void *context, int64_t unit) {
@@ -146,5 +194,13 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     DirectJob j = {data[0], packed, bias, data[3], data[5], data[4], &s,
                    scalars != NULL ? scalars[0] : 0.0f, scalars != NULL ? scalars[1] : 0.0f,
                    blocks};
+#if defined(__AVX512F__)
+    if (s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0
+            && s.oh == s.h && s.ow == s.w) {
+        run_units(s.n * ((s.h * s.w + DIRECT_SPAN - 1) / DIRECT_SPAN), threads,
+                  direct_pointwise_task, &j);
+        return;
+    }
+#endif
     run_units(s.n * s.oh, threads, direct_task, &j);
 }

@@ -66,16 +66,24 @@ FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd", "direct
 # The rule's Winograd shapes: from this many output positions and channels (measured, one
 # thread, this 2-core AMD EPYC: 64->64 at 56x56 1.73 ms against the GEMM form's 2.59,
 # 256->256 at 14x14 1.96 against 2.50, but 512->512 at 7x7 5.7 against 2.9: the weights'
-# transform each launch outweighs the saved products on a small plane).
-WINOGRAD_PLANE = 100
+# transform each launch outweighs the saved products on a small plane; squeezenet's 13x13
+# planes: 64->256 590 us against 547, 48->192 370 against 326, so a 13x13 plane runs gemm).
+WINOGRAD_PLANE = 170
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
-# The direct form's shapes: at most this many input channels and at least this many output
-# channels (its accumulators are 16 output channels; measured, one thread, this machine:
-# 3->16 3x3 stride 2 at 224x224 172 us against gemm's 228, 3->16 3x3 at 256x256 797 against
-# 1358, 16->32 3x3 stride 2 at 160x160 768 against 856, 16->96 1x1 at 112x112 675 against 834;
-# 16->1 1x1 432 against 338, hence the output bound; winograd's shapes stay winograd's).
+# The direct form's shapes: at most DIRECT_CHANNELS input channels (a stem; a pointwise
+# convolution: DIRECT_POINTWISE_CHANNELS, on at least DIRECT_PLANE positions) and at least
+# DIRECT_OUTPUTS output channels (its accumulators are 16 output channels). Measured, one
+# thread, this machine, direct against gemm: 3->16 3x3 stride 2 at 224x224 170 us against
+# 227, 3->16 3x3 at 256x256 797 against 1358, 16->32 3x3 stride 2 at 160x160 768 against
+# 856; 3->64 3x3 stride 2 650 against 642 and the 7x7 stem 2976 against 2873 (even);
+# pointwise 16->96 at 112x112 459 against 617, 32->16 139 against 198, 24->144 at 56x56 235
+# against 293, 192->32 at 28x28 88 against 104, 64->384 at 14x14 103 against 107, but
+# 96->24 at 56x56 186 against 172 and 576->160 at 7x7 162 against 110; 16->1 1x1 432
+# against 338, hence the output bound; winograd's shapes stay winograd's.
 DIRECT_CHANNELS = 16
+DIRECT_POINTWISE_CHANNELS = 64
+DIRECT_PLANE = 196
 DIRECT_OUTPUTS = 16
 
 
@@ -165,9 +173,14 @@ class Geometry:
 
     @property
     def direct(self) -> bool:
-        """A dense convolution from at most DIRECT_CHANNELS input channels (a stem) to at least
-        DIRECT_OUTPUTS output channels."""
-        return self.groups == 1 and 0 < self.c <= DIRECT_CHANNELS and self.m >= DIRECT_OUTPUTS
+        """A dense convolution to at least DIRECT_OUTPUTS output channels from at most
+        DIRECT_CHANNELS input channels (a stem), or a pointwise one from at most
+        DIRECT_POINTWISE_CHANNELS over at least DIRECT_PLANE positions."""
+        if self.groups != 1 or self.c <= 0 or self.m < DIRECT_OUTPUTS:
+            return False
+        if self.pointwise and self.h * self.w >= DIRECT_PLANE:
+            return self.c <= DIRECT_POINTWISE_CHANNELS
+        return self.c <= DIRECT_CHANNELS
 
     @property
     def winograd(self) -> bool:

@@ -314,15 +314,17 @@ DIRECT_CASES = [  # (N, C, H, W, M, kernel, strides, dilations, pads (top, left,
     (1, 1, 9, 35, 33, (3, 5), (1, 1), (2, 1), (0, 2, 1, 3)),
     (2, 16, 12, 12, 32, (3, 3), (3, 3), (1, 1), (1, 0, 2, 2)),
     (1, 4, 1, 50, 17, (1, 3), (1, 2), (1, 2), (0, 1, 0, 0)),
-    (1, 2, 5, 5, 16, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0))]
+    (1, 2, 5, 5, 16, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
+    (2, 40, 15, 20, 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0))]
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_direct_matches_the_reference(monkeypatch, threads):
     """conv_direct.c (few input channels, 16 output channels' accumulators a block): strides
     1, 2 and 3 (a gather), dilation, asymmetric pads, output channels off the block, a row
-    of more than one 16-column chunk and a partial one, a one-row input, every activation,
-    a residual every other case; the rule picks it for a stem."""
+    of more than one 16-column chunk and a partial one, a one-row input, pointwise planes
+    (one position span and two, the last partial), every activation, a residual every other
+    case; the rule picks it for a stem."""
     monkeypatch.setenv("FUEL_THREADS", threads)
     rng = np.random.default_rng(16)
     for index, (n, c, h, w, m, kernel, strides, dilations, pads) in enumerate(DIRECT_CASES * 2):
