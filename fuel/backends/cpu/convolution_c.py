@@ -1,5 +1,6 @@
-"""float32 convolution in C (``conv.c``, ``winograd.c``, ``depthwise.c``, ``pool.c`` after
-``conv_common.h``; conv.c and winograd.c also after ``conv_gemm.h``)
+"""float32 convolution in C (``conv.c``, ``winograd.c``, ``depthwise.c``, ``conv_direct.c``,
+``pool.c`` after ``conv_common.h``; conv.c and winograd.c also after ``conv_gemm.h``,
+depthwise.c after ``depthwise_flat.h``)
 and OpenBLAS (through NumPy): CONV, CONV_FUSED (the
 convolution with its bias, residual and activation in its output loop) and CONV_TRANSPOSE.
 
@@ -10,8 +11,11 @@ it does not take runs ``gemm``), so a judge may time any of them on the same ope
 - ``gemm``: any 1-d or 2-d shape: conv.c's implicit GEMM (the patch matrix built block by
   block into the GEMM's panels; the input as stored for an unpadded stride-1 1x1 kernel),
   the epilogue on the register tile;
-- ``depthwise``: groups == C == M: depthwise.c, one pass per plane through a padded copy, the
-  epilogue applied on the row in cache;
+- ``depthwise``: groups == C == M: depthwise.c (with AVX-512: stride 1 "same" planes as
+  flat vectors of masked loads, stride 2 through the plane's four phases; else one pass per
+  plane through a padded copy), the epilogue applied on the row in cache;
+- ``direct``: few input channels (a stem) or a pointwise convolution from few channels over a
+  large plane: conv_direct.c, each tap's 16 columns feeding 16 output channels' accumulators;
 - ``pointwise``: 1x1 kernel, stride 1, no padding: per group one GEMM (OpenBLAS) on the input
   as stored, ``W (M, C) @ x[n] (C, H*W)``, no copy;
 - ``im2col``: any 1-d or 2-d shape: the patch matrix of one image and group written by C into
