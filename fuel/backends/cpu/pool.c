@@ -27,9 +27,86 @@ static inline int64_t inside(int64_t o, int64_t stride, int64_t pad, int64_t dil
     return count;
 }
 
+#if defined(__AVX512F__)
+/* The windows of output rows over the padded plane, four 16-column chunks at once (the last
+ * chunks masked; their reads stay in the padded copy), without NaN tracking. */
+static void pool_rows_fast(const float *padded, float *out, const Shape *s, int64_t pw,
+                           int maximum, const float *row_count, const float *col_count) {
+    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+                                           4, 2, 0);
+    const int64_t sw = s->sw;
+    const __m512 start = _mm512_set1_ps(maximum ? -INFINITY : 0.0f);
+    for (int64_t oh = 0; oh < s->oh; oh++) {
+        float *target = out + oh * s->ow;
+        for (int64_t ow0 = 0; ow0 < s->ow; ow0 += 64) {
+            __m512 a0 = start, a1 = start, a2 = start, a3 = start;
+            for (int64_t kh = 0; kh < s->kh; kh++) {
+                const float *row = padded + (oh * s->sh + kh * s->dh) * pw + ow0 * sw;
+                for (int64_t kw = 0; kw < s->kw; kw++) {
+                    const float *p = row + kw * s->dw;
+#define POOL_LOAD(i) (sw == 1 ? _mm512_loadu_ps(p + 16 * i) \
+                      : _mm512_permutex2var_ps(_mm512_loadu_ps(p + 32 * i), evens, \
+                                               _mm512_loadu_ps(p + 32 * i + 16)))
+#define POOL_STEP(i) if (ow0 + 16 * i < s->ow) a##i = maximum \
+                         ? _mm512_max_ps(a##i, POOL_LOAD(i)) : _mm512_add_ps(a##i, POOL_LOAD(i));
+                    POOL_STEP(0) POOL_STEP(1) POOL_STEP(2) POOL_STEP(3)
+#undef POOL_STEP
+#undef POOL_LOAD
+                }
+            }
+#define POOL_STORE(i) if (ow0 + 16 * i < s->ow) { \
+                const int64_t ow = ow0 + 16 * i; \
+                const __mmask16 mask = s->ow - ow >= 16 ? (__mmask16)0xFFFF \
+                                                        : (__mmask16)((1u << (s->ow - ow)) - 1); \
+                __m512 v = a##i; \
+                if (!maximum && row_count != NULL) \
+                    v = _mm512_div_ps(v, _mm512_mul_ps(_mm512_set1_ps(row_count[oh]), \
+                        _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), mask, col_count + ow))); \
+                _mm512_mask_storeu_ps(target + ow, mask, v); }
+            POOL_STORE(0) POOL_STORE(1) POOL_STORE(2) POOL_STORE(3)
+#undef POOL_STORE
+        }
+    }
+}
+#endif
+
 static void pool_plane(const float *in, float *out, const Shape *s, float *padded, int64_t pw,
                        int64_t ph, int maximum, float fill, const float *row_count,
                        const float *col_count) {
+#if defined(__AVX512F__)
+    int nan_free = 0;  /* no NaN in the plane (its max needs no NaN tracking) */
+    {
+        const __m512 filled = _mm512_set1_ps(fill);
+        __mmask16 nan = 0;
+        const int64_t left = s->pl < pw ? s->pl : pw;
+        const int64_t width = s->w < pw - left ? s->w : pw - left;
+        for (int64_t y = 0; y < ph; y++) {
+            float *target = padded + y * pw;
+            const int64_t iy = y - s->pt;
+            const int valid = iy >= 0 && iy < s->h;
+            /* the fill where the row does not land: all of it, or its two sides */
+            const int64_t from = valid ? left : pw, to = valid ? left + width : pw;
+            for (int side = 0; side < 2; side++) {
+                const int64_t begin = side ? to : 0, end = side ? pw : from;
+                for (int64_t t = begin; t < end; t += 16) {
+                    const __mmask16 m = end - t >= 16 ? (__mmask16)0xFFFF
+                                                      : (__mmask16)((1u << (end - t)) - 1);
+                    _mm512_mask_storeu_ps(target + t, m, filled);
+                }
+            }
+            if (!valid) continue;
+            const float *source = in + iy * s->w;
+            for (int64_t t = 0; t < width; t += 16) {
+                const __mmask16 m = width - t >= 16 ? (__mmask16)0xFFFF
+                                                    : (__mmask16)((1u << (width - t)) - 1);
+                const __m512 v = _mm512_maskz_loadu_ps(m, source + t);
+                nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+                _mm512_mask_storeu_ps(target + left + t, m, v);
+            }
+        }
+        nan_free = nan == 0;
+    }
+#else
     for (int64_t y = 0; y < ph; y++) {
         float *target = padded + y * pw;
         const int64_t iy = y - s->pt;
@@ -39,7 +116,16 @@ static void pool_plane(const float *in, float *out, const Shape *s, float *padde
         const int64_t width = s->w < pw - left ? s->w : pw - left;
         memcpy(target + left, in + iy * s->w, sizeof(float) * width);
     }
+#endif
     const int64_t sw = s->sw;
+#if defined(__AVX512F__)
+    /* no NaN to track (an average, or a max over a plane without NaN): four 16-column chunks
+     * of a row at once, so four accumulator chains are in flight */
+    if ((nan_free || !maximum) && sw <= 2) {
+        pool_rows_fast(padded, out, s, pw, maximum, row_count, col_count);
+        return;
+    }
+#endif
     for (int64_t oh = 0; oh < s->oh; oh++) {
         float *target = out + oh * s->ow;
         int64_t ow = 0;
