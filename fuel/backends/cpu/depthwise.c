@@ -350,10 +350,11 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         uint16_t *masks = (uint16_t *)thread_buffer(2, (size_t)(flat * taps / 2 + 1));
         dw_flat_masks(&s, masks, flat);
         j.mode = DW_FLAT, j.vectors = flat, j.masks = masks;
-    } else if (s.sh == 2 && s.sw == 2 && s.ow > NARROW) {
-        /* stride 2 through the four phases (one thread: 96 channels 3x3 at 112x112 315 us
-         * against the padded copy's 364, 144 5x5 at 56x56 186 against 251, 96 5x5 at 28x28
-         * 39 against 54; a 7-column output keeps the channel-lane form: 76 against 63) */
+    } else if (s.sh == 2 && s.sw == 2) {
+        /* stride 2 through the four phases (one thread: 96 channels 3x3 at 112x112 292 us
+         * against the padded copy's 364, 144 5x5 at 56x56 175 against 251, 96 5x5 at 28x28
+         * 39 against 54; to a 7x7 output against the channel-lane form: 576 3x3 68 against
+         * 102, 672 5x5 123 against 145) */
         j.mode = DW_PHASES;
     }
     if (s.ow <= NARROW && j.mode == DW_PADDED) {

@@ -180,13 +180,32 @@ static void dw_flat_pair(const float *in, const float *filter, float *out, const
  * `buffer`: dw_phase_floats(s) floats. */
 static inline int64_t dw_phase_width(const Shape *s) { return s->ow + ((s->kw - 1) * s->dw) / 2; }
 static inline int64_t dw_phase_rows(const Shape *s) { return s->oh + ((s->kh - 1) * s->dh) / 2; }
-/* one phase, and the zeros the last block of DW_UNITS vectors reads past it */
-#define DW_OVERRUN (16 * DW_UNITS + 32)  /* also a row's last 16-column store */
+/* one phase, and the zeros a row's last 16-column store writes past it */
+#define DW_OVERRUN 32
 static inline int64_t dw_phase_size(const Shape *s) {
     return (dw_phase_rows(s) + 1) * dw_phase_width(s) + DW_OVERRUN;
 }
 static inline int64_t dw_phase_floats(const Shape *s) {
     return 4 * dw_phase_size(s) + (s->oh * dw_phase_width(s) + 16 * DW_UNITS) + 16;
+}
+
+/* `count` (a constant in each expansion) vectors of the phase layout's grid from v0. */
+static inline __attribute__((always_inline)) void dw_phase_block(
+        const float *buffer, const float *filter, float *grid, const int64_t *offsets,
+        int64_t taps, int64_t v0, const int count, float bias) {
+#define DW_START(i) __m512 a##i = _mm512_set1_ps(bias);
+    DW_EACH(DW_START)
+#undef DW_START
+    for (int64_t t = 0; t < taps; t++) {
+        const __m512 weight = _mm512_set1_ps(filter[t]);
+        const float *p = buffer + offsets[t] + v0 * 16;
+#define DW_FMA(i) if (count > i) a##i = _mm512_fmadd_ps(weight, _mm512_loadu_ps(p + 16 * i), a##i);
+        DW_EACH(DW_FMA)
+#undef DW_FMA
+    }
+#define DW_KEEP(i) if (count > i) _mm512_storeu_ps(grid + (v0 + i) * 16, a##i);
+    DW_EACH(DW_KEEP)
+#undef DW_KEEP
 }
 
 static void dw_phase_plane(const float *in, const float *filter, float *out, const Shape *s,
@@ -236,20 +255,18 @@ static void dw_phase_plane(const float *in, const float *filter, float *out, con
     }
     float *grid = buffer + 4 * size;
     for (int64_t v0 = 0; v0 < vectors; v0 += DW_UNITS) {
-        /* a block past the last vector reads the zeros after the phases' rows */
-#define DW_START(i) __m512 a##i = _mm512_set1_ps(bias);
-        DW_EACH(DW_START)
-#undef DW_START
-        for (int64_t t = 0; t < taps; t++) {
-            const __m512 weight = _mm512_set1_ps(filter[t]);
-            const float *p = buffer + offsets[t] + v0 * 16;
-#define DW_FMA(i) a##i = _mm512_fmadd_ps(weight, _mm512_loadu_ps(p + 16 * i), a##i);
-            DW_EACH(DW_FMA)
-#undef DW_FMA
+#define DW_BLOCK(n) dw_phase_block(buffer, filter, grid, offsets, taps, v0, n, bias)
+        switch (vectors - v0 < DW_UNITS ? vectors - v0 : DW_UNITS) {
+        case 1: DW_BLOCK(1); break;
+        case 2: DW_BLOCK(2); break;
+        case 3: DW_BLOCK(3); break;
+        case 4: DW_BLOCK(4); break;
+        case 5: DW_BLOCK(5); break;
+        case 6: DW_BLOCK(6); break;
+        case 7: DW_BLOCK(7); break;
+        default: DW_BLOCK(8);
         }
-#define DW_KEEP(i) _mm512_storeu_ps(grid + (v0 + i) * 16, a##i);
-        DW_EACH(DW_KEEP)
-#undef DW_KEEP
+#undef DW_BLOCK
     }
     const int64_t plane = s->oh * s->ow;
     for (int64_t oh = 0; oh < s->oh; oh++)
