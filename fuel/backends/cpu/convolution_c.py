@@ -88,6 +88,7 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 DIRECT_CHANNELS = 16
 DIRECT_POINTWISE_CHANNELS = 64
 DIRECT_PLANE = 196
+DIRECT_MOST_OUTPUTS = 32  # a stem to more output channels: even or worse (64: 2976 us, 2873)
 DIRECT_OUTPUTS = 16
 
 
@@ -177,14 +178,14 @@ class Geometry:
 
     @property
     def direct(self) -> bool:
-        """A dense convolution to at least DIRECT_OUTPUTS output channels from at most
-        DIRECT_CHANNELS input channels (a stem), or a pointwise one from at most
-        DIRECT_POINTWISE_CHANNELS over at least DIRECT_PLANE positions."""
+        """A dense convolution to at least DIRECT_OUTPUTS output channels: from at most
+        DIRECT_CHANNELS input channels to at most DIRECT_MOST_OUTPUTS (a stem), or a pointwise
+        one from at most DIRECT_POINTWISE_CHANNELS over at least DIRECT_PLANE positions."""
         if self.groups != 1 or self.c <= 0 or self.m < DIRECT_OUTPUTS:
             return False
         if self.pointwise and self.h * self.w >= DIRECT_PLANE:
             return self.c <= DIRECT_POINTWISE_CHANNELS
-        return self.c <= DIRECT_CHANNELS
+        return self.c <= DIRECT_CHANNELS and self.m <= DIRECT_MOST_OUTPUTS
 
     @property
     def winograd(self) -> bool:
