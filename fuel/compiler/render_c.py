@@ -4,9 +4,10 @@ The function is ``void fuel_kernel(char **data, const int64_t *sizes, const int6
 ``data`` holds each load's pointer (its offset applied), then each store's; ``sizes`` the
 collapsed loop sizes; ``strides`` each load's strides per collapsed dim, load-major. Sizes and
 strides are arguments, so one source (and one compiled library) serves every shape with the
-same loop depth and innermost-stride pattern. The outermost dims run as one flattened loop
-(OpenMP-parallel where it is large enough, when the toolchain enables it); the innermost dim
-runs dense, so contiguous operands vectorize. Semantics follow the NumPy kernels: integer
+same loop depth and innermost-stride pattern. The outermost dims run as one flattened loop;
+the innermost dim runs dense, so contiguous operands vectorize. Rendered for OpenMP, a launch
+from a threshold (a size argument) splits its flattened elements into one contiguous range
+per thread. Semantics follow the NumPy kernels: integer
 division and remainder by zero give 0, shifts past the width give 0 (or -1), maximum and
 minimum propagate NaN, round is half to even.
 
@@ -51,6 +52,8 @@ class CProgram:
     source: str
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
+    # Where the sizes hold the OpenMP threshold (a parallel kernel's last size), else None.
+    threshold: int | None = None
 
 
 def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
@@ -61,7 +64,10 @@ def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
 def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
              vector_math: bool = False) -> CProgram:
     """The C source of ``kernel`` and its sizes/strides arguments. ``parallel_threshold``:
-    run the outer loop with OpenMP when a launch has at least that many elements.
+    split the launch's elements over OpenMP threads when it has at least that many; the
+    threshold is the last size argument (``CProgram.threshold``), so a launcher may change it
+    (the judge's serial and parallel variants). Each thread takes one contiguous range of
+    the flattened loop, so a fully collapsed (1-D) loop splits as well as a nest.
     ``vector_math``: declare the math functions SIMD-callable, so loops calling them vectorize
     through glibc's libmvec (the toolchain links it)."""
     output_strides = contiguous_strides(kernel.shape)
@@ -70,31 +76,62 @@ def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
     depth = len(sizes)
     load_strides = strides[:len(kernel.loads)]
     patterns = [stride_pattern(s[-1:]) for s in load_strides]
-    lines = [prelude(kernel), *(_vector_declarations(kernel) if vector_math else ()),
-             *helpers(kernel),
+    parallel = parallel_threshold is not None
+    lines = [prelude(kernel), *(PARALLEL_PRELUDE if parallel else ()),
+             *(_vector_declarations(kernel) if vector_math else ()), *helpers(kernel),
              "void fuel_kernel(char **data, const int64_t *sizes, "
              "const int64_t *strides) {",
              f"  const int64_t inner = sizes[{depth - 1}];",
              "  int64_t outer_count = 1;",
              f"  for (int d = 0; d < {depth - 1}; d++) outer_count *= sizes[d];"]
-    if parallel_threshold is not None:
-        lines.append(f"  #pragma omp parallel for schedule(static) "
-                     f"if (outer_count * inner >= {parallel_threshold})")
-    lines.append("  for (int64_t outer = 0; outer < outer_count; outer++) {")
-    lines += outer_inputs(kernel, patterns, depth - 1, depth)
+    body = outer_inputs(kernel, patterns, depth - 1, depth)
     for position, store in enumerate(kernel.stores):
         ctype = storage_type(store.dtype)
-        lines.append(f"    {ctype} *restrict out{position} = "
-                     f"({ctype} *)data[{len(kernel.loads) + position}] + outer * inner;")
-    lines.append("    for (int64_t i = 0; i < inner; i++) {")
+        body.append(f"    {ctype} *restrict out{position} = "
+                    f"({ctype} *)data[{len(kernel.loads) + position}] + outer * inner;")
+    if parallel:
+        lines += ["  const int64_t total = outer_count * inner;",
+                  f"  #pragma omp parallel if (total >= sizes[{depth}])",
+                  "  {",
+                  "  int64_t begin, end;",
+                  "  fuel_thread_range(total, &begin, &end);",
+                  "  for (int64_t outer = begin / inner; outer * inner < end; outer++) {",
+                  *body,
+                  "    const int64_t first = begin > outer * inner ? begin - outer * inner : 0;",
+                  "    const int64_t last = end - outer * inner < inner ? end - outer * inner "
+                  ": inner;",
+                  "    for (int64_t i = first; i < last; i++) {"]
+    else:
+        lines += ["  for (int64_t outer = 0; outer < outer_count; outer++) {", *body,
+                  "    for (int64_t i = 0; i < inner; i++) {"]
     for index, value in enumerate(kernel.values):
         lines.append(f"      const {C_TYPES[value.dtype]} v{index} = "
                      f"{_expression(kernel, value, patterns)};")
     for position, store in enumerate(kernel.stores):
         lines.append(f"      out{position}[i] = {stored(store)};")
-    lines += ["    }", "  }", "}", ""]
+    lines += ["    }", "  }", *(["  }"] if parallel else []), "}", ""]
     flat = tuple(s for load in load_strides for s in load)
+    if parallel:
+        return CProgram("\n".join(lines), (*sizes, parallel_threshold), flat, depth)
     return CProgram("\n".join(lines), sizes, flat)
+
+
+# A parallel elementwise kernel's split: this thread's range [begin, end) of ``total``
+# elements, whole 16-element runs (a vector's) except the last, one range per thread.
+PARALLEL_PRELUDE = ("""#ifdef _OPENMP
+#include <omp.h>
+#endif
+static inline void fuel_thread_range(int64_t total, int64_t *begin, int64_t *end) {
+#ifdef _OPENMP
+  const int64_t team = omp_get_num_threads(), member = omp_get_thread_num();
+#else
+  const int64_t team = 1, member = 0;
+#endif
+  int64_t chunk = (total + team - 1) / team;
+  chunk = (chunk + 15) / 16 * 16;
+  *begin = member * chunk < total ? member * chunk : total;
+  *end = *begin + chunk < total ? *begin + chunk : total;
+}""",)
 
 
 PRELUDE = """#include <math.h>

@@ -118,7 +118,8 @@ def render_c_reduce(kernel: LoopKernel, vector_math: bool = False,
     lines += ["  }", "}", ""]
     flat = tuple(s for own, row in zip(strides, row_strides) for s in (*own, *row))
     tail = (PARALLEL_ROWS,) if parallel else ()
-    return CProgram("\n".join(lines), (*sizes, *row_sizes, *tail), flat)
+    return CProgram("\n".join(lines), (*sizes, *row_sizes, *tail), flat,
+                    width if parallel else None)
 
 
 # The last reduction's loop writes the most derived per-element value it shares with the

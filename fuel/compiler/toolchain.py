@@ -220,9 +220,9 @@ SPIN_COUNT = "10000"
 def openmp_flags() -> tuple[str, ...]:
     """``("-fopenmp",)`` where the compiler builds OpenMP code, else ``()`` (probed once).
     For hand-written kernels that thread themselves (the quantized matmul picks its thread
-    count per launch) and row kernels (serial or parallel rows, the judge's variants);
-    generated elementwise kernels stay single-threaded unless FUEL_OPENMP=1. Handing the
-    flags out sets the bounded idle spin (``GOMP_SPINCOUNT``, unless the user set one)."""
+    count per launch) and generated kernels (serial or parallel rows or elements, the
+    judge's variants). Handing the flags out sets the bounded idle spin (``GOMP_SPINCOUNT``,
+    unless the user set one)."""
     found = detect()
     if isinstance(found, str):
         return ()

@@ -16,11 +16,11 @@ and a changed kernel invalidates only its own entries.
 ``FUEL_JUDGE``: ``on`` (default: time unseen buckets within ``FUEL_JUDGE_BUDGET`` seconds per
 process, 2 by default), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
 own rule). A profiled launch that runs much slower than its recorded winner marks the entry
-for a re-check. Timings taken while the machine is busier than its cores (the load average
-above ``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) rank the candidates by how they share
-the cores: the kernel's rule stays and nothing is stored. A process follows a stored winner
-(the first stored verdict wins), else its own timing, else the rule; bitwise agreement across
-processes takes ``off``, or ``cached`` with tuned winners.
+for a re-check. While the machine is busier than its cores (the load average above
+``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) timings would rank the candidates by how
+they share the cores: nothing is timed or stored, and the kernel's rule stays. A process
+follows a stored winner (the first stored verdict wins), else its own timing, else the rule;
+bitwise agreement across processes takes ``off``, or ``cached`` with tuned winners.
 ``judge_stats()`` counts what it did; ``explain()`` shows the candidates and their times per
 node.
 """
@@ -33,7 +33,7 @@ import statistics
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fuel.dispatch.kernel import BindingEntry, KernelDTypes, Launcher, Variant, prepare_launcher
@@ -228,6 +228,9 @@ class Judge:
         if not timing:
             self.counts["default"] += 1
             return Verdict(default, default)
+        if _busy():  # timings of a machine busier than its cores would rank nothing (they are
+            self.counts["unsaved_busy"] += 1  # not stored): the rule stays, untimed, as in
+            return Verdict(default, default, {}, "busy machine: rule kept")  # other processes
         start = time.perf_counter()
         seconds = _time_candidates(candidates, inputs, outputs, layouts, params)
         self.spent += time.perf_counter() - start
@@ -239,8 +242,8 @@ class Judge:
         self.counts["timed"] += 1
         if winner != default:
             self.counts["switched"] += 1
-        if _busy():  # timings of a machine busier than its cores rank nothing: the rule
-            self.counts["unsaved_busy"] += 1  # stays, as in every other process here
+        if _busy():  # it became busy while timing: the timings rank nothing, the rule stays
+            self.counts["unsaved_busy"] += 1
             return Verdict(default, default, seconds, "timed on a busy machine: rule kept")
         self.stored = None  # re-read: another process may have stored this bucket meanwhile
         record = self._load().get(key)
@@ -447,6 +450,22 @@ class JudgedKernel:
         # shape costs one lookup; a re-check (a new epoch) decides again.
         self.chosen: dict = {}
 
+    def for_shape(self, shape: tuple[int, ...], load_strides: list) -> JudgedKernel | None:
+        """A generated kernel's contest at another shape: its kernel's twin for ``shape``
+        (the same source and revision, so the same verdicts), judged alike; None where the
+        twin cannot serve."""
+        reshape = getattr(self.entries[0].kernel, "for_shape", None)
+        twin = reshape(shape, load_strides) if len(self.entries) == 1 and reshape else None
+        if twin is None:
+            return None
+        entry = replace(self.entries[0], kernel=twin)
+        return JudgedKernel(self.op, self.dtypes, self.backend, [entry], self.label)
+
+    @property
+    def loop(self):
+        """The first entry's loop (a generated kernel's LoopKernel), or None."""
+        return getattr(self.entries[0].kernel, "loop", None)
+
     def candidates(self, layouts: Sequence[Layout], params: object, index: int = 0
                    ) -> tuple[Candidate, ...]:
         first = self.entries[0]
@@ -528,6 +547,12 @@ class _TimedAtFirstLaunch:
     @property
     def kernel_source(self) -> str | None:
         return getattr(self.launcher, "kernel_source", None)
+
+    @property
+    def settled(self) -> Launcher | None:
+        """The winner's launcher once the first call decided (a bound plan then calls it
+        directly), else None."""
+        return self.launcher
 
 
 def _index(outputs: Sequence, inputs: Sequence) -> int:

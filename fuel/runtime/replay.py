@@ -129,6 +129,10 @@ class BoundPlan:
         self.current: list = [None] * (self.output_base + len(self.outputs))
         self.launchers: list[Launcher | None] = [None] * len(self.steps)
         self.unprepared = True  # every launcher None (the first run, after a failed one)
+        # Steps whose launcher settles at its first call (the judge timing a bucket there):
+        # after a run, each is replaced by the launcher it settled on, so later runs call the
+        # winner directly (and the backend's batcher can fold it into a sequence).
+        self.settling: set[int] = set()
         self.volatile: set[int] = set()  # leaves seen replaced between runs
         self.touching: list[list[int]] = [[] for _ in self.current]
         for index, (sources, target) in enumerate(self.operands):
@@ -221,6 +225,8 @@ class BoundPlan:
                 with np.errstate(all="ignore"):
                     self.launches.run(self.launchers, graph)
                 drain(None, self.devices)
+            if self.settling:
+                self._settle()
         except BaseException:
             for pool, storage in reversed(taken):
                 pool.give_back(storage)
@@ -253,6 +259,7 @@ class BoundPlan:
             current[self.leaf_count:self.output_base] = self.held
         self.current = current
         self.launchers = [None] * len(self.launchers)
+        self.settling.clear()
         self.unprepared = True
 
     def _prepare_changed(self, changed: list[int], graph: Graph) -> None:
@@ -266,8 +273,21 @@ class BoundPlan:
             touching = self.touching
             stale = sorted({index for storage_id in changed for index in touching[storage_id]})
         for index in stale:
-            launchers[index] = self._prepare(index, graph)
+            launcher = launchers[index] = self._prepare(index, graph)
+            if hasattr(launcher, "settled"):
+                self.settling.add(index)
         self.unprepared = False
+
+    def _settle(self) -> None:
+        """Replace each settling launcher that has settled by its settled launcher."""
+        launchers = self.launchers
+        for index in list(self.settling):
+            launcher = launchers[index]
+            settled = getattr(launcher, "settled", None)
+            if launcher is None or settled is not None:
+                if settled is not None:
+                    launchers[index] = settled
+                self.settling.discard(index)
 
     def _prepare(self, index: int, graph: Graph) -> Launcher:
         """The launcher of step ``index`` on its current storages."""

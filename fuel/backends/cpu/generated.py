@@ -54,33 +54,36 @@ class GeneratedKernel:
         self.empty = any(size == 0 for size in kernel.shape)
         self.__qualname__ = self.__name__ = kernel.name
         self.own_patterns: list[str] | None = None
-        # A row kernel rendered with parallel rows ends its sizes with the row threshold.
-        self.row_threshold = kernel.reduced and len(program.sizes) > len(kernel.shape) and \
-            "omp parallel" in program.source
-        self.competes = self.row_threshold  # the judge times its variants (see ``variants``)
+        # A kernel rendered for OpenMP holds its threshold in a size argument (the judge's
+        # serial and parallel variants set it).
+        self.threshold = program.threshold
+        self.competes = program.threshold is not None  # the judge times its variants
 
     def variants(self, layouts: Sequence[Layout], params: object, device
                  ) -> tuple[Variant, ...]:
-        """A row kernel's rows serial or on OpenMP threads (the judge's candidates; the rule,
-        parallel from PARALLEL_ROWS elements, first); none for a small launch or an
-        elementwise kernel."""
-        if not self.row_threshold:
+        """The kernel serial or split over OpenMP threads (the judge's candidates, the rule
+        first: a row kernel's rows parallel from PARALLEL_ROWS elements, an elementwise
+        kernel's elements from PARALLEL_THRESHOLD); none for a small launch or a kernel built
+        without OpenMP."""
+        if self.threshold is None:
             return ()
         elements = 1
         for size in self.loop.shape:
             elements *= size
         if elements < SMALLEST_CONTEST:
             return ()
-        serial = Variant("rows-serial", partial(self._prepare_with, 1 << 62))
-        threads = Variant("rows-parallel", partial(self._prepare_with, 0))
-        return (threads, serial) if elements >= PARALLEL_ROWS else (serial, threads)
+        kind, rule = ("rows", PARALLEL_ROWS) if self.loop.reduced else \
+            ("elements", PARALLEL_THRESHOLD)
+        serial = Variant(f"{kind}-serial", partial(self._prepare_with, 1 << 62))
+        threads = Variant(f"{kind}-parallel", partial(self._prepare_with, 0))
+        return (threads, serial) if elements >= rule else (serial, threads)
 
     def _prepare_with(self, threshold: int, inputs: Sequence, outputs: Sequence,
                       layouts: Sequence[Layout], params: object) -> Launcher:
         launcher = self.prepare(inputs, outputs, layouts, params)
         if isinstance(launcher, ForeignCall):
             sizes = (ctypes.c_int64 * len(self.sizes))(*self.sizes)
-            sizes[len(sizes) - 1] = threshold
+            sizes[self.threshold] = threshold
             launcher.sizes = sizes
         return launcher
 
@@ -112,8 +115,10 @@ class GeneratedKernel:
         dense = contiguous_strides(shape)
         sizes, strides = collapse(shape, list(load_strides) + [dense] * len(loop.stores))
         own = self.program
-        if len(sizes) != len(own.sizes):
+        if len(sizes) != (len(own.sizes) if own.threshold is None else own.threshold):
             return None
+        if own.threshold is not None:
+            sizes = (*sizes, *own.sizes[own.threshold:])
         loads = strides[:len(loop.loads)]
         if [stride_pattern(s[-1:]) for s in loads] != self.patterns():
             return None
@@ -122,9 +127,10 @@ class GeneratedKernel:
         twin.loop = replace(loop, shape=shape, loads=tuple(
             replace(load, strides=tuple(strides_)) for load, strides_ in
             zip(loop.loads, load_strides)))
-        twin.program = CProgram(own.source, sizes, flat)
+        twin.program = CProgram(own.source, sizes, flat, own.threshold)
         twin.pending, twin.built, twin.function = self.pending, self.built, self.function
-        twin.extra_flags, twin.row_threshold, twin.competes = self.extra_flags, False, False
+        twin.extra_flags, twin.threshold, twin.competes = (self.extra_flags, self.threshold,
+                                                          self.competes)
         twin.sizes = (ctypes.c_int64 * len(sizes))(*sizes)
         twin.strides = (ctypes.c_int64 * max(1, len(flat)))(*flat)
         twin.empty = any(size == 0 for size in shape)
@@ -136,7 +142,8 @@ class GeneratedKernel:
         """The innermost stride pattern of each load, as the source was rendered for."""
         if self.own_patterns is None:
             count = len(self.loop.loads)
-            depth = len(self.program.sizes)
+            program = self.program
+            depth = len(program.sizes) if program.threshold is None else program.threshold
             flat = self.program.strides
             self.own_patterns = [stride_pattern(flat[i * depth + depth - 1:i * depth + depth])
                                  for i in range(count)]
@@ -175,17 +182,17 @@ def generate_c_kernel(kernel: LoopKernel) -> BindingEntry:
     hash is the generated source's."""
     found = toolchain.detect()
     usable = not isinstance(found, str)
-    threshold = PARALLEL_THRESHOLD if usable and found.openmp else None
     vector_math = usable and found.vector_math
-    extra: tuple[str, ...] = ()
+    # Rows and elements may run on OpenMP threads: the judge times serial and parallel per
+    # shape bucket (the default rule: parallel from PARALLEL_ROWS / PARALLEL_THRESHOLD
+    # elements). The OpenMP team is the one the float32 matmul and the quantized kernels use.
+    extra = toolchain.openmp_flags() if usable else ()  # sets the bounded idle spin
+    parallel = bool(extra) or (usable and found.openmp)
     if kernel.reduced:
-        # Rows may run on OpenMP threads: the judge times serial and parallel rows per shape
-        # bucket (the default rule: parallel from PARALLEL_ROWS elements).
-        extra = toolchain.openmp_flags() if usable else ()  # sets the bounded idle spin
-        program = render_c_reduce(kernel, vector_math=vector_math,
-                                  parallel=bool(extra) or threshold is not None)
+        program = render_c_reduce(kernel, vector_math=vector_math, parallel=parallel)
     else:
-        program = render_c(kernel, threshold, vector_math=vector_math)
+        program = render_c(kernel, PARALLEL_THRESHOLD if parallel else None,
+                           vector_math=vector_math)
     pending = toolchain.start_build(program.source, kernel.name, extra)
     revision = int.from_bytes(hashlib.blake2b(program.source.encode(), digest_size=8).digest(),
                               "little")

@@ -10,7 +10,8 @@
  *   0 dot:  a_inner == 1 and b_inner == 1 (b is the transposed view of a row-major (n, k)
  *           weight, Linear's x @ W.T): each output is the dot of a row of a with a row of W;
  *           a tile of DOT_ROWS rows x DOT_COLUMNS weight rows keeps 8-wide partial sums along
- *           k and reduces them horizontally at the end.
+ *           k and reduces them horizontally at the end (with AVX-512, unless NO_AVX512:
+ *           8 weight rows, 16-wide sums).
  *   1 rows: b_column == 1 (b's rows are contiguous): a tile of ROWS_ROWS rows of a x 24
  *           columns of b broadcasts each a[i, l] against the row vector b[l, j:j+24].
  *   2 blas: each unit is one single-threaded cblas_sgemm (NumPy's OpenBLAS, its address in
@@ -30,9 +31,17 @@
 #endif
 
 #define DOT_ROWS 3
+#if defined(VECTOR) && defined(__AVX512F__) && defined(__AVX512DQ__) && !defined(NO_AVX512)
+#define WIDE 1  /* the dot tile in AVX-512's 32 registers: 8 weight rows, 16-wide sums */
+#define DOT_COLUMNS 8
+#ifndef PREFETCH_TILES
+#define PREFETCH_TILES 2  /* how far ahead (in weight tiles) the dot form prefetches */
+#endif
+#else
 #define DOT_COLUMNS 4
 #ifndef PREFETCH_TILES
-#define PREFETCH_TILES 4  /* how far ahead (in weight tiles) the dot form prefetches */
+#define PREFETCH_TILES 4
+#endif
 #endif
 #define ROWS_ROWS 4
 #define ROWS_VECTORS 3
@@ -72,61 +81,95 @@ INLINE __m256i lane_mask(int64_t count) {
     return _mm256_loadu_si256((const __m256i *)(MASK_TABLE + 8 - count));
 }
 
-/* The four lanes' sums of four vectors: {sum(v0), sum(v1), sum(v2), sum(v3)}. */
-INLINE __m128 sum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
-    __m256 pair = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
-    return _mm_add_ps(_mm256_castps256_ps128(pair), _mm256_extractf128_ps(pair, 1));
+/* The dot tile's vector type and operations: AVX-512 (WIDE) or AVX2. */
+#if defined(WIDE)
+typedef __m512 DotVector;
+typedef __mmask16 DotTail;
+#define DOT_WIDTH 16
+#define DOT_KEEP "+v"
+#define dot_zero() _mm512_setzero_ps()
+#define dot_load(p) _mm512_loadu_ps(p)
+#define dot_load_tail(p, tail) _mm512_maskz_loadu_ps(tail, p)
+#define dot_fma(x, y, sum) _mm512_fmadd_ps(x, y, sum)
+#define dot_tail(count) ((__mmask16)((1u << (count)) - 1u))
+
+/* {sum(v[0]), ..., sum(v[7])} into lanes. */
+INLINE void dot_sums(const DotVector *v, float *lanes) {
+    __m256 half[DOT_COLUMNS];
+    for (int c = 0; c < DOT_COLUMNS; c++)
+        half[c] = _mm256_add_ps(_mm512_castps512_ps256(v[c]), _mm512_extractf32x8_ps(v[c], 1));
+    __m256 low = _mm256_hadd_ps(_mm256_hadd_ps(half[0], half[1]),
+                                _mm256_hadd_ps(half[2], half[3]));
+    __m256 high = _mm256_hadd_ps(_mm256_hadd_ps(half[4], half[5]),
+                                 _mm256_hadd_ps(half[6], half[7]));
+    _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20),
+                                          _mm256_permute2f128_ps(low, high, 0x31)));
 }
+#else
+typedef __m256 DotVector;
+typedef __m256i DotTail;
+#define DOT_WIDTH 8
+#define DOT_KEEP "+x"
+#define dot_zero() _mm256_setzero_ps()
+#define dot_load(p) _mm256_loadu_ps(p)
+#define dot_load_tail(p, tail) _mm256_maskload_ps(p, tail)
+#define dot_fma(x, y, sum) _mm256_fmadd_ps(x, y, sum)
+#define dot_tail(count) lane_mask(count)
+
+/* {sum(v[0]), ..., sum(v[3])} into lanes. */
+INLINE void dot_sums(const DotVector *v, float *lanes) {
+    __m256 pair = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    _mm_storeu_ps(lanes, _mm_add_ps(_mm256_castps256_ps128(pair),
+                                    _mm256_extractf128_ps(pair, 1)));
+}
+#endif
 
 /* rows (1..DOT_ROWS) rows of a (unit inner stride) against DOT_COLUMNS weight rows; stores
  * the first `columns` of the DOT_COLUMNS results of each row. */
 INLINE void dot_tile(const int rows, const float *a, int64_t a_row, const float *const *w,
-                     float *out, int64_t out_row, int columns, int64_t k, __m256i tail,
+                     float *out, int64_t out_row, int columns, int64_t k, DotTail tail,
                      const float *next) {
-    __m256 sums[DOT_ROWS][DOT_COLUMNS];
+    DotVector sums[DOT_ROWS][DOT_COLUMNS];
     for (int r = 0; r < rows; r++)
-        for (int c = 0; c < DOT_COLUMNS; c++) sums[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < DOT_COLUMNS; c++) sums[r][c] = dot_zero();
     int64_t l = 0;
-    for (; l + 8 <= k; l += 8) {
+    for (; l + DOT_WIDTH <= k; l += DOT_WIDTH) {
         if (next != NULL && l % 16 == 0)  /* the next weight rows, a cache line per row */
             for (int c = 0; c < DOT_COLUMNS; c++) _mm_prefetch((const char *)(next + c * k + l),
                                                                _MM_HINT_T0);
-        __m256 x[DOT_ROWS];
+        DotVector x[DOT_ROWS];
         for (int r = 0; r < rows; r++) {
-            x[r] = _mm256_loadu_ps(a + r * a_row + l);
-            __asm__("" : "+x"(x[r]));  /* in a register: one load, not one per FMA using it */
+            x[r] = dot_load(a + r * a_row + l);
+            __asm__("" : DOT_KEEP(x[r]));  /* in a register: one load, not one per FMA */
         }
         for (int c = 0; c < DOT_COLUMNS; c++) {
-            __m256 y = _mm256_loadu_ps(w[c] + l);
-            __asm__("" : "+x"(y));
-            for (int r = 0; r < rows; r++) sums[r][c] = _mm256_fmadd_ps(x[r], y, sums[r][c]);
+            DotVector y = dot_load(w[c] + l);
+            __asm__("" : DOT_KEEP(y));
+            for (int r = 0; r < rows; r++) sums[r][c] = dot_fma(x[r], y, sums[r][c]);
         }
     }
     if (l < k) {
-        __m256 x[DOT_ROWS];
-        for (int r = 0; r < rows; r++) x[r] = _mm256_maskload_ps(a + r * a_row + l, tail);
+        DotVector x[DOT_ROWS];
+        for (int r = 0; r < rows; r++) x[r] = dot_load_tail(a + r * a_row + l, tail);
         for (int c = 0; c < DOT_COLUMNS; c++) {
-            __m256 y = _mm256_maskload_ps(w[c] + l, tail);
-            for (int r = 0; r < rows; r++) sums[r][c] = _mm256_fmadd_ps(x[r], y, sums[r][c]);
+            DotVector y = dot_load_tail(w[c] + l, tail);
+            for (int r = 0; r < rows; r++) sums[r][c] = dot_fma(x[r], y, sums[r][c]);
         }
     }
     for (int r = 0; r < rows; r++) {
-        __m128 result = sum4(sums[r][0], sums[r][1], sums[r][2], sums[r][3]);
-        float *target = out + r * out_row;
-        if (columns == DOT_COLUMNS) {
-            _mm_storeu_ps(target, result);
-        } else {
-            float lanes[4];
-            _mm_storeu_ps(lanes, result);
-            memcpy(target, lanes, (size_t)columns * sizeof(float));
-        }
+        float lanes[DOT_COLUMNS];
+        dot_sums(sums[r], lanes);
+        if (columns == DOT_COLUMNS)  /* a whole tile: one vector store */
+            memcpy(out + r * out_row, lanes, sizeof(lanes));
+        else
+            memcpy(out + r * out_row, lanes, (size_t)columns * sizeof(float));
     }
 }
 
 static void dot_block(const Problem *p, const float *a, const float *b, float *out,
                       int64_t row_start, int64_t row_end, int64_t column_start,
                       int64_t column_end) {
-    const __m256i tail = lane_mask(p->k % 8);
+    const DotTail tail = dot_tail(p->k % DOT_WIDTH);
     for (int64_t j = column_start; j < column_end; j += DOT_COLUMNS) {
         int columns = (int)(column_end - j < DOT_COLUMNS ? column_end - j : DOT_COLUMNS);
         const float *w[DOT_COLUMNS];

@@ -64,6 +64,21 @@ def test_odd_sizes_both_forms(m, n, k):
     check(run(FORCED, a, b), a, b)
 
 
+def test_avx2_dot_tile_without_avx512(monkeypatch):
+    """The AVX2 dot tile (a machine without AVX-512; this one runs the wide tile) on odd
+    sizes, tails of k and of the weight rows included."""
+    from fuel.compiler import toolchain
+
+    if toolchain.unavailable_reason() is not None:
+        pytest.skip("no C compiler")
+    built = toolchain.build("#define NO_AVX512 1\n" + matmul.SOURCE.read_text(),
+                            "matmul_float32_avx2_test", toolchain.openmp_flags())
+    monkeypatch.setattr(matmul, "library", lambda: built.function)
+    for m, n, k in ((1, 5, 7), (4, 9, 17), (13, 33, 100), (12, 384, 1536)):
+        a, weight = random(m, k), random(n, k, seed=1)
+        check(run(FORCED, a, weight.T), a, weight.T)
+
+
 @pytest.mark.parametrize("m, n, k", [(12, 1536, 384), (12, 384, 1536), (64, 100, 384),
                                      (130, 70, 33)])
 def test_model_sizes_and_large_rows(m, n, k):
@@ -182,3 +197,32 @@ def test_selection_rule():
     assert form((3, 3, 512), (3, 512, 64), False, (3, 3, 64)).form == matmul.ROWS
     assert form((1, 512), (512, 64), False, (1, 64)).form is None  # one row: OpenBLAS
     assert form((12, 384), (384, 1536), False, (12, 1536)).form is None  # wide b
+
+
+@pytest.mark.parametrize("m", [64, 65, 130])
+@pytest.mark.parametrize("n", [1, 5, 33, 100])
+@pytest.mark.parametrize("k", [1, 7, 300])
+def test_gemm_form_odd_sizes(m, n, k):
+    """The gemm form (the convolution's register-tiled GEMM) on a transposed weight and on
+    (k, n) rows: edge slivers and panels, K blocks past KC, every output element written."""
+    from fuel.backends.cpu import matmul_gemm
+
+    if matmul_gemm.library() is None:
+        pytest.skip("no C compiler")
+    a, weight, b = random(m, k), random(n, k, seed=1), random(k, n, seed=2)
+    for operand in (weight.T, b):
+        layouts = tuple(storage_and_layout(x)[1] for x in (a, operand)) + (
+            Layout.contiguous((m, n)),)
+        assert matmul.gemm_arguments(layouts, 2) is not None
+        kernel = matmul.CMatmul()  # the rule gives these launches the gemm form
+        check(run(kernel, a, operand), a, operand)
+
+
+def test_gemm_form_strided_rows():
+    """Rows of a and of the weight further apart than k (slices of wider matrices)."""
+    a = random(100, 50)[:, :40]
+    weight = random(70, 48, seed=1)[:, :40]
+    layouts = tuple(storage_and_layout(x)[1] for x in (a, weight.T)) + (
+        Layout.contiguous((100, 70)),)
+    assert matmul.gemm_arguments(layouts, 2) is not None
+    check(run(matmul.CMatmul(), a, weight.T), a, weight.T)

@@ -1,0 +1,103 @@
+/* float32 matmul on the convolution's register-tiled GEMM (after conv_common.h and
+ * conv_gemm.h): out (m x n) = a (m x k, rows lda apart, unit inner stride) . b, with b either
+ * (k x n) rows ldb apart (unit column stride) or the transposed view of a row-major (n x k)
+ * weight, rows ldb apart (Linear's x @ W.T). The MR-row slivers of a are read as stored; b is
+ * packed per K block into NR-column panels (a weight transposed on the way: 16 rows gathered
+ * per step with AVX-512), so the micro kernel streams one panel per tile.
+ *
+ * Entry: fuel_kernel(data, sizes, strides)
+ *   data  = {a, b, out}
+ *   sizes = {threads, m, n, k, transposed_b, lda, ldb, ldc}
+ * Work units are column blocks x sliver blocks (conv_gemm.h's split_units), run on OpenMP
+ * threads (the team every other threaded kernel of fuel's uses); each thread packs into a
+ * buffer of its own.
+ */
+
+typedef struct {
+    const float *a, *b;
+    float *out;
+    int64_t m, n, k, transposed, lda, ldb, ldc;
+} MatmulJob;
+
+/* Columns [n0, n0 + nc) of b = W.T (W: n x k, rows ldw apart), rows [l0, l0 + kc), into
+ * panels as pack_b lays them out (zero padded). */
+static void pack_transposed(const float *w, int64_t ldw, int64_t l0, int64_t kc, int64_t n0,
+                            int64_t nc, float *packed) {
+    for (int64_t j = 0; j < nc; j += NR) {
+        float *panel = packed + (j / NR) * PANEL(kc);
+        const int64_t width = nc - j < NR ? nc - j : NR, row = PANEL_ROW(nc, j);
+        const float *source = w + (n0 + j) * ldw + l0;
+        int64_t t0 = 0;
+#if defined(__AVX512F__)
+        const __m512i rows = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32((int)ldw));
+        for (; t0 + 16 <= width; t0 += 16)  /* 16 weight rows, one value each per step */
+            for (int64_t l = 0; l < kc; l++)
+                _mm512_store_ps(panel + l * row + t0,
+                                _mm512_i32gather_ps(rows, source + t0 * ldw + l, 4));
+#endif
+        for (int64_t l = 0; l < kc; l++) {
+            float *target = panel + l * row;
+            for (int64_t t = t0; t < width; t++) target[t] = source[t * ldw + l];
+            for (int64_t t = width; t < row; t++) target[t] = 0.0f;
+        }
+    }
+}
+
+/* Columns [n0, n0 + nc) and slivers [s0, s1) of the product: per K block, b's panels packed
+ * once, then every sliver against them (the first block stores, the others accumulate). */
+static void matmul_unit(const MatmulJob *job, int64_t n0, int64_t nc, int64_t s0, int64_t s1,
+                        float *panel) {
+    float acc[MR * NR];
+    const int64_t m = job->m, k = job->k, ldc = job->ldc;
+    for (int64_t l0 = 0; l0 < k; l0 += KC) {
+        const int64_t kc = k - l0 < KC ? k - l0 : KC;
+        if (job->transposed) pack_transposed(job->b, job->ldb, l0, kc, n0, nc, panel);
+        else pack_b(job->b, job->ldb, l0, kc, n0, nc, panel);
+        for (int64_t s = s0; s < s1; s++) {
+            const int64_t i0 = s * MR;
+            const int rows = m - i0 < MR ? (int)(m - i0) : MR;
+            const float *a[MR];  /* rows past m repeat the last one; their sums are dropped */
+            for (int r = 0; r < MR; r++)
+                a[r] = job->a + (i0 + (r < rows ? r : rows - 1)) * job->lda + l0;
+            for (int64_t j = 0; j < nc; j += NR) {
+                const int cols = nc - j < NR ? (int)(nc - j) : NR;
+                const int half = PANEL_ROW(nc, j) == HALF && HALF < NR;
+                float *c = job->out + i0 * ldc + n0 + j;
+                const float *b_panel = panel + (j / NR) * PANEL(kc);
+                if (rows == MR && cols == (half ? HALF : NR)) {
+                    micro(kc, a, b_panel, half, c, ldc, l0 > 0);
+                    continue;
+                }
+                micro(kc, a, b_panel, half, acc, NR, 0);  /* an edge tile: through acc */
+                for (int r = 0; r < rows; r++) {
+                    float *target = c + r * ldc;
+                    if (l0 > 0)
+                        for (int t = 0; t < cols; t++) target[t] += acc[r * NR + t];
+                    else
+                        memcpy(target, acc + r * NR, sizeof(float) * (size_t)cols);
+                }
+            }
+        }
+    }
+}
+
+void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
+    (void)strides;
+    const MatmulJob job = {(const float *)data[0], (const float *)data[1], (float *)data[2],
+                           sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
+                           sizes[7]};
+    const int64_t threads = sizes[0], slivers = (job.m + MR - 1) / MR;
+    int64_t block, column_blocks, row_blocks;
+    split_units(job.n, slivers, threads, &block, &column_blocks, &row_blocks);
+    const int64_t units = column_blocks * row_blocks;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && units > 1)
+    for (int64_t u = 0; u < units; u++) {
+        float *panel = thread_buffer(0, (size_t)PANEL(KC) * (size_t)((block + NR - 1) / NR));
+        const int64_t cb = u % column_blocks, rb = u / column_blocks;
+        const int64_t n0 = cb * block, nc = job.n - n0 < block ? job.n - n0 : block;
+        matmul_unit(&job, n0, nc, slivers * rb / row_blocks, slivers * (rb + 1) / row_blocks,
+                    panel);
+    }
+}
