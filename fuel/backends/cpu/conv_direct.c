@@ -14,6 +14,8 @@
  * positions. Without AVX-512, scalar loops.
  */
 
+#define DIRECT_PROBE (-1)  /* sizes[0]: write 1 to *data[0] when built with AVX-512, else 0 */
+
 typedef struct {
     const float *x, *packed, *bias, *residual, *slope;
     float *out;
@@ -176,6 +178,14 @@ static void direct_task(void *context, int64_t unit) {
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
+    if (sizes[0] == DIRECT_PROBE) {  /* whether this build has the vector loop */
+#if defined(__AVX512F__)
+        *(int64_t *)data[0] = 1;
+#else
+        *(int64_t *)data[0] = 0;
+#endif
+        return;
+    }
     const int64_t threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *w = data[1], *bias = data[2], *scalars = data[6];

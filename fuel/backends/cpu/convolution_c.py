@@ -94,12 +94,15 @@ DIRECT_OUTPUTS = 16
 
 @functools.lru_cache(maxsize=1)
 def avx512() -> bool:
-    """Whether this CPU has AVX-512F (conv_direct.c's vector loop; without it, scalar)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            return any(line.startswith("flags") and " avx512f" in line for line in handle)
-    except OSError:
+    """Whether conv_direct.c was built with its AVX-512 loop (else its loops are scalar and
+    the rule does not pick it): the library's probe call."""
+    function = library(DIRECT)
+    if function is None:
         return False
+    answer = np.zeros(1, np.int64)
+    sizes = (ctypes.c_int64 * 19)(-1, *([0] * 18))
+    function((ctypes.c_void_p * 8)(answer.ctypes.data, *([None] * 7)), sizes, None)
+    return bool(answer[0])
 
 
 def _source(path: Path) -> str:
