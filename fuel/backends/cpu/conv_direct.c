@@ -8,8 +8,8 @@
  * loads, other strides gather) and feed 16 output channels' accumulators at once, the weights
  * broadcast from a copy packed per launch (16 output channels a block, zero past M). A unit is
  * one output row of one image, over every channel block and column chunk; the bias starts
- * the accumulators, the residual and the activations without exp are applied on them
- * (sigmoid, SiLU, tanh: `finish` on the stored row). A 1x1 stride-1 unpadded convolution
+ * the accumulators, the residual and the activation are applied on them (conv_common.h's
+ * act16). A 1x1 stride-1 unpadded convolution
  * takes the plane as one row (no chunk of a row left part empty), units of DIRECT_SPAN
  * positions. Without AVX-512, scalar loops.
  */
@@ -62,7 +62,6 @@ static void direct_pointwise_task(void *context, int64_t unit) {
     const int64_t n = unit / spans, first = (unit % spans) * DIRECT_SPAN;
     const int64_t end = first + DIRECT_SPAN < plane ? first + DIRECT_SPAN : plane;
     const float *image = j->x + n * s->c * plane;
-    const int inline_act = inline_act16(s->act);
     for (int64_t block = 0; block < j->blocks; block++) {
         const float *weights = j->packed + block * 16 * (s->c + 1);
         const float *bias = weights + 16 * s->c;
@@ -85,16 +84,12 @@ static void direct_pointwise_task(void *context, int64_t unit) {
                 __m512 v = a##i; \
                 if (j->residual != NULL) \
                     v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, j->residual + at)); \
-                if (inline_act) v = act16(v, s->act, j->alpha, j->beta, \
-                                          j->slope != NULL ? j->slope[m0 + i] : 0.0f); \
+                v = act16(v, s->act, j->alpha, j->beta, \
+                          j->slope != NULL ? j->slope[m0 + i] : 0.0f); \
                 _mm512_mask_storeu_ps(j->out + at, keep, v); }
             DIRECT_EACH(DIRECT_STORE)
 #undef DIRECT_STORE
         }
-        if (!inline_act)
-            for (int64_t i = 0; i < live; i++)
-                finish(j->out + (n * s->m + m0 + i) * plane + first, end - first, 0.0f, NULL,
-                       s->act, j->alpha, j->beta, 0.0f);
     }
 }
 
@@ -104,7 +99,6 @@ static void direct_task(void *context, int64_t unit) {
     const int64_t n = unit / s->oh, oh = unit % s->oh, taps = s->c * s->kh * s->kw;
     const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const float *image = j->x + n * s->c * s->h * s->w;
-    const int inline_act = inline_act16(s->act);
     for (int64_t block = 0; block < j->blocks; block++) {
         const float *weights = j->packed + block * 16 * (taps + 1);
         const float *bias = weights + 16 * taps;
@@ -134,16 +128,12 @@ static void direct_task(void *context, int64_t unit) {
                 __m512 v = a##i; \
                 if (j->residual != NULL) \
                     v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, j->residual + at)); \
-                if (inline_act) v = act16(v, s->act, j->alpha, j->beta, \
-                                          j->slope != NULL ? j->slope[m0 + i] : 0.0f); \
+                v = act16(v, s->act, j->alpha, j->beta, \
+                          j->slope != NULL ? j->slope[m0 + i] : 0.0f); \
                 _mm512_mask_storeu_ps(j->out + at, keep, v); }
             DIRECT_EACH(DIRECT_STORE)
 #undef DIRECT_STORE
         }
-        if (!inline_act)
-            for (int64_t i = 0; i < live; i++)
-                finish(j->out + ((n * s->m + m0 + i) * s->oh + oh) * s->ow, s->ow, 0.0f, NULL,
-                       s->act, j->alpha, j->beta, 0.0f);
     }
 }
 #else

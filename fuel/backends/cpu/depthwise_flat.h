@@ -1,19 +1,15 @@
-/* float32 depthwise convolution, the flat layout (AVX-512; depthwise.c's source is
- * conv_common.h, this file, then depthwise.c). */
+/* float32 depthwise convolution with AVX-512: the flat and phase layouts (depthwise.c's source
+ * is conv_common.h, this file, then depthwise.c). */
 #if defined(__AVX512F__)
-/* AVX-512 without a padded copy: every tap's 16 lanes are one zero-masked load straight from
- * the plane (lanes whose input is in the padding are masked off: their loads never touch
- * memory and read 0), so no plane is copied and no store is reloaded. Two layouts of the
- * lanes:
- * - flat (stride 1, OW == W: "same" padding): the plane's output positions q = oh * W + ow
- *   read input q + offset[tap], so 16 consecutive positions are one vector across row ends;
- *   the masks (vector x tap) are built once a launch by the caller;
- * - rows (stride 1 or 2): 16 columns of one output row per vector; a tap's mask is the chunk's
- *   column mask (per chunk and kernel column) and'ed with its row's validity; stride 2 takes
- *   the even lanes of two loads.
- * Eight vectors accumulate at once, the bias is the accumulators' start, the residual and the
- * activations without exp are applied on the accumulators; sigmoid, SiLU and tanh by
- * `finish` on the plane after. */
+/* The flat layout (stride 1, OW == W: "same" padding): the plane's output positions
+ * q = oh * W + ow read input q + offset[tap], so 16 consecutive positions are one vector
+ * across row ends, and every tap's 16 lanes are one zero-masked load straight from the plane
+ * (lanes whose input is in the padding are masked off: their loads never touch memory and
+ * read 0), so no plane is copied and no store is reloaded; the masks (vector x tap) are built
+ * once a launch by the caller. Eight vectors accumulate at once (planes of at most four
+ * vectors two at a time), the bias is the accumulators' start, the residual and the
+ * activation are applied on the accumulators (conv_common.h's act16). The phase layout for
+ * stride 2 follows. */
 #define DW_UNITS 8
 #define DW_MASKS 8192  /* most flat masks a launch builds (vectors x taps) */
 
@@ -54,7 +50,7 @@ static inline __attribute__((always_inline)) void dw_store(
     const __mmask16 keep = plane - q >= 16 ? (__mmask16)0xFFFF
                                            : (__mmask16)((1u << (plane - q)) - 1);
     if (residual != NULL) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, residual + q));
-    if (inline_act16(s->act)) v = act16(v, s->act, alpha, beta, slope);
+    v = act16(v, s->act, alpha, beta, slope);
     _mm512_mask_storeu_ps(out + q, keep, v);
 }
 
@@ -108,7 +104,6 @@ static void dw_flat_plane(const float *in, const float *filter, float *out, cons
         }
 #undef DW_FLAT
     }
-    if (!inline_act16(s->act)) finish(out, s->oh * s->ow, 0.0f, NULL, s->act, alpha, beta, slope);
 }
 
 /* Two planes of at most four vectors each at once (eight accumulators in flight, where one
@@ -144,10 +139,6 @@ static inline __attribute__((always_inline)) void dw_flat_pair_block(
     DW_PAIR(DW_END)
 #undef DW_END
 #undef DW_PAIR
-    if (!inline_act16(s->act)) {
-        finish(out, plane, 0.0f, NULL, s->act, alpha, beta, 0.0f);
-        finish(out + plane, plane, 0.0f, NULL, s->act, alpha, beta, 0.0f);
-    }
 }
 
 static void dw_flat_pair(const float *in, const float *filter, float *out, const float *bias,
@@ -268,12 +259,10 @@ static void dw_phase_plane(const float *in, const float *filter, float *out, con
         }
 #undef DW_BLOCK
     }
-    const int64_t plane = s->oh * s->ow;
     for (int64_t oh = 0; oh < s->oh; oh++)
         for (int64_t ow = 0; ow < s->ow; ow += 16)
             dw_store(out + oh * s->ow, ow, s->ow,
                      _mm512_loadu_ps(grid + oh * r + ow), s,
                      residual != NULL ? residual + oh * s->ow : NULL, alpha, beta, slope);
-    if (!inline_act16(s->act)) finish(out, plane, 0.0f, NULL, s->act, alpha, beta, slope);
 }
 #endif
