@@ -35,11 +35,19 @@ def feed_signature(specs: list, feeds: dict, device) -> tuple | None:
     return tuple(signature)
 
 
-class ModelReplay:
-    """One Model's captures, by feed signature (None: that signature runs the plain path)."""
+# Captures a model keeps (each holds its intermediate buffers): past this many feed
+# signatures, the least recently run one is dropped and captured again if it comes back, so
+# a model fed many shapes holds a bounded amount of memory.
+KEPT_CAPTURES = 16
 
-    def __init__(self) -> None:
+
+class ModelReplay:
+    """One Model's captures, by feed signature (None: that signature runs the plain path), the
+    ``kept`` most recently run ones."""
+
+    def __init__(self, kept: int = KEPT_CAPTURES) -> None:
         self.captures: dict[tuple, Capture | None] = {}
+        self.kept = kept
         self.replays = 0
 
     def run(self, signature: tuple, arrays: list[np.ndarray], device) -> list[Tensor] | None:
@@ -47,6 +55,9 @@ class ModelReplay:
         capture = self.captures.get(signature)
         if capture is None:
             return None
+        if next(reversed(self.captures)) != signature:  # the most recently run last
+            del self.captures[signature]
+            self.captures[signature] = capture
         if capture.generation != table_generation():  # kernels changed: build and capture anew
             del self.captures[signature]
             return None
@@ -75,8 +86,18 @@ class ModelReplay:
             self.captures[signature] = None
             return None
         self.captures[signature] = capture
+        self._trim()
         results = capture.run([t._node.buffer for t in feed_tensors])
         return [Tensor(node) for node in capture.output_nodes(results)]
+
+
+    def _trim(self) -> None:
+        """Drop the least recently run captures past ``kept`` (markers of signatures that
+        cannot replay cost nothing and stay)."""
+        held = [signature for signature, capture in self.captures.items()
+                if capture is not None]
+        for signature in held[:max(0, len(held) - self.kept)]:
+            del self.captures[signature]
 
 
 def depends_on(node, sources: set[int]) -> bool:

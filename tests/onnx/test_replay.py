@@ -37,6 +37,34 @@ def test_a_value_independent_graph_replays_with_new_feeds():
     assert len(model._replay.captures) == 2
 
 
+def test_a_model_keeps_its_most_recently_run_captures():
+    """Past ``kept`` feed signatures the least recently run capture (and its buffers) is
+    dropped; a signature run again stays; a dropped one is captured again when it returns,
+    with the same results."""
+    scale = helper.make_tensor("s", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])
+    model = _model([helper.make_node("Mul", ["x", "s"], ["m"]),
+                    helper.make_node("Exp", ["m"], ["y"])],
+                   [_float("x", ["n", 3])], [_float("y", None)], [scale])
+    model._replay.kept = 2
+    rng = np.random.default_rng(1)
+    inputs = {rows: rng.standard_normal((rows, 3)).astype(np.float32) for rows in (1, 2, 3)}
+
+    def run(rows):
+        np.testing.assert_allclose(model.run({"x": inputs[rows]})["y"],
+                                   np.exp(inputs[rows] * [1.0, 2.0, 3.0]), rtol=1e-6)
+
+    def held():
+        return sorted(signature[1][1][0] for signature, capture in
+                      model._replay.captures.items() if capture is not None)
+
+    run(1), run(2), run(1)  # 1 is the most recently run
+    run(3)
+    assert held() == [1, 3]
+    replays = model._replay.replays
+    run(2)  # dropped: captured again (a build, no replay)
+    assert model._replay.replays == replays and held() == [2, 3]
+
+
 def test_a_shape_read_from_a_feed_builds_every_call():
     shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
     model = _model([helper.make_node("Reshape", ["x", "shape"], ["y"]),

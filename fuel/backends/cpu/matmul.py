@@ -5,7 +5,8 @@ cache on first use; registered with source tag ``c`` ahead of the NumPy kernel.
 
 The selection rule (``plan_launch``, measured by ``bench/matmul.py``): after folding batch
 dims into rows where the layout allows, a launch runs the C kernel when it has at most
-``C_ROWS`` rows per batch entry and its strides fit one of the kernel's forms (``dot``: both
+``C_ROWS`` rows per batch entry (``DOT_ROWS_MOST`` in the dot form) and its strides fit one
+of the kernel's forms (``dot``: both
 operands unit-stride along k, Linear's ``x @ W.T``; ``rows``: ``b``'s rows unit-stride), else
 it runs OpenBLAS: the kernel's ``blas`` form, single-threaded ``cblas_sgemm`` calls of NumPy's
 OpenBLAS on fuel's OpenMP team (OpenBLAS's own pool never wakes), or ``np.matmul`` where NumPy's
@@ -47,6 +48,10 @@ COLUMN_ALIGNMENT = 24  # a multiple of both forms' tile widths (4 weight rows, 2
 # columns, so a wide b (more than ROWS_COLUMNS) or a single row (a vector-matrix product, where
 # OpenBLAS streams b's rows whole) stays with OpenBLAS.
 C_ROWS = 32
+# The dot form's own bound: with the AVX-512 tile (3 rows x 8 weight rows) it beat the gemm
+# form and OpenBLAS up to 64-80 rows in judge timings here (48 x 384 -> 1536: 0.30 ms against
+# 0.41 and 0.43 on 2 threads; 96 rows: 1.04 against the gemm form's 0.67).
+DOT_ROWS_MOST = 64
 ROWS_COLUMNS = 256
 # From this many multiply-adds a launch splits its tiles over threads.
 PARALLEL_WORK = 1 << 20
@@ -128,7 +133,7 @@ def plan_launch(layouts: Sequence[Layout], forced: bool = False) -> LaunchPlan:
     form = None
     if len(batch) <= MAX_BATCH_DIMS and (out.strides[-1] == 1 or n == 1):
         measured = forced or m <= C_ROWS
-        if a_inner == 1 and b_inner == 1 and measured:
+        if a_inner == 1 and b_inner == 1 and (measured or m <= DOT_ROWS_MOST):
             form = DOT
         elif b_column == 1 and measured and (forced or 1 < m and n <= ROWS_COLUMNS):
             form = ROWS
@@ -167,17 +172,17 @@ def launch_arguments(layouts: tuple[Layout, ...], forced: bool, threads: int):
 
 
 @functools.lru_cache(maxsize=4096)
-def gemm_arguments(layouts: tuple[Layout, ...], threads: int) -> tuple[int, ...] | None:
-    """The gemm form's sizes where the rule gives it the launch (a 2-D product, batch dims
-    folded, of at least ``matmul_gemm.GEMM_ROWS`` rows, operands it takes), else None.
-    Measured on this 2-core AMD EPYC (judge timings, 2 threads): 4-26% faster than OpenBLAS
-    on fuel's team and than the dot form from 64 rows (MiniLM's Linear shapes, 96 to 1024
-    rows)."""
+def gemm_arguments(layouts: tuple[Layout, ...], threads: int):
+    """The gemm form's (sizes, strides) where it takes the launch (at least
+    ``matmul_gemm.GEMM_ROWS`` rows per product after folding batch dims, operands it reads),
+    else None. The rule gives it the launches no C form takes: on this 2-core AMD EPYC (judge
+    timings, 2 threads) it ran 4-26% faster than OpenBLAS on fuel's team at MiniLM's Linear
+    shapes, 96 to 1024 rows."""
     plan = plan_launch(layouts, forced=True)
-    if plan.batch or matmul_gemm.library() is None:
+    if matmul_gemm.library() is None:
         return None
-    return matmul_gemm.gemm_sizes(plan.m, plan.n, plan.k, plan.strides,
-                                  threads if _work(plan) >= PARALLEL_WORK else 1)
+    return matmul_gemm.gemm_arguments(plan.m, plan.n, plan.k, plan.strides, plan.batch,
+                                      threads if _work(plan) >= PARALLEL_WORK else 1)
 
 
 def _work(plan: LaunchPlan) -> int:
@@ -343,10 +348,11 @@ class CMatmul:
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object) -> Launcher:
-        sizes = None if self.forced else gemm_arguments(tuple(layouts), thread_count())
-        if sizes is not None:
-            return matmul_gemm.prepare(sizes, inputs, outputs, layouts, params)
         plan, arguments = launch_arguments(tuple(layouts), self.forced, thread_count())
+        sizes = None if self.forced or plan.form in (DOT, ROWS) else \
+            gemm_arguments(tuple(layouts), thread_count())
+        if sizes is not None:  # many rows: the register-tiled GEMM
+            return matmul_gemm.prepare(sizes, inputs, outputs, layouts, params)
         return self._launcher(plan, arguments, inputs, outputs, layouts, params)
 
     def variants(self, layouts: Sequence[Layout], params: object, device: Device
@@ -357,13 +363,15 @@ class CMatmul:
             return ()
         found = []
         threads = thread_count()
-        sizes = gemm_arguments(tuple(layouts), threads)
-        if sizes is not None:  # the rule's choice for many rows: the register-tiled GEMM
-            found.append(Variant(f"gemm/{sizes[0]}t", functools.partial(matmul_gemm.prepare,
-                                                                       sizes)))
         for name, plan, count in variant_plans(tuple(layouts), threads):
             arguments = _form_arguments(plan, count) if plan.form is not None else None
             found.append(Variant(name, functools.partial(self._launcher, plan, arguments)))
+        sizes = gemm_arguments(tuple(layouts), threads)
+        if sizes is not None:  # the register-tiled GEMM: the rule's choice where no C form is
+            gemm = Variant(f"gemm/{sizes[0][0]}t", functools.partial(matmul_gemm.prepare,
+                                                                     sizes))
+            rule, _ = launch_arguments(tuple(layouts), False, threads)
+            found.insert(0 if rule.form not in (DOT, ROWS) else len(found), gemm)
         return tuple(found)
 
     def _launcher(self, plan: LaunchPlan, arguments, inputs: Sequence, outputs: Sequence,

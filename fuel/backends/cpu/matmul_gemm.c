@@ -6,12 +6,14 @@
  * per step with AVX-512), so the micro kernel streams one panel per tile.
  *
  * Entry: fuel_kernel(data, sizes, strides)
- *   data  = {a, b, out}
- *   sizes = {threads, m, n, k, transposed_b, lda, ldb, ldc}
- * Work units are column blocks x sliver blocks (conv_gemm.h's split_units), run on OpenMP
- * threads (the team every other threaded kernel of fuel's uses); each thread packs into a
- * buffer of its own.
+ *   data    = {a, b, out}
+ *   sizes   = {threads, m, n, k, transposed_b, lda, ldb, ldc, batch_dims, batch sizes...}
+ *   strides = per batch dim: a, b, out (elements; b's may be 0, a weight shared by a batch)
+ * Work units are batch entries x column blocks x sliver blocks (conv_gemm.h's split_units),
+ * run on OpenMP threads (the team every other threaded kernel of fuel's uses); each thread
+ * packs into a buffer of its own.
  */
+#define MOST_BATCH_DIMS 8
 
 typedef struct {
     const float *a, *b;
@@ -84,18 +86,33 @@ static void matmul_unit(const MatmulJob *job, int64_t n0, int64_t nc, int64_t s0
 }
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
-    (void)strides;
-    const MatmulJob job = {(const float *)data[0], (const float *)data[1], (float *)data[2],
-                           sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
-                           sizes[7]};
-    const int64_t threads = sizes[0], slivers = (job.m + MR - 1) / MR;
+    const MatmulJob whole = {(const float *)data[0], (const float *)data[1], (float *)data[2],
+                             sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
+                             sizes[7]};
+    const int64_t threads = sizes[0], slivers = (whole.m + MR - 1) / MR;
+    const int batch_dims = (int)sizes[8];
+    const int64_t *batch_sizes = sizes + 9;
+    int64_t entries = 1;
+    for (int d = 0; d < batch_dims; d++) entries *= batch_sizes[d];
+    /* Per product: column blocks x sliver blocks, enough that the team splits them evenly
+     * when the batch alone does not. */
+    const int64_t per_product = entries >= threads ? 1 : (threads + entries - 1) / entries;
     int64_t block, column_blocks, row_blocks;
-    split_units(job.n, slivers, threads, &block, &column_blocks, &row_blocks);
-    const int64_t units = column_blocks * row_blocks;
+    split_units(whole.n, slivers, per_product, &block, &column_blocks, &row_blocks);
+    const int64_t per_entry = column_blocks * row_blocks, units = entries * per_entry;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && units > 1)
     for (int64_t u = 0; u < units; u++) {
         float *panel = thread_buffer(0, (size_t)PANEL(KC) * (size_t)((block + NR - 1) / NR));
-        const int64_t cb = u % column_blocks, rb = u / column_blocks;
+        MatmulJob job = whole;
+        int64_t entry = u / per_entry;
+        for (int d = batch_dims - 1; d >= 0; d--) {  /* the entry's operands */
+            const int64_t index = entry % batch_sizes[d];
+            entry /= batch_sizes[d];
+            job.a += index * strides[3 * d];
+            job.b += index * strides[3 * d + 1];
+            job.out += index * strides[3 * d + 2];
+        }
+        const int64_t cb = u % per_entry % column_blocks, rb = u % per_entry / column_blocks;
         const int64_t n0 = cb * block, nc = job.n - n0 < block ? job.n - n0 : block;
         matmul_unit(&job, n0, nc, slivers * rb / row_blocks, slivers * (rb + 1) / row_blocks,
                     panel);

@@ -3,7 +3,8 @@ micro kernels, 8 x 32 with AVX-512) over a product of many rows, built from
 ``conv_common.h``, ``conv_gemm.h`` and ``matmul_gemm.c``. ``a``'s rows are read as stored and
 ``b`` is packed per K block into panels (a row-major weight transposed on the way), on fuel's
 OpenMP team. It is one of the float32 matmul's judged variants (``gemm/Nt``), offered from
-``GEMM_ROWS`` rows of a 2-D product (batch dims folded into rows where the layout allows):
+``GEMM_ROWS`` rows per product (batch dims folded into rows where the layout allows, the
+others walked through their strides, a weight shared by a batch with stride 0):
 measured here at 1024 x 384 x 1536 it ran 209-218 GFLOP/s on 2 threads against 185 for the
 blas form's two single-threaded OpenBLAS calls and 201-210 for OpenBLAS on its own pool.
 """
@@ -26,6 +27,7 @@ SOURCES = tuple(HERE / name for name in ("conv_common.h", "conv_gemm.h", "matmul
 GEMM_ROWS = 64
 # The transposed packing gathers 32 rows at int32 offsets: their stride must stay below this.
 MOST_ROW_STRIDE = 1 << 25
+MOST_BATCH_DIMS = 8  # matmul_gemm.c's
 
 
 def source() -> str:
@@ -39,14 +41,15 @@ def library():
     return entry_point("matmul_gemm_float32", source, openmp=True)
 
 
-def gemm_sizes(m: int, n: int, k: int, strides: tuple[int, int, int, int, int],
-               threads: int) -> tuple[int, ...] | None:
-    """The entry's sizes for a 2-D product (strides in elements: a row, a inner, b inner, b
-    column, out row), or None where the form does not take it: too few rows, ``a`` or the
-    output not row-major, ``b`` neither (k, n) rows nor a transposed (n, k) weight."""
+def gemm_arguments(m: int, n: int, k: int, strides: tuple[int, int, int, int, int],
+                   batch: tuple, threads: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The entry's (sizes, strides) for a product (strides in elements: a row, a inner, b
+    inner, b column, out row; ``batch``: (size, a, b, out strides) per batch dim), or None
+    where the form does not take it: too few rows, ``a`` or the output not row-major, ``b``
+    neither (k, n) rows nor a transposed (n, k) weight, too many batch dims."""
     a_row, a_inner, b_inner, b_column, out_row = strides
     if m < GEMM_ROWS or n < 1 or k < 1 or (a_inner != 1 and k > 1) or a_row < k or \
-            out_row < n:
+            out_row < n or len(batch) > MOST_BATCH_DIMS:
         return None
     if b_inner == 1 and b_column >= k:  # x @ W.T: W's rows
         transposed, ldb = 1, b_column
@@ -56,14 +59,18 @@ def gemm_sizes(m: int, n: int, k: int, strides: tuple[int, int, int, int, int],
         transposed, ldb = 0, b_inner
     else:
         return None
-    return (threads, m, n, k, transposed, a_row, ldb, out_row)
+    sizes = (threads, m, n, k, transposed, a_row, ldb, out_row, len(batch),
+             *[row[0] for row in batch])
+    return sizes, tuple(s for row in batch for s in row[1:])
 
 
-def prepare(sizes: tuple[int, ...], inputs: Sequence, outputs: Sequence,
-            layouts: Sequence[Layout], params: object) -> Launcher:
+def prepare(arguments: tuple[tuple[int, ...], tuple[int, ...]], inputs: Sequence,
+            outputs: Sequence, layouts: Sequence[Layout], params: object) -> Launcher:
     """The launch: one foreign call on the operands' first elements."""
+    sizes, strides = arguments
     function = library()
     pointers = [address(storage, layout) for storage, layout in
                 zip((inputs[0], inputs[1], outputs[0]), layouts)]
     return ForeignCall(function, (ctypes.c_void_p * 3)(*pointers),
-                       (ctypes.c_int64 * len(sizes))(*sizes), None, kernel_source="c")
+                       (ctypes.c_int64 * len(sizes))(*sizes),
+                       (ctypes.c_int64 * max(1, len(strides)))(*strides), kernel_source="c")

@@ -192,7 +192,10 @@ def test_selection_rule():
         return matmul.plan_launch(layouts)
 
     assert form((12, 384), (1536, 384), True, (12, 1536)).form == matmul.DOT
-    assert form((matmul.C_ROWS + 1, 384), (1536, 384), True, (33, 1536)).form is None
+    assert form((matmul.C_ROWS + 1, 384), (1536, 384), True, (33, 1536)).form == matmul.DOT
+    most = matmul.DOT_ROWS_MOST
+    assert form((most + 1, 384), (1536, 384), True, (most + 1, 1536)).form is None
+    assert form((matmul.C_ROWS + 1, 384), (384, 200), False, (33, 200)).form is None
     assert form((8, 128, 384), (1536, 384), True, (8, 128, 1536)).form is None  # m = 1024
     assert form((3, 3, 512), (3, 512, 64), False, (3, 3, 64)).form == matmul.ROWS
     assert form((1, 512), (512, 64), False, (1, 64)).form is None  # one row: OpenBLAS
@@ -211,18 +214,54 @@ def test_gemm_form_odd_sizes(m, n, k):
         pytest.skip("no C compiler")
     a, weight, b = random(m, k), random(n, k, seed=1), random(k, n, seed=2)
     for operand in (weight.T, b):
-        layouts = tuple(storage_and_layout(x)[1] for x in (a, operand)) + (
-            Layout.contiguous((m, n)),)
-        assert matmul.gemm_arguments(layouts, 2) is not None
-        kernel = matmul.CMatmul()  # the rule gives these launches the gemm form
-        check(run(kernel, a, operand), a, operand)
+        check(run(GEMM, a, operand), a, operand)
 
 
 def test_gemm_form_strided_rows():
     """Rows of a and of the weight further apart than k (slices of wider matrices)."""
     a = random(100, 50)[:, :40]
     weight = random(70, 48, seed=1)[:, :40]
-    layouts = tuple(storage_and_layout(x)[1] for x in (a, weight.T)) + (
-        Layout.contiguous((100, 70)),)
-    assert matmul.gemm_arguments(layouts, 2) is not None
-    check(run(matmul.CMatmul(), a, weight.T), a, weight.T)
+    check(run(GEMM, a, weight.T), a, weight.T)
+
+
+def test_gemm_form_batched_broadcast_and_attention_strides():
+    """Batch dims walked through their strides: a batch of products, a weight shared by the
+    batch (stride 0, folded where it can be), and attention's q @ k.T over heads read from one
+    fused projection (rows 3 heads apart, k transposed)."""
+    a, b = random(3, 70, 20), random(3, 20, 9, seed=1)
+    check(run(GEMM, a, b), a, b)
+    shared = random(20, 9, seed=2)
+    check(run(GEMM, random(2, 3, 65, 20), shared), random(2, 3, 65, 20), shared)
+    qkv = random(2, 80, 3 * 4 * 8, seed=3).reshape(2, 80, 3, 4, 8)
+    q = qkv[:, :, 0].transpose(0, 2, 1, 3)  # (batch, heads, rows, 8), rows 96 apart
+    k = qkv[:, :, 1].transpose(0, 2, 3, 1)  # (batch, heads, 8, rows): k transposed
+    check(run(GEMM, q, k), q, k)
+
+
+def test_the_rule_gives_many_rows_to_the_gemm_form():
+    """Past the C forms' bounds the rule's launcher is the gemm form's (one foreign call of
+    its library), and its result is the product."""
+    from fuel.backends.cpu import matmul_gemm
+
+    if matmul_gemm.library() is None:
+        pytest.skip("no C compiler")
+    m = matmul.DOT_ROWS_MOST + 1
+    a, weight = random(m, 50), random(40, 50, seed=1)
+    (sa, la), (sb, lb) = storage_and_layout(a), storage_and_layout(weight.T)
+    out = BACKEND.allocate(CPU, dt.float32, m * 40)
+    launcher = matmul.CMatmul().prepare([sa, sb], [out], [la, lb, Layout.contiguous((m, 40))],
+                                        None)
+    assert launcher.function is matmul_gemm.library()
+    launcher()
+    check(out.buffer.reshape(m, 40), a, weight.T)
+
+
+def GEMM(inputs, outputs, layouts, params):
+    """The gemm form's launch, whatever the rule would pick."""
+    from fuel.backends.cpu import matmul_gemm
+
+    if matmul_gemm.library() is None:
+        pytest.skip("no C compiler")
+    sizes = matmul.gemm_arguments(tuple(layouts), 2)
+    assert sizes is not None
+    matmul_gemm.prepare(sizes, inputs, outputs, layouts, params)()
