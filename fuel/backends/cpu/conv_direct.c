@@ -22,6 +22,7 @@ typedef struct {
     const Shape *s;
     float alpha, beta;
     int64_t blocks;  /* output channel blocks of 16 */
+    int64_t groups;  /* pointwise: the units a span's blocks are split into */
 } DirectJob;
 
 #if defined(__AVX512F__)
@@ -52,17 +53,23 @@ static inline __m512 direct_load(const float *row, int64_t base, const Shape *s,
                                     _mm512_add_epi32(at, _mm512_set1_epi32((int)base)), row, 4);
 }
 
-/* A 1x1 stride-1 unpadded convolution: the plane as one row, unit i: image i / spans,
- * positions [span * (i % spans), + span) (read and written as stored). */
+/* A 1x1 stride-1 unpadded convolution: the plane as one row, unit i: image i / (spans x
+ * groups), positions [span * (i / groups % spans), + span) (read and written as stored),
+ * output channel blocks [per_group * (i % groups), + per_group). */
 #define DIRECT_SPAN 256
 static void direct_pointwise_task(void *context, int64_t unit) {
     const DirectJob *j = context;
     const Shape *s = j->s;
     const int64_t plane = s->h * s->w, spans = (plane + DIRECT_SPAN - 1) / DIRECT_SPAN;
-    const int64_t n = unit / spans, first = (unit % spans) * DIRECT_SPAN;
+    const int64_t groups = j->groups, n = unit / (spans * groups);
+    const int64_t first = (unit / groups % spans) * DIRECT_SPAN;
+    const int64_t per_group = (j->blocks + groups - 1) / groups;
+    const int64_t block_begin = unit % groups * per_group;
+    const int64_t block_end = block_begin + per_group < j->blocks ? block_begin + per_group
+                                                                  : j->blocks;
     const int64_t end = first + DIRECT_SPAN < plane ? first + DIRECT_SPAN : plane;
     const float *image = j->x + n * s->c * plane;
-    for (int64_t block = 0; block < j->blocks; block++) {
+    for (int64_t block = block_begin; block < block_end; block++) {
         const float *weights = j->packed + block * 16 * (s->c + 1);
         const float *bias = weights + 16 * s->c;
         const int64_t m0 = block * 16, live = s->m - m0 < 16 ? s->m - m0 : 16;
@@ -193,12 +200,17 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     }
     DirectJob j = {data[0], packed, bias, data[3], data[5], data[4], &s,
                    scalars != NULL ? scalars[0] : 0.0f, scalars != NULL ? scalars[1] : 0.0f,
-                   blocks};
+                   blocks, 1};
 #if defined(__AVX512F__)
     if (s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0
             && s.oh == s.h && s.ow == s.w) {
-        run_units(s.n * ((s.h * s.w + DIRECT_SPAN - 1) / DIRECT_SPAN), threads,
-                  direct_pointwise_task, &j);
+        /* about four units a thread: a small plane's blocks split into groups */
+        const int64_t units = s.n * ((s.h * s.w + DIRECT_SPAN - 1) / DIRECT_SPAN);
+        if (threads > 1 && units < 4 * threads) {
+            j.groups = (4 * threads + units - 1) / units;
+            if (j.groups > blocks) j.groups = blocks;
+        }
+        run_units(units * j.groups, threads, direct_pointwise_task, &j);
         return;
     }
 #endif
