@@ -8,8 +8,10 @@ as in an eager call. Outputs get fresh storages on every call.
 A training step is captured whole: while the function is traced, ``backward`` leaves the
 gradients lazy and the state updates of ``fuel.frontend.backward.assign`` (an optimizer's
 parameters and moments, batch norm's running statistics) are recorded as the capture's
-effects: extra outputs, with each updated tensor's storage bound as an input on the next
-call and the tensor pointed at its new value after each (its autograd leaf kept).
+effects: extra outputs, each written back into the updated tensor's own storage where the
+plan allows it (in place, as the eager fused optimizers do: a replay allocates no new
+parameters or moments; a state whose old value a later step still reads gets a new storage
+per call instead), and the tensor pointed at its new value after each (its autograd leaf kept).
 """
 
 from __future__ import annotations
@@ -113,7 +115,10 @@ class JitFunction:
         chosen = list(effects.values())
         arguments = [t._node if n is not None else None for n, t in zip(nodes, traced_args)]
         arguments += [before for _, before, _ in chosen]
-        capture = Capture(arguments, [o._node for o in outputs] + [a for _, _, a in chosen])
+        # Each state written back into its own storage where the plan allows it (in place).
+        inplace = [(len(nodes) + i, len(outputs) + i) for i in range(len(chosen))]
+        capture = Capture(arguments, [o._node for o in outputs] + [a for _, _, a in chosen],
+                          inplace)
         return capture, single, [t for t, _, _ in chosen], [b.buffer for _, b, _ in chosen]
 
 
