@@ -8,8 +8,10 @@ as in an eager call. Outputs get fresh storages on every call.
 A training step is captured whole: while the function is traced, ``backward`` leaves the
 gradients lazy and the state updates of ``fuel.frontend.backward.assign`` (an optimizer's
 parameters and moments, batch norm's running statistics) are recorded as the capture's
-effects: extra outputs, with each updated tensor's storage bound as an input on the next
-call and the tensor pointed at its new value after each (its autograd leaf kept).
+effects: extra outputs, each written back into the updated tensor's own storage where the
+plan allows it (in place, as the eager fused optimizers do: a replay allocates no new
+parameters or moments; a state whose old value a later step still reads gets a new storage
+per call instead), and the tensor pointed at its new value after each (its autograd leaf kept).
 """
 
 from __future__ import annotations
@@ -57,13 +59,21 @@ def _python_key(value: object) -> tuple:
     return ("py", value.__class__, key)
 
 
-class JitFunction:
-    """A function whose graph is captured per input signature and replayed afterwards."""
+# Signatures a jit function keeps captured (each capture holds its intermediate buffers):
+# past this many, the least recently called one is dropped, and captured again if it returns.
+KEPT_CAPTURES = 32
 
-    def __init__(self, function: Callable) -> None:
+
+class JitFunction:
+    """A function whose graph is captured per input signature and replayed afterwards; the
+    ``keep`` most recently called signatures stay captured."""
+
+    def __init__(self, function: Callable, keep: int = KEPT_CAPTURES) -> None:
         self.function = function
-        # signature -> (Capture, whether one Tensor is returned, the effects' tensors)
+        # signature -> (Capture, whether one Tensor is returned, the effects' tensors), the
+        # most recently called last
         self.captures: dict = {}
+        self.keep = keep
         self.replays = 0
         functools.update_wrapper(self, function)
 
@@ -72,12 +82,19 @@ class JitFunction:
         signature = tuple((n.dtype, n.shape, n.device) if n is not None else _python_key(a)
                           for n, a in zip(nodes, args))
         storages = [n.buffer if n is not None else None for n in nodes]
-        known = self.captures.get(signature)
+        captures = self.captures
+        known = captures.get(signature)
         if known is None or known[0].generation != table_generation():
-            known = self.captures[signature] = self._capture(nodes, args)
+            captures.pop(signature, None)
+            known = captures[signature] = self._capture(nodes, args)
+            while len(captures) > max(self.keep, 1):
+                del captures[next(iter(captures))]
             capture, single, effects, before = known
             outputs = capture.run(storages + before)
         else:
+            if next(reversed(captures)) != signature:  # the most recently called last
+                del captures[signature]
+                captures[signature] = known
             capture, single, effects, _ = known
             with op_profile.phase("jit.replay"):
                 outputs = capture.run(storages + [_dense(t).buffer for t in effects])
@@ -113,10 +130,16 @@ class JitFunction:
         chosen = list(effects.values())
         arguments = [t._node if n is not None else None for n, t in zip(nodes, traced_args)]
         arguments += [before for _, before, _ in chosen]
-        capture = Capture(arguments, [o._node for o in outputs] + [a for _, _, a in chosen])
+        # Each state written back into its own storage where the plan allows it (in place).
+        inplace = [(len(nodes) + i, len(outputs) + i) for i in range(len(chosen))]
+        capture = Capture(arguments, [o._node for o in outputs] + [a for _, _, a in chosen],
+                          inplace)
         return capture, single, [t for t, _, _ in chosen], [b.buffer for _, b, _ in chosen]
 
 
-def jit(function: Callable) -> JitFunction:
-    """Decorator: capture ``function``'s plan on first call, replay it on later calls."""
-    return JitFunction(function)
+def jit(function: Callable | None = None, *, keep: int = KEPT_CAPTURES):
+    """Decorator: capture ``function``'s plan on first call per input signature, replay it on
+    later calls; ``keep`` signatures stay captured (the least recently called is dropped)."""
+    if function is None:
+        return lambda inner: JitFunction(inner, keep)
+    return JitFunction(function, keep)

@@ -14,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from fuel.frontend import tape
+from fuel.frontend import (
+    tape,
+    window_gradients,  # noqa: F401 - registers conv and pooling rules
+)
 from fuel.frontend.base import TensorBase, wrap
-from fuel.frontend.build import constant
+from fuel.frontend.build import at_user_line, constant
 from fuel.frontend.gradients import Through, accumulate, vjp
 from fuel.frontend.tape import Leaf, Record
 from fuel.graph.node import Node
@@ -176,6 +179,7 @@ def _checked_outputs(outputs) -> list[TensorBase]:
     return outputs
 
 
+@at_user_line
 def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
              create_graph: bool = False, inputs=None) -> None:
     """Accumulate the gradients of ``tensors`` into the ``.grad`` of the leaves they were
@@ -212,6 +216,7 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
         realize(roots)
 
 
+@at_user_line
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
          create_graph: bool = False, allow_unused: bool = False) -> tuple:
     """The gradients of ``outputs`` with respect to ``inputs``, as lazy tensors (torch's
@@ -318,6 +323,7 @@ class AutogradMethods:
                                   f"{self.shape}")
         found.grad = value
 
+    @at_user_line
     def backward(self, gradient=None, retain_graph: bool | None = None,
                  create_graph: bool = False, inputs=None) -> None:
         """Accumulate d self / d leaf into every leaf's ``.grad`` (torch's semantics)."""

@@ -26,7 +26,6 @@ from fuel.ir.errors import FuelError
 from fuel.ir.ops import (
     NO_PARAMS,
     AxisParams,
-    ConvParams,
     CopyParams,
     IndexCopyParams,
     OpKind,
@@ -371,7 +370,8 @@ def _matmul(v: Values, g):
     weight = _transposed_source(source) if source is not None else None
     if weight is not None:  # x @ W.t(): W's gradient as g^T x in W's own layout (torch's)
         k, n = b.shape[-2:]
-        return (g @ b.mT, Through(weight, g.reshape(-1, n).mT @ a.reshape(-1, k)))
+        rows_g, rows_a = (g, a) if g.ndim == 2 else (g.reshape(-1, n), a.reshape(-1, k))
+        return (g @ wrap(weight), Through(weight, rows_g.mT @ rows_a))
     if source is not None and batched:  # x @ W over a batch: one product over the rows
         k, n = b.shape[-2:]
         folded = a.reshape(-1, k).mT @ g.reshape(-1, n)
@@ -498,53 +498,6 @@ def _scatter_elements(v: Values, g):
                 (g._node, index._node, v.zeros(index.shape, g.dtype)._node),
                 ScatterParams(p.dim, "none"))
     return (base, None, taken)
-
-
-# ------------------------------------------------------------------ convolution
-@gradient(OpKind.CONV)
-def _conv(v: Values, g):
-    x, weight = v.x
-    p: ConvParams = v.params
-    rank = x.ndim - 2
-    kernel = weight.shape[2:]
-    # d x: the transposed convolution of g with the same weights, sized back to x.
-    reach = [(o - 1) * s - b - e + d * (k - 1) + 1 for o, s, b, e, d, k in
-             zip(g.shape[2:], p.strides, p.pads_begin, p.pads_end, p.dilations, kernel)]
-    output_padding = tuple(size - r for size, r in zip(x.shape[2:], reach))
-    # Stride 1, one group: the same as a convolution of g with the weights' channels swapped
-    # and taps flipped, padded by the kernel's reach less the forward's padding: it runs on
-    # the convolution kernels (the judged, fast ones) rather than the transposed one.
-    full = [d * (k - 1) for d, k in zip(p.dilations, kernel)]
-    begin = tuple(f - b for f, b in zip(full, p.pads_begin))
-    end = tuple(f - e for f, e in zip(full, p.pads_end))
-    if p.groups == 1 and all(s == 1 for s in p.strides) and not any(output_padding) and \
-            min(begin + end) >= 0:
-        flipped = weight.transpose(0, 1).flip(*range(2, 2 + rank))
-        dx = make(OpKind.CONV, (g._node, flipped._node),
-                  ConvParams((1,) * rank, begin, end, p.dilations, 1))
-    else:
-        transposed = ConvParams(p.strides, p.pads_begin, p.pads_end, p.dilations, p.groups,
-                                output_padding)
-        dx = make(OpKind.CONV_TRANSPOSE, (g._node, weight._node), transposed)
-    # d weight: per group, x (channels as the batch) convolved with g (batch as channels);
-    # stride and dilation trade places.
-    swapped = ConvParams(p.dilations, p.pads_begin, p.pads_end, p.strides, 1)
-    channels, outputs = weight.shape[1], weight.shape[0] // p.groups
-    parts = []
-    for group in range(p.groups):
-        xs = x.narrow(1, group * channels, channels).transpose(0, 1)
-        gs = g.narrow(1, group * outputs, outputs).transpose(0, 1)
-        part = make(OpKind.CONV, (xs._node, gs._node), swapped)  # (C, M, K')
-        for axis in range(rank):
-            part = part.narrow(2 + axis, 0, kernel[axis])
-        parts.append(part.transpose(0, 1))
-    return (dx, _join(parts))
-
-
-def _join(parts: list[TensorBase]) -> TensorBase:
-    if len(parts) == 1:
-        return parts[0]
-    return make(OpKind.CAT, tuple(p._node for p in parts), AxisParams(0))
 
 
 # ------------------------------------------------------------------ the one entry point

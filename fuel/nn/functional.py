@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from fuel.frontend.attention import paged_attention
-from fuel.frontend.build import at_user_line
+from fuel.frontend.build import at_user_line, make
 from fuel.frontend.elementwise import gelu, where
 from fuel.frontend.factories import random_uniform
 from fuel.frontend.generated import (  # the registry's functional names
@@ -23,7 +23,7 @@ from fuel.frontend.shape import pad as _pad
 from fuel.frontend.structured import layer_norm, log_softmax, matmul, rms_norm, softmax
 from fuel.frontend.tape import is_grad_enabled
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
-from fuel.ir.ops import check_operand
+from fuel.ir.ops import OpKind, PermuteParams, check_operand
 from fuel.tensor import Tensor, as_tensor
 
 __all__ = [
@@ -35,12 +35,15 @@ __all__ = [
 ]
 
 
+_TRANSPOSED = PermuteParams((1, 0))
+
+
 @at_user_line
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias, with ``weight`` of shape (out_features, in_features)."""
     if weight.ndim != 2:
         raise ShapeError(f"linear weight must be 2-D (out, in), got {weight.shape}")
-    result = matmul(x, weight.t())
+    result = matmul(x, make(OpKind.PERMUTE, (weight._node,), _TRANSPOSED))  # weight.t()
     return result + bias if bias is not None else result
 
 

@@ -8,6 +8,7 @@ the step's effects); the rest of the group goes through the lazy graph.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 from pathlib import Path
@@ -61,6 +62,7 @@ def adam(optimizer, group: dict, params: list) -> list:
     if function is None:  # no C compiler on this machine
         return params
     names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+    cache = optimizer.__dict__.setdefault("_fused_addresses", {})
     taken, left = [], []
     for param in params:
         grad = param.grad
@@ -76,22 +78,30 @@ def adam(optimizer, group: dict, params: list) -> list:
             state = optimizer.state[param] = {name: factories.tensor(
                 np.zeros(param.shape, kind.numpy)) for name in names}
             state["step"] = factories.tensor(np.zeros((), kind.numpy))
-        moments = [_storage(state[name]) for name in names]
-        step_storage = _storage(state["step"])
-        if any(m is None for m in moments) or step_storage is None:
-            left.append(param)
-            continue
-        taken.append((storage, grad_storage, moments, step_storage))
+        tensors = [state[name] for name in names] + [state["step"]]
+        known = cache.get(id(param))
+        # The addresses of a parameter's storage and state, kept while they are the same
+        # storages (the update is in place; load_state_dict or a moved parameter changes them).
+        if known is None or known[0] is not storage or any(
+                t._node.buffer is not b for t, b in zip(tensors, known[1])):
+            storages = [_storage(t) for t in tensors]
+            if any(m is None for m in storages):
+                left.append(param)
+                continue
+            addresses = [_address(storage)] + [_address(m) for m in storages[:-1]]
+            addresses += [None] * (4 - len(addresses))
+            known = cache[id(param)] = (storage, storages, addresses,
+                                        storages[-1].buffer.reshape(-1))
+        taken.append((known, _address(grad_storage)))
     if not taken:
         return left
     beta1, beta2 = group["betas"]
     lr, decay, eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
     scalars = np.empty(_SCALARS * len(taken), np.float64)
-    pointers: list = [scalars.ctypes.data]
+    pointers: list = [_address_of(scalars)]
     sizes = [len(taken), _DTYPES[kind], int(bool(group["maximize"])) | 2 * int(
         bool(group["amsgrad"])), _threads()]
-    for index, (storage, grad_storage, moments, step_storage) in enumerate(taken):
-        counter = step_storage.buffer.reshape(-1)
+    for index, ((storage, _, addresses, counter), grad_address) in enumerate(taken):
         counter[0] += 1  # torch's step_t += 1 (a float tensor: exact integers)
         step = float(counter[0])
         scalars[_SCALARS * index:_SCALARS * (index + 1)] = (
@@ -99,9 +109,7 @@ def adam(optimizer, group: dict, params: list) -> list:
             decay if decay and not optimizer.decoupled else 0.0,
             1.0 - beta1, beta2, 1.0 - beta2, math.sqrt(1.0 - beta2 ** step), eps,
             -(lr / (1.0 - beta1 ** step)))
-        pointers += [storage.buffer.ctypes.data, grad_storage.buffer.ctypes.data,
-                     moments[0].buffer.ctypes.data, moments[1].buffer.ctypes.data,
-                     moments[2].buffer.ctypes.data if len(moments) > 2 else None]
+        pointers += [addresses[0], grad_address, *addresses[1:]]
         sizes.append(storage.size)
     data = (ctypes.c_void_p * len(pointers))(*pointers)
     size_array = (ctypes.c_int64 * len(sizes))(*sizes)
@@ -109,6 +117,16 @@ def adam(optimizer, group: dict, params: list) -> list:
     return left
 
 
+def _address(storage) -> int:
+    return storage.buffer.__array_interface__["data"][0]
+
+
+def _address_of(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+@functools.cache
 def _threads() -> int:
+    """The CPUs this process may run on (read once)."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                else os.cpu_count() or 1)

@@ -3,7 +3,10 @@ does no per-step work beyond rebinding the storages that changed; a cached plan'
 fuel.jit capture (fuel.runtime.jit.Capture) are both one.
 
 A plan names buffer slots; a BoundPlan decides once which storage each slot uses: the leaves'
-(bound by each run), one buffer per liveness class and an output storage per root slot. The
+(bound by each run), one buffer per liveness class (an idle buffer serves a later slot of its
+device and dtype of any size: the smallest that holds it, else the largest, grown; an
+elementwise CPU step writes over an operand it reads last, ``_dying_operand``) and an output
+storage per root slot. The
 buffers are taken from the device pool at the start of a run and given back at its end (so the
 pool's statistics and frees stay true), or, ``held`` (a capture, like a CUDA graph's private
 memory), allocated once and kept; the outputs are fresh every run (a held plan's straight from
@@ -31,6 +34,8 @@ from fuel.backends.base import LaunchBatcher
 from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import Launcher
 from fuel.graph import Graph
+from fuel.ir.device import CPU
+from fuel.ir.ops import OpKind, definition
 from fuel.runtime.launch import drain, launch_step, step_error
 from fuel.runtime.pending import PendingWork
 from fuel.runtime.plan import Plan, Step
@@ -52,9 +57,12 @@ class Assignment(NamedTuple):
     slot_storage: dict  # root slot -> storage id
 
 
-def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None) -> Assignment | None:
+def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
+                    inplace: dict[int, int] | None = None) -> Assignment | None:
     """Give every slot of ``plan`` a storage id by walking its steps without launching; None
-    when the buffers would take more than ``byte_limit`` bytes."""
+    when the buffers would take more than ``byte_limit`` bytes. ``inplace`` (root slot -> leaf
+    storage id) writes those roots into their leaf's storage instead of an output."""
+    inplace = inplace or {}
     leaf_count = len(graph.leaves)
     root_slots = {plan.node_values[r][0] for r in graph.roots}
     refs: dict[int, int] = {slot: slot for slot in range(leaf_count)}
@@ -64,7 +72,11 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None) -> Assignm
     idle: dict[tuple, list[int]] = {}
     operands, steps, frees = [], [], []
     total = 0
+    # An elementwise CPU step may write over an operand it frees (plans without in-place
+    # assignments, whose aliased slots would share that storage).
+    reuse = not any(step.__class__ is not tuple and step.alias for step in plan.steps)
     for step in plan.steps:
+        kept = -1
         if step.__class__ is tuple:  # slots freed without a launch
             if frees:
                 frees[-1] = frees[-1] + step
@@ -74,16 +86,29 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None) -> Assignm
             target = step.target
             if step.alias:
                 refs[target] = sources[0]
+            elif target in inplace:
+                refs[target] = slot_storage[target] = inplace[target]
             elif target in root_slots:
                 if target not in slot_storage:
                     slot_storage[target] = -1 - len(outputs)  # resolved below
                     outputs.append((step.pool, step.backend, step.device, step.dtype,
                                     step.size))
                 refs[target] = slot_storage[target]
+            elif reuse and (kept := _dying_operand(step, sources, leaf_count, buffers)) >= 0:
+                refs[target] = kept  # written over an operand this step reads for the last time
             else:
-                free = idle.get((step.device, step.dtype, step.size))
+                dtype = step.dtype
+                free = idle.get((step.device, dtype, step.size) if dtype.is_packed
+                                else (step.device, dtype))
                 if free:
-                    refs[target] = free.pop()
+                    chosen = _fitting(free, buffers, leaf_count, step)
+                    refs[target] = chosen
+                    entry = buffers[chosen - leaf_count]
+                    if entry[4] < step.size:  # grown to this step's size
+                        total += (step.size - entry[4]) * step.dtype.itemsize
+                        buffers[chosen - leaf_count] = entry[:4] + (step.size,)
+                        if byte_limit is not None and total > byte_limit:
+                            return None
                 else:
                     refs[target] = leaf_count + len(buffers)
                     buffers.append((step.pool, step.backend, step.device, step.dtype,
@@ -97,9 +122,12 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None) -> Assignm
             released = step.frees
         for slot in released:
             storage_id = refs.get(slot)
+            if storage_id == kept:  # the step's output lives on in it
+                continue
             if storage_id is not None and storage_id >= leaf_count:  # a buffer
                 _, _, device, dtype, size = buffers[storage_id - leaf_count]
-                idle.setdefault((device, dtype, size), []).append(storage_id)
+                key = (device, dtype, size) if dtype.is_packed else (device, dtype)
+                idle.setdefault(key, []).append(storage_id)
     output_base = leaf_count + len(buffers)
 
     def resolve(storage_id: int) -> int:
@@ -112,6 +140,74 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None) -> Assignm
         if slot not in slot_storage:
             slot_storage[slot] = resolve(refs[slot])
     return Assignment(buffers, outputs, operands, steps, frees, slot_storage)
+
+
+def _fitting(free: list[int], buffers: list, leaf_count: int, step: Step) -> int:
+    """Take from ``free`` (idle buffer ids of the step's device and dtype) the smallest one
+    that holds ``step``'s output, else the largest (the caller grows it): buffers of
+    different sizes are shared, not only equal ones."""
+    size = step.size
+    best = -1
+    for position, storage_id in enumerate(free):
+        have = buffers[storage_id - leaf_count][4]
+        if best < 0:
+            best = position
+            continue
+        known = buffers[free[best] - leaf_count][4]
+        if (have >= size and (known < size or have < known)) or (known < size and have > known):
+            best = position
+    return free.pop(best)
+
+
+def _elementwise(step: Step) -> bool:
+    """Whether ``step`` reads each element of its operands only to compute the same element
+    of its output, so that the output may overwrite an operand: a fused group without a
+    reduction, a binary op. Not a lone unary op: some of the CPU's (sigmoid, silu, gelu) fill
+    their output in passes that read the input again."""
+    compiled = step.compiled
+    if compiled.op is OpKind.FUSED:
+        return not getattr(compiled.op_params, "reduced", 1)
+    return definition(compiled.op).family == "binary"
+
+
+def _dying_operand(step: Step, sources: tuple, leaf_count: int, buffers: list) -> int:
+    """The buffer an elementwise CPU step can write its output over: an operand it reads for
+    the last time (freed after it), of its dtype, big enough, read in the output's dense
+    layout and by no other operand; else -1."""
+    if step.device is not CPU or not step.frees or step.alias or not _elementwise(step):
+        return -1
+    out = step.layouts[-1]
+    for slot, storage_id, layout in zip(step.sources, sources, step.layouts):
+        if slot not in step.frees or storage_id < leaf_count or layout != out:
+            continue
+        _, _, device, dtype, size = buffers[storage_id - leaf_count]
+        if dtype is not step.dtype or dtype.is_packed or size < step.size or \
+                sources.count(storage_id) != 1:
+            continue
+        return storage_id
+    return -1
+
+
+def inplace_safe(assignment: Assignment, root: int, leaf: int) -> bool:
+    """Whether root slot ``root`` can be written into leaf ``leaf``'s storage (slot and storage
+    id are the same for a leaf) in ``assignment``: one step writes that storage, no later step
+    reads the leaf's old value (reading the root's new value is fine), and the writing step
+    reads it, if at all, element for element (an elementwise kernel over the same dense
+    layout)."""
+    writes = [i for i, (_, target) in enumerate(assignment.operands) if target == leaf]
+    if len(writes) != 1:
+        return False
+    index = writes[0]
+    step = assignment.steps[index]
+    if step.target != root or step.alias:
+        return False
+    if any(leaf in later.sources for later in assignment.steps[index + 1:]):
+        return False
+    if leaf not in step.sources:
+        return True
+    out = step.layouts[-1]
+    return _elementwise(step) and all(layout == out for source, layout
+                               in zip(step.sources, step.layouts) if source == leaf)
 
 
 class BoundPlan:

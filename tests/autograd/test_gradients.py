@@ -122,6 +122,8 @@ CASES = [
     _case("conv_transpose1d", lambda lib, F, x, w: F.conv_transpose1d(x, w, stride=2),
           [(1, 3, 4), (3, 2, 3)]),
     _case("max_pool2d", lambda lib, F, x: F.max_pool2d(x, 2), [(1, 2, 4, 6)]),
+    _case("max_pool2d_overlapping", lambda lib, F, x: F.max_pool2d(x, 3, stride=2, padding=1),
+          [(1, 2, 5, 6)]),  # windows that do not tile: through the decomposition
     _case("avg_pool2d", lambda lib, F, x: F.avg_pool2d(x, 2, stride=1), [(1, 2, 4, 5)]),
 ]
 
@@ -160,3 +162,15 @@ def test_gradient_matches_torch(fn, shapes, low_high, ints, dtype):
         assert got is not None, f"no gradient for input {i}"
         np.testing.assert_allclose(got.numpy(), expected, **TOLERANCE[dtype],
                                    err_msg=f"input {i}")
+
+
+def test_max_pool_gives_a_tied_window_gradient_to_its_first_maximum():
+    """torch's max_pool backward: a window whose maximum appears twice (relu's zeros, equal
+    pixels) sends its gradient to the first one only."""
+    x = np.array([[[[0, 0, 1, 1], [0, 0, 1, 0], [2, 3, 5, 5], [3, 1, 5, 5]]]], np.float32)
+    w = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2) + 1
+    ours = fuel.tensor(x, requires_grad=True)
+    (FF.max_pool2d(ours, 2) * fuel.tensor(w)).sum().backward()
+    theirs = torch.tensor(x, requires_grad=True)
+    (TF.max_pool2d(theirs, 2) * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(ours.grad.numpy(), theirs.grad.numpy())

@@ -43,6 +43,7 @@ def test_captured_step_matches_the_eager_loop(make, monkeypatch):
     built = []
     original = build.Node
     eager_losses, jit_losses = [], []
+    storages = None
     for index, (x, y) in enumerate(_batches(10)):
         eager_losses.append(eager_step(fuel.tensor(x), fuel.tensor(y)).item())
         eager_sched.step()
@@ -53,9 +54,45 @@ def test_captured_step_matches_the_eager_loop(make, monkeypatch):
         jit_losses.append(jitted(xs, ys).item())
         monkeypatch.setattr(build, "Node", original)
         jit_sched.step()
+        if index == 0:
+            storages = [p._node.buffer for p in jit_model.parameters()]
     assert jitted.replays == 9
+    # Replays update the parameters and the optimizer's state in place: the same storages,
+    # and the capture allocates only the loss per call.
+    assert all(p._node.buffer is s for p, s in zip(jit_model.parameters(), storages))
+    (capture, _, effects, _), = jitted.captures.values()
+    assert len(capture.inplace) == len(effects) and len(capture.outputs) == 1
     assert not [op for op in built if op is not fuel.OpKind.LOAD]
     np.testing.assert_allclose(jit_losses, eager_losses, rtol=1e-5)
     for (name, p), q in zip(jit_model.named_parameters(), eager_model.parameters()):
         np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
         assert p.is_leaf and p.requires_grad
+
+
+def test_a_state_read_after_its_update_is_not_written_in_place():
+    """A state whose old value a later step still reads gets a storage of its own, not its
+    old one; the results stay the eager ones."""
+    from fuel.frontend.backward import assign
+
+    start = np.arange(9, dtype=np.float32).reshape(3, 3) / 10
+    states = {name: [fuel.tensor(start.copy()), fuel.tensor(start.T.copy())]
+              for name in ("jit", "eager")}
+
+    def step(x, w, v):
+        old = w
+        assign([(w, w * 2.0 + x), (v, v @ v + old)])  # v's update reads w's old value
+        return w.sum()  # w's new value: planned first, before v's update
+
+    def run(x, name):
+        with fuel.no_grad():
+            return step(x, *states[name])
+
+    jitted = fuel.jit(lambda x: run(x, "jit"))
+    for i in range(3):
+        x = fuel.tensor(np.full((3, 3), i, np.float32))
+        np.testing.assert_allclose(jitted(x).item(), run(x, "eager").item(), rtol=1e-6)
+        for got, want in zip(states["jit"], states["eager"]):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    (capture, _, effects, _), = jitted.captures.values()
+    assert effects[0] is states["jit"][0]
+    assert (1, 1) not in capture.inplace  # w's pair: argument 1 (after x), output 1

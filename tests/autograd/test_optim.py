@@ -85,6 +85,24 @@ def test_fused_adam_updates_in_place():
         assert all((a is b) == kept for a, b in zip(before, after))
 
 
+def test_conv_weight_gradients_are_dense_and_updated_in_place():
+    """A conv's weight gradient comes in the weight's own dense layout (not a transposed view
+    of the backward conv), so the fused step updates every conv parameter in place."""
+    fuel.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 3))
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    x = fuel.tensor(np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32))
+    for _ in range(2):
+        before = [p._node.buffer for p in model.parameters()]
+        opt.zero_grad()
+        model(x).sum().backward()
+        for p in model.parameters():
+            layout = p.grad._node.layout
+            assert layout.is_contiguous() and layout.offset == 0, p.shape
+        opt.step()
+        assert all(p._node.buffer is b for p, b in zip(model.parameters(), before))
+
+
 def test_schedulers_and_clipping():
     S, T = optim.lr_scheduler, torch.optim.lr_scheduler
     _train(*_models(), lambda p: optim.AdamW(p, lr=0.01), lambda p: torch.optim.AdamW(p, lr=0.01),

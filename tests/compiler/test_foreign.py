@@ -178,10 +178,12 @@ def test_profile_rows_name_the_code_each_launch_ran(monkeypatch):
     with fuel.profile() as prof:
         (small + small).realize()  # binary.c
         (large + large).realize()  # NumPy's loop
-        (square @ square).realize()  # 128 rows: OpenBLAS (on fuel's threads)
+        (square.T @ square).realize()  # 128 rows of a transposed a: OpenBLAS (fuel's team)
+        (square @ square).realize()  # 128 rows: the gemm form (C)
         (square[:2] @ square).realize()  # 2 rows: the C kernel
     sources = {(row.op, row.bytes): row.kernel_source for row in prof.launches}
     assert sources[("add", 64 * 4)] == "c"
     assert sources[("add", (1 << 17) * 4)] == "numpy"
     blas = "openblas" if matmul.openblas_entries() is not None else "numpy"
-    assert [row.kernel_source for row in prof.launches if row.op == "matmul"] == [blas, "c"]
+    assert [row.kernel_source for row in prof.launches if row.op == "matmul"] == [blas, "c",
+                                                                                   "c"]

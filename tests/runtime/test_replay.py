@@ -103,3 +103,67 @@ def test_a_plan_busy_on_another_thread_is_walked_instead():
     with bound.lock:  # as if another thread were running it
         np.testing.assert_allclose(result.numpy(), (np.exp(data * 0.25 + 0.5) - data).sum(0),
                                    rtol=1e-6)
+
+
+def test_buffers_of_different_sizes_are_shared():
+    """A buffer freed by liveness serves a later step of another size (the smallest that
+    holds it, else one grown): a chain 2048 -> 8192 -> 1024 -> output takes two buffers,
+    not three, and computes what NumPy does."""
+    from fuel.runtime.jit import Capture
+
+    rng = np.random.default_rng(4)
+    x, w1, w2, w3, w4 = (rng.standard_normal(s).astype(np.float32) for s in
+                         [(64, 16), (16, 32), (32, 128), (128, 16), (16, 64)])
+    tx, t1, t2, t3, t4 = (fuel.tensor(a).realize() for a in (x, w1, w2, w3, w4))
+    out = (((tx @ t1) @ t2) @ t3) @ t4
+    capture = Capture([tx._node], [out._node])
+    assert [entry[4] for entry in capture.buffers] == [2048, 8192]
+    for _ in range(2):
+        storage, = capture.run([tx._node.buffer])
+        node, = capture.output_nodes([storage])
+        got = fuel.Tensor(node).numpy()
+        np.testing.assert_allclose(got, (((x @ w1) @ w2) @ w3) @ w4, rtol=1e-4, atol=1e-4)
+
+
+def test_an_elementwise_step_writes_over_an_operand_it_reads_last():
+    """An elementwise CPU step whose operand dies with it (same dtype, size and dense layout)
+    writes its output over that operand: a matmul, then relu of it, then a matmul takes one
+    buffer for the first two, and the values are NumPy's."""
+    from fuel.runtime.jit import Capture
+
+    rng = np.random.default_rng(5)
+    x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in [(16, 8), (8, 32),
+                                                                       (32, 4)])
+    tx, t1, t2 = (fuel.tensor(a).realize() for a in (x, w1, w2))
+    hidden = tx @ t1
+    out = ((hidden * 2.0).relu() + hidden.sum()) @ t2  # the sum keeps a reader of hidden
+    capture = Capture([tx._node], [out._node])
+    written = [target for sources, target in capture.operands if target in sources]
+    assert len(written) == 1  # the fused (mul, relu, add) over the matmul's buffer
+    storage, = capture.run([tx._node.buffer])
+    got = fuel.Tensor(capture.output_nodes([storage])[0]).numpy()
+    h = x @ w1
+    np.testing.assert_allclose(got, (np.maximum(h * 2, 0) + h.sum()) @ w2, rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_a_lone_unary_step_keeps_its_own_output():
+    """A lone unary op (the CPU's silu fills its output in passes that read the input again)
+    never writes over its operand, fused or not."""
+    from fuel.compiler.fusion import fusion_enabled
+    from fuel.runtime.jit import Capture
+
+    previous = fusion_enabled()
+    fuel.set_fusion(False)
+    try:
+        x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(8, 8)
+        tx = fuel.tensor(x).realize()
+        out = (tx @ tx).silu() @ tx
+        capture = Capture([tx._node], [out._node])
+        assert not [target for sources, target in capture.operands if target in sources]
+        storage, = capture.run([tx._node.buffer])
+        got = fuel.Tensor(capture.output_nodes([storage])[0]).numpy()
+        h = x @ x
+        np.testing.assert_allclose(got, (h / (1 + np.exp(-h))) @ x, rtol=1e-4, atol=1e-4)
+    finally:
+        fuel.set_fusion(previous)

@@ -1,15 +1,21 @@
-"""NumPy kernels for max and average pooling (N-d, any padding, ceil mode, max indices)."""
+"""NumPy kernels for max and average pooling (N-d, any padding, ceil mode, max indices); the
+indices of 2-d windows without padding or dilation in C (``pool_indices.c``)."""
 
 from __future__ import annotations
+
+import ctypes
+from pathlib import Path
 
 import numpy as np
 
 from fuel.backends.cpu.arrays import HALF_NUMPY, STRIDED, compute, kernel_list, output, view
+from fuel.backends.cpu.c_library import entry_point
 from fuel.backends.cpu.convolution import pad_spatial, windows
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
 
 KERNELS = kernel_list()
+SOURCE = Path(__file__).with_name("pool_indices.c")
 POOL_DTYPES = dt.FLOAT_DTYPES + dt.INTEGER_DTYPES
 
 
@@ -55,6 +61,11 @@ def max_pool_indices(inputs, outputs, layouts, params):
     spatial_out = out.shape[out.ndim - rank:]
     if out.size == 0:
         return
+    function = _library() if x.dtype == np.float32 and out.flags.c_contiguous and \
+        _plain_2d(params, spatial_in, spatial_out) else None
+    if function is not None:
+        _indices_in_c(function, x, out, params, spatial_in, spatial_out)
+        return
     padded, ends = _pool_input(x, params, spatial_out, _lowest(x.dtype))
     positions = np.arange(int(np.prod(spatial_in)), dtype=np.int64).reshape(spatial_in)
     if params.storage_order == 1:
@@ -69,6 +80,34 @@ def max_pool_indices(inputs, outputs, layouts, params):
     position_windows = position_windows.reshape(spatial_out + (-1,))
     spatial_index = tuple(np.indices(spatial_out))
     out[...] = position_windows[spatial_index + (choice,)]
+
+
+def _plain_2d(params, spatial_in, spatial_out) -> bool:
+    """Whether 2-d windows need no padding or dilation and index row-major, every window
+    inside the plane (a training CNN's pooling): pool_indices.c takes them."""
+    return (len(params.kernel) == 2 and set(params.dilations) == {1}
+            and not any(params.pads_begin) and not any(params.pads_end)
+            and params.storage_order == 0
+            and all((o - 1) * s + k <= i for o, s, k, i in
+                    zip(spatial_out, params.strides, params.kernel, spatial_in)))
+
+
+def _library():
+    """pool_indices.c's entry point (built or fetched from the kernel cache once), or None
+    where the machine has no working C compiler."""
+    return entry_point("pool_indices", lambda: SOURCE.read_text())
+
+
+def _indices_in_c(function, x: np.ndarray, out: np.ndarray, params, spatial_in,
+                  spatial_out) -> None:
+    planes = x.shape[:-2]
+    flat = x.reshape((-1,) + x.shape[-2:])  # a view where the leading dims merge, else a copy
+    steps = [s // x.itemsize for s in flat.strides]
+    count = int(np.prod(planes, dtype=np.int64))
+    sizes = (ctypes.c_int64 * 9)(count, *spatial_in, *spatial_out, *params.kernel,
+                                 *params.strides)
+    data = (ctypes.c_void_p * 2)(flat.ctypes.data, out.ctypes.data)
+    function(data, sizes, (ctypes.c_int64 * 3)(*steps))
 
 
 @KERNELS.kernel(OpKind.AVG_POOL, [(d, d) for d in dt.FLOAT_DTYPES], STRIDED)

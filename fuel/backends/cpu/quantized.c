@@ -12,8 +12,9 @@
  *                  s = d * sum(q)) and each weight chunk's dot is integer arithmetic, scaled
  *                  by the block's (sub-block's) scales; float weights (f16, bf16) are
  *                  converted a row at a time and multiplied as floats. The decode shape
- *                  (m = 1) of the K formats and iq4_xs runs decode_tile (paired activation
- *                  blocks), of the blocks of 32 values integer_tile on two weight rows.
+ *                  (m = 1) of the K formats and iq4_xs runs decode_tile (activation codes
+ *                  split in bytes), of the blocks of 32 values integer_tile on two weight
+ *                  rows.
  *   2 embedding:   data = {table, ids, out};    sizes = {2, count, k, id_bytes}
  *   3 round:       data = {x, out};             sizes = {3, blocks}  (round_int16_blocks)
  */
@@ -95,242 +96,6 @@ static void round_blocks(const float *restrict x, float *restrict out, int64_t c
         for (int l = 0; l < 32; l++) out[32 * b + l] = (float)codes[l] * scales[0];
     }
 }
-
-#if defined(PAIRED_DECODE)
-/* The decode shape (one activation row), every block format: each block of 32 activation
- * codes is stored as its 16 even positions, then its 16 odd ones. A weight chunk's 32 code
- * bytes (quantized_formats.c's code_bytes), read as 16 lanes of 16 bits, hold an even code in
- * each lane's low byte and the next odd one in its high byte: two shifts (or a mask and a
- * shift) widen them in place, no cross-lane shuffle, and each pair-sum (madd, or VNNI's
- * dpwssd with its add) meets them with the activations in that same order. 32-bit lane j then
- * sums positions 4j .. 4j + 3: lanes 0-3 the chunk's first half, 4-7 its second. */
-#define PREFETCH_AHEAD 1024
-/* weight rows side by side per tile: more interleaved streams than two slowed the reads from
- * memory (q6_k to half at four) */
-#ifndef DECODE_ROWS
-#define DECODE_ROWS 2
-#endif
-typedef struct {
-    int16_t *codes;
-    float *d, *s, *halves; /* per block: d, d * sum(q); per half: d * sum(q) */
-} paired_blocks;
-
-/* round_int16_blocks of count blocks of x (quantize_activations' float32 steps), stored
- * paired: per block its even codes, then its odd ones. */
-static void pair_activations(const float *restrict x, paired_blocks out, int64_t count) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256i evens_first = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    for (int64_t b = 0; b < count; b++) {
-        const float *values = x + 32 * b;
-        __m256 v[4];
-        for (int j = 0; j < 4; j++) v[j] = _mm256_loadu_ps(values + 8 * j);
-        const __m256 top = _mm256_max_ps(
-            _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-            _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
-        __m128 half = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
-        half = _mm_max_ps(half, _mm_movehl_ps(half, half));
-        half = _mm_max_ss(half, _mm_movehdup_ps(half));
-        const float d = _mm_cvtss_f32(half) / (float)ACTIVATION_CODE_MAX;
-        const __m256 inverse = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-        __m256i q[4];
-        for (int j = 0; j < 4; j++)
-            q[j] = _mm256_permutevar8x32_epi32(
-                _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], inverse),
-                                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
-                evens_first);
-        /* per 128 bits: the evens, then the odds, of codes 0-15 (first) and 16-31 (second) */
-        const __m256i first = _mm256_packs_epi32(q[0], q[1]);
-        const __m256i second = _mm256_packs_epi32(q[2], q[3]);
-        _mm256_store_si256((__m256i *)(out.codes + 32 * b),
-                           _mm256_permute2x128_si256(first, second, 0x20));
-        _mm256_store_si256((__m256i *)(out.codes + 32 * b + 16),
-                           _mm256_permute2x128_si256(first, second, 0x31));
-        const __m256i sums = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]),
-                                               _mm256_add_epi32(q[2], q[3]));
-        /* lanes: 0, 1, 4, 5 the first 16 codes' partial sums, 2, 3, 6, 7 the last 16's */
-        int32_t parts[8];
-        _mm256_storeu_si256((__m256i *)parts, sums);
-        const int low = parts[0] + parts[1] + parts[4] + parts[5];
-        const int high = parts[2] + parts[3] + parts[6] + parts[7];
-        out.d[b] = d;
-        out.s[b] = d * (float)(low + high);
-        out.halves[2 * b] = d * (float)low;
-        out.halves[2 * b + 1] = d * (float)high;
-    }
-}
-
-static inline __attribute__((always_inline)) void widen_pairs(__m256i bytes, __m256i *even,
-                                                              __m256i *odd) {
-#if CODES_SIGNED
-    *even = _mm256_srai_epi16(_mm256_slli_epi16(bytes, 8), 8);
-    *odd = _mm256_srai_epi16(bytes, 8);
-#else
-    *even = _mm256_and_si256(bytes, _mm256_set1_epi16(0xff));
-    *odd = _mm256_srli_epi16(bytes, 8);
-#endif
-}
-
-/* sum + pairwise products of 16-bit lanes (a 32-bit lane sums at most 4 products of a code
- * (|q| <= 128) and an activation code (|q| <= 32767): below 2^24, exact as a float) */
-static inline __attribute__((always_inline)) __m256i dot_pairs(__m256i sum, __m256i a,
-                                                               __m256i b) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && !defined(NO_AVX512)
-    return _mm256_dpwssd_epi32(sum, a, b);
-#elif defined(__AVXVNNI__) && !defined(NO_AVX512)
-    return _mm256_dpwssd_avx_epi32(sum, a, b);
-#else
-    return _mm256_add_epi32(sum, _mm256_madd_epi16(a, b));
-#endif
-}
-
-static inline __attribute__((always_inline)) __m256i chunk_dot(const uint8_t *block, int c,
-                                                               __m256i xe, __m256i xo) {
-    __m256i even, odd;
-    widen_pairs(code_bytes(block, c), &even, &odd);
-    return dot_pairs(_mm256_madd_epi16(even, xe), odd, xo);
-}
-
-static inline float horizontal_sum(__m256 v) {
-    __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    half = _mm_add_ss(half, _mm_movehdup_ps(half));
-    return _mm_cvtss_f32(half);
-}
-
-/* rows (at most 4) weight rows side by side against the activation row; per chunk one float
- * conversion and fma by its factor (weight scale times activation scale; per half where the
- * halves have their own), the offsets one fma per block against the activation sums. */
-static inline __attribute__((always_inline)) void decode_tile(
-    const uint8_t *weight, int64_t row_bytes, paired_blocks x, int64_t blocks, float *out,
-    const int rows) {
-    __m256 sums[DECODE_ROWS], offsets[DECODE_ROWS];
-    for (int r = 0; r < rows; r++) sums[r] = offsets[r] = _mm256_setzero_ps();
-    /* the tiles run through the weight in address order; the next tile's bytes are requested
-     * a tile ahead (the rows side by side are short interleaved streams) */
-    const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
-#if DECODE_CHUNKS == 1
-    float minimums[DECODE_ROWS] = {0.0f};
-    for (int64_t b = 0; b < blocks; b++) {
-        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
-            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
-        const __m256i xe = _mm256_load_si256((const __m256i *)(x.codes + 32 * b));
-        const __m256i xo = _mm256_load_si256((const __m256i *)(x.codes + 32 * b + 16));
-        const float d = x.d[b];
-        for (int r = 0; r < rows; r++) {
-            const uint8_t *block = weight + r * row_bytes + b * BLOCK_BYTES;
-            float scale, minimum;
-            block_scale(block, &scale, &minimum);
-            sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(chunk_dot(block, 0, xe, xo)),
-                                      _mm256_set1_ps(scale * d), sums[r]);
-#if DECODE_MINIMUM
-            minimums[r] += minimum * x.s[b];
-#else
-            (void)minimum;
-#endif
-        }
-    }
-    for (int r = 0; r < rows; r++) offsets[r] = _mm256_setr_ps(minimums[r], 0, 0, 0, 0, 0, 0, 0);
-#else
-    for (int64_t b = 0; b < blocks; b++) {
-        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
-            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
-        float factors[DECODE_ROWS][8 * SCALES] __attribute__((aligned(32)));
-        const int64_t at = b * CHUNKS;
-        const __m256 d = _mm256_loadu_ps(x.d + at);
-#if defined(CODE_OFFSET)
-        __m256 scales[DECODE_ROWS][2];
-#endif
-        __m256 factor_vectors[DECODE_ROWS];
-        for (int r = 0; r < rows; r++) {
-            vector_header h;
-            header_vectors(weight + r * row_bytes + b * BLOCK_BYTES, &h);
-#if defined(CODE_OFFSET)
-            scales[r][0] = h.scale[0];
-            scales[r][1] = h.scale[1];
-#endif
-#if SCALES == 1
-            factor_vectors[r] = _mm256_mul_ps(h.scale[0], d);
-            _mm256_store_ps(factors[r], factor_vectors[r]);
-#if MINIMUM
-            offsets[r] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.s + at), offsets[r]);
-#endif
-#else
-            _mm256_store_ps(factors[r], _mm256_mul_ps(h.scale[0], _mm256_permutevar8x32_ps(
-                d, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))));
-            _mm256_store_ps(factors[r] + 8, _mm256_mul_ps(h.scale[1], _mm256_permutevar8x32_ps(
-                d, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7))));
-#if MINIMUM
-            offsets[r] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.halves + 2 * at),
-                                         offsets[r]);
-            offsets[r] = _mm256_fmadd_ps(h.minimum[1], _mm256_loadu_ps(x.halves + 2 * at + 8),
-                                         offsets[r]);
-#endif
-#endif
-        }
-#if defined(CODE_OFFSET)
-        /* codes read as stored: value = scale * (q - CODE_OFFSET) */
-        const __m256 s_low = _mm256_loadu_ps(x.halves + 2 * at);
-        const __m256 s_high = _mm256_loadu_ps(x.halves + 2 * at + 8);
-        for (int r = 0; r < rows; r++) {
-            offsets[r] = _mm256_fmadd_ps(_mm256_mul_ps(scales[r][0], _mm256_set1_ps(CODE_OFFSET)),
-                                         s_low, offsets[r]);
-            offsets[r] = _mm256_fmadd_ps(_mm256_mul_ps(scales[r][1], _mm256_set1_ps(CODE_OFFSET)),
-                                         s_high, offsets[r]);
-        }
-#endif
-#if defined(CHUNK_PAIRS)
-#pragma GCC unroll 4
-        for (int c = 0; c < CHUNKS; c += 2) {
-            const __m256i *at_x = (const __m256i *)(x.codes + 32 * (at + c));
-            const __m256i xe = _mm256_load_si256(at_x), xo = _mm256_load_si256(at_x + 1);
-            const __m256i ye = _mm256_load_si256(at_x + 2), yo = _mm256_load_si256(at_x + 3);
-            for (int r = 0; r < rows; r++) {
-                __m256i codes[4];
-                chunk_pair_codes(weight + r * row_bytes + b * BLOCK_BYTES, c, codes);
-                const __m256i p = dot_pairs(_mm256_madd_epi16(codes[0], xe), codes[1], xo);
-                const __m256i q = dot_pairs(_mm256_madd_epi16(codes[2], ye), codes[3], yo);
-                sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_permutevar8x32_ps(
-                    factor_vectors[r], _mm256_set1_epi32(c)), sums[r]);
-                sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_permutevar8x32_ps(
-                    factor_vectors[r], _mm256_set1_epi32(c + 1)), sums[r]);
-            }
-        }
-#else
-#pragma GCC unroll 8
-        for (int c = 0; c < CHUNKS; c++) {
-            const __m256i xe = _mm256_load_si256((const __m256i *)(x.codes + 32 * (at + c)));
-            const __m256i xo = _mm256_load_si256((const __m256i *)(x.codes + 32 * (at + c) + 16));
-            for (int r = 0; r < rows; r++) {
-                const __m256i p = chunk_dot(weight + r * row_bytes + b * BLOCK_BYTES, c, xe, xo);
-#if SCALES == 2
-                /* lanes 0-3: the chunk's first half, 4-7: its second */
-                const __m256 factor = _mm256_permutevar8x32_ps(
-                    _mm256_load_ps(factors[r] + 8 * (c / 4)),
-                    _mm256_setr_epi32(2 * (c % 4), 2 * (c % 4), 2 * (c % 4), 2 * (c % 4),
-                                      2 * (c % 4) + 1, 2 * (c % 4) + 1, 2 * (c % 4) + 1,
-                                      2 * (c % 4) + 1));
-#else
-                const __m256 factor = _mm256_broadcast_ss(factors[r] + c);
-#endif
-                sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, sums[r]);
-            }
-        }
-#endif
-    }
-#endif
-    for (int r = 0; r < rows; r++) out[r] = horizontal_sum(_mm256_sub_ps(sums[r], offsets[r]));
-}
-
-
-static void decode_rows(paired_blocks x, const uint8_t *weight, float *out, int64_t k,
-                        int64_t first, int64_t last) {
-    const int64_t blocks = k / BLOCK_SIZE, row_bytes = blocks * BLOCK_BYTES;
-    int64_t j = first;
-    for (; j + DECODE_ROWS <= last; j += DECODE_ROWS)
-        decode_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, DECODE_ROWS);
-    for (; j < last; j++) decode_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, 1);
-}
-#endif
 
 #if defined(FORMAT_Q4_0) || defined(FORMAT_Q4_1) || defined(FORMAT_Q8_0) || \
     defined(FORMAT_IQ4_NL) || defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
@@ -418,6 +183,24 @@ static inline __attribute__((always_inline)) __m128 block_scales(const uint8_t *
 #endif
 }
 
+/* madd(a, b) + madd(c, d): the same int32 lanes in one VNNI step where there is one */
+static inline __attribute__((always_inline)) __m256i pair_dot(__m256i a, __m256i b, __m256i c,
+                                                              __m256i d) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && !defined(NO_AVX512)
+    return _mm256_dpwssd_epi32(_mm256_madd_epi16(a, b), c, d);
+#elif defined(__AVXVNNI__) && !defined(NO_AVX512)
+    return _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(a, b), c, d);
+#else
+    return _mm256_add_epi32(_mm256_madd_epi16(a, b), _mm256_madd_epi16(c, d));
+#endif
+}
+
+#if defined(FORMAT_IQ4_NL) || defined(FORMAT_Q5_0)
+/* no offsets: a block's factor d_w d_x is its whole float work (q8_0 keeps the common steps,
+ * bit for bit those of quantized_rows.c's tile) */
+#define NO_OFFSETS 1
+#endif
+
 static inline __attribute__((always_inline)) void integer_tile(
     const uint8_t *weight, int64_t row_bytes, activation_blocks x, int64_t blocks,
     float *out, int64_t n, const int rows, const int activations) {
@@ -434,29 +217,46 @@ static inline __attribute__((always_inline)) void integer_tile(
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_BYTES;
     for (int64_t b = 0; b < blocks; b++) {
         __m256i low[4], high[4];
+#if defined(NO_OFFSETS)
+        __m256 scales[4];
+#else
         __m128 scales[4];
+#endif
         for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
             _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
         for (int r = 0; r < rows; r++) {
             const uint8_t *block = weight + r * row_bytes + b * BLOCK_BYTES;
             block_codes(block, &low[r], &high[r]);
+#if defined(NO_OFFSETS)
+            int16_t bits;
+            memcpy(&bits, block, 2);
+            scales[r] = _mm256_cvtph_ps(_mm_set1_epi16(bits));
+#else
             scales[r] = block_scales(block);
+#endif
         }
         for (int i = 0; i < activations; i++) {
             const int16_t *q = x.codes + 32 * (i * blocks + b);
             const __m256i q_low = _mm256_load_si256((const __m256i *)q);
             const __m256i q_high = _mm256_load_si256((const __m256i *)(q + 16));
+#if defined(NO_OFFSETS)
+            const __m256 d = _mm256_broadcast_ss(x.scales + 4 * (i * blocks + b));
+#else
             /* {d_x, s_x, 0, 0} */
             const __m128 ds = _mm_castpd_ps(
                 _mm_load_sd((const double *)(const void *)(x.scales + 4 * (i * blocks + b))));
+#endif
             for (int r = 0; r < rows; r++) {
-                const __m256i pairs = _mm256_add_epi32(_mm256_madd_epi16(low[r], q_low),
-                                                       _mm256_madd_epi16(high[r], q_high));
-                const __m256 products = _mm256_cvtepi32_ps(pairs);
+                const __m256 products = _mm256_cvtepi32_ps(
+                    pair_dot(low[r], q_low, high[r], q_high));
+#if defined(NO_OFFSETS)
+                sums[r][i] = _mm256_fmadd_ps(products, _mm256_mul_ps(scales[r], d), sums[r][i]);
+#else
                 /* {d_w d_x, m_w s_x} (q4_1) or {d_w d_x, d_w s_x} */
                 const __m128 scaled = _mm_mul_ps(scales[r], ds);
                 sums[r][i] = _mm256_fmadd_ps(products, _mm256_broadcastss_ps(scaled), sums[r][i]);
                 offsets[r][i] = _mm_add_ps(offsets[r][i], scaled);
+#endif
             }
         }
     }
@@ -466,8 +266,13 @@ static inline __attribute__((always_inline)) void integer_tile(
                                      _mm256_extractf128_ps(sums[r][i], 1));
             half = _mm_add_ps(half, _mm_movehl_ps(half, half));
             half = _mm_add_ss(half, _mm_movehdup_ps(half));
+#if defined(NO_OFFSETS)
+            (void)offsets;
+            out[i * n + r] = _mm_cvtss_f32(half);
+#else
             out[i * n + r] = _mm_cvtss_f32(half) +
                              OFFSET_FACTOR * _mm_cvtss_f32(_mm_movehdup_ps(offsets[r][i]));
+#endif
         }
 }
 #else
@@ -790,19 +595,20 @@ static void matmul_rows(const float *x, const uint8_t *weight, float *out, int64
 #define CHUNKS_PER_THREAD 4
 static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m, int64_t n,
                    int64_t k, int64_t threads) {
-#if defined(PAIRED_DECODE)
+#if defined(SPLIT_DECODE)
     if (m == 1) {
         const int64_t count = k / 32;
-        paired_blocks paired = {aligned_alloc(64, 64 * (size_t)count),
-                                malloc(sizeof(float) * 4 * (size_t)count), NULL, NULL};
-        if (paired.codes == NULL || paired.d == NULL) {
-            free(paired.codes);
-            free(paired.d);
+        split_blocks split = {aligned_alloc(64, 96 * (size_t)count), NULL,
+                              malloc(sizeof(float) * 4 * (size_t)count), NULL, NULL};
+        if (split.bytes == NULL || split.d == NULL) {
+            free(split.bytes);
+            free(split.d);
             return;
         }
-        paired.s = paired.d + count;
-        paired.halves = paired.s + count;
-        pair_activations(x, paired, count);
+        split.corrections = (int32_t *)(split.bytes + 64 * count);
+        split.s = split.d + count;
+        split.halves = split.s + count;
+        split_activations(x, split, count);
 #if defined(_OPENMP)
         int64_t chunk = (n / (threads * CHUNKS_PER_THREAD) + 3) / 4 * 4;
         chunk = chunk < 16 ? 16 : chunk;
@@ -810,14 +616,14 @@ static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m,
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && chunks > 1)
         for (int64_t c = 0; c < chunks; c++) {
             const int64_t first = c * chunk, last = first + chunk < n ? first + chunk : n;
-            decode_rows(paired, weight, out, k, first, last);
+            decode_rows(split, weight, out, k, first, last);
         }
 #else
         (void)threads;
-        decode_rows(paired, weight, out, k, 0, n);
+        decode_rows(split, weight, out, k, 0, n);
 #endif
-        free(paired.codes);
-        free(paired.d);
+        free(split.bytes);
+        free(split.d);
         return;
     }
 #endif
@@ -900,5 +706,17 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     case 3:
         round_blocks((const float *)data[0], (float *)data[1], sizes[1]);
         break;
+    case 4: { /* de-quantize split over threads: sizes = {4, values, threads} */
+        const int64_t blocks = sizes[1] / BLOCK_SIZE, threads = sizes[2];
+        const uint8_t *source = (const uint8_t *)data[0];
+        float *target = (float *)data[1];
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+        for (int64_t part = 0; part < threads; part++) {
+            const int64_t first = blocks * part / threads, last = blocks * (part + 1) / threads;
+            dequantize_row(source + first * BLOCK_BYTES, target + first * BLOCK_SIZE,
+                           (last - first) * BLOCK_SIZE);
+        }
+        break;
+    }
     }
 }

@@ -1,7 +1,8 @@
 """Kernels on block-quantized (GGUF) weights: dequantize, quantized matmul (float32 rows by an
-(n, k) quantized weight), embedding lookup. Written in C (``quantized.c``), built per format
-through the kernel compiler's toolchain and cache on first use, registered with source tag
-``c``.
+(n, k) quantized weight), embedding lookup. Written in C (``quantized.c``; the formats in
+``quantized_formats.c``, the K formats' decode kernel in ``quantized_decode.c``), built per
+format through the kernel compiler's toolchain and cache on first use, registered with source
+tag ``c``.
 
 Threads: the matmul splits its output rows over OpenMP threads when the weight is large
 enough (``PARALLEL_BYTES``); OpenBLAS's pool is idle meanwhile (no BLAS call runs inside a
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fuel.backends.cpu import quantized_rows
+from fuel.backends.cpu import matmul_gemm, quantized_rows
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
@@ -32,10 +33,11 @@ from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_CODE_MAX, ACTIVATION_ROUNDE
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("quantized.c")
 FORMATS_SOURCE = Path(__file__).with_name("quantized_formats.c")
+DECODE_SOURCE = Path(__file__).with_name("quantized_decode.c")
 # Weights of at least this many bytes are split over threads (below it a thread's start-up
 # costs more than it saves).
 PARALLEL_BYTES = 1 << 16
-DEQUANTIZE, MATMUL, EMBEDDING, ROUND = 0, 1, 2, 3
+DEQUANTIZE, MATMUL, EMBEDDING, ROUND, DEQUANTIZE_THREADED = 0, 1, 2, 3, 4
 # Prompt shapes (at least this many activation rows) de-quantize the weight a tile of rows at
 # a time (about TILE_FLOATS values, cache-sized) and multiply through BLAS. For the formats in
 # ops.ACTIVATION_ROUNDED_FORMATS the rows are first rounded to 16-bit blocks (the C kernel's
@@ -72,11 +74,11 @@ def rows_library(dtype: QuantizedDType):
 
 def source_of(dtype: QuantizedDType) -> str:
     """The C source of ``dtype``'s library: its format macros (and the registry's activation
-    code bound), then ``quantized_formats.c`` and ``quantized.c``."""
+    code bound), then ``quantized_formats.c``, ``quantized_decode.c`` and ``quantized.c``."""
     return (f"#define FORMAT_{dtype.name.upper()} 1\n#define BLOCK_SIZE {dtype.block_size}\n"
             f"#define BLOCK_BYTES {dtype.block_bytes}\n"
             f"#define ACTIVATION_CODE_MAX {ACTIVATION_CODE_MAX}\n" + FORMATS_SOURCE.read_text()
-            + SOURCE.read_text())
+            + DECODE_SOURCE.read_text() + SOURCE.read_text())
 
 
 def library(dtype: QuantizedDType):
@@ -182,7 +184,9 @@ class QuantizedKernel:
 
     def _tiled(self, function, storages: list, layouts: Sequence[Layout], sizes) -> Launcher:
         """The prompt-shape launcher: per tile of weight rows, de-quantize (the C kernel's
-        operation 0) into a scratch buffer, then one BLAS matmul into the output columns."""
+        operation 4, split over the threads) into a scratch buffer, then one matmul into the
+        output columns: the float32 matmul's gemm form on fuel's OpenMP team, writing the
+        columns in place (``np.matmul`` and a copy where that form is not built)."""
         _, rows, n, k, _ = sizes
         x_storage, weight_storage, out_storage = storages
         x_layout, weight_layout, out_layout = layouts
@@ -200,17 +204,31 @@ class QuantizedKernel:
             x = rounded
         else:
             rounding = None
+        threads = thread_count() if rows * n * k >= PARALLEL_BYTES * 16 else 1
+        gemm = matmul_gemm.library()
         calls = []
         for start in range(0, n, tile):
             count = min(tile, n - start)
             data = (ctypes.c_void_p * 2)(base + start * row_bytes, scratch.ctypes.data)
-            calls.append((start, count, data, (ctypes.c_int64 * 2)(DEQUANTIZE, count * k)))
+            product = None
+            arguments = gemm and matmul_gemm.gemm_arguments(
+                rows, count, k, (k, 1, 1, k, n), (), threads)
+            if arguments:  # x @ scratch.T straight into out[:, start:start + count]
+                product = ((ctypes.c_void_p * 3)(x.ctypes.data, scratch.ctypes.data,
+                                                 out.ctypes.data + 4 * start),
+                           (ctypes.c_int64 * len(arguments[0]))(*arguments[0]))
+            calls.append((start, count, data,
+                          (ctypes.c_int64 * 3)(DEQUANTIZE_THREADED, count * k, threads),
+                          product))
 
         def launch() -> None:
             if rounding is not None:
                 function(*rounding, None)
-            for start, count, data, size_array in calls:
+            for start, count, data, size_array, product in calls:
                 function(data, size_array, None)
+                if product is not None:
+                    gemm(*product, None)
+                    continue
                 np.matmul(x, scratch[:count].T, out=part[:, :count])
                 out[:, start:start + count] = part[:, :count]
 

@@ -459,25 +459,21 @@ static inline void dequantize_block(const uint8_t *block, float *restrict out) {
 }
 #endif
 
-#if USE_AVX2 && defined(CHUNKED) && !defined(FORMAT_IQ4_NL) && !defined(FORMAT_Q5_0) && \
-    !defined(FORMAT_Q5_1)
+#if USE_AVX2 && defined(CHUNKED) && CHUNKS > 1
 /* ---- The decode kernel's view of the K formats and iq4_xs (quantized.c's decode_tile; the
- * blocks of 32 values have their own tiles there): chunk c's 32 codes as
- * 32 bytes, byte l = code l (CODES_SIGNED: as int8, else as uint8), and for blocks of one
- * chunk the block's scale and offset as floats (value = scale * q - minimum). */
-#define PAIRED_DECODE 1
-#if defined(FORMAT_Q5_1) || defined(FORMAT_Q4_K) || defined(FORMAT_Q5_K) || \
-    defined(FORMAT_Q2_K) || defined(FORMAT_Q6_K)
-#define CODES_SIGNED 0
-#else
-#define CODES_SIGNED 1
+ * blocks of 32 values have their own tiles there, faster at one chunk per block): chunk c's
+ * 32 codes as 32 bytes, byte l = code l, as stored where they are unsigned (value = scale *
+ * (q - CODE_OFFSET) - minimum), as int8 where SIGNED_CODES (iq4_xs's table). */
+#define SPLIT_DECODE 1
+#if defined(FORMAT_IQ4_XS)
+#define SIGNED_CODES 1
 #endif
-/* q6_k's codes are read as stored (0-63), value = scale * (q - 32) */
+/* q6_k's and q3_k's codes read as stored (0-63, 0-7): value = scale * (q - offset) */
 #if defined(FORMAT_Q6_K)
 #define CODE_OFFSET 32.0f
+#elif defined(FORMAT_Q3_K)
+#define CODE_OFFSET 4.0f
 #endif
-#define DECODE_CHUNKS CHUNKS
-#define DECODE_MINIMUM MINIMUM
 
 /* 16 bytes of two nibbles each (byte l: code l low, code l + 16 high) as 32 bytes of one
  * code each, codes 0-15 then 16-31. */
@@ -487,29 +483,25 @@ static inline __attribute__((always_inline)) __m256i spread_nibbles(const uint8_
                             _mm256_set1_epi8(0x0f));
 }
 
-/* 32 bytes, byte l = 0xff where bit l of ``bits`` is set. */
-static inline __attribute__((always_inline)) __m256i bit_bytes32(uint32_t bits) {
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32((int)bits),
-        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-    const __m256i select = _mm256_set1_epi64x(0x8040201008040201);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+/* 16-bit lanes shifted right by ``shift`` bits (left by -shift where negative; a constant in
+ * the unrolled loops, so one instruction or none) */
+static inline __attribute__((always_inline)) __m256i shift_lanes(__m256i v, int shift) {
+    if (shift > 0) return _mm256_srli_epi16(v, shift);
+    if (shift < 0) return _mm256_slli_epi16(v, -shift);
+    return v;
+}
+
+/* (a & mask) | b per byte (b already clear where mask is set): one ternary-logic step */
+static inline __attribute__((always_inline)) __m256i merge_bits(__m256i a, int mask, __m256i b) {
+#if defined(__AVX512VL__) && !defined(NO_AVX512)
+    return _mm256_ternarylogic_epi32(a, b, _mm256_set1_epi8((char)mask), 0xec);
+#else
+    return _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi8((char)mask)), b);
+#endif
 }
 
 static inline __attribute__((always_inline)) __m256i code_bytes(const uint8_t *block, int c) {
-#if defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
-    (void)c;
-    const uint8_t *bits = block + (BLOCK_BYTES == 22 ? 2 : 4);
-    uint32_t high;
-    memcpy(&high, bits, 4);
-    const __m256i codes = _mm256_or_si256(
-        spread_nibbles(bits + 4), _mm256_and_si256(bit_bytes32(high), _mm256_set1_epi8(0x10)));
-#if defined(FORMAT_Q5_0)
-    return _mm256_sub_epi8(codes, _mm256_set1_epi8(16));
-#else
-    return codes;
-#endif
-#elif defined(FORMAT_IQ4_XS)
+#if defined(FORMAT_IQ4_XS)
     const __m256i nibbles = spread_nibbles(block + 8 + 16 * c);
     return _mm256_shuffle_epi8(
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES)), nibbles);
@@ -517,74 +509,35 @@ static inline __attribute__((always_inline)) __m256i code_bytes(const uint8_t *b
     return shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 2))),
                         4 * (c % 2), 0x0f);
 #elif defined(FORMAT_Q5_K)
-    const __m256i codes = shifted_bits(
-        _mm256_loadu_si256((const __m256i *)(block + 48 + 32 * (c / 2))), 4 * (c % 2), 0x0f);
-    const __m256i top = shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16)), c, 1);
-    return _mm256_or_si256(codes, _mm256_slli_epi16(top, 4));
+    /* the nibble, and bit c of the 32 bytes at 16 moved to bit 4 */
+    const __m256i top = _mm256_and_si256(
+        shift_lanes(_mm256_loadu_si256((const __m256i *)(block + 16)), c - 4),
+        _mm256_set1_epi8(0x10));
+    return merge_bits(shift_lanes(_mm256_loadu_si256((const __m256i *)(block + 48 + 32 * (c / 2))),
+                                  4 * (c % 2)), 0x0f, top);
 #elif defined(FORMAT_Q6_K)
-    /* as stored, 0-63: the decode kernel subtracts 32 * scale * sum(x) (CODE_OFFSET) */
+    /* the nibble, and bits 2 quarter, 2 quarter + 1 of the 32 bytes at 128 + 32 part moved to
+     * bits 4, 5 */
     const int part = c / 4, quarter = c % 4;
-    const __m256i codes = shifted_bits(
-        _mm256_loadu_si256((const __m256i *)(block + 64 * part + 32 * (quarter & 1))),
-        4 * (quarter >> 1), 0x0f);
-    const __m256i top = shifted_bits(
-        _mm256_loadu_si256((const __m256i *)(block + 128 + 32 * part)), 2 * quarter, 3);
-    return _mm256_or_si256(codes, _mm256_slli_epi16(top, 4));
+    const __m256i top = _mm256_and_si256(
+        shift_lanes(_mm256_loadu_si256((const __m256i *)(block + 128 + 32 * part)),
+                    2 * quarter - 4),
+        _mm256_set1_epi8(0x30));
+    return merge_bits(
+        shift_lanes(_mm256_loadu_si256((const __m256i *)(block + 64 * part + 32 * (quarter & 1))),
+                    4 * (quarter >> 1)),
+        0x0f, top);
 #elif defined(FORMAT_Q3_K)
-    const __m256i codes = shifted_bits(
-        _mm256_loadu_si256((const __m256i *)(block + 32 + 32 * (c / 4))), 2 * (c % 4), 3);
-    const __m256i bit = _mm256_set1_epi8((char)(1 << c));
-    const __m256i unset = _mm256_cmpeq_epi8(
-        _mm256_and_si256(_mm256_loadu_si256((const __m256i *)block), bit), _mm256_setzero_si256());
-    return _mm256_sub_epi8(codes, _mm256_and_si256(unset, _mm256_set1_epi8(4)));
+    /* 0-7: the two low bits, plus 4 where the mask bit is set (its value: q - 4): bit c of
+     * the 32 mask bytes moved to bit 2 */
+    const __m256i top = _mm256_and_si256(
+        shift_lanes(_mm256_loadu_si256((const __m256i *)block), c - 2), _mm256_set1_epi8(4));
+    return merge_bits(
+        shift_lanes(_mm256_loadu_si256((const __m256i *)(block + 32 + 32 * (c / 4))), 2 * (c % 4)),
+        3, top);
 #elif defined(FORMAT_Q2_K)
     return shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 4))),
                         2 * (c % 4), 3);
 #endif
 }
-
-
-#if defined(FORMAT_Q4_K) || defined(FORMAT_Q5_K)
-/* Chunks c and c + 1 (c even) straight from their shared 32 bytes as the even and odd codes
- * of each in 16-bit lanes: lane i holds bytes 2i, 2i + 1, whose low nibbles are chunk c's
- * codes 2i, 2i + 1 and high nibbles chunk c + 1's. */
-#define CHUNK_PAIRS 1
-static inline __attribute__((always_inline)) void chunk_pair_codes(const uint8_t *block, int c,
-                                                                   __m256i codes[4]) {
-    const __m256i raw = _mm256_loadu_si256(
-        (const __m256i *)(block + (BLOCK_BYTES == 144 ? 16 : 48) + 16 * c));
-    const __m256i nibble = _mm256_set1_epi16(0x000f);
-    codes[0] = _mm256_and_si256(raw, nibble);
-    codes[1] = _mm256_and_si256(_mm256_srli_epi16(raw, 8), nibble);
-    codes[2] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
-    codes[3] = _mm256_srli_epi16(raw, 12);
-#if defined(FORMAT_Q5_K)
-    /* the fifth bits: bit c (c + 1) of byte l of the 32 bytes at 16 */
-    const __m256i high = _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)(block + 16)),
-                                          _mm_cvtsi32_si128(c));
-    const __m256i bit = _mm256_set1_epi16(0x0010);
-    codes[0] = _mm256_or_si256(codes[0], _mm256_and_si256(_mm256_slli_epi16(high, 4), bit));
-    codes[1] = _mm256_or_si256(codes[1], _mm256_and_si256(_mm256_srli_epi16(high, 4), bit));
-    codes[2] = _mm256_or_si256(codes[2], _mm256_and_si256(_mm256_slli_epi16(high, 3), bit));
-    codes[3] = _mm256_or_si256(codes[3], _mm256_and_si256(_mm256_srli_epi16(high, 5), bit));
-#endif
-}
-#endif
-
-#if DECODE_CHUNKS == 1
-/* A block of one chunk: its scale and offset (value = scale * q - minimum). */
-static inline __attribute__((always_inline)) void block_scale(const uint8_t *block,
-                                                               float *scale, float *minimum) {
-#if defined(FORMAT_Q5_1)
-    int32_t bits;
-    memcpy(&bits, block, 4);
-    const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
-    *scale = _mm_cvtss_f32(both);
-    *minimum = -_mm_cvtss_f32(_mm_movehdup_ps(both));
-#else
-    *scale = half_to_float(block);
-    *minimum = 0.0f;
-#endif
-}
-#endif
 #endif

@@ -17,6 +17,10 @@ POOL_PLANS = [  # shape, kind, params
                                          False, True, 1)),
     ((1, 1, 4, 4, 4), "dense", PoolParams((2, 2, 2), (2, 2, 2), (0, 0, 0), (0, 0, 0),
                                           (1, 1, 1))),
+    # Windows that tile the plane (the tiled fast path): whole, and cropped odd sizes of a
+    # strided input with unequal window sides.
+    ((2, 3, 8, 8), "dense", PoolParams((2, 2), (2, 2), (0, 0), (0, 0), (1, 1))),
+    ((2, 3, 7, 11), "transposed", PoolParams((2, 3), (2, 3), (0, 0), (0, 0), (1, 1))),
 ]
 
 

@@ -1,0 +1,239 @@
+/* The decode shape's kernel of the K formats and iq4_xs (quantized_decode.c): after
+ * quantized_formats.c (code_bytes, header_vectors), before quantized.c (whose matmul calls
+ * split_activations and decode_rows at one activation row). */
+#if defined(SPLIT_DECODE)
+/* The decode shape (one activation row), the K formats and iq4_xs: each 16-bit activation
+ * code x of a block of 32 is stored split as two bytes, x = 256 h + l with h = x >> 8 (signed)
+ * and l = x & 255 (unsigned): per block 32 bytes h, then 32 bytes l, in the codes' order. A
+ * weight chunk's 32 codes as bytes (quantized_formats.c's code_bytes) meet both halves in
+ * u8 x s8 four-product sums (VNNI's dpbusd, or its exact madd emulation):
+ *   sum(u x) = 256 sum(u h) + sum(l u),
+ * so the codes need no widening to 16 bits. 32-bit lane j sums positions 4j .. 4j + 3
+ * (lanes 0-3 the chunk's first half, 4-7 its second); each lane's sum is the exact integer
+ * (at most 4 * 127 * 32767 < 2^24 in magnitude, so its conversion to float is exact too). */
+#define PREFETCH_AHEAD 1024
+/* weight rows side by side per tile: more interleaved streams than two slowed the reads from
+ * memory (q6_k to half at four) */
+#ifndef DECODE_ROWS
+#define DECODE_ROWS 2
+#endif
+typedef struct {
+    uint8_t *bytes;       /* per block 64: the high bytes h, then the low bytes l */
+    int32_t *corrections; /* SIGNED_CODES: per block 8 lanes of -128 * sum(h) over the lane */
+    float *d, *s, *halves; /* per block: d, d * sum(q); per half: d * sum(q) */
+} split_blocks;
+
+/* a + sum over each 32-bit lane's four byte pairs of u[i] (unsigned) * s[i] (signed) */
+static inline __attribute__((always_inline)) __m256i dot_bytes(__m256i a, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && !defined(NO_AVX512)
+    return _mm256_dpbusd_epi32(a, u, s);
+#elif defined(__AVXVNNI__) && !defined(NO_AVX512)
+    return _mm256_dpbusd_avx_epi32(a, u, s);
+#else
+    /* exact: bytes widened in their 16-bit lanes (no saturating byte products) */
+    const __m256i u_even = _mm256_and_si256(u, _mm256_set1_epi16(0xff));
+    const __m256i u_odd = _mm256_srli_epi16(u, 8);
+    const __m256i s_even = _mm256_srai_epi16(_mm256_slli_epi16(s, 8), 8);
+    const __m256i s_odd = _mm256_srai_epi16(s, 8);
+    return _mm256_add_epi32(a, _mm256_add_epi32(_mm256_madd_epi16(u_even, s_even),
+                                                _mm256_madd_epi16(u_odd, s_odd)));
+#endif
+}
+
+/* round_int16_blocks of count blocks of x (quantize_activations' float32 steps), stored
+ * split (see above). */
+static void split_activations(const float *restrict x, split_blocks out, int64_t count) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    /* packs' 128-bit lanes back to the codes' order (4-byte groups) */
+    const __m256i in_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < count; b++) {
+        const float *values = x + 32 * b;
+        __m256 v[4];
+        for (int j = 0; j < 4; j++) v[j] = _mm256_loadu_ps(values + 8 * j);
+        const __m256 top = _mm256_max_ps(
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        __m128 half = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+        half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+        half = _mm_max_ss(half, _mm_movehdup_ps(half));
+        const float d = _mm_cvtss_f32(half) / (float)ACTIVATION_CODE_MAX;
+        const __m256 inverse = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+        __m256i q[4], high[4], low[4];
+        for (int j = 0; j < 4; j++) {
+            q[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], inverse),
+                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            high[j] = _mm256_srai_epi32(q[j], 8);
+            low[j] = _mm256_and_si256(q[j], _mm256_set1_epi32(0xff));
+        }
+        const __m256i h = _mm256_packs_epi16(_mm256_packs_epi32(high[0], high[1]),
+                                             _mm256_packs_epi32(high[2], high[3]));
+        const __m256i l = _mm256_packus_epi16(_mm256_packs_epi32(low[0], low[1]),
+                                              _mm256_packs_epi32(low[2], low[3]));
+        const __m256i h_ordered = _mm256_permutevar8x32_epi32(h, in_order);
+        _mm256_store_si256((__m256i *)(out.bytes + 64 * b), h_ordered);
+        _mm256_store_si256((__m256i *)(out.bytes + 64 * b + 32),
+                           _mm256_permutevar8x32_epi32(l, in_order));
+#if defined(SIGNED_CODES)
+        /* the signed codes meet h as unsigned (code + 128): their lanes start at -128 sum(h) */
+        _mm256_store_si256((__m256i *)(out.corrections + 8 * b),
+                           _mm256_sub_epi32(_mm256_setzero_si256(),
+                                            dot_bytes(_mm256_setzero_si256(),
+                                                      _mm256_set1_epi8((char)0x80), h_ordered)));
+#endif
+        const __m256i sums = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]),
+                                               _mm256_add_epi32(q[2], q[3]));
+        /* lanes: 0, 1, 4, 5 the first 16 codes' partial sums, 2, 3, 6, 7 the last 16's */
+        int32_t parts[8];
+        _mm256_storeu_si256((__m256i *)parts, sums);
+        const int first = parts[0] + parts[1] + parts[4] + parts[5];
+        const int second = parts[2] + parts[3] + parts[6] + parts[7];
+        out.d[b] = d;
+        out.s[b] = d * (float)(first + second);
+        out.halves[2 * b] = d * (float)first;
+        out.halves[2 * b + 1] = d * (float)second;
+    }
+}
+
+/* Chunk c of a weight block against activation block at (64 bytes, see split_blocks) whose
+ * SIGNED_CODES lanes start at ``start``: the exact integer sums, lane j positions 4j .. 4j + 3. */
+static inline __attribute__((always_inline)) __m256i chunk_dot(const uint8_t *block, int c,
+                                                               __m256i high, __m256i low,
+                                                               __m256i start) {
+    const __m256i codes = code_bytes(block, c);
+#if defined(SIGNED_CODES)
+    const __m256i upper = dot_bytes(start, _mm256_xor_si256(codes, _mm256_set1_epi8((char)0x80)),
+                                    high);
+#else
+    (void)start;
+    const __m256i upper = dot_bytes(_mm256_setzero_si256(), codes, high);
+#endif
+    return dot_bytes(_mm256_slli_epi32(upper, 8), low, codes);
+}
+
+static inline float horizontal_sum(__m256 v) {
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    half = _mm_add_ss(half, _mm_movehdup_ps(half));
+    return _mm_cvtss_f32(half);
+}
+
+static inline __attribute__((always_inline)) __m256i block_start(split_blocks x, int64_t at) {
+#if defined(SIGNED_CODES)
+    return _mm256_load_si256((const __m256i *)(x.corrections + 8 * at));
+#else
+    (void)x;
+    (void)at;
+    return _mm256_setzero_si256();
+#endif
+}
+
+/* Block b's headers for the tile's rows: their chunk factors (weight scale times activation
+ * scale; per half where SCALES is 2) into factors[r], their offsets added to offsets[r]. */
+static inline __attribute__((always_inline)) void block_factors(
+    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t b,
+    float (*factors)[8 * SCALES], __m256 *offsets, const int rows) {
+    const int64_t at = b * CHUNKS;
+    const __m256 d = _mm256_loadu_ps(x.d + at);
+#if defined(CODE_OFFSET)
+    __m256 scales[DECODE_ROWS][2];
+#endif
+    for (int r = 0; r < rows; r++) {
+        vector_header h;
+        header_vectors(weight + r * row_bytes + b * BLOCK_BYTES, &h);
+#if defined(CODE_OFFSET)
+        scales[r][0] = h.scale[0];
+        scales[r][1] = h.scale[1];
+#endif
+#if SCALES == 1
+        _mm256_store_ps(factors[r], _mm256_mul_ps(h.scale[0], d));
+#if MINIMUM
+        offsets[r] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.s + at), offsets[r]);
+#endif
+#else
+        _mm256_store_ps(factors[r], _mm256_mul_ps(h.scale[0], _mm256_permutevar8x32_ps(
+            d, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))));
+        _mm256_store_ps(factors[r] + 8, _mm256_mul_ps(h.scale[1], _mm256_permutevar8x32_ps(
+            d, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7))));
+#if MINIMUM
+        offsets[r] = _mm256_fmadd_ps(h.minimum[0], _mm256_loadu_ps(x.halves + 2 * at),
+                                     offsets[r]);
+        offsets[r] = _mm256_fmadd_ps(h.minimum[1], _mm256_loadu_ps(x.halves + 2 * at + 8),
+                                     offsets[r]);
+#endif
+#endif
+    }
+#if defined(CODE_OFFSET)
+    /* codes read as stored: value = scale * (q - CODE_OFFSET) */
+    const __m256 s_low = _mm256_loadu_ps(x.halves + 2 * at);
+    const __m256 s_high = _mm256_loadu_ps(x.halves + 2 * at + 8);
+    for (int r = 0; r < rows; r++) {
+        offsets[r] = _mm256_fmadd_ps(_mm256_mul_ps(scales[r][0], _mm256_set1_ps(CODE_OFFSET)),
+                                     s_low, offsets[r]);
+        offsets[r] = _mm256_fmadd_ps(_mm256_mul_ps(scales[r][1], _mm256_set1_ps(CODE_OFFSET)),
+                                     s_high, offsets[r]);
+    }
+#endif
+}
+
+/* rows (at most DECODE_ROWS) weight rows side by side against the activation row; per chunk
+ * one float conversion and fma by its factor (weight scale times activation scale; per half
+ * where the halves have their own), the offsets one fma per block against the activation
+ * sums. Two accumulators per row (sums, spare): the chunks alternate between them, so each
+ * chain of dependent adds is half as long (an fma's latency bounds a chain). */
+static inline __attribute__((always_inline)) void decode_tile(
+    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t blocks, float *out,
+    const int rows) {
+    __m256 sums[DECODE_ROWS], spare[DECODE_ROWS], offsets[DECODE_ROWS];
+    for (int r = 0; r < rows; r++) sums[r] = spare[r] = offsets[r] = _mm256_setzero_ps();
+    /* the tiles run through the weight in address order; the next tile's bytes are requested
+     * a tile ahead (the rows side by side are short interleaved streams) */
+    const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
+    /* the headers run a block ahead (double-buffered factors): a block's chunks then wait on
+     * no header's chain of dependent steps */
+    float buffers[2][DECODE_ROWS][8 * SCALES] __attribute__((aligned(32)));
+    block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
+    for (int64_t b = 0; b < blocks; b++) {
+        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
+            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
+        float (*factors)[8 * SCALES] = buffers[b & 1];
+        if (b + 1 < blocks)
+            block_factors(weight, row_bytes, x, b + 1, buffers[(b + 1) & 1], offsets, rows);
+        const int64_t at = b * CHUNKS;
+#pragma GCC unroll 8
+        for (int c = 0; c < CHUNKS; c++) {
+            const uint8_t *at_x = x.bytes + 64 * (at + c);
+            const __m256i high = _mm256_load_si256((const __m256i *)at_x);
+            const __m256i low = _mm256_load_si256((const __m256i *)(at_x + 32));
+            const __m256i start = block_start(x, at + c);
+            for (int r = 0; r < rows; r++) {
+                const __m256i p = chunk_dot(weight + r * row_bytes + b * BLOCK_BYTES, c, high,
+                                            low, start);
+#if SCALES == 2
+                /* lanes 0-3: the chunk's first half, 4-7: its second */
+                const __m256 factor = _mm256_permutevar8x32_ps(
+                    _mm256_load_ps(factors[r] + 8 * (c / 4)),
+                    _mm256_setr_epi32(2 * (c % 4), 2 * (c % 4), 2 * (c % 4), 2 * (c % 4),
+                                      2 * (c % 4) + 1, 2 * (c % 4) + 1, 2 * (c % 4) + 1,
+                                      2 * (c % 4) + 1));
+#else
+                const __m256 factor = _mm256_broadcast_ss(factors[r] + c);
+#endif
+                if (c % 2 == 0) sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, sums[r]);
+                else spare[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, spare[r]);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        out[r] = horizontal_sum(_mm256_sub_ps(_mm256_add_ps(sums[r], spare[r]), offsets[r]));
+}
+
+
+static void decode_rows(split_blocks x, const uint8_t *weight, float *out, int64_t k,
+                        int64_t first, int64_t last) {
+    const int64_t blocks = k / BLOCK_SIZE, row_bytes = blocks * BLOCK_BYTES;
+    int64_t j = first;
+    for (; j + DECODE_ROWS <= last; j += DECODE_ROWS)
+        decode_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, DECODE_ROWS);
+    for (; j < last; j++) decode_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, 1);
+}
+#endif
