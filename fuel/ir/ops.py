@@ -40,6 +40,7 @@ from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata 
     PatternParams,
     PermuteParams,
     PoolParams,
+    QLinearBinaryParams,
     QLinearConvParams,
     ReduceParams,
     ScatterParams,
@@ -170,6 +171,8 @@ class OpKind(enum.Enum):
     CONV_TRANSPOSE = "conv_transpose"
     CONV_FUSED = "conv_fused"
     QLINEAR_CONV = "qlinear_conv"
+    QLINEAR_LOOKUP = "qlinear_lookup"
+    QLINEAR_BINARY = "qlinear_binary"
     MAX_POOL = "max_pool"
     MAX_POOL_INDICES = "max_pool_indices"
     AVG_POOL = "avg_pool"
@@ -457,6 +460,11 @@ define(OpKind.CONV_FUSED, "window", rules.conv_fused, params=ConvEpilogueParams,
        doc="Convolution with its epilogue (bias, residual, activation) in its output loop.")
 define(OpKind.QLINEAR_CONV, "window", rules.qlinear_conv, params=QLinearConvParams,
        doc="8-bit convolution summed in int32 and re-quantized (onnxruntime's QLinearConv).")
+define(OpKind.QLINEAR_LOOKUP, "quantized", rules.qlinear_lookup, params=NoParams,
+       doc="An 8-bit tensor mapped through a 256-entry table indexed by its bytes (a quantized "
+           "elementwise chain of one input, tabulated).")
+define(OpKind.QLINEAR_BINARY, "quantized", rules.qlinear_binary, params=QLinearBinaryParams,
+       doc="onnxruntime's QLinearAdd / QLinearMul of two broadcast 8-bit tensors.")
 define(OpKind.MAX_POOL, "window", rules.pool, params=PoolParams, doc="Max pooling.")
 define(OpKind.MAX_POOL_INDICES, "window", rules.pool_indices, params=PoolParams,
        doc="Positions of max pooling's maxima.")

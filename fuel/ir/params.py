@@ -295,6 +295,25 @@ class QLinearConvParams:
     x_zero: int
     y_zero: int
     y_signed: bool
+    # the weights are a constant (a model's): a kernel may re-pack them once, when prepared
+    constant_weights: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QLinearBinaryParams:
+    """QLINEAR_BINARY: two 8-bit operands (NumPy broadcasting) combined like onnxruntime's
+    QLinearAdd (``multiply`` False: a * a_scale / y_scale + b * b_scale / y_scale with the
+    zero points folded into one float constant, fused multiply-adds) or QLinearMul (``multiply``
+    True: the exact product (a - a_zero)(b - b_zero) times a_scale * b_scale / y_scale, + y_zero),
+    rounded half to even and saturated to the operands' dtype."""
+
+    multiply: bool
+    a_scale: float
+    a_zero: int
+    b_scale: float
+    b_zero: int
+    y_scale: float
+    y_zero: int
 
 
 @dataclass(frozen=True, slots=True)

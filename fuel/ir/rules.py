@@ -308,6 +308,28 @@ def qlinear_conv(params, shapes, dtypes):
     return shape, dt.int8 if params.y_signed else dt.uint8
 
 
+def qlinear_lookup(params, shapes, dtypes):
+    """QLINEAR_LOOKUP: (x uint8/int8, table (256,) uint8/int8) -> x's shape, table's dtype."""
+    if len(shapes) != 2:
+        raise ShapeError(f"qlinear_lookup takes 2 operands, got {len(shapes)}")
+    for name, dtype in zip(("x", "table"), dtypes):
+        if dtype not in (dt.uint8, dt.int8):
+            raise DTypeError(f"qlinear_lookup: {name} must be uint8 or int8, got {dtype.name}")
+    if tuple(shapes[1]) != (256,):
+        raise ShapeError(f"qlinear_lookup: the table must have shape (256,), got {shapes[1]}")
+    return tuple(shapes[0]), dtypes[1]
+
+
+def qlinear_binary(params, shapes, dtypes):
+    """QLINEAR_BINARY: (a, b) of one 8-bit dtype, broadcast -> their dtype."""
+    if len(shapes) != 2:
+        raise ShapeError(f"qlinear_binary takes 2 operands, got {len(shapes)}")
+    if dtypes[0] not in (dt.uint8, dt.int8) or dtypes[1] is not dtypes[0]:
+        raise DTypeError(f"qlinear_binary: operands must both be uint8 or both int8, got "
+                         f"{dtypes[0].name} and {dtypes[1].name}")
+    return broadcast_shapes(*shapes), dtypes[0]
+
+
 def conv_fused(params, shapes, dtypes):
     """CONV_FUSED: (x, w, bias[, residual][, slope]) -> conv's shape."""
     expected = 3 + params.residual + (params.activation == "prelu")

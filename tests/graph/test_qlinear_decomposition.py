@@ -1,4 +1,6 @@
-"""QLINEAR_CONV's decomposition (float32 convolution of the integers, then the float32
+"""The QLINEAR ops' decompositions on the primitive-only backend against the CPU kernels.
+
+QLINEAR_CONV's decomposition (float32 convolution of the integers, then the float32
 re-quantization) on the primitive-only backend against the CPU kernel (exact int32 sums):
 equal for sums below 2**24."""
 
@@ -8,7 +10,7 @@ import pytest
 import fuel
 from fuel.frontend.build import make
 from fuel.ir.ops import OpKind
-from fuel.ir.params import ConvParams, QLinearConvParams
+from fuel.ir.params import ConvParams, QLinearBinaryParams, QLinearConvParams
 from tests.backends.primitive_backend import DEVICE, primitive_backend
 
 
@@ -38,3 +40,37 @@ def test_qlinear_conv_decomposition_matches_the_cpu_kernel(x_type, y_signed, x_s
         return make(OpKind.QLINEAR_CONV, tuple(t._node for t in tensors), params).numpy()
 
     np.testing.assert_array_equal(run(DEVICE), run("cpu"))
+
+
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+def test_qlinear_lookup_decomposition_matches_the_cpu_kernel(x_type):
+    rng = np.random.default_rng(4)
+    info = np.iinfo(x_type)
+    arrays = [rng.integers(info.min, info.max + 1, (2, 3, 70)).astype(x_type),
+              rng.integers(0, 256, 256).astype(np.uint8)]
+
+    def run(device):
+        tensors = [fuel.from_numpy(a).to(device) for a in arrays]
+        return make(OpKind.QLINEAR_LOOKUP, tuple(t._node for t in tensors), None).numpy()
+
+    np.testing.assert_array_equal(run(DEVICE), run("cpu"))
+
+
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("multiply", [False, True])
+def test_qlinear_binary_decomposition_matches_the_cpu_kernel(x_type, multiply):
+    """Equal for the product; the sum within one step (the kernel fuses its multiply-adds,
+    as onnxruntime does; the decomposition rounds each)."""
+    rng = np.random.default_rng(5)
+    info = np.iinfo(x_type)
+    arrays = [rng.integers(info.min, info.max + 1, (2, 3, 4, 5)).astype(x_type),
+              rng.integers(info.min, info.max + 1, (2, 3, 1, 1)).astype(x_type)]
+    params = QLinearBinaryParams(multiply, 0.02, 3, 0.03, -4 if x_type is np.int8 else 130,
+                                 0.04, 7)
+
+    def run(device):
+        tensors = [fuel.from_numpy(a).to(device) for a in arrays]
+        return make(OpKind.QLINEAR_BINARY, tuple(t._node for t in tensors), params).numpy()
+
+    ours, cpu = run(DEVICE).astype(np.int32), run("cpu").astype(np.int32)
+    assert np.abs(ours - cpu).max() <= (0 if multiply else 1)

@@ -17,6 +17,7 @@ from fuel.backends.cpu import (
     paged_attention,
     pooling,
     qlinear_conv,
+    qlinear_elementwise,
     quantized,
     sampling,
     scatter,
@@ -125,7 +126,7 @@ PREFERS_DECOMPOSED = frozenset({
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
 KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution_c, convolution, pooling,
                   scatter, sorting, sampling, strings, ml, quantized, paged_attention,
-                  qlinear_conv)
+                  qlinear_conv, qlinear_elementwise)
 
 
 BACKEND = CpuBackend()

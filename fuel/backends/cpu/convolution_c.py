@@ -1,5 +1,6 @@
-"""float32 convolution in C (``conv.c``, ``winograd.c``, ``depthwise.c``, ``pool.c`` after
-``conv_common.h``; conv.c and winograd.c also after ``conv_gemm.h``)
+"""float32 convolution in C (``conv.c``, ``winograd.c``, ``depthwise.c``, ``conv_direct.c``,
+``pool.c`` after ``conv_common.h``; conv.c and winograd.c also after ``conv_gemm.h``,
+depthwise.c after ``depthwise_flat.h``)
 and OpenBLAS (through NumPy): CONV, CONV_FUSED (the
 convolution with its bias, residual and activation in its output loop) and CONV_TRANSPOSE.
 
@@ -10,8 +11,11 @@ it does not take runs ``gemm``), so a judge may time any of them on the same ope
 - ``gemm``: any 1-d or 2-d shape: conv.c's implicit GEMM (the patch matrix built block by
   block into the GEMM's panels; the input as stored for an unpadded stride-1 1x1 kernel),
   the epilogue on the register tile;
-- ``depthwise``: groups == C == M: depthwise.c, one pass per plane through a padded copy, the
-  epilogue applied on the row in cache;
+- ``depthwise``: groups == C == M: depthwise.c (with AVX-512: stride 1 "same" planes as
+  flat vectors of masked loads, stride 2 through the plane's four phases; else one pass per
+  plane through a padded copy), the epilogue applied on the row in cache;
+- ``direct``: few input channels (a stem) or a pointwise convolution from few channels over a
+  large plane: conv_direct.c, each tap's 16 columns feeding 16 output channels' accumulators;
 - ``pointwise``: 1x1 kernel, stride 1, no padding: per group one GEMM (OpenBLAS) on the input
   as stored, ``W (M, C) @ x[n] (C, H*W)``, no copy;
 - ``im2col``: any 1-d or 2-d shape: the patch matrix of one image and group written by C into
@@ -50,43 +54,76 @@ from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, Poo
 
 KERNELS = KernelList(BackendId.CPU, "c")
 HERE = Path(__file__).parent
-SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, COMMON, GEMM_HEADER = (
-    HERE / name for name in ("conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_common.h",
-                             "conv_gemm.h"))
+(SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE, COMMON, GEMM_HEADER,
+ FLAT_HEADER) = (HERE / name for name in ("conv.c", "depthwise.c", "pool.c", "winograd.c",
+                                          "conv_direct.c", "conv_common.h", "conv_gemm.h",
+                                          "depthwise_flat.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
- AVG_POOL, WINOGRAD) = range(10)
+ AVG_POOL, WINOGRAD, DIRECT) = range(11)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
 # smaller launch loses more to waking the other threads than it gains).
 PARALLEL_WORK = 1 << 20
-FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd")
+PARALLEL_DEPTHWISE = 1 << 17  # the same for a depthwise launch
+FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd", "direct")
 # The rule's Winograd shapes: from this many output positions and channels (measured, one
 # thread, this 2-core AMD EPYC: 64->64 at 56x56 1.73 ms against the GEMM form's 2.59,
 # 256->256 at 14x14 1.96 against 2.50, but 512->512 at 7x7 5.7 against 2.9: the weights'
-# transform each launch outweighs the saved products on a small plane).
-WINOGRAD_PLANE = 100
+# transform each launch outweighs the saved products on a small plane; squeezenet's 13x13
+# planes: 64->256 590 us against 547, 48->192 370 against 326, so a 13x13 plane runs gemm).
+WINOGRAD_PLANE = 170
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
+# The direct form's shapes: at most DIRECT_CHANNELS input channels (a stem; a pointwise
+# convolution: DIRECT_POINTWISE_CHANNELS, on at least DIRECT_PLANE positions) and at least
+# DIRECT_OUTPUTS output channels (its accumulators are 16 output channels). Measured, one
+# thread, this machine, direct against gemm: 3->16 3x3 stride 2 at 224x224 170 us against
+# 227, 3->16 3x3 at 256x256 797 against 1358, 16->32 3x3 stride 2 at 160x160 768 against
+# 856; 3->64 3x3 stride 2 650 against 642 and the 7x7 stem 2976 against 2873 (even);
+# pointwise 16->96 at 112x112 459 against 617, 32->16 139 against 198, 24->144 at 56x56 235
+# against 293, 192->32 at 28x28 88 against 104, 64->384 at 14x14 103 against 107, but
+# 96->24 at 56x56 186 against 172 and 576->160 at 7x7 162 against 110; 16->1 1x1 432
+# against 338, hence the output bound; winograd's shapes stay winograd's.
+DIRECT_CHANNELS = 16
+DIRECT_POINTWISE_CHANNELS = 64
+DIRECT_PLANE = 196
+DIRECT_MOST_OUTPUTS = 32  # a stem to more output channels: even or worse (64: 2976 us, 2873)
+DIRECT_OUTPUTS = 16
+
+
+@functools.lru_cache(maxsize=1)
+def avx512() -> bool:
+    """Whether conv_direct.c was built with its AVX-512 loop (else its loops are scalar and
+    the rule does not pick it): the library's probe call."""
+    function = library(DIRECT)
+    if function is None:
+        return False
+    answer = np.zeros(1, np.int64)
+    sizes = (ctypes.c_int64 * 19)(-1, *([0] * 18))
+    function((ctypes.c_void_p * 8)(answer.ctypes.data, *([None] * 7)), sizes, None)
+    return bool(answer[0])
 
 
 def _source(path: Path) -> str:
-    gemm = GEMM_HEADER.read_text() if path in (SOURCE, WINOGRAD_SOURCE) else ""
-    return COMMON.read_text() + gemm + path.read_text()
+    header = (GEMM_HEADER.read_text() if path in (SOURCE, WINOGRAD_SOURCE)
+              else FLAT_HEADER.read_text() if path == DEPTHWISE_SOURCE else "")
+    return COMMON.read_text() + header + path.read_text()
 
 
 def library(form: int = 4):
     """The compiled library of ``form`` (conv.c; depthwise.c for DEPTHWISE, pool.c for the
     pools, winograd.c for WINOGRAD), built or fetched from the kernel cache once, or None."""
     path = {DEPTHWISE: DEPTHWISE_SOURCE, MAX_POOL: POOL_SOURCE, AVG_POOL: POOL_SOURCE,
-            WINOGRAD: WINOGRAD_SOURCE}.get(form, SOURCE)
+            WINOGRAD: WINOGRAD_SOURCE, DIRECT: DIRECT_SOURCE}.get(form, SOURCE)
     return entry_point(f"{path.stem}_float32", lambda: _source(path), openmp=True)
 
 
 def revision_text() -> str:
     """Every C source the kernels here run (their revision hashes cover them)."""
     return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, SOURCE, DEPTHWISE_SOURCE,
-                                                    POOL_SOURCE, WINOGRAD_SOURCE))
+                                                    FLAT_HEADER, POOL_SOURCE, WINOGRAD_SOURCE,
+                                                    DIRECT_SOURCE))
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +180,17 @@ class Geometry:
         return self.groups == self.c == self.m and self.kh <= MAX_DEPTHWISE_ROWS
 
     @property
+    def direct(self) -> bool:
+        """A dense convolution to at least DIRECT_OUTPUTS output channels: from at most
+        DIRECT_CHANNELS input channels to at most DIRECT_MOST_OUTPUTS (a stem), or a pointwise
+        one from at most DIRECT_POINTWISE_CHANNELS over at least DIRECT_PLANE positions."""
+        if self.groups != 1 or self.c <= 0 or self.m < DIRECT_OUTPUTS:
+            return False
+        if self.pointwise and self.h * self.w >= DIRECT_PLANE:
+            return self.c <= DIRECT_POINTWISE_CHANNELS
+        return self.c <= DIRECT_CHANNELS and self.m <= DIRECT_MOST_OUTPUTS
+
+    @property
     def winograd(self) -> bool:
         """A 3x3 stride-1 undilated dense 2-d convolution (winograd.c's F(2x2, 3x3)) whose
         transformed weights (16 x M x C floats) fit WINOGRAD_WEIGHTS."""
@@ -161,6 +209,8 @@ def accepts(form: str, geometry: Geometry | None) -> bool:
         return geometry.depthwise
     if form == "winograd":
         return geometry.winograd
+    if form == "direct":
+        return geometry.direct
     return form in ("im2col", "auto", "gemm")
 
 
@@ -177,6 +227,8 @@ def choose_form(geometry: Geometry | None) -> str | None:
     if (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
             and g.oh * g.ow >= WINOGRAD_PLANE):
         return "winograd"
+    if g.direct and avx512():
+        return "direct"
     return "gemm"
 
 
@@ -184,7 +236,10 @@ def _threads(geometry: Geometry, form: str | None) -> int:
     """The rule's team for a C form: every thread from PARALLEL_WORK multiply-adds, else one."""
     g = geometry
     taps = g.kh * g.kw
-    work = g.n * g.m * g.oh * g.ow * taps * (1 if form == "depthwise" else g.c // g.groups)
+    if form == "depthwise":  # few flops a byte: a team pays from less work
+        work = g.n * g.m * g.oh * g.ow * taps
+        return thread_count() if work >= PARALLEL_DEPTHWISE else 1
+    work = g.n * g.m * g.oh * g.ow * taps * (g.c // g.groups)
     return thread_count() if work >= PARALLEL_WORK else 1
 
 
@@ -324,6 +379,12 @@ class CConvolution:
             threads = _threads(geometry, form) if threads is None else threads
             if depthwise is not None:
                 return self._call(depthwise, geometry, DEPTHWISE, threads, epilogue, x, w, out)
+            form = "gemm"
+        if form == "direct":
+            direct = library(DIRECT)
+            if direct is not None:
+                threads = _threads(geometry, form) if threads is None else threads
+                return self._call(direct, geometry, DIRECT, threads, epilogue, x, w, out)
             form = "gemm"
         if form == "winograd":
             winograd = library(WINOGRAD)

@@ -198,13 +198,46 @@ typedef struct {
     const Shape *s;
     float alpha, beta;
     int64_t plane, planes, per_unit, wide, pw, ph;
+    int64_t mode, vectors;  /* AVX-512: DW_FLAT (`vectors` a plane, `masks`), else DW_PADDED */
+    const void *masks;
 } DepthwiseJob;
+enum { DW_PADDED = 0, DW_FLAT, DW_PHASES };
 
 /* Unit i: planes [i per_unit, (i + 1) per_unit), through this thread's padded buffer (its
  * borders zeroed once a unit: no plane writes them). */
 static void depthwise_task(void *context, int64_t unit) {
     const DepthwiseJob *j = context;
     const Shape *s = j->s;
+#if defined(__AVX512F__)
+    if (j->mode != DW_PADDED) {
+        const int64_t first = unit * j->per_unit;
+        const int64_t last = first + j->per_unit < j->planes ? first + j->per_unit : j->planes;
+        for (int64_t i = first; i < last; i++) {
+            const int64_t c = i % s->c;
+            if (j->mode == DW_FLAT && j->vectors <= 4 && i + 1 < last) {  /* planes i and i + 1 together */
+                dw_flat_pair(j->x + i * s->h * s->w, j->w + c * s->kh * s->kw,
+                             j->out + i * j->plane, j->bias,
+                             j->residual != NULL ? j->residual + i * j->plane : NULL,
+                             j->slope, c, s, j->masks, j->vectors, j->alpha, j->beta);
+                i++;
+                continue;
+            }
+            const float *in = j->x + i * s->h * s->w, *filter = j->w + c * s->kh * s->kw;
+            const float b = j->bias != NULL ? j->bias[c] : 0.0f;
+            const float k = j->slope != NULL ? j->slope[c] : 0.0f;
+            const float *res = j->residual != NULL ? j->residual + i * j->plane : NULL;
+            if (j->mode == DW_PHASES) {
+                dw_phase_plane(in, filter, j->out + i * j->plane, s,
+                               thread_buffer(3, (size_t)dw_phase_floats(s)), b, res, j->alpha,
+                               j->beta, k);
+                continue;
+            }
+            dw_flat_plane(in, filter, j->out + i * j->plane, s, j->masks, j->vectors, b, res,
+                          j->alpha, j->beta, k);
+        }
+        return;
+    }
+#endif
 #if defined(VECTOR)
     const size_t padded_bytes = (sizeof(float) * (size_t)(j->pw * j->ph + 64) + 63) / 64 * 64;
     float *padded = s->sw <= 2 ? thread_buffer(0, padded_bytes / sizeof(float)) : NULL;
@@ -301,11 +334,30 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const float *scalars = data[6];
     DepthwiseJob j = {data[0], data[1], data[2], data[3], data[5], data[4], &s,
                       scalars != NULL ? scalars[0] : 0.0f, scalars != NULL ? scalars[1] : 0.0f,
-                      s.oh * s.ow, s.n * s.c, 1, (s.ow + 15) / 16 * 16, 0, 0};
+                      s.oh * s.ow, s.n * s.c, 1, (s.ow + 15) / 16 * 16, 0, 0, DW_PADDED, 0,
+                      NULL};
     j.pw = j.wide * s.sw + (s.kw - 1) * s.dw + 32;
     j.ph = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1;
 #if defined(__AVX512F__)
-    if (s.ow <= NARROW) {
+    const int64_t taps = s.kh * s.kw, flat = (s.oh * s.ow + 15) / 16;
+    /* the flat layout where it measured faster than the padded copy (one thread, this
+     * machine): up to 56x56 with 3x3 (144 channels at 56x56: 228 us against 254; 480 at
+     * 14x14: 56 against 85; 1152 at 7x7: 55 against 107), up to 20x20 with larger kernels
+     * (672 channels 5x5 at 14x14: 190 against 222; 240 at 28x28: 233 against 227) */
+    const int64_t plane = s.oh * s.ow;
+    if (s.sh == 1 && s.sw == 1 && s.ow == s.w && flat * taps <= DW_MASKS
+            && (plane <= 400 || (taps <= 9 && plane <= 3136))) {
+        uint16_t *masks = (uint16_t *)thread_buffer(2, (size_t)(flat * taps / 2 + 1));
+        dw_flat_masks(&s, masks, flat);
+        j.mode = DW_FLAT, j.vectors = flat, j.masks = masks;
+    } else if (s.sh == 2 && s.sw == 2) {
+        /* stride 2 through the four phases (one thread: 96 channels 3x3 at 112x112 292 us
+         * against the padded copy's 364, 144 5x5 at 56x56 175 against 251, 96 5x5 at 28x28
+         * 39 against 54; to a 7x7 output against the channel-lane form: 576 3x3 68 against
+         * 102, 672 5x5 123 against 145) */
+        j.mode = DW_PHASES;
+    }
+    if (s.ow <= NARROW && j.mode == DW_PADDED) {
         run_units(s.n * ((s.c + 15) / 16), threads, depthwise_channels_task, &j);
         return;
     }

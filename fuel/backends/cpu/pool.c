@@ -10,6 +10,8 @@
  *                (activation 0) or inside the explicit padding (activation 1: count_include_pad;
  *                scalars[0], scalars[1]: the bottom and right explicit pads), unless activation
  *                is 2 (sums only).
+ * A window covering the whole unpadded plane (GlobalAveragePool, GlobalMaxPool) is one
+ * vector reduction per plane instead, planes split over the team.
  */
 
 enum { MAX_POOL = 7, AVG_POOL = 8 };
@@ -25,9 +27,86 @@ static inline int64_t inside(int64_t o, int64_t stride, int64_t pad, int64_t dil
     return count;
 }
 
+#if defined(__AVX512F__)
+/* The windows of output rows over the padded plane, four 16-column chunks at once (the last
+ * chunks masked; their reads stay in the padded copy), without NaN tracking. */
+static void pool_rows_fast(const float *padded, float *out, const Shape *s, int64_t pw,
+                           int maximum, const float *row_count, const float *col_count) {
+    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+                                           4, 2, 0);
+    const int64_t sw = s->sw;
+    const __m512 start = _mm512_set1_ps(maximum ? -INFINITY : 0.0f);
+    for (int64_t oh = 0; oh < s->oh; oh++) {
+        float *target = out + oh * s->ow;
+        for (int64_t ow0 = 0; ow0 < s->ow; ow0 += 64) {
+            __m512 a0 = start, a1 = start, a2 = start, a3 = start;
+            for (int64_t kh = 0; kh < s->kh; kh++) {
+                const float *row = padded + (oh * s->sh + kh * s->dh) * pw + ow0 * sw;
+                for (int64_t kw = 0; kw < s->kw; kw++) {
+                    const float *p = row + kw * s->dw;
+#define POOL_LOAD(i) (sw == 1 ? _mm512_loadu_ps(p + 16 * i) \
+                      : _mm512_permutex2var_ps(_mm512_loadu_ps(p + 32 * i), evens, \
+                                               _mm512_loadu_ps(p + 32 * i + 16)))
+#define POOL_STEP(i) if (ow0 + 16 * i < s->ow) a##i = maximum \
+                         ? _mm512_max_ps(a##i, POOL_LOAD(i)) : _mm512_add_ps(a##i, POOL_LOAD(i));
+                    POOL_STEP(0) POOL_STEP(1) POOL_STEP(2) POOL_STEP(3)
+#undef POOL_STEP
+#undef POOL_LOAD
+                }
+            }
+#define POOL_STORE(i) if (ow0 + 16 * i < s->ow) { \
+                const int64_t ow = ow0 + 16 * i; \
+                const __mmask16 mask = s->ow - ow >= 16 ? (__mmask16)0xFFFF \
+                                                        : (__mmask16)((1u << (s->ow - ow)) - 1); \
+                __m512 v = a##i; \
+                if (!maximum && row_count != NULL) \
+                    v = _mm512_div_ps(v, _mm512_mul_ps(_mm512_set1_ps(row_count[oh]), \
+                        _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), mask, col_count + ow))); \
+                _mm512_mask_storeu_ps(target + ow, mask, v); }
+            POOL_STORE(0) POOL_STORE(1) POOL_STORE(2) POOL_STORE(3)
+#undef POOL_STORE
+        }
+    }
+}
+#endif
+
 static void pool_plane(const float *in, float *out, const Shape *s, float *padded, int64_t pw,
                        int64_t ph, int maximum, float fill, const float *row_count,
                        const float *col_count) {
+#if defined(__AVX512F__)
+    int nan_free = 0;  /* no NaN in the plane (its max needs no NaN tracking) */
+    {
+        const __m512 filled = _mm512_set1_ps(fill);
+        __mmask16 nan = 0;
+        const int64_t left = s->pl < pw ? s->pl : pw;
+        const int64_t width = s->w < pw - left ? s->w : pw - left;
+        for (int64_t y = 0; y < ph; y++) {
+            float *target = padded + y * pw;
+            const int64_t iy = y - s->pt;
+            const int valid = iy >= 0 && iy < s->h;
+            /* the fill where the row does not land: all of it, or its two sides */
+            const int64_t from = valid ? left : pw, to = valid ? left + width : pw;
+            for (int side = 0; side < 2; side++) {
+                const int64_t begin = side ? to : 0, end = side ? pw : from;
+                for (int64_t t = begin; t < end; t += 16) {
+                    const __mmask16 m = end - t >= 16 ? (__mmask16)0xFFFF
+                                                      : (__mmask16)((1u << (end - t)) - 1);
+                    _mm512_mask_storeu_ps(target + t, m, filled);
+                }
+            }
+            if (!valid) continue;
+            const float *source = in + iy * s->w;
+            for (int64_t t = 0; t < width; t += 16) {
+                const __mmask16 m = width - t >= 16 ? (__mmask16)0xFFFF
+                                                    : (__mmask16)((1u << (width - t)) - 1);
+                const __m512 v = _mm512_maskz_loadu_ps(m, source + t);
+                nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+                _mm512_mask_storeu_ps(target + left + t, m, v);
+            }
+        }
+        nan_free = nan == 0;
+    }
+#else
     for (int64_t y = 0; y < ph; y++) {
         float *target = padded + y * pw;
         const int64_t iy = y - s->pt;
@@ -37,7 +116,16 @@ static void pool_plane(const float *in, float *out, const Shape *s, float *padde
         const int64_t width = s->w < pw - left ? s->w : pw - left;
         memcpy(target + left, in + iy * s->w, sizeof(float) * width);
     }
+#endif
     const int64_t sw = s->sw;
+#if defined(__AVX512F__)
+    /* no NaN to track (an average, or a max over a plane without NaN): four 16-column chunks
+     * of a row at once, so four accumulator chains are in flight */
+    if ((nan_free || !maximum) && sw <= 2) {
+        pool_rows_fast(padded, out, s, pw, maximum, row_count, col_count);
+        return;
+    }
+#endif
     for (int64_t oh = 0; oh < s->oh; oh++) {
         float *target = out + oh * s->ow;
         int64_t ow = 0;
@@ -171,11 +259,64 @@ static void pool(const float *x, float *out, const Shape *s, int maximum, int64_
     free(col_count);
 }
 
+typedef struct {
+    const float *x;
+    float *out;
+    int64_t plane, planes, per_unit, maximum, divide;
+} WholeJob;
+
+/* Unit i: the planes [i per_unit, (i + 1) per_unit) reduced to one value each. */
+static void whole_task(void *context, int64_t unit) {
+    const WholeJob *j = context;
+    const int64_t first = unit * j->per_unit;
+    const int64_t last = first + j->per_unit < j->planes ? first + j->per_unit : j->planes;
+    for (int64_t i = first; i < last; i++) {
+        const float *in = j->x + i * j->plane;
+        int64_t k = 0;
+        float result;
+#if defined(__AVX512F__)
+        __m512 a = _mm512_set1_ps(j->maximum ? -INFINITY : 0.0f), b = a;
+        for (; k + 32 <= j->plane; k += 32) {
+            const __m512 u = _mm512_loadu_ps(in + k), v = _mm512_loadu_ps(in + k + 16);
+            a = j->maximum ? _mm512_max_ps(a, u) : _mm512_add_ps(a, u);
+            b = j->maximum ? _mm512_max_ps(b, v) : _mm512_add_ps(b, v);
+        }
+        result = j->maximum ? _mm512_reduce_max_ps(_mm512_max_ps(a, b))
+                            : _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+#else
+        result = j->maximum ? -INFINITY : 0.0f;
+#endif
+        for (; k < j->plane; k++) {
+            const float v = in[k];
+            result = j->maximum ? (v > result || v != v ? v : result) : result + v;
+        }
+#if defined(__AVX512F__)
+        if (j->maximum)  /* a NaN anywhere in the plane: NaN, as the windowed max gives */
+            for (int64_t t = 0; t < j->plane; t++)
+                if (in[t] != in[t]) {
+                    result = in[t];
+                    break;
+                }
+#endif
+        j->out[i] = j->divide ? result / (float)j->plane : result;
+    }
+}
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     const int64_t form = sizes[0], threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *scalars = data[6];
+    if (s.oh == 1 && s.ow == 1 && s.kh == s.h && s.kw == s.w && s.pt == 0 && s.pl == 0
+            && s.dh == 1 && s.dw == 1 && (scalars == NULL || (scalars[0] == 0.0f
+                                                              && scalars[1] == 0.0f))) {
+        const int64_t planes = s.n * s.c;
+        WholeJob j = {data[0], data[4], s.h * s.w, planes, planes, form == MAX_POOL,
+                      form == AVG_POOL && s.act != 2};
+        if (threads > 1) j.per_unit = (planes + 4 * threads - 1) / (4 * threads);
+        run_units((planes + j.per_unit - 1) / j.per_unit, threads, whole_task, &j);
+        return;
+    }
     pool(data[0], data[4], &s, form == MAX_POOL, s.act, scalars != NULL ? scalars[0] : 0.0f,
          scalars != NULL ? scalars[1] : 0.0f, threads);
 }

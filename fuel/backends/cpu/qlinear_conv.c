@@ -15,9 +15,10 @@
  *
  * Forms, picked here:
  *   depthwise (groups == C == M, at most 256 taps, |bias| < 2**23), float32 sums of integers
- *     below 2**24 (exact): from 16 output columns per plane, each output row 8 columns at a
- *     time over a padded float copy of the plane split by column phase; narrower outputs
- *     channels last, 8 channels at a time over a padded channels-last copy.
+ *     below 2**24 (exact), one plane at a time: a zero-padded float copy of the plane, then
+ *     per output row the stride-1 sums over the columns the strided windows start at, 64
+ *     columns in four registers across every tap (AVX-512 fused multiply-adds, exact here),
+ *     every s-th sum re-quantized.
  *   gemm (the rest): per image and group out[m, p] = sum_k w[m, k] * B[k, p] with B the patch
  *     matrix of u (written once per image and group, or the input as stored for an unpadded
  *     stride-1 1x1 kernel), re-packed 16 positions at a time into panels of k quads so that
@@ -99,80 +100,110 @@ static uint8_t *shared_buffer(size_t bytes) {
 
 /* ------------------------------------------------------------------ depthwise */
 
-/* Depthwise on one plane, rows vectorized (wide outputs): (x - x_zero) as float32 (exact) in
- * a padded plane split by column phase ([phase][row][col] holds padded column col * stride +
- * phase), so each tap reads its output row contiguously; float32 sums of integers below
- * 2**24 (exact), re-quantized 8 at a time. */
+/* Depthwise on one plane, rows vectorized: (x - x_zero) as float32 (exact) in a zero-padded
+ * plane of the rows and columns the windows reach; per output row the stride-1 sums over
+ * every column the strided outputs start at (each tap one contiguous multiply-add over the
+ * row: s times the strided work, all of it vector loads), float32 sums of integers below
+ * 2**24 (exact); then every s-th sum re-quantized, 8 at a time. */
 static void depthwise_plane(const uint8_t *x, const int8_t *w, int32_t bias, float scale,
                             uint8_t *out, const Q *q) {
-    const int64_t s = q->sw, vw = (q->ow + 7) / 8 * 8;
+    const int64_t s = q->sw, wide = (q->ow - 1) * s + 1, vw = (wide + 15) / 16 * 16;
     const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
-    const int64_t reach = ((q->kw - 1) * q->dw) / s + 1;
-    const int64_t pw = vw + reach + 8;
-    float *planes = scratch(0, sizeof(float) * (size_t)(s * ph * pw));
+    const int64_t pw = vw + (q->kw - 1) * q->dw + 16;
+    float *plane = scratch(0, sizeof(float) * (size_t)(ph * pw));
     const float shift = (float)q->xz;
-    for (int64_t phase = 0; phase < s; phase++)
-        for (int64_t r = 0; r < ph; r++) {
-            const int64_t ih = r - q->pt;
-            float *row = planes + (phase * ph + r) * pw;
-            if (ih < 0 || ih >= q->h) {
-                memset(row, 0, sizeof(float) * (size_t)pw);
-                continue;
-            }
-            const int64_t off = phase - q->pl;
-            int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
-            int64_t hi = q->w - off <= 0 ? 0 : (q->w - off - 1) / s + 1;
-            if (lo > pw) lo = pw;
-            if (hi > pw) hi = pw;
-            if (hi < lo) hi = lo;
-            for (int64_t col = 0; col < lo; col++) row[col] = 0.0f;
-            if (q->x_signed) {
-                const int8_t *source = (const int8_t *)x + ih * q->w + off;
-                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col * s] - shift;
-            } else if (s == 1) {
-                const uint8_t *source = x + ih * q->w + off;
-                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col] - shift;
-            } else {
-                const uint8_t *source = x + ih * q->w + off;
-                for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col * s] - shift;
-            }
-            for (int64_t col = hi; col < pw; col++) row[col] = 0.0f;
+    const int64_t lo = q->pl < pw ? q->pl : pw;
+    const int64_t hi = q->pl + q->w < pw ? q->pl + q->w : pw;
+    for (int64_t r = 0; r < ph; r++) {
+        const int64_t ih = r - q->pt;
+        float *row = plane + r * pw;
+        if (ih < 0 || ih >= q->h) {
+            memset(row, 0, sizeof(float) * (size_t)pw);
+            continue;
         }
-    float *acc = scratch(1, sizeof(float) * (size_t)vw);
+        for (int64_t col = 0; col < lo; col++) row[col] = 0.0f;
+        if (q->x_signed) {
+            const int8_t *source = (const int8_t *)x + ih * q->w - q->pl;
+            for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col] - shift;
+        } else {
+            const uint8_t *source = x + ih * q->w - q->pl;
+            for (int64_t col = lo; col < hi; col++) row[col] = (float)source[col] - shift;
+        }
+        for (int64_t col = hi; col < pw; col++) row[col] = 0.0f;
+    }
+    float *acc = scratch(1, sizeof(float) * (size_t)(vw + q->ow + 8));
+    float *picked = acc + vw;
     const float start = (float)bias;
+    float taps[256];
+    for (int64_t t = 0; t < q->kh * q->kw; t++) taps[t] = (float)w[t];
     for (int64_t oh = 0; oh < q->oh; oh++) {
-        for (int64_t ow = 0; ow < vw; ow++) acc[ow] = start;
-        for (int64_t kh = 0; kh < q->kh; kh++) {
-            const int64_t r = oh * q->sh + kh * q->dh;
-            for (int64_t kw = 0; kw < q->kw; kw++) {
-                const int64_t column = kw * q->dw;
-                const float *source = planes + ((column % s) * ph + r) * pw + column / s;
-                const float tap = (float)w[kh * q->kw + kw];
-                for (int64_t ow = 0; ow < vw; ow++) acc[ow] += tap * source[ow];
+#if defined(__AVX512F__)
+        /* 16 columns in a register across every tap (products and sums of integers below
+         * 2**24 are exact, so the fused multiply-add rounds nothing) */
+        int64_t i = 0;
+        for (; i + 64 <= vw; i += 64) { /* four independent chains hide the FMA latency */
+            __m512 s0 = _mm512_set1_ps(start), s1 = s0, s2 = s0, s3 = s0;
+            for (int64_t kh = 0; kh < q->kh; kh++) {
+                const float *base = plane + (oh * q->sh + kh * q->dh) * pw + i;
+                for (int64_t kw = 0; kw < q->kw; kw++) {
+                    const __m512 tap = _mm512_set1_ps(taps[kh * q->kw + kw]);
+                    const float *at = base + kw * q->dw;
+                    s0 = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at), s0);
+                    s1 = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + 16), s1);
+                    s2 = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + 32), s2);
+                    s3 = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + 48), s3);
+                }
             }
+            _mm512_storeu_ps(acc + i, s0);
+            _mm512_storeu_ps(acc + i + 16, s1);
+            _mm512_storeu_ps(acc + i + 32, s2);
+            _mm512_storeu_ps(acc + i + 48, s3);
+        }
+        for (; i < vw; i += 16) {
+            __m512 sum = _mm512_set1_ps(start);
+            for (int64_t kh = 0; kh < q->kh; kh++) {
+                const float *base = plane + (oh * q->sh + kh * q->dh) * pw + i;
+                for (int64_t kw = 0; kw < q->kw; kw++)
+                    sum = _mm512_fmadd_ps(_mm512_set1_ps(taps[kh * q->kw + kw]),
+                                          _mm512_loadu_ps(base + kw * q->dw), sum);
+            }
+            _mm512_storeu_ps(acc + i, sum);
+        }
+#else
+        for (int64_t i = 0; i < vw; i++) acc[i] = start;
+        for (int64_t kh = 0; kh < q->kh; kh++) {
+            const float *base = plane + (oh * q->sh + kh * q->dh) * pw;
+            for (int64_t kw = 0; kw < q->kw; kw++) {
+                const float *source = base + kw * q->dw;
+                const float tap = taps[kh * q->kw + kw];
+                for (int64_t i = 0; i < vw; i++) acc[i] += tap * source[i];
+            }
+        }
+#endif
+        const float *sums = acc;
+        if (s != 1) {
+            for (int64_t ow = 0; ow < q->ow; ow++) picked[ow] = acc[ow * s];
+            sums = picked;
         }
         uint8_t *target = out + oh * q->ow;
 #if defined(__AVX2__)
         const __m256 factor = _mm256_set1_ps(scale);
         const __m256i zero = _mm256_set1_epi32((int32_t)q->yz);
-        for (int64_t ow = 0; ow < q->ow; ow += 8) {
+        int64_t ow = 0;
+        for (; ow + 8 <= q->ow; ow += 8) {
             const __m256i v = _mm256_add_epi32(
-                _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(acc + ow), factor)), zero);
+                _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(sums + ow), factor)), zero);
             const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(v),
                                                   _mm256_extracti128_si256(v, 1));
             const __m128i bytes = q->y_signed ? _mm_packs_epi16(words, words)
                                               : _mm_packus_epi16(words, words);
-            if (ow + 8 <= q->ow) {
-                _mm_storel_epi64((__m128i *)(target + ow), bytes);
-            } else {
-                uint8_t tail[16];
-                _mm_storeu_si128((__m128i *)tail, bytes);
-                memcpy(target + ow, tail, (size_t)(q->ow - ow));
-            }
+            _mm_storel_epi64((__m128i *)(target + ow), bytes);
         }
+        for (; ow < q->ow; ow++)
+            store_y(target, ow, (int32_t)lrintf(sums[ow] * scale) + (int32_t)q->yz, q);
 #else
         for (int64_t ow = 0; ow < q->ow; ow++)
-            store_y(target, ow, (int32_t)lrintf(acc[ow] * scale) + (int32_t)q->yz, q);
+            store_y(target, ow, (int32_t)lrintf(sums[ow] * scale) + (int32_t)q->yz, q);
 #endif
     }
 }
@@ -189,92 +220,125 @@ static void depthwise_rows(const uint8_t *x, const int8_t *w, const int32_t *bia
     }
 }
 
-/* Depthwise, channels last: per image, (x - x_zero) as float32 (exact) in a zero-padded
- * (H + pads) x (W + pads) x C8 copy (C rounded up to 8) and the taps as [tap][C8]; then per
- * output position 8 channels at a time, acc = bias + sum of tap * value (integers below 2**24:
- * exact), re-quantized and stored to the channels' planes. */
-static void depthwise(const uint8_t *x, const int8_t *w, const int32_t *bias,
-                      const float *mult, uint8_t *out, const Q *q) {
-    const int64_t c8 = (q->c + 7) / 8 * 8, taps = q->kh * q->kw;
+#if defined(__AVX512F__)
+/* Depthwise over narrow planes (fewer than 16 output columns), channels last, 16 channels
+ * per register: each thread takes whole blocks of 16 channels of one image, copies them as
+ * float32 (x - x_zero, exact) into a zero-padded [row][column][16] buffer, sums every output
+ * position's taps with fused multiply-adds (exact: integers below 2**24), re-quantizes the 16
+ * sums and writes them back to the channels' planes. */
+static void depthwise_last(const uint8_t *x, const int8_t *w, const int32_t *bias,
+                           const float *mult, uint8_t *out, const Q *q) {
     const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
     const int64_t pw = (q->ow - 1) * q->sw + (q->kw - 1) * q->dw + 1;
-    const int64_t in_plane = q->h * q->w, out_plane = q->oh * q->ow;
-    float *padded = (float *)shared_buffer(sizeof(float) * (size_t)(ph * pw * c8 + taps * c8 +
-                                                                    3 * c8));
-    float *weights = padded + ph * pw * c8, *start = weights + taps * c8;
-    float *scales = start + c8, *zeros_unused = scales + c8;
-    (void)zeros_unused;
-    for (int64_t c = 0; c < c8; c++) {
-        for (int64_t tap = 0; tap < taps; tap++)
-            weights[tap * c8 + c] = c < q->c ? (float)w[c * taps + tap] : 0.0f;
-        start[c] = c < q->c ? (float)bias[c] : 0.0f;
-        scales[c] = c < q->c ? mult[c] : 0.0f;
-    }
+    const int64_t in_plane = q->h * q->w, out_plane = q->oh * q->ow, taps = q->kh * q->kw;
+    const int64_t blocks = (q->c + 15) / 16, units = q->n * blocks;
     const float shift = (float)q->xz;
-    for (int64_t image = 0; image < q->n; image++) {
-        const uint8_t *source = x + image * q->c * in_plane;
-        uint8_t *target = out + image * q->m * out_plane;
-#pragma omp parallel num_threads(q->threads) if (q->threads > 1)
-        {
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < ph; r++) {
-                float *row = padded + r * pw * c8;
-                const int64_t ih = r - q->pt;
-                memset(row, 0, sizeof(float) * (size_t)(pw * c8));
-                if (ih < 0 || ih >= q->h) continue;
-                int64_t lo = q->pl, hi = q->pl + q->w;
-                if (hi > pw) hi = pw;
-                for (int64_t c = 0; c < q->c; c++) {
-                    if (q->x_signed) {
-                        const int8_t *values = (const int8_t *)source + c * in_plane + ih * q->w;
-                        for (int64_t col = lo; col < hi; col++)
-                            row[col * c8 + c] = (float)values[col - q->pl] - shift;
-                    } else {
-                        const uint8_t *values = source + c * in_plane + ih * q->w;
-                        for (int64_t col = lo; col < hi; col++)
-                            row[col * c8 + c] = (float)values[col - q->pl] - shift;
-                    }
+#pragma omp parallel for schedule(static) num_threads(q->threads) if (q->threads > 1)
+    for (int64_t unit = 0; unit < units; unit++) {
+        const int64_t image = unit / blocks, c0 = unit % blocks * 16;
+        const int count = (int)(q->c - c0 < 16 ? q->c - c0 : 16);
+        float *padded = scratch(0, sizeof(float) * (size_t)(ph * pw * 16 + taps * 16 + 32));
+        float *weights = padded + ph * pw * 16, *start = weights + taps * 16;
+        float *scales = start + 16;
+        memset(padded, 0, sizeof(float) * (size_t)(ph * pw * 16));
+        for (int j = 0; j < 16; j++) {
+            const int64_t c = c0 + (j < count ? j : 0);
+            for (int64_t tap = 0; tap < taps; tap++)
+                weights[tap * 16 + j] = j < count ? (float)w[c * taps + tap] : 0.0f;
+            start[j] = j < count ? (float)bias[c] : 0.0f;
+            scales[j] = j < count ? mult[c] : 0.0f;
+        }
+        /* rows and columns of the input inside the padded buffer (pads are not negative) */
+        const int64_t rows = q->h < ph - q->pt ? q->h : ph - q->pt;
+        const int64_t cols = q->w < pw - q->pl ? q->w : pw - q->pl;
+        for (int j = 0; j < count; j++) {
+            const int64_t at = (image * q->c + c0 + j) * in_plane;
+            for (int64_t ih = 0; ih < rows; ih++) {
+                float *row = padded + ((ih + q->pt) * pw + q->pl) * 16 + j;
+                if (q->x_signed) {
+                    const int8_t *source = (const int8_t *)x + at + ih * q->w;
+                    for (int64_t iw = 0; iw < cols; iw++)
+                        row[iw * 16] = (float)source[iw] - shift;
+                } else {
+                    const uint8_t *source = x + at + ih * q->w;
+                    for (int64_t iw = 0; iw < cols; iw++)
+                        row[iw * 16] = (float)source[iw] - shift;
                 }
             }
-#pragma omp for schedule(static)
-            for (int64_t oh = 0; oh < q->oh; oh++)
-                for (int64_t ow = 0; ow < q->ow; ow++) {
-                    const int64_t p = oh * q->ow + ow;
-                    for (int64_t c0 = 0; c0 < q->c; c0 += 8) {
-#if defined(__AVX2__)
-                        __m256 acc = _mm256_loadu_ps(start + c0);
-                        for (int64_t kh = 0; kh < q->kh; kh++) {
-                            const float *row = padded + ((oh * q->sh + kh * q->dh) * pw +
-                                                         ow * q->sw) * c8 + c0;
+        }
+        const __m512 first = _mm512_loadu_ps(start), factor = _mm512_loadu_ps(scales);
+        const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
+        for (int64_t oh = 0; oh < q->oh; oh++)
+            for (int64_t ow0 = 0; ow0 < q->ow; ow0 += 4) {
+                /* four positions' independent chains hide the FMA latency */
+                const int n = (int)(q->ow - ow0 < 4 ? q->ow - ow0 : 4);
+                const int64_t step = q->sw * 16;
+                __m512 sum[4] = {first, first, first, first};
+                for (int64_t kh = 0; kh < q->kh; kh++) {
+                    const float *row = padded + ((oh * q->sh + kh * q->dh) * pw +
+                                                 ow0 * q->sw) * 16;
+                    if (n == 4) {
+                        for (int64_t kw = 0; kw < q->kw; kw++) {
+                            const __m512 tap = _mm512_loadu_ps(weights + (kh * q->kw + kw) * 16);
+                            const float *at = row + kw * q->dw * 16;
+                            sum[0] = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at), sum[0]);
+                            sum[1] = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + step), sum[1]);
+                            sum[2] = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + 2 * step), sum[2]);
+                            sum[3] = _mm512_fmadd_ps(tap, _mm512_loadu_ps(at + 3 * step), sum[3]);
+                        }
+                    } else {
+                        for (int i = 0; i < n; i++)
                             for (int64_t kw = 0; kw < q->kw; kw++)
-                                acc = _mm256_add_ps(acc, _mm256_mul_ps(
-                                    _mm256_loadu_ps(weights + (kh * q->kw + kw) * c8 + c0),
-                                    _mm256_loadu_ps(row + kw * q->dw * c8)));
-                        }
-                        const __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(
-                            acc, _mm256_loadu_ps(scales + c0))), _mm256_set1_epi32((int32_t)q->yz));
-                        int32_t values[8];
-                        _mm256_storeu_si256((__m256i *)values, v);
-                        const int count = (int)(q->c - c0 < 8 ? q->c - c0 : 8);
-                        for (int j = 0; j < count; j++)
-                            store_y(target, (c0 + j) * out_plane + p, values[j], q);
-#else
-                        const int count = (int)(q->c - c0 < 8 ? q->c - c0 : 8);
-                        for (int j = 0; j < count; j++) {
-                            const int64_t c = c0 + j;
-                            float acc = start[c];
-                            for (int64_t kh = 0; kh < q->kh; kh++)
-                                for (int64_t kw = 0; kw < q->kw; kw++)
-                                    acc += weights[(kh * q->kw + kw) * c8 + c] *
-                                           padded[((oh * q->sh + kh * q->dh) * pw + ow * q->sw +
-                                                   kw * q->dw) * c8 + c];
-                            store_y(target, c * out_plane + p,
-                                    (int32_t)lrintf(acc * scales[c]) + (int32_t)q->yz, q);
-                        }
-#endif
+                                sum[i] = _mm512_fmadd_ps(
+                                    _mm512_loadu_ps(weights + (kh * q->kw + kw) * 16),
+                                    _mm512_loadu_ps(row + kw * q->dw * 16 + i * step), sum[i]);
                     }
                 }
+                for (int i = 0; i < n; i++) {
+                    const __m512i v = _mm512_add_epi32(
+                        _mm512_cvtps_epi32(_mm512_mul_ps(sum[i], factor)), zero);
+                    int8_t bytes[16];
+                    if (q->y_signed)
+                        _mm_storeu_si128((__m128i *)bytes, _mm512_cvtsepi32_epi8(v));
+                    else
+                        _mm_storeu_si128((__m128i *)bytes, _mm512_cvtusepi32_epi8(
+                            _mm512_max_epi32(v, _mm512_setzero_si512())));
+                    uint8_t *target = out + (image * q->m + c0) * out_plane + oh * q->ow +
+                                      ow0 + i;
+                    for (int j = 0; j < count; j++) target[j * out_plane] = (uint8_t)bytes[j];
+                }
+            }
+    }
+}
+#endif
+
+/* Depthwise whose window is the whole unpadded plane (QLinearGlobalAveragePool's form): one
+ * exact int32 dot product of (x - x_zero) and the weights per plane (below 2**31: at most
+ * 65536 values of |255 * 128|), then re-quantized. */
+static void plane_dots(const uint8_t *x, const int8_t *w, const int32_t *bias,
+                       const float *mult, uint8_t *out, const Q *q) {
+    const int64_t planes = q->n * q->c, count = q->h * q->w;
+    const int32_t zero = (int32_t)q->xz;
+#pragma omp parallel for schedule(static) num_threads(q->threads) if (q->threads > 1 && planes * count >= (1 << 16))
+    for (int64_t i = 0; i < planes; i++) {
+        const int64_t channel = i % q->c;
+        const int8_t *weights = w + channel * count;
+        int32_t total = 0, weight_sum = 0;
+        if (q->x_signed) {
+            const int8_t *values = (const int8_t *)x + i * count;
+            for (int64_t j = 0; j < count; j++) {
+                total += (int32_t)values[j] * weights[j];
+                weight_sum += weights[j];
+            }
+        } else {
+            const uint8_t *values = x + i * count;
+            for (int64_t j = 0; j < count; j++) {
+                total += (int32_t)values[j] * weights[j];
+                weight_sum += weights[j];
+            }
         }
+        store_y(out, i, requantize(total - zero * weight_sum + bias[channel], mult[channel],
+                                   q->yz), q);
     }
 }
 
@@ -302,8 +366,22 @@ static void patch_row(const uint8_t *x, int64_t k, uint8_t *row, uint8_t uz, uin
         memset(target, uz, (size_t)lo);
         if (q->sw == 1 && !flip)
             memcpy(target + lo, source + lo, (size_t)(hi - lo));
-        else
-            for (int64_t ow = lo; ow < hi; ow++) target[ow] = source[ow * q->sw] ^ flip;
+        else {
+            int64_t ow = lo;
+#if defined(__AVX2__)
+            if (q->sw == 2) { /* 16 even bytes of 32 per step, while the 32 stay in the row */
+                const __m128i low = _mm_set1_epi16(0x00ff), mask = _mm_set1_epi8((char)flip);
+                for (; ow + 16 <= hi && off + 2 * ow + 32 <= q->w; ow += 16) {
+                    const __m128i a = _mm_loadu_si128((const __m128i *)(source + 2 * ow));
+                    const __m128i b = _mm_loadu_si128((const __m128i *)(source + 2 * ow + 16));
+                    const __m128i even = _mm_packus_epi16(_mm_and_si128(a, low),
+                                                          _mm_and_si128(b, low));
+                    _mm_storeu_si128((__m128i *)(target + ow), _mm_xor_si128(even, mask));
+                }
+            }
+#endif
+            for (; ow < hi; ow++) target[ow] = source[ow * q->sw] ^ flip;
+        }
         memset(target + hi, uz, (size_t)(q->ow - hi));
     }
 }
@@ -376,7 +454,8 @@ static inline int32_t weights_at(const int8_t *row, int64_t i, int64_t depth) {
 }
 
 /* acc (MR x NR int32) = rows [m0, m0 + rows) of w times the panel. */
-static void tile(const int8_t *w, int64_t depth, int64_t m0, int rows, const void *panel,
+__attribute__((noinline)) static void tile(const int8_t *w, int64_t depth, int64_t m0, int rows,
+                                          const void *panel,
                  int32_t *acc) {
     const int64_t steps = (depth + STEP - 1) / STEP;
     const int8_t *row[MR];

@@ -68,6 +68,22 @@ def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: np.nda
     return np.clip(value, low, high).astype(np.int8 if params.y_signed else np.uint8)
 
 
+def _packed(function, row: tuple, pointers: list) -> np.ndarray | None:
+    """Constant weights packed once for the channels-last VNNI form (a 64-byte aligned view
+    of a kept array), or None where the launch takes another form."""
+    count = np.zeros(1, np.int64)
+    call = (ctypes.c_void_p * 6)(*pointers, count.ctypes.data)
+    function(call, (ctypes.c_int64 * (len(row) + 1))(*row, 2), None)
+    if not count[0]:
+        return None
+    storage = np.zeros(int(count[0]) + 64, np.uint8)
+    start = -storage.ctypes.data % 64
+    packed = storage[start:start + int(count[0])]
+    call[5] = packed.ctypes.data
+    function(call, (ctypes.c_int64 * (len(row) + 1))(*row, 3), None)
+    return packed
+
+
 class CQLinearConv:
     """QLINEAR_CONV for (uint8 | int8) x int8 with int32 bias and float32 multipliers."""
 
@@ -101,9 +117,13 @@ class CQLinearConv:
         threads = thread_count() if work >= PARALLEL_WORK else 1
         row = (threads,) + geometry + (conv.groups, params.x_zero, params.y_zero,
                                        int(inputs[0].dtype is dt.int8), int(params.y_signed))
-        sizes = (ctypes.c_int64 * len(row))(*row)
-        data = (ctypes.c_void_p * 5)(*(address(s, layout) for s, layout in
-                                       zip(list(inputs) + list(outputs), layouts)))
+        pointers = [address(s, layout) for s, layout in zip(list(inputs) + list(outputs),
+                                                           layouts)]
+        packed = _packed(function, row, pointers) if params.constant_weights else None
+        sizes = (ctypes.c_int64 * (len(row) + 1))(*row, 0 if packed is None else 1)
+        data = (ctypes.c_void_p * 6)(*pointers, None if packed is None else
+                                     packed.ctypes.data)
+        data.packed = packed  # held as long as the launcher
         return ForeignCall(function, data, sizes)
 
     @staticmethod

@@ -37,19 +37,19 @@ static uint64_t hash_bytes(const int8_t *w, int64_t count) {
     return h;
 }
 
-static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t groups,
-                                     int64_t per_out, int64_t per_in, int64_t taps) {
-    const uint64_t hash = hash_bytes(w, count);
-    for (int i = 0; i < CACHED; i++)
-        if (cache[i].packed != NULL && cache[i].hash == hash && cache[i].count == count &&
-            cache[i].groups == groups && cache[i].per_out == per_out &&
-            cache[i].per_in == per_in && cache[i].taps == taps)
-            return cache[i].packed;
+/* Bytes of the packed weights of a launch (groups x (blocks x block_bytes + per_out sums)). */
+static size_t packed_bytes(int64_t groups, int64_t per_out, int64_t per_in, int64_t taps) {
     const int64_t quads = (per_in + 3) / 4, blocks = (per_out + MB - 1) / MB;
     const size_t block_bytes = (size_t)(taps * quads * MB * 4);
     const size_t group_bytes = (block_bytes * (size_t)blocks + sizeof(int32_t) * (size_t)per_out + 63) / 64 * 64;
-    uint8_t *packed = aligned_alloc(64, (group_bytes * (size_t)groups + 63) / 64 * 64);
-    if (packed == NULL) abort();
+    return group_bytes * (size_t)groups;
+}
+
+static void pack_into(const int8_t *w, uint8_t *packed, int64_t groups, int64_t per_out,
+                      int64_t per_in, int64_t taps) {
+    const int64_t quads = (per_in + 3) / 4, blocks = (per_out + MB - 1) / MB;
+    const size_t block_bytes = (size_t)(taps * quads * MB * 4);
+    const size_t group_bytes = packed_bytes(1, per_out, per_in, taps);
     memset(packed, 0, group_bytes * (size_t)groups);
     for (int64_t group = 0; group < groups; group++) {
         uint8_t *base = packed + group * group_bytes;
@@ -67,6 +67,19 @@ static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t gro
             sums[m] = total;
         }
     }
+}
+
+static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t groups,
+                                     int64_t per_out, int64_t per_in, int64_t taps) {
+    const uint64_t hash = hash_bytes(w, count);
+    for (int i = 0; i < CACHED; i++)
+        if (cache[i].packed != NULL && cache[i].hash == hash && cache[i].count == count &&
+            cache[i].groups == groups && cache[i].per_out == per_out &&
+            cache[i].per_in == per_in && cache[i].taps == taps)
+            return cache[i].packed;
+    uint8_t *packed = aligned_alloc(64, (packed_bytes(groups, per_out, per_in, taps) + 63) / 64 * 64);
+    if (packed == NULL) abort();
+    pack_into(w, packed, groups, per_out, per_in, taps);
     const int64_t slot = cache_next++ % CACHED;
     free(cache[slot].packed);
     cache[slot].hash = hash;
@@ -85,7 +98,7 @@ static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t gro
  * then a 6-position x 16-channel tile of vpdpbusd reading each position's 4 channels as one
  * broadcast (a tap outside the image reads a row of u_zero). */
 static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, const float *mult,
-                      uint8_t *out, const Q *q) {
+                      uint8_t *out, const Q *q, const uint8_t *prepacked) {
     const int64_t per_in = q->c / q->groups, per_out = q->m / q->groups;
     const int64_t quads = (per_in + 3) / 4, c4 = quads * 4, taps = q->kh * q->kw;
     const int64_t depth = per_in * taps, plane = q->oh * q->ow, in_plane = q->h * q->w;
@@ -94,7 +107,9 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
     const uint8_t uz = (uint8_t)(q->xz + (q->x_signed ? 128 : 0));
     const size_t block_bytes = (size_t)(taps * quads * MB * 4);
     uint8_t *channels_last = shared_buffer((size_t)(in_plane * c4 + c4));
-    const uint8_t *all = packed_weights(w, q->m * depth, q->groups, per_out, per_in, taps);
+    const uint8_t *all = prepacked != NULL ? prepacked
+                                           : packed_weights(w, q->m * depth, q->groups, per_out,
+                                                            per_in, taps);
     const size_t group_bytes = (block_bytes * (size_t)blocks + sizeof(int32_t) * (size_t)per_out + 63) / 64 * 64;
     uint8_t *zeros = channels_last + in_plane * c4; /* a position outside the image */
     memset(zeros, uz, (size_t)c4);
@@ -108,7 +123,42 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
 #pragma omp for schedule(static)
                 for (int64_t p0 = 0; p0 < in_plane; p0 += 256) { /* blocks that stay in L2 */
                     const int64_t p1 = p0 + 256 < in_plane ? p0 + 256 : in_plane;
-                    for (int64_t c = 0; c < per_in; c++) {
+                    int64_t c = 0;
+                    /* 4 channels x 16 positions interleaved into 16 quads by byte/word
+                     * unpacks, one 4-byte store per position */
+                    const __m128i mask = _mm_set1_epi8((char)flip);
+                    for (; c + 4 <= per_in; c += 4) {
+                        const uint8_t *row = source + c * in_plane;
+                        int64_t p = p0;
+                        for (; p + 16 <= p1; p += 16) {
+                            const __m128i a0 = _mm_xor_si128(
+                                _mm_loadu_si128((const __m128i *)(row + p)), mask);
+                            const __m128i a1 = _mm_xor_si128(
+                                _mm_loadu_si128((const __m128i *)(row + in_plane + p)), mask);
+                            const __m128i a2 = _mm_xor_si128(
+                                _mm_loadu_si128((const __m128i *)(row + 2 * in_plane + p)), mask);
+                            const __m128i a3 = _mm_xor_si128(
+                                _mm_loadu_si128((const __m128i *)(row + 3 * in_plane + p)), mask);
+                            const __m128i t0 = _mm_unpacklo_epi8(a0, a1);
+                            const __m128i t1 = _mm_unpackhi_epi8(a0, a1);
+                            const __m128i t2 = _mm_unpacklo_epi8(a2, a3);
+                            const __m128i t3 = _mm_unpackhi_epi8(a2, a3);
+                            const __m128i quads[4] = {
+                                _mm_unpacklo_epi16(t0, t2), _mm_unpackhi_epi16(t0, t2),
+                                _mm_unpacklo_epi16(t1, t3), _mm_unpackhi_epi16(t1, t3)};
+                            uint8_t *target = channels_last + p * c4 + c;
+                            for (int v = 0; v < 4; v++) {
+                                int32_t lanes[4];
+                                _mm_storeu_si128((__m128i *)lanes, quads[v]);
+                                for (int i = 0; i < 4; i++)
+                                    memcpy(target + (4 * v + i) * c4, &lanes[i], 4);
+                            }
+                        }
+                        for (; p < p1; p++)
+                            for (int64_t i = 0; i < 4; i++)
+                                channels_last[p * c4 + c + i] = row[i * in_plane + p] ^ flip;
+                    }
+                    for (; c < per_in; c++) {
                         const uint8_t *row = source + c * in_plane;
                         for (int64_t p = p0; p < p1; p++) channels_last[p * c4 + c] = row[p] ^ flip;
                     }
@@ -117,7 +167,8 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
                 }
 #pragma omp for schedule(static)
                 for (int64_t unit = 0; unit < blocks * tiles; unit++) {
-                    const int64_t block = unit % blocks, tile_index = unit / blocks;
+                    /* block-major: a thread's tiles reuse one block's weights from cache */
+                    const int64_t block = unit / tiles, tile_index = unit % tiles;
                     const int64_t p0 = tile_index * PR;
                     const int rows = (int)(plane - p0 < PR ? plane - p0 : PR);
                     int64_t ih0[PR], iw0[PR];
@@ -161,6 +212,7 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
                         scale[j] = mult[m];
                     }
                     const __m256i zero = _mm256_set1_epi32((int32_t)q->yz);
+                    uint8_t bytes[PR][MB]; /* [position][channel], then per channel a run */
                     for (int r = 0; r < rows; r++) {
                         __m256i v[2];
                         for (int h = 0; h < 2; h++) {
@@ -173,12 +225,24 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
                             _mm256_packs_epi32(v[0], v[1]), 0xd8);
                         const __m128i low = _mm256_castsi256_si128(words);
                         const __m128i high = _mm256_extracti128_si256(words, 1);
-                        uint8_t bytes[16];
-                        _mm_storeu_si128((__m128i *)bytes, q->y_signed
+                        _mm_storeu_si128((__m128i *)bytes[r], q->y_signed
                                          ? _mm_packs_epi16(low, high) : _mm_packus_epi16(low, high));
-                        uint8_t *target = out + (image * q->m + group * per_out + m0) * plane + p0 + r;
-                        for (int j = 0; j < count; j++) target[j * plane] = bytes[j];
                     }
+                    /* the tile's positions are consecutive in each channel's plane: one run
+                     * of `rows` bytes per channel (the scatter of single bytes cost more than
+                     * the sums at 16 channels) */
+                    uint8_t runs[MB][PR];
+                    for (int j = 0; j < MB; j++)
+                        for (int r = 0; r < PR; r++) runs[j][r] = bytes[r < rows ? r : 0][j];
+                    uint8_t *first = out + (image * q->m + group * per_out + m0) * plane + p0;
+                    if (rows == PR)
+                        for (int j = 0; j < count; j++) {
+                            memcpy(first + j * plane, runs[j], 4);
+                            memcpy(first + j * plane + 4, runs[j] + 4, PR - 4);
+                        }
+                    else
+                        for (int j = 0; j < count; j++)
+                            for (int r = 0; r < rows; r++) first[j * plane + r] = runs[j][r];
                 }
             }
         }
@@ -216,31 +280,83 @@ static int64_t team_size(int64_t requested) {
     return crowded ? 1 : requested;
 }
 
+/* Whether a launch is a depthwise the float forms take (at most 256 taps, |bias| < 2**23). */
+static int small_depthwise(const int32_t *bias, const Q *q) {
+    int small = q->groups == q->c && q->c == q->m && q->groups > 1 && q->kh * q->kw <= 256;
+    for (int64_t m = 0; small && m < q->m; m++)
+        small = bias[m] > -(1 << 23) && bias[m] < (1 << 23);
+    return small;
+}
+
+static int whole_plane(const Q *q) {
+    return q->groups == q->c && q->c == q->m && q->oh == 1 && q->ow == 1 && q->kh == q->h &&
+           q->kw == q->w && q->pt == 0 && q->pl == 0 && q->h * q->w <= 65536;
+}
+
+/* Whether a launch that is neither takes the channels-last VNNI form. */
+static int channels_last(const Q *q) {
+#if defined(VNNI)
+    return !(q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
+             q->pl == 0 && q->oh == q->h && q->ow == q->w) && q->c / q->groups >= 16;
+#else
+    (void)q;
+    return 0;
+#endif
+}
+
+/* sizes[21], the mode: 0 a launch (the channels-last form packs its weights through the
+ * cache), 1 a launch with the weights packed in data[5], 2 the packed weights' byte count
+ * (0 where the launch takes another form) written to ((int64_t *)data[5])[0], 3 pack the
+ * weights into data[5]. */
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     const Q q = {team_size(sizes[0]), sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
                  sizes[7], sizes[8], sizes[9], sizes[10], sizes[11], sizes[12], sizes[13],
                  sizes[14], sizes[15], sizes[16], sizes[17], sizes[18], sizes[19], sizes[20]};
+    const int64_t mode = sizes[21];
     const uint8_t *x = data[0];
     const int8_t *w = data[1];
     const int32_t *bias = data[2];
     const float *mult = data[3];
     uint8_t *out = data[4];
-    int small = q.groups == q.c && q.c == q.m && q.groups > 1 && q.kh * q.kw <= 256;
-    for (int64_t m = 0; small && m < q.m; m++) small = bias[m] > -(1 << 23) && bias[m] < (1 << 23);
-    if (small && q.ow >= 16)
-        depthwise_rows(x, w, bias, mult, out, &q);
-    else if (small)
-        depthwise(x, w, bias, mult, out, &q);
-    else
+    const int other = whole_plane(&q) || small_depthwise(bias, &q) || !channels_last(&q);
 #if defined(VNNI)
-    if (!(q.kh == 1 && q.kw == 1 && q.sh == 1 && q.sw == 1 && q.pt == 0 && q.pl == 0 &&
-          q.oh == q.h && q.ow == q.w) && q.c / q.groups >= 16)
-    {
-        pthread_mutex_lock(&cache_lock);
-        gemm_vnni(x, w, bias, mult, out, &q);
-        pthread_mutex_unlock(&cache_lock);
-    } else
+    const int64_t per_out = q.m / q.groups, per_in = q.c / q.groups, taps = q.kh * q.kw;
+    if (mode == 2) {
+        ((int64_t *)data[5])[0] = other ? 0 : (int64_t)packed_bytes(q.groups, per_out, per_in, taps);
+        return;
+    }
+    if (mode == 3) {
+        pack_into(w, data[5], q.groups, per_out, per_in, taps);
+        return;
+    }
+#else
+    if (mode == 2) {
+        ((int64_t *)data[5])[0] = 0;
+        return;
+    }
 #endif
+    if (whole_plane(&q))
+        plane_dots(x, w, bias, mult, out, &q); /* a global (weighted) pooling */
+    else if (small_depthwise(bias, &q)) {
+#if defined(__AVX512F__)
+        if (q.ow < 16)
+            depthwise_last(x, w, bias, mult, out, &q);
+        else
+#endif
+            depthwise_rows(x, w, bias, mult, out, &q);
+    }
+#if defined(VNNI)
+    else if (!other) {
+        if (mode == 1) {
+            gemm_vnni(x, w, bias, mult, out, &q, data[5]);
+        } else {
+            pthread_mutex_lock(&cache_lock);
+            gemm_vnni(x, w, bias, mult, out, &q, NULL);
+            pthread_mutex_unlock(&cache_lock);
+        }
+    }
+#endif
+    else
         gemm(x, w, bias, mult, out, &q);
 }

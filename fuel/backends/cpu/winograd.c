@@ -279,7 +279,11 @@ static void winograd_conv(const float *x, const float *w, float *out, const floa
      * a few tile rows would otherwise be cut into panels of a few tiles each) */
     int64_t m_blocks = 1;
     if (threads > 1 && s->n * chunks < 2 * threads) {
-        m_blocks = (2 * threads + s->n * chunks - 1) / (s->n * chunks);
+        /* the fewest blocks (each transforms the chunk's input again) that give every
+         * thread as many units (two threads, 256->256 at 14x14: 1104 us against 1604 with
+         * twice the team's units) */
+        while ((s->n * chunks * m_blocks) % threads != 0 || s->n * chunks * m_blocks < threads)
+            m_blocks++;
         if (m_blocks > mp / MR) m_blocks = mp / MR;
     }
     WinogradJob j = {x, w, out, residual, u, s, f, tw_count, th_count, rows, chunks, panels,

@@ -1,9 +1,13 @@
-"""QLINEAR_CONV from primitive nodes, for a backend without its kernel: the float32
-convolution of (x - x_zero) and the weights, whose integer sums it holds exactly while they
-stay below 2**24 in magnitude, + the bias, times the multiplier, rounded half to even, +
-y_zero, clamped and cast."""
+"""The 8-bit QLINEAR ops from primitive nodes, for a backend without their kernels.
+
+QLINEAR_CONV: the float32 convolution of (x - x_zero) and the weights, whose integer sums it
+holds exactly while they stay below 2**24 in magnitude, + the bias, times the multiplier,
+rounded half to even, + y_zero, clamped and cast. QLINEAR_LOOKUP: an index_select of the
+table. QLINEAR_BINARY: float32 arithmetic on the operands, rounded, clamped and cast."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from fuel.graph.decompositions.builder import Builder
 from fuel.graph.decompositions.registry import decomposes
@@ -28,3 +32,55 @@ def qlinear_conv(node: Node, build: Builder) -> Node:
     y = build.elementwise(OpKind.MINIMUM, build.elementwise(
         OpKind.MAXIMUM, y, build.constant(low, dt.float32)), build.constant(high, dt.float32))
     return build.cast(y, node.dtype)
+
+
+@decomposes(OpKind.QLINEAR_LOOKUP)
+def qlinear_lookup(node: Node, build: Builder) -> Node:
+    """table[x's byte]: the byte (x, or x + 256 where an int8 x is negative) as an int64
+    index into the table, gathered, in x's shape."""
+    x, table = node.inputs
+    index = build.cast(x, dt.int64)
+    if x.dtype is dt.int8:
+        index = build.elementwise(OpKind.BITWISE_AND, index, build.constant(255, dt.int64))
+    count = 1
+    for size in x.shape:
+        count *= size
+    picked = build.index_select(table, 0, build.reshape(index, (count,)))
+    return build.reshape(picked, node.shape)
+
+
+@decomposes(OpKind.QLINEAR_BINARY)
+def qlinear_binary(node: Node, build: Builder) -> Node:
+    """QLinearAdd as float32 arithmetic a * ra + (b * rb + constant) (onnxruntime fuses the
+    multiply-adds: a sum on a rounding edge may land a step away) and
+    QLinearMul as the product of the shifted operands times the scale ratio, then rounded
+    half to even, + y_zero (for Mul), saturated and cast."""
+    p = node.params
+    a, b = (build.cast(operand, dt.float32) for operand in node.inputs)
+
+    def constant(value: float) -> Node:
+        return build.constant(float(np.float32(value)), dt.float32)
+
+    if p.multiply:
+        ratio = np.float32(np.float32(p.a_scale) * np.float32(p.b_scale)) / np.float32(p.y_scale)
+        product = build.mul(build.sub(a, constant(p.a_zero)), build.sub(b, constant(p.b_zero)))
+        y = build.add(build.mul(product, constant(ratio)), constant(p.y_zero))
+    else:
+        ra, rb, fixed = add_ratios(p)
+        y = build.add(build.mul(a, constant(ra)),
+                      build.add(build.mul(b, constant(rb)), constant(fixed)))
+    y = build.op(OpKind.ROUND, y)
+    low, high = (-128.0, 127.0) if node.dtype is dt.int8 else (0.0, 255.0)
+    y = build.elementwise(OpKind.MINIMUM, build.elementwise(
+        OpKind.MAXIMUM, y, build.constant(low, dt.float32)), build.constant(high, dt.float32))
+    return build.cast(y, node.dtype)
+
+
+def add_ratios(params) -> tuple[float, float, float]:
+    """QLinearAdd's float32 constants: a_scale / y_scale, b_scale / y_scale and y_zero less
+    both zero points' share, as onnxruntime computes them."""
+    ra = np.float32(params.a_scale) / np.float32(params.y_scale)
+    rb = np.float32(params.b_scale) / np.float32(params.y_scale)
+    fixed = np.float32(params.y_zero) - (ra * np.float32(params.a_zero)
+                                         + rb * np.float32(params.b_zero))
+    return float(ra), float(rb), float(np.float32(fixed))

@@ -14,6 +14,7 @@ from fuel.onnx.ops import (  # noqa: F401
     linalg,
     loss,
     microsoft,
+    microsoft_attention,
     microsoft_llm,
     misc,
     ml,

@@ -140,6 +140,13 @@ def _global(op_type: str):
     def convert(ctx: NodeContext) -> Tensor:
         x = ctx.input(0)
         axes = tuple(range(2, x.ndim))
+        if (op_type != "GlobalLpPool" and x.dtype == dt.float32 and x.ndim in (3, 4)
+                and all(isinstance(d, int) and d > 0 for d in x.shape[2:])):
+            # a pooling window over the whole plane: the CPU pools reduce each plane in C
+            window = tuple(x.shape[2:])
+            if op_type == "GlobalMaxPool":
+                return nn_conv.max_pool_nd(x, window)
+            return nn_conv.avg_pool_nd(x, window)
         if op_type == "GlobalMaxPool":
             return reduce_values(x, OpKind.MAX, axes, True, empty="lowest")
         if op_type == "GlobalAveragePool":

@@ -17,6 +17,7 @@ from fuel.onnx.context import OPS, NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError, UnsupportedDType
 from fuel.onnx.ops.common import OpKind, Tensor, axis_of, cast, unary, where
 from fuel.onnx.ops.conv import window_padding
+from fuel.onnx.ops.quantized_tables import tabulated
 from fuel.onnx.proto import fuel_dtype
 
 QUANTIZED = (dt.uint8, dt.int8, dt.uint16, dt.int16, dt.int4, dt.uint4, dt.int2, dt.uint2)
@@ -64,7 +65,7 @@ def quantize_linear(ctx: NodeContext) -> Tensor:
     target = zero.dtype if zero is not None else ctx.elem_dtype("output_dtype", dt.uint8)
     scale = spread(scale, x, axis, block)
     zero = spread(zero, x, axis, block) if zero is not None else None
-    return quantize(x, scale, zero, target, bool(ctx.attr("saturate", 1)))
+    return tabulated(ctx, quantize(x, scale, zero, target, bool(ctx.attr("saturate", 1))))
 
 
 def _constant_dequantized(ctx: NodeContext, x: Tensor, scale: Tensor, zero: Tensor | None,
@@ -319,7 +320,7 @@ def _integer_kernel(ctx: NodeContext, x: Tensor, x_zero, w: Tensor, w_zero, bias
     begin, end = window_padding(ctx, x.shape[2:], kernel, strides, dilations)
     params = QLinearConvParams(ConvParams(strides, tuple(begin), tuple(end), dilations,
                                           int(ctx.attr("group", 1))), xz, yz,
-                               target is dt.int8)
+                               target is dt.int8, constant_weights=True)
     operands = (x, ctx.constant(values.astype(np.int8)), ctx.constant(
         np.broadcast_to(np.asarray(0 if constant_bias is None else constant_bias, np.int32)
                         .reshape(-1), (channels,)).copy()),

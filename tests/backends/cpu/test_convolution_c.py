@@ -243,12 +243,16 @@ def test_depthwise_epilogues_match_the_reference(stride):
 
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_narrow_depthwise_matches_the_reference(monkeypatch, threads):
-    """Planes at most 8 columns wide run with 16 channels in the vector lanes: 40 channels
-    (two blocks and a partial one), 2 images, strides 1 and 2, a residual and clip."""
+    """Planes at most 8 columns wide outside the flat and phase layouts (stride 1 without
+    "same" padding, stride 3) run with 16 channels in the vector lanes: 40 channels (two
+    blocks and a partial one), 2 images, a residual and clip; stride 1 "same" and stride 2
+    narrow planes (the flat and phase layouts) too."""
     monkeypatch.setenv("FUEL_THREADS", threads)
     rng = np.random.default_rng(40)
-    for stride, size in ((1, 7), (2, 13), (1, 4)):
-        conv = ConvParams((stride, stride), (1, 2), (2, 1), (1, 1), 40)
+    for stride, size, pads in ((1, 7, ((1, 2), (2, 1))), (2, 13, ((1, 2), (2, 1))),
+                               (1, 4, ((1, 2), (2, 1))), (1, 9, ((0, 0), (0, 0))),
+                               (3, 19, ((1, 0), (0, 2))), (1, 6, ((0, 1), (1, 0)))):
+        conv = ConvParams((stride, stride), pads[0], pads[1], (1, 1), 40)
         params = ConvEpilogueParams(conv, "clip", -0.5, 1.5, True)
         x = rng.standard_normal((2, 40, size, size)).astype(np.float32)
         w = rng.standard_normal((40, 1, 3, 4)).astype(np.float32)
@@ -265,7 +269,7 @@ def test_narrow_depthwise_matches_the_reference(monkeypatch, threads):
 
 def test_the_rule_picks_depthwise_and_gemm():
     depthwise = convolution_c.Geometry(1, 8, 9, 9, 8, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 8)
-    dense = convolution_c.Geometry(1, 8, 9, 9, 16, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1)
+    dense = convolution_c.Geometry(1, 32, 9, 9, 16, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(depthwise) == "depthwise"
     assert convolution_c.choose_form(dense) == "gemm"
     assert convolution_c.choose_form(None) is None

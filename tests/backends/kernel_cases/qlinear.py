@@ -1,5 +1,7 @@
-"""Kernel-suite cases of QLINEAR_CONV: the integer sums from the convolution's definition
-(tests' naive reference, in int64), then the float32 re-quantization step by step."""
+"""Kernel-suite cases of QLINEAR_CONV (the integer sums from the convolution's definition, in
+int64, then the float32 re-quantization step by step), QLINEAR_LOOKUP (the table indexed in
+Python) and QLINEAR_BINARY (onnxruntime's QLinearAdd / QLinearMul formulas in float64, rounded
+to float32 where onnxruntime's float32 operations round)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import numpy as np
 
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
-from fuel.ir.params import ConvParams, QLinearConvParams
+from fuel.ir.params import ConvParams, QLinearBinaryParams, QLinearConvParams
 from tests.backends.kernel_cases import references as naive
 from tests.backends.kernel_cases.base import Case, operand, rng_for
 
@@ -26,6 +28,13 @@ PLANS = [
     # depthwise with 16 or more output columns (rows form), stride 1 and 2
     ((1, 3, 4, 21), (3, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 3, "dense"),
     ((2, 2, 5, 40), (2, 1, 3, 5), (2, 2), (1, 2), (0, 2), (1, 1), 2, "dense"),
+    # few channels at stride 2, wide: the patch rows' vector gather of even bytes
+    ((1, 3, 9, 70), (4, 3, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1, "dense"),
+    ((1, 3, 8, 67), (5, 3, 7, 7), (2, 2), (3, 3), (3, 3), (1, 1), 1, "dense"),
+    # depthwise over whole planes (a global pooling: one dot product per plane), a plane
+    # past the 256 taps of the other depthwise forms
+    ((2, 5, 7, 6), (5, 1, 7, 6), (1, 1), (0, 0), (0, 0), (1, 1), 5, "dense"),
+    ((1, 3, 20, 17), (3, 1, 20, 17), (1, 1), (0, 0), (0, 0), (1, 1), 3, "dense"),
     # 16 or more input channels per group: the channels-last VNNI form where there is one
     ((2, 20, 6, 7), (18, 20, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "dense"),
     ((1, 34, 5, 6), (10, 17, 3, 2), (2, 1), (1, 0), (0, 1), (1, 2), 2, "dense"),
@@ -57,11 +66,74 @@ def qlinear_conv_cases(dtypes):
         multiplier = rng.uniform(0.0005, 0.004, ws[0]).astype(np.float32)
         x_zero = int(rng.integers(info.min, info.max + 1))
         y_zero = int(rng.integers(-20, 20)) + (0 if y_type is dt.int8 else 128)
+        # every other plan with its weights packed once, when prepared
         params = QLinearConvParams(ConvParams(strides, begin, end, dilations, groups), x_zero,
-                                   y_zero, y_type is dt.int8)
+                                   y_zero, y_type is dt.int8, constant_weights=bool(i % 2))
         cases.append(Case(params, [operand(x, kind), operand(w), operand(bias),
                                    operand(multiplier)], expected, f"qlinear_conv#{i}", 0, 0))
     return cases
 
 
-CASES = {OpKind.QLINEAR_CONV: qlinear_conv_cases}
+def _lookup(arrays, params) -> np.ndarray:
+    x, table = arrays
+    flat = [int(table[int(v) % 256]) for v in x.reshape(-1)]
+    return np.asarray(flat, table.dtype).reshape(x.shape)
+
+
+def qlinear_lookup_cases(dtypes):
+    x_type, table_type = dtypes[0], dtypes[1]
+    rng = rng_for("qlinear_lookup", dtypes)
+    info, out = np.iinfo(x_type.numpy), np.iinfo(table_type.numpy)
+    table = rng.integers(out.min, out.max + 1, 256).astype(table_type.numpy)
+    cases = []
+    # odd sizes around the 64-byte vector step, a strided input (NumPy)
+    for i, (shape, kind) in enumerate([((3, 5), "dense"), ((2, 64), "dense"),
+                                       ((1, 7, 11, 3), "dense"), ((4, 33), "stepped")]):
+        x = rng.integers(info.min, info.max + 1, shape).astype(x_type.numpy)
+        cases.append(Case(None, [operand(x, kind), operand(table)], _lookup,
+                          f"qlinear_lookup#{i}", 0, 0))
+    return cases
+
+
+def _binary(arrays, params: QLinearBinaryParams) -> np.ndarray:
+    a, b = (v.astype(np.float64) for v in arrays)
+    f32 = np.float32
+    if params.multiply:
+        ratio = f32(f32(params.a_scale) * f32(params.b_scale)) / f32(params.y_scale)
+        value = ((a - params.a_zero) * (b - params.b_zero)).astype(f32) * ratio + f32(
+            params.y_zero)
+    else:
+        ra, rb = f32(params.a_scale) / f32(params.y_scale), f32(params.b_scale) / f32(
+            params.y_scale)
+        fixed = f32(params.y_zero) - (ra * f32(params.a_zero) + rb * f32(params.b_zero))
+        inner = (b * np.float64(rb) + np.float64(fixed)).astype(f32).astype(np.float64)
+        value = (a * np.float64(ra) + inner).astype(f32)
+    info = np.iinfo(arrays[0].dtype)
+    return np.clip(np.rint(value), info.min, info.max).astype(arrays[0].dtype)
+
+
+def qlinear_binary_cases(dtypes):
+    rng = rng_for("qlinear_binary", dtypes)
+    info = np.iinfo(dtypes[0].numpy)
+    cases = []
+    shapes = [((2, 3, 5, 7), (2, 3, 5, 7), "dense"), ((2, 3, 5, 7), (2, 3, 1, 1), "dense"),
+              ((2, 3, 1, 1), (2, 3, 4, 4), "dense"), ((3, 70), (), "dense"),
+              ((1, 5, 9), (5, 1), "dense"), ((4, 6), (4, 6), "stepped")]
+    for multiply in (False, True):
+        for i, (a_shape, b_shape, kind) in enumerate(shapes):
+            a = rng.integers(info.min, info.max + 1, a_shape).astype(dtypes[0].numpy)
+            b = rng.integers(info.min, info.max + 1, b_shape).astype(dtypes[0].numpy)
+            zeros = [int(rng.integers(info.min, info.max + 1)) for _ in range(3)]
+            scales = [float(np.float32(v)) for v in rng.uniform(0.005, 0.05, 3)]
+            params = QLinearBinaryParams(multiply, scales[0], zeros[0], scales[1], zeros[1],
+                                         scales[2], zeros[2])
+            # a sum on a rounding edge may land one step away where a backend does not fuse
+            # the multiply-adds (the decomposition)
+            cases.append(Case(params, [operand(a, kind), operand(b)], _binary,
+                              f"qlinear_{'mul' if multiply else 'add'}#{i}", 0,
+                              0 if multiply else 1))
+    return cases
+
+
+CASES = {OpKind.QLINEAR_CONV: qlinear_conv_cases, OpKind.QLINEAR_LOOKUP: qlinear_lookup_cases,
+         OpKind.QLINEAR_BINARY: qlinear_binary_cases}
