@@ -137,7 +137,8 @@ class JitFunction:
         return capture, single, [t for t, _, _ in chosen], [b.buffer for _, b, _ in chosen]
 
 
-def jit(function: Callable | None = None, *, keep: int = KEPT_CAPTURES):
+def jit(function: Callable | None = None, *, keep: int = KEPT_CAPTURES
+        ) -> JitFunction | Callable[[Callable], JitFunction]:
     """Decorator: capture ``function``'s plan on first call per input signature, replay it on
     later calls; ``keep`` signatures stay captured (the least recently called is dropped)."""
     if function is None:
