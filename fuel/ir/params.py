@@ -300,6 +300,7 @@ class QLinearConvParams:
 
 
 @dataclass(frozen=True, slots=True)
+@bits_keyed
 class QLinearBinaryParams:
     """QLINEAR_BINARY: two 8-bit operands (NumPy broadcasting) combined like onnxruntime's
     QLinearAdd (``multiply`` False: a * a_scale / y_scale + b * b_scale / y_scale with the
