@@ -457,3 +457,19 @@ def test_a_bound_plan_calls_the_winner_directly_after_its_first_launch(fresh_jud
         np.testing.assert_array_equal(compiled(fuel.from_numpy(values)).numpy(),
                                       -(values * 2 + 1))
     assert CALLS == {"slow": 0, "fast": 3}
+
+
+@pytest.mark.parametrize("default_us, other_us, switched", [(5.0, 3.0, False), (3.0, 2.0, False),
+                                                            (40.0, 20.0, True),
+                                                            (100.0, 96.0, False)])
+def test_a_switch_needs_a_relative_and_an_absolute_margin(fresh_judge, monkeypatch,
+                                                          default_us, other_us, switched):
+    """Launches of a few microseconds differ by launch noise: a candidate replaces the
+    default only when faster by more than MARGIN and by more than MARGIN_SECONDS."""
+    timings = {"default": default_us * 1e-6, "other": other_us * 1e-6}
+    monkeypatch.setattr(judge_module, "_time_candidates", lambda *args: dict(timings))
+    monkeypatch.setattr(judge_module, "_busy", lambda: False)
+    candidates = [judge_module.Candidate(name, "0", None) for name in ("default", "other")]
+    verdict = JUDGE._decide(f"margin-test|{default_us}", candidates, [object()], [object()],
+                            [], None)
+    assert verdict.winner == ("other" if switched else "default")
