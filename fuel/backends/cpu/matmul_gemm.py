@@ -67,10 +67,15 @@ def gemm_arguments(m: int, n: int, k: int, strides: tuple[int, int, int, int, in
 def prepare(arguments: tuple[tuple[int, ...], tuple[int, ...]], inputs: Sequence,
             outputs: Sequence, layouts: Sequence[Layout], params: object) -> Launcher:
     """The launch: one foreign call on the operands' first elements."""
+    return foreign_call([address(storage, layout) for storage, layout in
+                         zip((inputs[0], inputs[1], outputs[0]), layouts)], arguments)
+
+
+def foreign_call(pointers: Sequence[int], arguments: tuple[tuple[int, ...], tuple[int, ...]]
+                 ) -> ForeignCall:
+    """The entry called on ``pointers`` (a, b, out addresses) with ``gemm_arguments``'
+    (sizes, strides)."""
     sizes, strides = arguments
-    function = library()
-    pointers = [address(storage, layout) for storage, layout in
-                zip((inputs[0], inputs[1], outputs[0]), layouts)]
-    return ForeignCall(function, (ctypes.c_void_p * 3)(*pointers),
+    return ForeignCall(library(), (ctypes.c_void_p * 3)(*pointers),
                        (ctypes.c_int64 * len(sizes))(*sizes),
                        (ctypes.c_int64 * max(1, len(strides)))(*strides), kernel_source="c")

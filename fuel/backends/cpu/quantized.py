@@ -205,18 +205,18 @@ class QuantizedKernel:
         else:
             rounding = None
         threads = thread_count() if rows * n * k >= PARALLEL_BYTES * 16 else 1
-        gemm = matmul_gemm.library()
+        built = matmul_gemm.library() is not None
         calls = []
         for start in range(0, n, tile):
             count = min(tile, n - start)
             data = (ctypes.c_void_p * 2)(base + start * row_bytes, scratch.ctypes.data)
             product = None
-            arguments = gemm and matmul_gemm.gemm_arguments(
-                rows, count, k, (k, 1, 1, k, n), (), threads)
-            if arguments:  # x @ scratch.T straight into out[:, start:start + count]
-                product = ((ctypes.c_void_p * 3)(x.ctypes.data, scratch.ctypes.data,
-                                                 out.ctypes.data + 4 * start),
-                           (ctypes.c_int64 * len(arguments[0]))(*arguments[0]))
+            arguments = matmul_gemm.gemm_arguments(rows, count, k, (k, 1, 1, k, n), (),
+                                                   threads) if built else None
+            if arguments is not None:  # x @ scratch.T straight into out[:, start:start + count]
+                product = matmul_gemm.foreign_call(
+                    (x.ctypes.data, scratch.ctypes.data, out.ctypes.data + 4 * start),
+                    arguments)
             calls.append((start, count, data,
                           (ctypes.c_int64 * 3)(DEQUANTIZE_THREADED, count * k, threads),
                           product))
@@ -227,7 +227,7 @@ class QuantizedKernel:
             for start, count, data, size_array, product in calls:
                 function(data, size_array, None)
                 if product is not None:
-                    gemm(*product, None)
+                    product()
                     continue
                 np.matmul(x, scratch[:count].T, out=part[:, :count])
                 out[:, start:start + count] = part[:, :count]
