@@ -55,9 +55,9 @@ from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, Poo
 KERNELS = KernelList(BackendId.CPU, "c")
 HERE = Path(__file__).parent
 (SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE, COMMON, GEMM_HEADER,
- FLAT_HEADER) = (HERE / name for name in ("conv.c", "depthwise.c", "pool.c", "winograd.c",
-                                          "conv_direct.c", "conv_common.h", "conv_gemm.h",
-                                          "depthwise_flat.h"))
+ FLAT_HEADER, ROWS_HEADER) = (HERE / name for name in (
+     "conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_direct.c", "conv_common.h",
+     "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL, WINOGRAD, DIRECT) = range(11)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
@@ -107,7 +107,8 @@ def avx512() -> bool:
 
 def _source(path: Path) -> str:
     header = (GEMM_HEADER.read_text() if path in (SOURCE, WINOGRAD_SOURCE)
-              else FLAT_HEADER.read_text() if path == DEPTHWISE_SOURCE else "")
+              else FLAT_HEADER.read_text() + ROWS_HEADER.read_text()
+              if path == DEPTHWISE_SOURCE else "")
     return COMMON.read_text() + header + path.read_text()
 
 
@@ -122,8 +123,8 @@ def library(form: int = 4):
 def revision_text() -> str:
     """Every C source the kernels here run (their revision hashes cover them)."""
     return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, SOURCE, DEPTHWISE_SOURCE,
-                                                    FLAT_HEADER, POOL_SOURCE, WINOGRAD_SOURCE,
-                                                    DIRECT_SOURCE))
+                                                    FLAT_HEADER, ROWS_HEADER, POOL_SOURCE,
+                                                    WINOGRAD_SOURCE, DIRECT_SOURCE))
 
 
 @dataclass(frozen=True, slots=True)
