@@ -36,7 +36,6 @@ from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 from fuel.memory import Storage
 
-
 ALIGNMENT = 64  # bytes: a cache line, one AVX-512 vector
 
 
