@@ -47,10 +47,12 @@ def _aligned_empty(size: int, dtype: np.dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     if dtype.hasobject or dtype.kind in "OSTU" or dtype.itemsize == 0:
         return np.empty(size, dtype=dtype)  # strings and objects: NumPy's own buffer
-    itemsize = dtype.itemsize
-    raw = np.empty(size * itemsize + ALIGNMENT, np.uint8)
+    nbytes = size * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
     offset = -raw.ctypes.data % ALIGNMENT
-    return raw[offset:offset + size * itemsize].view(dtype)
+    # through a memoryview, so the array owns its views: a view's ``base`` is this array
+    # (the buffer pool counts references to it), not ``raw``
+    return np.frombuffer(memoryview(raw)[offset:offset + nbytes], dtype=dtype)
 
 
 class CpuBackend(Backend):
