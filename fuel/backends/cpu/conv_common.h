@@ -69,7 +69,8 @@ static inline float *thread_buffer(int slot, size_t floats) {
 typedef void (*unit_task)(void *context, int64_t unit);
 
 #define POOL_MOST 64   /* helpers at most */
-#define POOL_SPIN 4000  /* polls before a helper sleeps (about 0.1 ms: a pause is ~65 cycles) */
+#define POOL_SPIN 4000  /* polls before a helper sleeps (about 0.1 ms: a pause is ~25 ns here) */
+#define POOL_YIELD 64   /* polls between a spinning thread's sched_yield calls */
 
 static struct {
     _Atomic uint64_t ticket[POOL_MOST + 1];  /* per member: generation << 32 | next unit */
@@ -138,6 +139,11 @@ static void *pool_helper(void *argument) {
         uint32_t now = atomic_load_explicit(&workers.generation, memory_order_acquire);
         for (int spin = 0; now == seen && spin < POOL_SPIN; spin++) {
             pool_pause();
+            /* now and then give the core to another thread of this priority: each kernel
+             * library has a pool of its own, and under a real-time policy a spinning helper
+             * is never preempted, so the next launch's helper (another library's) would
+             * wait out this spin on its core */
+            if (spin % POOL_YIELD == POOL_YIELD - 1) sched_yield();
             now = atomic_load_explicit(&workers.generation, memory_order_acquire);
         }
         if (now == seen) {
@@ -194,7 +200,7 @@ static void run_units(int64_t count, int64_t team, unit_task task, void *context
     for (int64_t spin = 1; atomic_load_explicit(&workers.finished, memory_order_acquire) < count;
          spin++) {
         pool_pause();
-        if (spin % 4096 == 0) sched_yield();
+        if (spin % POOL_YIELD == 0) sched_yield();
     }
     pthread_mutex_unlock(&workers.lock);
 }
