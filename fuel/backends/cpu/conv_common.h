@@ -396,3 +396,58 @@ static void finish(float *restrict y, int64_t count, float bias, const float *re
     }
     }
 }
+
+#if defined(__AVX512F__)
+/* ------------------------------------------------------------ row strips
+ * The depthwise convolution's and the pools' row strips (depthwise_rows.h, pool.c): an
+ * output chunk of 16 columns reads, from each input row, one vector per window column
+ * (lane j: input column base + STRIDE j + k), straight from the plane. */
+
+/* Lanes j with 0 <= first + j < width. */
+static inline __mmask16 strip_columns(int64_t first, int64_t width) {
+    const __m512i at = _mm512_add_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32((int)first));
+    return _mm512_cmpge_epi32_mask(at, _mm512_setzero_si512())
+           & _mm512_cmplt_epi32_mask(at, _mm512_set1_epi32((int)width));
+}
+
+/* The masks of a chunk's loads (at base + 2 e and base + 2 e + 16, e < pairs) in a row of
+ * `width` columns. */
+static inline void strip_masks(int64_t base, int64_t width, int pairs, __mmask16 *low,
+                               __mmask16 *high) {
+    for (int e = 0; e < pairs; e++) {
+        low[e] = strip_columns(base + 2 * e, width);
+        high[e] = strip_columns(base + 2 * e + 16, width);
+    }
+}
+
+/* v[k], k < K: the 16 lanes row[STRIDE j + k] (`row` at the chunk's base column), lanes
+ * outside the row (or every lane, when the row is not `inside` the plane) `fill`: stride 1
+ * two loads and `valignd` shifts, stride 2 the even or odd lanes of a load pair. K and STRIDE
+ * are constants in each expansion. */
+static inline __attribute__((always_inline)) void strip_row(
+        const float *row, int inside, const __mmask16 *low, const __mmask16 *high,
+        __m512 fill, __m512 *v, const int K, const int STRIDE) {
+    if (STRIDE == 1) {
+        const __m512 a = _mm512_mask_loadu_ps(fill, inside ? low[0] : 0, row);
+        const __m512 b = _mm512_mask_loadu_ps(fill, inside ? high[0] : 0, row + 16);
+        v[0] = a;
+#pragma GCC unroll 8
+        for (int k = 1; k < K; k++)
+            v[k] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(b),
+                                                           _mm512_castps_si512(a), k));
+        return;
+    }
+    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+                                           4, 2, 0);
+    const __m512i odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+#pragma GCC unroll 4
+    for (int e = 0; e < (K + 1) / 2; e++) {
+        const __m512 a = _mm512_mask_loadu_ps(fill, inside ? low[e] : 0, row + 2 * e);
+        const __m512 b = _mm512_mask_loadu_ps(fill, inside ? high[e] : 0, row + 2 * e + 16);
+        v[2 * e] = _mm512_permutex2var_ps(a, evens, b);
+        if (2 * e + 1 < K) v[2 * e + 1] = _mm512_permutex2var_ps(a, odds, b);
+    }
+}
+#endif

@@ -15,15 +15,6 @@
 #if defined(__AVX512F__)
 #define DW_STRIP 4
 
-static inline __mmask16 dw_columns(int64_t first, int64_t width) {
-    /* lanes j with 0 <= first + j < width */
-    const __m512i at = _mm512_add_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-        _mm512_set1_epi32((int)first));
-    return _mm512_cmpge_epi32_mask(at, _mm512_setzero_si512())
-           & _mm512_cmplt_epi32_mask(at, _mm512_set1_epi32((int)width));
-}
-
 /* One plane; K (the kernel's rows and columns) and STRIDE are constants in each expansion,
  * so the strip's loops unroll whole and its accumulators stay in registers. Rows outside the
  * input load as zeros (their masks are empty), rows past the output are computed and not
@@ -34,10 +25,7 @@ static inline __attribute__((always_inline)) void dw_rows_plane_k(
         const int STRIDE) {
     const int64_t H = s->h, W = s->w, OH = s->oh, OW = s->ow;
     const int INPUT_ROWS = (DW_STRIP - 1) * STRIDE + K, PAIRS = STRIDE == 1 ? 1 : (K + 1) / 2;
-    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
-                                           4, 2, 0);
-    const __m512i odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
-    const __m512 start = _mm512_set1_ps(bias);
+    const __m512 start = _mm512_set1_ps(bias), zero = _mm512_setzero_ps();
     __m512 weights[49];  /* the taps, broadcast once a plane (registers for 3x3) */
 #pragma GCC unroll 49
     for (int t = 0; t < K * K; t++) weights[t] = _mm512_set1_ps(filter[t]);
@@ -45,12 +33,8 @@ static inline __attribute__((always_inline)) void dw_rows_plane_k(
         const int64_t base = ow0 * STRIDE - s->pl;
         const __mmask16 keep = OW - ow0 >= 16 ? (__mmask16)0xFFFF
                                               : (__mmask16)((1u << (OW - ow0)) - 1);
-        /* the masks of the loads at base + 2 e and base + 2 e + 16 */
         __mmask16 low[4], high[4];
-        for (int e = 0; e < PAIRS; e++) {
-            low[e] = dw_columns(base + 2 * e, W);
-            high[e] = dw_columns(base + 2 * e + 16, W);
-        }
+        strip_masks(base, W, PAIRS, low, high);
         for (int64_t oh0 = 0; oh0 < OH; oh0 += DW_STRIP) {
             const int64_t top = oh0 * STRIDE - s->pt;  /* input row of tap row 0, output row 0 */
             __m512 acc[DW_STRIP];
@@ -62,24 +46,7 @@ static inline __attribute__((always_inline)) void dw_rows_plane_k(
                 const int inside = ih >= 0 && ih < H;
                 const float *row = in + ih * W + base;
                 __m512 v[7];
-                if (STRIDE == 1) {
-                    const __m512 a = _mm512_maskz_loadu_ps(inside ? low[0] : 0, row);
-                    const __m512 b = _mm512_maskz_loadu_ps(inside ? high[0] : 0, row + 16);
-                    v[0] = a;
-#pragma GCC unroll 8
-                    for (int k = 1; k < K; k++)
-                        v[k] = _mm512_castsi512_ps(_mm512_alignr_epi32(
-                            _mm512_castps_si512(b), _mm512_castps_si512(a), k));
-                } else {
-#pragma GCC unroll 4
-                    for (int e = 0; e < PAIRS; e++) {
-                        const __m512 a = _mm512_maskz_loadu_ps(inside ? low[e] : 0, row + 2 * e);
-                        const __m512 b = _mm512_maskz_loadu_ps(inside ? high[e] : 0,
-                                                               row + 2 * e + 16);
-                        v[2 * e] = _mm512_permutex2var_ps(a, evens, b);
-                        if (2 * e + 1 < K) v[2 * e + 1] = _mm512_permutex2var_ps(a, odds, b);
-                    }
-                }
+                strip_row(row, inside, low, high, zero, v, K, STRIDE);
 #pragma GCC unroll 8
                 for (int k = 0; k < K; k++)
 #pragma GCC unroll 8

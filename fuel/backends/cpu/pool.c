@@ -85,23 +85,13 @@ static inline __attribute__((always_inline)) void pool_strips_k(
         const float *col_count, const int K, const int STRIDE) {
     const int64_t H = s->h, W = s->w, OH = s->oh, OW = s->ow;
     const int INPUT_ROWS = (POOL_STRIP - 1) * STRIDE + K, PAIRS = STRIDE == 1 ? 1 : (K + 1) / 2;
-    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
-                                           4, 2, 0);
-    const __m512i odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
-    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512 neutral = _mm512_set1_ps(maximum ? -INFINITY : 0.0f);
     for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
         const int64_t base = ow0 * STRIDE - s->pl;
         const __mmask16 keep = OW - ow0 >= 16 ? (__mmask16)0xFFFF
                                               : (__mmask16)((1u << (OW - ow0)) - 1);
         __mmask16 low[4], high[4];
-        for (int e = 0; e < PAIRS; e++) {
-            const __m512i at = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(base + 2 * e)));
-            const __m512i next = _mm512_add_epi32(at, _mm512_set1_epi32(16));
-            const __m512i zero = _mm512_setzero_si512(), width = _mm512_set1_epi32((int)W);
-            low[e] = _mm512_cmpge_epi32_mask(at, zero) & _mm512_cmplt_epi32_mask(at, width);
-            high[e] = _mm512_cmpge_epi32_mask(next, zero) & _mm512_cmplt_epi32_mask(next, width);
-        }
+        strip_masks(base, W, PAIRS, low, high);
         __m512 divisor = _mm512_set1_ps(1.0f);
         if (!maximum && col_count != NULL)
             divisor = _mm512_mask_loadu_ps(divisor, keep, col_count + ow0);
@@ -116,26 +106,7 @@ static inline __attribute__((always_inline)) void pool_strips_k(
                 const int row_in = ih >= 0 && ih < H;
                 const float *row = in + ih * W + base;
                 __m512 v[7];
-                if (STRIDE == 1) {
-                    const __m512 a = _mm512_mask_loadu_ps(neutral, row_in ? low[0] : 0, row);
-                    const __m512 b = _mm512_mask_loadu_ps(neutral, row_in ? high[0] : 0,
-                                                          row + 16);
-                    v[0] = a;
-#pragma GCC unroll 8
-                    for (int k = 1; k < K; k++)
-                        v[k] = _mm512_castsi512_ps(_mm512_alignr_epi32(
-                            _mm512_castps_si512(b), _mm512_castps_si512(a), k));
-                } else {
-#pragma GCC unroll 4
-                    for (int e = 0; e < PAIRS; e++) {
-                        const __m512 a = _mm512_mask_loadu_ps(neutral, row_in ? low[e] : 0,
-                                                              row + 2 * e);
-                        const __m512 b = _mm512_mask_loadu_ps(neutral, row_in ? high[e] : 0,
-                                                              row + 2 * e + 16);
-                        v[2 * e] = _mm512_permutex2var_ps(a, evens, b);
-                        if (2 * e + 1 < K) v[2 * e + 1] = _mm512_permutex2var_ps(a, odds, b);
-                    }
-                }
+                strip_row(row, row_in, low, high, neutral, v, K, STRIDE);
 #pragma GCC unroll 8
                 for (int r = 0; r < POOL_STRIP; r++) {
                     const int kh = i - r * STRIDE;
