@@ -109,6 +109,16 @@ static void direct_task(void *context, int64_t unit) {
     const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
                                            2, 0);
     const float *image = j->x + n * s->c * s->h * s->w;
+    /* the input rows the next output row reads, fetched while this one computes (a stem's
+     * input is the caller's fresh image, not in cache) */
+    if (oh + 1 < s->oh)
+        for (int64_t c = 0; c < s->c; c++)
+            for (int64_t kh = 0; kh < s->kh; kh++) {
+                const int64_t ih = (oh + 1) * s->sh + kh * s->dh - s->pt;
+                if (ih < 0 || ih >= s->h) continue;
+                const float *row = image + (c * s->h + ih) * s->w;
+                for (int64_t t = 0; t < s->w; t += 16) __builtin_prefetch(row + t);
+            }
     for (int64_t block = 0; block < j->blocks; block++) {
         const float *weights = j->packed + block * 16 * (taps + 1);
         const float *bias = weights + 16 * taps;
