@@ -70,7 +70,7 @@ typedef void (*unit_task)(void *context, int64_t unit);
 
 #define POOL_MOST 64   /* helpers at most */
 #define POOL_SPIN 4000  /* polls before a helper sleeps (about 0.1 ms: a pause is ~25 ns here) */
-#define POOL_YIELD 64   /* polls between a spinning thread's sched_yield calls */
+#define POOL_YIELD 64   /* polls between a spinning helper's sched_yield calls */
 
 static struct {
     _Atomic uint64_t ticket[POOL_MOST + 1];  /* per member: generation << 32 | next unit */
@@ -200,7 +200,7 @@ static void run_units(int64_t count, int64_t team, unit_task task, void *context
     for (int64_t spin = 1; atomic_load_explicit(&workers.finished, memory_order_acquire) < count;
          spin++) {
         pool_pause();
-        if (spin % POOL_YIELD == 0) sched_yield();
+        if (spin % 4096 == 0) sched_yield();
     }
     pthread_mutex_unlock(&workers.lock);
 }
