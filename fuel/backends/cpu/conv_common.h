@@ -58,14 +58,13 @@ static inline float *thread_buffer(int slot, size_t floats) {
  * contiguous range of the units, [member * count / team, (member + 1) * count / team), and
  * claims them one at a time from its range's ticket (the job's generation, the next unit
  * and the range's end, one word); a member done with its own range takes what is left of
- * the others', so the caller does every unit
- * no helper took: it waits only for units a helper has started, never for a helper still
- * asleep or preempted. The ranges keep a unit on the same core from launch to launch and
- * neighbouring units on one core (units claimed from one shared ticket landed on either core
- * at random, so a plane's lines moved between the cores' caches every launch: 16->96 1x1 at
- * 112x112 on two threads took 954 us against one thread's 457). A helper spins a while for
- * the next job, then sleeps on a futex. One job at a time (a mutex); a forked child starts
- * its own helpers. */
+ * the others', so the caller does every unit no helper took: it waits only for units a
+ * helper has started, never for a helper still asleep or preempted. The ranges keep a unit
+ * on the same core from launch to launch and neighbouring units on one core (units claimed
+ * from one shared ticket landed on either core at random, so a plane's lines moved between
+ * the cores' caches: 16->96 1x1 at 112x112 on two threads 284 -> 232 us, one thread 457). A
+ * helper spins a while for the next job (yielding its core now and then), then sleeps on a
+ * futex. One job at a time (a mutex); a forked child starts its own helpers. */
 typedef void (*unit_task)(void *context, int64_t unit);
 
 #define POOL_MOST 64   /* helpers at most */
@@ -73,7 +72,7 @@ typedef void (*unit_task)(void *context, int64_t unit);
 #define POOL_YIELD 64   /* polls between a spinning helper's sched_yield calls */
 
 static struct {
-    _Atomic uint64_t ticket[POOL_MOST + 1];  /* per member: generation << 32 | next unit */
+    _Atomic uint64_t ticket[POOL_MOST + 1];  /* per member's range: see pool_ticket */
     _Atomic int64_t finished;
     _Atomic(unit_task) task;
     _Atomic(void *) context;
@@ -91,8 +90,9 @@ static inline void pool_pause(void) {
 #endif
 }
 
-/* A range's ticket: the job's generation (its low POOL_GENERATION_BITS), the next unit and
- * the range's end, so a claim checks all three in one compare-and-swap. */
+/* A range's ticket: the job's generation (its low 24 bits), the next unit and the range's
+ * end (20 bits each: a job of more units runs on the caller alone), so a claim checks all
+ * three in one compare-and-swap. */
 #define POOL_UNIT_BITS 20
 #define POOL_UNIT_MASK ((UINT64_C(1) << POOL_UNIT_BITS) - 1)
 #define POOL_GENERATION_MASK ((UINT64_C(1) << (64 - 2 * POOL_UNIT_BITS)) - 1)
