@@ -37,6 +37,7 @@ from fuel.ir.ops import (
 
 Rule = Callable[["Values", TensorBase], tuple]
 RULES: dict[OpKind, Rule] = {}
+_local_passes = [0]  # decompositions' local backward passes under way (nested)
 
 # Ops whose output has no useful gradient and which say so, rather than differentiating through
 # a decomposition whose steps would (random draws, integer-valued maps, quantized codes).
@@ -77,6 +78,12 @@ class Values:
     @property
     def y(self) -> TensorBase:
         return wrap(self.node)
+
+    def needs(self, position: int) -> bool:
+        """Whether input ``position`` wants a gradient (it requires grad; inside a
+        decomposition's local pass every input may): a rule may skip building the others' (a
+        first layer's input gradient)."""
+        return _local_passes[0] > 0 or tape.record_of(self.inputs[position]) is not None
 
     def zeros(self, shape, dtype=None) -> TensorBase:
         node = self.node
@@ -371,7 +378,8 @@ def _matmul(v: Values, g):
     if weight is not None:  # x @ W.t(): W's gradient as g^T x in W's own layout (torch's)
         k, n = b.shape[-2:]
         rows_g, rows_a = (g, a) if g.ndim == 2 else (g.reshape(-1, n), a.reshape(-1, k))
-        return (g @ wrap(weight), Through(weight, rows_g.mT @ rows_a))
+        # A first layer's input wants no gradient: its product is not built.
+        return (g @ wrap(weight) if v.needs(0) else None, Through(weight, rows_g.mT @ rows_a))
     if source is not None and batched:  # x @ W over a batch: one product over the rows
         k, n = b.shape[-2:]
         folded = a.reshape(-1, k).mT @ g.reshape(-1, n)
@@ -572,6 +580,18 @@ def _through_decomposition(node: Node, inputs: tuple[Node, ...], g: TensorBase) 
         grads[boundary[id(result)]] = g
         return grads
     pending = {id(result): g}
+    _local_passes[0] += 1
+    try:
+        _local_pass(order, pending, reaches, boundary, grads)
+    finally:
+        _local_passes[0] -= 1
+    return grads
+
+
+def _local_pass(order: list[Node], pending: dict, reaches: set, boundary: dict,
+                grads: list) -> None:
+    """The reverse walk of a decomposition's subgraph: ``grads`` (per boundary input)
+    filled from ``pending`` (the result's gradient)."""
     for current in reversed(order):
         grad = pending.pop(id(current), None)
         if grad is None:
@@ -587,4 +607,3 @@ def _through_decomposition(node: Node, inputs: tuple[Node, ...], g: TensorBase) 
                 grads[at] = part if grads[at] is None else grads[at] + part
             else:
                 pending[key] = part if key not in pending else pending[key] + part
-    return grads
