@@ -29,8 +29,10 @@ from fuel.ir.ops import (
     CopyParams,
     IndexCopyParams,
     OpKind,
+    PermuteParams,
     ReduceParams,
     ScatterParams,
+    ShapeParams,
     SliceAssignParams,
     SliceParams,
 )
@@ -109,9 +111,15 @@ def _cast(v: Values, g):
     return (wrap(cast(g._node, source.dtype)) if source.dtype.is_floating else None,)
 
 
+def reshaped(g: TensorBase, shape: tuple[int, ...]) -> TensorBase:
+    """``g`` under ``shape`` (same element count): the RESHAPE node built directly, without
+    the user-facing method's checks."""
+    return g if g.shape == shape else make(OpKind.RESHAPE, (g._node,), ShapeParams(shape))
+
+
 @gradient(OpKind.RESHAPE)
 def _reshape(v: Values, g):
-    return (g.reshape(v.inputs[0].shape),)
+    return (reshaped(g, v.inputs[0].shape),)
 
 
 @gradient(OpKind.PERMUTE)
@@ -129,8 +137,8 @@ def unbroadcast(g: TensorBase, shape: tuple[int, ...]) -> TensorBase:
     dims = tuple(range(lead)) + tuple(lead + i for i, size in enumerate(shape)
                                       if size == 1 and g.shape[lead + i] != 1)
     if dims:
-        g = g.sum(dims, keepdim=True)
-    return g.reshape(shape)
+        g = make(OpKind.SUM, (g._node,), ReduceParams(dims, True))
+    return reshaped(g, tuple(shape))
 
 
 @gradient(OpKind.EXPAND)
@@ -375,10 +383,14 @@ def _matmul(v: Values, g):
     batched = g.ndim > 2
     source = _broadcast_source(v.inputs[1]) if batched else v.inputs[1]
     weight = _transposed_source(source) if source is not None else None
-    if weight is not None:  # x @ W.t(): W's gradient as g^T x in W's own layout (torch's)
+    if weight is not None and g.ndim == 2:  # x @ W.t(): W's gradient as g^T x in W's layout
+        # (torch's); 2-D, the nodes built directly. A first layer's input wants no gradient:
+        # its product is not built.
+        return (make(OpKind.MATMUL, (g._node, weight), None) if v.needs(0) else None,
+                Through(weight, make(OpKind.MATMUL, (_t(g._node), v.inputs[0]), None)))
+    if weight is not None:  # the same over batch dims, their rows folded
         k, n = b.shape[-2:]
         rows_g, rows_a = (g, a) if g.ndim == 2 else (g.reshape(-1, n), a.reshape(-1, k))
-        # A first layer's input wants no gradient: its product is not built.
         return (g @ wrap(weight) if v.needs(0) else None, Through(weight, rows_g.mT @ rows_a))
     if source is not None and batched:  # x @ W over a batch: one product over the rows
         k, n = b.shape[-2:]
@@ -389,7 +401,19 @@ def _matmul(v: Values, g):
         m, k = a.shape[-2:]
         folded = g.mT.reshape(-1, m).mT @ b.mT.reshape(-1, k)  # sum over batch of g b^T
         return (Through(source, folded.reshape(source.shape)), a.mT @ g)
+    if g.ndim == 2:
+        left, right = v.inputs
+        return (make(OpKind.MATMUL, (g._node, _t(right)), None) if v.needs(0) else None,
+                make(OpKind.MATMUL, (_t(left), g._node), None) if v.needs(1) else None)
     return (g @ b.mT, a.mT @ g)
+
+
+_TRANSPOSE = PermuteParams((1, 0))
+
+
+def _t(node: Node) -> Node:
+    """The transpose of a matrix node (a view)."""
+    return make(OpKind.PERMUTE, (node,), _TRANSPOSE)._node
 
 
 @gradient(OpKind.SOFTMAX)

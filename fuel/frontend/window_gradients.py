@@ -7,7 +7,7 @@ import math
 
 from fuel.frontend.base import TensorBase
 from fuel.frontend.build import make
-from fuel.frontend.gradients import Values, _through_decomposition, gradient
+from fuel.frontend.gradients import Values, _through_decomposition, gradient, reshaped
 from fuel.graph.node import Node
 from fuel.ir.ops import (
     AxisParams,
@@ -120,7 +120,7 @@ def _max_pool(v: Values, g):
     zeros = v.zeros(planes, g.dtype)
     # Tiled windows pick distinct positions: a plain scatter (no accumulation) puts each
     # window's gradient at its maximum, the rest stays zero.
-    routed = make(OpKind.SCATTER_ELEMENTS, (zeros._node, indices.reshape(picked)._node,
-                                             g.reshape(picked)._node),
+    routed = make(OpKind.SCATTER_ELEMENTS, (zeros._node, reshaped(indices, picked)._node,
+                                             reshaped(g, picked)._node),
                   ScatterParams(lead, "none"))
-    return (routed.reshape(x.shape),)
+    return (reshaped(routed, x.shape),)
