@@ -26,7 +26,7 @@ def _conv(v: Values, g):
     p: ConvParams = v.params
     rank = len(x.shape) - 2
     kernel = weight.shape[2:]
-    dx = _conv_input(v, g, x, weight, p, rank, kernel) if v.needs(0) else None
+    dx = _conv_input(g, x, weight, p, rank, kernel) if v.needs(0) else None
     # d weight: per group, x (channels as the batch) convolved with g (batch as channels);
     # stride and dilation trade places.
     swapped = ConvParams(p.dilations, p.pads_begin, p.pads_end, p.strides, 1)
@@ -47,7 +47,7 @@ def _conv(v: Values, g):
     return (dx, dw)
 
 
-def _conv_input(v: Values, g, x: Node, weight: Node, p: ConvParams, rank: int, kernel):
+def _conv_input(g, x: Node, weight: Node, p: ConvParams, rank: int, kernel):
     """d x: the transposed convolution of g with the same weights, sized back to x."""
     reach = [(o - 1) * s - b - e + d * (k - 1) + 1 for o, s, b, e, d, k in
              zip(g.shape[2:], p.strides, p.pads_begin, p.pads_end, p.dilations, kernel)]
