@@ -40,6 +40,16 @@ static inline __attribute__((always_inline)) __m256i dot_bytes(__m256i a, __m256
 #endif
 }
 
+#if defined(PAIRED)
+/* two blocks side by side (the paired tile's steps): per pair of blocks 128 bytes, their high
+ * bytes then their low bytes */
+#define SPLIT_LOW 64
+static inline int64_t split_offset(int64_t b) { return 128 * (b >> 1) + 32 * (b & 1); }
+#else
+#define SPLIT_LOW 32
+static inline int64_t split_offset(int64_t b) { return 64 * b; }
+#endif
+
 /* round_int16_blocks of count blocks of x (quantize_activations' float32 steps), stored
  * split (see above). */
 static void split_activations(const float *restrict x, split_blocks out, int64_t count) {
@@ -70,9 +80,9 @@ static void split_activations(const float *restrict x, split_blocks out, int64_t
         const __m256i l = _mm256_packus_epi16(_mm256_packs_epi32(low[0], low[1]),
                                               _mm256_packs_epi32(low[2], low[3]));
         const __m256i h_ordered = _mm256_permutevar8x32_epi32(h, in_order);
-        _mm256_store_si256((__m256i *)(out.bytes + 64 * b), h_ordered);
-        _mm256_store_si256((__m256i *)(out.bytes + 64 * b + 32),
-                           _mm256_permutevar8x32_epi32(l, in_order));
+        uint8_t *at = out.bytes + split_offset(b);
+        _mm256_store_si256((__m256i *)at, h_ordered);
+        _mm256_store_si256((__m256i *)(at + SPLIT_LOW), _mm256_permutevar8x32_epi32(l, in_order));
 #if defined(SIGNED_CODES)
         /* the signed codes meet h as unsigned (code + 128): their lanes start at -128 sum(h) */
         _mm256_store_si256((__m256i *)(out.corrections + 8 * b),
@@ -110,6 +120,17 @@ static inline __attribute__((always_inline)) __m256i chunk_dot(const uint8_t *bl
     return dot_bytes(_mm256_slli_epi32(upper, 8), low, codes);
 }
 
+#if defined(PAIRED)
+/* chunks 2p, 2p + 1 (code_pair: unsigned codes) against their activation bytes (at: the
+ * pair's 128 bytes), as chunk_dot: lanes 0-7 the first chunk's, 8-15 the second's */
+static inline __attribute__((always_inline)) __m512i pair_dot(__m512i codes, const uint8_t *at) {
+    const __m512i high = _mm512_load_si512((const void *)at);
+    const __m512i low = _mm512_load_si512((const void *)(at + 64));
+    const __m512i upper = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, high);
+    return _mm512_dpbusd_epi32(_mm512_slli_epi32(upper, 8), low, codes);
+}
+#endif
+
 static inline float horizontal_sum(__m256 v) {
     __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     half = _mm_add_ps(half, _mm_movehl_ps(half, half));
@@ -127,19 +148,19 @@ static inline __attribute__((always_inline)) __m256i block_start(split_blocks x,
 #endif
 }
 
-/* Block b's headers for the tile's rows: their chunk factors (weight scale times activation
+/* Group b's headers for the tile's rows: their chunk factors (weight scale times activation
  * scale; per half where SCALES is 2) into factors[r], their offsets added to offsets[r]. */
 static inline __attribute__((always_inline)) void block_factors(
     const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t b,
-    float (*factors)[8 * SCALES], __m256 *offsets, const int rows) {
-    const int64_t at = b * CHUNKS;
+    float (*factors)[16], __m256 *offsets, const int rows) {
+    const int64_t at = b * DECODE_CHUNKS;
     const __m256 d = _mm256_loadu_ps(x.d + at);
 #if defined(CODE_OFFSET)
     __m256 scales[DECODE_ROWS][2];
 #endif
     for (int r = 0; r < rows; r++) {
         vector_header h;
-        header_vectors(weight + r * row_bytes + b * BLOCK_BYTES, &h);
+        decode_header(weight + r * row_bytes + b * DECODE_BYTES, &h);
 #if defined(CODE_OFFSET)
         scales[r][0] = h.scale[0];
         scales[r][1] = h.scale[1];
@@ -175,38 +196,40 @@ static inline __attribute__((always_inline)) void block_factors(
 #endif
 }
 
-/* rows (at most DECODE_ROWS) weight rows side by side against the activation row; per chunk
- * one float conversion and fma by its factor (weight scale times activation scale; per half
- * where the halves have their own), the offsets one fma per block against the activation
+#if !defined(PAIRED)
+/* rows (at most DECODE_ROWS) weight rows side by side against the activation row, over
+ * ``groups`` groups of DECODE_CHUNKS chunks and (GROUPED) ``tail`` chunks after them; per
+ * chunk one float conversion and fma by its factor (weight scale times activation scale; per
+ * half where the halves have their own), the offsets one fma per group against the activation
  * sums. Two accumulators per row (sums, spare): the chunks alternate between them, so each
  * chain of dependent adds is half as long (an fma's latency bounds a chain). */
 static inline __attribute__((always_inline)) void decode_tile(
-    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t blocks, float *out,
-    const int rows) {
+    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t groups, int tail,
+    float *out, const int rows) {
     __m256 sums[DECODE_ROWS], spare[DECODE_ROWS], offsets[DECODE_ROWS];
     for (int r = 0; r < rows; r++) sums[r] = spare[r] = offsets[r] = _mm256_setzero_ps();
     /* the tiles run through the weight in address order; the next tile's bytes are requested
      * a tile ahead (the rows side by side are short interleaved streams) */
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
-    /* the headers run a block ahead (double-buffered factors): a block's chunks then wait on
+    /* the headers run a group ahead (double-buffered factors): a group's chunks then wait on
      * no header's chain of dependent steps */
-    float buffers[2][DECODE_ROWS][8 * SCALES] __attribute__((aligned(32)));
-    block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
-    for (int64_t b = 0; b < blocks; b++) {
-        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
-            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
-        float (*factors)[8 * SCALES] = buffers[b & 1];
-        if (b + 1 < blocks)
+    float buffers[2][DECODE_ROWS][16] __attribute__((aligned(64)));
+    if (groups > 0) block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
+    for (int64_t b = 0; b < groups; b++) {
+        for (int line = 0; line < rows * DECODE_BYTES; line += 64)
+            _mm_prefetch((const char *)ahead + b * rows * DECODE_BYTES + line, _MM_HINT_T0);
+        float (*factors)[16] = buffers[b & 1];
+        if (b + 1 < groups)
             block_factors(weight, row_bytes, x, b + 1, buffers[(b + 1) & 1], offsets, rows);
-        const int64_t at = b * CHUNKS;
+        const int64_t at = b * DECODE_CHUNKS;
 #pragma GCC unroll 8
-        for (int c = 0; c < CHUNKS; c++) {
+        for (int c = 0; c < DECODE_CHUNKS; c++) {
             const uint8_t *at_x = x.bytes + 64 * (at + c);
             const __m256i high = _mm256_load_si256((const __m256i *)at_x);
             const __m256i low = _mm256_load_si256((const __m256i *)(at_x + 32));
             const __m256i start = block_start(x, at + c);
             for (int r = 0; r < rows; r++) {
-                const __m256i p = chunk_dot(weight + r * row_bytes + b * BLOCK_BYTES, c, high,
+                const __m256i p = chunk_dot(weight + r * row_bytes + b * DECODE_BYTES, c, high,
                                             low, start);
 #if SCALES == 2
                 /* lanes 0-3: the chunk's first half, 4-7: its second */
@@ -223,17 +246,88 @@ static inline __attribute__((always_inline)) void decode_tile(
             }
         }
     }
+#if defined(GROUPED)
+    /* the blocks after the last whole group, each with its own scale */
+    for (int c = 0; c < tail; c++) {
+        const int64_t at = groups * DECODE_CHUNKS + c;
+        const uint8_t *at_x = x.bytes + 64 * at;
+        const __m256i high = _mm256_load_si256((const __m256i *)at_x);
+        const __m256i low = _mm256_load_si256((const __m256i *)(at_x + 32));
+        const __m256i start = block_start(x, at);
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *group = weight + r * row_bytes + groups * DECODE_BYTES;
+            const __m256i p = chunk_dot(group, c, high, low, start);
+            const __m256 factor = _mm256_set1_ps(half_to_float(group + BLOCK_BYTES * c) * x.d[at]);
+            sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, sums[r]);
+        }
+    }
+#else
+    (void)tail;
+#endif
     for (int r = 0; r < rows; r++)
         out[r] = horizontal_sum(_mm256_sub_ps(_mm256_add_ps(sums[r], spare[r]), offsets[r]));
 }
-
+#else
+/* The AVX-512 tile (PAIRED, q6_k: SCALES 2, whole blocks): decode_tile's sums, two chunks per
+ * step (lanes 0-7 the first, 8-15 the second), the factors of the pair's four halves picked
+ * from the block's by one permute. */
+static inline __attribute__((always_inline)) void decode_tile(
+    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t groups, int tail,
+    float *out, const int rows) {
+    (void)tail;
+    __m512 sums[DECODE_ROWS], spare[DECODE_ROWS];
+    __m256 offsets[DECODE_ROWS];
+    for (int r = 0; r < rows; r++) {
+        sums[r] = spare[r] = _mm512_setzero_ps();
+        offsets[r] = _mm256_setzero_ps();
+    }
+    const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
+    float buffers[2][DECODE_ROWS][16] __attribute__((aligned(64)));
+    block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
+    for (int64_t b = 0; b < groups; b++) {
+        for (int line = 0; line < rows * DECODE_BYTES; line += 64)
+            _mm_prefetch((const char *)ahead + b * rows * DECODE_BYTES + line, _MM_HINT_T0);
+        float (*factors)[16] = buffers[b & 1];
+        if (b + 1 < groups)
+            block_factors(weight, row_bytes, x, b + 1, buffers[(b + 1) & 1], offsets, rows);
+        const int64_t at = b * DECODE_CHUNKS;
+#pragma GCC unroll 4
+        for (int p = 0; p < DECODE_CHUNKS / 2; p++) {
+            /* lanes 4j .. 4j + 3: the pair's half j (factor 4p + j) */
+            const __m512i pick = _mm512_setr_epi32(4 * p, 4 * p, 4 * p, 4 * p, 4 * p + 1, 4 * p + 1,
+                                                   4 * p + 1, 4 * p + 1, 4 * p + 2, 4 * p + 2,
+                                                   4 * p + 2, 4 * p + 2, 4 * p + 3, 4 * p + 3,
+                                                   4 * p + 3, 4 * p + 3);
+            for (int r = 0; r < rows; r++) {
+                const __m512i products = pair_dot(
+                    code_pair(weight + r * row_bytes + b * DECODE_BYTES, p),
+                    x.bytes + 64 * (at + 2 * p));
+                const __m512 factor = _mm512_permutexvar_ps(pick, _mm512_load_ps(factors[r]));
+                if (p % 2 == 0)
+                    sums[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(products), factor, sums[r]);
+                else
+                    spare[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(products), factor, spare[r]);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        const __m512 total = _mm512_add_ps(sums[r], spare[r]);
+        out[r] = horizontal_sum(_mm256_sub_ps(
+            _mm256_add_ps(_mm512_castps512_ps256(total),
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(total), 1))),
+            offsets[r]));
+    }
+}
+#endif
 
 static void decode_rows(split_blocks x, const uint8_t *weight, float *out, int64_t k,
                         int64_t first, int64_t last) {
-    const int64_t blocks = k / BLOCK_SIZE, row_bytes = blocks * BLOCK_BYTES;
+    const int64_t chunks = k / 32, groups = chunks / DECODE_CHUNKS;
+    const int tail = (int)(chunks % DECODE_CHUNKS);
+    const int64_t row_bytes = k / BLOCK_SIZE * BLOCK_BYTES;
     int64_t j = first;
     for (; j + DECODE_ROWS <= last; j += DECODE_ROWS)
-        decode_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, DECODE_ROWS);
-    for (; j < last; j++) decode_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, 1);
+        decode_tile(weight + j * row_bytes, row_bytes, x, groups, tail, out + j, DECODE_ROWS);
+    for (; j < last; j++) decode_tile(weight + j * row_bytes, row_bytes, x, groups, tail, out + j, 1);
 }
 #endif
