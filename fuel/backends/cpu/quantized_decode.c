@@ -40,15 +40,27 @@ static inline __attribute__((always_inline)) __m256i dot_bytes(__m256i a, __m256
 #endif
 }
 
-#if defined(PAIRED)
-/* two blocks side by side (the paired tile's steps): per pair of blocks 128 bytes, their high
- * bytes then their low bytes */
-#define SPLIT_LOW 64
-static inline int64_t split_offset(int64_t b) { return 128 * (b >> 1) + 32 * (b & 1); }
+/* Where block b's bytes go. Plain: 64 bytes per block, its high bytes h then its low bytes
+ * l. PAIRED: per pair of blocks 128 bytes, their high bytes then their low bytes.
+ * INTERLEAVED: per pair of blocks 128 bytes, h of both blocks' values 0-15, h of their values
+ * 16-31, then l the same way (16 bytes each). */
+static inline __attribute__((always_inline)) void store_split(uint8_t *bytes, int64_t b,
+                                                              __m256i h, __m256i l) {
+#if defined(INTERLEAVED)
+    uint8_t *at = bytes + 128 * (b >> 1) + 16 * (b & 1);
+    _mm_store_si128((__m128i *)at, _mm256_castsi256_si128(h));
+    _mm_store_si128((__m128i *)(at + 32), _mm256_extracti128_si256(h, 1));
+    _mm_store_si128((__m128i *)(at + 64), _mm256_castsi256_si128(l));
+    _mm_store_si128((__m128i *)(at + 96), _mm256_extracti128_si256(l, 1));
+#elif defined(PAIRED)
+    uint8_t *at = bytes + 128 * (b >> 1) + 32 * (b & 1);
+    _mm256_store_si256((__m256i *)at, h);
+    _mm256_store_si256((__m256i *)(at + 64), l);
 #else
-#define SPLIT_LOW 32
-static inline int64_t split_offset(int64_t b) { return 64 * b; }
+    _mm256_store_si256((__m256i *)(bytes + 64 * b), h);
+    _mm256_store_si256((__m256i *)(bytes + 64 * b + 32), l);
 #endif
+}
 
 /* round_int16_blocks of count blocks of x (quantize_activations' float32 steps), stored
  * split (see above). */
@@ -80,15 +92,21 @@ static void split_activations(const float *restrict x, split_blocks out, int64_t
         const __m256i l = _mm256_packus_epi16(_mm256_packs_epi32(low[0], low[1]),
                                               _mm256_packs_epi32(low[2], low[3]));
         const __m256i h_ordered = _mm256_permutevar8x32_epi32(h, in_order);
-        uint8_t *at = out.bytes + split_offset(b);
-        _mm256_store_si256((__m256i *)at, h_ordered);
-        _mm256_store_si256((__m256i *)(at + SPLIT_LOW), _mm256_permutevar8x32_epi32(l, in_order));
+        store_split(out.bytes, b, h_ordered, _mm256_permutevar8x32_epi32(l, in_order));
 #if defined(SIGNED_CODES)
         /* the signed codes meet h as unsigned (code + 128): their lanes start at -128 sum(h) */
-        _mm256_store_si256((__m256i *)(out.corrections + 8 * b),
-                           _mm256_sub_epi32(_mm256_setzero_si256(),
-                                            dot_bytes(_mm256_setzero_si256(),
-                                                      _mm256_set1_epi8((char)0x80), h_ordered)));
+        const __m256i correction = _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            dot_bytes(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), h_ordered));
+#if defined(INTERLEAVED)
+        /* lane j < 4 of a pair's accumulator holds the block's values 4j .. 4j + 3 and 16 + 4j
+         * .. 16 + 4j + 3 */
+        _mm_store_si128((__m128i *)(out.corrections + 4 * b),
+                        _mm_add_epi32(_mm256_castsi256_si128(correction),
+                                      _mm256_extracti128_si256(correction, 1)));
+#else
+        _mm256_store_si256((__m256i *)(out.corrections + 8 * b), correction);
+#endif
 #endif
         const __m256i sums = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]),
                                                _mm256_add_epi32(q[2], q[3]));
@@ -102,23 +120,26 @@ static void split_activations(const float *restrict x, split_blocks out, int64_t
         out.halves[2 * b] = d * (float)first;
         out.halves[2 * b + 1] = d * (float)second;
     }
+#if defined(INTERLEAVED)
+    if (count % 2) { /* the last block's partner: zeros (its products vanish) */
+        const __m128i zero = _mm_setzero_si128();
+        uint8_t *at = out.bytes + 128 * (count >> 1) + 16;
+        for (int part = 0; part < 4; part++) _mm_store_si128((__m128i *)(at + 32 * part), zero);
+        _mm_store_si128((__m128i *)(out.corrections + 4 * count), zero);
+    }
+#endif
 }
 
-/* Chunk c of a weight block against activation block at (64 bytes, see split_blocks) whose
- * SIGNED_CODES lanes start at ``start``: the exact integer sums, lane j positions 4j .. 4j + 3. */
+#if !defined(INTERLEAVED)
+/* Chunk c of a weight block (unsigned codes) against its activation block (high, low: 64
+ * bytes, see split_blocks): the exact integer sums, lane j positions 4j .. 4j + 3. */
 static inline __attribute__((always_inline)) __m256i chunk_dot(const uint8_t *block, int c,
-                                                               __m256i high, __m256i low,
-                                                               __m256i start) {
+                                                               __m256i high, __m256i low) {
     const __m256i codes = code_bytes(block, c);
-#if defined(SIGNED_CODES)
-    const __m256i upper = dot_bytes(start, _mm256_xor_si256(codes, _mm256_set1_epi8((char)0x80)),
-                                    high);
-#else
-    (void)start;
     const __m256i upper = dot_bytes(_mm256_setzero_si256(), codes, high);
-#endif
     return dot_bytes(_mm256_slli_epi32(upper, 8), low, codes);
 }
+#endif
 
 #if defined(PAIRED)
 /* chunks 2p, 2p + 1 (code_pair: unsigned codes) against their activation bytes (at: the
@@ -131,21 +152,29 @@ static inline __attribute__((always_inline)) __m512i pair_dot(__m512i codes, con
 }
 #endif
 
+#if defined(INTERLEAVED)
+/* Chunks c, c + 1 (code_halves' first and second) against their activation pair (at: 128
+ * bytes, INTERLEAVED) whose lanes start at ``start``: lanes 0-3 chunk c's sums, 4-7 chunk
+ * c + 1's, eight products a lane. The integers are exact; their conversion to float too below
+ * 2^24, iq4's largest products (8 * 127 * 32767 < 2^25) round to an even integer there. */
+static inline __attribute__((always_inline)) __m256i halves_dot(__m256i first, __m256i second,
+                                                                const uint8_t *at,
+                                                                __m256i start) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i upper = dot_bytes(
+        dot_bytes(start, _mm256_xor_si256(first, flip), _mm256_load_si256((const __m256i *)at)),
+        _mm256_xor_si256(second, flip), _mm256_load_si256((const __m256i *)(at + 32)));
+    return dot_bytes(dot_bytes(_mm256_slli_epi32(upper, 8),
+                               _mm256_load_si256((const __m256i *)(at + 64)), first),
+                     _mm256_load_si256((const __m256i *)(at + 96)), second);
+}
+#endif
+
 static inline float horizontal_sum(__m256 v) {
     __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     half = _mm_add_ps(half, _mm_movehl_ps(half, half));
     half = _mm_add_ss(half, _mm_movehdup_ps(half));
     return _mm_cvtss_f32(half);
-}
-
-static inline __attribute__((always_inline)) __m256i block_start(split_blocks x, int64_t at) {
-#if defined(SIGNED_CODES)
-    return _mm256_load_si256((const __m256i *)(x.corrections + 8 * at));
-#else
-    (void)x;
-    (void)at;
-    return _mm256_setzero_si256();
-#endif
 }
 
 /* Group b's headers for the tile's rows: their chunk factors (weight scale times activation
@@ -222,15 +251,30 @@ static inline __attribute__((always_inline)) void decode_tile(
         if (b + 1 < groups)
             block_factors(weight, row_bytes, x, b + 1, buffers[(b + 1) & 1], offsets, rows);
         const int64_t at = b * DECODE_CHUNKS;
+#if defined(INTERLEAVED)
+#pragma GCC unroll 4
+        for (int c = 0; c < DECODE_CHUNKS; c += 2) {
+            const __m256i start = _mm256_load_si256((const __m256i *)(x.corrections + 4 * (at + c)));
+            for (int r = 0; r < rows; r++) {
+                __m256i first, second;
+                code_halves(weight + r * row_bytes + b * DECODE_BYTES, c, 0, &first, &second);
+                const __m256i p = halves_dot(first, second, x.bytes + 64 * (at + c), start);
+                const __m256 factor = _mm256_permutevar8x32_ps(
+                    _mm256_load_ps(factors[r]), _mm256_setr_epi32(c, c, c, c, c + 1, c + 1,
+                                                                  c + 1, c + 1));
+                if (c % 4 == 0) sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, sums[r]);
+                else spare[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, spare[r]);
+            }
+        }
+#else
 #pragma GCC unroll 8
         for (int c = 0; c < DECODE_CHUNKS; c++) {
             const uint8_t *at_x = x.bytes + 64 * (at + c);
             const __m256i high = _mm256_load_si256((const __m256i *)at_x);
             const __m256i low = _mm256_load_si256((const __m256i *)(at_x + 32));
-            const __m256i start = block_start(x, at + c);
             for (int r = 0; r < rows; r++) {
                 const __m256i p = chunk_dot(weight + r * row_bytes + b * DECODE_BYTES, c, high,
-                                            low, start);
+                                            low);
 #if SCALES == 2
                 /* lanes 0-3: the chunk's first half, 4-7: its second */
                 const __m256 factor = _mm256_permutevar8x32_ps(
@@ -245,19 +289,24 @@ static inline __attribute__((always_inline)) void decode_tile(
                 else spare[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, spare[r]);
             }
         }
+#endif
     }
 #if defined(GROUPED)
-    /* the blocks after the last whole group, each with its own scale */
-    for (int c = 0; c < tail; c++) {
+    /* the blocks after the last whole group, two at a time with their own scales (a last one
+     * alone: its partner's activations are zeros, its factor 0) */
+    for (int c = 0; c < tail; c += 2) {
         const int64_t at = groups * DECODE_CHUNKS + c;
-        const uint8_t *at_x = x.bytes + 64 * at;
-        const __m256i high = _mm256_load_si256((const __m256i *)at_x);
-        const __m256i low = _mm256_load_si256((const __m256i *)(at_x + 32));
-        const __m256i start = block_start(x, at);
+        const int lone = c + 1 == tail;
+        const __m256i start = _mm256_load_si256((const __m256i *)(x.corrections + 4 * at));
         for (int r = 0; r < rows; r++) {
             const uint8_t *group = weight + r * row_bytes + groups * DECODE_BYTES;
-            const __m256i p = chunk_dot(group, c, high, low, start);
-            const __m256 factor = _mm256_set1_ps(half_to_float(group + BLOCK_BYTES * c) * x.d[at]);
+            __m256i first, second;
+            code_halves(group, c, lone, &first, &second);
+            const __m256i p = halves_dot(first, second, x.bytes + 64 * at, start);
+            const float next = lone ? 0.0f : half_to_float(group + BLOCK_BYTES * (c + 1)) * x.d[at + 1];
+            const __m256 factor = _mm256_blend_ps(
+                _mm256_set1_ps(half_to_float(group + BLOCK_BYTES * c) * x.d[at]),
+                _mm256_set1_ps(next), 0xf0);
             sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, sums[r]);
         }
     }

@@ -472,6 +472,10 @@ static inline void dequantize_block(const uint8_t *block, float *restrict out) {
 #define SPLIT_DECODE 1
 #if defined(FORMAT_IQ4_XS) || defined(FORMAT_IQ4_NL)
 #define SIGNED_CODES 1
+/* iq4's codes meet the activations two chunks at a time (quantized_decode.c's INTERLEAVED
+ * layout): code_halves gives chunks c and c + 1's codes 0-15 side by side (the low nibbles of
+ * both) and their codes 16-31 (the high nibbles) */
+#define INTERLEAVED 1
 #endif
 #if defined(FORMAT_IQ4_NL)
 #define GROUPED 1
@@ -487,14 +491,6 @@ static inline void dequantize_block(const uint8_t *block, float *restrict out) {
 #elif defined(FORMAT_Q3_K)
 #define CODE_OFFSET 4.0f
 #endif
-
-/* 16 bytes of two nibbles each (byte l: code l low, code l + 16 high) as 32 bytes of one
- * code each, codes 0-15 then 16-31. */
-static inline __attribute__((always_inline)) __m256i spread_nibbles(const uint8_t *p) {
-    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4)),
-                            _mm256_set1_epi8(0x0f));
-}
 
 /* 16-bit lanes shifted right by ``shift`` bits (left by -shift where negative; a constant in
  * the unrolled loops, so one instruction or none) */
@@ -513,13 +509,9 @@ static inline __attribute__((always_inline)) __m256i merge_bits(__m256i a, int m
 #endif
 }
 
+#if !defined(INTERLEAVED)
 static inline __attribute__((always_inline)) __m256i code_bytes(const uint8_t *block, int c) {
-#if defined(FORMAT_IQ4_XS) || defined(FORMAT_IQ4_NL)
-    /* iq4_nl: block c of the group, its 16 bytes after the scale */
-    const __m256i nibbles = spread_nibbles(block + (BLOCK_BYTES == 18 ? 18 * c + 2 : 8 + 16 * c));
-    return _mm256_shuffle_epi8(
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES)), nibbles);
-#elif defined(FORMAT_Q4_K)
+#if defined(FORMAT_Q4_K)
     return shifted_bits(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (c / 2))),
                         4 * (c % 2), 0x0f);
 #elif defined(FORMAT_Q5_K)
@@ -554,6 +546,30 @@ static inline __attribute__((always_inline)) __m256i code_bytes(const uint8_t *b
                         2 * (c % 4), 3);
 #endif
 }
+#endif
+
+#if defined(INTERLEAVED)
+/* Chunks c and c + 1 of a group (lone: chunk c alone, its bytes read twice): *first = their
+ * codes 0-15 (chunk c's in bytes 0-15, chunk c + 1's in 16-31), *second = their codes 16-31,
+ * as int8 (iq4's table). */
+static inline __attribute__((always_inline)) void code_halves(const uint8_t *group, int c,
+                                                              int lone, __m256i *first,
+                                                              __m256i *second) {
+#if defined(FORMAT_IQ4_NL)
+    const uint8_t *at = group + BLOCK_BYTES * c + 2;
+    const __m256i bytes = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)at)),
+        _mm_loadu_si128((const __m128i *)(lone ? at : at + BLOCK_BYTES)), 1);
+#else
+    (void)lone;
+    const __m256i bytes = _mm256_loadu_si256((const __m256i *)(group + 8 + 16 * c));
+#endif
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES));
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    *first = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, mask));
+    *second = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask));
+}
+#endif
 
 /* A group's header as vectors (header_vectors' lanes) */
 static inline __attribute__((always_inline)) void decode_header(const uint8_t *group,
