@@ -449,12 +449,31 @@ static inline void dequantize_block(const uint8_t *block, float *restrict out) {
     block_header h;
     header(block, &h);
     for (int c = 0; c < CHUNKS; c++) {
+#if USE_AVX2
+        /* the same products and differences, 8 at a time, from the codes as vectors (the
+         * prompt path de-quantizes every weight per call: the codes one at a time took up to
+         * 2.2 ns a value, q5_0) */
+        __m256i halves[2];
+        chunk_vectors(block, c, &halves[0], &halves[1]);
+        for (int half = 0; half < 2; half++) {
+            const int s = SCALES * c + (SCALES == 2 ? half : 0);
+            const __m256 scale = _mm256_set1_ps(h.scale[s]), minimum = _mm256_set1_ps(h.minimum[s]);
+            const __m256i codes = halves[half];
+            _mm256_storeu_ps(out + 32 * c + 16 * half, _mm256_sub_ps(_mm256_mul_ps(
+                scale, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(codes)))),
+                minimum));
+            _mm256_storeu_ps(out + 32 * c + 16 * half + 8, _mm256_sub_ps(_mm256_mul_ps(
+                scale, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(codes, 1)))),
+                minimum));
+        }
+#else
         int16_t q[32];
         chunk_codes(block, c, q);
         for (int l = 0; l < 32; l++) {
             const int s = SCALES * c + (SCALES == 2 ? l / 16 : 0);
             out[32 * c + l] = h.scale[s] * (float)q[l] - h.minimum[s];
         }
+#endif
     }
 }
 #endif
