@@ -597,16 +597,15 @@ static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m,
                    int64_t k, int64_t threads) {
 #if defined(SPLIT_DECODE)
     if (m == 1) {
-        /* a whole number of pairs of blocks (the paired layouts' last one may be half) */
-        const int64_t count = k / 32, padded = count + count % 2;
-        split_blocks split = {aligned_alloc(64, 96 * (size_t)padded), NULL,
+        const int64_t count = k / 32;
+        split_blocks split = {aligned_alloc(64, 96 * (size_t)count), NULL,
                               malloc(sizeof(float) * 4 * (size_t)count), NULL, NULL};
         if (split.bytes == NULL || split.d == NULL) {
             free(split.bytes);
             free(split.d);
             return;
         }
-        split.corrections = (int32_t *)(split.bytes + 64 * padded);
+        split.corrections = (int32_t *)(split.bytes + 64 * count);
         split.s = split.d + count;
         split.halves = split.s + count;
         split_activations(x, split, count);

@@ -120,14 +120,6 @@ static void split_activations(const float *restrict x, split_blocks out, int64_t
         out.halves[2 * b] = d * (float)first;
         out.halves[2 * b + 1] = d * (float)second;
     }
-#if defined(INTERLEAVED)
-    if (count % 2) { /* the last block's partner: zeros (its products vanish) */
-        const __m128i zero = _mm_setzero_si128();
-        uint8_t *at = out.bytes + 128 * (count >> 1) + 16;
-        for (int part = 0; part < 4; part++) _mm_store_si128((__m128i *)(at + 32 * part), zero);
-        _mm_store_si128((__m128i *)(out.corrections + 4 * count), zero);
-    }
-#endif
 }
 
 #if !defined(INTERLEAVED)
@@ -177,19 +169,19 @@ static inline float horizontal_sum(__m256 v) {
     return _mm_cvtss_f32(half);
 }
 
-/* Group b's headers for the tile's rows: their chunk factors (weight scale times activation
+/* Block b's headers for the tile's rows: their chunk factors (weight scale times activation
  * scale; per half where SCALES is 2) into factors[r], their offsets added to offsets[r]. */
 static inline __attribute__((always_inline)) void block_factors(
     const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t b,
     float (*factors)[16], __m256 *offsets, const int rows) {
-    const int64_t at = b * DECODE_CHUNKS;
+    const int64_t at = b * CHUNKS;
     const __m256 d = _mm256_loadu_ps(x.d + at);
 #if defined(CODE_OFFSET)
     __m256 scales[DECODE_ROWS][2];
 #endif
     for (int r = 0; r < rows; r++) {
         vector_header h;
-        decode_header(weight + r * row_bytes + b * DECODE_BYTES, &h);
+        header_vectors(weight + r * row_bytes + b * BLOCK_BYTES, &h);
 #if defined(CODE_OFFSET)
         scales[r][0] = h.scale[0];
         scales[r][1] = h.scale[1];
@@ -226,38 +218,37 @@ static inline __attribute__((always_inline)) void block_factors(
 }
 
 #if !defined(PAIRED)
-/* rows (at most DECODE_ROWS) weight rows side by side against the activation row, over
- * ``groups`` groups of DECODE_CHUNKS chunks and (GROUPED) ``tail`` chunks after them; per
- * chunk one float conversion and fma by its factor (weight scale times activation scale; per
- * half where the halves have their own), the offsets one fma per group against the activation
+/* rows (at most DECODE_ROWS) weight rows side by side against the activation row; per chunk
+ * one float conversion and fma by its factor (weight scale times activation scale; per half
+ * where the halves have their own), the offsets one fma per block against the activation
  * sums. Two accumulators per row (sums, spare): the chunks alternate between them, so each
  * chain of dependent adds is half as long (an fma's latency bounds a chain). */
 static inline __attribute__((always_inline)) void decode_tile(
-    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t groups, int tail,
-    float *out, const int rows) {
+    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t blocks, float *out,
+    const int rows) {
     __m256 sums[DECODE_ROWS], spare[DECODE_ROWS], offsets[DECODE_ROWS];
     for (int r = 0; r < rows; r++) sums[r] = spare[r] = offsets[r] = _mm256_setzero_ps();
     /* the tiles run through the weight in address order; the next tile's bytes are requested
      * a tile ahead (the rows side by side are short interleaved streams) */
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
-    /* the headers run a group ahead (double-buffered factors): a group's chunks then wait on
+    /* the headers run a block ahead (double-buffered factors): a block's chunks then wait on
      * no header's chain of dependent steps */
     float buffers[2][DECODE_ROWS][16] __attribute__((aligned(64)));
-    if (groups > 0) block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
-    for (int64_t b = 0; b < groups; b++) {
-        for (int line = 0; line < rows * DECODE_BYTES; line += 64)
-            _mm_prefetch((const char *)ahead + b * rows * DECODE_BYTES + line, _MM_HINT_T0);
+    block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
+    for (int64_t b = 0; b < blocks; b++) {
+        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
+            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
         float (*factors)[16] = buffers[b & 1];
-        if (b + 1 < groups)
+        if (b + 1 < blocks)
             block_factors(weight, row_bytes, x, b + 1, buffers[(b + 1) & 1], offsets, rows);
-        const int64_t at = b * DECODE_CHUNKS;
+        const int64_t at = b * CHUNKS;
 #if defined(INTERLEAVED)
 #pragma GCC unroll 4
-        for (int c = 0; c < DECODE_CHUNKS; c += 2) {
+        for (int c = 0; c < CHUNKS; c += 2) {
             const __m256i start = _mm256_load_si256((const __m256i *)(x.corrections + 4 * (at + c)));
             for (int r = 0; r < rows; r++) {
                 __m256i first, second;
-                code_halves(weight + r * row_bytes + b * DECODE_BYTES, c, 0, &first, &second);
+                code_halves(weight + r * row_bytes + b * BLOCK_BYTES, c, &first, &second);
                 const __m256i p = halves_dot(first, second, x.bytes + 64 * (at + c), start);
                 const __m256 factor = _mm256_permutevar8x32_ps(
                     _mm256_load_ps(factors[r]), _mm256_setr_epi32(c, c, c, c, c + 1, c + 1,
@@ -268,12 +259,12 @@ static inline __attribute__((always_inline)) void decode_tile(
         }
 #else
 #pragma GCC unroll 8
-        for (int c = 0; c < DECODE_CHUNKS; c++) {
+        for (int c = 0; c < CHUNKS; c++) {
             const uint8_t *at_x = x.bytes + 64 * (at + c);
             const __m256i high = _mm256_load_si256((const __m256i *)at_x);
             const __m256i low = _mm256_load_si256((const __m256i *)(at_x + 32));
             for (int r = 0; r < rows; r++) {
-                const __m256i p = chunk_dot(weight + r * row_bytes + b * DECODE_BYTES, c, high,
+                const __m256i p = chunk_dot(weight + r * row_bytes + b * BLOCK_BYTES, c, high,
                                             low);
 #if SCALES == 2
                 /* lanes 0-3: the chunk's first half, 4-7: its second */
@@ -291,39 +282,16 @@ static inline __attribute__((always_inline)) void decode_tile(
         }
 #endif
     }
-#if defined(GROUPED)
-    /* the blocks after the last whole group, two at a time with their own scales (a last one
-     * alone: its partner's activations are zeros, its factor 0) */
-    for (int c = 0; c < tail; c += 2) {
-        const int64_t at = groups * DECODE_CHUNKS + c;
-        const int lone = c + 1 == tail;
-        const __m256i start = _mm256_load_si256((const __m256i *)(x.corrections + 4 * at));
-        for (int r = 0; r < rows; r++) {
-            const uint8_t *group = weight + r * row_bytes + groups * DECODE_BYTES;
-            __m256i first, second;
-            code_halves(group, c, lone, &first, &second);
-            const __m256i p = halves_dot(first, second, x.bytes + 64 * at, start);
-            const float next = lone ? 0.0f : half_to_float(group + BLOCK_BYTES * (c + 1)) * x.d[at + 1];
-            const __m256 factor = _mm256_blend_ps(
-                _mm256_set1_ps(half_to_float(group + BLOCK_BYTES * c) * x.d[at]),
-                _mm256_set1_ps(next), 0xf0);
-            sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, sums[r]);
-        }
-    }
-#else
-    (void)tail;
-#endif
     for (int r = 0; r < rows; r++)
         out[r] = horizontal_sum(_mm256_sub_ps(_mm256_add_ps(sums[r], spare[r]), offsets[r]));
 }
 #else
-/* The AVX-512 tile (PAIRED, q6_k: SCALES 2, whole blocks): decode_tile's sums, two chunks per
+/* The AVX-512 tile (PAIRED, q6_k: SCALES 2): decode_tile's sums, two chunks per
  * step (lanes 0-7 the first, 8-15 the second), the factors of the pair's four halves picked
  * from the block's by one permute. */
 static inline __attribute__((always_inline)) void decode_tile(
-    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t groups, int tail,
-    float *out, const int rows) {
-    (void)tail;
+    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t blocks, float *out,
+    const int rows) {
     __m512 sums[DECODE_ROWS], spare[DECODE_ROWS];
     __m256 offsets[DECODE_ROWS];
     for (int r = 0; r < rows; r++) {
@@ -333,15 +301,15 @@ static inline __attribute__((always_inline)) void decode_tile(
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
     float buffers[2][DECODE_ROWS][16] __attribute__((aligned(64)));
     block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
-    for (int64_t b = 0; b < groups; b++) {
-        for (int line = 0; line < rows * DECODE_BYTES; line += 64)
-            _mm_prefetch((const char *)ahead + b * rows * DECODE_BYTES + line, _MM_HINT_T0);
+    for (int64_t b = 0; b < blocks; b++) {
+        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
+            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
         float (*factors)[16] = buffers[b & 1];
-        if (b + 1 < groups)
+        if (b + 1 < blocks)
             block_factors(weight, row_bytes, x, b + 1, buffers[(b + 1) & 1], offsets, rows);
-        const int64_t at = b * DECODE_CHUNKS;
+        const int64_t at = b * CHUNKS;
 #pragma GCC unroll 4
-        for (int p = 0; p < DECODE_CHUNKS / 2; p++) {
+        for (int p = 0; p < CHUNKS / 2; p++) {
             /* lanes 4j .. 4j + 3: the pair's half j (factor 4p + j) */
             const __m512i pick = _mm512_setr_epi32(4 * p, 4 * p, 4 * p, 4 * p, 4 * p + 1, 4 * p + 1,
                                                    4 * p + 1, 4 * p + 1, 4 * p + 2, 4 * p + 2,
@@ -349,7 +317,7 @@ static inline __attribute__((always_inline)) void decode_tile(
                                                    4 * p + 3, 4 * p + 3);
             for (int r = 0; r < rows; r++) {
                 const __m512i products = pair_dot(
-                    code_pair(weight + r * row_bytes + b * DECODE_BYTES, p),
+                    code_pair(weight + r * row_bytes + b * BLOCK_BYTES, p),
                     x.bytes + 64 * (at + 2 * p));
                 const __m512 factor = _mm512_permutexvar_ps(pick, _mm512_load_ps(factors[r]));
                 if (p % 2 == 0)
@@ -371,12 +339,10 @@ static inline __attribute__((always_inline)) void decode_tile(
 
 static void decode_rows(split_blocks x, const uint8_t *weight, float *out, int64_t k,
                         int64_t first, int64_t last) {
-    const int64_t chunks = k / 32, groups = chunks / DECODE_CHUNKS;
-    const int tail = (int)(chunks % DECODE_CHUNKS);
-    const int64_t row_bytes = k / BLOCK_SIZE * BLOCK_BYTES;
+    const int64_t blocks = k / BLOCK_SIZE, row_bytes = blocks * BLOCK_BYTES;
     int64_t j = first;
     for (; j + DECODE_ROWS <= last; j += DECODE_ROWS)
-        decode_tile(weight + j * row_bytes, row_bytes, x, groups, tail, out + j, DECODE_ROWS);
-    for (; j < last; j++) decode_tile(weight + j * row_bytes, row_bytes, x, groups, tail, out + j, 1);
+        decode_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, DECODE_ROWS);
+    for (; j < last; j++) decode_tile(weight + j * row_bytes, row_bytes, x, blocks, out + j, 1);
 }
 #endif

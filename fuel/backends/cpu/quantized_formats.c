@@ -478,31 +478,19 @@ static inline void dequantize_block(const uint8_t *block, float *restrict out) {
 }
 #endif
 
-#if USE_AVX2 && defined(CHUNKED) &&                                                         \
-    (CHUNKS > 1 || (defined(FORMAT_IQ4_NL) && defined(__AVX512BW__) &&                      \
-                    defined(__AVX512VNNI__) && defined(__AVX512VL__) && !defined(NO_AVX512)))
-/* ---- The decode kernel's view of the K formats, iq4_xs and (with AVX-512) iq4_nl
- * (quantized_decode.c's decode_tile; the other blocks of 32 values have their own tiles in
- * quantized.c): chunk c's 32 codes as 32 bytes, byte l = code l, as stored where they are
- * unsigned (value = scale * (q - CODE_OFFSET) - minimum), as int8 where SIGNED_CODES (iq4's
- * table). The tile steps over groups of DECODE_CHUNKS chunks (DECODE_BYTES bytes): a K
- * format's block, or GROUPED, eight iq4_nl blocks, their scales read together
- * (decode_header) and a row's last k / 32 % 8 blocks one at a time. */
+#if USE_AVX2 && defined(CHUNKED) && CHUNKS > 1
+/* ---- The decode kernel's view of the K formats and iq4_xs (quantized_decode.c's decode_tile;
+ * the blocks of 32 values have their own tiles in quantized.c: iq4_nl measured no faster on
+ * this one, slower at SmolLM2's rows of 576): chunk c's 32 codes as 32 bytes, byte l = code l,
+ * as stored where they are unsigned (value = scale * (q - CODE_OFFSET) - minimum), as int8
+ * where SIGNED_CODES (iq4_xs's table). */
 #define SPLIT_DECODE 1
-#if defined(FORMAT_IQ4_XS) || defined(FORMAT_IQ4_NL)
+#if defined(FORMAT_IQ4_XS)
 #define SIGNED_CODES 1
-/* iq4's codes meet the activations two chunks at a time (quantized_decode.c's INTERLEAVED
+/* iq4_xs's codes meet the activations two chunks at a time (quantized_decode.c's INTERLEAVED
  * layout): code_halves gives chunks c and c + 1's codes 0-15 side by side (the low nibbles of
  * both) and their codes 16-31 (the high nibbles) */
 #define INTERLEAVED 1
-#endif
-#if defined(FORMAT_IQ4_NL)
-#define GROUPED 1
-#define DECODE_CHUNKS 8
-#define DECODE_BYTES (8 * BLOCK_BYTES)
-#else
-#define DECODE_CHUNKS CHUNKS
-#define DECODE_BYTES BLOCK_BYTES
 #endif
 /* q6_k's and q3_k's codes read as stored (0-63, 0-7): value = scale * (q - offset) */
 #if defined(FORMAT_Q6_K)
@@ -568,44 +556,18 @@ static inline __attribute__((always_inline)) __m256i code_bytes(const uint8_t *b
 #endif
 
 #if defined(INTERLEAVED)
-/* Chunks c and c + 1 of a group (lone: chunk c alone, its bytes read twice): *first = their
- * codes 0-15 (chunk c's in bytes 0-15, chunk c + 1's in 16-31), *second = their codes 16-31,
- * as int8 (iq4's table). */
-static inline __attribute__((always_inline)) void code_halves(const uint8_t *group, int c,
-                                                              int lone, __m256i *first,
+/* Chunks c and c + 1 of a block: *first = their codes 0-15 (chunk c's in bytes 0-15, chunk
+ * c + 1's in 16-31), *second = their codes 16-31, as int8 (iq4's table). */
+static inline __attribute__((always_inline)) void code_halves(const uint8_t *block, int c,
+                                                              __m256i *first,
                                                               __m256i *second) {
-#if defined(FORMAT_IQ4_NL)
-    const uint8_t *at = group + BLOCK_BYTES * c + 2;
-    const __m256i bytes = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)at)),
-        _mm_loadu_si128((const __m128i *)(lone ? at : at + BLOCK_BYTES)), 1);
-#else
-    (void)lone;
-    const __m256i bytes = _mm256_loadu_si256((const __m256i *)(group + 8 + 16 * c));
-#endif
+    const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 8 + 16 * c));
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES));
     const __m256i mask = _mm256_set1_epi8(0x0f);
     *first = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, mask));
     *second = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask));
 }
 #endif
-
-/* A group's header as vectors (header_vectors' lanes) */
-static inline __attribute__((always_inline)) void decode_header(const uint8_t *group,
-                                                                vector_header *h) {
-#if defined(GROUPED)
-    /* the eight blocks' float16 scales: 16-bit words 0, 9, .., 63 of the group's first 128
-     * bytes, picked by one two-source permute */
-    const __m512i words = _mm512_permutex2var_epi16(
-        _mm512_loadu_si512((const void *)group),
-        _mm512_castsi128_si512(_mm_setr_epi16(0, 9, 18, 27, 36, 45, 54, 63)),
-        _mm512_loadu_si512((const void *)(group + 64)));
-    h->scale[0] = _mm256_cvtph_ps(_mm512_castsi512_si128(words));
-    h->minimum[0] = _mm256_setzero_ps();
-#else
-    header_vectors(group, h);
-#endif
-}
 
 #if defined(FORMAT_Q6_K) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512VNNI__) && !defined(NO_AVX512)

@@ -102,7 +102,8 @@ def quantized_matmul_cases(dtypes):
     # of 4 activation rows below BLAS_ROWS, and their remainders), batched rows, a long prompt
     # (>= BLAS_ROWS: de-quantized tiles through BLAS), odd output widths, and weights of at
     # least PARALLEL_BYTES (output rows split over threads in chunks, a prime count of rows);
-    # eleven blocks at the decode shape: iq4_nl's groups of eight, then a pair and one alone
+    # eleven blocks at the decode shape (an odd count of blocks, of pairs of chunks for the
+    # blocks of 32)
     threaded = -(-PARALLEL_BYTES // (2 * dtype.block_bytes)) | 1
     while any(threaded % p == 0 for p in range(3, int(threaded ** 0.5) + 1, 2)):
         threaded += 2
