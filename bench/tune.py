@@ -1,14 +1,13 @@
 """The judge's cost and its second process: a cold ``fuel tune minilm smollm2`` (no stored
 winners; the kernel cache as it is), then a new process that loads both models and runs their
 first calls, which must time nothing (``fuel.judge_stats()``), with its first-call times beside
-the same process's warm calls (the median of the next five) and each model's load time (a
-GGUF file ``fuel tune`` ran is warmed at load: its prompt steps captured and prepared).
+the same process's warm calls (the median of the next five: for SmolLM2 the second call of a
+prompt length is still its capture) and each model's load time.
 
     python bench/tune.py [--keep]
 
-The winners and the warm record go to temporary files (``FUEL_JUDGE_FILE``,
-``FUEL_WARM_FILE``), so the user's own are untouched; ``--keep`` tunes into the cache
-folder's files instead.
+The winners go to a temporary file (``FUEL_JUDGE_FILE``), so the user's stored winners are
+untouched; ``--keep`` tunes into the cache folder's own file instead.
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ from child import child_result, repository_environment
 
 
 def second_process() -> dict:
-    """Load both models (timed: a tuned GGUF is warmed at load), time each first call and
-    the warm ones after it (the median of WARM_CALLS), report the judge's stats."""
+    """Load both models (timed), time each first call and the warm ones after it (the
+    median of WARM_CALLS), report the judge's stats."""
     import numpy as np
 
     import fuel
@@ -47,7 +46,7 @@ def second_process() -> dict:
     found["minilm 1x12 warm ms"] = float(np.median(times[1:]))
     started = time.perf_counter()
     model = load_gguf()
-    found["smollm2 load ms (warmed from the record)"] = (time.perf_counter() - started) * 1e3
+    found["smollm2 load ms"] = (time.perf_counter() - started) * 1e3
     prompt = model.encode("The capital of France is")
     times = []
     for _ in range(1 + WARM_CALLS):
@@ -75,8 +74,7 @@ def main() -> None:
         print(json.dumps(second_process()))
         return
     with tempfile.TemporaryDirectory() as folder:
-        overrides = {} if args.keep else {"FUEL_JUDGE_FILE": os.path.join(folder, "w.json"),
-                                          "FUEL_WARM_FILE": os.path.join(folder, "warm.json")}
+        overrides = {} if args.keep else {"FUEL_JUDGE_FILE": os.path.join(folder, "w.json")}
         environment = repository_environment(**overrides)
         load = os.getloadavg()[0]
         started = time.perf_counter()

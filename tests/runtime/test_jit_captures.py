@@ -35,3 +35,19 @@ def test_the_default_keeps_many_signatures():
     for size in range(1, 11):
         compiled(fuel.from_numpy(np.ones(size, np.float32)))
     assert len(compiled.captures) == 10 and compiled.keep >= 10
+
+
+def test_prepare_launches_nothing_and_the_call_matches():
+    def scaled(x: fuel.Tensor, y: fuel.Tensor) -> fuel.Tensor:
+        return (x * 2 + y).relu().sum(-1)
+
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((3, 5)).astype(np.float32) for _ in range(2))
+    step = fuel.jit(scaled)
+    with fuel.profile() as profile:
+        step.prepare(fuel.from_numpy(np.zeros_like(x)), fuel.from_numpy(np.zeros_like(y)))
+    assert profile.ops == [] and profile.launches == []  # nothing was launched
+    assert len(step.captures) == 1
+    got = step(fuel.from_numpy(x), fuel.from_numpy(y)).numpy()
+    np.testing.assert_allclose(got, np.maximum(x * 2 + y, 0).sum(-1), rtol=1e-6)
+    assert len(step.captures) == 1 and step.replays == 1  # the prepared capture ran
