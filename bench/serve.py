@@ -19,7 +19,8 @@ Phases, each printed as a table row:
     python bench/serve.py --steps [--step-rows 1,8,32]   # one engine step of B rows, no server
     python bench/serve.py --kernels   # a step's quantized matmuls per tile, the multiply floor
     python bench/serve.py --profile [--step-rows 1,8,32]   # one step of B rows by kernel
-(those three: bench/serve_steps.py)
+    python bench/serve.py --engine [--clients 8,32]   # the load in-process, CPU per token
+(those four: bench/serve_steps.py)
 """
 
 from __future__ import annotations
@@ -367,6 +368,11 @@ def main() -> int:
     parser.add_argument("--kernels", action="store_true",
                         help="only time a step's quantized matmuls per tile and the core's "
                              "multiply floor (no server)")
+    parser.add_argument("--engine", action="store_true",
+                        help="only run the load in-process on the engine (no HTTP, one "
+                             "thread): CPU time per token at each client count")
+    parser.add_argument("--block-size", type=int, default=16,
+                        help="KV block size of --engine (the server's default 16)")
     parser.add_argument("--profile", action="store_true",
                         help="only profile one engine step of each --step-rows B by kernel "
                              "(fuel.profile, one thread, no server)")
@@ -380,6 +386,9 @@ def main() -> int:
     options.clients = [int(n) for n in options.clients.split(",")]
     if not all(1 <= n <= len(TOPICS) for n in options.clients):
         raise SystemExit(f"--clients must be in 1..{len(TOPICS)}")
+    if options.engine:
+        return serve_steps.engine_ratios(options, environment(options),
+                                         TOPICS[:max(options.clients)])
     progress("starting fuel serve")
     process, url, model = start_fuel(options)
     try:

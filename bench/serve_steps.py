@@ -299,3 +299,81 @@ def step_profiles(options: argparse.Namespace, base: dict) -> int:
             line += f"{ms:>10.2f}{per_row:>9.3f}{per_row / base_row if base_row else 0:>7.2f}"
         print(line)
     return 0
+
+
+ENGINE_CODE = """
+import json, sys, threading, time
+from fuel.models.llama import load_gguf
+from fuel.models.sampling import SamplingConfig
+from fuel.serve.engine import Engine, Job
+model_path, counts, block_size, budget, max_tokens, topics = (
+    sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+    json.loads(sys.argv[6]))
+model = load_gguf(None if model_path == "None" else model_path)
+engine = Engine(model, slots=max(counts), token_budget=budget, block_size=block_size,
+                max_queue=2 * max(counts))
+engine.start()
+
+
+def burst(chats):
+    done, lock, left, made = threading.Event(), threading.Lock(), [len(chats)], [0]
+
+    def emit(kind, payload):
+        if kind in ("done", "error"):
+            with lock:
+                made[0] += payload[2] if kind == "done" else 0
+                left[0] -= 1
+                if not left[0]:
+                    done.set()
+
+    cpu, wall, rows = time.process_time(), time.perf_counter(), engine.stepper.rows
+    for chat in chats:
+        engine.submit(Job(emit=emit, ids=list(model.encode_chat(chat)), max_tokens=max_tokens,
+                          sampling=SamplingConfig(temperature=0.0)))
+    done.wait()
+    return (made[0], time.process_time() - cpu, time.perf_counter() - wall,
+            engine.stepper.rows - rows)
+
+
+def chats(names):
+    return [[{"role": "user", "content": f"Write a short paragraph about {t}."}] for t in names]
+
+
+burst(chats(["a pond"]))
+for n in counts:  # every step shape once
+    burst(chats([f"{t}s" for t in topics[:n]]))
+result = {}
+for n in counts:
+    if n == 1:  # one client: each topic alone, in turn
+        runs = [burst(chats([t])) for t in topics[:max(counts)]]
+        result[n] = [sum(r[i] for r in runs) for i in range(4)]
+    else:
+        result[n] = list(burst(chats(topics[:n])))
+engine.stop()
+print(json.dumps(result))
+"""
+
+
+def engine_ratios(options: argparse.Namespace, base: dict, topics: list[str]) -> int:
+    """``--engine``: bench/serve.py's load in-process, no HTTP (the engine's own scheduling,
+    prefix reuse and steps): one client (each topic alone, in turn), then each --clients
+    count at once, greedy, --max-tokens answers; CPU time per generated token on one thread
+    (what the machine's other load changes least) and its ratio to one client's."""
+    counts = [1] + [n for n in options.clients if n != 1]
+    values = one_thread(base)
+    found = child_json(ENGINE_CODE, [str(options.model), json.dumps(counts),
+                                     str(options.block_size), str(options.token_budget),
+                                     str(options.max_tokens), json.dumps(topics)],
+                       values, "the engine measurement")
+    print(f"the engine in-process (no HTTP), 1 thread, block size {options.block_size}, token "
+          f"budget {options.token_budget}; load average {os.getloadavg()[0]:.2f}")
+    print(f"{'clients':>8}{'tokens':>8}{'rows':>7}{'CPU ms/token':>14}{'x 1 client':>12}"
+          f"{'wall tok/s':>12}")
+    single = None
+    for n in counts:
+        tokens, cpu, wall, rows = found[str(n)]
+        per_token = cpu / tokens
+        single = per_token if single is None else single
+        print(f"{n:>8}{tokens:>8}{rows:>7}{per_token * 1e3:>14.2f}{single / per_token:>12.2f}"
+              f"{tokens / wall:>12.1f}")
+    return 0
