@@ -371,8 +371,8 @@ def main() -> int:
     parser.add_argument("--engine", action="store_true",
                         help="only run the load in-process on the engine (no HTTP, one "
                              "thread): CPU time per token at each client count")
-    parser.add_argument("--block-size", type=int, default=16,
-                        help="KV block size of --engine (the server's default 16)")
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="KV block size of --engine (default: the server's)")
     parser.add_argument("--profile", action="store_true",
                         help="only profile one engine step of each --step-rows B by kernel "
                              "(fuel.profile, one thread, no server)")

@@ -305,10 +305,11 @@ ENGINE_CODE = """
 import json, sys, threading, time
 from fuel.models.llama import load_gguf
 from fuel.models.sampling import SamplingConfig
-from fuel.serve.engine import Engine, Job
+from fuel.serve.engine import DEFAULT_BLOCK_SIZE, Engine, Job
 model_path, counts, block_size, budget, max_tokens, topics = (
-    sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
-    json.loads(sys.argv[6]))
+    sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]),
+    int(sys.argv[5]), json.loads(sys.argv[6]))
+block_size = block_size or DEFAULT_BLOCK_SIZE
 model = load_gguf(None if model_path == "None" else model_path)
 engine = Engine(model, slots=max(counts), token_budget=budget, block_size=block_size,
                 max_queue=2 * max(counts))
@@ -362,11 +363,12 @@ def engine_ratios(options: argparse.Namespace, base: dict, topics: list[str]) ->
     counts = [1] + [n for n in options.clients if n != 1]
     values = one_thread(base)
     found = child_json(ENGINE_CODE, [str(options.model), json.dumps(counts),
-                                     str(options.block_size), str(options.token_budget),
+                                     json.dumps(options.block_size), str(options.token_budget),
                                      str(options.max_tokens), json.dumps(topics)],
                        values, "the engine measurement")
-    print(f"the engine in-process (no HTTP), 1 thread, block size {options.block_size}, token "
-          f"budget {options.token_budget}; load average {os.getloadavg()[0]:.2f}")
+    size = options.block_size or "the server's default"
+    print(f"the engine in-process (no HTTP), 1 thread, block size {size}, token budget "
+          f"{options.token_budget}; load average {os.getloadavg()[0]:.2f}")
     print(f"{'clients':>8}{'tokens':>8}{'rows':>7}{'CPU ms/token':>14}{'x 1 client':>12}"
           f"{'wall tok/s':>12}")
     single = None
