@@ -113,6 +113,8 @@ def start_fuel(options: argparse.Namespace) -> tuple[subprocess.Popen, str, str]
                "--max-queue", str(max(options.clients) * 2), "--embedding-model", "none"]
     if options.model:
         command += ["--model", options.model]
+    if options.block_size:
+        command += ["--block-size", str(options.block_size)]
     process = subprocess.Popen(command, cwd=ROOT, env=environment(options),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     line = wait_ready(process, " on http://", "fuel serve")
@@ -372,7 +374,7 @@ def main() -> int:
                         help="only run the load in-process on the engine (no HTTP, one "
                              "thread): CPU time per token at each client count")
     parser.add_argument("--block-size", type=int, default=None,
-                        help="KV block size of --engine (default: the server's)")
+                        help="positions per KV block (default: the server's)")
     parser.add_argument("--profile", action="store_true",
                         help="only profile one engine step of each --step-rows B by kernel "
                              "(fuel.profile, one thread, no server)")

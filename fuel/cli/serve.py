@@ -50,9 +50,9 @@ def add_commands(subparsers) -> None:
                             "(default 64; at least --slots)")
     serve.add_argument("--kv-blocks", type=int, default=None, metavar="N",
                        help="KV cache blocks in the pool (default: 1 GiB worth)")
-    serve.add_argument("--block-size", type=int, default=4, metavar="N",
+    serve.add_argument("--block-size", type=int, default=8, metavar="N",
                        help="positions per KV block; prefix reuse takes whole blocks "
-                            "(default 4)")
+                            "(default 8)")
     serve.add_argument("--prefix-cache-blocks", type=int, default=None, metavar="N",
                        help="cached prefix blocks kept (and resident) while the server is "
                             "idle (default 1024 positions' worth)")
