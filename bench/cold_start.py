@@ -4,10 +4,11 @@ with a warm one.
 Each case runs in its own fresh process: load the model (weights from the usual cache, not
 timed), point the kernel cache (``FUEL_CACHE_DIR``) at an empty folder, or at the folder a
 previous case filled, and time ``generate_ids(prompt, 1)``: prompt processing, every C
-compiler run its plan needs, and the greedy pick. ``pipelined``: the model's eager step
-realizes pipelined (planning and compiling on a thread, ahead of execution); ``serial``:
-the whole plan is compiled before the first step runs. Prints the medians over rounds and
-their ratios to the warm time.
+compiler run its plan needs, and the greedy pick. ``captured``: the default, each prompt step
+captured (fuel.jit) at its first call; ``eager pipelined``: the model's step realized
+without capture, planning and compiling on a thread ahead of execution; ``eager serial``:
+the whole plan compiled before the first step runs. Prints the medians over rounds and their
+ratios to the warm time.
 
     PYTHONPATH=. python bench/cold_start.py [--rounds N] [--prompt-tokens N] [--threads N]
 """
@@ -25,7 +26,10 @@ import time
 import numpy as np  # before threadpool_limits, which limits only the BLAS already loaded
 from child import child_result
 
-CASES = ("cold, pipelined", "cold, serial", "warm")
+# "captured": the model's default (each prompt step captured at its first call); "eager":
+# use_jit off, the step realized pipelined (planning and compiling on a thread, ahead of
+# execution) or serially (the whole plan compiled before the first step runs).
+CASES = ("cold, captured", "cold, eager pipelined", "cold, eager serial", "warm")
 
 
 def _child(case: str, kernel_folder: str, prompt_tokens: int) -> None:
@@ -33,8 +37,9 @@ def _child(case: str, kernel_folder: str, prompt_tokens: int) -> None:
     from fuel.dispatch import op_profile
     from fuel.models.llama import load_gguf
 
-    model = load_gguf()
-    model.pipelined = case != "cold, serial"
+    model = load_gguf(warm=False)  # nothing planned or compiled before the timed call
+    model.use_jit = not case.startswith("cold, eager")
+    model.pipelined = case != "cold, eager serial"
     os.environ["FUEL_CACHE_DIR"] = kernel_folder  # kernels only: the weights are loaded
     ids = np.random.default_rng(0).integers(100, 40000, size=prompt_tokens).tolist()
     op_profile.set_enabled(True)  # for the compile.c phase
@@ -75,7 +80,7 @@ def main() -> None:
                 try:
                     samples[case].append(child_result(__file__, arguments))
                 finally:
-                    if case == "cold, serial":  # leave its kernels for the warm case
+                    if case == "cold, eager serial":  # leave its kernels for the warm case
                         shutil.copytree(folder, warm_folder, dirs_exist_ok=True)
                     if folder != warm_folder:
                         shutil.rmtree(folder, ignore_errors=True)

@@ -85,10 +85,7 @@ class JitFunction:
         captures = self.captures
         known = captures.get(signature)
         if known is None or known[0].generation != table_generation():
-            captures.pop(signature, None)
-            known = captures[signature] = self._capture(nodes, args)
-            while len(captures) > max(self.keep, 1):
-                del captures[next(iter(captures))]
+            known = self._captured(signature, nodes, args)
             capture, single, effects, before = known
             outputs = capture.run(storages + before)
         else:
@@ -105,6 +102,32 @@ class JitFunction:
             tape.move_leaf(tensor, node)
         tensors = [Tensor(node) for node in results[:count]]
         return tensors[0] if single else tuple(tensors)
+
+    def prepare(self, *args: Any) -> None:
+        """Capture ``args``' signature (unless it is captured) and prepare every launch on
+        these arguments' storages, launching nothing: a later call with the same signature
+        replays at once, like a call after the first (a model warms its usual shapes this
+        way at load, before any input exists). A state the function updates is left as it
+        is."""
+        nodes = [_dense(a) if isinstance(a, Tensor) else None for a in args]
+        signature = tuple((n.dtype, n.shape, n.device) if n is not None else _python_key(a)
+                          for n, a in zip(nodes, args))
+        known = self.captures.get(signature)
+        if known is None or known[0].generation != table_generation():
+            known = self._captured(signature, nodes, args)
+        capture, _, _, before = known
+        capture.run([n.buffer if n is not None else None for n in nodes] + before,
+                    launch=False)
+
+    def _captured(self, signature: tuple, nodes: list, args: tuple) -> tuple:
+        """A new capture of ``signature``, kept as the most recently called one (the least
+        recently called dropped past ``keep``)."""
+        captures = self.captures
+        captures.pop(signature, None)
+        known = captures[signature] = self._capture(nodes, args)
+        while len(captures) > max(self.keep, 1):
+            del captures[next(iter(captures))]
+        return known
 
     def _capture(self, nodes: list, args: tuple) -> Any:
         traced_args = [_traced(n) if n is not None else a for n, a in zip(nodes, args)]

@@ -1,5 +1,7 @@
 """``fuel tune``: run a model's usual shapes once with the judge on, so that later processes
-dispatch the measured winners from the stored verdicts and time nothing."""
+dispatch the measured winners from the stored verdicts and time nothing. For a GGUF model it
+also records the prompt lengths it ran (``fuel.models.warm_record``): later loads of the file
+capture and prepare those prompt steps before the first generation."""
 
 from __future__ import annotations
 
@@ -103,13 +105,21 @@ def _tune_minilm(path: Path | None, quiet: bool) -> None:
 
 
 def _tune_gguf(path: Path | None, quiet: bool) -> None:
-    from fuel.models.llama import load_gguf
+    from fuel.models.common import model_file
+    from fuel.models.llama import DEFAULT_FILE, DEFAULT_PACKAGE, load_gguf
+    from fuel.models.warm_record import remember
 
-    model = load_gguf(path)
+    source = model_file(path, DEFAULT_PACKAGE, DEFAULT_FILE, "the SmolLM2 GGUF file")
+    model = load_gguf(source, warm=False)
+    longest: dict[int, int] = {}  # KV cache capacity -> the longest prompt run on it
     for length in SMOLLM_PROMPTS:
         _progress(quiet, f"prompt of {length} tokens + {SMOLLM_NEW_TOKENS} decode steps")
         ids = [(7 * k + 11) % 1000 + 100 for k in range(length)]
         model.generate_ids(ids, SMOLLM_NEW_TOKENS)
+        capacity = model.cache_capacity(length + SMOLLM_NEW_TOKENS)
+        longest[capacity] = max(longest.get(capacity, 0), length)
+    if not source.is_dir():  # later loads of this file prepare these prompt steps at once
+        remember(source, longest)
 
 
 def _tune_onnx(path: Path, dims: list[str], quiet: bool) -> None:

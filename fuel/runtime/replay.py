@@ -271,11 +271,14 @@ class BoundPlan:
             nodes[root].attach(storage, values[root][1])
         return True
 
-    def execute(self, leaves: Iterable[tuple[int, object]], graph: Graph) -> list:
+    def execute(self, leaves: Iterable[tuple[int, object]], graph: Graph,
+                launch: bool = True) -> list:
         """One run (the caller holds ``lock``): bind ``leaves`` ((leaf slot, storage) pairs;
         the leaves not named keep their storage), take the buffers and outputs, prepare what
         changed, launch every step and drain; return the roots' storages. Errors and profile
-        rows name ``graph``'s nodes."""
+        rows name ``graph``'s nodes. ``launch`` False stops after preparing: nothing runs,
+        and the outputs taken are dropped with the launchers that write them, as after a
+        run."""
         for device in self.devices:  # a device unplugged since the plan was made
             get_backend(device)
         current = self.current
@@ -312,17 +315,8 @@ class BoundPlan:
                     changed.append(storage_id)
                     storage_id += 1
             self._prepare_changed(changed, graph)
-            if self.tracked or op_profile._enabled or op_profile._trace:
-                with op_profile.phase("realize.execute"), np.errstate(all="ignore"):
-                    pending = self._launch_each(graph)
-                with op_profile.phase("realize.drain"):
-                    drain(pending, self.devices)  # a failed wait closes the handles left
-            else:
-                with np.errstate(all="ignore"):
-                    self.launches.run(self.launchers, graph)
-                drain(None, self.devices)
-            if self.settling:
-                self._settle()
+            if launch:
+                self._launch_all(graph)
         except BaseException:
             for pool, storage in reversed(taken):
                 pool.give_back(storage)
@@ -344,6 +338,20 @@ class BoundPlan:
                 for index in self.touching[storage_id]:
                     launchers[index] = None
         return storages
+
+    def _launch_all(self, graph: Graph) -> None:
+        """Launch every prepared step and drain (profiled, step by step, where asked)."""
+        if self.tracked or op_profile._enabled or op_profile._trace:
+            with op_profile.phase("realize.execute"), np.errstate(all="ignore"):
+                pending = self._launch_each(graph)
+            with op_profile.phase("realize.drain"):
+                drain(pending, self.devices)  # a failed wait closes the handles left
+        else:
+            with np.errstate(all="ignore"):
+                self.launches.run(self.launchers, graph)
+            drain(None, self.devices)
+        if self.settling:
+            self._settle()
 
     def _forget_all(self) -> None:
         """After a failed run: every launcher and every storage a run binds is dropped (the

@@ -54,22 +54,29 @@ static inline float *thread_buffer(int slot, size_t floats) {
 /* ------------------------------------------------------------ the work pool
  * run_units(count, team, task, context) calls task(context, unit) once for every unit in
  * [0, count) on the calling thread and up to team - 1 helper threads (started once, kept for
- * the process), and returns when every unit is done. Units are claimed one at a time from a
- * ticket (generation << 32 | next unit), so the caller does every unit no helper took: it
- * waits only for units a helper has started, never for a helper still asleep or preempted.
- * A helper spins a while for the next job, then sleeps on a futex. One job at a time (a
- * mutex); a forked child starts its own helpers. */
+ * the process), and returns when every unit is done. Each member (0 the caller) owns a
+ * contiguous range of the units, [member * count / team, (member + 1) * count / team), and
+ * claims them one at a time from its range's ticket (the job's generation, the next unit
+ * and the range's end, one word); a member done with its own range takes what is left of
+ * the others', so the caller does every unit no helper took: it waits only for units a
+ * helper has started, never for a helper still asleep or preempted. The ranges keep a unit
+ * on the same core from launch to launch and neighbouring units on one core (units claimed
+ * from one shared ticket landed on either core at random, so a plane's lines moved between
+ * the cores' caches: 16->96 1x1 at 112x112 on two threads 284 -> 232 us, one thread 457). A
+ * helper spins a while for the next job (yielding its core now and then), then sleeps on a
+ * futex. One job at a time (a mutex); a forked child starts its own helpers. */
 typedef void (*unit_task)(void *context, int64_t unit);
 
 #define POOL_MOST 64   /* helpers at most */
-#define POOL_SPIN 4000  /* polls before a helper sleeps (about 0.1 ms: a pause is ~65 cycles) */
+#define POOL_SPIN 4000  /* polls before a helper sleeps (about 0.1 ms: a pause is ~25 ns here) */
+#define POOL_YIELD 64   /* polls between a spinning helper's sched_yield calls */
 
 static struct {
-    _Atomic uint64_t ticket;
+    _Atomic uint64_t ticket[POOL_MOST + 1];  /* per member's range: see pool_ticket */
     _Atomic int64_t finished;
     _Atomic(unit_task) task;
     _Atomic(void *) context;
-    _Atomic int64_t count, team;
+    _Atomic int64_t team;
     _Atomic uint32_t generation;  /* the futex word: bumped per job */
     _Atomic int sleepers;
     int helpers;
@@ -83,26 +90,46 @@ static inline void pool_pause(void) {
 #endif
 }
 
-/* Claims and runs units of job `generation` until none is left; `member` is the helper's
- * index (0 the caller), which takes part only while it is below the job's team. */
-static void pool_work(uint32_t generation, int64_t member) {
+/* A range's ticket: the job's generation (its low 24 bits), the next unit and the range's
+ * end (20 bits each: a job of more units runs on the caller alone), so a claim checks all
+ * three in one compare-and-swap. */
+#define POOL_UNIT_BITS 20
+#define POOL_UNIT_MASK ((UINT64_C(1) << POOL_UNIT_BITS) - 1)
+#define POOL_GENERATION_MASK ((UINT64_C(1) << (64 - 2 * POOL_UNIT_BITS)) - 1)
+static inline uint64_t pool_ticket(uint32_t generation, int64_t next, int64_t end) {
+    return ((uint64_t)generation & POOL_GENERATION_MASK) << (2 * POOL_UNIT_BITS)
+           | (uint64_t)next << POOL_UNIT_BITS | (uint64_t)end;
+}
+
+/* Claims and runs units of job `generation` from member `owner`'s range until none is left
+ * there; 0 when that ticket is not this job's (the job is over). */
+static int pool_drain(uint32_t generation, int64_t owner) {
     for (;;) {
-        uint64_t ticket = atomic_load_explicit(&workers.ticket, memory_order_acquire);
-        if ((uint32_t)(ticket >> 32) != generation) return;
-        const int64_t unit = (int64_t)(ticket & 0xFFFFFFFFu);
+        uint64_t ticket = atomic_load_explicit(&workers.ticket[owner], memory_order_acquire);
+        if ((ticket >> (2 * POOL_UNIT_BITS)) != ((uint64_t)generation & POOL_GENERATION_MASK))
+            return 0;
+        if (((ticket >> POOL_UNIT_BITS) & POOL_UNIT_MASK) >= (ticket & POOL_UNIT_MASK)) return 1;
         /* read before the claim: while the ticket holds an unclaimed unit of this job, the
          * job cannot finish, so no newer job has replaced these */
         const unit_task task = atomic_load_explicit(&workers.task, memory_order_relaxed);
         void *context = atomic_load_explicit(&workers.context, memory_order_relaxed);
-        const int64_t count = atomic_load_explicit(&workers.count, memory_order_relaxed);
-        if (unit >= count || member >= atomic_load_explicit(&workers.team, memory_order_relaxed))
-            return;
-        if (!atomic_compare_exchange_weak_explicit(&workers.ticket, &ticket, ticket + 1,
+        if (!atomic_compare_exchange_weak_explicit(&workers.ticket[owner], &ticket,
+                                                   ticket + (UINT64_C(1) << POOL_UNIT_BITS),
                                                    memory_order_acq_rel, memory_order_relaxed))
             continue;
-        task(context, unit);
+        task(context, (int64_t)((ticket >> POOL_UNIT_BITS) & POOL_UNIT_MASK));
         atomic_fetch_add_explicit(&workers.finished, 1, memory_order_release);
     }
+}
+
+/* Runs units of job `generation` as member `member` (0 the caller): its own range, then what
+ * is left of the others'. A member at or past the job's team takes none (a stale team read
+ * here at worst stops a helper early: the caller drains every range). */
+static void pool_work(uint32_t generation, int64_t member) {
+    const int64_t team = atomic_load_explicit(&workers.team, memory_order_acquire);
+    if (member >= team) return;
+    for (int64_t step = 0; step < team; step++)
+        if (!pool_drain(generation, (member + step) % team)) return;
 }
 
 static void *pool_helper(void *argument) {
@@ -112,6 +139,11 @@ static void *pool_helper(void *argument) {
         uint32_t now = atomic_load_explicit(&workers.generation, memory_order_acquire);
         for (int spin = 0; now == seen && spin < POOL_SPIN; spin++) {
             pool_pause();
+            /* now and then give the core to another thread of this priority: each kernel
+             * library has a pool of its own, and under a real-time policy a spinning helper
+             * is never preempted, so the next launch's helper (another library's) would
+             * wait out this spin on its core */
+            if (spin % POOL_YIELD == POOL_YIELD - 1) sched_yield();
             now = atomic_load_explicit(&workers.generation, memory_order_acquire);
         }
         if (now == seen) {
@@ -128,7 +160,7 @@ static void *pool_helper(void *argument) {
 
 static void run_units(int64_t count, int64_t team, unit_task task, void *context) {
     if (team > POOL_MOST + 1) team = POOL_MOST + 1;
-    if (team <= 1 || count <= 1) {
+    if (team <= 1 || count <= 1 || count > (int64_t)POOL_UNIT_MASK) {
         for (int64_t unit = 0; unit < count; unit++) task(context, unit);
         return;
     }
@@ -148,13 +180,17 @@ static void run_units(int64_t count, int64_t team, unit_task task, void *context
         if (failed) break;
         workers.helpers++;
     }
+    if (workers.helpers < team - 1) team = workers.helpers + 1;
     const uint32_t generation = atomic_load(&workers.generation) + 1;
     atomic_store_explicit(&workers.finished, 0, memory_order_relaxed);
     atomic_store_explicit(&workers.task, task, memory_order_relaxed);
     atomic_store_explicit(&workers.context, context, memory_order_relaxed);
-    atomic_store_explicit(&workers.count, count, memory_order_relaxed);
     atomic_store_explicit(&workers.team, team, memory_order_relaxed);
-    atomic_store_explicit(&workers.ticket, (uint64_t)generation << 32, memory_order_release);
+    for (int64_t member = 0; member < team; member++)
+        atomic_store_explicit(&workers.ticket[member],
+                              pool_ticket(generation, member * count / team,
+                                          (member + 1) * count / team),
+                              memory_order_release);
     atomic_store(&workers.generation, generation);  /* seq_cst: ordered before the sleepers load */
     if (atomic_load(&workers.sleepers) > 0)
         syscall(SYS_futex, &workers.generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
@@ -360,3 +396,58 @@ static void finish(float *restrict y, int64_t count, float bias, const float *re
     }
     }
 }
+
+#if defined(__AVX512F__)
+/* ------------------------------------------------------------ row strips
+ * The depthwise convolution's and the pools' row strips (depthwise_rows.h, pool.c): an
+ * output chunk of 16 columns reads, from each input row, one vector per window column
+ * (lane j: input column base + STRIDE j + k), straight from the plane. */
+
+/* Lanes j with 0 <= first + j < width. */
+static inline __mmask16 strip_columns(int64_t first, int64_t width) {
+    const __m512i at = _mm512_add_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32((int)first));
+    return _mm512_cmpge_epi32_mask(at, _mm512_setzero_si512())
+           & _mm512_cmplt_epi32_mask(at, _mm512_set1_epi32((int)width));
+}
+
+/* The masks of a chunk's loads (at base + 2 e and base + 2 e + 16, e < pairs) in a row of
+ * `width` columns. */
+static inline void strip_masks(int64_t base, int64_t width, int pairs, __mmask16 *low,
+                               __mmask16 *high) {
+    for (int e = 0; e < pairs; e++) {
+        low[e] = strip_columns(base + 2 * e, width);
+        high[e] = strip_columns(base + 2 * e + 16, width);
+    }
+}
+
+/* v[k], k < K: the 16 lanes row[STRIDE j + k] (`row` at the chunk's base column), lanes
+ * outside the row (or every lane, when the row is not `inside` the plane) `fill`: stride 1
+ * two loads and `valignd` shifts, stride 2 the even or odd lanes of a load pair. K and STRIDE
+ * are constants in each expansion. */
+static inline __attribute__((always_inline)) void strip_row(
+        const float *row, int inside, const __mmask16 *low, const __mmask16 *high,
+        __m512 fill, __m512 *v, const int K, const int STRIDE) {
+    if (STRIDE == 1) {
+        const __m512 a = _mm512_mask_loadu_ps(fill, inside ? low[0] : 0, row);
+        const __m512 b = _mm512_mask_loadu_ps(fill, inside ? high[0] : 0, row + 16);
+        v[0] = a;
+#pragma GCC unroll 8
+        for (int k = 1; k < K; k++)
+            v[k] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(b),
+                                                           _mm512_castps_si512(a), k));
+        return;
+    }
+    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+                                           4, 2, 0);
+    const __m512i odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+#pragma GCC unroll 4
+    for (int e = 0; e < (K + 1) / 2; e++) {
+        const __m512 a = _mm512_mask_loadu_ps(fill, inside ? low[e] : 0, row + 2 * e);
+        const __m512 b = _mm512_mask_loadu_ps(fill, inside ? high[e] : 0, row + 2 * e + 16);
+        v[2 * e] = _mm512_permutex2var_ps(a, evens, b);
+        if (2 * e + 1 < K) v[2 * e + 1] = _mm512_permutex2var_ps(a, odds, b);
+    }
+}
+#endif

@@ -100,12 +100,25 @@ static void direct_pointwise_task(void *context, int64_t unit) {
     }
 }
 
+#define DIRECT_MASKED 11  /* widest filter whose tap columns' masks a chunk keeps */
 static void direct_task(void *context, int64_t unit) {
     const DirectJob *j = context;
     const Shape *s = j->s;
     const int64_t n = unit / s->oh, oh = unit % s->oh, taps = s->c * s->kh * s->kw;
     const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                           2, 0);
     const float *image = j->x + n * s->c * s->h * s->w;
+    /* the input rows the next output row reads, fetched while this one computes (a stem's
+     * input is the caller's fresh image, not in cache) */
+    if (oh + 1 < s->oh)
+        for (int64_t c = 0; c < s->c; c++)
+            for (int64_t kh = 0; kh < s->kh; kh++) {
+                const int64_t ih = (oh + 1) * s->sh + kh * s->dh - s->pt;
+                if (ih < 0 || ih >= s->h) continue;
+                const float *row = image + (c * s->h + ih) * s->w;
+                for (int64_t t = 0; t < s->w; t += 16) __builtin_prefetch(row + t);
+            }
     for (int64_t block = 0; block < j->blocks; block++) {
         const float *weights = j->packed + block * 16 * (taps + 1);
         const float *bias = weights + 16 * taps;
@@ -114,6 +127,20 @@ static void direct_task(void *context, int64_t unit) {
 #define DIRECT_START(i) __m512 a##i = _mm512_set1_ps(bias[i]);
             DIRECT_EACH(DIRECT_START)
 #undef DIRECT_START
+            /* stride 1 and 2: each tap column's load masks once a chunk, not once a tap
+             * (3->32 3x3 stride 2 at 224x224: 329 -> 309 us, one thread) */
+            __mmask16 low[DIRECT_MASKED], high[DIRECT_MASKED];
+            const int masked = (s->sw == 1 || s->sw == 2) && s->kw <= DIRECT_MASKED;
+            if (masked)
+                for (int64_t kw = 0; kw < s->kw; kw++) {
+                    const int64_t base = ow0 * s->sw + kw * s->dw - s->pl;
+                    const __m512i lo = _mm512_set1_epi32((int)-base);
+                    const __m512i hi = _mm512_set1_epi32((int)(s->w - base));
+                    const __m512i next = _mm512_add_epi32(iota, _mm512_set1_epi32(16));
+                    low[kw] = _mm512_cmpge_epi32_mask(iota, lo) & _mm512_cmplt_epi32_mask(iota, hi);
+                    high[kw] = _mm512_cmpge_epi32_mask(next, lo)
+                               & _mm512_cmplt_epi32_mask(next, hi);
+                }
             for (int64_t c = 0; c < s->c; c++)
                 for (int64_t kh = 0; kh < s->kh; kh++) {
                     const int64_t ih = oh * s->sh + kh * s->dh - s->pt;
@@ -121,8 +148,13 @@ static void direct_task(void *context, int64_t unit) {
                     const float *row = image + (c * s->h + ih) * s->w;
                     const float *w = weights + ((c * s->kh + kh) * s->kw) * 16;
                     for (int64_t kw = 0; kw < s->kw; kw++, w += 16) {
-                        const __m512 v = direct_load(row, ow0 * s->sw + kw * s->dw - s->pl, s,
-                                                     iota);
+                        const int64_t base = ow0 * s->sw + kw * s->dw - s->pl;
+                        const float *p = (const float *)((intptr_t)row + 4 * base);
+                        const __m512 v =
+                            !masked ? direct_load(row, base, s, iota)
+                            : s->sw == 1 ? _mm512_maskz_loadu_ps(low[kw], p)
+                            : _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low[kw], p), evens,
+                                                     _mm512_maskz_loadu_ps(high[kw], p + 16));
 #define DIRECT_FMA(i) a##i = _mm512_fmadd_ps(_mm512_set1_ps(w[i]), v, a##i);
                         DIRECT_EACH(DIRECT_FMA)
 #undef DIRECT_FMA

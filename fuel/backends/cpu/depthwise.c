@@ -201,7 +201,7 @@ typedef struct {
     int64_t mode, vectors;  /* AVX-512: DW_FLAT (`vectors` a plane, `masks`), else DW_PADDED */
     const void *masks;
 } DepthwiseJob;
-enum { DW_PADDED = 0, DW_FLAT, DW_PHASES };
+enum { DW_PADDED = 0, DW_FLAT, DW_PHASES, DW_ROWS };
 
 /* Unit i: planes [i per_unit, (i + 1) per_unit), through this thread's padded buffer (its
  * borders zeroed once a unit: no plane writes them). */
@@ -226,6 +226,11 @@ static void depthwise_task(void *context, int64_t unit) {
             const float b = j->bias != NULL ? j->bias[c] : 0.0f;
             const float k = j->slope != NULL ? j->slope[c] : 0.0f;
             const float *res = j->residual != NULL ? j->residual + i * j->plane : NULL;
+            if (j->mode == DW_ROWS) {
+                dw_rows_plane(in, filter, j->out + i * j->plane, s, b, res, j->alpha, j->beta,
+                              k);
+                continue;
+            }
             if (j->mode == DW_PHASES) {
                 dw_phase_plane(in, filter, j->out + i * j->plane, s,
                                thread_buffer(3, (size_t)dw_phase_floats(s)), b, res, j->alpha,
@@ -345,7 +350,15 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
      * 14x14: 56 against 85; 1152 at 7x7: 55 against 107), up to 20x20 with larger kernels
      * (672 channels 5x5 at 14x14: 190 against 222; 240 at 28x28: 233 against 227) */
     const int64_t plane = s.oh * s.ow;
-    if (s.sh == 1 && s.sw == 1 && s.ow == s.w && flat * taps <= DW_MASKS
+    if (dw_rows_fits(&s) && (s.sh == 2 || s.ow > NARROW)) {
+        /* the row strips (depthwise_rows.h) where they measured faster (one thread, this
+         * machine): 32 channels 3x3 at 112x112 129 us against the padded copy's 198, 144 at
+         * 56x56 144 against the flat layout's 206, 480 at 14x14 36 against 56, 672 5x5 at
+         * 14x14 104 against 144; stride 2: 96 3x3 at 112x112 209 against the phases' 285,
+         * 576 3x3 at 14x14 38 against the channel lanes' 64, 672 5x5 80 against 132; not a
+         * 7x7 stride-1 output (1152 3x3: 48 against the flat pair's 39) */
+        j.mode = DW_ROWS;
+    } else if (s.sh == 1 && s.sw == 1 && s.ow == s.w && flat * taps <= DW_MASKS
             && (plane <= 400 || (taps <= 9 && plane <= 3136))) {
         uint16_t *masks = (uint16_t *)thread_buffer(2, (size_t)(flat * taps / 2 + 1));
         dw_flat_masks(&s, masks, flat);

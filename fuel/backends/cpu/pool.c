@@ -70,6 +70,99 @@ static void pool_rows_fast(const float *padded, float *out, const Shape *s, int6
 }
 #endif
 
+#if defined(__AVX512F__)
+/* Row strips straight from the plane (no padded copy; square KxK windows, K 2, 3, 5 or 7,
+ * stride 1 or 2, undilated): 4 output rows x 16 columns a strip, each input row loaded once
+ * per 16-column chunk (the lanes outside the row masked to the window's neutral value: -inf
+ * for max, 0 for a sum) and turned into one vector per window column (stride 1 `valignd`,
+ * stride 2 the even or odd lanes of a load pair), which every output row of the strip that
+ * row reaches takes; the sums in the old loop's order (window rows, then columns), so the
+ * same values. K and STRIDE are constants in each expansion (gcc keeps the strip in
+ * registers only then). A max over a plane holding a NaN takes the padded copy's path. */
+#define POOL_STRIP 4
+static inline __attribute__((always_inline)) void pool_strips_k(
+        const float *in, float *out, const Shape *s, int maximum, const float *row_count,
+        const float *col_count, const int K, const int STRIDE) {
+    const int64_t H = s->h, W = s->w, OH = s->oh, OW = s->ow;
+    const int INPUT_ROWS = (POOL_STRIP - 1) * STRIDE + K, PAIRS = STRIDE == 1 ? 1 : (K + 1) / 2;
+    const __m512 neutral = _mm512_set1_ps(maximum ? -INFINITY : 0.0f);
+    for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+        const int64_t base = ow0 * STRIDE - s->pl;
+        const __mmask16 keep = OW - ow0 >= 16 ? (__mmask16)0xFFFF
+                                              : (__mmask16)((1u << (OW - ow0)) - 1);
+        __mmask16 low[4], high[4];
+        strip_masks(base, W, PAIRS, low, high);
+        __m512 divisor = _mm512_set1_ps(1.0f);
+        if (!maximum && col_count != NULL)
+            divisor = _mm512_mask_loadu_ps(divisor, keep, col_count + ow0);
+        for (int64_t oh0 = 0; oh0 < OH; oh0 += POOL_STRIP) {
+            const int64_t top = oh0 * STRIDE - s->pt;
+            __m512 acc[POOL_STRIP];
+#pragma GCC unroll 8
+            for (int r = 0; r < POOL_STRIP; r++) acc[r] = neutral;
+#pragma GCC unroll 32
+            for (int i = 0; i < INPUT_ROWS; i++) {
+                const int64_t ih = top + i;
+                const int row_in = ih >= 0 && ih < H;
+                const float *row = in + ih * W + base;
+                __m512 v[7];
+                strip_row(row, row_in, low, high, neutral, v, K, STRIDE);
+#pragma GCC unroll 8
+                for (int r = 0; r < POOL_STRIP; r++) {
+                    const int kh = i - r * STRIDE;
+                    if (kh < 0 || kh >= K) continue;
+#pragma GCC unroll 8
+                    for (int k = 0; k < K; k++)
+                        acc[r] = maximum ? _mm512_max_ps(acc[r], v[k]) : _mm512_add_ps(acc[r], v[k]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < POOL_STRIP; r++) {
+                if (oh0 + r >= OH) break;
+                __m512 value = acc[r];
+                if (!maximum && row_count != NULL)
+                    value = _mm512_div_ps(value, _mm512_mul_ps(
+                        _mm512_set1_ps(row_count[oh0 + r]), divisor));
+                _mm512_mask_storeu_ps(out + (oh0 + r) * OW + ow0, keep, value);
+            }
+        }
+    }
+}
+
+/* Whether the row strips take the window, and then pool the plane with them. */
+static int pool_strips(const float *in, float *out, const Shape *s, int maximum,
+                       const float *row_count, const float *col_count) {
+    if (s->kh != s->kw || (s->kw != 2 && s->kw != 3 && s->kw != 5 && s->kw != 7)
+            || s->sh != s->sw || (s->sw != 1 && s->sw != 2) || s->dh != 1 || s->dw != 1)
+        return 0;
+    if (maximum) {  /* a NaN in the plane: the padded copy's path tracks it */
+        const int64_t plane = s->h * s->w;
+        __mmask16 nan = 0;
+        for (int64_t t = 0; t < plane; t += 16) {
+            const __mmask16 m = plane - t >= 16 ? (__mmask16)0xFFFF
+                                                : (__mmask16)((1u << (plane - t)) - 1);
+            const __m512 v = _mm512_maskz_loadu_ps(m, in + t);
+            nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+        }
+        if (nan) return 0;
+    }
+#define POOL_STRIPS(k, stride) pool_strips_k(in, out, s, maximum, row_count, col_count, k, stride)
+    if (s->sw == 1) {
+        if (s->kw == 2) POOL_STRIPS(2, 1);
+        else if (s->kw == 3) POOL_STRIPS(3, 1);
+        else if (s->kw == 5) POOL_STRIPS(5, 1);
+        else POOL_STRIPS(7, 1);
+    } else {
+        if (s->kw == 2) POOL_STRIPS(2, 2);
+        else if (s->kw == 3) POOL_STRIPS(3, 2);
+        else if (s->kw == 5) POOL_STRIPS(5, 2);
+        else POOL_STRIPS(7, 2);
+    }
+#undef POOL_STRIPS
+    return 1;
+}
+#endif
+
 static void pool_plane(const float *in, float *out, const Shape *s, float *padded, int64_t pw,
                        int64_t ph, int maximum, float fill, const float *row_count,
                        const float *col_count) {
@@ -226,9 +319,15 @@ static void pool_task(void *context, int64_t unit) {
     float *padded = thread_buffer(0, (size_t)(j->pw * j->ph + 64));
     const int64_t first = unit * j->per_unit;
     const int64_t last = first + j->per_unit < j->planes ? first + j->per_unit : j->planes;
-    for (int64_t i = first; i < last; i++)
+    for (int64_t i = first; i < last; i++) {
+#if defined(__AVX512F__)
+        if (pool_strips(j->x + i * s->h * s->w, j->out + i * s->oh * s->ow, s, j->maximum,
+                        j->row_count, j->col_count))
+            continue;
+#endif
         pool_plane(j->x + i * s->h * s->w, j->out + i * s->oh * s->ow, s, padded, j->pw, j->ph,
                    j->maximum, j->maximum ? -INFINITY : 0.0f, j->row_count, j->col_count);
+    }
 }
 
 static void pool(const float *x, float *out, const Shape *s, int maximum, int64_t mode,

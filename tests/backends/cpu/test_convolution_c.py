@@ -267,6 +267,61 @@ def test_narrow_depthwise_matches_the_reference(monkeypatch, threads):
                                    expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_depthwise_row_strips_match_the_reference(monkeypatch, threads):
+    """The row-strip form (depthwise_rows.h: square 3x3, 5x5 and 7x7 filters, stride 1 or 2,
+    any padding): output heights that are not whole strips, widths of one, two and partial
+    16-column chunks, rows and columns whose taps fall in the padding on either side, a
+    residual and each of three activations, 2 images."""
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(7)
+    cases = ((3, 1, 9, 37, ((1, 1), (1, 1))), (3, 2, 23, 40, ((0, 1), (1, 0))),
+             (5, 1, 14, 14, ((2, 2), (2, 2))), (5, 2, 29, 35, ((1, 4), (3, 0))),
+             (7, 1, 12, 21, ((3, 0), (1, 3))), (7, 2, 17, 50, ((3, 3), (3, 3))),
+             (3, 2, 6, 5, ((1, 1), (1, 1))), (5, 1, 3, 18, ((2, 2), (2, 2))))
+    for index, (kernel, stride, height, width, pads) in enumerate(cases):
+        channels = 3 + index
+        conv = ConvParams((stride, stride), pads[0], pads[1], (1, 1), channels)
+        activation = ("relu", "clip", "hard_swish")[index % 3]
+        params = ConvEpilogueParams(conv, activation, 0.0 if activation != "clip" else -0.5,
+                                    1.5, True)
+        x = rng.standard_normal((2, channels, height, width)).astype(np.float32)
+        w = rng.standard_normal((channels, 1, kernel, kernel)).astype(np.float32)
+        y = reference(x, w, conv)
+        bias = rng.standard_normal(channels).astype(np.float32)
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64), None)
+        entry = next(e for e in _siblings(OpKind.CONV_FUSED, 4) if e.kernel.form == "depthwise")
+        np.testing.assert_allclose(_run(entry, [x, w, bias, extra], y.shape, params),
+                                   expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()),
+                                   err_msg=f"{kernel}x{kernel} stride {stride} {x.shape} {pads}")
+
+
+def test_gemm_tail_columns_and_wide_tile_match_the_reference():
+    """conv_gemm.h's last columns of a block as dot products (a 7x7 map's 49th position, a
+    14x14 map's last 4) and its 8 x 48 tile (a full panel and the half panel after it): 3x3
+    and 1x1 kernels over two K blocks (K 360), a partial sliver (20 output channels), a
+    residual and relu."""
+    rng = np.random.default_rng(49)
+    for size, kernel in ((7, 3), (7, 1), (14, 1), (14, 3)):
+        channels = 40 if kernel == 3 else 300
+        pad = kernel // 2
+        conv = ConvParams((1, 1), (pad, pad), (pad, pad), (1, 1), 1)
+        params = ConvEpilogueParams(conv, "relu", 0.0, 0.0, True)
+        x = rng.standard_normal((1, channels, size, size)).astype(np.float32)
+        w = rng.standard_normal((20, channels, kernel, kernel)).astype(np.float32)
+        y = reference(x, w, conv)
+        bias = rng.standard_normal(20).astype(np.float32)
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64), None)
+        entry = next(e for e in _siblings(OpKind.CONV_FUSED, 4) if e.kernel.form == "gemm")
+        np.testing.assert_allclose(_run(entry, [x, w, bias, extra], y.shape, params), expected,
+                                   rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()),
+                                   err_msg=f"{kernel}x{kernel} at {size}x{size}")
+
+
 def test_the_rule_picks_depthwise_and_gemm():
     depthwise = convolution_c.Geometry(1, 8, 9, 9, 8, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 8)
     dense = convolution_c.Geometry(1, 32, 9, 9, 16, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1)
