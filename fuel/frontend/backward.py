@@ -118,7 +118,8 @@ def run_backward(outputs: Sequence[Node], grads: Sequence[TensorBase],
     wanted = None if targets is None else {id(t): None for t in targets}
     touched: list = []
     with tape.GradMode(create_graph):
-        for node in reversed(order):
+        for position in range(len(order) - 1, -1, -1):
+            node = order[position]
             grad = pending.pop(id(node), None)
             if grad is None:
                 continue
@@ -132,11 +133,11 @@ def run_backward(outputs: Sequence[Node], grads: Sequence[TensorBase],
             if found.__class__ is Leaf:
                 if wanted is None:
                     found.grad = grad if found.grad is None else found.grad + grad
-                    touched.append(found)
+                    touched.append((position, found))
                 continue
             if found.retain and wanted is None:
                 found.grad = grad if found.grad is None else found.grad + grad
-                touched.append(found)
+                touched.append((position, found))
             inputs = found.inputs
             for source, part in zip(inputs, vjp(node, inputs, grad)):
                 if part.__class__ is Through:
@@ -149,7 +150,14 @@ def run_backward(outputs: Sequence[Node], grads: Sequence[TensorBase],
                 found.inputs = None
     if wanted is not None:
         return [wanted[id(t)] for t in targets]
-    return touched
+    # The last layer's first: ``order`` is a post-order that takes a node's last input first,
+    # so a later layer's weight and bias (the later inputs of its matmul, conv and add) come
+    # before the earlier layers below its first input. Realized as roots in this order, the
+    # plan computes each layer's gradient pieces (a ReLU's mask, a max pool's indices, a
+    # bias's sum) next to their use, not all ahead of the first layer's, and frees each
+    # layer's gradient before the next one down is built.
+    touched.sort(key=lambda pair: pair[0])
+    return [record for _, record in touched]
 
 
 def _seed(output: TensorBase, gradient) -> TensorBase:

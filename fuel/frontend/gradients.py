@@ -29,14 +29,17 @@ from fuel.ir.ops import (
     CopyParams,
     IndexCopyParams,
     OpKind,
+    PermuteParams,
     ReduceParams,
     ScatterParams,
+    ShapeParams,
     SliceAssignParams,
     SliceParams,
 )
 
 Rule = Callable[["Values", TensorBase], tuple]
 RULES: dict[OpKind, Rule] = {}
+_local_passes = [0]  # decompositions' local backward passes under way (nested)
 
 # Ops whose output has no useful gradient and which say so, rather than differentiating through
 # a decomposition whose steps would (random draws, integer-valued maps, quantized codes).
@@ -78,6 +81,12 @@ class Values:
     def y(self) -> TensorBase:
         return wrap(self.node)
 
+    def needs(self, position: int) -> bool:
+        """Whether input ``position`` wants a gradient (it requires grad; inside a
+        decomposition's local pass every input may): a rule may skip building the others' (a
+        first layer's input gradient)."""
+        return _local_passes[0] > 0 or tape.record_of(self.inputs[position]) is not None
+
     def zeros(self, shape, dtype=None) -> TensorBase:
         node = self.node
         return wrap(constant(0.0 if (dtype or node.dtype).is_floating else 0,
@@ -102,9 +111,15 @@ def _cast(v: Values, g):
     return (wrap(cast(g._node, source.dtype)) if source.dtype.is_floating else None,)
 
 
+def reshaped(g: TensorBase, shape: tuple[int, ...]) -> TensorBase:
+    """``g`` under ``shape`` (same element count): the RESHAPE node built directly, without
+    the user-facing method's checks."""
+    return g if g.shape == shape else make(OpKind.RESHAPE, (g._node,), ShapeParams(shape))
+
+
 @gradient(OpKind.RESHAPE)
 def _reshape(v: Values, g):
-    return (g.reshape(v.inputs[0].shape),)
+    return (reshaped(g, v.inputs[0].shape),)
 
 
 @gradient(OpKind.PERMUTE)
@@ -122,8 +137,8 @@ def unbroadcast(g: TensorBase, shape: tuple[int, ...]) -> TensorBase:
     dims = tuple(range(lead)) + tuple(lead + i for i, size in enumerate(shape)
                                       if size == 1 and g.shape[lead + i] != 1)
     if dims:
-        g = g.sum(dims, keepdim=True)
-    return g.reshape(shape)
+        g = make(OpKind.SUM, (g._node,), ReduceParams(dims, True))
+    return reshaped(g, tuple(shape))
 
 
 @gradient(OpKind.EXPAND)
@@ -368,10 +383,15 @@ def _matmul(v: Values, g):
     batched = g.ndim > 2
     source = _broadcast_source(v.inputs[1]) if batched else v.inputs[1]
     weight = _transposed_source(source) if source is not None else None
-    if weight is not None:  # x @ W.t(): W's gradient as g^T x in W's own layout (torch's)
+    if weight is not None and g.ndim == 2:  # x @ W.t(): W's gradient as g^T x in W's layout
+        # (torch's); 2-D, the nodes built directly. A first layer's input wants no gradient:
+        # its product is not built.
+        return (make(OpKind.MATMUL, (g._node, weight), None) if v.needs(0) else None,
+                Through(weight, make(OpKind.MATMUL, (_t(g._node), v.inputs[0]), None)))
+    if weight is not None:  # the same over batch dims, their rows folded
         k, n = b.shape[-2:]
         rows_g, rows_a = (g, a) if g.ndim == 2 else (g.reshape(-1, n), a.reshape(-1, k))
-        return (g @ wrap(weight), Through(weight, rows_g.mT @ rows_a))
+        return (g @ wrap(weight) if v.needs(0) else None, Through(weight, rows_g.mT @ rows_a))
     if source is not None and batched:  # x @ W over a batch: one product over the rows
         k, n = b.shape[-2:]
         folded = a.reshape(-1, k).mT @ g.reshape(-1, n)
@@ -381,7 +401,19 @@ def _matmul(v: Values, g):
         m, k = a.shape[-2:]
         folded = g.mT.reshape(-1, m).mT @ b.mT.reshape(-1, k)  # sum over batch of g b^T
         return (Through(source, folded.reshape(source.shape)), a.mT @ g)
+    if g.ndim == 2:
+        left, right = v.inputs
+        return (make(OpKind.MATMUL, (g._node, _t(right)), None) if v.needs(0) else None,
+                make(OpKind.MATMUL, (_t(left), g._node), None) if v.needs(1) else None)
     return (g @ b.mT, a.mT @ g)
+
+
+_TRANSPOSE = PermuteParams((1, 0))
+
+
+def _t(node: Node) -> Node:
+    """The transpose of a matrix node (a view)."""
+    return make(OpKind.PERMUTE, (node,), _TRANSPOSE)._node
 
 
 @gradient(OpKind.SOFTMAX)
@@ -572,6 +604,18 @@ def _through_decomposition(node: Node, inputs: tuple[Node, ...], g: TensorBase) 
         grads[boundary[id(result)]] = g
         return grads
     pending = {id(result): g}
+    _local_passes[0] += 1
+    try:
+        _local_pass(order, pending, reaches, boundary, grads)
+    finally:
+        _local_passes[0] -= 1
+    return grads
+
+
+def _local_pass(order: list[Node], pending: dict, reaches: set, boundary: dict,
+                grads: list) -> None:
+    """The reverse walk of a decomposition's subgraph: ``grads`` (per boundary input)
+    filled from ``pending`` (the result's gradient)."""
     for current in reversed(order):
         grad = pending.pop(id(current), None)
         if grad is None:
@@ -587,4 +631,3 @@ def _through_decomposition(node: Node, inputs: tuple[Node, ...], g: TensorBase) 
                 grads[at] = part if grads[at] is None else grads[at] + part
             else:
                 pending[key] = part if key not in pending else pending[key] + part
-    return grads

@@ -1,6 +1,7 @@
-"""Validation of GGUF files before anything else reads them: a bounds-checked walk of the
-header, metadata and tensor infos (``check_gguf``), then the Llama hyper-parameters against the
-resource limits and the tensors' shapes (``check_llama``).
+"""Reading and validating GGUF files: a bounds-checked walk of the header, metadata and tensor
+infos (``check_gguf``: the loader keeps what it read, so no other reader parses the file), then
+the Llama hyper-parameters against the resource limits and the tensors' shapes
+(``check_llama``).
 
 Model files come from the internet: gguf's reader trusts every length, count and offset it
 reads (a string array's count drives a Python loop; a key's bytes are decoded as UTF-8 where
@@ -16,7 +17,10 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
+
+import numpy as np
 
 from fuel.ir.limits import check_limit
 from fuel.models.common import ModelFormatError
@@ -34,6 +38,27 @@ STRING, ARRAY = 8, 9
 TYPE_NAMES = {0: "uint8", 1: "int8", 2: "uint16", 3: "int16", 4: "uint32", 5: "int32",
               6: "float32", 7: "bool", 8: "string", 9: "array", 10: "uint64", 11: "int64",
               12: "float64"}
+# ggml's tensor types: number -> (name, values per block, bytes per block) (ggml.h, gguf-py's
+# GGML_QUANT_SIZES), so reading a file needs no gguf package
+GGML_TYPES = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
+}
+# a tensor's type: int() its number, .name ggml's name
+GGMLType = IntEnum("GGMLType", {name: number for number, (name, _, _) in GGML_TYPES.items()})
+# the NumPy item type gguf's reader views a tensor's bytes as (others: bytes, rows of blocks)
+ITEM_TYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8,
+              "I16": np.int16, "I32": np.int32, "I64": np.int64}
+# metadata arrays of numbers: their NumPy item types by value type
+ARRAY_ITEMS = {0: "u1", 1: "i1", 2: "u2", 3: "i2", 4: "u4", 5: "i4", 6: "f4", 7: "?", 10: "u8",
+               11: "i8", 12: "f8"}
 
 
 @dataclass(frozen=True)
@@ -80,7 +105,7 @@ class _Walk:
 
     def value(self, kind: int, what: str, depth: int = 0):
         """A metadata value of type ``kind``: scalars and strings as Python values, arrays as
-        lists (strings) or their length (numbers: only the count is needed here)."""
+        lists (strings, arrays) or NumPy arrays (numbers, a copy in native byte order)."""
         if kind in SCALARS:
             code, size = SCALARS[kind]
             return self.scalar(code, size, what)
@@ -95,8 +120,10 @@ class _Walk:
         if item_kind in SCALARS:
             size = SCALARS[item_kind][1]
             self.need(count * size, f"{what}'s {count} {TYPE_NAMES[item_kind]} items")
+            items = np.frombuffer(self.data, np.dtype(ARRAY_ITEMS[item_kind]).newbyteorder(
+                self.order), count, self.at)
             self.at += count * size
-            return count
+            return items.astype(items.dtype.newbyteorder("="))
         least = 8 if item_kind == STRING else 12 if item_kind == ARRAY else 0
         if item_kind not in (STRING, ARRAY):
             raise self.fail(f"{what} has the unknown item type {item_kind}")
@@ -133,8 +160,8 @@ class _Walk:
 
 @dataclass(frozen=True)
 class GGUFLayout:
-    """What ``check_gguf`` read: the metadata (arrays of numbers as their lengths), the tensor
-    infos and where the data section starts."""
+    """What ``check_gguf`` read: the metadata (key -> (value type, value): ``_Walk.value``),
+    the tensor infos and where the data section starts."""
 
     metadata: dict
     tensors: list[TensorInfo]
@@ -144,8 +171,6 @@ class GGUFLayout:
 def check_gguf(path: str | os.PathLike) -> GGUFLayout:
     """Walk the GGUF file at ``path``, checking every length, count, type, dim and offset
     against the bytes there; a ModelFormatError names the file and the first problem."""
-    import gguf
-
     path = Path(path)
     name = path.name
     try:
@@ -155,12 +180,12 @@ def check_gguf(path: str | os.PathLike) -> GGUFLayout:
                 raise ModelFormatError(f"{name} is not a readable GGUF file: it has {size} bytes, "
                                        "fewer than a GGUF header's 24")
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return _walk(data, name, gguf)
+                return _walk(data, name)
     except OSError as error:
         raise ModelFormatError(f"cannot read {path}: {error.strerror or error}") from None
 
 
-def _walk(data, name: str, gguf) -> GGUFLayout:
+def _walk(data, name: str) -> GGUFLayout:
     if data[:4] != MAGIC:
         raise ModelFormatError(f"{name} is not a readable GGUF file: it starts with "
                                f"{bytes(data[:4])!r}, not {MAGIC!r}")
@@ -213,7 +238,7 @@ def _walk(data, name: str, gguf) -> GGUFLayout:
         tensors.append(TensorInfo(tensor, dims, type_number, offset))
     data_offset = -(-walk.at // alignment) * alignment
     for tensor in tensors:
-        _check_tensor(walk, gguf, tensor, data_offset, alignment)
+        _check_tensor(walk, tensor, data_offset, alignment)
     return GGUFLayout(metadata, tensors, data_offset)
 
 
@@ -271,15 +296,12 @@ def _check_metadata(walk: _Walk, key: str, kind: int, value) -> None:
         raise fail("a bool")
 
 
-def _check_tensor(walk: _Walk, gguf, tensor: TensorInfo, data_offset: int,
-                  alignment: int) -> None:
+def _check_tensor(walk: _Walk, tensor: TensorInfo, data_offset: int, alignment: int) -> None:
     label = f"tensor '{tensor.name}'"
-    try:
-        kind = gguf.GGMLQuantizationType(tensor.type_number)
-        block, block_bytes = gguf.GGML_QUANT_SIZES[kind]
-    except (ValueError, KeyError):
-        raise walk.fail(f"{label} has the unknown GGUF type number {tensor.type_number}") \
-            from None
+    if tensor.type_number not in GGML_TYPES:
+        raise walk.fail(f"{label} has the unknown GGUF type number {tensor.type_number}")
+    kind = GGMLType(tensor.type_number)
+    _, block, block_bytes = GGML_TYPES[tensor.type_number]
     for axis, dim in enumerate(tensor.dims):
         check_limit("dim", dim, f"{walk.name}: dim {axis} of {label}")
     if tensor.dims[0] % block:

@@ -1,10 +1,11 @@
-"""Reading Llama-architecture GGUF files through the ``gguf`` package: the hyper-parameters, the
-tokenizer (built with ``tokenizers``) and the tensors: block-quantized ones as stored
-(memory-mapped, ``QuantizedArray``), or dequantized to float32.
+"""Reading decoder GGUF files: the hyper-parameters, the tokenizer (built with ``tokenizers``)
+and the tensors: block-quantized ones as stored (memory-mapped, ``QuantizedArray``), or
+dequantized to float32 (through the ``gguf`` package's de-quantizer).
 
-Every tensor's header is checked when the file is opened (a known type, whole blocks per row,
-data inside the file), so a damaged file raises ModelFormatError naming the tensor before
-anything runs."""
+The file is read by ``gguf_checks.check_gguf``'s walk, which checks every length, count, type,
+dim and offset as it goes (a known type, whole blocks per row, data inside the file), so a
+damaged file raises ModelFormatError naming the tensor before anything runs; the metadata is
+kept from that walk (no ``gguf`` import, none of its reader's objects)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from fuel.models.common import (
     require,
 )
 from fuel.models.families import Family, family_of
-from fuel.models.gguf_checks import check_gguf, check_llama
+from fuel.models.gguf_checks import GGML_TYPES, ITEM_TYPES, GGMLType, check_gguf, check_llama
 from fuel.models.tokenizer import byte_level_bpe, sentencepiece_bpe
 
 # Tensor types gguf's NumPy dequantizer handles and fuel accepts for weights.
@@ -138,78 +139,32 @@ def join_rows(parts: list[QuantizedArray]) -> QuantizedArray | None:
     return QuantizedArray(data, first.dtype, (sum(p.shape[0] for p in parts), first.shape[1]))
 
 
-def _checked_reader(gguf):
-    """gguf's reader with every tensor header checked first, errors naming the tensor, and its
-    metadata parts as plain arrays over the map.
-
-    gguf's own ``_get`` slices the ``np.memmap``, and every slice of a memmap is a memmap
-    carrying its own attributes and a chain of bases: SmolLM2's 49152 tokens and 48900 merges
-    cost about 160 MiB of objects while the reader lives (and leave the heap fragmented after
-    it is gone). Plain ``ndarray`` views of the same bytes cost a quarter of that."""
-
-    class CheckedReader(gguf.GGUFReader):
-        def _get(self, offset: int, dtype, count: int = 1, override_order=None) -> np.ndarray:
-            """``count`` values of ``dtype`` at byte ``offset``, in the file's byte order (as
-            gguf's ``_get``), viewed from a plain array over the map."""
-            mapped = self.__dict__.get("_plain_bytes")
-            if mapped is None:
-                mapped = self._plain_bytes = self.data.view(np.ndarray)
-            value_type = np.dtype(dtype)
-            order = self.byte_order if override_order is None else override_order
-            if order != "I":
-                value_type = value_type.newbyteorder(order)
-            count = int(count)
-            return mapped[offset:offset + value_type.itemsize * count].view(value_type)[:count]
-
-        def _build_tensors(self, start_offs: int, fields: list) -> None:
-            for field in fields:
-                check_tensor_header(gguf, field, start_offs, len(self.data))
-            super()._build_tensors(start_offs, fields)
-
-    return CheckedReader
-
-
-def check_tensor_header(gguf, field, start: int, file_bytes: int) -> None:
-    """Raise ModelFormatError when the tensor ``field`` describes has an unknown type, rows that
-    are not whole blocks, or data past the end of the file."""
-    _length, name_data, _count, dims, raw_type, offset = field.parts
-    name = bytes(name_data).decode("utf-8", errors="replace")
-    try:
-        kind = gguf.GGMLQuantizationType(int(raw_type[0]))
-    except ValueError:
-        raise ModelFormatError(f"tensor '{name}' has the unknown GGUF type number "
-                               f"{int(raw_type[0])}") from None
-    block_size, block_bytes = gguf.GGML_QUANT_SIZES[kind]
-    shape = [int(d) for d in dims]
-    if shape and shape[0] % block_size:
-        raise ModelFormatError(f"tensor '{name}' ({kind.name}): its rows of {shape[0]} values are "
-                               f"not a whole number of {block_size}-value blocks")
-    count = int(np.prod(shape, dtype=np.int64))
-    needed = count // block_size * block_bytes
-    begin = start + int(offset[0])
-    if begin + needed > file_bytes:
-        raise ModelFormatError(f"tensor '{name}' ({kind.name}, shape {shape}) is truncated: its "
-                               f"{needed} bytes at offset {begin} run past the end of the file "
-                               f"({file_bytes} bytes)")
-
-
 @dataclass(frozen=True)
 class TensorEntry:
     """A tensor's header: name, GGUF type, shape (GGUF order: the row length first), where
     its data starts in the file, and the NumPy type and shape gguf reads its bytes as."""
 
     name: str
-    tensor_type: object  # gguf.GGMLQuantizationType
+    tensor_type: GGMLType
     shape: tuple[int, ...]
     data_offset: int
     data_type: np.dtype
     data_shape: tuple[int, ...]
 
     @classmethod
-    def of(cls, tensor) -> TensorEntry:
-        """The entry of a gguf ``ReaderTensor``."""
-        return cls(tensor.name, tensor.tensor_type, tuple(int(d) for d in tensor.shape),
-                   int(tensor.data_offset), tensor.data.dtype, tuple(tensor.data.shape))
+    def of(cls, info, data_offset: int) -> TensorEntry:
+        """The entry of ``check_gguf``'s ``TensorInfo`` (its offset from the data section at
+        ``data_offset``), its bytes viewed as gguf's reader views them: float and integer types
+        as their items, block formats as rows of bytes."""
+        kind = GGMLType(info.type_number)
+        _, block, block_bytes = GGML_TYPES[info.type_number]
+        shape = tuple(int(d) for d in info.dims)
+        item = ITEM_TYPES.get(kind.name)
+        data_shape = tuple(reversed(shape))
+        if item is None:
+            item = np.uint8
+            data_shape = data_shape[:-1] + (data_shape[-1] // block * block_bytes,)
+        return cls(info.name, kind, shape, data_offset + info.offset, np.dtype(item), data_shape)
 
     def header(self) -> list:
         """The record as JSON-able values (``from_header`` reads them back)."""
@@ -219,9 +174,8 @@ class TensorEntry:
     @classmethod
     def from_header(cls, values: list) -> TensorEntry:
         name, kind, shape, offset, data_type, data_shape = values
-        gguf = require("gguf", "loading a GGUF model")
-        return cls(name, gguf.GGMLQuantizationType(kind), tuple(shape), offset,
-                   np.dtype(data_type), tuple(data_shape))
+        return cls(name, GGMLType(kind), tuple(shape), offset, np.dtype(data_type),
+                   tuple(data_shape))
 
     @property
     def nbytes(self) -> int:
@@ -233,46 +187,44 @@ class GGUFModelFile:
     dequantized)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        gguf = require("gguf", "loading a GGUF model")
         self.path = Path(path)
-        check_gguf(self.path)  # every length, count, type, dim and offset, before gguf reads it
-        try:
-            self._reader = _checked_reader(gguf)(str(self.path))
-        except (ValueError, OSError, IndexError, KeyError) as error:
-            raise ModelFormatError(f"{self.path} is not a readable GGUF file: {error}") from None
-        self._gguf = gguf
-        self.tensors = {tensor.name: TensorEntry.of(tensor) for tensor in self._reader.tensors}
+        layout = check_gguf(self.path)  # every length, count, type, dim and offset, checked
+        self._metadata: dict | None = layout.metadata
+        self.tensors = {info.name: TensorEntry.of(info, layout.data_offset)
+                        for info in layout.tensors}
         self._noticed: set[str] = set()
         self.architecture = self.value("general.architecture")
 
     def drop_metadata(self) -> None:
-        """Drop gguf's reader (the vocabulary alone is some 100k small arrays, and its map of
-        the whole file) once the config, tokenizer and chat template are read, so it is freed
-        before the weights are loaded; ``value`` answers ``default`` afterwards. The tensors
-        stay readable (``TensorEntry`` records, read through maps of their own)."""
-        # The records are made anew after the reader is gone: the first ones were made among
-        # the reader's objects, and each one left there would keep a 1 MiB arena of Python's
-        # allocator resident when the rest is freed (8 arenas for SmolLM2). In between they
-        # are one string.
+        """Drop the metadata (the vocabulary alone is some 100k strings) once the config,
+        tokenizer and chat template are read, so it is freed before the weights are loaded;
+        ``value`` answers ``default`` afterwards. The tensors stay readable (``TensorEntry``
+        records, read through maps of their own)."""
+        # The records are made anew after the metadata is gone: the first ones were made
+        # among the walk's objects, and each one left there would keep a 1 MiB arena of
+        # Python's allocator resident when the rest is freed. In between they are one string.
         headers = json.dumps([entry.header() for entry in self.tensors.values()])
-        self._reader = self.tensors = None
+        self._metadata = self.tensors = None
         self.tensors = {entry.name: entry for entry in map(TensorEntry.from_header,
                                                             json.loads(headers))}
-        release_freed_heap()  # the reader's ~30 MiB: the weights' copies would reuse a part
+        release_freed_heap()  # the vocabulary's strings: the weights' copies would reuse a part
 
-    def _field(self, key: str):
-        return None if self._reader is None else self._reader.get_field(key)
+    def _raw(self, key: str):
+        """The walk's value of ``key`` (arrays of numbers as NumPy arrays), or None."""
+        entry = None if self._metadata is None else self._metadata.get(key)
+        return None if entry is None else entry[1]
 
     def value(self, key: str, default=None):
-        """A metadata value (strings, numbers, lists), or ``default`` when absent."""
-        field = self._field(key)
-        return default if field is None else field.contents()
+        """A metadata value (strings, numbers, lists, as gguf's ``ReaderField.contents``), or
+        ``default`` when absent."""
+        value = self._raw(key)
+        return default if value is None else _contents(value)
 
     def required(self, key: str):
-        field = self._field(key)
-        if field is None:
+        value = self._raw(key)
+        if value is None:
             raise ModelFormatError(f"{self.path.name} lacks the metadata key '{key}'")
-        return field.contents()
+        return _contents(value)
 
     @property
     def rope_permuted(self) -> bool:
@@ -350,9 +302,9 @@ class GGUFModelFile:
             residual_scale=float(key("residual_scale", 1.0) or 1.0),
             logit_scale=float(key("logit_scale", 1.0) or 1.0),
         )
-        types = self._field("tokenizer.ggml.token_type")
+        types = self._raw("tokenizer.ggml.token_type")
         check_llama(self.path.name, config, {n: t.shape for n, t in self.tensors.items()},
-                    len(tokens), None if types is None else len(types.data))
+                    len(tokens), None if types is None else len(types))
         return config
 
     def tokenizer(self):
@@ -400,7 +352,9 @@ class GGUFModelFile:
         if kind == "F32":  # a copy, not a view that keeps the map
             values = np.array(self._mapped(tensor), dtype=np.float32)
         else:
-            values = self._gguf.quants.dequantize(self._mapped(tensor), tensor.tensor_type)
+            gguf = require("gguf", "de-quantizing a GGUF tensor")
+            values = gguf.quants.dequantize(self._mapped(tensor),
+                                            gguf.GGMLQuantizationType(int(tensor.tensor_type)))
         values = np.asarray(values, dtype=np.float32)
         if values.size != int(np.prod(shape)):
             raise ModelFormatError(f"tensor '{name}' holds {values.size} values, its header "
@@ -466,6 +420,16 @@ class GGUFModelFile:
         """(name, float32 array) for each name, with a progress bar."""
         for name in progress(names, len(names), description):
             yield name, self.tensor(name)
+
+
+def _contents(value):
+    """A walked metadata value as gguf's ``contents`` gives it: arrays as lists."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, list):
+        return [_contents(item) for item in value] if value and not isinstance(
+            value[0], str) else value
+    return value
 
 
 def stored_format(tensor: TensorEntry) -> QuantizedDType | None:

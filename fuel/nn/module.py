@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Iterator
+from sys import _getframe
 
 import numpy as np
 
 from fuel.extras import install_command
 from fuel.frontend.backward import detached
 from fuel.frontend.base import TensorBase
+from fuel.frontend.build import frame_site
+from fuel.graph.node import current_user_site, is_runtime_file, set_user_site
 from fuel.ir.errors import FuelError, InvalidArgument, ShapeError
 from fuel.tensor import Tensor
 
@@ -242,7 +245,21 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        """``forward``. A layer of fuel's own builds its nodes with its caller's line (the
+        first user frame, found once per call rather than by a frame walk per node); a user's
+        module builds them with the lines of its own ``forward``, as a plain call would."""
+        builtin = _BUILTIN_FORWARD.get(type(self))
+        if builtin is None:
+            builtin = _BUILTIN_FORWARD[type(self)] = is_runtime_file(
+                type(self).forward.__code__.co_filename)
+        outer = current_user_site()
+        if builtin is (outer is not None):  # fuel's inside a site, a user's outside one
+            return self.forward(*args, **kwargs)
+        set_user_site(frame_site(_getframe(1)) if builtin else None)
+        try:
+            return self.forward(*args, **kwargs)
+        finally:
+            set_user_site(outer)
 
     def extra_repr(self) -> str:
         return ""
@@ -253,6 +270,9 @@ class Module:
             body = repr(child).replace("\n", "\n  ")
             lines.append(f"  ({name}): {body}")
         return lines[0] + ")" if len(lines) == 1 else "\n".join(lines) + "\n)"
+
+
+_BUILTIN_FORWARD: dict[type, bool] = {}  # per Module class: whether fuel defines its forward
 
 
 def _assign(target: TensorBase, value: TensorBase) -> None:

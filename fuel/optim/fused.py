@@ -118,7 +118,10 @@ def adam(optimizer, group: dict, params: list) -> list:
 
 
 def _address(storage) -> int:
-    return storage.buffer.__array_interface__["data"][0]
+    address = storage.address  # read once per storage (it keeps its buffer for life)
+    if not address:
+        address = storage.address = storage.buffer.__array_interface__["data"][0]
+    return address
 
 
 def _address_of(array: np.ndarray) -> int:

@@ -3,10 +3,10 @@ does no per-step work beyond rebinding the storages that changed; a cached plan'
 fuel.jit capture (fuel.runtime.jit.Capture) are both one.
 
 A plan names buffer slots; a BoundPlan decides once which storage each slot uses: the leaves'
-(bound by each run), one buffer per liveness class (an idle buffer serves a later slot of its
-device and dtype of any size: the smallest that holds it, else the largest, grown; an
-elementwise CPU step writes over an operand it reads last, ``_dying_operand``) and an output
-storage per root slot. The
+(bound by each run), buffers for the values between (each written slot a value, or an
+elementwise CPU step's output written over an operand it reads last, ``_dying_operand``; the
+values laid into buffers largest first, each into the smallest buffer of its device and dtype
+idle over its whole lifetime, ``_pack``) and an output storage per root slot. The
 buffers are taken from the device pool at the start of a run and given back at its end (so the
 pool's statistics and frees stay true), or, ``held`` (a capture, like a CUDA graph's private
 memory), allocated once and kept; the outputs are fresh every run (a held plan's straight from
@@ -23,6 +23,7 @@ launch sequences), or launcher by launcher where it has none.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -61,17 +62,20 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
                     inplace: dict[int, int] | None = None) -> Assignment | None:
     """Give every slot of ``plan`` a storage id by walking its steps without launching; None
     when the buffers would take more than ``byte_limit`` bytes. ``inplace`` (root slot -> leaf
-    storage id) writes those roots into their leaf's storage instead of an output."""
+    storage id) writes those roots into their leaf's storage instead of an output.
+
+    The walk gives each written slot a value of its own (an elementwise step's output may
+    take over an operand it reads last: ``_dying_operand``) and records when the value is
+    written and when it is freed; ``_pack`` then lays the values into buffers, largest first."""
     inplace = inplace or {}
     leaf_count = len(graph.leaves)
     root_slots = {plan.node_values[r][0] for r in graph.roots}
     refs: dict[int, int] = {slot: slot for slot in range(leaf_count)}
-    buffers: list = []
+    values: list = []  # (pool, backend, device, dtype, size) per value
+    spans: list[list[int]] = []  # per value: [the step writing it, the last step before its free]
     outputs: list = []
     slot_storage: dict[int, int] = {}
-    idle: dict[tuple, list[int]] = {}
     operands, steps, frees = [], [], []
-    total = 0
     # An elementwise CPU step may write over an operand it frees (plans without in-place
     # assignments, whose aliased slots would share that storage).
     reuse = not any(step.__class__ is not tuple and step.alias for step in plan.steps)
@@ -94,44 +98,34 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
                     outputs.append((step.pool, step.backend, step.device, step.dtype,
                                     step.size))
                 refs[target] = slot_storage[target]
-            elif reuse and (kept := _dying_operand(step, sources, leaf_count, buffers)) >= 0:
+            elif reuse and (kept := _dying_operand(step, sources, leaf_count, values)) >= 0:
                 refs[target] = kept  # written over an operand this step reads for the last time
             else:
-                dtype = step.dtype
-                free = idle.get((step.device, dtype, step.size) if dtype.is_packed
-                                else (step.device, dtype))
-                if free:
-                    chosen = _fitting(free, buffers, leaf_count, step)
-                    refs[target] = chosen
-                    entry = buffers[chosen - leaf_count]
-                    if entry[4] < step.size:  # grown to this step's size
-                        total += (step.size - entry[4]) * step.dtype.itemsize
-                        buffers[chosen - leaf_count] = entry[:4] + (step.size,)
-                        if byte_limit is not None and total > byte_limit:
-                            return None
-                else:
-                    refs[target] = leaf_count + len(buffers)
-                    buffers.append((step.pool, step.backend, step.device, step.dtype,
-                                    step.size))
-                    total += step.size * step.dtype.itemsize
-                    if byte_limit is not None and total > byte_limit:
-                        return None
+                refs[target] = leaf_count + len(values)
+                values.append((step.pool, step.backend, step.device, step.dtype, step.size))
+                spans.append([len(steps), -1])
             operands.append((sources, refs[target]))
             steps.append(step)
             frees.append(step.frees)
             released = step.frees
         for slot in released:
             storage_id = refs.get(slot)
-            if storage_id == kept:  # the step's output lives on in it
-                continue
-            if storage_id is not None and storage_id >= leaf_count:  # a buffer
-                _, _, device, dtype, size = buffers[storage_id - leaf_count]
-                key = (device, dtype, size) if dtype.is_packed else (device, dtype)
-                idle.setdefault(key, []).append(storage_id)
+            if storage_id is not None and storage_id >= leaf_count and storage_id != kept:
+                spans[storage_id - leaf_count][1] = len(steps) - 1
+    for span in spans:  # never freed: alive to the end
+        if span[1] < 0:
+            span[1] = len(steps)
+    buffers, placed = _pack(values, spans)
+    if byte_limit is not None and sum(
+            b[4] * b[3].itemsize for b in buffers) > byte_limit:
+        return None
     output_base = leaf_count + len(buffers)
 
     def resolve(storage_id: int) -> int:
-        return output_base + (-1 - storage_id) if storage_id < 0 else storage_id
+        if storage_id < 0:
+            return output_base + (-1 - storage_id)
+        return storage_id if storage_id < leaf_count else leaf_count + placed[
+            storage_id - leaf_count]
 
     operands = [(tuple([resolve(s) for s in sources]), resolve(target))
                 for sources, target in operands]
@@ -142,21 +136,42 @@ def assign_storages(graph: Graph, plan: Plan, byte_limit: int | None,
     return Assignment(buffers, outputs, operands, steps, frees, slot_storage)
 
 
-def _fitting(free: list[int], buffers: list, leaf_count: int, step: Step) -> int:
-    """Take from ``free`` (idle buffer ids of the step's device and dtype) the smallest one
-    that holds ``step``'s output, else the largest (the caller grows it): buffers of
-    different sizes are shared, not only equal ones."""
-    size = step.size
-    best = -1
-    for position, storage_id in enumerate(free):
-        have = buffers[storage_id - leaf_count][4]
-        if best < 0:
-            best = position
-            continue
-        known = buffers[free[best] - leaf_count][4]
-        if (have >= size and (known < size or have < known)) or (known < size and have > known):
-            best = position
-    return free.pop(best)
+def _pack(values: list, spans: list) -> tuple[list, list[int]]:
+    """Buffers for ``values`` (one per value: pool, backend, device, dtype, size) whose
+    ``spans`` (first and last step using each) do not overlap: the largest value first, each
+    into the smallest buffer of its device and dtype (a packed dtype: and size) that is idle
+    over its whole span, else a new buffer. Returns the buffers and each value's buffer."""
+    buffers: list = []
+    groups: dict[tuple, list[int]] = {}  # (device, dtype[, size]) -> its buffers, smallest last
+    starts: list[list[int]] = []  # per buffer: the sorted first steps of the spans it serves
+    ends: list[list[int]] = []  # and their last steps
+    placed = [0] * len(values)
+    order = sorted(range(len(values)),
+                   key=lambda v: (-values[v][4] * values[v][3].itemsize, spans[v][0]))
+    for value in order:
+        _, _, device, dtype, size = values[value]
+        first, last = spans[value]
+        group = groups.setdefault((device, dtype, size) if dtype.is_packed else (device, dtype),
+                                  [])
+        chosen = -1
+        for index in reversed(group):  # the smallest first (created in falling sizes)
+            at = bisect.bisect_left(starts[index], first)
+            if (at and ends[index][at - 1] >= first) or (
+                    at < len(starts[index]) and starts[index][at] <= last):
+                continue
+            chosen = index
+            break
+        if chosen < 0:
+            chosen = len(buffers)
+            buffers.append(values[value])
+            group.append(chosen)
+            starts.append([])
+            ends.append([])
+            at = 0
+        starts[chosen].insert(at, first)
+        ends[chosen].insert(at, last)
+        placed[value] = chosen
+    return buffers, placed
 
 
 def _elementwise(step: Step) -> bool:

@@ -72,8 +72,22 @@ def test_missing_optional_dependency_names_the_extra(monkeypatch, tmp_path, tiny
     with pytest.raises(ModelDependencyError, match=rf"'{module}.*\[models\]"):
         if module == "safetensors":
             load(tmp_path)
+        elif module == "gguf":  # its de-quantizer: the weights as stored need no gguf
+            load_gguf(path, dtype="float32", use_cache=False)
         else:
             load_gguf(path)
+
+
+def test_quantized_load_needs_no_gguf_package(monkeypatch, tmp_path, tiny_gguf):
+    """Weights kept as stored are read through fuel's own checked walk of the file: the gguf
+    package (its de-quantizer, and what it imports) is not needed."""
+    from fuel.models.llama import load_gguf
+
+    path = tiny_gguf(embedding_type="Q8_0")  # written with gguf, before it is blocked
+    monkeypatch.setenv("FUEL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(sys.modules, "gguf", None)
+    model = load_gguf(path)
+    assert len(model.generate_ids(model.encode("the hat"), 2)) == 2
 
 
 def test_cli_without_optional_dependencies():

@@ -207,3 +207,26 @@ def test_state_dict_safetensors_round_trip_and_modes(tmp_path):
         other.load_state_dict({})
     with pytest.raises(fuel.ShapeError, match="0.weight"):
         other.load_state_dict({**other.state_dict(), "0.weight": np.zeros((2, 2))})
+
+
+def test_nodes_carry_the_user_line_through_modules():
+    """A layer of fuel's own builds its nodes with its caller's line; a user's module inside
+    one of fuel's containers builds them with the lines of its own forward."""
+    import sys
+
+    class Scale(nn.Module):
+        def forward(self, x):
+            self.line = sys._getframe().f_lineno + 1
+            return x * 2.0
+
+    scale = Scale()
+    stack = nn.Sequential(nn.Linear(3, 3), scale)
+    x = fuel.tensor(np.ones((2, 3), np.float32))
+    line = sys._getframe().f_lineno + 1
+    y = nn.Linear(3, 2)(x)
+    assert y._node.site == (__file__, line)
+    z = stack(x)
+    assert z._node.site == (__file__, scale.line)
+    line = sys._getframe().f_lineno + 1
+    w = stack[0](x)
+    assert w._node.site == (__file__, line)

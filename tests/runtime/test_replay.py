@@ -106,8 +106,8 @@ def test_a_plan_busy_on_another_thread_is_walked_instead():
 
 
 def test_buffers_of_different_sizes_are_shared():
-    """A buffer freed by liveness serves a later step of another size (the smallest that
-    holds it, else one grown): a chain 2048 -> 8192 -> 1024 -> output takes two buffers,
+    """A buffer idle over a value's lifetime serves it whatever their sizes (values laid
+    into buffers largest first): a chain 2048 -> 8192 -> 1024 -> output takes two buffers,
     not three, and computes what NumPy does."""
     from fuel.runtime.jit import Capture
 
@@ -117,7 +117,7 @@ def test_buffers_of_different_sizes_are_shared():
     tx, t1, t2, t3, t4 = (fuel.tensor(a).realize() for a in (x, w1, w2, w3, w4))
     out = (((tx @ t1) @ t2) @ t3) @ t4
     capture = Capture([tx._node], [out._node])
-    assert [entry[4] for entry in capture.buffers] == [2048, 8192]
+    assert sorted(entry[4] for entry in capture.buffers) == [2048, 8192]
     for _ in range(2):
         storage, = capture.run([tx._node.buffer])
         node, = capture.output_nodes([storage])
@@ -167,3 +167,38 @@ def test_a_lone_unary_step_keeps_its_own_output():
         np.testing.assert_allclose(got, (h / (1 + np.exp(-h))) @ x, rtol=1e-4, atol=1e-4)
     finally:
         fuel.set_fusion(previous)
+
+
+def test_packed_buffers_never_serve_two_live_values():
+    """``_pack`` over random lifetimes, sizes and dtypes: every value lands in a buffer of its
+    dtype at least its size, and no buffer serves two values whose lifetimes overlap; a
+    value that fits an idle buffer takes it (one buffer per step-disjoint chain here)."""
+    from fuel.ir import dtype as dt
+    from fuel.ir.device import CPU
+    from fuel.runtime.replay import _pack
+
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        count = int(rng.integers(1, 30))
+        values, spans = [], []
+        for _ in range(count):
+            dtype = [dt.float32, dt.int64, dt.bool_][int(rng.integers(0, 3))]
+            values.append((None, None, CPU, dtype, int(rng.integers(1, 100))))
+            first = int(rng.integers(0, 40))
+            spans.append([first, first + int(rng.integers(0, 10))])
+        buffers, placed = _pack(values, spans)
+        for value, buffer in enumerate(placed):
+            assert buffers[buffer][3] is values[value][3]
+            assert buffers[buffer][4] >= values[value][4]
+        for a in range(count):
+            for b in range(a + 1, count):
+                if placed[a] == placed[b]:
+                    assert spans[a][1] < spans[b][0] or spans[b][1] < spans[a][0]
+    # Lifetimes in a row (each value freed before the next is written): one buffer, of the
+    # largest size, where taking idle buffers as they come would grow a small first one and
+    # then need a second for the value beside it.
+    small, large, medium = ((None, None, CPU, dt.float32, n) for n in (10, 100, 50))
+    buffers, placed = _pack([small, large, medium], [[0, 1], [2, 3], [4, 5]])
+    assert [b[4] for b in buffers] == [100] and placed == [0, 0, 0]
+    buffers, _ = _pack([small, large, medium], [[0, 4], [2, 3], [5, 6]])
+    assert sorted(b[4] for b in buffers) == [10, 100]

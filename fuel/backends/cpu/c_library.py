@@ -23,10 +23,13 @@ _lock = threading.Lock()
 def address(storage, layout: Layout) -> int:
     """The address a C kernel is handed for ``layout``'s first element (whole blocks for a
     quantized storage)."""
+    base = storage.address  # read once per storage (a storage keeps its buffer for life)
+    if not base:
+        base = storage.address = storage.buffer.ctypes.data
     dtype = storage.dtype
     if dtype.is_quantized:
-        return storage.buffer.ctypes.data + dtype.storage_bytes(layout.offset)
-    return storage.buffer.ctypes.data + layout.offset * storage.buffer.itemsize
+        return base + dtype.storage_bytes(layout.offset)
+    return base + layout.offset * storage.buffer.itemsize
 
 
 def entry_point(name: str, source: Callable[[], str], openmp: bool = False):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import functools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +44,45 @@ def gather(inputs, outputs, layouts, params):
     )
     output(outputs[0], layouts[-1])[...] = np.take_along_axis(source[region], index,
                                                               axis=params.dim)
+
+
+GATHER_SOURCE = Path(__file__).with_name("gather_rows.c")
+
+
+def _prepare_gather(inputs, outputs, layouts, params):
+    """The bound launcher of gather: one ForeignCall of ``gather_rows.c`` (run in a replay's
+    C launch sequence) along the last dim of dense operands whose rows match (a loss picking
+    each row's target); else the NumPy kernel bound."""
+    source, index, out = layouts
+    shape = source.shape
+    item = inputs[0].buffer.itemsize
+    function = None
+    if len(shape) >= 1 and params.dim in (-1, len(shape) - 1) and index.numel \
+            and index.shape[:-1] == shape[:-1] and out.shape == index.shape \
+            and all(layout.is_contiguous() for layout in layouts) \
+            and item == inputs[0].dtype.itemsize and item in (1, 2, 4, 8) \
+            and not inputs[0].buffer.dtype.hasobject:
+        function = entry_point("gather_rows", GATHER_SOURCE.read_text)
+    if function is None:
+        return functools.partial(gather, inputs, outputs, layouts, params)
+    width = shape[-1]
+    status = (ctypes.c_int64 * 1)()
+    data = (ctypes.c_void_p * 4)(address(inputs[0], source), address(inputs[1], index),
+                                 address(outputs[0], out), ctypes.addressof(status))
+    sizes = (ctypes.c_int64 * 5)(math.prod(shape[:-1]), width, index.shape[-1],
+                                 inputs[1].buffer.itemsize, item)
+    positions = inputs[1]
+
+    def failure(code: int) -> IndexOutOfRange:
+        bad = int(view(positions, index).reshape(-1)[code - 1])
+        return IndexOutOfRange(f"index {bad} is out of range for dim {len(shape) - 1} of "
+                               f"size {width}")
+
+    return ForeignCall(function, data, sizes, None, status, failure)
+
+
+gather.prepare = _prepare_gather
+gather.revision_source = GATHER_SOURCE.read_text()
 
 
 @KERNELS.kernel(OpKind.INDEX_SELECT,

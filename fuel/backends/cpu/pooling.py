@@ -4,13 +4,16 @@ indices of 2-d windows without padding or dilation in C (``pool_indices.c``)."""
 from __future__ import annotations
 
 import ctypes
+import functools
+import math
 from pathlib import Path
 
 import numpy as np
 
 from fuel.backends.cpu.arrays import HALF_NUMPY, STRIDED, compute, kernel_list, output, view
-from fuel.backends.cpu.c_library import entry_point
+from fuel.backends.cpu.c_library import address, entry_point
 from fuel.backends.cpu.convolution import pad_spatial, windows
+from fuel.compiler.foreign import ForeignCall
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
 
@@ -96,6 +99,33 @@ def _library():
     """pool_indices.c's entry point (built or fetched from the kernel cache once), or None
     where the machine has no working C compiler."""
     return entry_point("pool_indices", lambda: SOURCE.read_text())
+
+
+def _prepare_indices(inputs, outputs, layouts, params):
+    """The bound launcher of max_pool_indices: one ForeignCall of pool_indices.c (which a
+    replay runs in its C launch sequence, no Python per launch) where it takes the launch: a
+    float32 input whose leading dims walk as one, a dense output, plain 2-d windows; else the
+    kernel above bound."""
+    x, out = layouts[0], layouts[-1]
+    shape, strides = x.shape, x.strides
+    lead = len(shape) - 2
+    function = None
+    if inputs[0].dtype is dt.float32 and lead >= 0 and out.numel and out.is_contiguous() and \
+            _plain_2d(params, shape[lead:], out.shape[lead:]) and all(
+                strides[d] == strides[d + 1] * shape[d + 1]
+                for d in range(lead - 1) if shape[d] > 1):
+        function = _library()
+    if function is None:
+        return functools.partial(max_pool_indices, inputs, outputs, layouts, params)
+    plane_step = strides[lead - 1] if lead else 0
+    sizes = (ctypes.c_int64 * 9)(math.prod(shape[:lead]), *shape[lead:], *out.shape[lead:],
+                                 *params.kernel, *params.strides)
+    data = (ctypes.c_void_p * 2)(address(inputs[0], x), address(outputs[0], out))
+    return ForeignCall(function, data, sizes, (ctypes.c_int64 * 3)(plane_step, *strides[lead:]))
+
+
+max_pool_indices.prepare = _prepare_indices
+max_pool_indices.revision_source = SOURCE.read_text()
 
 
 def _indices_in_c(function, x: np.ndarray, out: np.ndarray, params, spatial_in,

@@ -40,6 +40,28 @@ static inline __attribute__((always_inline)) __m256i dot_bytes(__m256i a, __m256
 #endif
 }
 
+/* Where block b's bytes go. Plain: 64 bytes per block, its high bytes h then its low bytes
+ * l. PAIRED: per pair of blocks 128 bytes, their high bytes then their low bytes.
+ * INTERLEAVED: per pair of blocks 128 bytes, h of both blocks' values 0-15, h of their values
+ * 16-31, then l the same way (16 bytes each). */
+static inline __attribute__((always_inline)) void store_split(uint8_t *bytes, int64_t b,
+                                                              __m256i h, __m256i l) {
+#if defined(INTERLEAVED)
+    uint8_t *at = bytes + 128 * (b >> 1) + 16 * (b & 1);
+    _mm_store_si128((__m128i *)at, _mm256_castsi256_si128(h));
+    _mm_store_si128((__m128i *)(at + 32), _mm256_extracti128_si256(h, 1));
+    _mm_store_si128((__m128i *)(at + 64), _mm256_castsi256_si128(l));
+    _mm_store_si128((__m128i *)(at + 96), _mm256_extracti128_si256(l, 1));
+#elif defined(PAIRED)
+    uint8_t *at = bytes + 128 * (b >> 1) + 32 * (b & 1);
+    _mm256_store_si256((__m256i *)at, h);
+    _mm256_store_si256((__m256i *)(at + 64), l);
+#else
+    _mm256_store_si256((__m256i *)(bytes + 64 * b), h);
+    _mm256_store_si256((__m256i *)(bytes + 64 * b + 32), l);
+#endif
+}
+
 /* round_int16_blocks of count blocks of x (quantize_activations' float32 steps), stored
  * split (see above). */
 static void split_activations(const float *restrict x, split_blocks out, int64_t count) {
@@ -70,15 +92,21 @@ static void split_activations(const float *restrict x, split_blocks out, int64_t
         const __m256i l = _mm256_packus_epi16(_mm256_packs_epi32(low[0], low[1]),
                                               _mm256_packs_epi32(low[2], low[3]));
         const __m256i h_ordered = _mm256_permutevar8x32_epi32(h, in_order);
-        _mm256_store_si256((__m256i *)(out.bytes + 64 * b), h_ordered);
-        _mm256_store_si256((__m256i *)(out.bytes + 64 * b + 32),
-                           _mm256_permutevar8x32_epi32(l, in_order));
+        store_split(out.bytes, b, h_ordered, _mm256_permutevar8x32_epi32(l, in_order));
 #if defined(SIGNED_CODES)
         /* the signed codes meet h as unsigned (code + 128): their lanes start at -128 sum(h) */
-        _mm256_store_si256((__m256i *)(out.corrections + 8 * b),
-                           _mm256_sub_epi32(_mm256_setzero_si256(),
-                                            dot_bytes(_mm256_setzero_si256(),
-                                                      _mm256_set1_epi8((char)0x80), h_ordered)));
+        const __m256i correction = _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            dot_bytes(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), h_ordered));
+#if defined(INTERLEAVED)
+        /* lane j < 4 of a pair's accumulator holds the block's values 4j .. 4j + 3 and 16 + 4j
+         * .. 16 + 4j + 3 */
+        _mm_store_si128((__m128i *)(out.corrections + 4 * b),
+                        _mm_add_epi32(_mm256_castsi256_si128(correction),
+                                      _mm256_extracti128_si256(correction, 1)));
+#else
+        _mm256_store_si256((__m256i *)(out.corrections + 8 * b), correction);
+#endif
 #endif
         const __m256i sums = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]),
                                                _mm256_add_epi32(q[2], q[3]));
@@ -94,21 +122,45 @@ static void split_activations(const float *restrict x, split_blocks out, int64_t
     }
 }
 
-/* Chunk c of a weight block against activation block at (64 bytes, see split_blocks) whose
- * SIGNED_CODES lanes start at ``start``: the exact integer sums, lane j positions 4j .. 4j + 3. */
+#if !defined(INTERLEAVED)
+/* Chunk c of a weight block (unsigned codes) against its activation block (high, low: 64
+ * bytes, see split_blocks): the exact integer sums, lane j positions 4j .. 4j + 3. */
 static inline __attribute__((always_inline)) __m256i chunk_dot(const uint8_t *block, int c,
-                                                               __m256i high, __m256i low,
-                                                               __m256i start) {
+                                                               __m256i high, __m256i low) {
     const __m256i codes = code_bytes(block, c);
-#if defined(SIGNED_CODES)
-    const __m256i upper = dot_bytes(start, _mm256_xor_si256(codes, _mm256_set1_epi8((char)0x80)),
-                                    high);
-#else
-    (void)start;
     const __m256i upper = dot_bytes(_mm256_setzero_si256(), codes, high);
-#endif
     return dot_bytes(_mm256_slli_epi32(upper, 8), low, codes);
 }
+#endif
+
+#if defined(PAIRED)
+/* chunks 2p, 2p + 1 (code_pair: unsigned codes) against their activation bytes (at: the
+ * pair's 128 bytes), as chunk_dot: lanes 0-7 the first chunk's, 8-15 the second's */
+static inline __attribute__((always_inline)) __m512i pair_dot(__m512i codes, const uint8_t *at) {
+    const __m512i high = _mm512_load_si512((const void *)at);
+    const __m512i low = _mm512_load_si512((const void *)(at + 64));
+    const __m512i upper = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, high);
+    return _mm512_dpbusd_epi32(_mm512_slli_epi32(upper, 8), low, codes);
+}
+#endif
+
+#if defined(INTERLEAVED)
+/* Chunks c, c + 1 (code_halves' first and second) against their activation pair (at: 128
+ * bytes, INTERLEAVED) whose lanes start at ``start``: lanes 0-3 chunk c's sums, 4-7 chunk
+ * c + 1's, eight products a lane. The integers are exact; their conversion to float too below
+ * 2^24, iq4's largest products (8 * 127 * 32767 < 2^25) round to an even integer there. */
+static inline __attribute__((always_inline)) __m256i halves_dot(__m256i first, __m256i second,
+                                                                const uint8_t *at,
+                                                                __m256i start) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i upper = dot_bytes(
+        dot_bytes(start, _mm256_xor_si256(first, flip), _mm256_load_si256((const __m256i *)at)),
+        _mm256_xor_si256(second, flip), _mm256_load_si256((const __m256i *)(at + 32)));
+    return dot_bytes(dot_bytes(_mm256_slli_epi32(upper, 8),
+                               _mm256_load_si256((const __m256i *)(at + 64)), first),
+                     _mm256_load_si256((const __m256i *)(at + 96)), second);
+}
+#endif
 
 static inline float horizontal_sum(__m256 v) {
     __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -117,21 +169,11 @@ static inline float horizontal_sum(__m256 v) {
     return _mm_cvtss_f32(half);
 }
 
-static inline __attribute__((always_inline)) __m256i block_start(split_blocks x, int64_t at) {
-#if defined(SIGNED_CODES)
-    return _mm256_load_si256((const __m256i *)(x.corrections + 8 * at));
-#else
-    (void)x;
-    (void)at;
-    return _mm256_setzero_si256();
-#endif
-}
-
 /* Block b's headers for the tile's rows: their chunk factors (weight scale times activation
  * scale; per half where SCALES is 2) into factors[r], their offsets added to offsets[r]. */
 static inline __attribute__((always_inline)) void block_factors(
     const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t b,
-    float (*factors)[8 * SCALES], __m256 *offsets, const int rows) {
+    float (*factors)[16], __m256 *offsets, const int rows) {
     const int64_t at = b * CHUNKS;
     const __m256 d = _mm256_loadu_ps(x.d + at);
 #if defined(CODE_OFFSET)
@@ -175,6 +217,7 @@ static inline __attribute__((always_inline)) void block_factors(
 #endif
 }
 
+#if !defined(PAIRED)
 /* rows (at most DECODE_ROWS) weight rows side by side against the activation row; per chunk
  * one float conversion and fma by its factor (weight scale times activation scale; per half
  * where the halves have their own), the offsets one fma per block against the activation
@@ -190,24 +233,39 @@ static inline __attribute__((always_inline)) void decode_tile(
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
     /* the headers run a block ahead (double-buffered factors): a block's chunks then wait on
      * no header's chain of dependent steps */
-    float buffers[2][DECODE_ROWS][8 * SCALES] __attribute__((aligned(32)));
+    float buffers[2][DECODE_ROWS][16] __attribute__((aligned(64)));
     block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
     for (int64_t b = 0; b < blocks; b++) {
         for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
             _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
-        float (*factors)[8 * SCALES] = buffers[b & 1];
+        float (*factors)[16] = buffers[b & 1];
         if (b + 1 < blocks)
             block_factors(weight, row_bytes, x, b + 1, buffers[(b + 1) & 1], offsets, rows);
         const int64_t at = b * CHUNKS;
+#if defined(INTERLEAVED)
+#pragma GCC unroll 4
+        for (int c = 0; c < CHUNKS; c += 2) {
+            const __m256i start = _mm256_load_si256((const __m256i *)(x.corrections + 4 * (at + c)));
+            for (int r = 0; r < rows; r++) {
+                __m256i first, second;
+                code_halves(weight + r * row_bytes + b * BLOCK_BYTES, c, &first, &second);
+                const __m256i p = halves_dot(first, second, x.bytes + 64 * (at + c), start);
+                const __m256 factor = _mm256_permutevar8x32_ps(
+                    _mm256_load_ps(factors[r]), _mm256_setr_epi32(c, c, c, c, c + 1, c + 1,
+                                                                  c + 1, c + 1));
+                if (c % 4 == 0) sums[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, sums[r]);
+                else spare[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, spare[r]);
+            }
+        }
+#else
 #pragma GCC unroll 8
         for (int c = 0; c < CHUNKS; c++) {
             const uint8_t *at_x = x.bytes + 64 * (at + c);
             const __m256i high = _mm256_load_si256((const __m256i *)at_x);
             const __m256i low = _mm256_load_si256((const __m256i *)(at_x + 32));
-            const __m256i start = block_start(x, at + c);
             for (int r = 0; r < rows; r++) {
                 const __m256i p = chunk_dot(weight + r * row_bytes + b * BLOCK_BYTES, c, high,
-                                            low, start);
+                                            low);
 #if SCALES == 2
                 /* lanes 0-3: the chunk's first half, 4-7: its second */
                 const __m256 factor = _mm256_permutevar8x32_ps(
@@ -222,11 +280,62 @@ static inline __attribute__((always_inline)) void decode_tile(
                 else spare[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), factor, spare[r]);
             }
         }
+#endif
     }
     for (int r = 0; r < rows; r++)
         out[r] = horizontal_sum(_mm256_sub_ps(_mm256_add_ps(sums[r], spare[r]), offsets[r]));
 }
-
+#else
+/* The AVX-512 tile (PAIRED, q6_k: SCALES 2): decode_tile's sums, two chunks per
+ * step (lanes 0-7 the first, 8-15 the second), the factors of the pair's four halves picked
+ * from the block's by one permute. */
+static inline __attribute__((always_inline)) void decode_tile(
+    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t blocks, float *out,
+    const int rows) {
+    __m512 sums[DECODE_ROWS], spare[DECODE_ROWS];
+    __m256 offsets[DECODE_ROWS];
+    for (int r = 0; r < rows; r++) {
+        sums[r] = spare[r] = _mm512_setzero_ps();
+        offsets[r] = _mm256_setzero_ps();
+    }
+    const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
+    float buffers[2][DECODE_ROWS][16] __attribute__((aligned(64)));
+    block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
+    for (int64_t b = 0; b < blocks; b++) {
+        for (int line = 0; line < rows * BLOCK_BYTES; line += 64)
+            _mm_prefetch((const char *)ahead + b * rows * BLOCK_BYTES + line, _MM_HINT_T0);
+        float (*factors)[16] = buffers[b & 1];
+        if (b + 1 < blocks)
+            block_factors(weight, row_bytes, x, b + 1, buffers[(b + 1) & 1], offsets, rows);
+        const int64_t at = b * CHUNKS;
+#pragma GCC unroll 4
+        for (int p = 0; p < CHUNKS / 2; p++) {
+            /* lanes 4j .. 4j + 3: the pair's half j (factor 4p + j) */
+            const __m512i pick = _mm512_setr_epi32(4 * p, 4 * p, 4 * p, 4 * p, 4 * p + 1, 4 * p + 1,
+                                                   4 * p + 1, 4 * p + 1, 4 * p + 2, 4 * p + 2,
+                                                   4 * p + 2, 4 * p + 2, 4 * p + 3, 4 * p + 3,
+                                                   4 * p + 3, 4 * p + 3);
+            for (int r = 0; r < rows; r++) {
+                const __m512i products = pair_dot(
+                    code_pair(weight + r * row_bytes + b * BLOCK_BYTES, p),
+                    x.bytes + 64 * (at + 2 * p));
+                const __m512 factor = _mm512_permutexvar_ps(pick, _mm512_load_ps(factors[r]));
+                if (p % 2 == 0)
+                    sums[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(products), factor, sums[r]);
+                else
+                    spare[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(products), factor, spare[r]);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        const __m512 total = _mm512_add_ps(sums[r], spare[r]);
+        out[r] = horizontal_sum(_mm256_sub_ps(
+            _mm256_add_ps(_mm512_castps512_ps256(total),
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(total), 1))),
+            offsets[r]));
+    }
+}
+#endif
 
 static void decode_rows(split_blocks x, const uint8_t *weight, float *out, int64_t k,
                         int64_t first, int64_t last) {

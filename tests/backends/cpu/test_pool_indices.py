@@ -15,13 +15,18 @@ from fuel.ir.layout import Layout
 from fuel.ir.params import PoolParams
 
 
-def _indices(x: np.ndarray, params: PoolParams, out_shape: tuple) -> np.ndarray:
+def _indices(x: np.ndarray, params: PoolParams, out_shape: tuple,
+             prepared: bool = False) -> np.ndarray:
     base = x.base if x.base is not None else x
     storage = BACKEND.upload(CPU, base.reshape(-1))
     offset = (x.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // 4
     layout = Layout(x.shape, tuple(s // 4 for s in x.strides), offset)
     out = BACKEND.allocate(CPU, dt.int64, int(np.prod(out_shape)))
-    pooling.max_pool_indices([storage], [out], [layout, Layout.contiguous(out_shape)], params)
+    operands = ([storage], [out], [layout, Layout.contiguous(out_shape)], params)
+    if prepared:  # the launcher a plan binds: pool_indices.c's ForeignCall where it applies
+        pooling.max_pool_indices.prepare(*operands)()
+    else:
+        pooling.max_pool_indices(*operands)
     return out.buffer.reshape(out_shape).copy()
 
 
@@ -32,13 +37,16 @@ def test_c_indices_match_the_numpy_path(kernel, stride, monkeypatch):
     rng = np.random.default_rng(sum(kernel) + sum(stride))
     values = rng.integers(0, 3, (2, 3, 9, 12)).astype(np.float32)  # many ties
     values[0, 0, 0, 1] = values[1, 2, 4, 4] = values[1, 2, 5, 5] = np.nan
-    for x in (values, values[:, :, :, ::-1]):  # dense and a strided (flipped) input
+    # dense, a strided (flipped) input, leading dims that do not walk as one (transposed)
+    for x in (values, values[:, :, :, ::-1], values.transpose(1, 0, 2, 3)):
         params = PoolParams(kernel, stride, (0, 0), (0, 0), (1, 1))
         out_shape = x.shape[:2] + tuple((i - k) // s + 1 for i, k, s in
                                         zip(x.shape[2:], kernel, stride))
         assert pooling._plain_2d(params, x.shape[2:], out_shape[2:])
         found = _indices(x, params, out_shape)
+        bound = _indices(x, params, out_shape, prepared=True)
         monkeypatch.setattr(pooling, "_library", lambda: None)
         expected = _indices(x, params, out_shape)
         monkeypatch.undo()
         np.testing.assert_array_equal(found, expected)
+        np.testing.assert_array_equal(bound, expected)

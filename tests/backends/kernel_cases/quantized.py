@@ -101,11 +101,14 @@ def quantized_matmul_cases(dtypes):
     # decode (one row), short prompts (C dots; tiles of 4 weight rows for one activation row,
     # of 4 activation rows below BLAS_ROWS, and their remainders), batched rows, a long prompt
     # (>= BLAS_ROWS: de-quantized tiles through BLAS), odd output widths, and weights of at
-    # least PARALLEL_BYTES (output rows split over threads in chunks, a prime count of rows)
+    # least PARALLEL_BYTES (output rows split over threads in chunks, a prime count of rows);
+    # eleven blocks at the decode shape (an odd count of blocks, of pairs of chunks for the
+    # blocks of 32)
     threaded = -(-PARALLEL_BYTES // (2 * dtype.block_bytes)) | 1
     while any(threaded % p == 0 for p in range(3, int(threaded ** 0.5) + 1, 2)):
         threaded += 2
-    for rows_shape, n, blocks_per_row, kind in (((1,), 7, 2, "dense"), ((5,), 13, 1, "dense"),
+    for rows_shape, n, blocks_per_row, kind in (((1,), 7, 2, "dense"), ((1,), 5, 11, "dense"),
+                                                ((5,), 13, 1, "dense"),
                                                 ((2, 3), 5, 3, "transposed"),
                                                 ((3,), 9, 2, "dense"),
                                                 ((BLAS_ROWS - 1,), 6, 3, "dense"),
