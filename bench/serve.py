@@ -17,7 +17,10 @@ Phases, each printed as a table row:
     python bench/serve.py [--clients 8,32] [--max-tokens 48] [--slots 32] [--model GGUF]
                           [--threads N] [--json 100] [--no-llama-cpp]
     python bench/serve.py --steps [--step-rows 1,8,32]   # one engine step of B rows, no server
-    python bench/serve.py --kernels   # a step's quantized matmuls: quantized.c's tile vs rows
+    python bench/serve.py --kernels   # a step's quantized matmuls per tile, the multiply floor
+    python bench/serve.py --profile [--step-rows 1,8,32]   # one step of B rows by kernel
+    python bench/serve.py --engine [--clients 8,32]   # the load in-process, CPU per token
+(those four: bench/serve_steps.py)
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import time
 from pathlib import Path
 
 import httpx
+import serve_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPICS = [
@@ -109,6 +113,8 @@ def start_fuel(options: argparse.Namespace) -> tuple[subprocess.Popen, str, str]
                "--max-queue", str(max(options.clients) * 2), "--embedding-model", "none"]
     if options.model:
         command += ["--model", options.model]
+    if options.block_size:
+        command += ["--block-size", str(options.block_size)]
     process = subprocess.Popen(command, cwd=ROOT, env=environment(options),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     line = wait_ready(process, " on http://", "fuel serve")
@@ -344,113 +350,6 @@ def report(options, model, fuel_run: dict) -> int:
     return 1 if failed else 0
 
 
-def step_ratios(options: argparse.Namespace) -> int:
-    """``--steps``: one engine step (fuel.models.paged_step, in this process, no server) of B
-    decode rows for each B of --step-rows (each row a request at position 60 over its own
-    blocks): median wall time on --threads threads, and CPU time on one thread in a child
-    process (what the machine's other load changes least); the ratio of each to B=1's."""
-    rows = [int(b) for b in options.step_rows.split(",")]
-    code = ("import json, os, sys, time\nimport numpy as np\n"
-            "from fuel.models.llama import load_gguf\n"
-            "from fuel.models.kv_cache import PagedKVPool\n"
-            "from fuel.models.paged_step import Chunk, PagedStepper\n"
-            f"model = load_gguf({options.model!r})\nconfig = model.config\n"
-            "width = -(-config.context_length // 16)\n"
-            f"rows = {rows!r}\n"
-            "pool = PagedKVPool(config.num_layers, config.num_kv_heads, config.head_dim,"
-            " 8 * max(rows) + 1, 16, model.device)\n"
-            "stepper = PagedStepper(model, pool, width)\nclock = time.perf_counter if "
-            "sys.argv[1] == 'wall' else time.process_time\nresult = {}\n"
-            "for b in rows:\n"
-            "    chunks = [Chunk([100 + r], 60, list(range(1 + 8 * r, 9 + 8 * r)), True)"
-            " for r in range(b)]\n"
-            "    for _ in range(3):\n        stepper.step(chunks)\n    times = []\n"
-            "    for _ in range(15):\n        start = clock()\n        stepper.step(chunks)\n"
-            "        times.append(clock() - start)\n"
-            "    result[b] = float(np.median(times))\n"
-            "print(json.dumps(result))\n")
-    found = {}
-    for kind, threads in (("wall", options.threads), ("cpu", 1)):
-        values = environment(options)
-        values.update(FUEL_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-                      OPENBLAS_NUM_THREADS=str(threads), FUEL_JUDGE="off")
-        done = subprocess.run([sys.executable, "-c", code, kind], cwd=ROOT, env=values,
-                              capture_output=True, text=True, timeout=TOTAL_TIMEOUT_S)
-        if done.returncode != 0:
-            raise SystemExit(f"the step measurement failed:\n{done.stderr[-2000:]}")
-        found[kind] = {int(b): t for b, t in json.loads(done.stdout.splitlines()[-1]).items()}
-    load = os.getloadavg()[0]
-    print(f"one engine step of B decode rows (position 60), SmolLM2 unless --model; load "
-          f"average {load:.2f} on {os.cpu_count()} cores")
-    print(f"{'B':>4}{'wall ms':>10}{'/ B=1':>8}{'per row':>10}{'cpu ms 1t':>11}{'/ B=1':>8}"
-          f"{'per row':>10}")
-    for b in rows:
-        wall, cpu = found["wall"][b], found["cpu"][b]
-        print(f"{b:>4}{wall * 1e3:>10.2f}{wall / found['wall'][rows[0]]:>8.2f}"
-              f"{wall / b * 1e3:>10.2f}{cpu * 1e3:>11.2f}{cpu / found['cpu'][rows[0]]:>8.2f}"
-              f"{cpu / b * 1e3:>10.2f}")
-    return 0
-
-
-KERNELS_CODE = """
-import ctypes, json, sys, time
-import numpy as np
-from fuel.backends.cpu import quantized, quantized_rows
-from fuel.models.llama import load_gguf
-model = load_gguf(sys.argv[1] if sys.argv[1] != "None" else None)
-layer = model.weights.layers[0]
-weights = [layer.qkv_t, layer.o_t, layer.gate_up_t, layer.down_t, model.weights.output_t]
-weights = [w for w in weights if w.dtype in quantized_rows.FORMATS]
-rng = np.random.default_rng(0)
-best = {}
-for rows in (1, 8, 32):
-    for weight in weights:
-        n, k = weight.shape
-        x = rng.standard_normal((rows, k)).astype(np.float32)
-        out = np.empty((rows, n), np.float32)
-        data = (ctypes.c_void_p * 3)(x.ctypes.data, weight._node.buffer.buffer.ctypes.data,
-                                     out.ctypes.data)
-        sizes = (ctypes.c_int64 * 5)(1, rows, n, k, 1)
-        repeats = max(2, int(3e7 / (rows * n * k)))
-        for tile, function in (("int-dot", quantized.library(weight.dtype)),
-                               ("int-rows", quantized.rows_library(weight.dtype))):
-            for _ in range(5):
-                function(data, sizes, None)
-                start = time.process_time()
-                for _ in range(repeats):
-                    function(data, sizes, None)
-                spent = (time.process_time() - start) / repeats
-                key = f"{tile} {rows}"
-                per_layer = spent * (1 if weight is weights[-1] else len(model.weights.layers))
-                best.setdefault(key, {})[n * k] = min(best.get(key, {}).get(n * k, 1e9),
-                                                      per_layer)
-print(json.dumps({key: sum(values.values()) for key, values in best.items()}))
-"""
-
-
-def kernel_ratios(options: argparse.Namespace) -> int:
-    """``--kernels``: a step's quantized matmuls (every layer's projections and the logits,
-    the formats quantized_rows.c serves) at 1, 8 and 32 rows, on one thread (CPU time, best
-    of 5 rounds, in a child process): quantized.c's integer tile against quantized_rows.c's."""
-    values = environment(options)
-    values.update(FUEL_THREADS="1", OMP_NUM_THREADS="1", FUEL_JUDGE="off")
-    done = subprocess.run([sys.executable, "-c", KERNELS_CODE, str(options.model)], cwd=ROOT,
-                          env=values, capture_output=True, text=True, timeout=TOTAL_TIMEOUT_S)
-    if done.returncode != 0:
-        raise SystemExit(f"the kernel measurement failed:\n{done.stderr[-2000:]}")
-    found = json.loads(done.stdout.splitlines()[-1])
-    print(f"a step's quantized matmuls, 1 thread, CPU ms; load average {os.getloadavg()[0]:.2f}")
-    print(f"{'rows':>5}{'int-dot':>10}{'int-rows':>10}{'rows/dot':>10}{'per row':>10}"
-          f"{'x 1 row':>9}")
-    single = found["int-dot 1"]
-    for rows in (1, 8, 32):
-        dot, tile = found[f"int-dot {rows}"], found[f"int-rows {rows}"]
-        best = tile if rows > 1 else dot
-        print(f"{rows:>5}{dot * 1e3:>10.2f}{tile * 1e3:>10.2f}{tile / dot:>10.2f}"
-              f"{best / rows * 1e3:>10.3f}{best / rows / single:>9.2f}")
-    return 0
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", default="8,32",
@@ -469,15 +368,29 @@ def main() -> int:
                         help="only time one engine step of B rows in-process (no server)")
     parser.add_argument("--step-rows", default="1,8,32", help="the B values of --steps")
     parser.add_argument("--kernels", action="store_true",
-                        help="only time a step's quantized matmuls per tile (no server)")
+                        help="only time a step's quantized matmuls per tile and the core's "
+                             "multiply floor (no server)")
+    parser.add_argument("--engine", action="store_true",
+                        help="only run the load in-process on the engine (no HTTP, one "
+                             "thread): CPU time per token at each client count")
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="positions per KV block (default: the server's)")
+    parser.add_argument("--profile", action="store_true",
+                        help="only profile one engine step of each --step-rows B by kernel "
+                             "(fuel.profile, one thread, no server)")
     options = parser.parse_args()
     if options.steps:
-        return step_ratios(options)
+        return serve_steps.step_ratios(options, environment(options))
     if options.kernels:
-        return kernel_ratios(options)
+        return serve_steps.kernel_ratios(options, environment(options))
+    if options.profile:
+        return serve_steps.step_profiles(options, environment(options))
     options.clients = [int(n) for n in options.clients.split(",")]
     if not all(1 <= n <= len(TOPICS) for n in options.clients):
         raise SystemExit(f"--clients must be in 1..{len(TOPICS)}")
+    if options.engine:
+        return serve_steps.engine_ratios(options, environment(options),
+                                         TOPICS[:max(options.clients)])
     progress("starting fuel serve")
     process, url, model = start_fuel(options)
     try:

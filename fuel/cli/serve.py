@@ -50,11 +50,12 @@ def add_commands(subparsers) -> None:
                             "(default 64; at least --slots)")
     serve.add_argument("--kv-blocks", type=int, default=None, metavar="N",
                        help="KV cache blocks in the pool (default: 1 GiB worth)")
-    serve.add_argument("--block-size", type=int, default=16, metavar="N",
-                       help="positions per KV block (default 16)")
-    serve.add_argument("--prefix-cache-blocks", type=int, default=64, metavar="N",
+    serve.add_argument("--block-size", type=int, default=8, metavar="N",
+                       help="positions per KV block; prefix reuse takes whole blocks "
+                            "(default 8)")
+    serve.add_argument("--prefix-cache-blocks", type=int, default=None, metavar="N",
                        help="cached prefix blocks kept (and resident) while the server is "
-                            "idle (default 64)")
+                            "idle (default 1024 positions' worth)")
     serve.add_argument("--max-inflight-tokens", type=int, default=None, metavar="N",
                        help="cap on prompt + max_tokens of all running requests (default none)")
     serve.add_argument("--request-timeout", type=float, default=None, metavar="S",

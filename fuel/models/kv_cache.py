@@ -114,11 +114,18 @@ class PagedKVPool:
 
     def release(self, blocks) -> None:
         """Give the pages of ``blocks`` (free ones) back to the system: they read as zeros and
-        cost no memory until written again. Only whole pages inside a block's bytes are
-        released; on the CPU without POSIX ``madvise`` this does nothing."""
+        cost no memory until written again. Consecutive blocks are released as one run, whole
+        pages inside it (a block of a few positions is smaller than a page); on the CPU
+        without POSIX ``madvise`` this does nothing."""
         advise = getattr(mmap, "MADV_DONTNEED", None)
         page = mmap.PAGESIZE
         stride = self.block_bytes // len(self._arrays)
+        runs: list[list[int]] = []  # [first, last] of each run of consecutive blocks
+        for block in sorted(set(blocks)):
+            if runs and block == runs[-1][1] + 1:
+                runs[-1][1] = block
+            else:
+                runs.append([block, block])
         for array in self._arrays:
             base = array
             while isinstance(base, np.ndarray):
@@ -126,8 +133,8 @@ class PagedKVPool:
             base = base.obj if isinstance(base, memoryview) else base
             if advise is None or not isinstance(base, mmap.mmap):
                 return
-            for block in blocks:
-                start = -(-block * stride // page) * page
-                stop = (block + 1) * stride // page * page
+            for first, last in runs:
+                start = -(-first * stride // page) * page
+                stop = (last + 1) * stride // page * page
                 if stop > start:
                     base.madvise(advise, start, stop - start)

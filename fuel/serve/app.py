@@ -9,6 +9,7 @@ import base64
 import contextlib
 import hmac
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -74,6 +75,59 @@ async def wait_for_disconnect(receive) -> None:
             return
 
 
+DISCONNECTED = ("disconnected",)  # put into a request's event queue when its client leaves
+
+
+def watch_disconnect(receive, events: asyncio.Queue) -> asyncio.Future:
+    """A task that puts DISCONNECTED into ``events`` when the client goes away, so the
+    request's reader waits on its queue alone (no task and wait set per event)."""
+
+    async def watch() -> None:
+        await wait_for_disconnect(receive)
+        events.put_nowait(DISCONNECTED)
+
+    return asyncio.ensure_future(watch())
+
+
+async def take_events(events: asyncio.Queue) -> list:
+    """The events waiting in ``events``, at least one (waits for it): a step's tokens of
+    several choices, or a token with its request's last events, are handled together."""
+    batch = [await events.get()]
+    while not events.empty():
+        batch.append(events.get_nowait())
+    return batch
+
+
+class Mailbox:
+    """Hands the engine thread's events to one event loop's request queues: posts made while
+    a delivery is pending join it, so a step's tokens for many requests wake the loop once
+    (one ``call_soon_threadsafe`` instead of one per token and request)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._items: list = []
+        self._scheduled = False
+
+    def post(self, queue: asyncio.Queue, item) -> None:
+        """Queue ``item`` for ``queue`` (any thread)."""
+        with self._lock:
+            self._items.append((queue, item))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # the loop closed: nobody listens
+            pass
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items, self._items, self._scheduled = self._items, [], False
+        for queue, item in items:
+            queue.put_nowait(item)
+
+
 class EventStream(Response):
     """A server-sent event stream of the chunks of a request's jobs (one per choice); a client
     that disconnects cancels them at once (their slots are free before the engine's next
@@ -85,26 +139,28 @@ class EventStream(Response):
         self.background = None
 
     async def __call__(self, scope, receive, send) -> None:
-        watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+        watcher = watch_disconnect(receive, self.events)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream; charset=utf-8"),
                 (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
             running = len(self.jobs)
-            while running:
-                getter = asyncio.ensure_future(self.events.get())
-                done, _ = await asyncio.wait({getter, watcher},
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
-                    return  # the client left
-                index, kind, payload = getter.result()
-                running -= kind in ("done", "error")
-                for data in self.render(index, kind, payload, running == 0):
-                    await send({"type": "http.response.body", "body": protocol.server_event(data),
+            failed = False
+            while running and not failed:
+                body = []
+                for event in await take_events(self.events):
+                    if event is DISCONNECTED:
+                        return  # the client left
+                    index, kind, payload = event
+                    running -= kind in ("done", "error")
+                    body += [protocol.server_event(data)
+                             for data in self.render(index, kind, payload, running == 0)]
+                    if kind == "error" or not running:
+                        failed = kind == "error"
+                        break
+                if body:  # the events that arrived together, one write
+                    await send({"type": "http.response.body", "body": b"".join(body),
                                 "more_body": True})
-                if kind == "error":
-                    break
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the connection broke while sending
@@ -148,15 +204,19 @@ def build_app(settings: ServerSettings) -> Starlette:
             raise APIError(401, "a valid API key is required: send 'Authorization: Bearer "
                                 "KEY'", code="invalid_api_key")
 
+    mailboxes: list[Mailbox] = []  # the serving loop's (one; a new loop gets its own)
+
     def submit(*jobs: Job) -> asyncio.Queue:
         """Queue ``jobs``; their events arrive as (job's index, kind, payload)."""
         events: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
+        if not mailboxes or mailboxes[0].loop is not loop:
+            mailboxes[:] = [Mailbox(loop)]
+        mailbox = mailboxes[0]
 
         def emitter(index: int):
             def emit(kind: str, payload) -> None:
-                with contextlib.suppress(RuntimeError):  # the loop closed: nobody listens
-                    loop.call_soon_threadsafe(events.put_nowait, (index, kind, payload))
+                mailbox.post(events, (index, kind, payload))
 
             return emit
 
@@ -174,28 +234,25 @@ def build_app(settings: ServerSettings) -> Starlette:
     async def collect(request: Request, jobs: list[Job], events: asyncio.Queue) -> list:
         """Wait for the jobs' events (the client leaving cancels them): per job (pieces, done
         payload, log-probability entries)."""
-        watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
+        watcher = watch_disconnect(request.receive, events)
         results: list = [([], None, []) for _ in jobs]
         running = len(jobs)
         try:
             while running:
-                getter = asyncio.ensure_future(events.get())
-                done, _ = await asyncio.wait({getter, watcher},
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
-                    raise APIError(499, "the client closed the connection")
-                index, kind, payload = getter.result()
-                pieces, _, logprobs = results[index]
-                if kind == "error":
-                    raise APIError(500, payload, kind="server_error")
-                if kind in ("done", "embeddings"):
-                    results[index] = (pieces, payload, logprobs)
-                    running -= 1
-                elif kind == "logprobs":
-                    logprobs.append(payload)
-                else:
-                    pieces.append(payload)
+                for event in await take_events(events):
+                    if event is DISCONNECTED:
+                        raise APIError(499, "the client closed the connection")
+                    index, kind, payload = event
+                    pieces, _, logprobs = results[index]
+                    if kind == "error":
+                        raise APIError(500, payload, kind="server_error")
+                    if kind in ("done", "embeddings"):
+                        results[index] = (pieces, payload, logprobs)
+                        running -= 1
+                    elif kind == "logprobs":
+                        logprobs.append(payload)
+                    else:
+                        pieces.append(payload)
             return results
         finally:
             for job in jobs:

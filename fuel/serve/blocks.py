@@ -14,6 +14,7 @@ Block 0 is reserved: padding rows of a step write there."""
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -47,7 +48,10 @@ class BlockManager:
                                   f"position, got {blocks} of {block_size}")
         self.blocks = blocks
         self.block_size = block_size
-        self._free = list(range(blocks - 1, 0, -1))  # a stack: recently freed blocks first
+        # a heap: the lowest free block first, so the blocks in use stay packed at the
+        # pool's start and the free ones make long runs whose whole pages go back to the
+        # system (a block of a few positions is smaller than a page)
+        self._free = list(range(1, blocks))
         self._references = [0] * blocks
         self._by_hash: dict[bytes, int] = {}
         self._hash_of: dict[int, bytes] = {}
@@ -80,7 +84,7 @@ class BlockManager:
     def allocate(self) -> int:
         """A block for one request (its reference count 1); OutOfBlocks when none is left."""
         if self._free:
-            block = self._free.pop()
+            block = heapq.heappop(self._free)
         elif self._idle:
             block, _ = self._idle.popitem(last=False)
             del self._by_hash[self._hash_of.pop(block)]
@@ -99,19 +103,21 @@ class BlockManager:
                 if block in self._hash_of:
                     self._idle[block] = None
                 else:
-                    self._free.append(block)
+                    heapq.heappush(self._free, block)
 
     def released(self, keep_cached: int) -> list[int]:
         """Forget all but the ``keep_cached`` most recently used cached blocks, and return
-        the free blocks written since the last call: their memory may be given back."""
+        the free blocks whose memory may be given back: none when no block was written since
+        the last call, else every free block (a page shared with a block in use then may be
+        wholly free now; the pool releases whole pages of runs of them)."""
         while len(self._idle) > keep_cached:
             block, _ = self._idle.popitem(last=False)
             del self._by_hash[self._hash_of.pop(block)]
-            self._free.append(block)
-        free = [block for block in self._written if self._references[block] == 0
-                and block not in self._hash_of]
-        self._written.difference_update(free)
-        return free
+            heapq.heappush(self._free, block)
+        if not self._written:
+            return []
+        self._written.clear()
+        return list(self._free)
 
     # ------------------------------------------------------------------ prefixes
     def match(self, tokens: Sequence[int]) -> list[int]:

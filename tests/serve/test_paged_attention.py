@@ -64,3 +64,14 @@ def test_mismatched_pools_are_a_shape_error():
     q, keys, values, table, lengths = _operands()
     with pytest.raises(ShapeError, match="must share one shape"):
         paged_attention(*(fuel.from_numpy(a) for a in (q, keys, values[:3], table, lengths)))
+
+
+def test_cpu_kernel_with_weights_far_below_the_largest():
+    """Scores spread over hundreds (a sharp softmax): positions whose exponent falls below
+    float32's range weigh 0, the others as the reference."""
+    arrays = _operands(seed=5, rows=6, heads=9, kv_heads=3, dim=64, blocks=40, block_size=4,
+                       width=40)
+    arrays[0] = arrays[0] * 40.0
+    out = paged_attention(*(fuel.from_numpy(a) for a in arrays)).numpy()
+    want = reference(arrays, None)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

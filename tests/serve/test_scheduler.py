@@ -192,14 +192,39 @@ def test_block_manager_counts_names_and_reuses_least_recent_first():
         manager.allocate()
 
 
-def test_released_blocks_are_the_written_free_ones_and_the_cache_is_trimmed():
+def test_released_blocks_are_the_free_ones_once_any_was_written_and_the_cache_is_trimmed():
     manager = BlockManager(6, 2)
     held = [manager.allocate() for _ in range(3)]
     manager.name(held, [1, 2, 3, 4, 5, 6], 0)
     manager.release(held)  # all three named, now cached
-    assert sorted(manager.released(keep_cached=1)) == held[1:]  # the prefix's tail goes
+    # the prefix's tail leaves the cache; every free block is offered (pages are shared by
+    # neighbouring blocks), the cached head is not
+    assert sorted(manager.released(keep_cached=1)) == [2, 3, 4, 5] and held[0] == 1
     assert manager.cached == 1 and manager.match([1, 2, 3]) == held[:1]
     assert manager.released(keep_cached=1) == []  # nothing written since
+
+
+def test_the_pool_gives_back_whole_pages_of_runs_of_small_blocks():
+    """Blocks smaller than a page: a run of free blocks gives back the pages inside it (they
+    read as zeros again); a page shared with a block in use keeps its data."""
+    import mmap
+
+    import numpy as np
+
+    from fuel.models.kv_cache import PagedKVPool
+
+    pool = PagedKVPool(1, 1, 16, 4 * mmap.PAGESIZE // 64 + 2, 1)  # 64-byte blocks
+    keys = pool._arrays[0]
+    if not hasattr(mmap, "MADV_DONTNEED") or not hasattr(mmap, "MAP_PRIVATE"):
+        pytest.skip("no POSIX madvise here: the pool keeps its pages")
+    keys[:] = 1.0
+    per_page = mmap.PAGESIZE // 64
+    pool.release(range(1, 3 * per_page + 1))  # block 0 (in use) shares the first page
+    assert (keys[:per_page] == 1.0).all()  # the first page: block 0 still in use
+    assert (keys[per_page:3 * per_page] == 0.0).all()  # whole pages inside the run
+    assert (keys[3 * per_page + 1:] == 1.0).all()  # past the run
+    pool.release([3 * per_page + 1])  # one block alone holds no whole page
+    assert np.all(keys[3 * per_page + 1] == 1.0)
 
 
 def test_block_hashes_chain_over_the_whole_prefix():

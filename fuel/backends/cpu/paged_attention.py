@@ -24,6 +24,16 @@ KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("paged_attention.c")
 
 
+def source() -> str:
+    """The kernel's C: with ``VECTOR_EXPF`` where the toolchain links the vector math library
+    (the softmax's expf then runs 16 lanes at a time)."""
+    from fuel.compiler import toolchain
+
+    found = toolchain.detect()
+    vector = not isinstance(found, str) and found.vector_math
+    return ("#define VECTOR_EXPF 1\n" if vector else "") + SOURCE.read_text()
+
+
 class PagedAttentionKernel:
     """The C kernel; ``prepare`` binds pointers and sizes once (a replay is one call)."""
 
@@ -41,7 +51,7 @@ class PagedAttentionKernel:
         width = table_layout.shape[1]
         if rows == 0:
             return lambda: None
-        function = entry_point("paged_attention", SOURCE.read_text, openmp=True)
+        function = entry_point("paged_attention", source, openmp=True)
         if function is None:
             from fuel.compiler import toolchain
 
