@@ -503,17 +503,13 @@ def bench_llama_cpp(runs: int, threads: int, profile: bool, gguf: str | None = N
     same GGUF, same threads), alternated rounds; prints its own table and returns its figures
     for the summary. ``gguf``: a format the shipped file is requantized to first
     (bench/requantize.py)."""
-    import importlib.util
     import json
+
+    from requantize import smollm_path
 
     from fuel.models.llama import load_gguf
 
-    # by path: importing torch (transformers) earlier can leave bench/ off sys.path
-    spec = importlib.util.spec_from_file_location("requantize",
-                                                  Path(__file__).with_name("requantize.py"))
-    requantize = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(requantize)
-    path = requantize.smollm_path(gguf)
+    path = smollm_path(gguf)
     model = load_gguf(path)
     rng = np.random.default_rng(0)
     prompts = {"4": model.encode("Once upon a time"),

@@ -239,7 +239,7 @@ def test_the_bench_exits_saying_why_without_a_device():
     if BACKEND.is_available():
         pytest.skip("a CUDA device is here")
     root = Path(__file__).resolve().parents[3]
-    done = subprocess.run([sys.executable, str(root / "bench" / "cuda.py")], cwd=root,
+    done = subprocess.run([sys.executable, str(root / "bench" / "gpu.py")], cwd=root,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 2

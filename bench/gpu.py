@@ -11,7 +11,7 @@
    kernel in fuel) against one memory pass (a 64 MiB device-to-device copy timed by torch),
    both by CUDA events (the aim: at most 1.5x), and torch's eager chain for reference.
 
-    python bench/cuda.py [--device cuda:0] [--runs N] [--only minilm|matmul|smollm|chain]
+    python bench/gpu.py [--device cuda:0] [--runs N] [--only minilm|matmul|smollm|chain]
 
 Without a usable CUDA device it exits with status 2, saying why (no CuPy, driver or device).
 """
@@ -27,10 +27,6 @@ import warnings
 
 import numpy as np
 
-# This file's folder leaves the import path: as sys.path[0] it would make ``import cuda`` (the
-# namespace package CuPy loads its libraries through) find this script.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -52,10 +48,10 @@ def _require_device(name: str):
     backend = find_backend(BackendId.CUDA)
     if backend is None or not backend.is_available():
         reason = backend.unavailable_reason() if backend is not None else "not loadable"
-        _exit(f"bench/cuda.py needs a CUDA device: CUDA is unavailable here ({reason})")
+        _exit(f"bench/gpu.py needs a CUDA device: CUDA is unavailable here ({reason})")
     device = parse_device(name)
     if device not in backend.devices():
-        _exit(f"bench/cuda.py: {name} does not exist; cuda has "
+        _exit(f"bench/gpu.py: {name} does not exist; cuda has "
               f"{', '.join(str(d) for d in backend.devices())}")
     return backend, device
 
