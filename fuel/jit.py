@@ -64,6 +64,14 @@ def _python_key(value: object) -> tuple:
 KEPT_CAPTURES = 32
 
 
+def _signature(args: tuple) -> tuple[list, tuple]:
+    """Each argument's dense node (None for a non-tensor) and the call's capture key: the
+    tensors' dtype, shape and device, the other arguments' values."""
+    nodes = [_dense(a) if isinstance(a, Tensor) else None for a in args]
+    return nodes, tuple((n.dtype, n.shape, n.device) if n is not None else _python_key(a)
+                        for n, a in zip(nodes, args))
+
+
 class JitFunction:
     """A function whose graph is captured per input signature and replayed afterwards; the
     ``keep`` most recently called signatures stay captured."""
@@ -78,9 +86,7 @@ class JitFunction:
         functools.update_wrapper(self, function)
 
     def __call__(self, *args: Any) -> Any:
-        nodes = [_dense(a) if isinstance(a, Tensor) else None for a in args]
-        signature = tuple((n.dtype, n.shape, n.device) if n is not None else _python_key(a)
-                          for n, a in zip(nodes, args))
+        nodes, signature = _signature(args)
         storages = [n.buffer if n is not None else None for n in nodes]
         captures = self.captures
         known = captures.get(signature)
@@ -109,9 +115,7 @@ class JitFunction:
         replays at once, like a call after the first (a model warms its usual shapes this
         way at load, before any input exists). A state the function updates is left as it
         is."""
-        nodes = [_dense(a) if isinstance(a, Tensor) else None for a in args]
-        signature = tuple((n.dtype, n.shape, n.device) if n is not None else _python_key(a)
-                          for n, a in zip(nodes, args))
+        nodes, signature = _signature(args)
         known = self.captures.get(signature)
         if known is None or known[0].generation != table_generation():
             known = self._captured(signature, nodes, args)
