@@ -9,12 +9,7 @@
  *            item_bytes (1, 2, 4 or 8)}
  *   strides is unused (NULL).
  */
-#include <stdint.h>
-#include <string.h>
-
-static inline int64_t position(const void *index, int64_t index_bytes, int64_t at) {
-    return index_bytes == 8 ? ((const int64_t *)index)[at] : ((const int32_t *)index)[at];
-}
+/* position() and first_out_of_range() come from index_rows.h, prepended to this source. */
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
@@ -24,12 +19,10 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     int64_t *status = (int64_t *)data[3];
     const int64_t rows = sizes[0], width = sizes[1], count = sizes[2], index_bytes = sizes[3];
     const int64_t item = sizes[4];
-    for (int64_t at = 0; at < rows * count; at++) {
-        const int64_t i = position(index, index_bytes, at);
-        if (i < -width || i >= width) {
-            status[0] = 1 + at;
-            return;
-        }
+    const int64_t bad = first_out_of_range(index, index_bytes, rows * count, width);
+    if (bad) {
+        status[0] = bad;
+        return;
     }
     for (int64_t r = 0; r < rows; r++)
         for (int64_t k = 0; k < count; k++) {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,23 @@ def gather(inputs, outputs, layouts, params):
 
 
 GATHER_SOURCE = Path(__file__).with_name("gather_rows.c")
+INDEX_ROWS = Path(__file__).with_name("index_rows.h")  # shared with scatter_rows.c
+
+
+def rows_source(path: Path) -> str:
+    """A last-dim gather or scatter kernel's source: index_rows.h, then ``path``."""
+    return INDEX_ROWS.read_text() + path.read_text()
+
+
+def rows_failure(positions, layout: Layout, width: int, dim: int
+                 ) -> Callable[[int], IndexOutOfRange]:
+    """The error of a rows kernel's status ``code`` (1 + the flat position of the first index
+    out of range): names the index, the dim and its size."""
+    def failure(code: int) -> IndexOutOfRange:
+        bad = int(view(positions, layout).reshape(-1)[code - 1])
+        return IndexOutOfRange(f"index {bad} is out of range for dim {dim} of size {width}")
+
+    return failure
 
 
 def _prepare_gather(inputs, outputs, layouts, params):
@@ -62,7 +80,7 @@ def _prepare_gather(inputs, outputs, layouts, params):
             and all(layout.is_contiguous() for layout in layouts) \
             and item == inputs[0].dtype.itemsize and item in (1, 2, 4, 8) \
             and not inputs[0].buffer.dtype.hasobject:
-        function = entry_point("gather_rows", GATHER_SOURCE.read_text)
+        function = entry_point("gather_rows", lambda: rows_source(GATHER_SOURCE))
     if function is None:
         return functools.partial(gather, inputs, outputs, layouts, params)
     width = shape[-1]
@@ -71,18 +89,12 @@ def _prepare_gather(inputs, outputs, layouts, params):
                                  address(outputs[0], out), ctypes.addressof(status))
     sizes = (ctypes.c_int64 * 5)(math.prod(shape[:-1]), width, index.shape[-1],
                                  inputs[1].buffer.itemsize, item)
-    positions = inputs[1]
-
-    def failure(code: int) -> IndexOutOfRange:
-        bad = int(view(positions, index).reshape(-1)[code - 1])
-        return IndexOutOfRange(f"index {bad} is out of range for dim {len(shape) - 1} of "
-                               f"size {width}")
-
-    return ForeignCall(function, data, sizes, None, status, failure)
+    return ForeignCall(function, data, sizes, None, status,
+                       rows_failure(inputs[1], index, width, len(shape) - 1))
 
 
 gather.prepare = _prepare_gather
-gather.revision_source = GATHER_SOURCE.read_text()
+gather.revision_source = rows_source(GATHER_SOURCE)
 
 
 @KERNELS.kernel(OpKind.INDEX_SELECT,

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fuel.backends.cpu.arrays import STRIDED, array_kernel, kernel_list, view
+from fuel.backends.cpu.arrays import STRIDED, array_kernel, kernel_list
 from fuel.backends.cpu.c_library import address, entry_point
-from fuel.backends.cpu.indexing import INDEX_DTYPES, check_indices
+from fuel.backends.cpu.indexing import INDEX_DTYPES, check_indices, rows_failure, rows_source
 from fuel.compiler.foreign import ForeignCall
 from fuel.ir import dtype as dt
-from fuel.ir.errors import IndexOutOfRange
 from fuel.ir.ops import OpKind
 
 KERNELS = kernel_list()
@@ -65,7 +64,7 @@ def _prepare_scatter_elements(inputs, outputs, layouts, params):
             and all(layout.is_contiguous() for layout in layouts[1:]) and item in (4, 8) \
             and item == inputs[2].buffer.itemsize == inputs[0].dtype.itemsize \
             and not inputs[0].buffer.dtype.hasobject:
-        function = entry_point("scatter_rows", ROWS_SOURCE.read_text)
+        function = entry_point("scatter_rows", lambda: rows_source(ROWS_SOURCE))
     if function is None:
         return functools.partial(scatter_elements, inputs, outputs, layouts, params)
     width = shape[-1]
@@ -76,18 +75,12 @@ def _prepare_scatter_elements(inputs, outputs, layouts, params):
     sizes = (ctypes.c_int64 * 7)(math.prod(shape[:-1]), width, index.shape[-1],
                                  inputs[1].buffer.itemsize, inputs[0].buffer.itemsize,
                                  int(not data.is_contiguous()), int(add))
-    indices = inputs[1]
-
-    def failure(code: int) -> IndexOutOfRange:
-        bad = int(view(indices, index).reshape(-1)[code - 1])
-        return IndexOutOfRange(f"index {bad} is out of range for dim {len(shape) - 1} of "
-                               f"size {width}")
-
-    return ForeignCall(function, data_array, sizes, None, status, failure)
+    return ForeignCall(function, data_array, sizes, None, status,
+                       rows_failure(inputs[1], index, width, len(shape) - 1))
 
 
 scatter_elements.prepare = _prepare_scatter_elements
-scatter_elements.revision_source = ROWS_SOURCE.read_text()
+scatter_elements.revision_source = rows_source(ROWS_SOURCE)
 
 
 @KERNELS.kernel(OpKind.SCATTER_ND,

@@ -11,12 +11,7 @@
  *            add (1: float32 or float64 elements, summed)}
  *   strides is unused (NULL).
  */
-#include <stdint.h>
-#include <string.h>
-
-static inline int64_t position(const void *index, int64_t index_bytes, int64_t at) {
-    return index_bytes == 8 ? ((const int64_t *)index)[at] : ((const int32_t *)index)[at];
-}
+/* position() and first_out_of_range() come from index_rows.h, prepended to this source. */
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
@@ -27,12 +22,10 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     int64_t *status = (int64_t *)data[4];
     const int64_t rows = sizes[0], width = sizes[1], count = sizes[2], index_bytes = sizes[3];
     const int64_t item = sizes[4], broadcast = sizes[5], add = sizes[6], total = rows * width;
-    for (int64_t at = 0; at < rows * count; at++) {
-        const int64_t i = position(index, index_bytes, at);
-        if (i < -width || i >= width) {
-            status[0] = 1 + at;
-            return;
-        }
+    const int64_t bad = first_out_of_range(index, index_bytes, rows * count, width);
+    if (bad) {
+        status[0] = bad;
+        return;
     }
     if (broadcast && item == 4)
         for (int64_t at = 0; at < total; at++) ((uint32_t *)out)[at] = *(const uint32_t *)source;
