@@ -29,6 +29,7 @@ from fuel.models.kv_cache import KVCache
 from fuel.models.llama_graph import (
     LlamaWeights,
     StepInputs,
+    attention_span,
     decoder_step,
     rope_inverse_frequencies,
 )
@@ -45,6 +46,14 @@ CACHE_POOL_SIZE = 2  # KV caches (one per capacity) kept for reuse across genera
 REPLAYS_PER_CACHE = 8  # captured step shapes kept per KV cache
 REFILLED_STEP_TOKENS = 16  # replayed steps up to this many tokens keep their input leaves
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
+
+
+def _step_key(cache: KVCache, count: int, all_logits: bool) -> tuple:
+    """A step shape's key among ``cache``'s replays and kept leaves: ``(count, all_logits)``,
+    and the attention span where it is not the whole cache (the mask's width is part of the
+    step's graph; a decode step always spans the whole cache)."""
+    span = attention_span(cache.length, count, cache.capacity)
+    return (count, all_logits) if span == cache.capacity else (count, all_logits, span)
 
 
 class LlamaModel:
@@ -139,7 +148,7 @@ class LlamaModel:
         kept = cache.step_inputs
         for stale in kept.keys() - cache.replays.keys():  # its replay was dropped
             del kept[stale]
-        key = (ids.size, all_logits)
+        key = _step_key(cache, ids.size, all_logits)
         step = kept.get(key)
         if step is None:
             step = kept[key] = StepInputs.create(ids, cache.length, self.config,
@@ -158,7 +167,7 @@ class LlamaModel:
         time they come. Nothing is replayed when ``use_jit`` is False."""
         if not self.use_jit:
             return None
-        key = (count, all_logits)
+        key = _step_key(cache, count, all_logits)
         replays = cache.replays
         if key not in replays and (count > 1 or all_logits):
             replays[key] = None  # first sighting: run eagerly
