@@ -203,7 +203,8 @@ def attention_span(start: int, count: int, capacity: int) -> int:
     """The cache positions a step of ``count`` tokens at ``start`` attends over: the whole
     cache for a one-token step (one graph for every decode position), else the positions
     written so far rounded up to SPAN_BUCKET (a 128-token prompt in a cache of 256 scores 128
-    positions, not 256; the positions cut off are all masked, so the numbers are the same)."""
+    positions, not 256; the positions cut off are all masked, so only float32 rounding of the
+    shorter sums differs)."""
     if count == 1:
         return capacity
     return min(capacity, -(-(start + count) // SPAN_BUCKET) * SPAN_BUCKET)
