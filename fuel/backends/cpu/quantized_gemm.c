@@ -340,22 +340,6 @@ static void gemm_prepare(const float *x, activation_blocks quantized, int64_t m,
         }
 }
 
-/* The calling thread's launch buffers, kept and grown (never shrunk) across launches: at
- * prompt sizes they are a few hundred KiB, which malloc maps afresh per call (page faults
- * each time: about a third of a 128 x 576 launch's preparation). */
-static __thread uint8_t *gemm_arena;
-static __thread size_t gemm_arena_bytes;
-
-static uint8_t *gemm_buffers(size_t bytes) {
-    if (bytes > gemm_arena_bytes) {
-        free(gemm_arena);
-        bytes = (bytes + 63) / 64 * 64;
-        gemm_arena = aligned_alloc(64, bytes);
-        gemm_arena_bytes = gemm_arena != NULL ? bytes : 0;
-    }
-    return gemm_arena;
-}
-
 static void gemm_matmul(const float *x, const uint8_t *weight, float *out, int64_t m, int64_t n,
                         int64_t k, int64_t threads) {
     const int64_t blocks = k / 32, groups = blocks * GEMM_GROUPS;
@@ -364,8 +348,9 @@ static void gemm_matmul(const float *x, const uint8_t *weight, float *out, int64
     /* codes (64 bytes a block), scales (16), pairs, panel scales: each a multiple of 64 */
     const size_t codes_bytes = 64 * count, scales_bytes = (16 * count + 63) / 64 * 64;
     const size_t pairs_bytes = sizeof(int32_t) * (size_t)(stride * (k / 2));
-    uint8_t *arena = gemm_buffers(codes_bytes + scales_bytes + pairs_bytes +
-                                  sizeof(float) * (size_t)(stride * (blocks + groups)));
+    const size_t bytes = codes_bytes + scales_bytes + pairs_bytes +
+                         sizeof(float) * (size_t)(stride * (blocks + groups));
+    uint8_t *arena = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (arena == NULL) return;
     activation_blocks quantized = {(int16_t *)arena, (float *)(arena + codes_bytes), NULL, NULL,
                                    NULL};
@@ -406,6 +391,7 @@ static void gemm_matmul(const float *x, const uint8_t *weight, float *out, int64
         free(w.minimum);
         free(transposed);
     }
+    free(arena);
 }
 #endif
 
