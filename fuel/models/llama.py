@@ -31,6 +31,7 @@ from fuel.models.llama_graph import (
     StepInputs,
     decoder_step,
     rope_inverse_frequencies,
+    row_bucket,
 )
 from fuel.models.sampling import Sampler, SamplingConfig
 from fuel.models.stop_strings import StopStringFilter
@@ -110,14 +111,22 @@ class LlamaModel:
                 self._step(chunk, cache, False)
         return np.concatenate(rows) if len(rows) > 1 else rows[0]
 
+    def step_rows(self, count: int, cache: KVCache) -> int:
+        """The rows a step of ``count`` tokens runs as: ``count`` padded up to its row bucket
+        (``llama_graph.row_bucket``, the paged step's buckets), so a few captured step shapes
+        serve every prompt length; unpadded where the padding would not fit the cache."""
+        rows = row_bucket(count)
+        return rows if cache.length + rows <= cache.capacity else count
+
     def _step(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> np.ndarray:
-        replay = self._replay_function(cache, ids.size, all_logits)
+        rows = self.step_rows(ids.size, cache)
+        replay = self._replay_function(cache, rows, all_logits)
         if replay is not None:
-            step = self._replay_inputs(ids, cache, all_logits)
-            logits = replay(step.ids, step.positions, step.rope, step.mask)
+            step = self._replay_inputs(ids, rows, cache, all_logits)
+            logits = replay(step.ids, step.positions, step.rope, step.mask, step.last)
         else:
             step = StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
-                                     cache.capacity, self.device)
+                                     cache.capacity, self.device, rows)
             snapshot = NodeSnapshot(cache.tensors())
             try:
                 logits = decoder_step(self.weights, self.config, step, cache, all_logits)
@@ -126,41 +135,43 @@ class LlamaModel:
                 snapshot.restore()
                 raise
         cache.length += ids.size
-        return logits.numpy()
+        values = logits.numpy()
+        return values[:ids.size] if all_logits else values
 
-    def _replay_inputs(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> StepInputs:
-        """The leaves of a replayed step: for a step of up to REFILLED_STEP_TOKENS tokens,
+    def _replay_inputs(self, ids: np.ndarray, rows: int, cache: KVCache,
+                       all_logits: bool) -> StepInputs:
+        """The leaves of a replayed step of ``rows`` rows: up to REFILLED_STEP_TOKENS rows,
         the cache's own for that shape, refilled in place (the replay then finds the
         storages it prepared its launchers on); for a longer prompt chunk, new ones (its
         rotation matrices are large: 16 KiB a token)."""
-        if ids.size > REFILLED_STEP_TOKENS:
+        if rows > REFILLED_STEP_TOKENS:
             return StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
-                                     cache.capacity, self.device)
+                                     cache.capacity, self.device, rows)
         kept = cache.step_inputs
         for stale in kept.keys() - cache.replays.keys():  # its replay was dropped
             del kept[stale]
-        key = (ids.size, all_logits)
+        key = (rows, all_logits)
         step = kept.get(key)
         if step is None:
             step = kept[key] = StepInputs.create(ids, cache.length, self.config,
                                                  self._inverse_frequencies, cache.capacity,
-                                                 self.device)
+                                                 self.device, rows)
         else:
             step.refill(ids, cache.length, self.config, self._inverse_frequencies,
                         cache.capacity)
         return step
 
-    def _replay_function(self, cache: KVCache, count: int, all_logits: bool):
-        """The step of ``count`` tokens as a fuel.jit function bound to ``cache`` (captured,
+    def _replay_function(self, cache: KVCache, rows: int, all_logits: bool):
+        """The step of ``rows`` rows as a fuel.jit function bound to ``cache`` (captured,
         then replayed without graph building or planning), or None to run it eagerly.
 
         One-token decode steps are captured at once; other shapes (prompt chunks) the second
         time they come. Nothing is replayed when ``use_jit`` is False."""
         if not self.use_jit:
             return None
-        key = (count, all_logits)
+        key = (rows, all_logits)
         replays = cache.replays
-        if key not in replays and (count > 1 or all_logits):
+        if key not in replays and (rows > 1 or all_logits):
             replays[key] = None  # first sighting: run eagerly
         elif replays.get(key) is None:
             replays[key] = fuel.jit(self._traced_step(cache, all_logits))
@@ -170,10 +181,11 @@ class LlamaModel:
         return replays[key]
 
     def _traced_step(self, cache: KVCache, all_logits: bool):
-        def step_function(ids: Tensor, positions: Tensor, rope: Tensor, mask: Tensor) -> Tensor:
+        def step_function(ids: Tensor, positions: Tensor, rope: Tensor, mask: Tensor,
+                          last: Tensor) -> Tensor:
             # the capture writes the cache in place; keep its tensors realized leaves
             with NodeSnapshot(cache.tensors()):
-                step = StepInputs(ids, positions, rope, mask)
+                step = StepInputs(ids, positions, rope, mask, last)
                 return decoder_step(self.weights, self.config, step, cache, all_logits)
 
         return step_function
