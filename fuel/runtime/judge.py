@@ -81,7 +81,7 @@ def bucket_dim(size: int) -> int:
     return size if size <= 2 else 1 << (size - 1).bit_length()
 
 
-def candidate_names(candidates: Sequence["Candidate"]) -> str:
+def candidate_names(candidates: Sequence[Candidate]) -> str:
     """The candidates' part of a verdict's key: their names sorted, so the shapes of one bucket
     share a verdict even where the kernel's rule puts another candidate first (the rule's
     thread count follows the exact size)."""
@@ -422,6 +422,12 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
 
 
 JUDGE = Judge()
+
+
+def winners_path() -> Path:
+    """The winners file this process reads and writes (``FUEL_JUDGE_FILE`` or the cache
+    folder's ``judge/winners.json``); what ``fuel tune`` records beside it lives in its folder."""
+    return JUDGE._file()
 
 
 def judge_stats() -> dict:
