@@ -15,7 +15,7 @@ MINILM_SHAPES = [(batch, length) for batch in (1, 8) for length in (4, 8, 16, 32
 # One prompt per row bucket up to a prefill chunk (fuel.models.llama_graph.ROW_BUCKETS): a
 # prompt runs padded to its bucket, so these steps serve every prompt length up to 128, and
 # the steps they ran are recorded for a later load to prepare (fuel.models.warm_steps).
-SMOLLM_PROMPTS = (2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+SMOLLM_PROMPTS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 SMOLLM_NEW_TOKENS = 8
 
 
