@@ -30,6 +30,7 @@ from fuel.models.kv_cache import KVCache
 from fuel.models.llama_graph import (
     LlamaWeights,
     StepInputs,
+    attention_span,
     decoder_step,
     rope_inverse_frequencies,
     row_bucket,
@@ -47,6 +48,14 @@ CACHE_POOL_SIZE = 2  # KV caches (one per capacity) kept for reuse across genera
 REPLAYS_PER_CACHE = 16  # captured step shapes kept per KV cache (a warm start's row buckets fit)
 REFILLED_STEP_TOKENS = 16  # replayed steps up to this many tokens keep their input leaves
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
+
+
+def _step_key(cache: KVCache, count: int, all_logits: bool) -> tuple:
+    """A step shape's key among ``cache``'s replays and kept leaves: ``(count, all_logits)``,
+    and the attention span where it is not the whole cache (the mask's width is part of the
+    step's graph; a decode step always spans the whole cache)."""
+    span = attention_span(cache.length, count, cache.capacity)
+    return (count, all_logits) if span == cache.capacity else (count, all_logits, span)
 
 
 class LlamaModel:
@@ -156,7 +165,7 @@ class LlamaModel:
         kept = cache.step_inputs
         for stale in kept.keys() - cache.replays.keys():  # its replay was dropped
             del kept[stale]
-        key = (rows, all_logits)
+        key = _step_key(cache, rows, all_logits)
         step = kept.get(key)
         if step is None:
             step = kept[key] = StepInputs.create(ids, cache.length, self.config,
@@ -175,7 +184,7 @@ class LlamaModel:
         time they come. Nothing is replayed when ``use_jit`` is False."""
         if not self.use_jit:
             return None
-        key = (rows, all_logits)
+        key = _step_key(cache, rows, all_logits)
         replays = cache.replays
         if key not in replays and (rows > 1 or all_logits):
             replays[key] = None  # first sighting: run eagerly
@@ -202,7 +211,7 @@ class LlamaModel:
                 if len(self._cache_pool) >= CACHE_POOL_SIZE:
                     continue
                 cache = self._cache_pool[capacity] = self.new_cache(capacity)
-            key = (rows, all_logits)
+            key = _step_key(cache, rows, all_logits)
             if cache.replays.get(key) is None:
                 if len(cache.replays) >= REPLAYS_PER_CACHE:
                     continue

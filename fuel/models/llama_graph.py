@@ -10,8 +10,9 @@ Node economy matters more than flops here (a decode step is a few hundred nodes,
 host time): q, k and v come from one fused matmul, gate and up from another; the attention scale
 is folded into the q weights; RoPE for q and k together is one batched matmul with per-position
 rotation matrices; grouped-query attention groups each kv head's query heads into one matmul (no
-repeated keys); attention always spans the whole preallocated cache, with an additive mask built
-from the position, so every decode step has the same graph structure."""
+repeated keys); a decode step's attention spans the whole preallocated cache, with an additive
+mask built from the position, so every decode step has the same graph structure (a prompt
+step's spans the positions written so far, rounded up: ``attention_span``)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from fuel.models.gguf_loader import LlamaConfig, QuantizedArray
 from fuel.models.kv_cache import KVCache
 from fuel.nn.functional import gelu, rms_norm, silu, softmax
 from fuel.tensor import Tensor
+
+SPAN_BUCKET = 128  # a prompt step's attention spans the written cache positions rounded up to this
 
 
 @dataclass(frozen=True)
@@ -196,15 +199,26 @@ def step_rope(config: LlamaConfig, inverse_frequencies: np.ndarray, start: int,
     return rope_matrices(inverse_frequencies, start, count, config.head_dim)
 
 
+def attention_span(start: int, count: int, capacity: int) -> int:
+    """The cache positions a step of ``count`` tokens at ``start`` attends over: the whole
+    cache for a one-token step (one graph for every decode position), else the positions
+    written so far rounded up to SPAN_BUCKET (a 128-token prompt in a cache of 256 scores 128
+    positions, not 256; the positions cut off are all masked, so only float32 rounding of the
+    shorter sums differs)."""
+    if count == 1:
+        return capacity
+    return min(capacity, -(-(start + count) // SPAN_BUCKET) * SPAN_BUCKET)
+
+
 def step_mask(config: LlamaConfig, start: int, count: int, capacity: int) -> np.ndarray:
-    """A step's mask; with sliding-window layers, ``(2, rows, capacity)``: the global
-    layers' then the sliding layers'."""
+    """A step's mask, ``(rows, span)`` (``attention_span``); with sliding-window layers,
+    ``(2, rows, span)``: the global layers' then the sliding layers'."""
     group = config.num_heads // config.num_kv_heads
-    full = attention_mask(start, count, group, capacity)
+    span = attention_span(start, count, capacity)
+    full = attention_mask(start, count, group, span)
     if not config.sliding_window:
         return full
-    return np.stack([full, attention_mask(start, count, group, capacity,
-                                          config.sliding_window)])
+    return np.stack([full, attention_mask(start, count, group, span, config.sliding_window)])
 
 
 def layer_inputs(config: LlamaConfig, rope: Tensor, mask: Tensor) -> list[tuple[Tensor, Tensor]]:
@@ -406,10 +420,14 @@ def _cached_attention(q: Tensor, k: Tensor, v: Tensor, cache: KVCache, index: in
                       positions: Tensor, mask: Tensor, query_scale: float,
                       softcap: float = 0.0) -> Tensor:
     """One generation's attention core: write ``k``/``v`` (kv_heads, n, d) at ``positions``
-    of layer ``index`` of ``cache``, then ``q`` (kv_heads, rows, d) attends over the whole
-    cache under the additive ``mask`` (scores soft-capped by ``softcap`` first where it is
+    of layer ``index`` of ``cache``, then ``q`` (kv_heads, rows, d) attends over the cache's
+    first ``mask.shape[-1]`` positions (the whole cache for a decode step) under the additive
+    ``mask`` (scores soft-capped by ``softcap`` first where it is
     given); returns (kv_heads, rows, d)."""
     keys, values = cache.write(index, positions, k, v)
+    span = mask.shape[-1]  # attention_span: a prompt step's written positions
+    if span < keys.shape[1]:
+        keys, values = keys[:, :span], values[:, :span]
     scores = q @ keys.transpose(1, 2)
     if query_scale != 1.0:
         scores = scores * query_scale
