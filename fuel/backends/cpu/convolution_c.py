@@ -76,7 +76,7 @@ HERE = Path(__file__).parent
      "conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_direct.c", "conv_common.h",
      "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h", "conv_patches.c"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
- AVG_POOL, WINOGRAD, DIRECT) = range(11)
+ AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS) = range(13)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
@@ -443,7 +443,8 @@ class CConvolution:
             winograd = library(WINOGRAD)
             if winograd is not None:
                 threads = _threads(geometry, form) if threads is None else threads
-                return self._winograd(winograd, geometry, threads, epilogue, x, w, out)
+                return self._winograd(winograd, geometry, threads, epilogue, x, w, out,
+                                      self.op is OpKind.CONV_FUSED and params.constant_weights)
             form = "gemm"
         if form == "batched" and patches_library() is None:
             form = "im2col"
@@ -479,9 +480,20 @@ class CConvolution:
 
     @staticmethod
     def _winograd(function, g: Geometry, threads: int, epilogue: Epilogue, x: int, w: int,
-                  out: int) -> Launcher:
-        """winograd.c, the transformed weights in this thread's scratch buffer."""
+                  out: int, constant: bool = False) -> Launcher:
+        """winograd.c, the transformed weights in this thread's scratch buffer; constant
+        weights (a model's) transformed once, here, into an array the launcher keeps."""
         size = 16 * (g.m * g.c + 16)
+        if constant:
+            storage = np.empty(size + 16, np.float32)
+            start = -storage.ctypes.data % 64 // 4
+            transformed = storage[start:start + size]
+            CConvolution._call(function, g, WINOGRAD_WEIGHTS, threads, epilogue, x, w, out,
+                               transformed.ctypes.data)()
+            call = CConvolution._call(function, g, WINOGRAD_READY, threads, epilogue, x, w,
+                                      out, transformed.ctypes.data)
+            call.data.transformed = transformed  # held as long as the launcher
+            return call
         call = CConvolution._call(function, g, WINOGRAD, threads, epilogue, x, w, out,
                                   scratch(size).ctypes.data)
 
