@@ -357,14 +357,16 @@ def test_gemm_team_splits_match_the_reference(monkeypatch, threads):
     """conv.c's split of one image's GEMM over the team: column blocks at whole panels (a
     28x28 plane, a 20x20 one whose even split falls inside a panel), output-channel blocks
     where a thread's share of the plane is narrow (14x14, 7x7, 9x5), partial slivers, 1x1 and
-    3x3 kernels, one and two images."""
+    3x3 kernels, one and two images; pointwise launches to at most 16 channels, whose whole
+    panels are read unpacked (micro_strided), a partial panel after them."""
     monkeypatch.setenv("FUEL_THREADS", threads)
     rng = np.random.default_rng(int(threads))
     entry = next(e for e in _siblings(OpKind.CONV_FUSED, 4) if e.kernel.form == "gemm")
     for n, c, h, w, m, kernel in ((1, 40, 28, 28, 70, 3), (1, 24, 20, 20, 36, 3),
                                   (1, 64, 14, 14, 100, 1), (1, 96, 7, 7, 52, 3),
                                   (2, 48, 14, 14, 44, 3), (1, 70, 9, 5, 90, 3),
-                                  (1, 300, 13, 13, 260, 1)):
+                                  (1, 300, 13, 13, 260, 1), (1, 300, 23, 23, 13, 1),
+                                  (2, 100, 30, 30, 16, 1), (1, 20, 9, 9, 5, 1)):
         pad = kernel // 2
         conv = ConvParams((1, 1), (pad, pad), (pad, pad), (1, 1), 1)
         params = ConvEpilogueParams(conv, "relu", 0.0, 0.0, True)
