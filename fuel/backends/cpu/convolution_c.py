@@ -104,6 +104,10 @@ BATCHED_FLOATS = 1 << 20
 # transform each launch outweighs the saved products on a small plane; squeezenet's 13x13
 # planes: 64->256 590 us against 547, 48->192 370 against 326, so a 13x13 plane runs gemm).
 WINOGRAD_PLANE = 170
+# With constant weights (transformed once, when the launch is prepared) from this many: two
+# threads, squeezenet's 13x13 planes 48->192 167 us against gemm's 197, 64->256 257 against
+# 318; resnet's 512->512 at 7x7 even (1470 against 1506-1561), so 7x7 planes stay gemm.
+WINOGRAD_PLANE_CONSTANT = 100
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
 # The direct form's shapes: at most DIRECT_CHANNELS input channels (a stem; a pointwise
@@ -259,11 +263,12 @@ def accepts(form: str, geometry: Geometry | None) -> bool:
     return form in ("im2col", "auto", "gemm")
 
 
-def choose_form(geometry: Geometry | None) -> str | None:
+def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None:
     """The written rule (docs/ARCHITECTURE.md, "Convolution"): depthwise when groups == C ==
     M; winograd for a 3x3 stride-1 convolution with at least WINOGRAD_CHANNELS channels in and
-    out and WINOGRAD_PLANE output positions; batched for a small dense launch on small
-    planes (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm otherwise; None (the NumPy
+    out and WINOGRAD_PLANE output positions (WINOGRAD_PLANE_CONSTANT with ``constant``
+    weights, transformed once); batched for a small dense launch on small planes
+    (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm otherwise; None (the NumPy
     kernel) for 3-d shapes."""
     if geometry is None:
         return None
@@ -271,7 +276,7 @@ def choose_form(geometry: Geometry | None) -> str | None:
         return "depthwise"
     g = geometry
     if (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
-            and g.oh * g.ow >= WINOGRAD_PLANE):
+            and g.oh * g.ow >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)):
         return "winograd"
     plane = g.oh * g.ow
     work = g.n * g.m * plane * g.kh * g.kw * g.c
@@ -402,7 +407,8 @@ class CConvolution:
         geometry = Geometry.of(layouts[0].shape, layouts[1].shape, layouts[-1].shape, conv)
         if self.form != "auto" or geometry is None or library() is None:
             return ()
-        if _threads(geometry, choose_form(geometry)) == 1:
+        constant = self.op is OpKind.CONV_FUSED and params.constant_weights
+        if _threads(geometry, choose_form(geometry, constant)) == 1:
             return ()
         return (Variant(f"{self.form}/{thread_count()}t", self.prepare),
                 Variant(f"{self.form}/1t", functools.partial(self.prepare, threads=1)))
@@ -414,7 +420,8 @@ class CConvolution:
         out_layout = layouts[-1]
         geometry = Geometry.of(layouts[0].shape, layouts[1].shape, out_layout.shape, conv)
         function = library()
-        form = choose_form(geometry) if self.form == "auto" else self.form
+        constant = self.op is OpKind.CONV_FUSED and params.constant_weights
+        form = choose_form(geometry, constant) if self.form == "auto" else self.form
         if geometry is None:
             form = None
         elif not accepts(form, geometry):
@@ -444,7 +451,7 @@ class CConvolution:
             if winograd is not None:
                 threads = _threads(geometry, form) if threads is None else threads
                 return self._winograd(winograd, geometry, threads, epilogue, x, w, out,
-                                      self.op is OpKind.CONV_FUSED and params.constant_weights)
+                                      constant)
             form = "gemm"
         if form == "batched" and patches_library() is None:
             form = "im2col"

@@ -157,6 +157,10 @@ def test_the_rule_picks_winograd_for_large_planes():
     strided = convolution_c.Geometry(1, 64, 56, 56, 64, 3, 3, 28, 28, 2, 2, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(wide) == "winograd"
     assert convolution_c.choose_form(small) == "gemm"
+    assert convolution_c.choose_form(small, constant=True) == "gemm"
+    squeeze = convolution_c.Geometry(1, 64, 13, 13, 256, 3, 3, 13, 13, 1, 1, 1, 1, 1, 1, 1)
+    assert convolution_c.choose_form(squeeze) == "gemm"
+    assert convolution_c.choose_form(squeeze, constant=True) == "winograd"
     assert convolution_c.choose_form(strided) == "gemm"
     assert not convolution_c.accepts("winograd", strided)
 
