@@ -111,6 +111,38 @@ def cat(inputs, outputs, layouts, params):
     np.concatenate(parts, axis=params.dim, out=output(outputs[0], layouts[-1]))
 
 
+CONCAT_SOURCE = Path(__file__).with_name("concat.c")
+
+
+def _prepare_cat(inputs, outputs, layouts, params):
+    """The bound launcher of cat: one ForeignCall of ``concat.c`` (run in a replay's C launch
+    sequence: squeezenet's channel concats, 71 -> 40 us at 128 x 55 x 55) for dense operands
+    of one plain dtype; else the NumPy kernel bound."""
+    out = layouts[-1]
+    item = outputs[0].buffer.itemsize
+    rank = len(out.shape)
+    function = None
+    if rank and all(layout.is_contiguous() or not layout.numel for layout in layouts) and not any(
+            s.dtype.is_packed or s.dtype.is_quantized or s.buffer.dtype.hasobject
+            or s.buffer.itemsize != item for s in (*inputs, outputs[0])):
+        function = entry_point("concat", CONCAT_SOURCE.read_text)
+    if function is None:
+        return functools.partial(cat, inputs, outputs, layouts, params)
+    dim = params.dim % rank
+    outer = math.prod(out.shape[:dim])
+    inner = math.prod(out.shape[dim + 1:]) * item
+    data = (ctypes.c_void_p * (1 + len(inputs)))(
+        address(outputs[0], out), *(address(s, layout) for s, layout in zip(inputs, layouts)))
+    sizes = (ctypes.c_int64 * (3 + len(inputs)))(
+        len(inputs), outer, out.shape[dim] * inner,
+        *(layout.shape[dim] * inner for layout in layouts[:-1]))
+    return ForeignCall(function, data, sizes)
+
+
+cat.prepare = _prepare_cat
+cat.revision_source = CONCAT_SOURCE.read_text()
+
+
 def _triangle(lower: bool):
     def triangle(inputs, outputs, layouts, params):
         source = view(inputs[0], layouts[0])
