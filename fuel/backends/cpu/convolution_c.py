@@ -108,6 +108,11 @@ WINOGRAD_PLANE = 170
 # threads, squeezenet's 13x13 planes 48->192 167 us against gemm's 197, 64->256 257 against
 # 318; resnet's 512->512 at 7x7 even (1470 against 1506-1561), so 7x7 planes stay gemm.
 WINOGRAD_PLANE_CONSTANT = 100
+# An expansion from few channels to many (squeezenet's 32->128 3x3 at 27x27) runs gemm: the
+# output transform of the many channels outweighs the saved products (two threads, 407-429
+# us against gemm's 337; 16->64 at 55x55 even, 344-405 against 378-380).
+WINOGRAD_EXPAND_CHANNELS = 32
+WINOGRAD_EXPAND_OUTPUTS = 128
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
 # The direct form's shapes: at most DIRECT_CHANNELS input channels (a stem; a pointwise
@@ -267,7 +272,8 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     """The written rule (docs/ARCHITECTURE.md, "Convolution"): depthwise when groups == C ==
     M; winograd for a 3x3 stride-1 convolution with at least WINOGRAD_CHANNELS channels in and
     out and WINOGRAD_PLANE output positions (WINOGRAD_PLANE_CONSTANT with ``constant``
-    weights, transformed once); batched for a small dense launch on small planes
+    weights, transformed once), but not an expansion from at most WINOGRAD_EXPAND_CHANNELS to
+    at least four times as many and WINOGRAD_EXPAND_OUTPUTS; batched for a small dense launch on small planes
     (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm otherwise; None (the NumPy
     kernel) for 3-d shapes."""
     if geometry is None:
@@ -276,7 +282,9 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
         return "depthwise"
     g = geometry
     if (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
-            and g.oh * g.ow >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)):
+            and g.oh * g.ow >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)
+            and not (g.c <= WINOGRAD_EXPAND_CHANNELS and g.m >= 4 * g.c
+                     and g.m >= WINOGRAD_EXPAND_OUTPUTS)):
         return "winograd"
     plane = g.oh * g.ow
     work = g.n * g.m * plane * g.kh * g.kw * g.c

@@ -161,6 +161,8 @@ def test_the_rule_picks_winograd_for_large_planes():
     squeeze = convolution_c.Geometry(1, 64, 13, 13, 256, 3, 3, 13, 13, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(squeeze) == "gemm"
     assert convolution_c.choose_form(squeeze, constant=True) == "winograd"
+    expand = convolution_c.Geometry(1, 32, 27, 27, 128, 3, 3, 27, 27, 1, 1, 1, 1, 1, 1, 1)
+    assert convolution_c.choose_form(expand, constant=True) == "gemm"
     assert convolution_c.choose_form(strided) == "gemm"
     assert not convolution_c.accepts("winograd", strided)
 
