@@ -24,6 +24,7 @@ launch sequences), or launcher by launcher where it has none.
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -262,6 +263,15 @@ class BoundPlan:
         if held:
             self.current[self.leaf_count:self.output_base] = self.held
         self.fixed_leaves: list | None = None  # leaves kept bound across runs (a capture's)
+        # ``reuse_outputs`` (a training step's backward sets it: its gradients are dropped by
+        # zero_grad before the next step): an output whose storage nobody but this plan holds
+        # any more at the next run is written again in place, its launchers kept prepared.
+        # Per output: the reference counts (storage, buffer) it has when only this plan
+        # holds it, None while it is not kept.
+        self.reuse_outputs = False
+        self.alone: list = [None] * len(self.outputs)
+        self.root_uses = [self.root_storage.count(storage_id)
+                          for storage_id in range(self.output_base, len(self.current))]
 
     @classmethod
     def bind(cls, graph: Graph, plan: Plan) -> BoundPlan | None:
@@ -317,7 +327,13 @@ class BoundPlan:
                         current[storage_id] = storage
                         changed.append(storage_id)
                     storage_id += 1
-                for pool, backend, device, dtype, size in self.outputs:
+                alone = self.alone
+                for output, (pool, backend, device, dtype, size) in enumerate(self.outputs):
+                    counts = alone[output]
+                    if counts is not None and sys.getrefcount(current[storage_id]) == counts[0] \
+                            and sys.getrefcount(current[storage_id].buffer) == counts[1]:
+                        storage_id += 1  # the last run's, its user gone: written again
+                        continue
                     storage = pool.take(backend, device, dtype, size)
                     taken.append((pool, storage))
                     current[storage_id] = storage
@@ -343,16 +359,37 @@ class BoundPlan:
                 pool.give_back(storage)
             for pool, storage in taken[buffer_count:]:
                 pool.disown(storage)
+        taken.clear()
+        storage = None  # no reference of this frame's left to a storage (``_note_alone``)
         storages = [current[storage_id] for storage_id in self.root_storage]
-        # What the next run will not find again: the outputs and the leaves that change.
+        # What the next run will not find again: the outputs (unless reused) and the leaves
+        # that change.
         launchers = self.launchers
         output_base = self.output_base
+        reuse = self.reuse_outputs and self.held is None
         for storage_id in changed:
-            if storage_id >= output_base or storage_id in volatile:
+            if (storage_id >= output_base and not reuse) or storage_id in volatile:
                 current[storage_id] = None
                 for index in self.touching[storage_id]:
                     launchers[index] = None
+        if reuse:
+            self._note_alone()
         return storages
+
+    def _note_alone(self) -> None:
+        """Per CPU output, the reference counts its storage and buffer will have at the next
+        run when only this plan holds them: counted now (the returned list's references
+        taken off), before any user holds them."""
+        current = self.current
+        alone = self.alone
+        for output, uses in enumerate(self.root_uses):
+            storage_id = self.output_base + output
+            if current[storage_id] is None or not isinstance(current[storage_id].buffer,
+                                                            np.ndarray):
+                alone[output] = None
+                continue
+            alone[output] = (sys.getrefcount(current[storage_id]) - uses,
+                             sys.getrefcount(current[storage_id].buffer))
 
     def _launch_all(self, graph: Graph) -> None:
         """Launch every prepared step and drain (profiled, step by step, where asked)."""
@@ -377,6 +414,7 @@ class BoundPlan:
         if self.held is not None:
             current[self.leaf_count:self.output_base] = self.held
         self.current = current
+        self.alone = [None] * len(self.outputs)
         self.launchers = [None] * len(self.launchers)
         self.settling.clear()
         self.unprepared = True
