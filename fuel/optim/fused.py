@@ -11,6 +11,7 @@ import ctypes
 import functools
 import math
 import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -138,7 +139,9 @@ class _Call:
         for param in params:
             state = optimizer.state[param]
             grad = param.grad._node
-            self.checks.append((param._node, state, grad.buffer, grad.layout,
+            # The gradient's storage weakly: a reference here would keep the backward plan
+            # from writing it again (it writes an output again only when nothing holds it).
+            self.checks.append((param._node, state, weakref.ref(grad.buffer), grad.layout,
                                 [state[name]._node for name in names], state["step"]._node))
 
     def fits(self, optimizer, params: list, names: tuple) -> bool:
@@ -149,7 +152,7 @@ class _Call:
         for param, known, (node, state, grad_storage, grad_layout, moments, step) in zip(
                 params, self.params, self.checks):
             grad = param.grad._node
-            if param is not known or param._node is not node or grad.buffer is not grad_storage \
+            if param is not known or param._node is not node or grad.buffer is not grad_storage() \
                     or grad.layout is not grad_layout or state_of.get(param) is not state or \
                     state["step"]._node is not step:
                 return False
