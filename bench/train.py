@@ -229,18 +229,13 @@ def fuel_step_peak(step, item, captures=None):
 
 
 def _kept_outputs() -> int:
-    """The bytes of the outputs cached plans keep between runs to write them again (an eager
-    step's gradients, ``BoundPlan.reuse_outputs``): the step reuses them instead of
-    allocating, so they count as allocated by it."""
+    """The bytes cached plans keep between runs for the next (an eager step's gradients,
+    written again, and the copies of its inputs: ``BoundPlan.kept_bytes``): the step reuses
+    them instead of allocating, so they count as allocated by it."""
     from fuel.runtime.executor import PLAN_CACHE
 
-    total = 0
-    for plan in list(PLAN_CACHE.plans.values()):
-        bound = plan.replay
-        if bound and bound.reuse_outputs:
-            total += sum(storage.nbytes for storage in bound.current[bound.output_base:]
-                         if storage is not None)
-    return total
+    return sum(plan.replay.kept_bytes() for plan in list(PLAN_CACHE.plans.values())
+               if plan.replay)
 
 
 WARMUP = 5  # steps before the timed ones: plans, kernels and captures are built there

@@ -45,6 +45,8 @@ from fuel.runtime.plan import Plan, Step
 # Plans whose intermediates take more than this stay on the plain walk: a bound plan's
 # launchers keep views of its buffers between runs (the small-work path is what it is for).
 REPLAY_BYTES_LIMIT = 16 * 1024 * 1024
+# A replaced leaf up to this size is copied into a storage of the plan's (``BoundPlan._stage``).
+STAGED_BYTES_LIMIT = 1024 * 1024
 
 
 class Assignment(NamedTuple):
@@ -269,6 +271,9 @@ class BoundPlan:
         # Per output: the reference counts (storage, buffer) it has when only this plan
         # holds it, None while it is not kept.
         self.reuse_outputs = False
+        # With ``reuse_outputs``, a small CPU leaf replaced between runs (a batch's inputs) is
+        # copied into a storage of this plan's (leaf id -> it) that its launchers keep reading.
+        self.staged: dict[int, object] = {}
         self.alone: list = [None] * len(self.outputs)
         self.root_uses = [self.root_storage.count(storage_id)
                           for storage_id in range(self.output_base, len(self.current))]
@@ -309,11 +314,21 @@ class BoundPlan:
         current = self.current
         changed: list[int] = []
         volatile = self.volatile
+        staged = self.staged
         for storage_id, storage in leaves:
             known = current[storage_id]
             if known is not storage:
+                copy = staged.get(storage_id)
+                if copy is known is not None and storage.size == copy.size and \
+                        storage.dtype is copy.dtype and storage.buffer.__class__ is np.ndarray:
+                    copy.buffer[...] = storage.buffer  # the launchers read the copy
+                    continue
                 if known is not None:  # replaced since the last run: expect it to change again
                     volatile.add(storage_id)
+                if storage_id in volatile and self.reuse_outputs and self.held is None and \
+                        self._stage(storage_id, storage) is not None:
+                    changed.append(storage_id)
+                    continue
                 current[storage_id] = storage
                 changed.append(storage_id)
         taken = []
@@ -376,6 +391,28 @@ class BoundPlan:
             self._note_alone()
         return storages
 
+    def _stage(self, storage_id: int, storage) -> object | None:
+        """A storage of this plan's holding a copy of leaf ``storage_id``'s new ``storage``,
+        bound in its place; None when the leaf is not one to copy (not a small CPU array, or
+        an output reads it as a view)."""
+        buffer = storage.buffer
+        if buffer.__class__ is not np.ndarray or storage.device is not CPU or \
+                storage.dtype.is_packed or buffer.nbytes > STAGED_BYTES_LIMIT or \
+                storage_id in self.root_storage:
+            return None
+        copy = storage.backend.allocate(storage.device, storage.dtype, storage.size)
+        copy.buffer[...] = buffer
+        self.staged[storage_id] = self.current[storage_id] = copy
+        self.volatile.discard(storage_id)
+        return copy
+
+    def kept_bytes(self) -> int:
+        """The bytes this plan keeps between runs for the next: outputs written again
+        (``reuse_outputs``) and the copies of replaced leaves."""
+        outputs = self.current[self.output_base:] if self.reuse_outputs else ()
+        return sum(storage.nbytes for storage in outputs if storage is not None) + sum(
+            storage.nbytes for storage in self.staged.values())
+
     def _note_alone(self) -> None:
         """Per CPU output, the reference counts its storage and buffer will have at the next
         run when only this plan holds them: counted now (the returned list's references
@@ -414,6 +451,7 @@ class BoundPlan:
         if self.held is not None:
             current[self.leaf_count:self.output_base] = self.held
         self.current = current
+        self.staged = {}
         self.alone = [None] * len(self.outputs)
         self.launchers = [None] * len(self.launchers)
         self.settling.clear()

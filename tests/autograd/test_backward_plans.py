@@ -51,6 +51,9 @@ def test_remembered_backward_equals_the_general_path_bit_for_bit():
     reference = _train(False)
     replayed = _train(True)
     assert len(backward_plans.PLANS) == 1
+    # Its inputs, new tensors each step, were copied into the plan's own storages.
+    bound = next(iter(backward_plans.PLANS.values())).plan.replay
+    assert bound.reuse_outputs and bound.staged and bound.kept_bytes() > 0
     assert replayed[0] == reference[0]
     for ours, theirs in zip(replayed[1] + [replayed[2]], reference[1] + [reference[2]]):
         for a, b in zip(ours, theirs):
