@@ -49,3 +49,21 @@ def test_tensor_from_an_array_copies_it(dtype):
     np.testing.assert_array_equal(tensor.numpy(), expected)
     strided = fuel.tensor(expected.T)
     np.testing.assert_array_equal(strided.numpy(), expected.T)
+
+
+def test_conv_and_flatten_layers_build_the_nodes_of_the_functional_path():
+    import fuel.nn as nn
+
+    fuel.manual_seed(0)
+    x = _rand(2, 3, 6, 6)
+    for layer in (nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 3, stride=2, bias=False),
+                  nn.Conv2d(3, 6, (3, 1), padding=(1, 0), groups=3)):
+        direct = layer(x)
+        general = F.conv2d(x, layer.weight, layer.bias, layer.stride, layer.padding,
+                           layer.dilation, layer.groups)
+        assert direct._node.key == general._node.key
+        np.testing.assert_array_equal(direct.numpy(), general.numpy())
+    layer.padding = (0, 0)  # changed after construction: the layer follows
+    assert layer(x).shape == (2, 6, 4, 6)
+    assert nn.Flatten()(x)._node.key == x.flatten(1)._node.key
+    assert nn.Flatten()(x).shape == (2, 108)
