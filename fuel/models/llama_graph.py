@@ -232,13 +232,18 @@ def layer_inputs(config: LlamaConfig, rope: Tensor, mask: Tensor) -> list[tuple[
 
 @dataclass
 class StepInputs:
-    """The per-step leaves: token ids, their cache positions, rotation matrices and the
-    attention mask (all data, so steps of one size share one graph structure)."""
+    """The per-step leaves: token ids, their cache positions, rotation matrices, the attention
+    mask and the row whose logits the step returns without ``all_logits`` (all data, so steps
+    of one size share one graph structure). A step's rows may be padded past its tokens
+    (``create``'s ``rows``): padding rows follow the last token's position, and no token row
+    sees them (the causal mask); what they write into the cache lies past its length, where
+    the next tokens overwrite it before any row reads it."""
 
     ids: Tensor
     positions: Tensor
     rope: Tensor
     mask: Tensor
+    last: Tensor
 
     @property
     def count(self) -> int:
@@ -246,17 +251,21 @@ class StepInputs:
 
     @classmethod
     def create(cls, ids: np.ndarray, start: int, config: LlamaConfig,
-               inverse_frequencies: np.ndarray, capacity: int, device) -> StepInputs:
-        """Leaves for ``ids`` at cache positions ``start, start + 1, ...``."""
-        values = step_values(ids, start, config, inverse_frequencies, capacity)
+               inverse_frequencies: np.ndarray, capacity: int, device,
+               rows: int | None = None) -> StepInputs:
+        """Leaves for ``ids`` at cache positions ``start, start + 1, ...``, padded to
+        ``rows`` rows (default: one per id)."""
+        values = step_values(ids, start, config, inverse_frequencies, capacity, rows)
         return cls(*(fuel.from_numpy(array, device=device) for array in values))
 
     def refill(self, ids: np.ndarray, start: int, config: LlamaConfig,
                inverse_frequencies: np.ndarray, capacity: int) -> None:
-        """Overwrite these leaves in place with ``create``'s values for ``ids`` (as many as
-        they hold) at ``start``: a replay given the same storages re-prepares nothing."""
-        values = step_values(ids, start, config, inverse_frequencies, capacity)
-        for tensor, array in zip((self.ids, self.positions, self.rope, self.mask), values):
+        """Overwrite these leaves in place with ``create``'s values for ``ids`` (at most as
+        many as they hold rows, padded to them) at ``start``: a replay given the same
+        storages re-prepares nothing."""
+        values = step_values(ids, start, config, inverse_frequencies, capacity, self.count)
+        for tensor, array in zip((self.ids, self.positions, self.rope, self.mask, self.last),
+                                 values):
             storage = tensor._node.buffer
             storage.backend.write_from_host(storage, array)
 
@@ -298,12 +307,31 @@ class BatchedStepInputs:
 
 
 def step_values(ids: np.ndarray, start: int, config: LlamaConfig,
-                inverse_frequencies: np.ndarray, capacity: int) -> tuple[np.ndarray, ...]:
-    """The arrays of a step's leaves: ids, positions, rotation matrices and mask."""
+                inverse_frequencies: np.ndarray, capacity: int,
+                rows: int | None = None) -> tuple[np.ndarray, ...]:
+    """The arrays of a step's leaves: ids (padded with id 0 to ``rows``), positions, rotation
+    matrices, mask and the last token's row."""
     count = ids.size
-    return (ids.astype(np.int64), np.arange(start, start + count, dtype=np.int64),
-            step_rope(config, inverse_frequencies, start, count),
-            step_mask(config, start, count, capacity))
+    rows = count if rows is None else rows
+    padded = np.zeros(rows, np.int64)
+    padded[:count] = ids
+    return (padded, np.arange(start, start + rows, dtype=np.int64),
+            step_rope(config, inverse_frequencies, start, rows),
+            step_mask(config, start, rows, capacity), np.array([count - 1], np.int64))
+
+
+# A prompt step's rows are padded up to one of these counts (the paged step's too), so that a
+# few step shapes serve every prompt length: each is captured once and replayed. Steps of at
+# most 1.5x from 2 on, so padding adds at most half again the rows (a fifth on average).
+ROW_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def row_bucket(count: int) -> int:
+    """The padded row count that holds ``count`` rows (the next bucket up)."""
+    for size in ROW_BUCKETS:
+        if size >= count:
+            return size
+    return -(-count // ROW_BUCKETS[-1]) * ROW_BUCKETS[-1]
 
 
 def attention(x: Tensor, layer: LayerWeights, index: int, step: StepInputs, cache: KVCache,
@@ -440,7 +468,7 @@ def decoder_step(weights: LlamaWeights, config: LlamaConfig, step: StepInputs,
                           inputs[index])
         x = x + feed_forward(x, layer, config)
     if not all_logits:
-        x = x[step.count - 1:]
+        x = x.index_select(0, step.last)
     return _logits(weights, config, x)
 
 
