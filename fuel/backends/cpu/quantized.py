@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from fuel.backends.cpu import matmul_gemm, quantized_gemm, quantized_rows
-from fuel.backends.cpu.c_library import address, entry_point
+from fuel.backends.cpu.c_library import address, required_entry_point
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.dtype import QuantizedDType
-from fuel.ir.errors import IndexOutOfRange, KernelError
+from fuel.ir.errors import IndexOutOfRange
 from fuel.ir.layout import Layout
 from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_CODE_MAX, ACTIVATION_ROUNDED_FORMATS, OpKind
 
@@ -98,13 +98,8 @@ def source_of(dtype: QuantizedDType) -> str:
 def library(dtype: QuantizedDType):
     """``dtype``'s compiled entry point (built or fetched from the kernel cache once); a
     KernelError where the machine has no working C compiler."""
-    function = entry_point(f"quantized_{dtype.name}", lambda: source_of(dtype), openmp=True)
-    if function is None:
-        from fuel.compiler import toolchain
-
-        raise KernelError(f"cannot compile quantized_{dtype.name}: "
-                          f"{toolchain.unavailable_reason()}")
-    return function
+    return required_entry_point(f"quantized_{dtype.name}", lambda: source_of(dtype),
+                                openmp=True)
 
 
 class QuantizedKernel:

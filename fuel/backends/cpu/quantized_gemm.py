@@ -17,7 +17,7 @@ import ctypes
 from collections.abc import Callable
 from pathlib import Path
 
-from fuel.backends.cpu.c_library import entry_point
+from fuel.backends.cpu.c_library import required_entry_point
 from fuel.ir.dtype import QuantizedDType
 from fuel.ir.errors import KernelError
 
@@ -44,14 +44,8 @@ def source_of(library_source: str) -> str:
 def library(dtype: QuantizedDType, library_source: Callable[[], str]):
     """``dtype``'s GEMM library (built or fetched from the kernel cache once); a KernelError
     where the machine has no working C compiler."""
-    function = entry_point(f"quantized_gemm_{dtype.name}",
-                           lambda: source_of(library_source()), openmp=True)
-    if function is None:
-        from fuel.compiler import toolchain
-
-        raise KernelError(f"cannot compile quantized_gemm_{dtype.name}: "
-                          f"{toolchain.unavailable_reason()}")
-    return function
+    return required_entry_point(f"quantized_gemm_{dtype.name}",
+                                lambda: source_of(library_source()), openmp=True)
 
 
 def serves(dtype: QuantizedDType, rows: int, library_source: Callable[[], str]) -> bool:
