@@ -283,6 +283,8 @@ class ConvEpilogueParams:
     alpha: float = 0.0
     beta: float = 0.0
     residual: bool = False
+    # the weights are a constant (a model's): a kernel may transform them once, when prepared
+    constant_weights: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,7 @@ def test_resnet_block_is_one_node():
     found = _run(_model(nodes, {**CONV, **BN, "r": _x(2, 6, 9, 8)}))
     fused = _fused(found)
     assert len(fused) == 1 and fused[0].params.activation == "relu" and fused[0].params.residual
+    assert fused[0].params.constant_weights  # folded weights: a constant a kernel may transform
     assert not [n for n in found if n.op in (OpKind.ADD, OpKind.RELU, OpKind.SQRT)]
 
 
@@ -118,3 +119,25 @@ def test_batch_normalization_alone_is_one_multiply_add():
     constants = {"s4": _x(4), "t4": _x(4), "m4": _x(4), "v4": _x(4, low=0.5)}
     found = _run(_model(nodes, constants))
     assert not [n for n in found if n.op in (OpKind.SQRT, OpKind.DIV, OpKind.RSQRT)]
+
+
+def test_weights_from_an_input_are_not_constant():
+    """A Conv whose weights are a graph input (not an initializer) is not marked as having
+    constant weights (a kernel transforming them once would keep stale values)."""
+    graph = helper.make_graph(
+        [_conv(output="y")], "fusion",
+        [helper.make_tensor_value_info("x", F, [2, 4, 9, 8]),
+         helper.make_tensor_value_info("w", F, [6, 4, 3, 3])],
+        [helper.make_tensor_value_info("y", F, None)], [numpy_helper.from_array(CONV["b"], "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    loaded = fuel.onnx.load(model)
+    x = _x(2, 4, 9, 8)
+    for weights in (CONV["w"], -CONV["w"]):  # new weights, new outputs
+        expected = ort.InferenceSession(model.SerializeToString(),
+                                        providers=["CPUExecutionProvider"]).run(
+            None, {"x": x, "w": weights})[0]
+        np.testing.assert_allclose(loaded.run({"x": x, "w": weights})["y"], expected,
+                                   rtol=1e-4, atol=1e-4)
+    fused = _fused(_nodes(loaded.graph_tensors({"x": x, "w": CONV["w"]}).values()))
+    assert [n.params.constant_weights for n in fused] == [False]

@@ -76,7 +76,7 @@ HERE = Path(__file__).parent
      "conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_direct.c", "conv_common.h",
      "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h", "conv_patches.c"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
- AVG_POOL, WINOGRAD, DIRECT) = range(11)
+ AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS) = range(13)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
@@ -104,6 +104,15 @@ BATCHED_FLOATS = 1 << 20
 # transform each launch outweighs the saved products on a small plane; squeezenet's 13x13
 # planes: 64->256 590 us against 547, 48->192 370 against 326, so a 13x13 plane runs gemm).
 WINOGRAD_PLANE = 170
+# With constant weights (transformed once, when the launch is prepared) from this many: two
+# threads, squeezenet's 13x13 planes 48->192 167 us against gemm's 197, 64->256 257 against
+# 318; resnet's 512->512 at 7x7 even (1470 against 1506-1561), so 7x7 planes stay gemm.
+WINOGRAD_PLANE_CONSTANT = 100
+# An expansion from few channels to many (squeezenet's 32->128 3x3 at 27x27) runs gemm: the
+# output transform of the many channels outweighs the saved products (two threads, 407-429
+# us against gemm's 337; 16->64 at 55x55 even, 344-405 against 378-380).
+WINOGRAD_EXPAND_CHANNELS = 32
+WINOGRAD_EXPAND_OUTPUTS = 128
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
 # The direct form's shapes: at most DIRECT_CHANNELS input channels (a stem; a pointwise
@@ -259,11 +268,13 @@ def accepts(form: str, geometry: Geometry | None) -> bool:
     return form in ("im2col", "auto", "gemm")
 
 
-def choose_form(geometry: Geometry | None) -> str | None:
+def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None:
     """The written rule (docs/ARCHITECTURE.md, "Convolution"): depthwise when groups == C ==
     M; winograd for a 3x3 stride-1 convolution with at least WINOGRAD_CHANNELS channels in and
-    out and WINOGRAD_PLANE output positions; batched for a small dense launch on small
-    planes (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm otherwise; None (the NumPy
+    out and WINOGRAD_PLANE output positions (WINOGRAD_PLANE_CONSTANT with ``constant``
+    weights, transformed once), but not an expansion from at most WINOGRAD_EXPAND_CHANNELS to
+    at least four times as many and WINOGRAD_EXPAND_OUTPUTS; batched for a small dense launch on small planes
+    (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm otherwise; None (the NumPy
     kernel) for 3-d shapes."""
     if geometry is None:
         return None
@@ -271,7 +282,9 @@ def choose_form(geometry: Geometry | None) -> str | None:
         return "depthwise"
     g = geometry
     if (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
-            and g.oh * g.ow >= WINOGRAD_PLANE):
+            and g.oh * g.ow >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)
+            and not (g.c <= WINOGRAD_EXPAND_CHANNELS and g.m >= 4 * g.c
+                     and g.m >= WINOGRAD_EXPAND_OUTPUTS)):
         return "winograd"
     plane = g.oh * g.ow
     work = g.n * g.m * plane * g.kh * g.kw * g.c
@@ -402,7 +415,8 @@ class CConvolution:
         geometry = Geometry.of(layouts[0].shape, layouts[1].shape, layouts[-1].shape, conv)
         if self.form != "auto" or geometry is None or library() is None:
             return ()
-        if _threads(geometry, choose_form(geometry)) == 1:
+        constant = self.op is OpKind.CONV_FUSED and params.constant_weights
+        if _threads(geometry, choose_form(geometry, constant)) == 1:
             return ()
         return (Variant(f"{self.form}/{thread_count()}t", self.prepare),
                 Variant(f"{self.form}/1t", functools.partial(self.prepare, threads=1)))
@@ -414,7 +428,8 @@ class CConvolution:
         out_layout = layouts[-1]
         geometry = Geometry.of(layouts[0].shape, layouts[1].shape, out_layout.shape, conv)
         function = library()
-        form = choose_form(geometry) if self.form == "auto" else self.form
+        constant = self.op is OpKind.CONV_FUSED and params.constant_weights
+        form = choose_form(geometry, constant) if self.form == "auto" else self.form
         if geometry is None:
             form = None
         elif not accepts(form, geometry):
@@ -443,7 +458,8 @@ class CConvolution:
             winograd = library(WINOGRAD)
             if winograd is not None:
                 threads = _threads(geometry, form) if threads is None else threads
-                return self._winograd(winograd, geometry, threads, epilogue, x, w, out)
+                return self._winograd(winograd, geometry, threads, epilogue, x, w, out,
+                                      constant)
             form = "gemm"
         if form == "batched" and patches_library() is None:
             form = "im2col"
@@ -479,9 +495,20 @@ class CConvolution:
 
     @staticmethod
     def _winograd(function, g: Geometry, threads: int, epilogue: Epilogue, x: int, w: int,
-                  out: int) -> Launcher:
-        """winograd.c, the transformed weights in this thread's scratch buffer."""
+                  out: int, constant: bool = False) -> Launcher:
+        """winograd.c, the transformed weights in this thread's scratch buffer; constant
+        weights (a model's) transformed once, here, into an array the launcher keeps."""
         size = 16 * (g.m * g.c + 16)
+        if constant:
+            storage = np.empty(size + 16, np.float32)
+            start = -storage.ctypes.data % 64 // 4
+            transformed = storage[start:start + size]
+            CConvolution._call(function, g, WINOGRAD_WEIGHTS, threads, epilogue, x, w, out,
+                               transformed.ctypes.data)()
+            call = CConvolution._call(function, g, WINOGRAD_READY, threads, epilogue, x, w,
+                                      out, transformed.ctypes.data)
+            call.data.transformed = transformed  # held as long as the launcher
+            return call
         call = CConvolution._call(function, g, WINOGRAD, threads, epilogue, x, w, out,
                                   scratch(size).ctypes.data)
 

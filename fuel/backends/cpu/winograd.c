@@ -3,7 +3,9 @@
  * dilation 1, any padding; a launch covers the whole batch.
  *
  * Entry: fuel_kernel(data, sizes, strides): data and sizes as conv.c's (sizes[0] = 9);
- * scratch holds 16 * (M * C + 16) floats, the transformed weights.
+ * scratch holds 16 * (M * C + 16) floats, the transformed weights. sizes[0] = 12 only
+ * transforms the weights into scratch; sizes[0] = 11 is the convolution with scratch holding
+ * them already (a model's constant weights, transformed once when its launch is prepared).
  *
  * Per launch the weights are transformed, U[xi][m][c] = (G g[m, c] G^T)[xi] (G the 4 x 3
  * filter transform), 8 output channels a unit of run_units' pool. The output is cut into
@@ -15,7 +17,7 @@
  * while they are in cache.
  */
 
-enum { WINOGRAD = 9 };
+enum { WINOGRAD = 9, WINOGRAD_READY = 11, WINOGRAD_WEIGHTS = 12 };
 /* Floats between two xi's matrices holding `floats`: one cache line more, so the 16 streams a
  * transform writes do not share cache sets when `floats` is a power of two. */
 #define XI_STRIDE(floats) ((floats) + 16)
@@ -255,7 +257,8 @@ static void chunk_task(void *context, int64_t unit) {
 }
 
 static void winograd_conv(const float *x, const float *w, float *out, const float *residual,
-                          float *u, const Shape *s, const Finish *f, int64_t threads) {
+                          float *u, const Shape *s, const Finish *f, int64_t threads,
+                          int64_t form) {
     const int64_t tw_count = (s->ow + 1) / 2, th_count = (s->oh + 1) / 2;
     const int64_t mp = (s->m + MR - 1) / MR * MR;
     /* tiles per chunk: its transformed tiles and products (16 x (C + M) floats a tile) about
@@ -288,8 +291,8 @@ static void winograd_conv(const float *x, const float *w, float *out, const floa
     }
     WinogradJob j = {x, w, out, residual, u, s, f, tw_count, th_count, rows, chunks, panels,
                      mp, plane, (s->m + 7) / 8, m_blocks};
-    run_units(j.weight_units, threads, weight_task, &j);
-    run_units(s->n * chunks * m_blocks, threads, chunk_task, &j);
+    if (form != WINOGRAD_READY) run_units(j.weight_units, threads, weight_task, &j);
+    if (form != WINOGRAD_WEIGHTS) run_units(s->n * chunks * m_blocks, threads, chunk_task, &j);
 }
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
@@ -299,5 +302,5 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const float *scalars = data[6];
     const Finish f = {data[2], data[5], s.act, scalars != NULL ? scalars[0] : 0.0f,
                       scalars != NULL ? scalars[1] : 0.0f};
-    winograd_conv(data[0], data[1], data[4], data[3], data[7], &s, &f, threads);
+    winograd_conv(data[0], data[1], data[4], data[3], data[7], &s, &f, threads, sizes[0]);
 }

@@ -19,6 +19,7 @@ them whenever a pattern does not hold.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -88,8 +89,8 @@ def _refold(ctx: NodeContext, producer: Node, scale: np.ndarray | None,
     """``producer`` with its weights and bias scaled per channel by ``scale`` and ``shift``
     added to its bias (its weights and bias must be constants)."""
     weight, bias = known(ctx, producer.inputs[1]), known(ctx, producer.inputs[2])
-    if weight is None or bias is None:
-        return None
+    if weight is None or bias is None or depends_on(producer.inputs[1], ctx.builder.feed_nodes):
+        return None  # (a feed's weights are not baked into the folded ones)
     weight, bias = np.asarray(weight, np.float64), np.asarray(bias, np.float64)
     if scale is not None:
         weight = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
@@ -112,7 +113,8 @@ def _rebuild(node: Node, activation: str = "", alpha: float = 0.0, beta: float =
     if slope is not None:
         inputs.append(slope)
     epilogue = ConvEpilogueParams(params.conv, activation, float(alpha), float(beta),
-                                  params.residual or residual is not None)
+                                  params.residual or residual is not None,
+                                  params.constant_weights or weights is not None)
     return make(OpKind.CONV_FUSED, tuple(inputs), epilogue)
 
 
@@ -144,7 +146,11 @@ def conv(ctx: NodeContext) -> Tensor | None:
         return None
     params = ConvParams(tuple(strides), tuple(begin), tuple(end), tuple(dilations),
                         int(ctx.attr("group", 1)))
-    return nn_conv.conv_fused(x, w, bias, params)
+    fused = nn_conv.conv_fused(x, w, bias, params)
+    if known(ctx, w._node) is None or depends_on(w._node, ctx.builder.feed_nodes):
+        return fused
+    node = fused._node  # the weights are a constant: a kernel may transform them once
+    return make(OpKind.CONV_FUSED, node.inputs, replace(node.params, constant_weights=True))
 
 
 # ----------------------------------------------------------------------------- BatchNormalization

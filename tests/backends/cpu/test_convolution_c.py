@@ -70,13 +70,16 @@ def random_plan(rng: np.random.Generator, rank: int) -> tuple:
                                groups))
 
 
-def _run(entry, arrays, out_shape, params) -> np.ndarray:
+def _run(entry, arrays, out_shape, params, launches: int = 1) -> np.ndarray:
+    """The output of ``entry``'s kernel, prepared once and launched ``launches`` times."""
     device = CPU.devices()[0]
     storages = [CPU.upload(device, a) for a in arrays]
     layouts = [Layout.contiguous(a.shape) for a in arrays]
     out_layout = Layout.contiguous(out_shape)
     output = CPU.allocate(device, dt.float32, out_layout.numel)
-    entry.kernel(storages, [output], layouts + [out_layout], params)
+    launch = entry.kernel.prepare(storages, [output], layouts + [out_layout], params)
+    for _ in range(launches):
+        launch()
     return np.asarray(CPU.download(output, out_layout))
 
 
@@ -142,6 +145,10 @@ def test_winograd_matches_the_reference(monkeypatch, case):
     fused = next(e for e in _siblings(OpKind.CONV_FUSED, 4) if e.kernel.form == "winograd")
     np.testing.assert_allclose(_run(fused, [x, weight, bias, extra], y.shape, params),
                                expected, rtol=1e-4, atol=1e-4 * scale)
+    # constant weights: transformed once when the launch is prepared, then launched twice
+    constant = ConvEpilogueParams(conv, "silu", 0.0, 0.0, True, constant_weights=True)
+    np.testing.assert_allclose(_run(fused, [x, weight, bias, extra], y.shape, constant,
+                                    launches=2), expected, rtol=1e-4, atol=1e-4 * scale)
 
 
 def test_the_rule_picks_winograd_for_large_planes():
@@ -150,6 +157,12 @@ def test_the_rule_picks_winograd_for_large_planes():
     strided = convolution_c.Geometry(1, 64, 56, 56, 64, 3, 3, 28, 28, 2, 2, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(wide) == "winograd"
     assert convolution_c.choose_form(small) == "gemm"
+    assert convolution_c.choose_form(small, constant=True) == "gemm"
+    squeeze = convolution_c.Geometry(1, 64, 13, 13, 256, 3, 3, 13, 13, 1, 1, 1, 1, 1, 1, 1)
+    assert convolution_c.choose_form(squeeze) == "gemm"
+    assert convolution_c.choose_form(squeeze, constant=True) == "winograd"
+    expand = convolution_c.Geometry(1, 32, 27, 27, 128, 3, 3, 27, 27, 1, 1, 1, 1, 1, 1, 1)
+    assert convolution_c.choose_form(expand, constant=True) == "gemm"
     assert convolution_c.choose_form(strided) == "gemm"
     assert not convolution_c.accepts("winograd", strided)
 
@@ -343,6 +356,37 @@ def test_threaded_launches_match_the_reference(monkeypatch, groups):
         actual = _run(entry, [x, w], expected.shape, params)
         np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-3,
                                    err_msg=entry.kernel.__name__)
+
+
+@pytest.mark.parametrize("threads", ["2", "3"])
+def test_gemm_team_splits_match_the_reference(monkeypatch, threads):
+    """conv.c's split of one image's GEMM over the team: column blocks at whole panels (a
+    28x28 plane, a 20x20 one whose even split falls inside a panel), output-channel blocks
+    where a thread's share of the plane is narrow (14x14, 7x7, 9x5), partial slivers, 1x1 and
+    3x3 kernels, one and two images; pointwise launches to at most 16 channels, whose whole
+    panels are read unpacked (micro_strided), a partial panel after them."""
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(int(threads))
+    entry = next(e for e in _siblings(OpKind.CONV_FUSED, 4) if e.kernel.form == "gemm")
+    for n, c, h, w, m, kernel in ((1, 40, 28, 28, 70, 3), (1, 24, 20, 20, 36, 3),
+                                  (1, 64, 14, 14, 100, 1), (1, 96, 7, 7, 52, 3),
+                                  (2, 48, 14, 14, 44, 3), (1, 70, 9, 5, 90, 3),
+                                  (1, 300, 13, 13, 260, 1), (1, 300, 23, 23, 13, 1),
+                                  (2, 100, 30, 30, 16, 1), (1, 20, 9, 9, 5, 1)):
+        pad = kernel // 2
+        conv = ConvParams((1, 1), (pad, pad), (pad, pad), (1, 1), 1)
+        params = ConvEpilogueParams(conv, "relu", 0.0, 0.0, True)
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        weight = rng.standard_normal((m, c, kernel, kernel)).astype(np.float32)
+        y = reference(x, weight, conv)
+        bias = rng.standard_normal(m).astype(np.float32)
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64), None)
+        np.testing.assert_allclose(_run(entry, [x, weight, bias, extra], y.shape, params),
+                                   expected, rtol=1e-4,
+                                   atol=1e-4 * float(np.abs(expected).max()),
+                                   err_msg=f"{(n, c, h, w, m, kernel)}")
 
 
 @pytest.mark.parametrize("rank", [1, 2])

@@ -81,6 +81,9 @@ def cat_cases(dtypes):
                                                                     (3, 4)),
              operand(values(d, (3, 1), rng), "flipped")]),
         (2, [operand(values(d, (2, 2, 0), rng)), operand(values(d, (2, 2, 3), rng))]),
+        # dense parts along the channels of NCHW (concat.c's rows)
+        (1, [operand(values(d, (2, 3, 4, 5), rng)), operand(values(d, (2, 1, 4, 5), rng)),
+              operand(values(d, (2, 2, 4, 5), rng))]),
     ]
     return [Case(AxisParams(dim), operands,
                  lambda a, p: np.concatenate(a, axis=p.dim), f"cat#{i}")
