@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 from fuel.frontend.attention import paged_attention
 from fuel.frontend.build import at_user_line, make
@@ -48,14 +49,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if len(left.shape) == 2 and left.dtype is right.dtype and left.dtype.is_floating and \
             left.shape[1] == right.shape[0]:
         # A matrix of the weight's dtype: the nodes matmul and ``+`` build, built directly.
-        result = make(OpKind.MATMUL, (left, right), None)
+        result = cast(Tensor, make(OpKind.MATMUL, (left, right), None))
         if bias is None:
             return result
         node = bias._node
         shape = result._node.shape
         if node.dtype is left.dtype and node.shape == shape[1:]:
-            return make(OpKind.ADD, (result._node, make(
-                OpKind.EXPAND, (node,), ShapeParams(shape))._node), NO_PARAMS)
+            return cast(Tensor, make(OpKind.ADD, (result._node, make(
+                OpKind.EXPAND, (node,), ShapeParams(shape))._node), NO_PARAMS))
         return result + bias
     result = matmul(x, transposed)
     return result + bias if bias is not None else result
