@@ -39,7 +39,7 @@ DECODE_SOURCE = Path(__file__).with_name("quantized_decode.c")
 # costs more than it saves).
 PARALLEL_BYTES = 1 << 16
 DEQUANTIZE, MATMUL, EMBEDDING, ROUND, DEQUANTIZE_THREADED = 0, 1, 2, 3, 4
-# Prompt shapes: from quantized_gemm.MIN_ROWS activation rows, every block format runs
+# Prompt shapes: from quantized_gemm.MIN_ROWS (96) activation rows, every block format runs
 # quantized_gemm.c's integer GEMM where the build has it (AVX2 / AVX-512; SmolLM2's four layer
 # matmuls at 128 rows, one thread: 0.51-0.63x the time of de-quantizing + BLAS). Elsewhere, and
 # for the float weights (f16_blocks, bf16_blocks), at least BLAS_ROWS rows de-quantize the
