@@ -73,8 +73,8 @@ class LlamaModel:
         self.last_stats = GenerationStats()
         # Steps replay captured plans (fuel.jit); False builds and realizes every step.
         self.use_jit = True
-        # Eager steps (a shape's first sighting) realize pipelined: planning, and the C
-        # compiler runs of a cold kernel cache, overlap the execution of earlier steps.
+        # Eager steps (``use_jit`` False) realize pipelined: planning, and the C compiler
+        # runs of a cold kernel cache, overlap the execution of earlier steps.
         self.pipelined = True
         self._cache_pool: dict[int, KVCache] = {}
         self._inverse_frequencies = rope_inverse_frequencies(config)
@@ -180,15 +180,15 @@ class LlamaModel:
         """The step of ``rows`` rows as a fuel.jit function bound to ``cache`` (captured,
         then replayed without graph building or planning), or None to run it eagerly.
 
-        One-token decode steps are captured at once; other shapes (prompt chunks) the second
-        time they come. Nothing is replayed when ``use_jit`` is False."""
+        Every step shape is captured at its first call: prompts run padded to a few row
+        buckets, so shapes recur, and a capture's first call costs less than an eager step
+        (SmolLM2, a 20-token prompt in a 24-row step: 111 ms captured, 180 eager; the next
+        call 43 ms replayed, 127 eager). Nothing is replayed when ``use_jit`` is False."""
         if not self.use_jit:
             return None
         key = _step_key(cache, rows, all_logits)
         replays = cache.replays
-        if key not in replays and (rows > 1 or all_logits):
-            replays[key] = None  # first sighting: run eagerly
-        elif replays.get(key) is None:
+        if replays.get(key) is None:
             replays[key] = fuel.jit(self._traced_step(cache, all_logits))
         replays.move_to_end(key)
         while len(replays) > REPLAYS_PER_CACHE:
