@@ -47,21 +47,25 @@ def second_process() -> dict:
     started = time.perf_counter()
     model = load_gguf()
     found["smollm2 load ms"] = (time.perf_counter() - started) * 1e3
-    prompt = model.encode("The capital of France is")
-    times = []
-    for _ in range(1 + WARM_CALLS):
-        stream = model.stream_ids(prompt, 1)
-        started = time.perf_counter()
-        next(iter(stream))
-        times.append((time.perf_counter() - started) * 1e3)
-    found[f"smollm2 first token ({len(prompt)}-token prompt), first call, ms"] = times[0]
-    found[f"smollm2 first token ({len(prompt)}-token prompt), warm, ms"] = float(
-        np.median(times[1:]))
+    for text in PROMPTS:  # lengths fuel tune never ran: each runs padded to a row bucket
+        prompt = model.encode(text)
+        times = []
+        for _ in range(1 + WARM_CALLS):
+            stream = model.stream_ids(prompt, 1)
+            started = time.perf_counter()
+            next(iter(stream))
+            times.append((time.perf_counter() - started) * 1e3)
+        found[f"smollm2 first token ({len(prompt)}-token prompt), first call, ms"] = times[0]
+        found[f"smollm2 first token ({len(prompt)}-token prompt), warm, ms"] = float(
+            np.median(times[1:]))
     found["judge"] = fuel.judge_stats()
     return found
 
 
 WARM_CALLS = 5  # calls after the first; their median is the warm time
+PROMPTS = ("The capital of France is",
+           "Write a short story about a lighthouse keeper who finds a message in a bottle, "
+           "and tell it in the voice of an old sailor.")
 
 
 def main() -> None:
