@@ -18,7 +18,8 @@ what the step frees of it is not subtracted).
   fuel:  the same count over fuel's CPU storages (every buffer the CPU backend allocates or
          uploads during the step, until it is freed; a buffer kept idle in fuel's pool still
          counts), with the pool emptied before the step so the step allocates what it
-         reuses, plus the buffers a fuel.jit capture holds between calls (its intermediates).
+         reuses, plus the buffers a fuel.jit capture holds between calls (its intermediates)
+         and the outputs a cached plan keeps to write again (an eager step's gradients).
 Neither counts Python objects or the autograd graph's own records.
 """
 
@@ -224,7 +225,17 @@ def fuel_step_peak(step, item, captures=None):
         CpuBackend.allocate, CpuBackend.upload = saved
     held = sum(storage.nbytes for capture, *_ in (captures or {}).values()
                for storage in capture.held or ())
-    return result, peak + held
+    return result, peak + held + _kept_outputs()
+
+
+def _kept_outputs() -> int:
+    """The bytes cached plans keep between runs for the next (an eager step's gradients,
+    written again, and the copies of its inputs: ``BoundPlan.kept_bytes``): the step reuses
+    them instead of allocating, so they count as allocated by it."""
+    from fuel.runtime.executor import PLAN_CACHE
+
+    return sum(plan.replay.kept_bytes() for plan in list(PLAN_CACHE.plans.values())
+               if plan.replay)
 
 
 WARMUP = 5  # steps before the timed ones: plans, kernels and captures are built there

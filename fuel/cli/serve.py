@@ -140,7 +140,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except OSError as error:
         listener.close()
         raise InvalidArgument(f"cannot listen on {args.host}:{args.port}: {error}") from None
-    model = load_gguf(args.model, device=device)
+    model = load_gguf(args.model, device=device, warm=False)  # the engine runs paged steps
     encoder, embedding_name = _load_encoder(args.embedding_model, device)
     engine = Engine(model, encoder, slots=args.slots, max_queue=args.max_queue,
                     batching=not args.no_batching, kv_blocks=args.kv_blocks,

@@ -12,7 +12,10 @@ from pathlib import Path
 from fuel.ir.errors import InvalidArgument
 
 MINILM_SHAPES = [(batch, length) for batch in (1, 8) for length in (4, 8, 16, 32, 64, 128, 256)]
-SMOLLM_PROMPTS = (4, 8, 16, 32, 64, 128)  # one per bucket up to 128 tokens
+# One prompt per row bucket up to a prefill chunk (fuel.models.llama_graph.ROW_BUCKETS): a
+# prompt runs padded to its bucket, so these steps serve every prompt length up to 128, and
+# the steps they ran are recorded for a later load to prepare (fuel.models.warm_steps).
+SMOLLM_PROMPTS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 SMOLLM_NEW_TOKENS = 8
 
 
@@ -103,13 +106,18 @@ def _tune_minilm(path: Path | None, quiet: bool) -> None:
 
 
 def _tune_gguf(path: Path | None, quiet: bool) -> None:
+    from fuel.models import warm_steps
     from fuel.models.llama import load_gguf
 
-    model = load_gguf(path)
+    model = load_gguf(path, warm=False)
     for length in SMOLLM_PROMPTS:
         _progress(quiet, f"prompt of {length} tokens + {SMOLLM_NEW_TOKENS} decode steps")
         ids = [(7 * k + 11) % 1000 + 100 for k in range(length)]
         model.generate_ids(ids, SMOLLM_NEW_TOKENS)
+    if model.source_path is not None:
+        warm_steps.record(model.source_path, model.ran_steps)
+        _progress(quiet, f"recorded {len(model.ran_steps)} step shapes for a warm start in "
+                         f"{warm_steps.record_path()}")
 
 
 def _tune_onnx(path: Path, dims: list[str], quiet: bool) -> None:

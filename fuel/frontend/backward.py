@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from fuel.frontend import (
+    backward_plans,
     tape,
     window_gradients,  # noqa: F401 - registers conv and pooling rules
 )
@@ -193,10 +194,21 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
     """Accumulate the gradients of ``tensors`` into the ``.grad`` of the leaves they were
     computed from, then realize the outputs and those gradients in one plan."""
     outputs = _checked_outputs(tensors)
+    retain = create_graph if retain_graph is None else retain_graph
+    walk = None
+    if len(outputs) == 1 and not _Defer.depth and backward_plans.eligible(
+            grad_tensors if not isinstance(grad_tensors, (list, tuple)) or len(grad_tensors) != 1
+            else grad_tensors[0], inputs, create_graph) and outputs[0]._node.shape == ():
+        loss = outputs[0]._node
+        if backward_plans.replay(loss, retain):
+            return
+        loss_key = loss.key
+        if not retain and loss_key not in backward_plans.REFUSED:
+            # Walked before the general pass drops the records' inputs.
+            walk = backward_plans.Walk(loss)
     seeds = grad_tensors if isinstance(grad_tensors, (list, tuple)) else [grad_tensors] * len(
         outputs)
     grads = [_seed(o, s) for o, s in zip(outputs, seeds)]
-    retain = create_graph if retain_graph is None else retain_graph
     nodes = [o._node for o in outputs]
     if inputs is not None:
         chosen = [inputs] if isinstance(inputs, TensorBase) else list(inputs)
@@ -221,6 +233,8 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
             seen.add(id(node))
             roots.append(node)
     if roots:
+        if walk is not None and walk.nodes is not None:
+            backward_plans.remember(walk, loss_key, roots, touched)
         realize(roots)
 
 

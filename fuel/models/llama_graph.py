@@ -10,8 +10,9 @@ Node economy matters more than flops here (a decode step is a few hundred nodes,
 host time): q, k and v come from one fused matmul, gate and up from another; the attention scale
 is folded into the q weights; RoPE for q and k together is one batched matmul with per-position
 rotation matrices; grouped-query attention groups each kv head's query heads into one matmul (no
-repeated keys); attention always spans the whole preallocated cache, with an additive mask built
-from the position, so every decode step has the same graph structure."""
+repeated keys); a decode step's attention spans the whole preallocated cache, with an additive
+mask built from the position, so every decode step has the same graph structure (a prompt
+step's spans the positions written so far, rounded up: ``attention_span``)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from fuel.models.gguf_loader import LlamaConfig, QuantizedArray
 from fuel.models.kv_cache import KVCache
 from fuel.nn.functional import gelu, rms_norm, silu, softmax
 from fuel.tensor import Tensor
+
+SPAN_BUCKET = 128  # a prompt step's attention spans the written cache positions rounded up to this
 
 
 @dataclass(frozen=True)
@@ -196,15 +199,26 @@ def step_rope(config: LlamaConfig, inverse_frequencies: np.ndarray, start: int,
     return rope_matrices(inverse_frequencies, start, count, config.head_dim)
 
 
+def attention_span(start: int, count: int, capacity: int) -> int:
+    """The cache positions a step of ``count`` tokens at ``start`` attends over: the whole
+    cache for a one-token step (one graph for every decode position), else the positions
+    written so far rounded up to SPAN_BUCKET (a 128-token prompt in a cache of 256 scores 128
+    positions, not 256; the positions cut off are all masked, so only float32 rounding of the
+    shorter sums differs)."""
+    if count == 1:
+        return capacity
+    return min(capacity, -(-(start + count) // SPAN_BUCKET) * SPAN_BUCKET)
+
+
 def step_mask(config: LlamaConfig, start: int, count: int, capacity: int) -> np.ndarray:
-    """A step's mask; with sliding-window layers, ``(2, rows, capacity)``: the global
-    layers' then the sliding layers'."""
+    """A step's mask, ``(rows, span)`` (``attention_span``); with sliding-window layers,
+    ``(2, rows, span)``: the global layers' then the sliding layers'."""
     group = config.num_heads // config.num_kv_heads
-    full = attention_mask(start, count, group, capacity)
+    span = attention_span(start, count, capacity)
+    full = attention_mask(start, count, group, span)
     if not config.sliding_window:
         return full
-    return np.stack([full, attention_mask(start, count, group, capacity,
-                                          config.sliding_window)])
+    return np.stack([full, attention_mask(start, count, group, span, config.sliding_window)])
 
 
 def layer_inputs(config: LlamaConfig, rope: Tensor, mask: Tensor) -> list[tuple[Tensor, Tensor]]:
@@ -218,13 +232,18 @@ def layer_inputs(config: LlamaConfig, rope: Tensor, mask: Tensor) -> list[tuple[
 
 @dataclass
 class StepInputs:
-    """The per-step leaves: token ids, their cache positions, rotation matrices and the
-    attention mask (all data, so steps of one size share one graph structure)."""
+    """The per-step leaves: token ids, their cache positions, rotation matrices, the attention
+    mask and the row whose logits the step returns without ``all_logits`` (all data, so steps
+    of one size share one graph structure). A step's rows may be padded past its tokens
+    (``create``'s ``rows``): padding rows follow the last token's position, and no token row
+    sees them (the causal mask); what they write into the cache lies past its length, where
+    the next tokens overwrite it before any row reads it."""
 
     ids: Tensor
     positions: Tensor
     rope: Tensor
     mask: Tensor
+    last: Tensor
 
     @property
     def count(self) -> int:
@@ -232,17 +251,21 @@ class StepInputs:
 
     @classmethod
     def create(cls, ids: np.ndarray, start: int, config: LlamaConfig,
-               inverse_frequencies: np.ndarray, capacity: int, device) -> StepInputs:
-        """Leaves for ``ids`` at cache positions ``start, start + 1, ...``."""
-        values = step_values(ids, start, config, inverse_frequencies, capacity)
+               inverse_frequencies: np.ndarray, capacity: int, device,
+               rows: int | None = None) -> StepInputs:
+        """Leaves for ``ids`` at cache positions ``start, start + 1, ...``, padded to
+        ``rows`` rows (default: one per id)."""
+        values = step_values(ids, start, config, inverse_frequencies, capacity, rows)
         return cls(*(fuel.from_numpy(array, device=device) for array in values))
 
     def refill(self, ids: np.ndarray, start: int, config: LlamaConfig,
                inverse_frequencies: np.ndarray, capacity: int) -> None:
-        """Overwrite these leaves in place with ``create``'s values for ``ids`` (as many as
-        they hold) at ``start``: a replay given the same storages re-prepares nothing."""
-        values = step_values(ids, start, config, inverse_frequencies, capacity)
-        for tensor, array in zip((self.ids, self.positions, self.rope, self.mask), values):
+        """Overwrite these leaves in place with ``create``'s values for ``ids`` (at most as
+        many as they hold rows, padded to them) at ``start``: a replay given the same
+        storages re-prepares nothing."""
+        values = step_values(ids, start, config, inverse_frequencies, capacity, self.count)
+        for tensor, array in zip((self.ids, self.positions, self.rope, self.mask, self.last),
+                                 values):
             storage = tensor._node.buffer
             storage.backend.write_from_host(storage, array)
 
@@ -284,12 +307,31 @@ class BatchedStepInputs:
 
 
 def step_values(ids: np.ndarray, start: int, config: LlamaConfig,
-                inverse_frequencies: np.ndarray, capacity: int) -> tuple[np.ndarray, ...]:
-    """The arrays of a step's leaves: ids, positions, rotation matrices and mask."""
+                inverse_frequencies: np.ndarray, capacity: int,
+                rows: int | None = None) -> tuple[np.ndarray, ...]:
+    """The arrays of a step's leaves: ids (padded with id 0 to ``rows``), positions, rotation
+    matrices, mask and the last token's row."""
     count = ids.size
-    return (ids.astype(np.int64), np.arange(start, start + count, dtype=np.int64),
-            step_rope(config, inverse_frequencies, start, count),
-            step_mask(config, start, count, capacity))
+    rows = count if rows is None else rows
+    padded = np.zeros(rows, np.int64)
+    padded[:count] = ids
+    return (padded, np.arange(start, start + rows, dtype=np.int64),
+            step_rope(config, inverse_frequencies, start, rows),
+            step_mask(config, start, rows, capacity), np.array([count - 1], np.int64))
+
+
+# A prompt step's rows are padded up to one of these counts (the paged step's too), so that a
+# few step shapes serve every prompt length: each is captured once and replayed. Steps of at
+# most 1.5x from 2 on, so padding adds at most half again the rows (a fifth on average).
+ROW_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def row_bucket(count: int) -> int:
+    """The padded row count that holds ``count`` rows (the next bucket up)."""
+    for size in ROW_BUCKETS:
+        if size >= count:
+            return size
+    return -(-count // ROW_BUCKETS[-1]) * ROW_BUCKETS[-1]
 
 
 def attention(x: Tensor, layer: LayerWeights, index: int, step: StepInputs, cache: KVCache,
@@ -378,10 +420,14 @@ def _cached_attention(q: Tensor, k: Tensor, v: Tensor, cache: KVCache, index: in
                       positions: Tensor, mask: Tensor, query_scale: float,
                       softcap: float = 0.0) -> Tensor:
     """One generation's attention core: write ``k``/``v`` (kv_heads, n, d) at ``positions``
-    of layer ``index`` of ``cache``, then ``q`` (kv_heads, rows, d) attends over the whole
-    cache under the additive ``mask`` (scores soft-capped by ``softcap`` first where it is
+    of layer ``index`` of ``cache``, then ``q`` (kv_heads, rows, d) attends over the cache's
+    first ``mask.shape[-1]`` positions (the whole cache for a decode step) under the additive
+    ``mask`` (scores soft-capped by ``softcap`` first where it is
     given); returns (kv_heads, rows, d)."""
     keys, values = cache.write(index, positions, k, v)
+    span = mask.shape[-1]  # attention_span: a prompt step's written positions
+    if span < keys.shape[1]:
+        keys, values = keys[:, :span], values[:, :span]
     scores = q @ keys.transpose(1, 2)
     if query_scale != 1.0:
         scores = scores * query_scale
@@ -422,7 +468,7 @@ def decoder_step(weights: LlamaWeights, config: LlamaConfig, step: StepInputs,
                           inputs[index])
         x = x + feed_forward(x, layer, config)
     if not all_logits:
-        x = x[step.count - 1:]
+        x = x.index_select(0, step.last)
     return _logits(weights, config, x)
 
 

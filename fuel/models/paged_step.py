@@ -23,22 +23,12 @@ from fuel.frontend.snapshot import NodeSnapshot
 from fuel.ir.errors import InvalidArgument
 from fuel.models.kv_cache import PagedKVPool
 from fuel.models.llama_graph import _logits, _rotated_qkv, embed, feed_forward, project
+from fuel.models.llama_graph import row_bucket as bucket
 from fuel.nn.functional import paged_attention
 from fuel.tensor import Tensor
 
 if TYPE_CHECKING:
     from fuel.models.llama import LlamaModel
-
-ROW_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
-
-
-def bucket(count: int) -> int:
-    """The captured row count that holds ``count`` rows (the next bucket up)."""
-    for size in ROW_BUCKETS:
-        if size >= count:
-            return size
-    return -(-count // ROW_BUCKETS[-1]) * ROW_BUCKETS[-1]
-
 
 @dataclass
 class Chunk:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 from fuel.frontend.attention import paged_attention
 from fuel.frontend.build import at_user_line, make
@@ -23,7 +24,7 @@ from fuel.frontend.shape import pad as _pad
 from fuel.frontend.structured import layer_norm, log_softmax, matmul, rms_norm, softmax
 from fuel.frontend.tape import is_grad_enabled
 from fuel.ir.errors import DTypeError, InvalidArgument, ShapeError
-from fuel.ir.ops import OpKind, PermuteParams, check_operand
+from fuel.ir.ops import NO_PARAMS, OpKind, PermuteParams, ShapeParams, check_operand
 from fuel.tensor import Tensor, as_tensor
 
 __all__ = [
@@ -43,7 +44,21 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias, with ``weight`` of shape (out_features, in_features)."""
     if weight.ndim != 2:
         raise ShapeError(f"linear weight must be 2-D (out, in), got {weight.shape}")
-    result = matmul(x, make(OpKind.PERMUTE, (weight._node,), _TRANSPOSED))  # weight.t()
+    transposed = make(OpKind.PERMUTE, (weight._node,), _TRANSPOSED)  # weight.t()
+    left, right = x._node, transposed._node
+    if len(left.shape) == 2 and left.dtype is right.dtype and left.dtype.is_floating and \
+            left.shape[1] == right.shape[0]:
+        # A matrix of the weight's dtype: the nodes matmul and ``+`` build, built directly.
+        result = cast(Tensor, make(OpKind.MATMUL, (left, right), None))
+        if bias is None:
+            return result
+        node = bias._node
+        shape = result._node.shape
+        if node.dtype is left.dtype and node.shape == shape[1:]:
+            return cast(Tensor, make(OpKind.ADD, (result._node, make(
+                OpKind.EXPAND, (node,), ShapeParams(shape))._node), NO_PARAMS))
+        return result + bias
+    result = matmul(x, transposed)
     return result + bias if bias is not None else result
 
 

@@ -9,7 +9,11 @@ from collections.abc import Iterable
 
 from fuel.frontend import factories, tape
 from fuel.frontend.backward import assign
+from fuel.frontend.build import make
 from fuel.ir.errors import InvalidArgument, ShapeError
+from fuel.ir.ops import NO_PARAMS, OpKind, ShapeParams
+from fuel.ir.params import ConvParams
+from fuel.nn import conv as conv_functions
 from fuel.nn import functional as F
 from fuel.nn.module import Module, Parameter, _assign
 from fuel.tensor import Tensor
@@ -66,6 +70,28 @@ class _ConvNd(Module):
         self.bias = _uniform((out_channels,), bound, dtype, device) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
+        node, weight = x._node, self.weight._node
+        bias = self.bias._node if self.bias is not None else None
+        if len(node.shape) == self.rank + 2 and not isinstance(self.padding, str) and \
+                node.dtype is weight.dtype and node.dtype.is_floating and (
+                    bias is None or bias.dtype is node.dtype and bias.shape == weight.shape[:1]):
+            # Numbers for padding and one dtype: the nodes conv_nd builds, built directly.
+            key = (self.stride, self.padding, self.dilation, self.groups)
+            if self.__dict__.get("_conv_key") != key:
+                rank = self.rank
+                pads = conv_functions._per_dim(self.padding, rank, "padding")
+                self.__dict__["_conv_params"] = ConvParams(
+                    conv_functions._per_dim(self.stride, rank, "stride"), pads, pads,
+                    conv_functions._per_dim(self.dilation, rank, "dilation"), int(self.groups))
+                self.__dict__["_conv_key"] = key
+            result = make(OpKind.CONV, (node, weight), self.__dict__["_conv_params"])
+            if bias is None:
+                return result
+            out = result._node
+            if bias.shape[0] == out.shape[1]:
+                shaped = make(OpKind.RESHAPE, (bias,), ShapeParams(bias.shape + (1,) * self.rank))
+                return make(OpKind.ADD, (out, make(OpKind.EXPAND, (shaped._node,), ShapeParams(
+                    out.shape))._node), NO_PARAMS)
         conv = F.conv1d if self.rank == 1 else F.conv2d
         return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                     self.groups)
@@ -228,6 +254,10 @@ class Flatten(Module):
         self.start_dim, self.end_dim = start_dim, end_dim
 
     def forward(self, x: Tensor) -> Tensor:
+        shape = x._node.shape
+        if self.start_dim == 1 and self.end_dim == -1 and len(shape) > 2:
+            # The batch kept, the rest merged: the reshape flatten builds, built directly.
+            return make(OpKind.RESHAPE, (x._node,), ShapeParams((shape[0], math.prod(shape[1:]))))
         return x.flatten(self.start_dim, self.end_dim)
 
 

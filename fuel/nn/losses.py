@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from fuel.frontend.build import at_user_line
+from fuel.frontend.build import at_user_line, constant, make
 from fuel.frontend.elementwise import where
 from fuel.frontend.structured import log_softmax
+from fuel.ir import dtype as dt
 from fuel.ir.errors import InvalidArgument, ShapeError
+from fuel.ir.ops import NO_PARAMS, AxisParams, CastParams, OpKind, ReduceParams, ShapeParams
 from fuel.tensor import Tensor
 
 __all__ = ["binary_cross_entropy_with_logits", "contrastive_loss", "cosine_embedding_loss",
@@ -38,6 +40,33 @@ def _picked(logp: Tensor, target: Tensor, ignore_index: int, weight: Tensor | No
     if weight is not None:
         mask = mask * weight.index_select(0, safe.reshape(-1)).reshape(target.shape)
     return nll, mask
+
+
+def _mean_nll(logp: Tensor, target: Tensor, ignore_index: int) -> Tensor | None:
+    """The mean NLL of (N, C) log-probabilities at int64 class indices (N,): the nodes
+    ``_picked`` and ``nll_loss``'s mean build, built directly (the common training loss);
+    None for any other case."""
+    source, index = logp._node, target._node
+    if len(source.shape) != 2 or index.dtype is not dt.int64 or \
+            index.shape != source.shape[:1] or not isinstance(ignore_index, int) or \
+            isinstance(ignore_index, bool) or not source.dtype.is_floating:
+        return None
+    shape, device = index.shape, index.device
+    kept = make(OpKind.NE, (index, constant(ignore_index, dt.int64, device, shape)), NO_PARAMS)
+    safe = make(OpKind.WHERE, (kept._node, index, constant(0, dt.int64, device, shape)),
+                NO_PARAMS)
+    column = make(OpKind.RESHAPE, (safe._node,), ShapeParams(shape + (1,)))
+    picked = make(OpKind.GATHER, (source, column._node), AxisParams(1))
+    nll = make(OpKind.NEG, (make(OpKind.RESHAPE, (picked._node,), ShapeParams(shape))._node,),
+               NO_PARAMS)
+    mask = make(OpKind.CAST, (kept._node,), CastParams(source.dtype))
+    total = make(OpKind.SUM, (make(OpKind.MUL, (nll._node, mask._node), NO_PARAMS)._node,),
+                 _ALL_OF_ROWS)
+    return make(OpKind.DIV, (total._node, make(OpKind.SUM, (mask._node,), _ALL_OF_ROWS)._node),
+                NO_PARAMS)
+
+
+_ALL_OF_ROWS = ReduceParams((0,), False)
 
 
 @at_user_line
@@ -77,6 +106,10 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  
         return _reduce(-terms.sum(class_dim), reduction)
     if input.ndim == 1:
         logp, target = logp.unsqueeze(0), target.unsqueeze(0)
+    if weight is None and not label_smoothing and reduction == "mean":
+        fast = _mean_nll(logp, target, ignore_index)
+        if fast is not None:
+            return fast
     nll, mask = _picked(logp, target, ignore_index, weight)
     loss = nll * mask
     if label_smoothing:

@@ -11,6 +11,7 @@ import ctypes
 import functools
 import math
 import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,11 @@ def adam(optimizer, group: dict, params: list) -> list:
     if function is None:  # no C compiler on this machine
         return params
     names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+    calls = optimizer.__dict__.setdefault("_fused_calls", {})
+    call = calls.get(id(group))
+    if call is not None and call.fits(optimizer, params, names):
+        call.run(optimizer, group)
+        return []
     cache = optimizer.__dict__.setdefault("_fused_addresses", {})
     taken, left = [], []
     for param in params:
@@ -95,26 +101,84 @@ def adam(optimizer, group: dict, params: list) -> list:
         taken.append((known, _address(grad_storage)))
     if not taken:
         return left
-    beta1, beta2 = group["betas"]
-    lr, decay, eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
-    scalars = np.empty(_SCALARS * len(taken), np.float64)
-    pointers: list = [_address_of(scalars)]
-    sizes = [len(taken), _DTYPES[kind], int(bool(group["maximize"])) | 2 * int(
-        bool(group["amsgrad"])), _threads()]
-    for index, ((storage, _, addresses, counter), grad_address) in enumerate(taken):
-        counter[0] += 1  # torch's step_t += 1 (a float tensor: exact integers)
-        step = float(counter[0])
-        scalars[_SCALARS * index:_SCALARS * (index + 1)] = (
-            1.0 - lr * decay if optimizer.decoupled and decay else 1.0,
-            decay if decay and not optimizer.decoupled else 0.0,
-            1.0 - beta1, beta2, 1.0 - beta2, math.sqrt(1.0 - beta2 ** step), eps,
-            -(lr / (1.0 - beta1 ** step)))
-        pointers += [addresses[0], grad_address, *addresses[1:]]
-        sizes.append(storage.size)
-    data = (ctypes.c_void_p * len(pointers))(*pointers)
-    size_array = (ctypes.c_int64 * len(sizes))(*sizes)
-    function(data, size_array, None)
+    call = _Call(function, kind, taken)
+    if not left:
+        call.note(optimizer, params, names)
+        calls[id(group)] = call
+    call.run(optimizer, group)
     return left
+
+
+class _Call:
+    """One group's prepared call of the fused kernel: its pointer and size arrays, kept for
+    the next steps while the parameters, their gradients and their state are the same
+    storages (an eager step's gradients are, when its backward plan writes them again:
+    ``BoundPlan.reuse_outputs``); only the step-dependent scalars are written per step."""
+
+    __slots__ = ("function", "scalars", "data", "sizes", "counters", "checks", "params")
+
+    def __init__(self, function, kind, taken: list) -> None:
+        self.function = function
+        self.scalars = np.empty(_SCALARS * len(taken), np.float64)
+        pointers: list = [_address_of(self.scalars)]
+        sizes = [len(taken), _DTYPES[kind], 0, _threads()]
+        for (storage, _, addresses, _), grad_address in taken:
+            pointers += [addresses[0], grad_address, *addresses[1:]]
+            sizes.append(storage.size)
+        self.data = (ctypes.c_void_p * len(pointers))(*pointers)
+        self.sizes = (ctypes.c_int64 * len(sizes))(*sizes)
+        self.counters = [counter for (_, _, _, counter), _ in taken]
+        self.checks: list = []
+        self.params: list = []
+
+    def note(self, optimizer, params: list, names: tuple) -> None:
+        """Remember what ``fits`` checks: every parameter's node and the storages of its
+        gradient and state (the kernel's pointers)."""
+        self.params = list(params)
+        self.checks = []
+        for param in params:
+            state = optimizer.state[param]
+            grad = param.grad._node
+            # The gradient's storage weakly: a reference here would keep the backward plan
+            # from writing it again (it writes an output again only when nothing holds it).
+            self.checks.append((param._node, state, weakref.ref(grad.buffer), grad.layout,
+                                [state[name]._node for name in names], state["step"]._node))
+
+    def fits(self, optimizer, params: list, names: tuple) -> bool:
+        """Whether this call's pointers are still those of ``params``' storages."""
+        if len(params) != len(self.params) or len(names) != len(self.checks[0][4]):
+            return False
+        state_of = optimizer.state
+        for param, known, (node, state, grad_storage, grad_layout, moments, step) in zip(
+                params, self.params, self.checks):
+            grad = param.grad._node
+            if param is not known or param._node is not node or grad.buffer is not grad_storage() \
+                    or grad.layout is not grad_layout or state_of.get(param) is not state or \
+                    state["step"]._node is not step:
+                return False
+            for name, moment in zip(names, moments):
+                if state[name]._node is not moment:
+                    return False
+        return True
+
+    def run(self, optimizer, group: dict) -> None:
+        """Step every counter and run the kernel with this step's scalars."""
+        beta1, beta2 = group["betas"]
+        lr, decay, eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
+        self.sizes[2] = int(bool(group["maximize"])) | 2 * int(bool(group["amsgrad"]))
+        scalars = self.scalars
+        last = None
+        for index, counter in enumerate(self.counters):
+            counter[0] += 1  # torch's step_t += 1 (a float tensor: exact integers)
+            step = float(counter[0])
+            if step != last:  # the parameters of a group mostly share their step
+                last = step
+                row = (1.0 - lr * decay if optimizer.decoupled and decay else 1.0,
+                       decay if decay and not optimizer.decoupled else 0.0,
+                       1.0 - beta1, beta2, 1.0 - beta2, math.sqrt(1.0 - beta2 ** step), eps,
+                       -(lr / (1.0 - beta1 ** step)))
+            scalars[_SCALARS * index:_SCALARS * (index + 1)] = row
+        self.function(self.data, self.sizes, None)
 
 
 def _address(storage) -> int:

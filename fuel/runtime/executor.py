@@ -73,6 +73,20 @@ class PlanCache:
             self.recent = plan.wiring
         return graph, plan
 
+    def key_of(self, roots: list[Node]):
+        """The key of the plan last cached for ``roots``' keys (``find``), or None."""
+        with self.lock:
+            return self.by_roots.get(tuple([root.key for root in roots]))
+
+    def holds(self, key, plan: Plan) -> bool:
+        """Whether ``plan`` is still the one cached under ``key`` (counted as a hit)."""
+        with self.lock:
+            if table_generation() != self.generation or self.plans.get(key) is not plan:
+                return False
+            self.plans.move_to_end(key)
+            self.hits += 1
+            return True
+
     def same_wiring(self, roots: list[Node]) -> Graph | None:
         """The graph behind ``roots`` when it is wired as the last plan cached or found (the
         same code at a new shape, say), numbered as ``Graph.build`` would number it but found
@@ -131,12 +145,7 @@ def realize(nodes: list[Node], pipelined: bool = False) -> None:
                 with PLAN_CACHE.lock:
                     PLAN_CACHE.remember(key)
         if plan is not None:
-            with op_profile.phase("realize.plan_cache_hit"):
-                replay = plan.replay
-                if replay is None:
-                    replay = plan.replay = BoundPlan.bind(graph, plan) or False
-                if replay is False or not replay.run(graph, plan):
-                    _Walk(graph, plan).run(plan.steps)
+            _run_cached(graph, plan)
             return
         generation = table_generation()
         builder = PlanBuilder(graph, global_table())
@@ -148,6 +157,24 @@ def realize(nodes: list[Node], pipelined: bool = False) -> None:
             _Walk(graph, builder.plan).run(steps)
         builder.plan.steps = steps
         PLAN_CACHE.put(key, builder.plan, generation, graph)
+
+
+def _run_cached(graph: Graph, plan: Plan) -> None:
+    with op_profile.phase("realize.plan_cache_hit"):
+        replay = plan.replay
+        if replay is None:
+            replay = plan.replay = BoundPlan.bind(graph, plan) or False
+        if replay is False or not replay.run(graph, plan):
+            _Walk(graph, plan).run(plan.steps)
+
+
+def run_cached(graph: Graph, plan: Plan) -> None:
+    """Run ``plan``, a cached plan (``PlanCache.key_of``, ``PlanCache.holds``), for ``graph``,
+    numbered as the graph it was planned for, and attach the roots: what ``realize`` does on a
+    plan cache hit, for a caller that put the graph together itself (an autograd backward
+    seen before: ``fuel.frontend.backward_plans``)."""
+    with op_profile.phase("realize"):
+        _run_cached(graph, plan)
 
 
 class _Walk:

@@ -81,6 +81,13 @@ def bucket_dim(size: int) -> int:
     return size if size <= 2 else 1 << (size - 1).bit_length()
 
 
+def candidate_names(candidates: Sequence[Candidate]) -> str:
+    """The candidates' part of a verdict's key: their names sorted, so the shapes of one bucket
+    share a verdict even where the kernel's rule puts another candidate first (the rule's
+    thread count follows the exact size)."""
+    return ",".join(sorted(c.name for c in candidates))
+
+
 def shape_bucket(layouts: Sequence[Layout]) -> tuple[tuple[int, ...], ...]:
     """The launch's bucket: every operand's dims bucketed (``bucket_dim``)."""
     return tuple([tuple([bucket_dim(d) for d in layout.shape]) for layout in layouts])
@@ -193,7 +200,7 @@ class Judge:
         bucket is unseen, the mode is ``on`` and budget is left). ``ready``: the operands hold
         their values (a launch now), else (a bind ahead of the launches) None where deciding
         would need a timing."""
-        key = f"{head}|{shape_bucket(layouts)}|{','.join(c.name for c in candidates)}"
+        key = f"{head}|{shape_bucket(layouts)}|{candidate_names(candidates)}"
         verdict = self.verdicts.get(key)
         if verdict is None:
             with self.lock:
@@ -417,6 +424,12 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
 JUDGE = Judge()
 
 
+def winners_path() -> Path:
+    """The winners file this process reads and writes (``FUEL_JUDGE_FILE`` or the cache
+    folder's ``judge/winners.json``); what ``fuel tune`` records beside it lives in its folder."""
+    return JUDGE._file()
+
+
 def judge_stats() -> dict:
     """What the judge did in this process: buckets timed, taken from the stored winners or
     left to the kernels' rules, how many switched away from the rule, re-checks, stale
@@ -529,7 +542,7 @@ class JudgedKernel:
             return
         head = key_head(self.label, self.dtypes, self.backend,
                         JUDGE.device_name(self.backend, _index(outputs, inputs)))
-        JUDGE.observe(head, layouts, ",".join(c.name for c in candidates), seconds)
+        JUDGE.observe(head, layouts, candidate_names(candidates), seconds)
 
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params: object) -> None:

@@ -24,6 +24,7 @@ launch sequences), or launcher by launcher where it has none.
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -44,6 +45,8 @@ from fuel.runtime.plan import Plan, Step
 # Plans whose intermediates take more than this stay on the plain walk: a bound plan's
 # launchers keep views of its buffers between runs (the small-work path is what it is for).
 REPLAY_BYTES_LIMIT = 16 * 1024 * 1024
+# A replaced leaf up to this size is copied into a storage of the plan's (``BoundPlan._stage``).
+STAGED_BYTES_LIMIT = 1024 * 1024
 
 
 class Assignment(NamedTuple):
@@ -262,6 +265,18 @@ class BoundPlan:
         if held:
             self.current[self.leaf_count:self.output_base] = self.held
         self.fixed_leaves: list | None = None  # leaves kept bound across runs (a capture's)
+        # ``reuse_outputs`` (a training step's backward sets it: its gradients are dropped by
+        # zero_grad before the next step): an output whose storage nobody but this plan holds
+        # any more at the next run is written again in place, its launchers kept prepared.
+        # Per output: the reference counts (storage, buffer) it has when only this plan
+        # holds it, None while it is not kept.
+        self.reuse_outputs = False
+        # With ``reuse_outputs``, a small CPU leaf replaced between runs (a batch's inputs) is
+        # copied into a storage of this plan's (leaf id -> it) that its launchers keep reading.
+        self.staged: dict[int, object] = {}
+        self.alone: list = [None] * len(self.outputs)
+        self.root_uses = [self.root_storage.count(storage_id)
+                          for storage_id in range(self.output_base, len(self.current))]
 
     @classmethod
     def bind(cls, graph: Graph, plan: Plan) -> BoundPlan | None:
@@ -299,11 +314,21 @@ class BoundPlan:
         current = self.current
         changed: list[int] = []
         volatile = self.volatile
+        staged = self.staged
         for storage_id, storage in leaves:
             known = current[storage_id]
             if known is not storage:
+                copy = staged.get(storage_id)
+                if copy is known is not None and storage.size == copy.size and \
+                        storage.dtype is copy.dtype and storage.buffer.__class__ is np.ndarray:
+                    copy.buffer[...] = storage.buffer  # the launchers read the copy
+                    continue
                 if known is not None:  # replaced since the last run: expect it to change again
                     volatile.add(storage_id)
+                if storage_id in volatile and self.reuse_outputs and self.held is None and \
+                        self._stage(storage_id, storage) is not None:
+                    changed.append(storage_id)
+                    continue
                 current[storage_id] = storage
                 changed.append(storage_id)
         taken = []
@@ -317,7 +342,13 @@ class BoundPlan:
                         current[storage_id] = storage
                         changed.append(storage_id)
                     storage_id += 1
-                for pool, backend, device, dtype, size in self.outputs:
+                alone = self.alone
+                for output, (pool, backend, device, dtype, size) in enumerate(self.outputs):
+                    counts = alone[output]
+                    if counts is not None and sys.getrefcount(current[storage_id]) == counts[0] \
+                            and sys.getrefcount(current[storage_id].buffer) == counts[1]:
+                        storage_id += 1  # the last run's, its user gone: written again
+                        continue
                     storage = pool.take(backend, device, dtype, size)
                     taken.append((pool, storage))
                     current[storage_id] = storage
@@ -343,16 +374,59 @@ class BoundPlan:
                 pool.give_back(storage)
             for pool, storage in taken[buffer_count:]:
                 pool.disown(storage)
+        taken.clear()
+        storage = None  # no reference of this frame's left to a storage (``_note_alone``)
         storages = [current[storage_id] for storage_id in self.root_storage]
-        # What the next run will not find again: the outputs and the leaves that change.
+        # What the next run will not find again: the outputs (unless reused) and the leaves
+        # that change.
         launchers = self.launchers
         output_base = self.output_base
+        reuse = self.reuse_outputs and self.held is None
         for storage_id in changed:
-            if storage_id >= output_base or storage_id in volatile:
+            if (storage_id >= output_base and not reuse) or storage_id in volatile:
                 current[storage_id] = None
                 for index in self.touching[storage_id]:
                     launchers[index] = None
+        if reuse:
+            self._note_alone()
         return storages
+
+    def _stage(self, storage_id: int, storage) -> object | None:
+        """A storage of this plan's holding a copy of leaf ``storage_id``'s new ``storage``,
+        bound in its place; None when the leaf is not one to copy (not a small CPU array, or
+        an output reads it as a view)."""
+        buffer = storage.buffer
+        if buffer.__class__ is not np.ndarray or storage.device is not CPU or \
+                storage.dtype.is_packed or buffer.nbytes > STAGED_BYTES_LIMIT or \
+                storage_id in self.root_storage:
+            return None
+        copy = storage.backend.allocate(storage.device, storage.dtype, storage.size)
+        copy.buffer[...] = buffer
+        self.staged[storage_id] = self.current[storage_id] = copy
+        self.volatile.discard(storage_id)
+        return copy
+
+    def kept_bytes(self) -> int:
+        """The bytes this plan keeps between runs for the next: outputs written again
+        (``reuse_outputs``) and the copies of replaced leaves."""
+        outputs = self.current[self.output_base:] if self.reuse_outputs else ()
+        return sum(storage.nbytes for storage in outputs if storage is not None) + sum(
+            storage.nbytes for storage in self.staged.values())
+
+    def _note_alone(self) -> None:
+        """Per CPU output, the reference counts its storage and buffer will have at the next
+        run when only this plan holds them: counted now (the returned list's references
+        taken off), before any user holds them."""
+        current = self.current
+        alone = self.alone
+        for output, uses in enumerate(self.root_uses):
+            storage_id = self.output_base + output
+            if current[storage_id] is None or not isinstance(current[storage_id].buffer,
+                                                            np.ndarray):
+                alone[output] = None
+                continue
+            alone[output] = (sys.getrefcount(current[storage_id]) - uses,
+                             sys.getrefcount(current[storage_id].buffer))
 
     def _launch_all(self, graph: Graph) -> None:
         """Launch every prepared step and drain (profiled, step by step, where asked)."""
@@ -377,6 +451,8 @@ class BoundPlan:
         if self.held is not None:
             current[self.leaf_count:self.output_base] = self.held
         self.current = current
+        self.staged = {}
+        self.alone = [None] * len(self.outputs)
         self.launchers = [None] * len(self.launchers)
         self.settling.clear()
         self.unprepared = True

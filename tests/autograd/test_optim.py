@@ -127,3 +127,31 @@ def test_zero_grad_and_errors():
         optim.SGD([], lr=0.1)
     with pytest.raises(fuel.InvalidArgument, match="Nesterov"):
         optim.SGD(model.parameters(), lr=0.1, nesterov=True)
+
+
+def test_fused_adam_follows_replaced_parameters_and_state():
+    """The fused step's prepared call is redone when a parameter, a gradient or the state is
+    another storage (load_state_dict mid-training), so the updates still land where torch's
+    do."""
+    model, reference = _models()
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    t_opt = torch.optim.Adam(reference.parameters(), lr=0.01)
+    rng = np.random.default_rng(2)
+    for step in range(8):
+        if step == 4:
+            weights = {k: rng.standard_normal(v.shape).astype(np.float32)
+                       for k, v in reference.state_dict().items()}
+            model.load_state_dict(weights)
+            reference.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
+        if step == 6:
+            opt.load_state_dict(opt.state_dict())
+        x = rng.standard_normal((8, 5)).astype(np.float32)
+        y = rng.integers(0, 3, 8)
+        opt.zero_grad()
+        F.cross_entropy(model(fuel.tensor(x)), fuel.tensor(y)).backward()
+        opt.step()
+        t_opt.zero_grad()
+        torch.nn.functional.cross_entropy(reference(torch.tensor(x)), torch.tensor(y)).backward()
+        t_opt.step()
+    for p, t in zip(model.parameters(), reference.parameters()):
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=2e-5, atol=2e-6)

@@ -86,6 +86,7 @@ def test_unwritable_cache_only_warns(tiny_gguf, tmp_path, monkeypatch):
 
 def test_kv_cache_is_written_in_place(tiny_gguf, cache_dir):
     from fuel.models.llama import load_gguf
+    from fuel.models.llama_graph import row_bucket
 
     model = load_gguf(tiny_gguf())
     cache = model.new_cache(16)
@@ -98,7 +99,10 @@ def test_kv_cache_is_written_in_place(tiny_gguf, cache_dir):
     written = len(ids) + 1
     assert cache.length == written
     assert np.abs(keys[:, :written]).min(axis=-1).max() > 0
-    assert not keys[:, written:].any()
+    # the prompt step's padding rows (up to its row bucket) write past the length, where the
+    # next tokens overwrite them; nothing is written past the padded step
+    padded = max(row_bucket(len(ids)), written)
+    assert not keys[:, padded:].any()
 
 
 def test_decode_steps_build_identical_graph_structures(tiny_gguf, cache_dir):
@@ -221,3 +225,28 @@ def test_tiny_model_on_another_device_matches_the_cpu(tiny_gguf, cache_dir, fiel
     layer = model.weights.layers[0]
     assert layer.qkv_t.dtype.is_quantized and layer.qkv_t.device == device
     assert model.weights.embed_t.dtype.is_quantized == ("embedding_type" in fields)
+
+
+def test_prompt_steps_span_the_written_positions(tiny_gguf, cache_dir):
+    """A prompt step attends over the positions written so far rounded up (attention_span),
+    a decode step over the whole cache; logits agree with those in a cache the prompt fills."""
+    from fuel.models.llama import load_gguf
+    from fuel.models.llama_graph import SPAN_BUCKET, attention_span, step_mask
+
+    model = load_gguf(tiny_gguf(context=2 * SPAN_BUCKET + 64))
+    capacity = model.config.context_length
+    assert attention_span(0, 5, capacity) == SPAN_BUCKET
+    assert attention_span(SPAN_BUCKET - 2, 5, capacity) == min(capacity, 2 * SPAN_BUCKET)
+    assert attention_span(3, 1, capacity) == capacity  # decode: one graph for every position
+    assert attention_span(0, 5, 16) == 16
+    assert step_mask(model.config, 0, 5, capacity).shape[-1] == SPAN_BUCKET
+    ids = model.encode("the cat in the hat sat on the mat")
+    tokens = [5, 77, 140]
+    rows = {}
+    for size in (len(ids) + len(tokens), capacity):
+        cache = model.new_cache(size)
+        logits = [model.forward(ids, cache, all_logits=True)]
+        logits += [model.forward([token], cache) for token in tokens]
+        rows[size] = np.concatenate(logits)
+    # the masked positions add nothing; the sums over other lengths round apart in float32
+    np.testing.assert_allclose(rows[capacity], rows[len(ids) + len(tokens)], rtol=0, atol=1e-3)

@@ -473,3 +473,20 @@ def test_a_switch_needs_a_relative_and_an_absolute_margin(fresh_judge, monkeypat
     verdict = JUDGE._decide(f"margin-test|{default_us}", candidates, [object()], [object()],
                             [], None)
     assert verdict.winner == ("other" if switched else "default")
+
+
+def test_one_bucket_shares_a_verdict_whatever_candidate_the_rule_puts_first(fresh_judge,
+                                                                           monkeypatch):
+    """A kernel's rule may order its candidates by the exact size (a thread count from the
+    work): two shapes of one bucket still share one verdict, so a process that tuned one of
+    them times nothing for the other."""
+    timed = []
+    monkeypatch.setattr(judge_module, "_time_candidates",
+                        lambda *args: timed.append(1) or {"one": 2e-5, "two": 9e-5})
+    monkeypatch.setattr(judge_module, "_busy", lambda: False)
+    one, two = (judge_module.Candidate(name, "0", None) for name in ("one", "two"))
+    small, large = [Layout.contiguous((5, 64))], [Layout.contiguous((7, 64))]
+    assert JUDGE.choose("order-test", [one, two], [object()], [object()], small, None) is one
+    JUDGE.forget()  # a second process: the stored verdict serves the other order
+    assert JUDGE.choose("order-test", [two, one], [object()], [object()], large, None) is one
+    assert timed == [1] and judge_stats()["stored"] == 1

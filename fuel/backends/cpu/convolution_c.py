@@ -273,9 +273,9 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     M; winograd for a 3x3 stride-1 convolution with at least WINOGRAD_CHANNELS channels in and
     out and WINOGRAD_PLANE output positions (WINOGRAD_PLANE_CONSTANT with ``constant``
     weights, transformed once), but not an expansion from at most WINOGRAD_EXPAND_CHANNELS to
-    at least four times as many and WINOGRAD_EXPAND_OUTPUTS; batched for a small dense launch on small planes
-    (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm otherwise; None (the NumPy
-    kernel) for 3-d shapes."""
+    at least four times as many and WINOGRAD_EXPAND_OUTPUTS; batched for a small dense
+    launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm
+    otherwise; None (the NumPy kernel) for 3-d shapes."""
     if geometry is None:
         return None
     if geometry.depthwise:

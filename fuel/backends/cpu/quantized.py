@@ -1,8 +1,9 @@
 """Kernels on block-quantized (GGUF) weights: dequantize, quantized matmul (float32 rows by an
 (n, k) quantized weight), embedding lookup. Written in C (``quantized.c``; the formats in
-``quantized_formats.c``, the K formats' decode kernel in ``quantized_decode.c``), built per
-format through the kernel compiler's toolchain and cache on first use, registered with source
-tag ``c``.
+``quantized_formats.c``, the K formats' decode kernel in ``quantized_decode.c``; prompt shapes
+on the integer GEMM of ``quantized_gemm.c``, a few decoded rows on ``quantized_rows.c``), built
+per format through the kernel compiler's toolchain and cache on first use, registered with
+source tag ``c``.
 
 Threads: the matmul splits its output rows over OpenMP threads when the weight is large
 enough (``PARALLEL_BYTES``); OpenBLAS's pool is idle meanwhile (no BLAS call runs inside a
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fuel.backends.cpu import matmul_gemm, quantized_rows
+from fuel.backends.cpu import matmul_gemm, quantized_gemm, quantized_rows
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
@@ -38,14 +39,16 @@ DECODE_SOURCE = Path(__file__).with_name("quantized_decode.c")
 # costs more than it saves).
 PARALLEL_BYTES = 1 << 16
 DEQUANTIZE, MATMUL, EMBEDDING, ROUND, DEQUANTIZE_THREADED = 0, 1, 2, 3, 4
-# Prompt shapes (at least this many activation rows) de-quantize the weight a tile of rows at
-# a time (about TILE_FLOATS values, cache-sized) and multiply through BLAS. For the formats in
-# ops.ACTIVATION_ROUNDED_FORMATS the rows are first rounded to 16-bit blocks (the C kernel's
-# operation 3), so both shapes compute the op's one numerics; below BLAS_ROWS the C kernel dots
-# those 16-bit blocks in integers, each weight block unpacked once for four activation rows.
-# Crossover (SmolLM2's four layer matmuls, one thread each, CPU time): C / BLAS 0.52 at 16
-# rows, 0.95 at 64, 1.03 at 96, 1.04 at 128; the BLAS path's rounding and de-quantization run
-# on one thread while the C path splits all its work, so with more threads C gains further.
+# Prompt shapes: from quantized_gemm.MIN_ROWS activation rows, every block format runs
+# quantized_gemm.c's integer GEMM where the build has it (AVX2 / AVX-512; SmolLM2's four layer
+# matmuls at 128 rows, one thread: 0.51-0.63x the time of de-quantizing + BLAS). Elsewhere, and
+# for the float weights (f16_blocks, bf16_blocks), at least BLAS_ROWS rows de-quantize the
+# weight a tile of rows at a time (about TILE_FLOATS values, cache-sized) and multiply through
+# BLAS; for the formats in ops.ACTIVATION_ROUNDED_FORMATS the rows are first rounded to 16-bit
+# blocks (the C kernel's operation 3), so every shape computes the op's one numerics; below
+# BLAS_ROWS the C kernel dots those 16-bit blocks in integers, each weight block unpacked once
+# for four activation rows. Crossover of that tile and BLAS (SmolLM2's four layer matmuls, one
+# thread, CPU time): C / BLAS 0.52 at 16 rows, 0.95 at 64, 1.03 at 96, 1.04 at 128.
 BLAS_ROWS = 96
 TILE_FLOATS = 1 << 18
 
@@ -65,6 +68,17 @@ def rows_tile(dtype, rows: int) -> bool:
     """Whether a matmul of ``rows`` activation rows runs on quantized_rows.c's many-row tile
     (from its ROWS_MIN rows, below BLAS_ROWS, on the formats it serves)."""
     return rows < BLAS_ROWS and quantized_rows.serves(dtype, rows)
+
+
+def gemm_tile(dtype, rows: int) -> bool:
+    """Whether a matmul of ``rows`` activation rows runs on quantized_gemm.c's integer GEMM
+    (from its MIN_ROWS rows, where this machine's build has the tile)."""
+    return quantized_gemm.serves(dtype, rows, partial(source_of, dtype))
+
+
+def gemm_library(dtype: QuantizedDType):
+    """``dtype``'s GEMM library (its format library with quantized_gemm.c's tile)."""
+    return quantized_gemm.library(dtype, partial(source_of, dtype))
 
 
 def rows_library(dtype: QuantizedDType):
@@ -106,11 +120,14 @@ class QuantizedKernel:
 
     @property
     def revision_source(self) -> str:
-        """What the revision hash covers besides the Python code: the format's C source (and
-        the many-row tile's, for the matmul of the formats it serves)."""
-        if self.operation == MATMUL and self.dtype in quantized_rows.FORMATS:
-            return quantized_rows.source_of(source_of(self.dtype))
-        return source_of(self.dtype)
+        """What the revision hash covers besides the Python code: the format's C source (and,
+        for the matmul, the integer GEMM's and the many-row tile's)."""
+        if self.operation != MATMUL:
+            return source_of(self.dtype)
+        text = quantized_gemm.source_of(source_of(self.dtype))
+        if self.dtype in quantized_rows.FORMATS:
+            text += quantized_rows.SOURCE.read_text()
+        return text
 
     def sizes(self, inputs: Sequence, layouts: Sequence[Layout]) -> tuple[int, ...]:
         if self.operation == DEQUANTIZE:
@@ -136,7 +153,7 @@ class QuantizedKernel:
         if self.operation != MATMUL or threads < 2:
             return ()
         rule = self.sizes((), layouts)
-        if rule[1] >= BLAS_ROWS or 0 in rule[1:]:
+        if rule[1] >= BLAS_ROWS or 0 in rule[1:] or gemm_tile(self.dtype, rule[1]):
             return ()
         counts = [rule[4]] + [c for c in (threads, 1) if c != rule[4]]
         # many rows on the 32-value integer formats: quantized_rows.c's tile first (the
@@ -161,6 +178,8 @@ class QuantizedKernel:
         pointers = [address(storage, layout) for storage, layout in zip(storages, layouts)]
         data = (ctypes.c_void_p * len(pointers))(*pointers)
         size_array = (ctypes.c_int64 * len(sizes))(*sizes)
+        if self.operation == MATMUL and gemm_tile(self.dtype, sizes[1]):
+            return ForeignCall(gemm_library(self.dtype), data, size_array)
         if self.operation == MATMUL and tile != "int-dot" and rows_tile(self.dtype, sizes[1]):
             return ForeignCall(rows_library(self.dtype), data, size_array)
         function = library(self.dtype)
