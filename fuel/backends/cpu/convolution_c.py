@@ -152,12 +152,32 @@ def _source(path: Path) -> str:
     return COMMON.read_text() + header + path.read_text()
 
 
+# conv_common.h's calls that make conv.c's work pool every library's (one set of helpers:
+# with a pool each, idle helpers of other libraries spun on the core a launch needed)
+POOL_SHARE, POOL_ADDRESS = -7, -8
+_shared: set[Path] = set()
+_shared_lock = threading.Lock()
+
+
 def library(form: int = 4):
     """The compiled library of ``form`` (conv.c; depthwise.c for DEPTHWISE, pool.c for the
-    pools, winograd.c for WINOGRAD), built or fetched from the kernel cache once, or None."""
+    pools, winograd.c for WINOGRAD), built or fetched from the kernel cache once, or None;
+    a library other than conv.c is handed conv.c's work pool on first use."""
     path = {DEPTHWISE: DEPTHWISE_SOURCE, MAX_POOL: POOL_SOURCE, AVG_POOL: POOL_SOURCE,
             WINOGRAD: WINOGRAD_SOURCE, DIRECT: DIRECT_SOURCE}.get(form, SOURCE)
-    return entry_point(f"{path.stem}_float32", lambda: _source(path), openmp=True)
+    function = entry_point(f"{path.stem}_float32", lambda: _source(path), openmp=True)
+    if function is None or path == SOURCE or path in _shared:
+        return function
+    with _shared_lock:
+        pool = library(GEMM)
+        if path not in _shared and pool is not None:
+            sizes = (ctypes.c_int64 * 19)(POOL_ADDRESS, *([0] * 18))
+            data = (ctypes.c_void_p * 8)()
+            pool(data, sizes, None)
+            sizes[0] = POOL_SHARE
+            function(data, sizes, None)
+        _shared.add(path)
+    return function
 
 
 def patches_library():
