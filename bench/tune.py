@@ -1,8 +1,8 @@
 """The judge's cost and its second process: a cold ``fuel tune minilm smollm2`` (no stored
 winners; the kernel cache as it is), then a new process that loads both models and runs their
 first calls, which must time nothing (``fuel.judge_stats()``), with its first-call times beside
-the same process's warm calls (the median of the next five: for SmolLM2 the second call of a
-prompt length is still its capture) and each model's load time.
+the same process's warm calls (the median of the next five) and each model's load time (the
+GGUF's includes its warm start: the step shapes ``fuel tune`` recorded, prepared).
 
     python bench/tune.py [--keep]
 

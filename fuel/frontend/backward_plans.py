@@ -21,6 +21,7 @@ shared constant is never remembered.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 from fuel.dispatch import op_profile
@@ -34,7 +35,7 @@ _LIMIT = 64
 ENABLED = True  # off: every backward takes the general path (the tests' reference)
 PLANS: OrderedDict = OrderedDict()  # the loss's key -> its BackwardPlan (the last one seen)
 REFUSED: set = set()  # the keys of losses whose backward cannot be remembered (not walked again)
-_NONE = type(None)
+_LOCK = threading.Lock()  # PLANS' and REFUSED's changes
 
 
 class Walk:
@@ -84,23 +85,24 @@ class BackwardPlan:
     """A remembered backward (see the module): the forward walk's shape, the cached plan
     and how the plan's graph is put together from a matching forward."""
 
-    __slots__ = ("edges", "keys", "classes", "lazy", "plan_key", "plan", "inputs", "roots",
+    __slots__ = ("entries", "plan_key", "plan", "inputs", "roots",
                  "leaves", "base", "forward", "fresh", "grads", "cleared")
 
     def match(self, loss: Node) -> list | None:
         """The nodes of ``loss``'s recorded forward at this plan's walk positions, or None
         when it walks otherwise (a key, a record, a realized node or an edge differs, or
         something on it is not eligible)."""
-        edges, keys, classes, lazy = self.edges, self.keys, self.classes, self.lazy
-        count = len(edges)
+        entries = self.entries
+        count = len(entries)
         nodes: list = [None] * count
         nodes[0] = loss
-        for position in range(count):
+        position = 0
+        for key, kind, lazy, targets in entries:
             node = nodes[position]
-            if node.key != keys[position] or (node.buffer is None) is not lazy[position]:
+            position += 1
+            if node.key != key or (node.buffer is None) is not lazy:
                 return None
             record = getattr(node, "grad_record", None)
-            kind = classes[position]
             if record.__class__ is not kind:
                 return None
             if kind is Record:
@@ -111,7 +113,6 @@ class BackwardPlan:
                 if kind is Leaf and (record.hooks or record.grad is not None):
                     return None
                 sources = node.inputs
-            targets = edges[position]
             if len(sources) != len(targets):
                 return None
             for target, source in zip(targets, sources):
@@ -140,6 +141,8 @@ def replay(loss: Node, retain_graph: bool) -> bool:
     backward = PLANS.get(key)
     if backward is None:
         return False
+    # (Matched and run without the lock: a BackwardPlan does not change once made, and the
+    # bound plan runs one thread at a time, others taking the walk.)
     walked = backward.match(loss)
     if walked is None:
         return False
@@ -147,7 +150,9 @@ def replay(loss: Node, retain_graph: bool) -> bool:
     from fuel.runtime.executor import PLAN_CACHE, run_cached
 
     if not PLAN_CACHE.holds(backward.plan_key, backward.plan):
-        del PLANS[key]
+        with _LOCK:
+            if PLANS.get(key) is backward:
+                del PLANS[key]
         return False
     nodes = list(backward.base)
     for graph_id, position in backward.forward:
@@ -166,14 +171,17 @@ def replay(loss: Node, retain_graph: bool) -> bool:
     if not retain_graph:
         for position in backward.cleared:
             walked[position].grad_record.inputs = None
-    PLANS.move_to_end(key)
+    with _LOCK:
+        if key in PLANS:
+            PLANS.move_to_end(key)
     return True
 
 
 def _refuse(loss_key) -> None:
-    if len(REFUSED) > 4 * _LIMIT:
-        REFUSED.clear()
-    REFUSED.add(loss_key)
+    with _LOCK:
+        if len(REFUSED) > 4 * _LIMIT:
+            REFUSED.clear()
+        REFUSED.add(loss_key)
 
 
 def _small(bound) -> bool:
@@ -232,15 +240,16 @@ def remember(walk: Walk, loss_key, roots: list[Node], touched: list) -> None:
         used.add(graph_id)
         grads.append((position, graph_id))
     backward = BackwardPlan()
-    backward.edges, backward.keys = walk.edges, walk.keys
-    backward.classes, backward.lazy = walk.classes, walk.lazy
+    # Per walk position: (key, record class, lazy, input positions).
+    backward.entries = list(zip(walk.keys, walk.classes, walk.lazy, walk.edges))
     backward.plan_key, backward.plan = plan_key, plan
     backward.inputs, backward.roots, backward.leaves = graph.inputs, graph.roots, graph.leaves
     backward.base, backward.forward, backward.fresh = base, forward, fresh
     backward.grads = grads
     backward.cleared = [position for position, node in enumerate(walk.nodes)
                         if walk.classes[position] is Record and node.grad_record.inputs is None]
-    PLANS[loss_key] = backward
-    PLANS.move_to_end(loss_key)
-    while len(PLANS) > _LIMIT:
-        PLANS.popitem(last=False)
+    with _LOCK:
+        PLANS[loss_key] = backward
+        PLANS.move_to_end(loss_key)
+        while len(PLANS) > _LIMIT:
+            PLANS.popitem(last=False)

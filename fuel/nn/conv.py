@@ -174,11 +174,27 @@ def _conv_transpose(rank: int):
 
 
 def _max_pool(rank: int):
+    known: dict = {}  # the arguments -> their PoolParams (a layer calls with the same ones)
+
     def max_pool(input: Tensor, kernel_size, stride=None, padding=0,  # noqa: A002
                  dilation=1, ceil_mode: bool = False, return_indices: bool = False):
+        try:
+            params = known.get((kernel_size, stride, padding, dilation, ceil_mode))
+        except TypeError:  # a list among them
+            params = None
+        if params is not None and not return_indices:
+            return make(OpKind.MAX_POOL, (input._node,), params)
         pads = _per_dim(padding, rank, "padding")
-        return max_pool_nd(input, _per_dim(kernel_size, rank, "kernel_size"),
-                           stride, pads, pads, dilation, ceil_mode, return_indices)
+        result = max_pool_nd(input, _per_dim(kernel_size, rank, "kernel_size"),
+                             stride, pads, pads, dilation, ceil_mode, return_indices)
+        if not return_indices:
+            try:
+                if len(known) > 256:
+                    known.clear()
+                known[(kernel_size, stride, padding, dilation, ceil_mode)] = result._node.params
+            except TypeError:
+                pass
+        return result
 
     max_pool.__name__ = f"max_pool{rank}d"
     max_pool.__doc__ = f"torch.nn.functional.max_pool{rank}d (indices per spatial plane)."

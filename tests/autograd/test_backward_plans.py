@@ -13,31 +13,42 @@ from fuel.frontend import backward as backward_module
 from fuel.frontend import backward_plans
 
 
-def _model():
-    layers = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+class _Pool(nn.Module):
+    def forward(self, x):
+        return F.max_pool2d(x, 2)
+
+
+def _model(kind="mlp"):
+    layers = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)) if kind == "mlp" else \
+        nn.Sequential(nn.Conv2d(1, 3, 3, padding=1), nn.ReLU(), _Pool(), nn.Flatten(),
+                      nn.Linear(12, 3))
     rng = np.random.default_rng(0)
     layers.load_state_dict({name: rng.standard_normal(p.shape).astype(np.float32) * 0.5
                             for name, p in layers.named_parameters()})
     return layers
 
 
-def _batches(count):
+def _batches(count, kind="mlp"):
     rng = np.random.default_rng(1)
-    return [(rng.standard_normal((5, 6)).astype(np.float32), rng.integers(0, 3, 5))
+    shape = (5, 6) if kind == "mlp" else (5, 1, 4, 4)
+    return [(rng.standard_normal(shape).astype(np.float32), rng.integers(0, 3, 5))
             for _ in range(count)]
 
 
-def _train(enabled, steps=8, monkeypatch=None):
+def _train(enabled, steps=8, peek=False, kind="mlp"):
     backward_plans.PLANS.clear()
     saved = backward_plans.ENABLED
     backward_plans.ENABLED = enabled
     try:
-        model = _model()
+        model = _model(kind)
         opt = optim.Adam(model.parameters(), lr=1e-2)
         losses, grads = [], []
-        for x, y in _batches(steps):
+        for x, y in _batches(steps, kind):
             opt.zero_grad()
-            loss = F.cross_entropy(model(fuel.tensor(x)), fuel.tensor(y))
+            logits = model(fuel.tensor(x))
+            if peek:  # an intermediate realized before the backward (its record kept)
+                logits.numpy()
+            loss = F.cross_entropy(logits, fuel.tensor(y))
             loss.backward()
             grads.append([p.grad.numpy().copy() for p in model.parameters()])
             opt.step()
@@ -47,9 +58,10 @@ def _train(enabled, steps=8, monkeypatch=None):
         backward_plans.ENABLED = saved
 
 
-def test_remembered_backward_equals_the_general_path_bit_for_bit():
-    reference = _train(False)
-    replayed = _train(True)
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_remembered_backward_equals_the_general_path_bit_for_bit(kind):
+    reference = _train(False, kind=kind)
+    replayed = _train(True, kind=kind)
     assert len(backward_plans.PLANS) == 1
     # Its inputs, new tensors each step, were copied into the plan's own storages.
     bound = next(iter(backward_plans.PLANS.values())).plan.replay
@@ -178,3 +190,13 @@ def test_a_dropped_gradient_is_written_again_in_place():
         addresses.append([p.grad._node.buffer.buffer.ctypes.data for p in model.parameters()])
         opt.step()
     assert all(step == addresses[1] for step in addresses[1:])
+
+
+def test_a_forward_realized_in_part_replays_the_same():
+    reference = _train(False, peek=True)
+    replayed = _train(True, peek=True)
+    assert len(backward_plans.PLANS) == 1
+    assert replayed[0] == reference[0]
+    for ours, theirs in zip(replayed[1] + [replayed[2]], reference[1] + [reference[2]]):
+        for a, b in zip(ours, theirs):
+            np.testing.assert_array_equal(a, b)

@@ -67,3 +67,15 @@ def test_conv_and_flatten_layers_build_the_nodes_of_the_functional_path():
     assert layer(x).shape == (2, 6, 4, 6)
     assert nn.Flatten()(x)._node.key == x.flatten(1)._node.key
     assert nn.Flatten()(x).shape == (2, 108)
+
+
+def test_max_pool_params_kept_per_arguments():
+    x = _rand(2, 3, 8, 8)
+    first = F.max_pool2d(x, 2)
+    again = F.max_pool2d(x, 2)  # the kept params
+    assert again._node.key == first._node.key and again.shape == (2, 3, 4, 4)
+    other = F.max_pool2d(x, 3, stride=1, padding=1)
+    assert other.shape == (2, 3, 8, 8) and other._node.key != first._node.key
+    values, indices = F.max_pool2d(x, 2, return_indices=True)
+    np.testing.assert_array_equal(values.numpy(), first.numpy())
+    assert F.max_pool2d(x, [2, 2]).shape == (2, 3, 4, 4)  # a list: not kept, still right

@@ -51,3 +51,15 @@ def entry_point(name: str, source: Callable[[], str], openmp: bool = False):
             report_build(built)
             function = _functions[name] = built.function
     return function
+
+
+def required_entry_point(name: str, source: Callable[[], str], openmp: bool = False):
+    """``entry_point``, or a KernelError naming the library and why where the machine has no
+    working C compiler (for kernels with no other way to run)."""
+    function = entry_point(name, source, openmp)
+    if function is None:
+        from fuel.compiler import toolchain
+        from fuel.ir.errors import KernelError
+
+        raise KernelError(f"cannot compile {name}: {toolchain.unavailable_reason()}")
+    return function

@@ -10,13 +10,13 @@ import ctypes
 from collections.abc import Sequence
 from pathlib import Path
 
-from fuel.backends.cpu.c_library import address, entry_point
+from fuel.backends.cpu.c_library import address, required_entry_point
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
-from fuel.ir.errors import IndexOutOfRange, KernelError
+from fuel.ir.errors import IndexOutOfRange
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 
@@ -51,12 +51,7 @@ class PagedAttentionKernel:
         width = table_layout.shape[1]
         if rows == 0:
             return lambda: None
-        function = entry_point("paged_attention", source, openmp=True)
-        if function is None:
-            from fuel.compiler import toolchain
-
-            raise KernelError(f"cannot compile paged_attention: "
-                              f"{toolchain.unavailable_reason()}")
+        function = required_entry_point("paged_attention", source, openmp=True)
         status = (ctypes.c_int64 * 1)()
         pointers = [address(s, layout) for s, layout in zip(list(inputs) + list(outputs),
                                                             layouts)]

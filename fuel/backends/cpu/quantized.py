@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from fuel.backends.cpu import matmul_gemm, quantized_gemm, quantized_rows
-from fuel.backends.cpu.c_library import address, entry_point
+from fuel.backends.cpu.c_library import address, required_entry_point
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.dtype import QuantizedDType
-from fuel.ir.errors import IndexOutOfRange, KernelError
+from fuel.ir.errors import IndexOutOfRange
 from fuel.ir.layout import Layout
 from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_CODE_MAX, ACTIVATION_ROUNDED_FORMATS, OpKind
 
@@ -39,7 +39,7 @@ DECODE_SOURCE = Path(__file__).with_name("quantized_decode.c")
 # costs more than it saves).
 PARALLEL_BYTES = 1 << 16
 DEQUANTIZE, MATMUL, EMBEDDING, ROUND, DEQUANTIZE_THREADED = 0, 1, 2, 3, 4
-# Prompt shapes: from quantized_gemm.MIN_ROWS activation rows, every block format runs
+# Prompt shapes: from quantized_gemm.MIN_ROWS (96) activation rows, every block format runs
 # quantized_gemm.c's integer GEMM where the build has it (AVX2 / AVX-512; SmolLM2's four layer
 # matmuls at 128 rows, one thread: 0.51-0.63x the time of de-quantizing + BLAS). Elsewhere, and
 # for the float weights (f16_blocks, bf16_blocks), at least BLAS_ROWS rows de-quantize the
@@ -98,13 +98,8 @@ def source_of(dtype: QuantizedDType) -> str:
 def library(dtype: QuantizedDType):
     """``dtype``'s compiled entry point (built or fetched from the kernel cache once); a
     KernelError where the machine has no working C compiler."""
-    function = entry_point(f"quantized_{dtype.name}", lambda: source_of(dtype), openmp=True)
-    if function is None:
-        from fuel.compiler import toolchain
-
-        raise KernelError(f"cannot compile quantized_{dtype.name}: "
-                          f"{toolchain.unavailable_reason()}")
-    return function
+    return required_entry_point(f"quantized_{dtype.name}", lambda: source_of(dtype),
+                                openmp=True)
 
 
 class QuantizedKernel:

@@ -232,42 +232,131 @@ static void gemm_range(gemm_activations a, const uint8_t *weight, float *out, in
     }
 }
 
+/* quantize_activations of count blocks (the same float32 steps, so the same codes and scales:
+ * d = max|x| / 32767 by division, q = x * (1 / d) rounded half to even), in vector steps;
+ * scales per block = {d, d sum(q), d sum(q[0:16]), d sum(q[16:32])}. Three passes over up to
+ * 64 blocks, so no block's chain (largest -> two divisions -> codes) waits on the last's: the
+ * largest magnitudes, the divisions 8 blocks a vector, the codes. */
+static void gemm_round_blocks(const float *x, int16_t *codes, float *scales, int64_t count) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    float largest[64] __attribute__((aligned(32))), d[64] __attribute__((aligned(32))),
+        inverse[64] __attribute__((aligned(32)));
+    for (int64_t start = 0; start < count; start += 64) {
+        const int64_t run = count - start < 64 ? count - start : 64;
+        for (int64_t b = 0; b < run; b++) {
+            const float *values = x + 32 * (start + b);
+            const __m256 top = _mm256_max_ps(
+                _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(values)),
+                              _mm256_andnot_ps(sign, _mm256_loadu_ps(values + 8))),
+                _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(values + 16)),
+                              _mm256_andnot_ps(sign, _mm256_loadu_ps(values + 24))));
+            __m128 half = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+            half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+            largest[b] = _mm_cvtss_f32(_mm_max_ss(half, _mm_movehdup_ps(half)));
+        }
+        for (int64_t b = run; b < (run + 7) / 8 * 8; b++) largest[b] = 0.0f;
+        for (int64_t b = 0; b < run; b += 8) {
+            const __m256 scale = _mm256_div_ps(_mm256_load_ps(largest + b),
+                                               _mm256_set1_ps((float)ACTIVATION_CODE_MAX));
+            const __m256 positive = _mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_GT_OQ);
+            _mm256_store_ps(d + b, scale);
+            _mm256_store_ps(inverse + b, _mm256_and_ps(
+                positive, _mm256_div_ps(_mm256_set1_ps(1.0f), scale)));
+        }
+        for (int64_t b = 0; b < run; b++) {
+            const float *values = x + 32 * (start + b);
+            int16_t *out = codes + 32 * (start + b);
+            const __m256 factor = _mm256_set1_ps(inverse[b]);
+            __m256i q[4];
+            for (int j = 0; j < 4; j++) /* cvtps rounds half to even (the default mode), as rintf */
+                q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(values + 8 * j), factor));
+            /* packs interleaves 128-bit lanes: 64-bit quarters 0, 2, 1, 3 restore the order */
+            _mm256_storeu_si256((__m256i *)out,
+                                _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8));
+            _mm256_storeu_si256((__m256i *)(out + 16),
+                                _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xd8));
+            /* the halves' sums: lanes 0-3 of (q0 + q1) + its lanes 4-7, the same for q2 + q3 */
+            const __m256i first = _mm256_add_epi32(q[0], q[1]), second = _mm256_add_epi32(q[2], q[3]);
+            __m128i both = _mm_hadd_epi32(
+                _mm_add_epi32(_mm256_castsi256_si128(first), _mm256_extracti128_si256(first, 1)),
+                _mm_add_epi32(_mm256_castsi256_si128(second), _mm256_extracti128_si256(second, 1)));
+            both = _mm_hadd_epi32(both, both); /* {low, high, low, high} */
+            const int low = _mm_cvtsi128_si32(both), high = _mm_extract_epi32(both, 1);
+            float *s = scales + 4 * (start + b);
+            s[0] = d[b];
+            s[1] = d[b] * (float)(low + high);
+            s[2] = d[b] * (float)low;
+            s[3] = d[b] * (float)high;
+        }
+    }
+}
+
+/* Rows [first, last) (a multiple of 8 apart) of x rounded and transposed into the panels;
+ * rows past m (the padding up to the tile) zero. */
+static void gemm_prepare(const float *x, activation_blocks quantized, int64_t m, int64_t k,
+                         int64_t first, int64_t last, gemm_activations a) {
+    const int64_t blocks = k / 32, stride = a.stride, real = last < m ? last : m;
+    int32_t *pairs = (int32_t *)a.pairs;
+    float *d = (float *)a.d, *sums = (float *)a.sums;
+    if (first < real)
+        gemm_round_blocks(x + first * k, quantized.codes + first * k,
+                          quantized.scales + 4 * first * blocks, (real - first) * blocks);
+    /* pair-major columns, 8 rows by 8 pairs at a time: an 8 x 8 transpose of int32 */
+    for (int64_t i0 = first; i0 < last; i0 += 8)
+        for (int64_t p0 = 0; p0 < k / 2; p0 += 8) {
+            __m256i r[8], t[8], u[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = i0 + i < m ? _mm256_loadu_si256(
+                                        (const __m256i *)(quantized.codes + (i0 + i) * k + 2 * p0))
+                                  : _mm256_setzero_si256();
+            for (int h = 0; h < 8; h += 4) {
+                t[h] = _mm256_unpacklo_epi32(r[h], r[h + 1]);
+                t[h + 1] = _mm256_unpackhi_epi32(r[h], r[h + 1]);
+                t[h + 2] = _mm256_unpacklo_epi32(r[h + 2], r[h + 3]);
+                t[h + 3] = _mm256_unpackhi_epi32(r[h + 2], r[h + 3]);
+                u[h] = _mm256_unpacklo_epi64(t[h], t[h + 2]);     /* pairs 0, 4 */
+                u[h + 1] = _mm256_unpackhi_epi64(t[h], t[h + 2]); /* 1, 5 */
+                u[h + 2] = _mm256_unpacklo_epi64(t[h + 1], t[h + 3]); /* 2, 6 */
+                u[h + 3] = _mm256_unpackhi_epi64(t[h + 1], t[h + 3]); /* 3, 7 */
+            }
+            for (int j = 0; j < 4; j++) {
+                _mm256_store_si256((__m256i *)(pairs + (p0 + j) * stride + i0),
+                                   _mm256_permute2x128_si256(u[j], u[j + 4], 0x20));
+                _mm256_store_si256((__m256i *)(pairs + (p0 + j + 4) * stride + i0),
+                                   _mm256_permute2x128_si256(u[j], u[j + 4], 0x31));
+            }
+        }
+    for (int64_t b = 0; b < blocks; b++)
+        for (int64_t i = first; i < last; i++) {
+            const float *s = quantized.scales + 4 * (i * blocks + b);
+            const int row = i < m;
+            d[b * stride + i] = row ? s[0] : 0.0f;
+#if GEMM_GROUPS == 2
+            sums[(2 * b) * stride + i] = row ? -s[2] : 0.0f;
+            sums[(2 * b + 1) * stride + i] = row ? -s[3] : 0.0f;
+#else
+            sums[b * stride + i] = row ? -s[1] : 0.0f;
+#endif
+        }
+}
+
 static void gemm_matmul(const float *x, const uint8_t *weight, float *out, int64_t m, int64_t n,
                         int64_t k, int64_t threads) {
     const int64_t blocks = k / 32, groups = blocks * GEMM_GROUPS;
     const int64_t stride = (m + GEMM_TILE_M - 1) / GEMM_TILE_M * GEMM_TILE_M;
     const size_t count = (size_t)(m * blocks);
-    activation_blocks quantized = {aligned_alloc(64, 64 * count), malloc(16 * count), NULL, NULL,
+    /* codes (64 bytes a block), scales (16), pairs, panel scales: each a multiple of 64 */
+    const size_t codes_bytes = 64 * count, scales_bytes = (16 * count + 63) / 64 * 64;
+    const size_t pairs_bytes = sizeof(int32_t) * (size_t)(stride * (k / 2));
+    const size_t bytes = codes_bytes + scales_bytes + pairs_bytes +
+                         sizeof(float) * (size_t)(stride * (blocks + groups));
+    uint8_t *arena = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (arena == NULL) return;
+    activation_blocks quantized = {(int16_t *)arena, (float *)(arena + codes_bytes), NULL, NULL,
                                    NULL};
-    int32_t *pairs = aligned_alloc(64, sizeof(int32_t) * (size_t)(stride * (k / 2)));
-    float *scales = aligned_alloc(64, sizeof(float) * (size_t)(stride * (blocks + groups)));
-    if (quantized.codes == NULL || quantized.scales == NULL || pairs == NULL || scales == NULL) {
-        free(quantized.codes);
-        free(quantized.scales);
-        free(pairs);
-        free(scales);
-        return;
-    }
-    quantize_activations(x, quantized, (int64_t)count);
-    /* transpose: row i's code pairs, d and group sums into column i of the panels */
-    memset(pairs, 0, sizeof(int32_t) * (size_t)(stride * (k / 2)));
-    memset(scales, 0, sizeof(float) * (size_t)(stride * (blocks + groups)));
-    float *d = scales, *sums = scales + stride * blocks;
-    for (int64_t i = 0; i < m; i++) {
-        const int32_t *row = (const int32_t *)(quantized.codes + i * k);
-        for (int64_t p = 0; p < k / 2; p++) pairs[p * stride + i] = row[p];
-        for (int64_t b = 0; b < blocks; b++) {
-            const float *s = quantized.scales + 4 * (i * blocks + b);
-            d[b * stride + i] = s[0];
-#if GEMM_GROUPS == 2
-            sums[(2 * b) * stride + i] = -s[2];
-            sums[(2 * b + 1) * stride + i] = -s[3];
-#else
-            sums[b * stride + i] = -s[1];
-#endif
-        }
-    }
-    const gemm_activations a = {pairs, d, sums, stride};
+    int32_t *pairs = (int32_t *)(arena + codes_bytes + scales_bytes);
+    float *scales = (float *)(arena + codes_bytes + scales_bytes + pairs_bytes);
+    const gemm_activations a = {pairs, scales, scales + stride * blocks, stride};
     /* tiles of GEMM_NR weight rows, about CHUNKS_PER_THREAD runs of them per thread, taken in
      * turn (a thread another process delays leaves its work to the others) */
     int64_t chunk = (n / (threads * CHUNKS_PER_THREAD) + GEMM_NR - 1) / GEMM_NR * GEMM_NR;
@@ -275,6 +364,17 @@ static void gemm_matmul(const float *x, const uint8_t *weight, float *out, int64
     const int64_t chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel num_threads(threads) if (threads > 1 && chunks > 1)
     {
+        /* the activations first, each thread its share of 8-row groups (the tile's rows are a
+         * multiple of 8) */
+#if defined(_OPENMP)
+        const int64_t team = omp_get_num_threads(), member = omp_get_thread_num();
+#else
+        const int64_t team = 1, member = 0;
+#endif
+        const int64_t eights = stride / 8;
+        gemm_prepare(x, quantized, m, k, 8 * (eights * member / team),
+                     8 * (eights * (member + 1) / team), a);
+#pragma omp barrier
         gemm_weights w = {aligned_alloc(64, sizeof(int16_t) * (size_t)(GEMM_NR * k) + 64),
                           malloc(sizeof(float) * (size_t)(GEMM_NR * groups)),
                           malloc(sizeof(float) * (size_t)(GEMM_NR * groups))};
@@ -291,10 +391,7 @@ static void gemm_matmul(const float *x, const uint8_t *weight, float *out, int64
         free(w.minimum);
         free(transposed);
     }
-    free(quantized.codes);
-    free(quantized.scales);
-    free(pairs);
-    free(scales);
+    free(arena);
 }
 #endif
 

@@ -17,14 +17,19 @@ import ctypes
 from collections.abc import Callable
 from pathlib import Path
 
-from fuel.backends.cpu.c_library import entry_point
+from fuel.backends.cpu.c_library import required_entry_point
 from fuel.ir.dtype import QuantizedDType
 from fuel.ir.errors import KernelError
 
 SOURCE = Path(__file__).with_name("quantized_gemm.c")
 # From this many activation rows the library's matmul runs the integer GEMM (below it, the
-# format library's own tiles: the judge's variants there must agree bit for bit).
-MIN_ROWS = 32
+# format library's own tiles: the judge's variants there must agree bit for bit). The GEMM's
+# float steps run in another order than the tiles', so a row's bits depend on which one ran:
+# it starts where de-quantize + BLAS did (quantized.BLAS_ROWS), above the server's steps (its
+# token budget, 64 rows by default), so a request batched with others still gets the bits it
+# gets alone. From 32 rows it would be faster still (SmolLM2's layer matmuls at 64 rows about
+# 0.6x the four-row tile's time), at the price of that guarantee.
+MIN_ROWS = 96
 PROBE = 5  # the entry's operation: whether this build has the tile
 _served: dict = {}
 
@@ -39,14 +44,8 @@ def source_of(library_source: str) -> str:
 def library(dtype: QuantizedDType, library_source: Callable[[], str]):
     """``dtype``'s GEMM library (built or fetched from the kernel cache once); a KernelError
     where the machine has no working C compiler."""
-    function = entry_point(f"quantized_gemm_{dtype.name}",
-                           lambda: source_of(library_source()), openmp=True)
-    if function is None:
-        from fuel.compiler import toolchain
-
-        raise KernelError(f"cannot compile quantized_gemm_{dtype.name}: "
-                          f"{toolchain.unavailable_reason()}")
-    return function
+    return required_entry_point(f"quantized_gemm_{dtype.name}",
+                                lambda: source_of(library_source()), openmp=True)
 
 
 def serves(dtype: QuantizedDType, rows: int, library_source: Callable[[], str]) -> bool:

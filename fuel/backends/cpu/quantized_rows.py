@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from fuel.backends.cpu.c_library import entry_point
+from fuel.backends.cpu.c_library import required_entry_point
 from fuel.ir import dtype as dt
 from fuel.ir.dtype import QuantizedDType
-from fuel.ir.errors import KernelError
 
 SOURCE = Path(__file__).with_name("quantized_rows.c")
 # The formats this tile serves (quantized.c's 32-value integer formats).
@@ -47,11 +46,5 @@ def library(dtype: QuantizedDType, library_source: Callable[[], str]):
     """``dtype``'s rows library (built or fetched from the kernel cache once; its C from
     ``library_source()``, the format's library); a KernelError where the machine has no
     working C compiler."""
-    function = entry_point(f"quantized_rows_{dtype.name}",
-                           lambda: source_of(library_source()), openmp=True)
-    if function is None:
-        from fuel.compiler import toolchain
-
-        raise KernelError(f"cannot compile quantized_rows_{dtype.name}: "
-                          f"{toolchain.unavailable_reason()}")
-    return function
+    return required_entry_point(f"quantized_rows_{dtype.name}",
+                                lambda: source_of(library_source()), openmp=True)
