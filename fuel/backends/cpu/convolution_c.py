@@ -83,6 +83,9 @@ MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this ma
 # smaller launch loses more to waking the other threads than it gains).
 PARALLEL_WORK = 1 << 20
 PARALLEL_DEPTHWISE = 1 << 17  # the same for a depthwise launch
+# ... and for a pool (as few operations a byte: two threads, squeezenet's 3x3 stride-2 max
+# pools 128x55x55 63 -> 33 us, 256x27x27 33 -> 18)
+PARALLEL_POOL = 1 << 17
 FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd", "direct", "batched")
 # The rule's batched shapes: a launch of at most BATCHED_WORK multiply-adds (one OpenBLAS
 # thread) whose patch matrices fit BATCHED_FLOATS, on planes of fewer than BATCHED_ALONE
@@ -715,7 +718,7 @@ class CPool:
         geometry = Geometry(x[0], x[1], h, w, x[1], kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, 1)
         mode = 2 if not params.divide else int(params.count_include_pad)
         work = layouts[-1].numel * kh * kw
-        threads = thread_count() if work >= PARALLEL_WORK else 1
+        threads = thread_count() if work >= PARALLEL_POOL else 1
         return CConvolution._call(function, geometry, form, threads,
                                   Epilogue(mode, float(pb), float(pr)),
                                   address(inputs[0], layouts[0]), 0,
