@@ -120,7 +120,7 @@ static void transposed_conv(const float *x, const float *w, float *out, float *s
                     const int64_t nc = plane - n0 < block ? plane - n0 : block;
                     gemm_unit(transposed + g * rows * cg, source, plane, NULL, scratch,
                               plane, NULL, rows, cg, n0, nc, slivers * rb / row_blocks,
-                              slivers * (rb + 1) / row_blocks, panel, &none);
+                              slivers * (rb + 1) / row_blocks, panel, &none, NULL, 0);
                 }
 #pragma omp single
                 col2im(scratch, out + (image * s->m + g * mg) * s->oh * s->ow, &one);
@@ -193,6 +193,8 @@ typedef struct {
     Shape one;  /* one group's shape */
     int pointwise;
     int64_t cg, mg, k, plane, in_plane, slivers, block, column_blocks, row_blocks, units;
+    float *prepacked;  /* one GEMM's whole patch matrix in panels, per K block, or NULL */
+    int64_t kstride, main;  /* floats between two K blocks' panels; the columns packed */
 } GemmJob;
 
 /* Where column block `cb` of `blocks` starts in a plane of `plane` columns: the even split
@@ -221,12 +223,20 @@ static void gemm_task(void *context, int64_t u) {
     const int64_t s1 = j->slivers * (rb + 1) / j->row_blocks;
     gemm_unit(j->w + g * j->mg * j->k, source, j->plane, j->pointwise ? NULL : &j->one,
               j->out + at, j->plane, j->residual != NULL ? j->residual + at : NULL, j->mg,
-              j->k, n0, nc, s0, s1, panel, &local);
+              j->k, n0, nc, s0, s1, panel, &local, j->prepacked, j->kstride);
+}
+
+/* Unit kb of a GemmJob's packing: K block kb of its one GEMM's patch columns [0, main) into
+ * the shared panels. */
+static void pack_task(void *context, int64_t kb) {
+    const GemmJob *j = context;
+    const int64_t l0 = kb * KC, kc = j->k - l0 < KC ? j->k - l0 : KC;
+    pack_b_conv(j->x, &j->one, l0, kc, 0, j->main, j->prepacked + kb * j->kstride);
 }
 
 static void gemm_conv(const float *x, const float *w, float *out, const float *residual,
                       int pointwise, const Shape *s, const Finish *f, int64_t threads) {
-    GemmJob j = {x, w, residual, out, s, f, *s, pointwise, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    GemmJob j = {x, w, residual, out, s, f, *s, pointwise, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
     j.cg = s->c / s->groups;
     j.mg = s->m / s->groups;
     j.k = j.cg * s->kh * s->kw;
@@ -267,11 +277,26 @@ static void gemm_conv(const float *x, const float *w, float *out, const float *r
         if (width > j.block) j.block = width;
     }
     j.units = j.column_blocks * j.row_blocks;
+    if (gemms == 1 && blocks == 1 && rows > 1 && j.k > KC && !pointwise) {
+        /* output-channel blocks of one GEMM: its patch panels packed once, K blocks over the
+         * team, not once a block (two threads: 512->512 3x3 at 7x7 1470 -> 1340 us, stride 2
+         * from 14x14 1450 -> 1351; a pointwise GEMM's packing is a copy, and the extra
+         * pass cost more than it saved: 1024->256 1x1 at 14x14 492 -> 514) */
+        j.main = j.plane;
+#if defined(__AVX512F__)
+        if (j.plane > HALF && j.plane % HALF <= TAIL) j.main -= j.plane % HALF;  /* gemm_unit's tail */
+#endif
+        j.kstride = PANEL(KC) * ((j.main + NR - 1) / NR);
+        const int64_t kblocks = (j.k + KC - 1) / KC;
+        j.prepacked = thread_buffer(2, (size_t)(kblocks * j.kstride));
+        run_units(kblocks, threads, pack_task, &j);
+    }
     run_units(gemms * j.units, threads, gemm_task, &j);
 }
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
+    if (pool_share(data, sizes)) return;
     const int64_t form = sizes[0], threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *x = data[0], *w = data[1], *bias = data[2], *residual = data[3];

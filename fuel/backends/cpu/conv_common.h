@@ -158,7 +158,7 @@ static void *pool_helper(void *argument) {
     return NULL;
 }
 
-static void run_units(int64_t count, int64_t team, unit_task task, void *context) {
+static void pool_run_units(int64_t count, int64_t team, unit_task task, void *context) {
     if (team > POOL_MOST + 1) team = POOL_MOST + 1;
     if (team <= 1 || count <= 1 || count > (int64_t)POOL_UNIT_MASK) {
         for (int64_t unit = 0; unit < count; unit++) task(context, unit);
@@ -203,6 +203,35 @@ static void run_units(int64_t count, int64_t team, unit_task task, void *context
         if (spin % 4096 == 0) sched_yield();
     }
     pthread_mutex_unlock(&workers.lock);
+}
+
+/* One pool for every convolution library of the process: convolution_c.py asks conv.c for
+ * its pool_run_units (a POOL_ADDRESS call) and hands it to the other libraries (POOL_SHARE),
+ * whose run_units then run on conv.c's helpers. With a pool each, the helpers of the last
+ * few libraries spun for their own next job on the core the current one needed (a chain
+ * of depthwise, direct, gemm and pool launches: mobilenet_v3_small). */
+#define POOL_SHARE -7
+#define POOL_ADDRESS -8
+typedef void (*run_units_function)(int64_t, int64_t, unit_task, void *);
+static run_units_function shared_run_units = NULL;
+
+static void run_units(int64_t count, int64_t team, unit_task task, void *context) {
+    if (shared_run_units != NULL) shared_run_units(count, team, task, context);
+    else pool_run_units(count, team, task, context);
+}
+
+/* A POOL_ADDRESS call writes this library's pool_run_units into data[0]; a POOL_SHARE call
+ * makes data[0] (another library's) this library's pool. 1 for either, else 0. */
+static inline int pool_share(void **data, const int64_t *sizes) {
+    if (sizes[0] == POOL_ADDRESS) {
+        data[0] = (void *)pool_run_units;
+        return 1;
+    }
+    if (sizes[0] == POOL_SHARE) {
+        shared_run_units = (run_units_function)data[0];
+        return 1;
+    }
+    return 0;
 }
 
 static inline Shape shape_of(const int64_t *sizes) {

@@ -207,6 +207,7 @@ static void direct_task(void *context, int64_t unit) {
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
+    if (pool_share(data, sizes)) return;
     if (sizes[0] == DIRECT_PROBE) {  /* whether this build has the vector loop */
 #if defined(__AVX512F__)
         *(int64_t *)data[0] = 1;

@@ -392,11 +392,12 @@ static void tail_columns(const float *weights, const float *b, int64_t ldb, cons
 #endif
 
 /* c[m x n] (+)= weights (m x k, row-major) . b[k x n] for the columns [n0, n0 + nc) and sliver rows
- * [s0, s1), the epilogue at the last K block. */
+ * [s0, s1), the epilogue at the last K block; `prepacked` (or NULL): every K block's panels of
+ * those columns, packed beforehand, kstride floats apart. */
 static void gemm_unit(const float *weights, const float *b, int64_t ldb, const Shape *conv,
                       float *c, int64_t ldc, const float *residual, int64_t m, int64_t k,
                       int64_t n0, int64_t nc, int64_t s0, int64_t s1, float *panel,
-                      const Finish *f) {
+                      const Finish *f, const float *prepacked, int64_t kstride) {
     float acc[MR * NR];
     int64_t tail = 0;
 #if defined(__AVX512F__)
@@ -409,13 +410,19 @@ static void gemm_unit(const float *weights, const float *b, int64_t ldb, const S
      * straight from b (micro_strided); only the columns after them are packed */
     int64_t packed_from = 0;
 #if defined(__AVX512F__)
-    if (conv == NULL && s1 - s0 <= UNPACKED_SLIVERS) packed_from = nc / NR * NR;
+    if (conv == NULL && s1 - s0 <= UNPACKED_SLIVERS && prepacked == NULL)
+        packed_from = nc / NR * NR;
 #endif
     for (int64_t l0 = 0; l0 < k; l0 += KC) {
         const int64_t kc = k - l0 < KC ? k - l0 : KC;
-        if (conv != NULL) pack_b_conv(b, conv, l0, kc, n0, nc, panel);
-        else if (packed_from < nc)
-            pack_b(b, ldb, l0, kc, n0 + packed_from, nc - packed_from, panel);
+        /* this K block's panels: packed by the launch beforehand (shared by the units that
+         * split the output channels), else here */
+        const float *packed = prepacked != NULL ? prepacked + (l0 / KC) * kstride : panel;
+        if (prepacked == NULL) {
+            if (conv != NULL) pack_b_conv(b, conv, l0, kc, n0, nc, panel);
+            else if (packed_from < nc)
+                pack_b(b, ldb, l0, kc, n0 + packed_from, nc - packed_from, panel);
+        }
         const int last = l0 + kc >= k;
         for (int64_t s = s0; s < s1; s++) {
             const int64_t i0 = s * MR;
@@ -453,7 +460,7 @@ static void gemm_unit(const float *weights, const float *b, int64_t ldb, const S
                 }
                 if (rows == MR && nc - j == NR + HALF) {  /* the last 48 columns as one tile */
                     const int64_t at = i0 * ldc + n0 + j;
-                    const float *b_panel = panel + ((j - packed_from) / NR) * PANEL(kc);
+                    const float *b_panel = packed + ((j - packed_from) / NR) * PANEL(kc);
                     micro_48(kc, a, b_panel, b_panel + PANEL(kc), c + at, ldc, l0 > 0);
                     if (last)
                         finish_tile(c + at, ldc, rows, NR + HALF, i0,
@@ -465,7 +472,7 @@ static void gemm_unit(const float *weights, const float *b, int64_t ldb, const S
                 const int half = PANEL_ROW(nc, j) == HALF && HALF < NR;
                 const int width = half ? HALF : NR;
                 const int64_t at = i0 * ldc + n0 + j;
-                const float *b_panel = panel + ((j - packed_from) / NR) * PANEL(kc);
+                const float *b_panel = packed + ((j - packed_from) / NR) * PANEL(kc);
                 if (rows == MR && cols == width) {
                     micro(kc, a, b_panel, half, c + at, ldc, l0 > 0);
                 } else {

@@ -83,6 +83,9 @@ MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this ma
 # smaller launch loses more to waking the other threads than it gains).
 PARALLEL_WORK = 1 << 20
 PARALLEL_DEPTHWISE = 1 << 17  # the same for a depthwise launch
+# ... and for a pool (as few operations a byte: two threads, squeezenet's 3x3 stride-2 max
+# pools 128x55x55 63 -> 33 us, 256x27x27 33 -> 18)
+PARALLEL_POOL = 1 << 17
 FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd", "direct", "batched")
 # The rule's batched shapes: a launch of at most BATCHED_WORK multiply-adds (one OpenBLAS
 # thread) whose patch matrices fit BATCHED_FLOATS, on planes of fewer than BATCHED_ALONE
@@ -152,12 +155,32 @@ def _source(path: Path) -> str:
     return COMMON.read_text() + header + path.read_text()
 
 
+# conv_common.h's calls that make conv.c's work pool every library's (one set of helpers:
+# with a pool each, idle helpers of other libraries spun on the core a launch needed)
+POOL_SHARE, POOL_ADDRESS = -7, -8
+_shared: set[Path] = set()
+_shared_lock = threading.Lock()
+
+
 def library(form: int = 4):
     """The compiled library of ``form`` (conv.c; depthwise.c for DEPTHWISE, pool.c for the
-    pools, winograd.c for WINOGRAD), built or fetched from the kernel cache once, or None."""
+    pools, winograd.c for WINOGRAD), built or fetched from the kernel cache once, or None;
+    a library other than conv.c is handed conv.c's work pool on first use."""
     path = {DEPTHWISE: DEPTHWISE_SOURCE, MAX_POOL: POOL_SOURCE, AVG_POOL: POOL_SOURCE,
             WINOGRAD: WINOGRAD_SOURCE, DIRECT: DIRECT_SOURCE}.get(form, SOURCE)
-    return entry_point(f"{path.stem}_float32", lambda: _source(path), openmp=True)
+    function = entry_point(f"{path.stem}_float32", lambda: _source(path), openmp=True)
+    if function is None or path == SOURCE or path in _shared:
+        return function
+    with _shared_lock:
+        pool = library(GEMM)
+        if path not in _shared and pool is not None:
+            sizes = (ctypes.c_int64 * 19)(POOL_ADDRESS, *([0] * 18))
+            data = (ctypes.c_void_p * 8)()
+            pool(data, sizes, None)
+            sizes[0] = POOL_SHARE
+            function(data, sizes, None)
+        _shared.add(path)
+    return function
 
 
 def patches_library():
@@ -695,7 +718,7 @@ class CPool:
         geometry = Geometry(x[0], x[1], h, w, x[1], kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, 1)
         mode = 2 if not params.divide else int(params.count_include_pad)
         work = layouts[-1].numel * kh * kw
-        threads = thread_count() if work >= PARALLEL_WORK else 1
+        threads = thread_count() if work >= PARALLEL_POOL else 1
         return CConvolution._call(function, geometry, form, threads,
                                   Epilogue(mode, float(pb), float(pr)),
                                   address(inputs[0], layouts[0]), 0,

@@ -334,6 +334,7 @@ static void depthwise_channels_task(void *context, int64_t unit) {
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
+    if (pool_share(data, sizes)) return;
     const int64_t threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *scalars = data[6];

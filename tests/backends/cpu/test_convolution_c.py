@@ -419,15 +419,18 @@ def test_transposed_convolution_matches_the_reference(rank):
                                    err_msg=f"{x.shape} * {w.shape} {params}")
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 21, 37), (1, 48, 55, 57)])
 @pytest.mark.parametrize("stride, pad, ceil", [(1, 1, False), (2, 1, False), (2, 0, True),
                                                (3, 1, True)])
-def test_pooling_matches_the_reference(stride, pad, ceil):
+def test_pooling_matches_the_reference(monkeypatch, stride, pad, ceil, shape):
     """conv.c's max pool (NaN propagates, padding never wins) and average pool (with and
-    without the padding counted), 2-d, against sliding windows."""
+    without the padding counted), 2-d, against sliding windows; the larger shape over
+    PARALLEL_POOL, split over two threads."""
     from fuel.nn.conv import avg_pool_nd, max_pool_nd
 
+    monkeypatch.setenv("FUEL_THREADS", "2")
     rng = np.random.default_rng(stride)
-    x = rng.standard_normal((2, 3, 21, 37)).astype(np.float32)
+    x = rng.standard_normal(shape).astype(np.float32)
     x[0, 1, 4, 5] = np.nan
     import fuel
 
