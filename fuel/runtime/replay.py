@@ -363,6 +363,8 @@ class BoundPlan:
             self._prepare_changed(changed, graph)
             if launch:
                 self._launch_all(graph)
+            else:  # the batched launch lists too, so the first run only launches
+                self.launches.prebuild(self.launchers)
         except BaseException:
             for pool, storage in reversed(taken):
                 pool.give_back(storage)
@@ -533,6 +535,13 @@ class BatchedLaunches:
                 start = stop
         self.steps = steps
         self.batchers = [segment[2] for segment in self.segments]
+
+    def prebuild(self, launchers: list) -> None:
+        """Build each segment's batched launch list for ``launchers`` ahead of a run (a
+        prepared capture's); the run then finds them built, patching the calls changed."""
+        for start, stop, batcher, _ in self.segments:
+            if batcher is not None:
+                batcher.batch(launchers[start:stop])
 
     def run(self, launchers: list, graph: Graph) -> None:
         """Launch ``launchers`` (one per step, prepared); a failure raises the KernelError
