@@ -29,7 +29,6 @@ from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
 from fuel.ir.params import bits_key
 from fuel.runtime.jit import Capture
-from fuel.runtime.replay import SharedBuffers
 from fuel.tensor import Tensor
 
 
@@ -77,10 +76,8 @@ class JitFunction:
     """A function whose graph is captured per input signature and replayed afterwards; the
     ``keep`` most recently called signatures stay captured."""
 
-    def __init__(self, function: Callable, keep: int = KEPT_CAPTURES,
-                 buffers: SharedBuffers | None = None) -> None:
+    def __init__(self, function: Callable, keep: int = KEPT_CAPTURES) -> None:
         self.function = function
-        self.buffers = buffers
         # signature -> (Capture, whether one Tensor is returned, the effects' tensors), the
         # most recently called last
         self.captures: dict = {}
@@ -163,18 +160,14 @@ class JitFunction:
         # Each state written back into its own storage where the plan allows it (in place).
         inplace = [(len(nodes) + i, len(outputs) + i) for i in range(len(chosen))]
         capture = Capture(arguments, [o._node for o in outputs] + [a for _, _, a in chosen],
-                          inplace, self.buffers)
+                          inplace)
         return capture, single, [t for t, _, _ in chosen], [b.buffer for _, b, _ in chosen]
 
 
-def jit(function: Callable | None = None, *, keep: int = KEPT_CAPTURES,
-        buffers: SharedBuffers | None = None
+def jit(function: Callable | None = None, *, keep: int = KEPT_CAPTURES
         ) -> JitFunction | Callable[[Callable], JitFunction]:
     """Decorator: capture ``function``'s plan on first call per input signature, replay it on
-    later calls; ``keep`` signatures stay captured (the least recently called is dropped).
-    ``buffers`` (``fuel.runtime.replay.SharedBuffers``): the captures' intermediate buffers
-    come from that arena, shared with every capture made with it, which must never run at
-    once (one thread, one after another); by default each capture has buffers of its own."""
+    later calls; ``keep`` signatures stay captured (the least recently called is dropped)."""
     if function is None:
-        return lambda inner: JitFunction(inner, keep, buffers)
-    return JitFunction(function, keep, buffers)
+        return lambda inner: JitFunction(inner, keep)
+    return JitFunction(function, keep)

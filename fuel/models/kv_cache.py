@@ -9,7 +9,6 @@ import numpy as np
 
 import fuel
 from fuel.ir.errors import InvalidArgument
-from fuel.runtime.replay import SharedBuffers
 from fuel.tensor import Tensor
 
 
@@ -29,8 +28,6 @@ class KVCache:
         self.replays: OrderedDict = OrderedDict()
         # the input leaves of the short captured steps, by the same keys, refilled in place
         self.step_inputs: dict = {}
-        # the captured steps' intermediate buffers: they run one after another, so they share
-        self.step_buffers = SharedBuffers()
         shape = (kv_heads, capacity, head_dim)
         self.keys = [fuel.from_numpy(lazy_zeros(shape), device=device)
                      for _ in range(num_layers)]

@@ -192,8 +192,7 @@ class LlamaModel:
         key = _step_key(cache, rows, all_logits)
         replays = cache.replays
         if replays.get(key) is None:
-            replays[key] = fuel.jit(self._traced_step(cache, all_logits),
-                                    buffers=cache.step_buffers)
+            replays[key] = fuel.jit(self._traced_step(cache, all_logits))
         replays.move_to_end(key)
         while len(replays) > REPLAYS_PER_CACHE:
             replays.popitem(last=False)
@@ -207,8 +206,7 @@ class LlamaModel:
         if not self.use_jit:
             return 0
         prepared = 0
-        # the largest steps first: the smaller ones' buffers then view theirs (SharedBuffers)
-        for capacity, rows, all_logits in sorted(set(steps), key=lambda s: (s[0], -s[1], s[2])):
+        for capacity, rows, all_logits in sorted(set(steps)):
             if capacity > self.config.context_length or not 1 <= rows <= capacity:
                 continue
             cache = self._cache_pool.get(capacity)
@@ -220,8 +218,7 @@ class LlamaModel:
             if cache.replays.get(key) is None:
                 if len(cache.replays) >= REPLAYS_PER_CACHE:
                     continue
-                cache.replays[key] = fuel.jit(self._traced_step(cache, all_logits),
-                                              buffers=cache.step_buffers)
+                cache.replays[key] = fuel.jit(self._traced_step(cache, all_logits))
             step = self._replay_inputs(np.zeros(rows, np.int64), rows, cache, all_logits)
             cache.replays[key].prepare(step.ids, step.positions, step.rope, step.mask, step.last)
             prepared += 1

@@ -21,7 +21,7 @@ from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
 from fuel.runtime.executor import PLAN_CACHE
 from fuel.runtime.plan import Plan, PlanBuilder
-from fuel.runtime.replay import BoundPlan, SharedBuffers, assign_storages, inplace_safe
+from fuel.runtime.replay import BoundPlan, assign_storages, inplace_safe
 
 
 def _cached_plan(graph: Graph, generation: int) -> Plan:
@@ -79,12 +79,10 @@ class Capture(BoundPlan):
     call) writes each such output into its argument's storage where that is safe (one step
     writes it, after every read of the old value: ``inplace_safe``), so a replayed training
     step updates its parameters and moments in place instead of allocating new ones;
-    ``self.inplace`` keeps the pairs taken. ``buffers``: an arena whose buffers it shares
-    with other captures that never run at once (``SharedBuffers``), else buffers of its own."""
+    ``self.inplace`` keeps the pairs taken."""
 
     def __init__(self, arguments: Sequence[Node | None], outputs: Sequence[Node],
-                 inplace: Sequence[tuple[int, int]] = (),
-                 buffers: SharedBuffers | None = None) -> None:
+                 inplace: Sequence[tuple[int, int]] = ()) -> None:
         generation = table_generation()
         graph = Graph.build(list(outputs))
         if any(graph.nodes[r].buffer is not None for r in graph.roots) or \
@@ -100,7 +98,7 @@ class Capture(BoundPlan):
         if unsafe:
             wanted = {root: leaf for root, leaf in wanted.items() if root not in unsafe}
             assignment = assign_storages(graph, plan, None, wanted)
-        super().__init__(graph, plan, assignment, held=buffers if buffers is not None else True)
+        super().__init__(graph, plan, assignment, held=True)
         taken = set(wanted)
         self.inplace = [(a, o) for a, o in inplace
                         if plan.node_values[graph.roots[o]][0] in taken]

@@ -38,7 +38,6 @@ from fuel.dispatch.kernel import Launcher
 from fuel.graph import Graph
 from fuel.ir.device import CPU
 from fuel.ir.ops import OpKind, definition
-from fuel.memory.storage import Storage
 from fuel.runtime.launch import drain, launch_step, step_error
 from fuel.runtime.pending import PendingWork
 from fuel.runtime.plan import Plan, Step
@@ -229,36 +228,11 @@ def inplace_safe(assignment: Assignment, root: int, leaf: int) -> bool:
                                in zip(step.sources, step.layouts) if source == leaf)
 
 
-class SharedBuffers:
-    """Held buffers shared by captures that never run at once (a model's step captures on one
-    KV cache, run one after another): a capture's intermediates are dead between its runs, so
-    the j-th CPU buffer of each such capture can view one memory, the arena's j-th of that
-    dtype, made when first needed and again when a capture needs it larger (captures made
-    before keep the one they bound: make the largest first)."""
-
-    def __init__(self) -> None:
-        self.buffers: dict[tuple, object] = {}
-
-    def take(self, index: int, backend, device, dtype, size: int):
-        """A storage of ``size`` elements for a capture's ``index``-th held buffer."""
-        if device is not CPU or dtype.is_packed:
-            return backend.allocate(device, dtype, size)
-        key = (index, dtype)
-        known = self.buffers.get(key)
-        if known is None or known.size < size:
-            known = self.buffers[key] = backend.allocate(device, dtype, size)
-        return Storage(known.buffer[:size], dtype, size, device, backend)
-
-    def nbytes(self) -> int:
-        """The bytes the arena holds."""
-        return sum(storage.nbytes for storage in self.buffers.values())
-
-
 class BoundPlan:
     """``plan`` bound for runs; ``bind`` returns None when the plan is not worth binding."""
 
     def __init__(self, graph: Graph, plan: Plan, assignment: Assignment,
-                 held: bool | SharedBuffers = False) -> None:
+                 held: bool = False) -> None:
         self.leaf_count = len(graph.leaves)
         self.buffers = assignment.buffers
         self.outputs = assignment.outputs
@@ -285,13 +259,9 @@ class BoundPlan:
         self.tracked = any(step.waited or step.wait_slot >= 0 for step in self.steps)
         self.lock = threading.Lock()
         self.launches = BatchedLaunches(self.steps)
-        # Held: the buffers allocated once and kept (a capture's own, or views of a
-        # SharedBuffers arena's); else the pool's per run.
-        shared = held if isinstance(held, SharedBuffers) else None
-        self.held = [shared.take(index, backend, device, dtype, size) if shared is not None
-                     else backend.allocate(device, dtype, size)
-                     for index, (_, backend, device, dtype, size) in enumerate(self.buffers)
-                     ] if held else None
+        # Held: the buffers allocated once and kept (a capture's own); else the pool's per run.
+        self.held = [backend.allocate(device, dtype, size)
+                     for _, backend, device, dtype, size in self.buffers] if held else None
         if held:
             self.current[self.leaf_count:self.output_base] = self.held
         self.fixed_leaves: list | None = None  # leaves kept bound across runs (a capture's)

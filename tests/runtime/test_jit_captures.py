@@ -51,28 +51,3 @@ def test_prepare_launches_nothing_and_the_call_matches():
     got = step(fuel.from_numpy(x), fuel.from_numpy(y)).numpy()
     np.testing.assert_allclose(got, np.maximum(x * 2 + y, 0).sum(-1), rtol=1e-6)
     assert len(step.captures) == 1 and step.replays == 1  # the prepared capture ran
-
-
-def test_captures_sharing_an_arena_view_its_buffers_and_compute_alike():
-    """Captures made with one SharedBuffers arena (run one after another) hold views of the
-    arena's buffers, the largest made first, and compute what captures of their own do."""
-    from fuel.runtime.replay import SharedBuffers
-
-    def chain(x):
-        return ((x * 2.0 + 1.0).exp() * x).sum(dim=1) + (x - 3.0).relu().amax(dim=1)
-
-    arena = SharedBuffers()
-    shared, alone = fuel.jit(chain, buffers=arena), fuel.jit(chain)
-    rng = np.random.default_rng(0)
-    for rows in (64, 16, 64, 8):  # the largest first, then smaller shapes that fit it
-        x = rng.standard_normal((rows, 96)).astype(np.float32)
-        np.testing.assert_array_equal(shared(fuel.from_numpy(x)).numpy(),
-                                      alone(fuel.from_numpy(x)).numpy())
-    held = [storage for capture, *_ in shared.captures.values() for storage in capture.held]
-    assert held and arena.buffers
-    bases = {id(storage.buffer.base) for storage in held}
-    assert bases <= {id(storage.buffer) for storage in arena.buffers.values()}
-    # three captures, but no more memory than the largest capture's buffers
-    largest = max(sum(s.nbytes for s in capture.held) for capture, *_ in
-                  shared.captures.values())
-    assert arena.nbytes() == largest
