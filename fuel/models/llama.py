@@ -46,10 +46,6 @@ PREFILL_CHUNK = 128  # prompt tokens per graph: bounds the (heads, chunk, capaci
 CACHE_BUCKET = 256  # KV cache capacities are rounded up to a multiple of this
 CACHE_POOL_SIZE = 2  # KV caches (one per capacity) kept for reuse across generations
 REPLAYS_PER_CACHE = 16  # captured step shapes kept per KV cache (a warm start's row buckets fit)
-# Replayed steps up to this many rows keep their input leaves (refilled in place, so no
-# launcher is prepared again): every padded prompt step, about 6 MiB of leaves a cache.
-# SmolLM2, 27 and 40-token prompts: 2-3 ms (4-5%) faster than new leaves each call.
-REFILLED_STEP_TOKENS = PREFILL_CHUNK
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
 
 
@@ -158,13 +154,11 @@ class LlamaModel:
 
     def _replay_inputs(self, ids: np.ndarray, rows: int, cache: KVCache,
                        all_logits: bool) -> StepInputs:
-        """The leaves of a replayed step of ``rows`` rows: up to REFILLED_STEP_TOKENS rows,
-        the cache's own for that shape, refilled in place (the replay then finds the
-        storages it prepared its launchers on); for a longer prompt chunk, new ones (its
-        rotation matrices are large: 16 KiB a token)."""
-        if rows > REFILLED_STEP_TOKENS:
-            return StepInputs.create(ids, cache.length, self.config, self._inverse_frequencies,
-                                     cache.capacity, self.device, rows)
+        """The leaves of a replayed step of ``rows`` rows: the cache's own for that shape,
+        refilled in place, so the replay finds the storages it prepared its launchers on and
+        prepares nothing again (every padded prompt step keeps them: about 6 MiB of leaves a
+        cache; SmolLM2's 27 and 40-token prompts ran 2-3 ms faster than with new leaves per
+        call)."""
         kept = cache.step_inputs
         for stale in kept.keys() - cache.replays.keys():  # its replay was dropped
             del kept[stale]
@@ -214,13 +208,12 @@ class LlamaModel:
                 if len(self._cache_pool) >= CACHE_POOL_SIZE:
                     continue
                 cache = self._cache_pool[capacity] = self.new_cache(capacity)
-            key = _step_key(cache, rows, all_logits)
-            if cache.replays.get(key) is None:
-                if len(cache.replays) >= REPLAYS_PER_CACHE:
-                    continue
-                cache.replays[key] = fuel.jit(self._traced_step(cache, all_logits))
+            if _step_key(cache, rows, all_logits) not in cache.replays and \
+                    len(cache.replays) >= REPLAYS_PER_CACHE:
+                continue  # no room left: it would drop a step prepared before
+            replay = self._replay_function(cache, rows, all_logits)
             step = self._replay_inputs(np.zeros(rows, np.int64), rows, cache, all_logits)
-            cache.replays[key].prepare(step.ids, step.positions, step.rope, step.mask, step.last)
+            replay.prepare(step.ids, step.positions, step.rope, step.mask, step.last)
             prepared += 1
         if prepared:  # one decode step, run: the weights' pages (memory-mapped) come in now,
             cache = next(iter(self._cache_pool.values()))  # not in the first prompt's time
