@@ -31,6 +31,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 warnings.filterwarnings("ignore", category=FutureWarning)
 
+from models import median_ms  # noqa: E402 - the bench's own timer
+
 import fuel  # noqa: E402
 from fuel.backends import find_backend  # noqa: E402
 from fuel.ir.device import BackendId, parse_device  # noqa: E402
@@ -67,17 +69,6 @@ def _torch(device):
     return torch
 
 
-def _median_ms(function, runs: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        function()
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        function()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e3
-
-
 def _row(name: str, unit: str, ours: float | None, theirs: float | None, aim: str) -> None:
     def shown(value):
         return f"{value:10.3f}" if value is not None else "         -"
@@ -100,7 +91,7 @@ def bench_minilm(device, torch, runs: int) -> None:
 
     reference = minilm.load().encoder.mean_pooled(ids, mask).numpy()
     np.testing.assert_allclose(run_fuel(), reference, atol=1e-4)
-    ours = _median_ms(run_fuel, runs)
+    ours = median_ms(run_fuel, runs, 3)
     theirs = None
     if torch is not None:
         import transformers
@@ -118,7 +109,7 @@ def bench_minilm(device, torch, runs: int) -> None:
                 return ((hidden * weights).sum(1) / weights.sum(1)).cpu().numpy()
 
         np.testing.assert_allclose(run_fuel(), run_torch(), atol=1e-4)
-        theirs = _median_ms(run_torch, runs)
+        theirs = median_ms(run_torch, runs, 3)
     _row("MiniLM forward 8 x 128", "ms", ours, theirs, "aim: <= 1.0x")
 
 
@@ -134,7 +125,7 @@ def bench_matmul(device, torch, runs: int, size: int = 8192) -> None:
         (a @ b).realize()
         backend.synchronize(device)
 
-    ours = flops / _median_ms(run_fuel, runs) / 1e9
+    ours = flops / median_ms(run_fuel, runs, 3) / 1e9
     theirs = None
     if torch is not None:
         x = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
@@ -144,7 +135,7 @@ def bench_matmul(device, torch, runs: int, size: int = 8192) -> None:
             x @ y
             torch.cuda.synchronize()
 
-        theirs = flops / _median_ms(run_torch, runs) / 1e9
+        theirs = flops / median_ms(run_torch, runs, 3) / 1e9
     _row(f"bf16 matmul {size}^3", "TFLOP/s", ours, theirs, "aim: >= 0.8x")
 
 
@@ -205,7 +196,7 @@ def bench_chain(device, torch, runs: int) -> None:
     np.testing.assert_allclose(_chain(x).numpy(), _chain(fuel.from_numpy(host)).numpy(),
                                rtol=1e-6)
     device_ms = []
-    wall = _median_ms(lambda: _chain(x).realize(), runs)
+    wall = median_ms(lambda: _chain(x).realize(), runs, 3)
     for _ in range(runs):
         with fuel.profile() as prof:
             _chain(x).realize()
