@@ -29,7 +29,7 @@ from fuel.ir.params import QLinearConvParams
 
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCES = tuple(Path(__file__).with_name(name)
-                for name in ("qlinear_conv.c", "qlinear_conv_vnni.c"))
+                for name in ("qlinear_conv.c", "qlinear_depthwise.c", "qlinear_conv_vnni.c"))
 PARALLEL_WORK = 1 << 20
 
 

@@ -319,6 +319,17 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const int32_t *bias = data[2];
     const float *mult = data[3];
     uint8_t *out = data[4];
+#if defined(QUAD_DEPTHWISE)
+    if (!whole_plane(&q) && quad_depthwise_fits(&q)) {
+        if (mode == 2)
+            ((int64_t *)data[5])[0] = (int64_t)(sizeof(int32_t) * quad_weights_count(&q));
+        else if (mode == 3)
+            quad_pack(w, data[5], &q);
+        else
+            quad_depthwise(x, w, bias, mult, out, &q, mode == 1 ? data[5] : NULL);
+        return;
+    }
+#endif
     const int other = whole_plane(&q) || small_depthwise(bias, &q) || !channels_last(&q);
 #if defined(VNNI)
     const int64_t per_out = q.m / q.groups, per_in = q.c / q.groups, taps = q.kh * q.kw;

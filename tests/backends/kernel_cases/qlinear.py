@@ -28,6 +28,16 @@ PLANS = [
     # depthwise with 16 or more output columns (rows form), stride 1 and 2
     ((1, 3, 4, 21), (3, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 3, "dense"),
     ((2, 2, 5, 40), (2, 1, 3, 5), (2, 2), (1, 2), (0, 2), (1, 1), 2, "dense"),
+    # depthwise by byte quads (VBMI + VNNI): wide rows past 16 columns (the last register
+    # overlapping), narrow planes of several rows per register, strides, dilations, kernels
+    # of 2 quads a row, asymmetric pads, 1-d, and a window past 64 bytes (another form)
+    ((2, 4, 9, 37), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 4, "dense"),
+    ((1, 5, 14, 14), (5, 1, 3, 3), (2, 2), (0, 1), (1, 1), (1, 1), 5, "dense"),
+    ((1, 3, 11, 9), (3, 1, 5, 5), (1, 2), (2, 2), (2, 1), (1, 1), 3, "dense"),
+    ((2, 3, 12, 30), (3, 1, 3, 7), (2, 1), (1, 3), (0, 2), (2, 2), 3, "dense"),
+    ((1, 6, 3, 2), (6, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 6, "dense"),
+    ((2, 4, 50), (4, 1, 5), (2,), (2,), (2,), (1,), 4, "dense"),
+    ((1, 2, 5, 40), (2, 1, 3, 3), (4, 4), (1, 1), (1, 1), (1, 1), 2, "dense"),
     # few channels at stride 2, wide: the patch rows' vector gather of even bytes
     ((1, 3, 9, 70), (4, 3, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1, "dense"),
     ((1, 3, 8, 67), (5, 3, 7, 7), (2, 2), (3, 3), (3, 3), (1, 1), 1, "dense"),
