@@ -262,6 +262,77 @@ __attribute__((noinline)) static void tile(const int8_t *w, int64_t depth, int64
 #endif
 }
 
+#if defined(VNNI) && defined(__AVX512F__)
+#define TILE_OUT 1
+
+/* The weights for tile_out: per group, per block of MR rows, per k step the MR rows' 4
+ * weights as one int32 each (zeros past the rows and the depth); then every row's sum. */
+static size_t gemm_packed_bytes(int64_t groups, int64_t per_out, int64_t depth) {
+    const int64_t blocks = (per_out + MR - 1) / MR;
+    return sizeof(int32_t) * (size_t)(groups * (blocks * MR * ((depth + 3) / 4) + per_out));
+}
+
+static void gemm_pack(const int8_t *w, int64_t groups, int64_t per_out, int64_t depth,
+                      int32_t *packed) {
+    const int64_t steps = (depth + 3) / 4, blocks = (per_out + MR - 1) / MR;
+    int32_t *sums = packed + groups * blocks * MR * steps;
+    for (int64_t group = 0; group < groups; group++)
+        for (int64_t block = 0; block < blocks; block++)
+            for (int r = 0; r < MR; r++) {
+                const int64_t row = block * MR + r;
+                const int8_t *source = w + (group * per_out + row) * depth;
+                int32_t *target = packed + (group * blocks + block) * MR * steps + r;
+                for (int64_t i = 0; i < steps; i++) {
+                    uint32_t value = 0;
+                    for (int64_t t = 0; t < 4 && row < per_out && 4 * i + t < depth; t++)
+                        value |= (uint32_t)(uint8_t)source[4 * i + t] << (8 * t);
+                    target[i * MR] = (int32_t)value;
+                }
+            }
+    for (int64_t row = 0; row < groups * per_out; row++) {
+        int32_t total = 0;
+        for (int64_t k = 0; k < depth; k++) total += w[row * depth + k];
+        sums[row] = total;
+    }
+}
+
+/* tile() on gemm_pack's weights `w`, and the re-quantization in registers: rows [m0, m0 + rows) times the panel,
+ * each row's 16 sums (one zmm vpdpbusd per row and panel step: a ymm one retires half the
+ * products per cycle on some cores) re-quantized and stored at target + m * plane (the first
+ * `cols` bytes). */
+__attribute__((noinline)) static void tile_out(const int32_t *w, int64_t depth, int64_t m0,
+                                               int rows, const void *panel,
+                                               const int32_t *bias, const int32_t *sums,
+                                               int32_t correction, const float *mult,
+                                               uint8_t *target, int64_t plane, int cols,
+                                               const Q *q) {
+    const int64_t steps = (depth + STEP - 1) / STEP;
+    const int32_t *weights = (const int32_t *)w; /* this block's */
+    __m512i c[MR];
+    for (int r = 0; r < MR; r++) c[r] = _mm512_setzero_si512();
+    for (int64_t i = 0; i < steps; i++) {
+        const __m512i b = _mm512_load_si512((const uint8_t *)panel + i * NR * STEP);
+        for (int r = 0; r < MR; r++)
+            c[r] = _mm512_dpbusd_epi32(c[r], b, _mm512_set1_epi32(weights[i * MR + r]));
+    }
+    const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
+    const __mmask16 mask = (__mmask16)((1u << cols) - 1);
+    for (int r = 0; r < rows; r++) {
+        const int64_t m = m0 + r;
+        const __m512i sum = _mm512_add_epi32(
+            c[r], _mm512_set1_epi32(bias[m] - correction * sums[m]));
+        const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(
+            _mm512_cvtepi32_ps(sum), _mm512_set1_ps(mult[m]))), zero);
+        const __m128i bytes = q->y_signed ? _mm512_cvtsepi32_epi8(v)
+            : _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()));
+        if (cols == NR)
+            _mm_storeu_si128((__m128i *)(target + m * plane), bytes);
+        else
+            _mm_mask_storeu_epi8(target + m * plane, mask, bytes);
+    }
+}
+#endif
+
 #if defined(__AVX2__)
 /* 16 sums re-quantized and saturated to bytes (the packs saturate as store_y clamps). */
 static inline void store_row(const int32_t *acc, int32_t shift, float scale, uint8_t *target,
@@ -282,8 +353,9 @@ static inline void store_row(const int32_t *acc, int32_t shift, float scale, uin
 }
 #endif
 
+/* `prepacked`: gemm_pack's weights where tile_out runs (packed here, per launch, where NULL). */
 static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const float *mult,
-                 uint8_t *out, const Q *q) {
+                 uint8_t *out, const Q *q, const int32_t *prepacked) {
     const int64_t per_in = q->c / q->groups, per_out = q->m / q->groups;
     const int64_t depth = per_in * q->kh * q->kw, plane = q->oh * q->ow;
     const int64_t panels = (plane + NR - 1) / NR, steps = (depth + STEP - 1) / STEP;
@@ -298,6 +370,17 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
     const int32_t correction = 0; /* the panels hold u - u_zero already */
     const size_t panel_bytes = sizeof(int16_t) * (size_t)(steps * NR * STEP);
 #endif
+#if defined(TILE_OUT)
+    const int64_t row_blocks = (per_out + MR - 1) / MR;
+    const int32_t *packed = prepacked;
+    if (packed == NULL) {
+        int32_t *own = scratch(2, gemm_packed_bytes(q->groups, per_out, depth));
+        gemm_pack(w, q->groups, per_out, depth, own);
+        packed = own;
+    }
+    const int32_t *sums = packed + q->groups * row_blocks * MR * steps;
+#else
+    (void)prepacked;
     /* sum of each weight row (for the correction) */
     int32_t *sums = scratch(2, sizeof(int32_t) * (size_t)q->m);
     for (int64_t m = 0; m < q->m; m++) {
@@ -306,11 +389,13 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
         for (int64_t k = 0; k < depth; k++) total += row[k];
         sums[m] = total;
     }
+#endif
     uint8_t *patches = pointwise ? NULL : shared_buffer((size_t)(depth * plane));
     /* units of work: panels x row blocks, enough blocks to share few panels */
     int64_t blocks = 1;
     while (panels * blocks < 4 * q->threads && per_out / (blocks * 2) >= MR) blocks *= 2;
-    const int64_t rows_per_block = (per_out + blocks - 1) / blocks;
+    /* whole MR-row blocks each (tile_out's packed weights start at one) */
+    const int64_t rows_per_block = ((per_out + blocks - 1) / blocks + MR - 1) / MR * MR;
     for (int64_t image = 0; image < q->n; image++)
         for (int64_t group = 0; group < q->groups; group++) {
             const uint8_t *source = x + (image * q->c + group * per_in) * q->h * q->w;
@@ -336,6 +421,13 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
                     if (last > (group + 1) * per_out) last = (group + 1) * per_out;
                     for (int64_t m0 = first; m0 < last; m0 += MR) {
                         const int rows = (int)(last - m0 < MR ? last - m0 : MR);
+#if defined(TILE_OUT)
+                        tile_out(packed + (group * row_blocks + (m0 - group * per_out) / MR) *
+                                              MR * steps, depth, m0, rows, panel, bias, sums,
+                                 correction, mult,
+                                 out + image * q->m * plane + p0, plane, cols, q);
+                        continue;
+#endif
                         tile(w, depth, m0, rows, panel, acc);
                         for (int r = 0; r < rows; r++) {
                             const int64_t m = m0 + r;

@@ -330,44 +330,50 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         return;
     }
 #endif
-    const int other = whole_plane(&q) || small_depthwise(bias, &q) || !channels_last(&q);
-#if defined(VNNI)
-    const int64_t per_out = q.m / q.groups, per_in = q.c / q.groups, taps = q.kh * q.kw;
-    if (mode == 2) {
-        ((int64_t *)data[5])[0] = other ? 0 : (int64_t)packed_bytes(q.groups, per_out, per_in, taps);
+    if (whole_plane(&q)) { /* a global (weighted) pooling */
+        if (mode == 2) ((int64_t *)data[5])[0] = 0;
+        else if (mode != 3) plane_dots(x, w, bias, mult, out, &q);
         return;
     }
-    if (mode == 3) {
-        pack_into(w, data[5], q.groups, per_out, per_in, taps);
-        return;
-    }
-#else
-    if (mode == 2) {
-        ((int64_t *)data[5])[0] = 0;
-        return;
-    }
-#endif
-    if (whole_plane(&q))
-        plane_dots(x, w, bias, mult, out, &q); /* a global (weighted) pooling */
-    else if (small_depthwise(bias, &q)) {
+    if (small_depthwise(bias, &q)) {
+        if (mode == 2) ((int64_t *)data[5])[0] = 0;
+        if (mode >= 2) return;
 #if defined(__AVX512F__)
         if (q.ow < 16)
             depthwise_last(x, w, bias, mult, out, &q);
         else
 #endif
             depthwise_rows(x, w, bias, mult, out, &q);
+        return;
     }
+    const int64_t per_out = q.m / q.groups, per_in = q.c / q.groups, taps = q.kh * q.kw;
 #if defined(VNNI)
-    else if (!other) {
-        if (mode == 1) {
+    if (channels_last(&q)) {
+        if (mode == 2)
+            ((int64_t *)data[5])[0] = (int64_t)packed_bytes(q.groups, per_out, per_in, taps);
+        else if (mode == 3)
+            pack_into(w, data[5], q.groups, per_out, per_in, taps);
+        else if (mode == 1)
             gemm_vnni(x, w, bias, mult, out, &q, data[5]);
-        } else {
+        else {
             pthread_mutex_lock(&cache_lock);
             gemm_vnni(x, w, bias, mult, out, &q, NULL);
             pthread_mutex_unlock(&cache_lock);
         }
+        return;
     }
 #endif
+#if defined(TILE_OUT)
+    if (mode == 2)
+        ((int64_t *)data[5])[0] = (int64_t)gemm_packed_bytes(q.groups, per_out, per_in * taps);
+    else if (mode == 3)
+        gemm_pack(w, q.groups, per_out, per_in * taps, data[5]);
     else
-        gemm(x, w, bias, mult, out, &q);
+        gemm(x, w, bias, mult, out, &q, mode == 1 ? data[5] : NULL);
+#else
+    (void)per_in;
+    (void)taps;
+    if (mode == 2) ((int64_t *)data[5])[0] = 0;
+    else if (mode != 3) gemm(x, w, bias, mult, out, &q, NULL);
+#endif
 }
