@@ -92,6 +92,37 @@ static const uint8_t *packed_weights(const int8_t *w, int64_t count, int64_t gro
     return packed;
 }
 
+#if defined(__AVX512F__)
+/* acc[0..R) = the sums of R positions (starting rows ih0, columns iw0) by one block of 16
+ * output channels: zmm vpdpbusd, 16 channels' sums per position in one register (a ymm one
+ * retires half the products per cycle on some cores). Inlined per R, so acc stays in
+ * registers. */
+static inline __attribute__((always_inline)) void vnni_sums(
+        const int R, __m512i *acc, const int64_t *ih0, const int64_t *iw0,
+        const uint8_t *weights, const uint8_t *channels_last, const uint8_t *zeros, int64_t c4,
+        int64_t quads, const Q *q) {
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
+    for (int64_t kh = 0; kh < q->kh; kh++)
+        for (int64_t kw = 0; kw < q->kw; kw++) {
+            const uint8_t *at[PR];
+            for (int r = 0; r < R; r++) {
+                const int64_t ih = ih0[r] + kh * q->dh, iw = iw0[r] + kw * q->dw;
+                at[r] = ih >= 0 && ih < q->h && iw >= 0 && iw < q->w
+                    ? channels_last + (ih * q->w + iw) * c4 : zeros;
+            }
+            const uint8_t *wq = weights + (kh * q->kw + kw) * quads * MB * 4;
+            for (int64_t quad = 0; quad < quads; quad++) {
+                const __m512i b = _mm512_load_si512((const void *)(wq + quad * 64));
+                for (int r = 0; r < R; r++) {
+                    int32_t value;
+                    memcpy(&value, at[r] + quad * 4, sizeof(value));
+                    acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(value), b);
+                }
+            }
+        }
+}
+#endif
+
 /* out[m, p] = requantize(sum over taps and channels of u[pos(p, tap), c] * w[m, c, tap]),
  * per image and group: the input copied channels-last (u, channels padded to a multiple of
  * 4 with u_zero), the weights packed per block of 16 channels as [tap][channel quad][16][4],
@@ -178,6 +209,39 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
                         iw0[r] = p % q->ow * q->sw - q->pl;
                     }
                     const uint8_t *weights = packed + block * block_bytes;
+#if defined(__AVX512F__)
+                    /* zmm: 16 channels' sums per position in one register (a ymm vpdpbusd
+                     * retires half the products per cycle on some cores) */
+                    __m512i acc[PR];
+                    switch (rows) { /* a tile of fewer positions sums only those */
+                    case 1: vnni_sums(1, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
+                    case 2: vnni_sums(2, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
+                    case 3: vnni_sums(3, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
+                    case 4: vnni_sums(4, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
+                    case 5: vnni_sums(5, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
+                    default: vnni_sums(PR, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q);
+                    }
+                    const int64_t m0 = block * MB;
+                    const int count = (int)(per_out - m0 < MB ? per_out - m0 : MB);
+                    int32_t shift[MB] __attribute__((aligned(64)));
+                    float scale[MB] __attribute__((aligned(64)));
+                    for (int j = 0; j < MB; j++) {
+                        const int64_t m = group * per_out + m0 + (j < count ? j : 0);
+                        shift[j] = bias[m] - (int32_t)uz * sums[m0 + (j < count ? j : 0)];
+                        scale[j] = mult[m];
+                    }
+                    const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
+                    const __m512i shifts = _mm512_load_si512(shift);
+                    const __m512 scales = _mm512_load_ps(scale);
+                    uint8_t bytes[PR][MB]; /* [position][channel], then per channel a run */
+                    for (int r = 0; r < rows; r++) {
+                        const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(
+                            _mm512_cvtepi32_ps(_mm512_add_epi32(acc[r], shifts)), scales)), zero);
+                        _mm_storeu_si128((__m128i *)bytes[r], q->y_signed
+                            ? _mm512_cvtsepi32_epi8(v)
+                            : _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512())));
+                    }
+#else
                     __m256i acc[PR][2];
                     for (int r = 0; r < PR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
                     for (int64_t kh = 0; kh < q->kh; kh++)
@@ -228,6 +292,7 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
                         _mm_storeu_si128((__m128i *)bytes[r], q->y_signed
                                          ? _mm_packs_epi16(low, high) : _mm_packus_epi16(low, high));
                     }
+#endif
                     /* the tile's positions are consecutive in each channel's plane: one run
                      * of `rows` bytes per channel (the scatter of single bytes cost more than
                      * the sums at 16 channels) */
@@ -296,8 +361,9 @@ static int whole_plane(const Q *q) {
 /* Whether a launch that is neither takes the channels-last VNNI form. */
 static int channels_last(const Q *q) {
 #if defined(VNNI)
-    return !(q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
-             q->pl == 0 && q->oh == q->h && q->ow == q->w) && q->c / q->groups >= 16;
+    /* 1x1 kernels take the patch matrix's form (the input as stored, or one strided copy of
+     * the positions read) unless the positions are fewer than half a panel */
+    return (!(q->kh == 1 && q->kw == 1) || q->oh * q->ow <= NR / 2) && q->c / q->groups >= 16;
 #else
     (void)q;
     return 0;

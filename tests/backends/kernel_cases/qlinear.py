@@ -48,6 +48,11 @@ PLANS = [
     # 16 or more input channels per group: the channels-last VNNI form where there is one
     ((2, 20, 6, 7), (18, 20, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "dense"),
     ((1, 34, 5, 6), (10, 17, 3, 2), (2, 1), (1, 0), (0, 1), (1, 2), 2, "dense"),
+    # 1x1 over at most 8 positions (a QGemm's rows: channels last, tiles of 1-5 positions),
+    # and a strided 1x1 (the patch matrix of the positions read)
+    ((1, 40, 3, 1), (33, 40, 1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1, "dense"),
+    ((2, 36, 2, 4), (20, 36, 1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1, "dense"),
+    ((1, 24, 9, 11), (19, 24, 1, 1), (2, 2), (0, 0), (0, 0), (1, 1), 1, "dense"),
 ]
 
 
