@@ -18,6 +18,7 @@ from fuel.backends.cpu import (
     pooling,
     qlinear_conv,
     qlinear_elementwise,
+    qlinear_pool,
     quantized,
     sampling,
     scatter,
@@ -142,9 +143,9 @@ PREFERS_DECOMPOSED = frozenset({
 
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
-KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution_c, convolution, pooling,
-                  scatter, sorting, sampling, strings, ml, quantized, paged_attention,
-                  qlinear_conv, qlinear_elementwise)
+KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution_c, convolution,
+                  qlinear_pool, pooling, scatter, sorting, sampling, strings, ml, quantized,
+                  paged_attention, qlinear_conv, qlinear_elementwise)
 
 
 BACKEND = CpuBackend()

@@ -13,7 +13,7 @@ from fuel.ir import dtype as dt
 from fuel.ir.ops import CastParams
 from fuel.ir.params import ConvParams, QLinearConvParams
 from fuel.nn import conv as nn_conv
-from fuel.onnx.context import OPS, NodeContext, onnx_op
+from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError, UnsupportedDType
 from fuel.onnx.ops.common import OpKind, Tensor, axis_of, cast, unary, where
 from fuel.onnx.ops.conv import window_padding
@@ -344,30 +344,3 @@ def qlinear_conv(ctx: NodeContext) -> Tensor:
     accumulated = integer_conv(ctx, x, x_zero, w, w_zero, bias)
     multiplier = scale_product(ctx, x_scale, w_scale, divide=y_scale, axis=1, ndim=x.ndim)
     return requantize(accumulated, multiplier, y_zero, x.dtype)
-
-
-# ----------------------------------------------------------------------------- 8-bit pooling
-
-
-def _wrap_eight_bit_pool(op_type: str) -> None:
-    """MaxPool over an 8-bit input (a QOperator model's) as the float32 kernel over its exact
-    float values, cast back: max commutes with the exact conversion, and the float pool has
-    C kernels where the 8-bit one walks NumPy windows."""
-    plain = OPS[("", op_type)]
-
-    def convert(ctx: NodeContext):
-        x = ctx.input(0)
-        if x.dtype not in (dt.uint8, dt.int8):
-            return plain(ctx)
-        inputs = [cast(x, dt.float32)] + list(ctx.inputs[1:])
-        result = plain(NodeContext(ctx.proto, ctx.builder, inputs, ctx.opset, ctx.label,
-                                   ctx.scope))
-        if isinstance(result, (list, tuple)):
-            return [cast(result[0], x.dtype)] + list(result[1:])
-        return cast(result, x.dtype)
-
-    convert.__name__ = convert.__qualname__ = f"eight_bit_{op_type.lower()}"
-    OPS[("", op_type)] = convert
-
-
-_wrap_eight_bit_pool("MaxPool")

@@ -21,6 +21,14 @@ POOL_PLANS = [  # shape, kind, params
     # strided input with unequal window sides.
     ((2, 3, 8, 8), "dense", PoolParams((2, 2), (2, 2), (0, 0), (0, 0), (1, 1))),
     ((2, 3, 7, 11), "transposed", PoolParams((2, 3), (2, 3), (0, 0), (0, 0), (1, 1))),
+    # 8-bit C forms (qlinear_pool.c): runs of one wide row at strides 1 and 2 (ceil mode past
+    # the end), whole narrow rows per register, a 5x5 window, dilations, 1-d
+    ((1, 3, 9, 70), "dense", PoolParams((3, 3), (1, 1), (1, 1), (1, 1), (1, 1))),
+    ((2, 2, 11, 75), "dense", PoolParams((3, 3), (2, 2), (1, 1), (1, 1), (1, 1), True)),
+    ((1, 4, 7, 7), "dense", PoolParams((3, 3), (2, 2), (0, 0), (0, 0), (1, 1), True)),
+    ((1, 2, 13, 13), "dense", PoolParams((5, 5), (1, 1), (2, 2), (2, 2), (1, 1))),
+    ((1, 2, 12, 20), "dense", PoolParams((2, 3), (1, 2), (0, 1), (1, 0), (2, 1))),
+    ((2, 3, 40), "dense", PoolParams((3,), (2,), (1,), (1,), (1,))),
 ]
 
 

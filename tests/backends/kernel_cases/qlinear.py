@@ -45,9 +45,9 @@ PLANS = [
     # past the 256 taps of the other depthwise forms
     ((2, 5, 7, 6), (5, 1, 7, 6), (1, 1), (0, 0), (0, 0), (1, 1), 5, "dense"),
     ((1, 3, 20, 17), (3, 1, 20, 17), (1, 1), (0, 0), (0, 0), (1, 1), 3, "dense"),
-    # 16 or more input channels per group: the channels-last VNNI form where there is one
-    ((2, 20, 6, 7), (18, 20, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "dense"),
-    ((1, 34, 5, 6), (10, 17, 3, 2), (2, 1), (1, 0), (0, 1), (1, 2), 2, "dense"),
+    # 32 or more input channels per group: the channels-last VNNI form where there is one
+    ((2, 32, 6, 7), (18, 32, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "dense"),
+    ((1, 68, 5, 6), (10, 34, 3, 2), (2, 1), (1, 0), (0, 1), (1, 2), 2, "dense"),
     # 1x1 over at most 8 positions (a QGemm's rows: channels last, tiles of 1-5 positions),
     # and a strided 1x1 (the patch matrix of the positions read)
     ((1, 40, 3, 1), (33, 40, 1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1, "dense"),
