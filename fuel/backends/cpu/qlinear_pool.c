@@ -73,8 +73,19 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
 #else
     const int vector = 0;
 #endif
+#if defined(__AVX512VBMI__)
+    /* each lane's byte offset in a window (kernel tap 0) */
+    uint8_t table[64] __attribute__((aligned(64)));
+    for (int64_t lane = 0; lane < 64; lane++) {
+        const int64_t r = rows ? lane / p.ow : 0, c = rows ? lane % p.ow : lane;
+        table[lane] = vector && lane < lanes ? (uint8_t)(r * p.sh * pw + c * p.sw) : 0;
+    }
+#endif
 #pragma omp parallel num_threads(p.threads) if (p.threads > 1)
     {
+#if defined(__AVX512VBMI__)
+        const __m512i base = _mm512_load_si512(table);
+#endif
         uint8_t *padded = plane_buffer((size_t)(ph * pw + 64));
         memset(padded, 0, (size_t)(ph * pw + 64));
 #pragma omp for schedule(static)
@@ -82,19 +93,26 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
             for (int64_t ih = 0; ih < rows_in; ih++) {
                 const uint8_t *source = x + i * in_plane + ih * p.w + (lo - p.pl);
                 uint8_t *row = padded + (ih + p.pt) * pw + lo;
-                for (int64_t col = 0; col < span; col++) row[col] = source[col] ^ flip;
+                int64_t col = 0;
+#if defined(__AVX512VBMI__)
+                const __m512i mask = _mm512_set1_epi8((char)flip);
+                for (; col + 64 <= span; col += 64)
+                    _mm512_storeu_si512(row + col, _mm512_xor_si512(
+                        _mm512_loadu_si512(source + col), mask));
+                if (col < span) {
+                    const __mmask64 tail = (1ull << (span - col)) - 1;
+                    _mm512_mask_storeu_epi8(row + col, tail, _mm512_xor_si512(
+                        _mm512_maskz_loadu_epi8(tail, source + col), mask));
+                    col = span;
+                }
+#endif
+                for (; col < span; col++) row[col] = source[col] ^ flip;
             }
             uint8_t *target = out + i * out_plane;
 #if defined(__AVX512VBMI__)
             if (vector) {
                 const __m512i mask = _mm512_set1_epi8((char)flip);
                 const __mmask64 store = lanes == 64 ? ~0ull : (1ull << lanes) - 1;
-                uint8_t table[64] __attribute__((aligned(64)));
-                for (int64_t lane = 0; lane < 64; lane++) {
-                    const int64_t r = rows ? lane / p.ow : 0, c = rows ? lane % p.ow : lane;
-                    table[lane] = lane < lanes ? (uint8_t)(r * p.sh * pw + c * p.sw) : 0;
-                }
-                const __m512i base = _mm512_load_si512(table);
                 const int64_t step = rows ? rows : 1, chunk = rows ? 1 : lanes;
                 for (int64_t oh = 0; oh < p.oh; oh += step) {
                     const int64_t row0 = oh + step > p.oh ? p.oh - step : oh;
