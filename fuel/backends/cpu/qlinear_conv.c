@@ -13,19 +13,20 @@
  * Activations are handled as unsigned bytes u = x (uint8) or x + 128 (int8, its zero point
  * moved by 128 too), so sum (x - x_zero) * w = sum u * w - u_zero * sum w.
  *
- * Forms, picked here:
- *   depthwise (groups == C == M, at most 256 taps, |bias| < 2**23), float32 sums of integers
- *     below 2**24 (exact), one plane at a time: a zero-padded float copy of the plane, then
- *     per output row the stride-1 sums over the columns the strided windows start at, 64
- *     columns in four registers across every tap (AVX-512 fused multiply-adds, exact here),
- *     every s-th sum re-quantized.
+ * Forms (picked in qlinear_conv_vnni.c's fuel_kernel):
+ *   depthwise (groups == C == M; qlinear_depthwise.c): with AVX512-VBMI + VNNI by byte quads
+ *     (exact int32, any bias); else float32 sums of integers below 2**24 (exact) for at most
+ *     256 taps and |bias| < 2**23; a window over the whole plane as one dot product.
+ *   channels last (qlinear_conv_vnni.c): 32 or more input channels per group (16 with a big
+ *     patch matrix), not 1x1 unless at most 8 positions.
  *   gemm (the rest): per image and group out[m, p] = sum_k w[m, k] * B[k, p] with B the patch
  *     matrix of u (written once per image and group, or the input as stored for an unpadded
  *     stride-1 1x1 kernel), re-packed 16 positions at a time into panels of k quads so that
  *     one vpdpbusd (AVX512-VNNI: u8 x s8, four products into int32, exact) serves 16 positions
- *     of one weight row; a 6 x 16 register tile; the re-quantization on the tile. Without
- *     VNNI the panels hold k pairs of (u - u_zero) as int16 for vpmaddwd (AVX2, also exact),
- *     or a scalar loop. Threads split the patch matrix's rows, then the panels.
+ *     of one weight row; a 6 x 16 register tile (zmm, re-quantized in registers, weights as
+ *     gemm_pack's per-step int32 of 6 rows, with AVX-512); the re-quantization on the tile.
+ *     Without VNNI the panels hold k pairs of (u - u_zero) as int16 for vpmaddwd (AVX2, also
+ *     exact), or a scalar loop. Threads split the patch matrix's rows, then the panels.
  */
 #include <math.h>
 #include <pthread.h>

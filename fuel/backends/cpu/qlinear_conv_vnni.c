@@ -377,9 +377,9 @@ static int channels_last(const Q *q) {
 }
 
 /* sizes[21], the mode: 0 a launch (the channels-last form packs its weights through the
- * cache), 1 a launch with the weights packed in data[5], 2 the packed weights' byte count
- * (0 where the launch takes another form) written to ((int64_t *)data[5])[0], 3 pack the
- * weights into data[5]. */
+ * cache, the quad depthwise and gemm forms per launch), 1 a launch with the weights packed in
+ * data[5], 2 the packed weights' byte count (0 where the form packs none) written to
+ * ((int64_t *)data[5])[0], 3 pack the weights into data[5]. */
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     const Q q = {team_size(sizes[0]), sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
