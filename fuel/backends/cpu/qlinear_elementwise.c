@@ -3,10 +3,10 @@
  * onnxruntime's QLinearAdd and QLinearMul arithmetic, one pass each.
  *
  * Entry: fuel_kernel(data, sizes, strides)
- *   lookup: data = {x, table (256 bytes, by x's byte), out}, sizes = {0, count}
+ *   lookup: data = {x, table (256 bytes, by x's byte), out}, sizes = {0, count, threads}
  *   binary: data = {a, b, out}, sizes = {1 (add) or 2 (mul), outer, inner, a_outer_step,
  *           a_inner_step, b_outer_step, b_inner_step, signed, a_zero, b_zero, y_zero, f0, f1,
- *           f2}: element (o, i) of the (outer, inner) output reads a[o * a_outer_step + i *
+ *           f2, threads}: element (o, i) of the (outer, inner) output reads a[o * a_outer_step + i *
  *           a_inner_step] and b likewise (a step 0 broadcasts); f0..f2 are float32 constants
  *           held in the low 32 bits: add: a / y scale ratio, b / y scale ratio and y_zero less
  *           the zero points' share, v = fma(a, f0, fma(b, f1, f2)); mul: a_scale * b_scale /
@@ -97,10 +97,17 @@ static inline int32_t saturated(float v, float low, float high) {
 BINARY_ROW(uint8_t)
 BINARY_ROW(int8_t)
 
+#define CHUNK 16384 /* elements per unit of threaded work */
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     if (sizes[0] == 0) {
-        lookup(data[0], data[1], data[2], sizes[1]);
+        const int64_t count = sizes[1], threads = sizes[2], units = (count + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+        for (int64_t unit = 0; unit < units; unit++) {
+            const int64_t start = unit * CHUNK, n = count - start < CHUNK ? count - start : CHUNK;
+            lookup((const uint8_t *)data[0] + start, data[1], (uint8_t *)data[2] + start, n);
+        }
         return;
     }
     const int multiply = sizes[0] == 2;
@@ -110,17 +117,22 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const int32_t az = (int32_t)sizes[8], bz = (int32_t)sizes[9];
     const float yz = (float)sizes[10];
     const float f0 = float_of(sizes[11]), f1 = float_of(sizes[12]), f2 = float_of(sizes[13]);
+    const int64_t threads = sizes[14];
     const float low = is_signed ? -128.0f : 0.0f, high = is_signed ? 127.0f : 255.0f;
-    for (int64_t o = 0; o < outer; o++) {
+    /* units: each output row cut into runs of at most CHUNK elements */
+    const int64_t parts = (inner + CHUNK - 1) / CHUNK, units = outer * parts;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t unit = 0; unit < units; unit++) {
+        const int64_t o = unit / parts, start = unit % parts * CHUNK;
+        const int64_t n = inner - start < CHUNK ? inner - start : CHUNK;
+        const int64_t a_at = o * a_outer + start * a_inner, b_at = o * b_outer + start * b_inner;
         if (is_signed)
-            binary_row_int8_t((const int8_t *)data[0] + o * a_outer,
-                              (const int8_t *)data[1] + o * b_outer,
-                              (int8_t *)data[2] + o * inner, inner, a_inner, b_inner, multiply,
-                              az, bz, yz, f0, f1, f2, low, high);
+            binary_row_int8_t((const int8_t *)data[0] + a_at, (const int8_t *)data[1] + b_at,
+                              (int8_t *)data[2] + o * inner + start, n, a_inner, b_inner,
+                              multiply, az, bz, yz, f0, f1, f2, low, high);
         else
-            binary_row_uint8_t((const uint8_t *)data[0] + o * a_outer,
-                               (const uint8_t *)data[1] + o * b_outer,
-                               (uint8_t *)data[2] + o * inner, inner, a_inner, b_inner,
+            binary_row_uint8_t((const uint8_t *)data[0] + a_at, (const uint8_t *)data[1] + b_at,
+                               (uint8_t *)data[2] + o * inner + start, n, a_inner, b_inner,
                                multiply, az, bz, yz, f0, f1, f2, low, high);
     }
 }

@@ -15,6 +15,7 @@ import numpy as np
 
 from fuel.backends.cpu.arrays import output, view
 from fuel.backends.cpu.c_library import address, entry_point
+from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher
 from fuel.graph.decompositions.qlinear import add_ratios
@@ -26,11 +27,17 @@ from fuel.ir.params import QLinearBinaryParams
 
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("qlinear_elementwise.c")
+PARALLEL_COUNT = 1 << 17  # elements from which a pass runs on FUEL_THREADS threads
 
 
 def library():
     """The compiled qlinear_elementwise.c, or None where the machine has no C compiler."""
-    return entry_point("qlinear_elementwise", SOURCE.read_text)
+    return entry_point("qlinear_elementwise", SOURCE.read_text, openmp=True)
+
+
+def _threads(count: int) -> int:
+    """Threads for a pass over ``count`` elements: the team from PARALLEL_COUNT, else one."""
+    return thread_count() if count >= PARALLEL_COUNT else 1
 
 
 def _bits(value: float) -> int:
@@ -114,7 +121,8 @@ class CQLinearLookup:
 
             launch.kernel_source = "numpy"
             return launch
-        sizes = (ctypes.c_int64 * 2)(0, layouts[-1].numel)
+        count = layouts[-1].numel
+        sizes = (ctypes.c_int64 * 3)(0, count, _threads(count))
         data = (ctypes.c_void_p * 3)(*(address(s, layout) for s, layout in
                                        zip(list(inputs) + list(outputs), layouts)))
         return ForeignCall(function, data, sizes)
@@ -160,7 +168,7 @@ class CQLinearBinary:
                 f0, f1 = f1, f0
         row = (1 + params.multiply, outer, inner, a_outer, a_inner, b_outer, b_inner,
                int(inputs[0].dtype is dt.int8), *zeros, params.y_zero,
-               _bits(f0), _bits(f1), _bits(f2))
+               _bits(f0), _bits(f1), _bits(f2), _threads(outer * inner))
         sizes = (ctypes.c_int64 * len(row))(*row)
         data = (ctypes.c_void_p * 3)(*pointers)
         return ForeignCall(function, data, sizes)

@@ -103,7 +103,8 @@ def qlinear_lookup_cases(dtypes):
     cases = []
     # odd sizes around the 64-byte vector step, a strided input (NumPy)
     for i, (shape, kind) in enumerate([((3, 5), "dense"), ((2, 64), "dense"),
-                                       ((1, 7, 11, 3), "dense"), ((4, 33), "stepped")]):
+                                       ((1, 7, 11, 3), "dense"), ((4, 33), "stepped"),
+                                       ((3, 20001), "dense")]):
         x = rng.integers(info.min, info.max + 1, shape).astype(x_type.numpy)
         cases.append(Case(None, [operand(x, kind), operand(table)], _lookup,
                           f"qlinear_lookup#{i}", 0, 0))
@@ -133,7 +134,9 @@ def qlinear_binary_cases(dtypes):
     cases = []
     shapes = [((2, 3, 5, 7), (2, 3, 5, 7), "dense"), ((2, 3, 5, 7), (2, 3, 1, 1), "dense"),
               ((2, 3, 1, 1), (2, 3, 4, 4), "dense"), ((3, 70), (), "dense"),
-              ((1, 5, 9), (5, 1), "dense"), ((4, 6), (4, 6), "stepped")]
+              ((1, 5, 9), (5, 1), "dense"), ((4, 6), (4, 6), "stepped"),
+              # rows cut into several threaded runs (16384 elements each)
+              ((3, 17000), (3, 1), "dense"), ((2, 3, 7000), (2, 3, 7000), "dense")]
     for multiply in (False, True):
         for i, (a_shape, b_shape, kind) in enumerate(shapes):
             a = rng.integers(info.min, info.max + 1, a_shape).astype(dtypes[0].numpy)
