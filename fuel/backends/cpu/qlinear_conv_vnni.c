@@ -296,10 +296,34 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
                     /* the tile's positions are consecutive in each channel's plane: one run
                      * of `rows` bytes per channel (the scatter of single bytes cost more than
                      * the sums at 16 channels) */
+                    uint8_t *first = out + (image * q->m + group * per_out + m0) * plane + p0;
+#if PR == 6
+                    if (rows == PR && count == MB) { /* transposed by byte and word unpacks */
+                        const __m128i r0 = _mm_loadu_si128((const __m128i *)bytes[0]);
+                        const __m128i r1 = _mm_loadu_si128((const __m128i *)bytes[1]);
+                        const __m128i r2 = _mm_loadu_si128((const __m128i *)bytes[2]);
+                        const __m128i r3 = _mm_loadu_si128((const __m128i *)bytes[3]);
+                        const __m128i r4 = _mm_loadu_si128((const __m128i *)bytes[4]);
+                        const __m128i r5 = _mm_loadu_si128((const __m128i *)bytes[5]);
+                        const __m128i a_lo = _mm_unpacklo_epi8(r0, r1), a_hi = _mm_unpackhi_epi8(r0, r1);
+                        const __m128i b_lo = _mm_unpacklo_epi8(r2, r3), b_hi = _mm_unpackhi_epi8(r2, r3);
+                        const __m128i tail[2] = {_mm_unpacklo_epi8(r4, r5), _mm_unpackhi_epi8(r4, r5)};
+                        const __m128i head[4] = {_mm_unpacklo_epi16(a_lo, b_lo), _mm_unpackhi_epi16(a_lo, b_lo),
+                                                 _mm_unpacklo_epi16(a_hi, b_hi), _mm_unpackhi_epi16(a_hi, b_hi)};
+                        int32_t heads[16];
+                        int16_t tails[16];
+                        for (int v = 0; v < 4; v++) _mm_storeu_si128((__m128i *)heads + v, head[v]);
+                        for (int v = 0; v < 2; v++) _mm_storeu_si128((__m128i *)tails + v, tail[v]);
+                        for (int j = 0; j < MB; j++) {
+                            memcpy(first + j * plane, &heads[j], 4);
+                            memcpy(first + j * plane + 4, &tails[j], 2);
+                        }
+                        continue;
+                    }
+#endif
                     uint8_t runs[MB][PR];
                     for (int j = 0; j < MB; j++)
                         for (int r = 0; r < PR; r++) runs[j][r] = bytes[r < rows ? r : 0][j];
-                    uint8_t *first = out + (image * q->m + group * per_out + m0) * plane + p0;
                     if (rows == PR)
                         for (int j = 0; j < count; j++) {
                             memcpy(first + j * plane, runs[j], 4);
