@@ -79,6 +79,8 @@ def _scalar(value, dtype=np.float32):
     dict(x=(1, 8, 7, 7), w=(8, 1, 3, 3), group=8, pads=[1, 1, 1, 1], dilations=[2, 2]),
     dict(x=(1, 16, 5, 6), w=(12, 16, 1, 1)),
     dict(x=(2, 4, 17), w=(5, 4, 3), strides=[2]),
+    # a patch matrix past one band (512 KiB) of output rows: bands of 8 rows, the last of 4
+    dict(x=(1, 20, 60, 340), w=(3, 20, 3, 3), strides=[3, 1], pads=[1, 1, 1, 1]),
 ])
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_qlinear_conv(x_type, w_type, case, per_channel):

@@ -59,6 +59,7 @@ typedef struct {
 
 #define MR 6
 #define NR 16
+#define BAND (512 << 10) /* bytes of the patch matrix per band of output rows */
 
 static inline void store_y(uint8_t *out, int64_t i, int32_t v, const Q *q) {
     if (q->y_signed) {
@@ -101,10 +102,10 @@ static uint8_t *shared_buffer(size_t bytes) {
 
 /* ------------------------------------------------------------------ gemm */
 
-/* Row k = (c, kh, kw) of the patch matrix of one image and group: u at each output position
- * (u_zero in the padding); `flip` turns int8 into u (x ^ 0x80). */
+/* Row k = (c, kh, kw) of the patch matrix of one image and group over output rows [oh0, oh1):
+ * u at each output position (u_zero in the padding); `flip` turns int8 into u (x ^ 0x80). */
 static void patch_row(const uint8_t *x, int64_t k, uint8_t *row, uint8_t uz, uint8_t flip,
-                      const Q *q) {
+                      int64_t oh0, int64_t oh1, const Q *q) {
     const int64_t area = q->kh * q->kw, c = k / area, kh = k % area / q->kw, kw = k % q->kw;
     const int64_t off = kw * q->dw - q->pl;
     int64_t lo = off >= 0 ? 0 : (-off + q->sw - 1) / q->sw; /* ow with 0 <= ow*sw+off < W */
@@ -112,8 +113,8 @@ static void patch_row(const uint8_t *x, int64_t k, uint8_t *row, uint8_t uz, uin
     if (lo > q->ow) lo = q->ow;
     if (hi > q->ow) hi = q->ow;
     if (hi < lo) hi = lo;
-    for (int64_t oh = 0; oh < q->oh; oh++) {
-        uint8_t *target = row + oh * q->ow;
+    for (int64_t oh = oh0; oh < oh1; oh++) {
+        uint8_t *target = row + (oh - oh0) * q->ow;
         const int64_t ih = oh * q->sh + kh * q->dh - q->pt;
         if (ih < 0 || ih >= q->h) {
             memset(target, uz, (size_t)q->ow);
@@ -359,7 +360,7 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
                  uint8_t *out, const Q *q, const int32_t *prepacked) {
     const int64_t per_in = q->c / q->groups, per_out = q->m / q->groups;
     const int64_t depth = per_in * q->kh * q->kw, plane = q->oh * q->ow;
-    const int64_t panels = (plane + NR - 1) / NR, steps = (depth + STEP - 1) / STEP;
+    const int64_t steps = (depth + STEP - 1) / STEP;
     const int pointwise = q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
                           q->pl == 0 && q->oh == q->h && q->ow == q->w;
     const uint8_t flip = q->x_signed ? 0x80 : 0;
@@ -391,31 +392,41 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
         sums[m] = total;
     }
 #endif
-    uint8_t *patches = pointwise ? NULL : shared_buffer((size_t)(depth * plane));
-    /* units of work: panels x row blocks, enough blocks to share few panels */
-    int64_t blocks = 1;
-    while (panels * blocks < 4 * q->threads && per_out / (blocks * 2) >= MR) blocks *= 2;
-    /* whole MR-row blocks each (tile_out's packed weights start at one) */
-    const int64_t rows_per_block = ((per_out + blocks - 1) / blocks + MR - 1) / MR * MR;
+    /* the patch matrix a band of whole output rows at a time, about BAND bytes (in L2) */
+    int64_t band_rows = pointwise ? q->oh : BAND / (depth * q->ow);
+    if (band_rows < 1) band_rows = 1;
+    if (band_rows > q->oh) band_rows = q->oh;
+    uint8_t *patches = pointwise ? NULL : shared_buffer((size_t)(depth * band_rows * q->ow));
     for (int64_t image = 0; image < q->n; image++)
         for (int64_t group = 0; group < q->groups; group++) {
             const uint8_t *source = x + (image * q->c + group * per_in) * q->h * q->w;
             const uint8_t *b = pointwise ? source : patches;
             const uint8_t panel_flip = pointwise ? flip : 0;
 #pragma omp parallel num_threads(q->threads) if (q->threads > 1)
-            {
+            for (int64_t oh0 = 0; oh0 < q->oh; oh0 += band_rows) {
+                const int64_t oh1 = oh0 + band_rows < q->oh ? oh0 + band_rows : q->oh;
+                const int64_t start = oh0 * q->ow, band = (oh1 - oh0) * q->ow;
+                const int64_t stride = pointwise ? plane : band; /* of b's rows */
+                const int64_t panels = (band + NR - 1) / NR;
+                /* units of work: panels x row blocks, enough blocks to share few panels */
+                int64_t blocks = 1;
+                while (panels * blocks < 4 * q->threads && per_out / (blocks * 2) >= MR)
+                    blocks *= 2;
+                /* whole MR-row blocks each (tile_out's packed weights start at one) */
+                const int64_t rows_per_block = ((per_out + blocks - 1) / blocks + MR - 1) / MR * MR;
                 if (!pointwise) {
 #pragma omp for schedule(static)
                     for (int64_t k = 0; k < depth; k++)
-                        patch_row(source, k, patches + k * plane, uz, flip, q);
+                        patch_row(source, k, patches + k * band, uz, flip, oh0, oh1, q);
                 }
 #pragma omp for schedule(static)
                 for (int64_t unit = 0; unit < panels * blocks; unit++) {
                     const int64_t panel_index = unit / blocks, block = unit % blocks;
-                    const int64_t p0 = panel_index * NR;
-                    const int cols = (int)(plane - p0 < NR ? plane - p0 : NR);
+                    const int64_t local = panel_index * NR, p0 = start + local;
+                    const int cols = (int)(band - local < NR ? band - local : NR);
                     void *panel = scratch(0, panel_bytes);
-                    pack_panel(b, plane, depth, p0, cols, panel_flip, uz, panel);
+                    pack_panel(b, stride, depth, pointwise ? p0 : local, cols, panel_flip, uz,
+                               panel);
                     int32_t acc[MR * NR] __attribute__((aligned(32)));
                     const int64_t first = group * per_out + block * rows_per_block;
                     int64_t last = first + rows_per_block;

@@ -387,13 +387,12 @@ static int channels_last(const Q *q) {
 #if defined(VNNI)
     /* 1x1 kernels take the patch matrix's form (the input as stored, or one strided copy of
      * the positions read) unless the positions are fewer than half a panel; so do fewer than
-     * 32 input channels per group while the patch matrix stays under 6 MiB (measured, one
-     * thread, 3x3: 16 channels to 64 at 55x55 0.6x the time of the channels-last form, 24 to
-     * 24 at 56x56 0.85x, 32 1.2x; 16 to 32 at 160x160, a 3.7 MB matrix, 0.7x; 16 to 16 at
-     * 256x256, 9.4 MB, 1.35x) */
-    const int64_t per_in = q->c / q->groups, depth = per_in * q->kh * q->kw;
+     * 32 input channels per group (measured, one thread, 3x3: 16 channels to 64 at 55x55 0.6x
+     * the time of the channels-last form, 16 to 16 at 256x256 0.57x, 16 to 32 at 128x128 1.0x,
+     * 32 to 32 at 56x56 and 128x128 1.0-1.2x, 64 to 64 at 56x56 1.6x) */
+    const int64_t per_in = q->c / q->groups;
     if (q->kh == 1 && q->kw == 1) return q->oh * q->ow <= NR / 2 && per_in >= 16;
-    return per_in >= 32 || (per_in >= 16 && depth * q->oh * q->ow > (6 << 20));
+    return per_in >= 32;
 #else
     (void)q;
     return 0;
