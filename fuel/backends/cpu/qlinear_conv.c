@@ -17,10 +17,10 @@
  *   depthwise (groups == C == M; qlinear_depthwise.c): with AVX512-VBMI + VNNI by byte quads
  *     (exact int32, any bias); else float32 sums of integers below 2**24 (exact) for at most
  *     256 taps and |bias| < 2**23; a window over the whole plane as one dot product.
- *   channels last (qlinear_conv_vnni.c): 32 or more input channels per group (16 with a big
- *     patch matrix), not 1x1 unless at most 8 positions.
+ *   channels last (qlinear_conv_vnni.c): 32 or more input channels per group, not 1x1
+ *     unless at most 8 positions.
  *   gemm (the rest): per image and group out[m, p] = sum_k w[m, k] * B[k, p] with B the patch
- *     matrix of u (written once per image and group, or the input as stored for an unpadded
+ *     matrix of u (written a band of output rows at a time, or the input as stored for an unpadded
  *     stride-1 1x1 kernel), re-packed 16 positions at a time into panels of k quads so that
  *     one vpdpbusd (AVX512-VNNI: u8 x s8, four products into int32, exact) serves 16 positions
  *     of one weight row; a 6 x 16 register tile (zmm, re-quantized in registers, weights as
