@@ -21,6 +21,7 @@ typedef struct {
     uint8_t *bytes;       /* per block 64: the high bytes h, then the low bytes l */
     int32_t *corrections; /* SIGNED_CODES: per block 8 lanes of -128 * sum(h) over the lane */
     float *d, *s, *halves; /* per block: d, d * sum(q); per half: d * sum(q) */
+    float *dd;            /* per half: d (64-byte aligned) */
 } split_blocks;
 
 /* a + sum over each 32-bit lane's four byte pairs of u[i] (unsigned) * s[i] (signed) */
@@ -115,7 +116,7 @@ static void split_activations(const float *restrict x, split_blocks out, int64_t
         _mm256_storeu_si256((__m256i *)parts, sums);
         const int first = parts[0] + parts[1] + parts[4] + parts[5];
         const int second = parts[2] + parts[3] + parts[6] + parts[7];
-        out.d[b] = d;
+        out.d[b] = out.dd[2 * b] = out.dd[2 * b + 1] = d;
         out.s[b] = d * (float)(first + second);
         out.halves[2 * b] = d * (float)first;
         out.halves[2 * b + 1] = d * (float)second;
@@ -169,6 +170,32 @@ static inline float horizontal_sum(__m256 v) {
     return _mm_cvtss_f32(half);
 }
 
+#if defined(PAIRED)
+/* Block b's headers for the tile's rows (header_pair's 16 lanes, one per half chunk): their
+ * factors (weight scale times activation scale) into factors[r], their offsets times the
+ * activation sums (per half; per chunk where SCALES is 1) added to offsets[r]. */
+static inline __attribute__((always_inline)) void block_factors(
+    const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t b,
+    float (*factors)[16], __m512 *offsets, const int rows) {
+    const __m512 dd = _mm512_load_ps(x.dd + 16 * b);
+#if SCALES == 2
+    const __m512 sums = _mm512_loadu_ps(x.halves + 16 * b);
+#else
+    const __m512 sums = _mm512_zextps256_ps512(_mm256_loadu_ps(x.s + 8 * b));
+#endif
+    for (int r = 0; r < rows; r++) {
+        __m512 scale, minimum;
+        header_pair(weight + r * row_bytes + b * BLOCK_BYTES, &scale, &minimum);
+        _mm512_store_ps(factors[r], _mm512_mul_ps(scale, dd));
+#if MINIMUM || defined(CODE_OFFSET)
+        offsets[r] = _mm512_fmadd_ps(minimum, sums, offsets[r]);
+#else
+        (void)minimum;
+        (void)sums;
+#endif
+    }
+}
+#else
 /* Block b's headers for the tile's rows: their chunk factors (weight scale times activation
  * scale; per half where SCALES is 2) into factors[r], their offsets added to offsets[r]. */
 static inline __attribute__((always_inline)) void block_factors(
@@ -216,6 +243,7 @@ static inline __attribute__((always_inline)) void block_factors(
     }
 #endif
 }
+#endif
 
 #if !defined(PAIRED)
 /* rows (at most DECODE_ROWS) weight rows side by side against the activation row; per chunk
@@ -286,18 +314,14 @@ static inline __attribute__((always_inline)) void decode_tile(
         out[r] = horizontal_sum(_mm256_sub_ps(_mm256_add_ps(sums[r], spare[r]), offsets[r]));
 }
 #else
-/* The AVX-512 tile (PAIRED, q6_k: SCALES 2): decode_tile's sums, two chunks per
- * step (lanes 0-7 the first, 8-15 the second), the factors of the pair's four halves picked
- * from the block's by one permute. */
+/* The AVX-512 tile (PAIRED, the K formats): decode_tile's sums, two chunks per step (lanes
+ * 0-7 the first, 8-15 the second), the factors of the pair's four halves picked from the
+ * block's 16 by one permute. */
 static inline __attribute__((always_inline)) void decode_tile(
     const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t blocks, float *out,
     const int rows) {
-    __m512 sums[DECODE_ROWS], spare[DECODE_ROWS];
-    __m256 offsets[DECODE_ROWS];
-    for (int r = 0; r < rows; r++) {
-        sums[r] = spare[r] = _mm512_setzero_ps();
-        offsets[r] = _mm256_setzero_ps();
-    }
+    __m512 sums[DECODE_ROWS], spare[DECODE_ROWS], offsets[DECODE_ROWS];
+    for (int r = 0; r < rows; r++) sums[r] = spare[r] = offsets[r] = _mm512_setzero_ps();
     const uint8_t *ahead = weight + rows * row_bytes + PREFETCH_AHEAD;
     float buffers[2][DECODE_ROWS][16] __attribute__((aligned(64)));
     block_factors(weight, row_bytes, x, 0, buffers[0], offsets, rows);
@@ -327,13 +351,8 @@ static inline __attribute__((always_inline)) void decode_tile(
             }
         }
     }
-    for (int r = 0; r < rows; r++) {
-        const __m512 total = _mm512_add_ps(sums[r], spare[r]);
-        out[r] = horizontal_sum(_mm256_sub_ps(
-            _mm256_add_ps(_mm512_castps512_ps256(total),
-                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(total), 1))),
-            offsets[r]));
-    }
+    for (int r = 0; r < rows; r++)
+        out[r] = _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(sums[r], spare[r]), offsets[r]));
 }
 #endif
 

@@ -569,28 +569,118 @@ static inline __attribute__((always_inline)) void code_halves(const uint8_t *blo
 }
 #endif
 
-#if defined(FORMAT_Q6_K) && defined(__AVX512F__) && defined(__AVX512BW__) && \
-    defined(__AVX512VNNI__) && !defined(NO_AVX512)
-/* AVX-512, q6_k: the decode kernel takes two chunks per step (PAIRED; measured in-cache, one
- * thread: 1.20 -> 1.11 ns per 32 weights; the formats of lighter codes ran slower so).
- * code_pair(block, p): chunks 2p and 2p + 1 as 64 bytes (code_bytes of each, side by side):
- * quarters 2 (p % 2) and 2 (p % 2) + 1 of part p / 2, their nibbles 64 bytes apart, their
- * top bits moved to bits 4, 5 by one rotate per half. */
+#if (defined(FORMAT_Q6_K) || defined(FORMAT_Q3_K) || defined(FORMAT_Q2_K) || \
+     defined(PAIRED_FORMATS)) && defined(__AVX512F__) && \
+    defined(__AVX512BW__) && defined(__AVX512VNNI__) && !defined(NO_AVX512)
+/* AVX-512, the K formats of two scales per chunk: the decode kernel takes two chunks per
+ * step (PAIRED; measured in-cache, one thread, ns per 32 weights: q6_k 1.14 -> 1.11, q3_k
+ * 1.28 -> 1.22, q2_k 1.07 -> 1.04 with header_pair's 16-lane headers; q4_k and q5_k ran
+ * 0.92 -> 1.15 and 1.09 -> 1.28 so: PAIRED_FORMATS, a test hook, builds them so too).
+ * code_pair(block, p): chunks 2p and 2p + 1 as 64 bytes (code_bytes of each, side by side),
+ * from one broadcast load of the bytes they share, shifted per half by variable counts; a
+ * top bit moved into place by one rotate per 64-bit lane (bits never leave their byte). */
 #define PAIRED 1
 
+/* 64 bytes: the 32 at p twice (the pair's two chunks read the same bytes) */
+static inline __attribute__((always_inline)) __m512i twice(const uint8_t *p) {
+    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+}
+
+/* 16-bit lanes of the first 32 bytes shifted right by ``first`` bits, of the last by
+ * ``second`` */
+static inline __attribute__((always_inline)) __m512i shifted_halves(__m512i v, int first,
+                                                                    int second) {
+    return _mm512_srlv_epi16(v, _mm512_inserti64x4(_mm512_set1_epi16((short)first),
+                                                   _mm256_set1_epi16((short)second), 1));
+}
+
+/* bit ``first`` (``second``) of each byte of the first (last) 32 bytes moved to bit ``to``
+ * (the other bits left where they land: the caller masks) */
+static inline __attribute__((always_inline)) __m512i moved_bits(__m512i v, int first,
+                                                                int second, int to) {
+    const long long a = (first - to) & 63, b = (second - to) & 63;
+    return _mm512_rorv_epi64(v, _mm512_setr_epi64(a, a, a, a, b, b, b, b));
+}
+
 static inline __attribute__((always_inline)) __m512i code_pair(const uint8_t *block, int p) {
+#if defined(FORMAT_Q6_K)
     const int part = p / 2, quarter = 2 * (p % 2);
     const __m512i nibbles = _mm512_loadu_si512((const void *)(block + 64 * part));
-    const __m512i tops = _mm512_broadcast_i64x4(
-        _mm256_loadu_si256((const __m256i *)(block + 128 + 32 * part)));
     const __m512i top = _mm512_and_si512(
-        _mm512_rorv_epi64(tops, _mm512_setr_epi64(
-            (2 * quarter - 4) & 63, (2 * quarter - 4) & 63, (2 * quarter - 4) & 63,
-            (2 * quarter - 4) & 63, (2 * quarter - 2) & 63, (2 * quarter - 2) & 63,
-            (2 * quarter - 2) & 63, (2 * quarter - 2) & 63)),
+        moved_bits(twice(block + 128 + 32 * part), 2 * quarter, 2 * quarter + 2, 4),
         _mm512_set1_epi8(0x30));
     return _mm512_ternarylogic_epi32(quarter ? _mm512_srli_epi16(nibbles, 4) : nibbles, top,
                                      _mm512_set1_epi8(0x0f), 0xec);
+#elif defined(FORMAT_Q4_K)
+    /* chunk 2p: the low nibbles of the 32 bytes at 16 + 32 p, chunk 2p + 1 their high ones */
+    return _mm512_and_si512(shifted_halves(twice(block + 16 + 32 * p), 0, 4),
+                            _mm512_set1_epi8(0x0f));
+#elif defined(FORMAT_Q5_K)
+    const __m512i top = _mm512_and_si512(moved_bits(twice(block + 16), 2 * p, 2 * p + 1, 4),
+                                         _mm512_set1_epi8(0x10));
+    return _mm512_ternarylogic_epi32(shifted_halves(twice(block + 48 + 32 * p), 0, 4), top,
+                                     _mm512_set1_epi8(0x0f), 0xec);
+#elif defined(FORMAT_Q3_K)
+    /* chunk c: the two bits at 2 (c % 4) of the 32 bytes at 32 + 32 (c / 4), plus 4 where
+     * bit c of the 32 mask bytes is set */
+    const int shift = 4 * (p % 2);
+    const __m512i top = _mm512_and_si512(moved_bits(twice(block), 2 * p, 2 * p + 1, 2),
+                                         _mm512_set1_epi8(4));
+    return _mm512_ternarylogic_epi32(
+        shifted_halves(twice(block + 32 + 32 * (p / 2)), shift, shift + 2), top,
+        _mm512_set1_epi8(3), 0xec);
+#else
+    const int shift = 4 * (p % 2);
+    return _mm512_and_si512(shifted_halves(twice(block + 16 + 32 * (p / 2)), shift, shift + 2),
+                            _mm512_set1_epi8(3));
+#endif
+}
+
+/* The block's scales and offsets per half chunk in 16 lanes (lane 2c + h: chunk c's half h;
+ * the formats of one scale per chunk repeat it in both), value = scale * q - minimum; codes
+ * read as stored (CODE_OFFSET) have minimum = scale * CODE_OFFSET. */
+static inline __attribute__((always_inline)) void header_pair(const uint8_t *block,
+                                                              __m512 *scale,
+                                                              __m512 *minimum) {
+#if defined(FORMAT_Q6_K) || defined(FORMAT_Q3_K)
+#if defined(FORMAT_Q6_K)
+    const __m128i values = _mm_loadu_si128((const __m128i *)(block + 192));
+    const __m512 d = _mm512_set1_ps(half_to_float(block + 208));
+#else
+    int32_t third;
+    memcpy(&third, block + 104, 4);
+    const __m128i words =
+        _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(block + 96)), third, 2);
+    const __m128i nibbles = _mm_and_si128(
+        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(1, 0, 1, 0)), _mm_setr_epi32(0, 0, 4, 4)),
+        _mm_set1_epi8(0x0f));
+    const __m128i tops = _mm_and_si128(
+        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 2, 4, 6)),
+        _mm_set1_epi8(3));
+    const __m128i values = _mm_sub_epi8(_mm_or_si128(nibbles, _mm_slli_epi32(tops, 4)),
+                                        _mm_set1_epi8(32));
+    const __m512 d = _mm512_set1_ps(half_to_float(block + 108));
+#endif
+    *scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(values)), d);
+    *minimum = _mm512_mul_ps(*scale, _mm512_set1_ps(CODE_OFFSET));
+#elif defined(FORMAT_Q2_K)
+    const __m128i values = _mm_loadu_si128((const __m128i *)block);
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    int32_t bits; /* d, dmin: one conversion */
+    memcpy(&bits, block + 80, 4);
+    const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+    *scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(values, mask))),
+                           _mm512_broadcastss_ps(both));
+    *minimum = _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(values, 4), mask))),
+        _mm512_broadcastss_ps(_mm_movehdup_ps(both)));
+#else
+    vector_header h;
+    header_vectors(block, &h);
+    const __m512i repeat = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    *scale = _mm512_permutexvar_ps(repeat, _mm512_castps256_ps512(h.scale[0]));
+    *minimum = _mm512_zextps256_ps512(h.minimum[0]); /* per chunk: lanes 0-7, the rest 0 */
+#endif
 }
 #endif
 #endif
