@@ -177,7 +177,11 @@ static inline float horizontal_sum(__m256 v) {
 static inline __attribute__((always_inline)) void block_factors(
     const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t b,
     float (*factors)[16], __m512 *offsets, const int rows) {
+#if defined(CODE_SCALES)
+    const __m512 dd = _mm512_mul_ps(_mm512_load_ps(x.dd + 16 * b), CODE_SCALES);
+#else
     const __m512 dd = _mm512_load_ps(x.dd + 16 * b);
+#endif
 #if SCALES == 2
     const __m512 sums = _mm512_loadu_ps(x.halves + 16 * b);
 #else

@@ -574,7 +574,7 @@ static inline __attribute__((always_inline)) void code_halves(const uint8_t *blo
     defined(__AVX512BW__) && defined(__AVX512VNNI__) && !defined(NO_AVX512)
 /* AVX-512, the K formats of two scales per chunk: the decode kernel takes two chunks per
  * step (PAIRED; measured in-cache, one thread, ns per 32 weights: q6_k 1.14 -> 1.11, q3_k
- * 1.28 -> 1.22, q2_k 1.07 -> 1.04 with header_pair's 16-lane headers; q4_k and q5_k ran
+ * 1.28 -> 1.19, q2_k 1.07 -> 0.97 with header_pair's 16-lane headers; q4_k and q5_k ran
  * 0.92 -> 1.15 and 1.09 -> 1.28 so: PAIRED_FORMATS, a test hook, builds them so too).
  * code_pair(block, p): chunks 2p and 2p + 1 as 64 bytes (code_bytes of each, side by side),
  * from one broadcast load of the bytes they share, shifted per half by variable counts; a
@@ -595,12 +595,31 @@ static inline __attribute__((always_inline)) __m512i shifted_halves(__m512i v, i
 }
 
 /* bit ``first`` (``second``) of each byte of the first (last) 32 bytes moved to bit ``to``
- * (the other bits left where they land: the caller masks) */
+ * (``to_second``; the other bits left where they land: the caller masks) */
+static inline __attribute__((always_inline)) __m512i moved_bits_to(__m512i v, int first,
+                                                                   int second, int to,
+                                                                   int to_second) {
+    const long long a = (first - to) & 63, b = (second - to_second) & 63;
+    return _mm512_rorv_epi64(v, _mm512_setr_epi64(a, a, a, a, b, b, b, b));
+}
+
 static inline __attribute__((always_inline)) __m512i moved_bits(__m512i v, int first,
                                                                 int second, int to) {
     const long long a = (first - to) & 63, b = (second - to) & 63;
     return _mm512_rorv_epi64(v, _mm512_setr_epi64(a, a, a, a, b, b, b, b));
 }
+
+/* 64 bytes: ``first`` in the first 32, ``second`` in the last */
+static inline __attribute__((always_inline)) __m512i both_halves(int first, int second) {
+    return _mm512_inserti64x4(_mm512_set1_epi8((char)first), _mm256_set1_epi8((char)second), 1);
+}
+
+#if defined(FORMAT_Q3_K) || defined(FORMAT_Q2_K)
+/* q3_k's and q2_k's code_pair leaves each pair's second chunk's codes 2 bits up (4 q): its
+ * factors are a quarter (exact), lanes 2c + h of odd chunks c */
+#define CODE_SCALES _mm512_setr_ps(1, 1, 0.25f, 0.25f, 1, 1, 0.25f, 0.25f, 1, 1, 0.25f, 0.25f, \
+                                   1, 1, 0.25f, 0.25f)
+#endif
 
 static inline __attribute__((always_inline)) __m512i code_pair(const uint8_t *block, int p) {
 #if defined(FORMAT_Q6_K)
@@ -622,17 +641,17 @@ static inline __attribute__((always_inline)) __m512i code_pair(const uint8_t *bl
                                      _mm512_set1_epi8(0x0f), 0xec);
 #elif defined(FORMAT_Q3_K)
     /* chunk c: the two bits at 2 (c % 4) of the 32 bytes at 32 + 32 (c / 4), plus 4 where
-     * bit c of the 32 mask bytes is set */
-    const int shift = 4 * (p % 2);
-    const __m512i top = _mm512_and_si512(moved_bits(twice(block), 2 * p, 2 * p + 1, 2),
-                                         _mm512_set1_epi8(4));
-    return _mm512_ternarylogic_epi32(
-        shifted_halves(twice(block + 32 + 32 * (p / 2)), shift, shift + 2), top,
-        _mm512_set1_epi8(3), 0xec);
+     * bit c of the 32 mask bytes is set; the second chunk's code left 2 bits up (CODE_SCALES) */
+    const __m512i codes = twice(block + 32 + 32 * (p / 2));
+    const __m512i top = _mm512_and_si512(moved_bits_to(twice(block), 2 * p, 2 * p + 1, 2, 4),
+                                         both_halves(0x04, 0x10));
+    return _mm512_ternarylogic_epi32(p % 2 ? _mm512_srli_epi16(codes, 4) : codes, top,
+                                     both_halves(0x03, 0x0c), 0xec);
 #else
-    const int shift = 4 * (p % 2);
-    return _mm512_and_si512(shifted_halves(twice(block + 16 + 32 * (p / 2)), shift, shift + 2),
-                            _mm512_set1_epi8(3));
+    /* the second chunk's code left 2 bits up (CODE_SCALES) */
+    const __m512i codes = twice(block + 16 + 32 * (p / 2));
+    return _mm512_and_si512(p % 2 ? _mm512_srli_epi16(codes, 4) : codes,
+                            both_halves(0x03, 0x0c));
 #endif
 }
 
@@ -664,16 +683,15 @@ static inline __attribute__((always_inline)) void header_pair(const uint8_t *blo
     *scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(values)), d);
     *minimum = _mm512_mul_ps(*scale, _mm512_set1_ps(CODE_OFFSET));
 #elif defined(FORMAT_Q2_K)
-    const __m128i values = _mm_loadu_si128((const __m128i *)block);
-    const __m128i mask = _mm_set1_epi8(0x0f);
+    /* byte j: scale j (low nibble), minimum j (high nibble); widened once */
+    const __m512i values = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)block));
     int32_t bits; /* d, dmin: one conversion */
     memcpy(&bits, block + 80, 4);
     const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
-    *scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(values, mask))),
+    *scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(values, _mm512_set1_epi32(0x0f))),
                            _mm512_broadcastss_ps(both));
-    *minimum = _mm512_mul_ps(
-        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(values, 4), mask))),
-        _mm512_broadcastss_ps(_mm_movehdup_ps(both)));
+    *minimum = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(values, 4)),
+                             _mm512_broadcastss_ps(_mm_movehdup_ps(both)));
 #else
     vector_header h;
     header_vectors(block, &h);
