@@ -173,7 +173,7 @@ static inline float horizontal_sum(__m256 v) {
 #if defined(PAIRED)
 /* Block b's headers for the tile's rows (header_pair's 16 lanes, one per half chunk): their
  * factors (weight scale times activation scale) into factors[r], their offsets times the
- * activation sums (per half; per chunk where SCALES is 1) added to offsets[r]. */
+ * activations' half sums added to offsets[r]. */
 static inline __attribute__((always_inline)) void block_factors(
     const uint8_t *weight, int64_t row_bytes, split_blocks x, int64_t b,
     float (*factors)[16], __m512 *offsets, const int rows) {
@@ -182,11 +182,7 @@ static inline __attribute__((always_inline)) void block_factors(
 #else
     const __m512 dd = _mm512_load_ps(x.dd + 16 * b);
 #endif
-#if SCALES == 2
     const __m512 sums = _mm512_loadu_ps(x.halves + 16 * b);
-#else
-    const __m512 sums = _mm512_zextps256_ps512(_mm256_loadu_ps(x.s + 8 * b));
-#endif
     for (int r = 0; r < rows; r++) {
         __m512 scale, minimum;
         header_pair(weight + r * row_bytes + b * BLOCK_BYTES, &scale, &minimum);
@@ -195,12 +191,7 @@ static inline __attribute__((always_inline)) void block_factors(
         _mm512_store_ps(factors[r], _mm512_permutexvar_ps(
             _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
             _mm512_mul_ps(scale, dd)));
-#if MINIMUM || defined(CODE_OFFSET)
         offsets[r] = _mm512_fmadd_ps(minimum, sums, offsets[r]);
-#else
-        (void)minimum;
-        (void)sums;
-#endif
     }
 }
 #else
@@ -327,7 +318,7 @@ static inline __attribute__((always_inline)) void decode_tile(
         out[r] = horizontal_sum(_mm256_sub_ps(_mm256_add_ps(sums[r], spare[r]), offsets[r]));
 }
 #else
-/* The AVX-512 tile (PAIRED, the K formats): decode_tile's sums, two chunks per step (lanes
+/* The AVX-512 tile (PAIRED: q6_k, q3_k, q2_k): decode_tile's sums, two chunks per step (lanes
  * 0-7 the first, 8-15 the second), the factors of the pair's four halves picked from the
  * block's 16 (stored transposed) by one in-lane shuffle (in-cache, one thread, ns per 32
  * weights: q2_k 0.97 -> 0.955, q3_k 1.17 -> 1.155, a cross-lane permute per pair before). */

@@ -569,13 +569,13 @@ static inline __attribute__((always_inline)) void code_halves(const uint8_t *blo
 }
 #endif
 
-#if (defined(FORMAT_Q6_K) || defined(FORMAT_Q3_K) || defined(FORMAT_Q2_K) || \
-     defined(PAIRED_FORMATS)) && defined(__AVX512F__) && \
+#if (defined(FORMAT_Q6_K) || defined(FORMAT_Q3_K) || defined(FORMAT_Q2_K)) && \
+    defined(__AVX512F__) && \
     defined(__AVX512BW__) && defined(__AVX512VNNI__) && !defined(NO_AVX512)
 /* AVX-512, the K formats of two scales per chunk: the decode kernel takes two chunks per
  * step (PAIRED; measured in-cache, one thread, ns per 32 weights: q6_k 1.14 -> 1.11, q3_k
- * 1.28 -> 1.19, q2_k 1.07 -> 0.97 with header_pair's 16-lane headers; q4_k and q5_k ran
- * 0.92 -> 1.15 and 1.09 -> 1.28 so: PAIRED_FORMATS, a test hook, builds them so too).
+ * 1.28 -> 1.155, q2_k 1.07 -> 0.955 with header_pair's 16-lane headers; q4_k and q5_k
+ * ran 0.92 -> 1.15 and 1.09 -> 1.28 so, and keep the 256-bit tile).
  * code_pair(block, p): chunks 2p and 2p + 1 as 64 bytes (code_bytes of each, side by side),
  * from one broadcast load of the bytes they share, shifted per half by variable counts; a
  * top bit moved into place by one rotate per 64-bit lane (bits never leave their byte). */
@@ -584,14 +584,6 @@ static inline __attribute__((always_inline)) void code_halves(const uint8_t *blo
 /* 64 bytes: the 32 at p twice (the pair's two chunks read the same bytes) */
 static inline __attribute__((always_inline)) __m512i twice(const uint8_t *p) {
     return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
-}
-
-/* 16-bit lanes of the first 32 bytes shifted right by ``first`` bits, of the last by
- * ``second`` */
-static inline __attribute__((always_inline)) __m512i shifted_halves(__m512i v, int first,
-                                                                    int second) {
-    return _mm512_srlv_epi16(v, _mm512_inserti64x4(_mm512_set1_epi16((short)first),
-                                                   _mm256_set1_epi16((short)second), 1));
 }
 
 /* bit ``first`` (``second``) of each byte of the first (last) 32 bytes moved to bit ``to``
@@ -630,15 +622,6 @@ static inline __attribute__((always_inline)) __m512i code_pair(const uint8_t *bl
         _mm512_set1_epi8(0x30));
     return _mm512_ternarylogic_epi32(quarter ? _mm512_srli_epi16(nibbles, 4) : nibbles, top,
                                      _mm512_set1_epi8(0x0f), 0xec);
-#elif defined(FORMAT_Q4_K)
-    /* chunk 2p: the low nibbles of the 32 bytes at 16 + 32 p, chunk 2p + 1 their high ones */
-    return _mm512_and_si512(shifted_halves(twice(block + 16 + 32 * p), 0, 4),
-                            _mm512_set1_epi8(0x0f));
-#elif defined(FORMAT_Q5_K)
-    const __m512i top = _mm512_and_si512(moved_bits(twice(block + 16), 2 * p, 2 * p + 1, 4),
-                                         _mm512_set1_epi8(0x10));
-    return _mm512_ternarylogic_epi32(shifted_halves(twice(block + 48 + 32 * p), 0, 4), top,
-                                     _mm512_set1_epi8(0x0f), 0xec);
 #elif defined(FORMAT_Q3_K)
     /* chunk c: the two bits at 2 (c % 4) of the 32 bytes at 32 + 32 (c / 4), plus 4 where
      * bit c of the 32 mask bytes is set; the second chunk's code left 2 bits up (CODE_SCALES) */
@@ -655,9 +638,9 @@ static inline __attribute__((always_inline)) __m512i code_pair(const uint8_t *bl
 #endif
 }
 
-/* The block's scales and offsets per half chunk in 16 lanes (lane 2c + h: chunk c's half h;
- * the formats of one scale per chunk repeat it in both), value = scale * q - minimum; codes
- * read as stored (CODE_OFFSET) have minimum = scale * CODE_OFFSET. */
+/* The block's scales and offsets per half chunk in 16 lanes (lane 2c + h: chunk c's half h),
+ * value = scale * q - minimum; codes read as stored (CODE_OFFSET) have minimum = scale *
+ * CODE_OFFSET. */
 static inline __attribute__((always_inline)) void header_pair(const uint8_t *block,
                                                               __m512 *scale,
                                                               __m512 *minimum) {
@@ -692,12 +675,6 @@ static inline __attribute__((always_inline)) void header_pair(const uint8_t *blo
                            _mm512_broadcastss_ps(both));
     *minimum = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(values, 4)),
                              _mm512_broadcastss_ps(_mm_movehdup_ps(both)));
-#else
-    vector_header h;
-    header_vectors(block, &h);
-    const __m512i repeat = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    *scale = _mm512_permutexvar_ps(repeat, _mm512_castps256_ps512(h.scale[0]));
-    *minimum = _mm512_zextps256_ps512(h.minimum[0]); /* per chunk: lanes 0-7, the rest 0 */
 #endif
 }
 #endif
