@@ -383,8 +383,8 @@ static int whole_plane(const Q *q) {
 }
 
 /* Whether a launch that is neither takes the channels-last VNNI form. */
-static int channels_last(const Q *q) {
 #if defined(VNNI)
+static int channels_last(const Q *q) {
     /* 1x1 kernels take the patch matrix's form (the input as stored, or one strided copy of
      * the positions read) unless the positions are fewer than half a panel; so do fewer than
      * 32 input channels per group (measured, one thread, 3x3: 16 channels to 64 at 55x55 0.6x
@@ -393,11 +393,8 @@ static int channels_last(const Q *q) {
     const int64_t per_in = q->c / q->groups;
     if (q->kh == 1 && q->kw == 1) return q->oh * q->ow <= NR / 2 && per_in >= 16;
     return per_in >= 32;
-#else
-    (void)q;
-    return 0;
-#endif
 }
+#endif
 
 /* sizes[21], the mode: 0 a launch (the channels-last form packs its weights through the
  * cache, the quad depthwise and gemm forms per launch), 1 a launch with the weights packed in
@@ -467,6 +464,7 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         gemm(x, w, bias, mult, out, &q, mode == 1 ? data[5] : NULL);
 #else
     (void)per_in;
+    (void)per_out;
     (void)taps;
     if (mode == 2) ((int64_t *)data[5])[0] = 0;
     else if (mode != 3) gemm(x, w, bias, mult, out, &q, NULL);

@@ -307,7 +307,7 @@ static void quad_depthwise(const uint8_t *x, const int8_t *w, const int32_t *bia
     const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
     const int64_t pw = (q->ow - 1) * q->sw + (q->kw - 1) * q->dw + 1;
     const int64_t rows = quad_rows(q), wide = q->ow >= 16;
-    const int64_t quads = (q->kw + 3) / 4, taps = q->kh * q->kw;
+    const int64_t quads = (q->kw + 3) / 4;
     const int64_t in_plane = q->h * q->w, out_plane = q->oh * q->ow, planes = q->n * q->c;
     const int lanes = wide ? 16 : (int)(rows * q->ow);
     const uint8_t flip = q->x_signed ? 0x80 : 0;

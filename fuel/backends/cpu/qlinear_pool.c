@@ -38,6 +38,7 @@ static uint8_t *plane_buffer(size_t bytes) {
     return buffer;
 }
 
+#if defined(__AVX512VBMI__)
 /* Output rows per register (narrow planes) or 0 for runs of one row; *lanes the positions. */
 static int64_t layout(const P *p, int64_t pw, int64_t *lanes) {
     const int64_t reach = (p->kw - 1) * p->dw + 1;
@@ -52,6 +53,7 @@ static int64_t layout(const P *p, int64_t pw, int64_t *lanes) {
     *lanes = rows * p->ow;
     return rows;
 }
+#endif
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
@@ -70,8 +72,6 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     int64_t lanes;
     const int64_t rows = layout(&p, pw, &lanes);
     const int vector = lanes >= 8 && p.kw <= 64;
-#else
-    const int vector = 0;
 #endif
 #if defined(__AVX512VBMI__)
     /* each lane's byte offset in a window (kernel tap 0) */
