@@ -83,6 +83,9 @@ MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this ma
 # smaller launch loses more to waking the other threads than it gains).
 PARALLEL_WORK = 1 << 20
 PARALLEL_DEPTHWISE = 1 << 17  # the same for a depthwise launch
+# ... and for a launch with one output position (conv.c's dot products of 16 weight rows at
+# once, which read each weight once: two threads, 576->144 on a 1x1 map 5.5 -> 3.8 us)
+PARALLEL_POINT = 1 << 16
 # ... and for a pool (as few operations a byte: two threads, squeezenet's 3x3 stride-2 max
 # pools 128x55x55 63 -> 33 us, 256x27x27 33 -> 18)
 PARALLEL_POOL = 1 << 17
@@ -329,6 +332,8 @@ def _threads(geometry: Geometry, form: str | None) -> int:
         work = g.n * g.m * g.oh * g.ow * taps
         return thread_count() if work >= PARALLEL_DEPTHWISE else 1
     work = g.n * g.m * g.oh * g.ow * taps * (g.c // g.groups)
+    if form == "gemm" and g.oh * g.ow == 1 and g.groups == 1:  # dot products, weights streamed
+        return thread_count() if work >= PARALLEL_POINT else 1
     return thread_count() if work >= PARALLEL_WORK else 1
 
 

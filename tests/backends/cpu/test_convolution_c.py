@@ -220,6 +220,41 @@ def test_fused_siblings_match_the_reference_for_every_activation():
                                                f"{xs} * {ws} {conv}")
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_one_position_convolutions_match_the_reference(monkeypatch, threads):
+    """conv.c's one-output-position form (a squeeze-excite's 1x1 map): 16 channels a unit,
+    a partial last block, K not a multiple of 16, two images, a 1x1 map and kernels whose
+    window covers a larger map or reaches into the padding; every activation, with and
+    without a residual."""
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(1 + int(threads))
+    cases = ((2, 37, (1, 1), 53, (1, 1), (0, 0)), (1, 144, (1, 1), 576, (1, 1), (0, 0)),
+             (1, 5, (2, 2), 20, (2, 2), (0, 0)), (2, 6, (1, 1), 17, (3, 3), (1, 1)))
+    for index, activation in enumerate(CONV_ACTIVATIONS):
+        n, c, size, m, kernel, pads = cases[index % len(cases)]
+        conv = ConvParams((1, 1), pads, pads, (1, 1), 1)
+        residual = bool(index % 2)
+        params = ConvEpilogueParams(conv, activation, -0.5 if activation == "clip" else 0.2,
+                                    1.5 if activation == "clip" else 0.5, residual)
+        x = rng.standard_normal((n, c) + size).astype(np.float32)
+        w = rng.standard_normal((m, c) + kernel).astype(np.float32)
+        y = reference(x, w, conv)
+        assert y.shape[2:] == (1, 1)
+        bias = rng.standard_normal(m).astype(np.float32)
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        slope = rng.standard_normal(m).astype(np.float32)
+        arrays = [x, w, bias] + ([extra] if residual else []) + (
+            [slope] if activation == "prelu" else [])
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64) if residual else None,
+                                      slope.astype(np.float64))
+        entry = next(e for e in _siblings(OpKind.CONV_FUSED, len(arrays))
+                     if e.kernel.form == "gemm")
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(_run(entry, arrays, y.shape, params), expected, rtol=1e-4,
+                                   atol=1e-4 * scale, err_msg=f"{activation} {x.shape} {w.shape}")
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_depthwise_epilogues_match_the_reference(stride):
     """depthwise.c applies bias, residual, relu and clip on its accumulators (the last chunk
