@@ -583,10 +583,15 @@ static void wide_task(void *context, int64_t u) {
  * (13x13 planes ran 10% slower than packed). Measured, one thread, this 2-core EPYC, best of
  * 200 (packed -> wide): the 3->64 7x7 stride-2 stem at 224x224 2658 -> 2307 us, 16->64 3x3
  * at 55x55 665 -> 561, 32->128 3x3 at 27x27 605 -> 552, 64->128 3x3 stride 2 at 28x28 359
- * -> 348, the 3->64 3x3 stride-2 stem 585 -> 568. */
+ * -> 348; but the 3->64 3x3 stride-2 stem (K 27) only 585 -> 568, and in squeezenet at
+ * batch 8, whose padded phases (5 MB) are copied before the products, 5775 -> 6694: so
+ * from WIDE_DEPTH patch rows; a strided 1x1 kernel reads one phase of the copied four
+ * (resnet18's 64->128 1x1 stride-2 downsample, batch 8: 1903 -> 2228), so not those. */
 #define WIDE_ROW 24
+#define WIDE_DEPTH 64
 static inline int wide_form(const Shape *s, int pointwise) {
-    return !pointwise && s->sh <= 4 && s->sw <= 4 && s->ow >= WIDE_ROW;
+    return !pointwise && s->kh * s->kw > 1 && s->sh <= 4 && s->sw <= 4 && s->ow >= WIDE_ROW
+           && s->c / s->groups * s->kh * s->kw >= WIDE_DEPTH;
 }
 
 static void wide_conv(const float *x, const float *w, float *out, const float *residual,

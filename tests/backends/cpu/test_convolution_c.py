@@ -373,27 +373,29 @@ def test_gemm_tail_columns_and_wide_tile_match_the_reference():
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_gemm_wide_form_matches_the_reference(monkeypatch, threads):
     """conv.c's wide form (the gemm form's launches with output rows of at least 24
-    positions, not pointwise): the input copied into its stride phases of the padded plane,
-    8 x 48 tiles over wide rows whose surplus columns are not stored, runs of several output
-    rows in one tile; strides 1-3 (unequal along the axes), dilations, asymmetric padding,
-    groups, a partial sliver, two images, a 1-d shape, a residual and an activation."""
+    positions and at least 64 patch rows, not 1x1): the input copied into its stride phases
+    of the padded plane, 8 x 48 tiles over wide rows whose surplus columns are not stored,
+    runs of several output rows in one tile; strides 1-3 (unequal along the axes),
+    dilations, asymmetric padding, groups, a partial sliver, two images, a 1-d shape, a
+    residual and an activation."""
     monkeypatch.setenv("FUEL_THREADS", threads)
     rng = np.random.default_rng(24 + int(threads))
     entry = next(e for e in _siblings(OpKind.CONV_FUSED, 4) if e.kernel.form == "gemm")
     for n, c, size, m, kernel, strides, dilations, begin, end, groups in (
             (1, 3, (57, 61), 16, (7, 7), (2, 2), (1, 1), (3, 3), (3, 3), 1),
-            (2, 5, (30, 27), 20, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
-            (1, 6, (40, 75), 12, (3, 5), (2, 3), (1, 1), (0, 2), (1, 0), 2),
-            (1, 4, (33, 52), 9, (3, 3), (1, 1), (2, 2), (2, 1), (0, 3), 1),
-            (1, 8, (26, 26), 24, (2, 2), (1, 1), (1, 1), (0, 0), (1, 1), 4),
-            (1, 7, (1, 80), 10, (1, 5), (1, 2), (1, 3), (0, 4), (0, 1), 1)):
+            (2, 8, (30, 27), 20, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+            (1, 10, (40, 75), 12, (3, 5), (2, 3), (1, 1), (0, 2), (1, 0), 2),
+            (1, 8, (33, 52), 9, (3, 3), (1, 1), (2, 2), (2, 1), (0, 3), 1),
+            (1, 64, (26, 26), 24, (2, 2), (1, 1), (1, 1), (0, 0), (1, 1), 4),
+            (1, 14, (1, 80), 10, (1, 5), (1, 2), (1, 3), (0, 4), (0, 1), 1)):
         conv = ConvParams(strides, begin, end, dilations, groups)
         params = ConvEpilogueParams(conv, "silu", 0.0, 0.0, True)
         x = rng.standard_normal((n, c) + size).astype(np.float32)
         weight = rng.standard_normal((m, c // groups) + kernel).astype(np.float32)
         y = reference(x, weight, conv)
         geometry = convolution_c.Geometry.of(x.shape, weight.shape, y.shape, conv)
-        assert geometry.ow >= 24 and not geometry.pointwise  # the wide form's launches
+        depth = c // groups * geometry.kh * geometry.kw
+        assert geometry.ow >= 24 and depth >= 64 and geometry.kh * geometry.kw > 1
         bias = rng.standard_normal(m).astype(np.float32)
         extra = rng.standard_normal(y.shape).astype(np.float32)
         expected = epilogue_reference(y, params, bias.astype(np.float64),
