@@ -55,6 +55,7 @@ def _tune(args: argparse.Namespace) -> int:
     from fuel.runtime.judge import JUDGE
 
     os.environ["FUEL_JUDGE"] = "on"
+    os.environ["FUEL_JUDGE_SHARE"] = "inf"  # tuning is this process's work: only --budget bounds it
     started = time.perf_counter()
     for target in args.targets:
         os.environ["FUEL_JUDGE_BUDGET"] = str(JUDGE.spent + max(args.budget, 0.0))

@@ -15,7 +15,9 @@ bucket and candidate names, with each candidate's revision: a second process tim
 and a changed kernel invalidates only its own entries.
 
 ``FUEL_JUDGE``: ``on`` (default: time unseen buckets within ``FUEL_JUDGE_BUDGET`` seconds per
-process, 2 by default), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
+process, 2 by default, and within ``FUEL_JUDGE_SHARE`` of the time since the first judged
+launch, 5% by default: a bucket met while that is spent runs the rule and is timed at a later
+bind), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
 own rule). A profiled launch that runs much slower than its recorded winner marks the entry
 for a re-check. While the machine is busier than its cores (the load average above
 ``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) timings would rank the candidates by how
@@ -53,9 +55,15 @@ MARGIN_SECONDS = 3e-6
 REPEATS = 7  # timed runs per candidate (after one warm-up), fewer when a run is slow
 CANDIDATE_SECONDS = 0.05  # about this long per candidate, the rounds of all together
 LOSING = 4.0  # a candidate this many times slower than the round's best sits out the rest
+# ... or this many times, where the best takes LONG_LAUNCH seconds or more (a launch that long
+# varies by a few percent: one round ranks it, and its losers' further runs cost the most)
+LONG_LOSING = 1.5
+LONG_LAUNCH = 2e-4
 REGRESSION = 1.5  # a profiled median this much slower than the winner's triggers a re-check
 REGRESSION_SAMPLES = 5
 FORMAT = 1  # the winners file's format
+FLOOR_SECONDS = 0.1  # timing allowed from the start (the share adds to it as the process runs)
+DEFERRED = "deferred"  # a verdict's source while the allowance is spent: the rule, not kept
 
 
 def mode() -> str:
@@ -73,6 +81,17 @@ def budget() -> float:
         return max(0.0, float(value))
     except ValueError:
         raise FuelError(f"FUEL_JUDGE_BUDGET={value!r}: expected a number of seconds") from None
+
+
+def share() -> float:
+    """``FUEL_JUDGE_SHARE``: the fraction of the process's time since its first judged launch
+    that timing may take (default 0.05; ``inf`` lifts the limit, as ``fuel tune`` does)."""
+    value = os.environ.get("FUEL_JUDGE_SHARE", "0.05")
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        raise FuelError(f"FUEL_JUDGE_SHARE={value!r}: expected a fraction such as 0.05") \
+            from None
 
 
 def bucket_dim(size: int) -> int:
@@ -133,8 +152,9 @@ class Judge:
         self.verdicts: dict[str, Verdict] = {}
         self.stored: dict[str, dict] | None = None
         self.spent = 0.0
+        self.began: float | None = None  # the first judged launch's time (the share's start)
         self.counts = {"timed": 0, "stored": 0, "default": 0, "switched": 0, "rechecks": 0,
-                       "stale": 0, "unsaved_busy": 0}
+                       "stale": 0, "unsaved_busy": 0, "deferred": 0}
         self.devices: dict = {}
         self.epoch = 0  # bumped when verdicts are dropped: kernels' remembered choices expire
 
@@ -210,7 +230,8 @@ class Judge:
                                            ready)
                     if verdict is None:
                         return None
-                    self.verdicts[key] = verdict
+                    if verdict.source != DEFERRED:  # a deferred bucket is timed once allowed
+                        self.verdicts[key] = verdict
         for candidate in candidates:
             if candidate.name == verdict.winner:
                 return candidate
@@ -231,8 +252,10 @@ class Judge:
                 self.counts["stored"] += 1
                 return Verdict(record["winner"], default, dict(record.get("seconds", {})),
                                "stored")
-        timing = not (current == "cached" or self.spent >= budget()
-                      or _aliased(inputs, outputs))
+        timing = not (current == "cached" or _aliased(inputs, outputs))
+        if timing and self.spent >= self.allowance():  # the rule runs it until time is allowed
+            self.counts["deferred"] += 1
+            return Verdict(default, default, {}, DEFERRED)
         if timing and not ready:  # the operands are not computed yet: time at first launch
             return None
         if record is not None and record.get("revisions") != revisions:
@@ -267,6 +290,19 @@ class Judge:
         self._save(key, {"winner": winner, "default": default, "seconds": seconds,
                          "revisions": revisions, "timed": time.strftime("%Y-%m-%d %H:%M:%S")})
         return Verdict(winner, default, seconds, "timed")
+
+    def allowance(self) -> float:
+        """Seconds of timing allowed by now: ``FLOOR_SECONDS`` plus ``share()`` of the time
+        since the first judged launch (less the timing itself), at most ``budget()``; so a
+        short run pays at most about that share for tuning, and a long one (a server) still
+        gets its whole budget."""
+        now = time.perf_counter()
+        if self.began is None:
+            self.began = now
+        fraction = share()
+        if fraction == float("inf"):
+            return budget()
+        return min(budget(), FLOOR_SECONDS + fraction * max(0.0, now - self.began - self.spent))
 
     def observe(self, key_prefix: str, layouts: Sequence[Layout], candidates_names: str,
                 seconds: float) -> None:
@@ -305,7 +341,7 @@ class Judge:
 
     def stats(self) -> dict:
         with self.lock:
-            return {"mode": mode(), "budget_seconds": budget(),
+            return {"mode": mode(), "budget_seconds": budget(), "share": share(),
                     "spent_seconds": round(self.spent, 4), **self.counts,
                     "verdicts": len(self.verdicts), "stored_entries": len(self._load()),
                     "path": str(self._file())}
@@ -317,6 +353,7 @@ class Judge:
             self.epoch += 1
             self.stored = None
             self.spent = 0.0
+            self.began = None
             for name in self.counts:
                 self.counts[name] = 0
 
@@ -374,7 +411,8 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
     timed run follows an untimed one of the same candidate, so a threaded candidate is timed
     with its threads awake, as in a model's back-to-back launches (timed cold, a thread
     team's wake-up made every two-thread form lose to its one-thread form). A
-    candidate far behind the best after a round (LOSING) sits out the rest; one that fails
+    candidate far behind the best after a round (LOSING; LONG_LOSING where the best takes
+    LONG_LAUNCH or more) sits out the rest; one that fails
     to prepare or run drops out."""
     storage = outputs[0] if outputs else None
     synchronize = None
@@ -414,8 +452,9 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
         active = [name for name in active if samples[name]]
         if active:
             best = min(samples[name][-1] for name in active)
+            losing = LONG_LOSING if best >= LONG_LAUNCH else LOSING
             active = [name for name in active
-                      if not (samples[name][-1] > LOSING * best and samples[name][-1] > 1e-4)]
+                      if not (samples[name][-1] > losing * best and samples[name][-1] > 1e-4)]
         if time.perf_counter() - begin > limit and round_ >= 1:
             break
     return {name: statistics.median(found) for name, found in samples.items() if found}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from fuel.backends import get_backend
 from fuel.backends.base import Backend
 from fuel.compiler.fusion import FusionGroup, group_reads, lower_group
-from fuel.compiler.kernel_ir import collapse, stride_pattern
+from fuel.compiler.kernel_ir import collapse, row_schedule, stride_pattern
 from fuel.dispatch.compiled import CompiledNode, compile_entry, compile_generated, compile_node
 from fuel.dispatch.kernel import KernelBindingTable
 from fuel.graph import Graph
@@ -144,10 +144,11 @@ def _lowering_signature(graph: Graph, group: FusionGroup, outside: list[int],
 
 def _generic_signature(graph: Graph, group: FusionGroup, outside: list[int],
                        wiring: tuple[int, ...], values: list, binding) -> tuple | None:
-    """A group without a row, keyed without its sizes (dynamic shapes): its binding, each
-    member's op, dtype and size-free params, its wiring, its outside inputs' dtypes and the
-    collapsed loop's depth and innermost stride patterns (what the rendered source depends
-    on); with the loop shape and each load's strides. None when a member's params are not
+    """A group keyed without its sizes (dynamic shapes): its binding, each member's op,
+    dtype and size-free params, its wiring, its outside inputs' dtypes and the collapsed
+    loop's depth and innermost stride patterns (a row kernel: its row schedule's outer and row
+    depths and row patterns; what the rendered source depends on); with the loop shape and
+    each load's strides. None when a member's params are not
     hashable."""
     nodes = graph.nodes
     shape = group.shape or nodes[group.anchor].shape
@@ -168,10 +169,15 @@ def _generic_signature(graph: Graph, group: FusionGroup, outside: list[int],
     signature = (tuple([node.op for node in members]), tuple([node.dtype for node in members]),
                  tuple(special))
     loads = [values[s][1].broadcast_to(shape).strides for s in outside]
-    sizes, strides = collapse(shape, loads + [contiguous_strides(shape)])
-    patterns = tuple([stride_pattern(s[-1:]) for s in strides[:-1]])
+    if group.reduced:  # a row kernel's source follows its row schedule's depths and patterns
+        schedule = row_schedule(shape, 1, loads)
+        loop: tuple = ("rows", len(schedule.outer_sizes), len(schedule.row_sizes),
+                       tuple(schedule.patterns))
+    else:
+        sizes, strides = collapse(shape, loads + [contiguous_strides(shape)])
+        loop = (len(sizes), tuple([stride_pattern(s[-1:]) for s in strides[:-1]]))
     key = ("generic", binding, signature, wiring,
-           tuple([nodes[s].dtype for s in outside]), len(sizes), patterns)
+           tuple([nodes[s].dtype for s in outside]), loop)
     try:
         hash(key)
     except TypeError:
@@ -300,8 +306,8 @@ class PlanBuilder:
         compiled = memo.get(signature)
         sources = outside
         if compiled is None:  # else a group lowered before: no lowering, no LoopKernel to hash
-            generic = None if group.reduced else _generic_signature(
-                graph, group, outside, wiring, values, decision.binding)
+            generic = _generic_signature(graph, group, outside, wiring, values,
+                                         decision.binding)
             template = memo.get(generic[0]) if generic is not None else None
             if template is not None:  # the same group at another shape: its kernel serves
                 compiled = _reshaped(template, *generic[1:])

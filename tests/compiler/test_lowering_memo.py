@@ -79,3 +79,40 @@ def test_a_python_scalar_is_leaf_data_not_part_of_the_kernel(lowerings):
         np.testing.assert_allclose(((tx * scale + 1.0).tanh() * 0.5).numpy(),
                                    np.tanh(x * scale + 1) * 0.5, rtol=1e-5, atol=1e-6)
     assert len(lowerings) == 1
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    shifted = np.exp(x - x.max(-1, keepdims=True))
+    return shifted / shifted.sum(-1, keepdims=True)
+
+
+def _norm(x: np.ndarray) -> np.ndarray:
+    centred = x - x.mean(-1, keepdims=True)
+    return centred / np.sqrt((centred * centred).mean(-1, keepdims=True) + 1e-5)
+
+
+def test_a_row_kernel_serves_new_shapes_without_lowering(lowerings):
+    """Row kernels (softmax, a norm over a fixed width, a sum) take sizes and strides as launch
+    arguments: a new batch or sequence length with the same row schedule runs the kernel
+    built first, and computes its own shape's values."""
+    random = np.random.default_rng(5)
+    at_first = None
+    for batch, length in ((2, 5), (3, 17), (1, 40), (4, 3)):
+        x = random.standard_normal((batch, length, length)).astype(np.float32)
+        w = random.standard_normal((batch, length, 24)).astype(np.float32)
+        t, tw = fuel.tensor(x), fuel.tensor(w)
+        np.testing.assert_allclose(fuel.softmax(t, -1).numpy(), _softmax(x), rtol=1e-5,
+                                   atol=1e-6)
+        centred = tw - tw.mean(-1, keepdim=True)
+        normed = centred / ((centred * centred).mean(-1, keepdim=True) + 1e-5).sqrt()
+        np.testing.assert_allclose(normed.numpy(), _norm(w), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose((t * 2.0).sum(-1).numpy(), (x * 2).sum(-1), rtol=1e-5,
+                                   atol=1e-5)
+        at_first = len(lowerings) if at_first is None else at_first
+    first = len(lowerings)
+    assert first == at_first, lowerings  # each kernel lowered at the first shape only
+    # a row read across its storage (a transposed input): another row pattern, lowered anew
+    x = random.standard_normal((3, 9, 9)).astype(np.float32)
+    np.testing.assert_allclose(fuel.softmax(fuel.tensor(x).permute(0, 2, 1), -1).numpy(),
+                               _softmax(x.transpose(0, 2, 1)), rtol=1e-5, atol=1e-6)
+    assert len(lowerings) > first

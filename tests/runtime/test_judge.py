@@ -265,6 +265,29 @@ def test_a_busy_machine_keeps_the_rule(fresh_judge, judged_backend, monkeypatch)
     assert CALLS == {"slow": 1, "fast": 0}
 
 
+def test_timing_waits_for_its_share_of_the_run(fresh_judge, judged_backend, monkeypatch):
+    """Timing may take FUEL_JUDGE_SHARE of the time since the first judged launch (after a
+    floor): a bucket met while that is spent runs the rule, is not remembered as decided, and
+    is timed at a later bind once the share allows it."""
+    from fuel.runtime import judge
+
+    monkeypatch.setattr(judge, "FLOOR_SECONDS", 0.0)
+    monkeypatch.setenv("FUEL_JUDGE_SHARE", "0")
+    CALLS.update(slow=0, fast=0)
+    values = np.ones(8, dtype=np.float32)
+    np.testing.assert_array_equal(negate(values), -values)
+    stats = judge_stats()
+    assert stats["timed"] == 0 and stats["deferred"] == 1 and stats["verdicts"] == 0
+    assert CALLS == {"slow": 1, "fast": 0} and not fresh_judge.exists()
+    monkeypatch.setenv("FUEL_JUDGE_SHARE", "inf")
+    values = np.ones(7, dtype=np.float32)  # the same bucket, a plan not bound before
+    np.testing.assert_array_equal(negate(values), -values)
+    assert judge_stats()["timed"] == 1 and fresh_judge.exists()
+    CALLS.update(slow=0, fast=0)
+    negate(np.ones(6, dtype=np.float32))
+    assert CALLS == {"slow": 0, "fast": 1}
+
+
 def test_results_agree_with_the_judge_off_cached_and_on(fresh_judge, monkeypatch):
     """A small MLP through the front end: the same outputs (within float32 rounding of a
     reordered sum) whichever candidates the judge dispatches."""

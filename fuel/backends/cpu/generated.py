@@ -22,7 +22,12 @@ from functools import partial
 from fuel.compiler import toolchain
 from fuel.compiler.foreign import ForeignCall
 from fuel.compiler.fusion import FusionTarget
-from fuel.compiler.kernel_ir import LoopKernel, collapse, stride_pattern
+from fuel.compiler.kernel_ir import (
+    LoopKernel,
+    collapse,
+    row_schedule,
+    stride_pattern,
+)
 from fuel.compiler.render_c import CProgram, render_c, renders
 from fuel.compiler.render_c_reduce import PARALLEL_ROWS, render_c_reduce
 from fuel.dispatch import op_profile
@@ -108,10 +113,13 @@ class GeneratedKernel:
         """This kernel's compiled source serving another loop ``shape`` (loads walking
         ``load_strides``): sizes and strides are launch arguments, so a new shape with the
         same collapsed depth and innermost patterns needs no rendering and no build. None
-        when the collapsed loop differs (or the kernel has a row: its source is per shape)."""
+        when the collapsed loop differs (a row kernel: its row schedule's depths or row
+        patterns, or a store with strides of its own)."""
         loop = self.loop
-        if loop.reduced or len(load_strides) != len(loop.loads):
+        if len(load_strides) != len(loop.loads):
             return None
+        if loop.reduced:
+            return self._rows_for_shape(shape, load_strides)
         dense = contiguous_strides(shape)
         sizes, strides = collapse(shape, list(load_strides) + [dense] * len(loop.stores))
         own = self.program
@@ -123,6 +131,32 @@ class GeneratedKernel:
         if [stride_pattern(s[-1:]) for s in loads] != self.patterns():
             return None
         flat = tuple(s for load in loads for s in load)
+        return self._twin(shape, load_strides, sizes, flat)
+
+    def _rows_for_shape(self, shape: tuple[int, ...], load_strides: list[tuple[int, ...]]
+                        ) -> GeneratedKernel | None:
+        """``for_shape`` of a row kernel: the source follows the row schedule's outer and
+        row depths and its row patterns (render_c_reduce), so a shape with the same ones runs
+        the same library with its sizes and strides."""
+        loop = self.loop
+        row = len(shape) - loop.reduced
+        if any(store.strides is not None for store in loop.stores) or \
+                1 in shape[row:] or 1 in loop.shape[len(loop.shape) - loop.reduced:]:
+            return None  # a row of 1 stores as elements
+        own = row_schedule(loop.shape, loop.reduced, [load.strides for load in loop.loads])
+        new = row_schedule(shape, loop.reduced, [tuple(s) for s in load_strides])
+        if (len(new.outer_sizes), len(new.row_sizes), new.patterns) != \
+                (len(own.outer_sizes), len(own.row_sizes), own.patterns):
+            return None
+        tail = self.program.sizes[self.threshold:] if self.threshold is not None else ()
+        flat = tuple(s for outer, row in zip(new.outer_strides, new.row_strides)
+                     for s in (*outer, *row))
+        return self._twin(shape, load_strides, (*new.outer_sizes, *new.row_sizes, *tail), flat)
+
+    def _twin(self, shape: tuple[int, ...], load_strides: list, sizes: tuple[int, ...],
+              flat: tuple[int, ...]) -> GeneratedKernel:
+        """This kernel's library and source launched with other sizes and strides."""
+        loop, own = self.loop, self.program
         twin = object.__new__(GeneratedKernel)
         twin.loop = replace(loop, shape=shape, loads=tuple(
             replace(load, strides=tuple(strides_)) for load, strides_ in
