@@ -9,8 +9,10 @@ it does not take runs ``gemm``), so a judge may time any of them on the same ope
 ``accepts`` says which shapes a form is made for:
 
 - ``gemm``: any 1-d or 2-d shape: conv.c's implicit GEMM (the patch matrix built block by
-  block into the GEMM's panels; the input as stored for an unpadded stride-1 1x1 kernel),
-  the epilogue on the register tile;
+  block into the GEMM's panels; the input as stored for an unpadded stride-1 1x1 kernel;
+  output rows of at least 24 positions and 64 patch rows: the patch rows read in place
+  from the input's padded stride phases, the wide form; one output position: 16 weight
+  rows' dot products at once), the epilogue on the register tile;
 - ``depthwise``: groups == C == M: depthwise.c (with AVX-512: stride 1 "same" planes as
   flat vectors of masked loads, stride 2 through the plane's four phases; else one pass per
   plane through a padded copy), the epilogue applied on the row in cache;
