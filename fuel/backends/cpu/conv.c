@@ -629,24 +629,16 @@ static void wide_conv(const float *x, const float *w, float *out, const float *r
     }
     j.offsets = offsets;
     j.span = (s->oh - 1) * j.wp + s->ow;  /* the wide positions up to the last output */
-    /* units: per GEMM, column blocks of whole tiles (at most NC positions), enough for the
-     * team; a GEMM too narrow for the team splits its slivers */
+    /* units: per GEMM, one tile of positions each (nothing is packed per unit, so a small
+     * unit costs only its claim; blocks of whole tiles split a 27x27 plane's 17 tiles 10 + 7
+     * over two threads); a GEMM of fewer tiles than four a thread splits its slivers too */
     const int64_t gemms = s->n * s->groups;
     const int64_t tiles = (j.span + WIDE_TILE - 1) / WIDE_TILE;
     const int64_t per_gemm = gemms >= threads ? 1 : (threads + gemms - 1) / gemms;
-    int64_t blocks = (j.span + NC - 1) / NC, rows = 1;
-    if (per_gemm > 1) {
-        if (tiles >= per_gemm * 4 || j.slivers < per_gemm) {
-            while (blocks < per_gemm * UNITS_PER_THREAD && tiles >= (blocks + per_gemm) * 3)
-                blocks += per_gemm;
-            if (blocks % per_gemm && tiles >= per_gemm) blocks += per_gemm - blocks % per_gemm;
-        } else {
-            rows = per_gemm;
-        }
-    }
-    if (blocks > tiles) blocks = tiles;
-    j.block = (tiles + blocks - 1) / blocks * WIDE_TILE;
-    j.column_blocks = (j.span + j.block - 1) / j.block;
+    int64_t rows = 1;
+    if (per_gemm > 1 && tiles < per_gemm * 4 && j.slivers >= per_gemm) rows = per_gemm;
+    j.block = WIDE_TILE;
+    j.column_blocks = tiles;
     j.row_blocks = rows;
     j.units = j.column_blocks * j.row_blocks;
     run_units(gemms * j.units, threads, wide_task, &j);
