@@ -587,7 +587,7 @@ static void wide_task(void *context, int64_t u) {
  * batch 8, whose padded phases (5 MB) are copied before the products, 5775 -> 6694: so
  * from WIDE_DEPTH patch rows; a strided 1x1 kernel reads one phase of the copied four
  * (resnet18's 64->128 1x1 stride-2 downsample, batch 8: 1903 -> 2228), so not those. */
-#define WIDE_ROW 24
+#define WIDE_ROW 24  /* convolution_c.py's Geometry.wide says the same for its rule */
 #define WIDE_DEPTH 64
 static inline int wide_form(const Shape *s, int pointwise) {
     return !pointwise && s->kh * s->kw > 1 && s->sh <= 4 && s->sw <= 4 && s->ow >= WIDE_ROW

@@ -118,9 +118,16 @@ WINOGRAD_PLANE = 170
 WINOGRAD_PLANE_CONSTANT = 100
 # An expansion from few channels to many (squeezenet's 32->128 3x3 at 27x27) runs gemm: the
 # output transform of the many channels outweighs the saved products (two threads, 407-429
-# us against gemm's 337; 16->64 at 55x55 even, 344-405 against 378-380).
+# us against gemm's 337; 16->64 at 55x55 even, 344-405 against 378-380). From fewer outputs
+# than WINOGRAD_EXPAND_OUTPUTS only where conv.c's wide form takes the launch (one thread,
+# 16->64 at 55x55: 561 us against winograd's 571, batch 8 4649 against 5026; two threads,
+# batch 1, 318-324 against 307-311).
 WINOGRAD_EXPAND_CHANNELS = 32
 WINOGRAD_EXPAND_OUTPUTS = 128
+# conv.c's wide form (WIDE_ROW, WIDE_DEPTH there): kernels larger than 1x1 with at least
+# this many patch rows and output rows of at least WIDE_ROW positions, strides up to 4
+WIDE_DEPTH = 64
+WIDE_ROW = 24
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
 # The direct form's shapes: at most DIRECT_CHANNELS input channels (a stem; a pointwise
@@ -271,6 +278,13 @@ class Geometry:
         return 0 < self.n * self.c * self.kh * self.kw * self.oh * self.ow <= BATCHED_FLOATS
 
     @property
+    def wide(self) -> bool:
+        """Whether conv.c runs the gemm form of this launch as its wide form (conv.c's
+        wide_form)."""
+        return (self.kh * self.kw > 1 and self.sh <= 4 and self.sw <= 4 and self.ow >= WIDE_ROW
+                and self.c // max(self.groups, 1) * self.kh * self.kw >= WIDE_DEPTH)
+
+    @property
     def winograd(self) -> bool:
         """A 3x3 stride-1 undilated dense 2-d convolution (winograd.c's F(2x2, 3x3)) whose
         transformed weights (16 x M x C floats) fit WINOGRAD_WEIGHTS."""
@@ -301,7 +315,8 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     M; winograd for a 3x3 stride-1 convolution with at least WINOGRAD_CHANNELS channels in and
     out and WINOGRAD_PLANE output positions (WINOGRAD_PLANE_CONSTANT with ``constant``
     weights, transformed once), but not an expansion from at most WINOGRAD_EXPAND_CHANNELS to
-    at least four times as many and WINOGRAD_EXPAND_OUTPUTS; batched for a small dense
+    at least four times as many and WINOGRAD_EXPAND_OUTPUTS (or fewer where the gemm form is
+    conv.c's wide form); batched for a small dense
     launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm
     otherwise; None (the NumPy kernel) for 3-d shapes."""
     if geometry is None:
@@ -312,7 +327,7 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     if (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
             and g.oh * g.ow >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)
             and not (g.c <= WINOGRAD_EXPAND_CHANNELS and g.m >= 4 * g.c
-                     and g.m >= WINOGRAD_EXPAND_OUTPUTS)):
+                     and (g.m >= WINOGRAD_EXPAND_OUTPUTS or g.wide))):
         return "winograd"
     plane = g.oh * g.ow
     work = g.n * g.m * plane * g.kh * g.kw * g.c

@@ -163,6 +163,10 @@ def test_the_rule_picks_winograd_for_large_planes():
     assert convolution_c.choose_form(squeeze, constant=True) == "winograd"
     expand = convolution_c.Geometry(1, 32, 27, 27, 128, 3, 3, 27, 27, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(expand, constant=True) == "gemm"
+    fire = convolution_c.Geometry(1, 16, 55, 55, 64, 3, 3, 55, 55, 1, 1, 1, 1, 1, 1, 1)
+    assert fire.wide and convolution_c.choose_form(fire, constant=True) == "gemm"
+    narrow = convolution_c.Geometry(1, 16, 20, 20, 64, 3, 3, 20, 20, 1, 1, 1, 1, 1, 1, 1)
+    assert not narrow.wide and convolution_c.choose_form(narrow, constant=True) == "winograd"
     assert convolution_c.choose_form(strided) == "gemm"
     assert not convolution_c.accepts("winograd", strided)
 
