@@ -173,7 +173,7 @@ static inline void micro_half(int64_t k, const float *const *a, const float *res
  * alone takes nine loads for eight): a block of 48 columns, e.g. a 7x7 map's first 48
  * positions, the 49th a tail dot product (512->512 3x3 at 7x7 one thread: 2660 -> 2556 us). */
 static inline void micro_48(int64_t k, const float *const *a, const float *restrict b,
-                            const float *restrict h, float *dst, int64_t ldd, int accumulate, const Epi *e) {
+                            const float *restrict h, float *dst, int64_t ldd, int accumulate) {
     __m512 c0[MR], c1[MR], c2[MR];
     for (int r = 0; r < MR; r++) c0[r] = c1[r] = c2[r] = _mm512_setzero_ps();
     const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
@@ -202,9 +202,9 @@ static inline void micro_48(int64_t k, const float *const *a, const float *restr
             c1[r] = _mm512_add_ps(c1[r], _mm512_loadu_ps(target + 16));
             c2[r] = _mm512_add_ps(c2[r], _mm512_loadu_ps(target + 32));
         }
-        _mm512_storeu_ps(target, EPI(c0[r], r, 0));
-        _mm512_storeu_ps(target + 16, EPI(c1[r], r, 16));
-        _mm512_storeu_ps(target + 32, EPI(c2[r], r, 32));
+        _mm512_storeu_ps(target, c0[r]);
+        _mm512_storeu_ps(target + 16, c1[r]);
+        _mm512_storeu_ps(target + 32, c2[r]);
     }
 }
 #undef MICRO_ROWS
@@ -504,10 +504,8 @@ static void gemm_unit(const float *weights, const float *b, int64_t ldb, const S
                 if (rows == MR && nc - j == NR + HALF) {  /* the last 48 columns as one tile */
                     const int64_t at = i0 * ldc + n0 + j;
                     const float *b_panel = packed + ((j - packed_from) / NR) * PANEL(kc);
-                    Epi e;
-                    const Epi *ep = tile_epi(&e, last, f, i0, residual, at, ldc);
-                    micro_48(kc, a, b_panel, b_panel + PANEL(kc), c + at, ldc, l0 > 0, ep);
-                    if (last && ep == NULL)
+                    micro_48(kc, a, b_panel, b_panel + PANEL(kc), c + at, ldc, l0 > 0);
+                    if (last)
                         finish_tile(c + at, ldc, rows, NR + HALF, i0,
                                     residual != NULL ? residual + at : NULL, f);
                     break;
