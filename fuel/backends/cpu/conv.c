@@ -596,6 +596,15 @@ static inline int wide_form(const Shape *s, int pointwise) {
 
 static void wide_conv(const float *x, const float *w, float *out, const float *residual,
                       const Shape *s, const Finish *f, int64_t threads) {
+    if (s->n > 1) {  /* image by image: one image's phases stay in cache for its products */
+        Shape one = *s;
+        one.n = 1;
+        const int64_t in = s->c * s->h * s->w, result = s->m * s->oh * s->ow;
+        for (int64_t image = 0; image < s->n; image++)
+            wide_conv(x + image * in, w, out + image * result,
+                      residual != NULL ? residual + image * result : NULL, &one, f, threads);
+        return;
+    }
     WideJob j;
     memset(&j, 0, sizeof(j));
     j.x = x;
