@@ -1,5 +1,6 @@
 """float32 convolution in C (``conv.c``, ``winograd.c``, ``depthwise.c``, ``conv_direct.c``,
-``pool.c`` after ``conv_common.h``; conv.c and winograd.c also after ``conv_gemm.h``,
+``pool.c`` after ``conv_common.h``; conv.c and winograd.c also after ``conv_gemm.h``, conv.c
+after ``conv_wide.h`` too,
 depthwise.c after ``depthwise_flat.h``; ``conv_patches.c`` alone)
 and OpenBLAS (through NumPy): CONV, CONV_FUSED (the
 convolution with its bias, residual and activation in its output loop) and CONV_TRANSPOSE.
@@ -74,9 +75,9 @@ if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
 KERNELS = KernelList(BackendId.CPU, "c")
 HERE = Path(__file__).parent
 (SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE, COMMON, GEMM_HEADER,
- FLAT_HEADER, ROWS_HEADER, PATCHES_SOURCE) = (HERE / name for name in (
+ FLAT_HEADER, ROWS_HEADER, PATCHES_SOURCE, WIDE_HEADER) = (HERE / name for name in (
      "conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_direct.c", "conv_common.h",
-     "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h", "conv_patches.c"))
+     "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h", "conv_patches.c", "conv_wide.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS) = range(13)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
@@ -164,6 +165,8 @@ def _source(path: Path) -> str:
     header = (GEMM_HEADER.read_text() if path in (SOURCE, WINOGRAD_SOURCE)
               else FLAT_HEADER.read_text() + ROWS_HEADER.read_text()
               if path == DEPTHWISE_SOURCE else "")
+    if path == SOURCE:
+        header += WIDE_HEADER.read_text()
     return COMMON.read_text() + header + path.read_text()
 
 
@@ -202,9 +205,9 @@ def patches_library():
 
 def revision_text() -> str:
     """Every C source the kernels here run (their revision hashes cover them)."""
-    return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, SOURCE, DEPTHWISE_SOURCE,
-                                                    FLAT_HEADER, ROWS_HEADER, POOL_SOURCE,
-                                                    WINOGRAD_SOURCE, DIRECT_SOURCE,
+    return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, WIDE_HEADER, SOURCE,
+                                                    DEPTHWISE_SOURCE, FLAT_HEADER, ROWS_HEADER,
+                                                    POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE,
                                                     PATCHES_SOURCE))
 
 
