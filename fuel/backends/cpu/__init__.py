@@ -19,6 +19,7 @@ from fuel.backends.cpu import (
     qlinear_conv,
     qlinear_elementwise,
     quantized,
+    quantized_int8,
     sampling,
     scatter,
     sorting,
@@ -143,8 +144,8 @@ PREFERS_DECOMPOSED = frozenset({
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
 KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution_c, convolution, pooling,
-                  scatter, sorting, sampling, strings, ml, quantized, paged_attention,
-                  qlinear_conv, qlinear_elementwise)
+                  scatter, sorting, sampling, strings, ml, quantized, quantized_int8,
+                  paged_attention, qlinear_conv, qlinear_elementwise)
 
 
 BACKEND = CpuBackend()
