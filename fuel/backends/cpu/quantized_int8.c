@@ -7,21 +7,24 @@
  * Entry: fuel_kernel(data, sizes, strides): data = {x (m, k) float32, weight (n, k) blocks,
  * out (m, n) float32}; sizes = {m, n, k, threads}.
  *
- * Every output (row i, column r) is computed by the same float steps, in the same order, by
- * every tile and build (the decode tile of one activation row, the rows tile, AVX-512 VNNI,
- * AVX2, portable C), so a row's result never depends on which rows share its launch, on the
- * thread count or on the tile remainder:
+ * Every output (activation row i, weight row r) is computed by the same float steps in the
+ * same order by every tile and build (the decode tile of one activation row, the rows tile,
+ * AVX-512 VNNI, AVX2, portable C), so a row's result never depends on which rows share its
+ * launch, on the thread count or on the tile remainder:
  *   for each block b in order:
- *     dot  = sum_j w_j * q_j                       (exact int32; w the weight's signed codes)
- *     acc  = fma((float)dot, d_w * d_x, acc)       (d_w * d_x rounded to float32 first)
- *     acc  = fma(m_w, d_x * (float)sum_j q_j, acc) (q4_1's minimum only)
+ *     dot = sum_j w_j * q_j                        (exact int32; w the weight's signed codes)
+ *     acc = fma((float)dot, d_w * d_x, acc)        (d_w * d_x rounded to float32 first)
+ *     acc = fma(m_w, d_x * (float)sum_j q_j, acc)  (q4_1's minimum only)
  *   out = acc.
- * The integer dot: vpdpbusd (u8 by s8, 64 multiply-adds an instruction) where the build has
- * AVX-512 VNNI, with the weight codes made unsigned (q4_0: the stored nibble, q8_0: w + 128)
- * and the offset taken back as C * sum_j q_j; on AVX2 maddubs + madd (q8_0 by the sign trick);
- * portable C multiplies the codes. The dot's 8 lanes of a (row, activation) pair are summed
- * across 8 pairs at once (a horizontal-add tree), so one float conversion and one fma serve
- * eight outputs: over activation rows in the rows tile, over weight rows in the decode tile.
+ * The integer dots: vpdpbusd (u8 by s8, 32 multiply-adds a 256-bit instruction) where the
+ * build has AVX-512 VNNI, the weight codes made unsigned (q4_0: the stored nibble, q8_0:
+ * w + 128) and the offset taken back as C * sum_j q_j; on AVX2 maddubs + madd (q8_0 by the
+ * sign trick); portable C multiplies the codes.
+ *   - rows tile (2+ activation rows): the activations are stored transposed per tile of 8
+ *     rows (lane i of dword vector g holds row i's codes 4g..4g+3), so a weight block's dword
+ *     g is broadcast and one dot per dword gives 8 rows' whole-block sums in 8 lanes: no
+ *     horizontal sums, one conversion, multiply and fma per 8 outputs; 4 weight rows a tile.
+ *   - decode tile (1 row): 8 weight rows' lane dots summed across by a horizontal-add tree.
  */
 #include <math.h>
 #include <stdint.h>
@@ -60,7 +63,6 @@
 #error "define FORMAT_Q4_0, FORMAT_Q4_1 or FORMAT_Q8_0"
 #endif
 #define CODE_MAX 127
-#define GROUP 8 /* outputs summed per fma: activation rows (rows tile), weight rows (decode) */
 
 static inline float half_at(const uint8_t *p) {
     uint16_t h;
@@ -84,14 +86,14 @@ static inline float half_at(const uint8_t *p) {
 #endif
 }
 
-/* The activations rounded: codes of row i's block b at codes + 32 * (i * blocks + b); per
- * block, block-major (b * stride + i, zero past the m rows): d = d_x, s = d_x * sum q (q4_1),
- * c = OFFSET * sum q (the offset the unsigned weight codes add). */
+/* The activations rounded, in tiles of 8 rows (rows past m are zeros): per tile t and block
+ * b (index TB = t * blocks + b): codes[TB] the 8 rows transposed (dword g of row i at
+ * 4 * (8 * g + i)), and per row i: d[8 TB + i] = d_x, s = d_x * sum q, c = OFFSET * sum q. */
 typedef struct {
     int8_t *codes;
     float *d, *s;
     int32_t *c;
-    int64_t blocks, stride;
+    int64_t blocks;
 } activations;
 
 static void round_rows(const float *x, int64_t m, int64_t k, activations a) {
@@ -99,23 +101,28 @@ static void round_rows(const float *x, int64_t m, int64_t k, activations a) {
         for (int64_t b = 0; b < a.blocks; b++) {
             const float *v = x + i * k + 32 * b;
             float largest = 0.0f;
-            for (int j = 0; j < 32; j++) largest = fmaxf(largest, fabsf(v[j]));
+            for (int j = 0; j < 32; j++) {
+                const float size = fabsf(v[j]);
+                largest = size > largest ? size : largest;
+            }
             const float d = largest / (float)CODE_MAX, inverse = d > 0.0f ? 1.0f / d : 0.0f;
-            int8_t *q = a.codes + 32 * (i * a.blocks + b);
+            const int64_t tb = (i / 8) * a.blocks + b, lane = i % 8;
+            int8_t *tile = a.codes + 256 * tb;
             int32_t sum = 0;
             for (int j = 0; j < 32; j++) {
                 const int code = (int)nearbyintf(v[j] * inverse);
-                q[j] = (int8_t)code;
+                tile[4 * (8 * (j / 4) + lane) + j % 4] = (int8_t)code;
                 sum += code;
             }
-            a.d[b * a.stride + i] = d;
-            a.s[b * a.stride + i] = d * (float)sum;
-            a.c[b * a.stride + i] = OFFSET * sum;
+            a.d[8 * tb + lane] = d;
+            a.s[8 * tb + lane] = d * (float)sum;
+            a.c[8 * tb + lane] = OFFSET * sum;
         }
 }
 
 #if USE_AVX2
-/* A weight block's 32 codes as the unsigned bytes the dot takes (in code order j = 0..31). */
+/* A weight block's 32 codes as the bytes the dot takes (in code order j = 0..31): unsigned
+ * (nibbles; q8_0 + 128 with VNNI) or q8_0's signed codes on AVX2 (the sign trick). */
 static inline __m256i weight_bytes(const uint8_t *block) {
 #if NIBBLES
     const __m128i packed = _mm_loadu_si128((const __m128i *)(block + CODES_AT));
@@ -127,25 +134,79 @@ static inline __m256i weight_bytes(const uint8_t *block) {
 #if USE_VNNI
     return _mm256_xor_si256(codes, _mm256_set1_epi8((char)0x80));
 #else
-    return codes; /* signed; the dot takes the sign trick */
+    return codes;
 #endif
 #endif
 }
 
-/* 8 lanes whose sum is sum_j u_j * q_j (q8_0 on AVX2: sum_j w_j * q_j). */
-static inline __m256i block_dot(__m256i u, __m256i q) {
+/* sums + per lane the dot of w's and q's 4-byte groups (w as weight_bytes gives them). */
+static inline __m256i add_dots(__m256i sums, __m256i w, __m256i q) {
 #if USE_VNNI
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q);
+    return _mm256_dpbusd_epi32(sums, w, q);
 #elif NIBBLES
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(w, q),
+                                                    _mm256_set1_epi16(1)));
 #else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u), _mm256_sign_epi8(q, u)),
-                             _mm256_set1_epi16(1));
+    return _mm256_add_epi32(sums, _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(q, w)), _mm256_set1_epi16(1)));
 #endif
+}
+
+/* The rows tile: weight rows [0, count) (count <= TILE_WEIGHT, row_bytes apart) by the
+ * activation tile t (8 rows, `acts` of them real); out[i * n + r]. */
+#define TILE_WEIGHT 4
+#define PREFETCH_BYTES 1024
+static inline __attribute__((always_inline)) void rows_tile(
+    const uint8_t *rows, int64_t row_bytes, const int count, activations a, int64_t t,
+    int acts, float *out, int64_t n) {
+    __m256 acc[TILE_WEIGHT];
+    for (int r = 0; r < count; r++) acc[r] = _mm256_setzero_ps();
+    const uint8_t *ahead = rows + count * row_bytes + PREFETCH_BYTES; /* as decode_rows */
+    for (int64_t b = 0; b < a.blocks; b++) {
+        if (t == 0)
+            for (int line = 0; line < count * BLOCK_BYTES; line += 64)
+                _mm_prefetch((const char *)ahead + b * count * BLOCK_BYTES + line, _MM_HINT_T0);
+        const int64_t tb = t * a.blocks + b;
+        const int8_t *tile = a.codes + 256 * tb;
+        int32_t w[TILE_WEIGHT][8] __attribute__((aligned(32)));
+        __m256i sums[TILE_WEIGHT];
+        for (int r = 0; r < count; r++) {
+            _mm256_store_si256((__m256i *)w[r], weight_bytes(rows + r * row_bytes + b * BLOCK_BYTES));
+            sums[r] = _mm256_setzero_si256();
+        }
+        for (int g = 0; g < 8; g++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(tile + 32 * g));
+            for (int r = 0; r < count; r++)
+                sums[r] = add_dots(sums[r], _mm256_set1_epi32(w[r][g]), q);
+        }
+        const __m256 d_x = _mm256_loadu_ps(a.d + 8 * tb);
+#if OFFSET
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(a.c + 8 * tb));
+#endif
+#if HAS_MIN
+        const __m256 s = _mm256_loadu_ps(a.s + 8 * tb);
+#endif
+        for (int r = 0; r < count; r++) {
+            const uint8_t *block = rows + r * row_bytes + b * BLOCK_BYTES;
+#if OFFSET
+            sums[r] = _mm256_sub_epi32(sums[r], c);
+#endif
+            const __m256 factor = _mm256_mul_ps(_mm256_set1_ps(half_at(block)), d_x);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[r]), factor, acc[r]);
+#if HAS_MIN
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_at(block + 2)), s, acc[r]);
+#endif
+        }
+    }
+    for (int r = 0; r < count; r++) {
+        float values[8];
+        _mm256_storeu_ps(values, acc[r]);
+        for (int i = 0; i < acts; i++) out[(8 * t + i) * n + r] = values[i];
+    }
 }
 
 /* Lane i: the sum of v[i]'s 8 lanes (exact integers). */
-static inline __m256i sum_eight(const __m256i v[GROUP]) {
+static inline __m256i sum_eight(const __m256i v[8]) {
     const __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
     const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
     const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
@@ -153,48 +214,26 @@ static inline __m256i sum_eight(const __m256i v[GROUP]) {
                             _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-/* The rows tile: weight row r against activation rows [first, first + count) (count <= 8). */
-static inline __attribute__((always_inline)) void rows_group(
-    const uint8_t *row, activations a, int64_t first, int count, float *out, int64_t n) {
+/* The decode tile: weight rows [0, count) (count <= 8, row_bytes apart) by activation row 0
+ * (lane 0 of tile 0): out[r]. */
+static inline __attribute__((always_inline)) void decode_rows(
+    const uint8_t *rows, int64_t row_bytes, const int count, activations a, float *out) {
     __m256 acc = _mm256_setzero_ps();
+    /* the next group's bytes (plus PREFETCH_BYTES) requested in order, a group ahead: the
+     * hardware prefetcher sees short interleaved streams (as in quantized.c's decode tile) */
+    const uint8_t *ahead = rows + count * row_bytes + PREFETCH_BYTES;
     for (int64_t b = 0; b < a.blocks; b++) {
-        const uint8_t *block = row + b * BLOCK_BYTES;
-        const __m256i u = weight_bytes(block);
-        __m256i dots[GROUP];
-        for (int i = 0; i < GROUP; i++)
-            dots[i] = i < count ? block_dot(u, _mm256_loadu_si256(
-                (const __m256i *)(a.codes + 32 * ((first + i) * a.blocks + b))))
-                                : _mm256_setzero_si256();
-        __m256i sums = sum_eight(dots);
-        const int64_t at = b * a.stride + first;
-#if OFFSET
-        sums = _mm256_sub_epi32(sums, _mm256_loadu_si256((const __m256i *)(a.c + at)));
-#endif
-        const __m256 factor = _mm256_mul_ps(_mm256_set1_ps(half_at(block)),
-                                            _mm256_loadu_ps(a.d + at));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), factor, acc);
-#if HAS_MIN
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(block + 2)), _mm256_loadu_ps(a.s + at), acc);
-#endif
-    }
-    float values[GROUP];
-    _mm256_storeu_ps(values, acc);
-    for (int i = 0; i < count; i++) out[(first + i) * n] = values[i];
-}
-
-/* The decode tile: weight rows [r, r + count) (count <= 8, rows row_bytes apart) against
- * activation row 0. */
-static inline __attribute__((always_inline)) void decode_group(
-    const uint8_t *rows, int64_t row_bytes, int count, activations a, float *out) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < a.blocks; b++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(a.codes + 32 * b));
-        __m256i dots[GROUP];
-        float d_w[GROUP], m_w[GROUP];
-        for (int r = 0; r < GROUP; r++) {
+        for (int line = 0; line < count * BLOCK_BYTES; line += 64)
+            _mm_prefetch((const char *)ahead + b * count * BLOCK_BYTES + line, _MM_HINT_T0);
+        /* row 0's codes, back from the transposed tile (lane 0 of each dword) */
+        const __m256i q = _mm256_i32gather_epi32((const int *)(a.codes + 256 * b),
+                                                 _mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56), 4);
+        __m256i dots[8];
+        float d_w[8], m_w[8];
+        for (int r = 0; r < 8; r++) {
             if (r < count) {
                 const uint8_t *block = rows + r * row_bytes + b * BLOCK_BYTES;
-                dots[r] = block_dot(weight_bytes(block), q);
+                dots[r] = add_dots(_mm256_setzero_si256(), weight_bytes(block), q);
                 d_w[r] = half_at(block);
                 m_w[r] = HAS_MIN ? half_at(block + 2) : 0.0f;
             } else {
@@ -205,16 +244,15 @@ static inline __attribute__((always_inline)) void decode_group(
         (void)m_w;
         __m256i sums = sum_eight(dots);
 #if OFFSET
-        sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(a.c[b * a.stride]));
+        sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(a.c[8 * b]));
 #endif
-        const __m256 factor = _mm256_mul_ps(_mm256_loadu_ps(d_w),
-                                            _mm256_set1_ps(a.d[b * a.stride]));
+        const __m256 factor = _mm256_mul_ps(_mm256_loadu_ps(d_w), _mm256_set1_ps(a.d[8 * b]));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), factor, acc);
 #if HAS_MIN
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(m_w), _mm256_set1_ps(a.s[b * a.stride]), acc);
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(m_w), _mm256_set1_ps(a.s[8 * b]), acc);
 #endif
     }
-    float values[GROUP];
+    float values[8];
     _mm256_storeu_ps(values, acc);
     for (int r = 0; r < count; r++) out[r] = values[r];
 }
@@ -223,7 +261,7 @@ static inline __attribute__((always_inline)) void decode_group(
 static inline int weight_code(const uint8_t *block, int j) {
 #if NIBBLES
     const uint8_t byte = block[CODES_AT + (j & 15)];
-    return (j < 16 ? byte & 0x0f : byte >> 4) - (OFFSET ? OFFSET : 0);
+    return (j < 16 ? byte & 0x0f : byte >> 4) - (HAS_MIN ? 0 : 8);
 #else
     return (int)(int8_t)block[CODES_AT + j];
 #endif
@@ -233,13 +271,14 @@ static void one_output(const uint8_t *row, activations a, int64_t i, float *out)
     float acc = 0.0f;
     for (int64_t b = 0; b < a.blocks; b++) {
         const uint8_t *block = row + b * BLOCK_BYTES;
-        const int8_t *q = a.codes + 32 * (i * a.blocks + b);
+        const int64_t tb = (i / 8) * a.blocks + b, lane = i % 8;
+        const int8_t *tile = a.codes + 256 * tb;
         int32_t dot = 0;
-        for (int j = 0; j < 32; j++) dot += weight_code(block, j) * q[j];
-        const float factor = half_at(block) * a.d[b * a.stride + i];
-        acc = fmaf((float)dot, factor, acc);
+        for (int j = 0; j < 32; j++)
+            dot += weight_code(block, j) * tile[4 * (8 * (j / 4) + lane) + j % 4];
+        acc = fmaf((float)dot, half_at(block) * a.d[8 * tb + lane], acc);
 #if HAS_MIN
-        acc = fmaf(half_at(block + 2), a.s[b * a.stride + i], acc);
+        acc = fmaf(half_at(block + 2), a.s[8 * tb + lane], acc);
 #endif
     }
     *out = acc;
@@ -256,13 +295,12 @@ int fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     if (threads < 1) threads = 1;
     activations a;
     a.blocks = k / 32;
-    a.stride = (m + GROUP - 1) / GROUP * GROUP;
-    const int64_t row_bytes = a.blocks * BLOCK_BYTES;
-    const size_t per_block = (size_t)(a.blocks * a.stride);
-    a.codes = (int8_t *)malloc((size_t)(m * k) + 64);
-    a.d = (float *)calloc(per_block, sizeof(float));
-    a.s = (float *)calloc(per_block, sizeof(float));
-    a.c = (int32_t *)calloc(per_block, sizeof(int32_t));
+    const int64_t tiles = (m + 7) / 8, row_bytes = a.blocks * BLOCK_BYTES;
+    const size_t count = (size_t)(tiles * a.blocks);
+    a.codes = (int8_t *)calloc(count, 256);
+    a.d = (float *)calloc(count, 8 * sizeof(float));
+    a.s = (float *)calloc(count, 8 * sizeof(float));
+    a.c = (int32_t *)calloc(count, 8 * sizeof(int32_t));
     if (!a.codes || !a.d || !a.s || !a.c) {
         free(a.codes); free(a.d); free(a.s); free(a.c);
         return 1;
@@ -270,20 +308,28 @@ int fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     round_rows(x, m, k, a);
 #if USE_AVX2
     if (m == 1) {
-        const int64_t groups = (n + GROUP - 1) / GROUP;
+        const int64_t groups = (n + 7) / 8;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
         for (int64_t g = 0; g < groups; g++) {
-            const int64_t r = g * GROUP;
-            const int count = (int)(n - r < GROUP ? n - r : GROUP);
-            decode_group(weight + r * row_bytes, row_bytes, count, a, out + r);
+            const int64_t r = g * 8;
+            if (n - r >= 8) decode_rows(weight + r * row_bytes, row_bytes, 8, a, out + r);
+            else decode_rows(weight + r * row_bytes, row_bytes, (int)(n - r), a, out + r);
         }
     } else {
+        const int64_t groups = (n + TILE_WEIGHT - 1) / TILE_WEIGHT;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-        for (int64_t r = 0; r < n; r++)
-            for (int64_t first = 0; first < m; first += GROUP) {
-                const int count = (int)(m - first < GROUP ? m - first : GROUP);
-                rows_group(weight + r * row_bytes, a, first, count, out + r, n);
+        for (int64_t g = 0; g < groups; g++) {
+            const int64_t r = g * TILE_WEIGHT;
+            const uint8_t *rows = weight + r * row_bytes;
+            for (int64_t t = 0; t < tiles; t++) {
+                const int acts = (int)(m - 8 * t < 8 ? m - 8 * t : 8);
+                if (n - r >= TILE_WEIGHT)
+                    rows_tile(rows, row_bytes, TILE_WEIGHT, a, t, acts, out + r, n);
+                else if (n - r == 3) rows_tile(rows, row_bytes, 3, a, t, acts, out + r, n);
+                else if (n - r == 2) rows_tile(rows, row_bytes, 2, a, t, acts, out + r, n);
+                else rows_tile(rows, row_bytes, 1, a, t, acts, out + r, n);
             }
+        }
     }
 #else
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
