@@ -51,7 +51,8 @@ def step_ratios(options: argparse.Namespace, base: dict) -> int:
             f"rows = {rows!r}\n"
             "pool = PagedKVPool(config.num_layers, config.num_kv_heads, config.head_dim,"
             " 8 * max(rows) + 1, 16, model.device)\n"
-            f"stepper = PagedStepper(model, pool, width, {options.activations!r})\nclock = time.perf_counter if "
+            f"stepper = PagedStepper(model, pool, width, {options.activations!r})\n"
+            "clock = time.perf_counter if "
             "sys.argv[1] == 'wall' else time.process_time\nresult = {}\n"
             "for b in rows:\n"
             "    chunks = [Chunk([100 + r], 60, list(range(1 + 8 * r, 9 + 8 * r)), True)"
@@ -264,7 +265,8 @@ for b in rows:
 print(json.dumps(result))
 """
 # op names of a step's kernels by part (fused elementwise kernels are named fused(...))
-PARTS = (("quantized matmul", ("quantized_matmul", "quantized_matmul_int8")), ("attention", ("paged_attention",)),
+PARTS = (("quantized matmul", ("quantized_matmul", "quantized_matmul_int8")),
+         ("attention", ("paged_attention",)),
          ("RoPE (batched matmul)", ("matmul",)), ("KV writes", ("index_copy",)))
 
 

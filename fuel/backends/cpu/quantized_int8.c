@@ -90,7 +90,7 @@ static inline float half_at(const uint8_t *p) {
  * b (index TB = t * blocks + b): codes[TB] the 8 rows transposed (dword g of row i at
  * 4 * (8 * g + i)), and per row i: d[8 TB + i] = d_x, s = d_x * sum q, c = OFFSET * sum q. */
 typedef struct {
-    int8_t *codes;
+    int8_t *codes, *row; /* row: a lone row's codes in order (decode), else NULL */
     float *d, *s;
     int32_t *c;
     int64_t blocks;
@@ -112,6 +112,7 @@ static void round_rows(const float *x, int64_t m, int64_t k, activations a) {
             for (int j = 0; j < 32; j++) {
                 const int code = (int)nearbyintf(v[j] * inverse);
                 tile[4 * (8 * (j / 4) + lane) + j % 4] = (int8_t)code;
+                if (a.row) a.row[32 * b + j] = (int8_t)code;
                 sum += code;
             }
             a.d[8 * tb + lane] = d;
@@ -225,31 +226,32 @@ static inline __attribute__((always_inline)) void decode_rows(
     for (int64_t b = 0; b < a.blocks; b++) {
         for (int line = 0; line < count * BLOCK_BYTES; line += 64)
             _mm_prefetch((const char *)ahead + b * count * BLOCK_BYTES + line, _MM_HINT_T0);
-        /* row 0's codes, back from the transposed tile (lane 0 of each dword) */
-        const __m256i q = _mm256_i32gather_epi32((const int *)(a.codes + 256 * b),
-                                                 _mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56), 4);
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(a.row + 32 * b));
         __m256i dots[8];
-        float d_w[8], m_w[8];
+        uint16_t d_bits[8] = {0}, m_bits[8] = {0};
         for (int r = 0; r < 8; r++) {
             if (r < count) {
                 const uint8_t *block = rows + r * row_bytes + b * BLOCK_BYTES;
                 dots[r] = add_dots(_mm256_setzero_si256(), weight_bytes(block), q);
-                d_w[r] = half_at(block);
-                m_w[r] = HAS_MIN ? half_at(block + 2) : 0.0f;
+                memcpy(&d_bits[r], block, 2);
+                if (HAS_MIN) memcpy(&m_bits[r], block + 2, 2);
             } else {
                 dots[r] = _mm256_setzero_si256();
-                d_w[r] = m_w[r] = 0.0f;
             }
         }
-        (void)m_w;
+        (void)m_bits;
+        const __m256 d_w = _mm256_cvtph_ps(_mm_setr_epi16(
+            d_bits[0], d_bits[1], d_bits[2], d_bits[3], d_bits[4], d_bits[5], d_bits[6], d_bits[7]));
         __m256i sums = sum_eight(dots);
 #if OFFSET
         sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(a.c[8 * b]));
 #endif
-        const __m256 factor = _mm256_mul_ps(_mm256_loadu_ps(d_w), _mm256_set1_ps(a.d[8 * b]));
+        const __m256 factor = _mm256_mul_ps(d_w, _mm256_set1_ps(a.d[8 * b]));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), factor, acc);
 #if HAS_MIN
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(m_w), _mm256_set1_ps(a.s[8 * b]), acc);
+        const __m256 m_w = _mm256_cvtph_ps(_mm_setr_epi16(
+            m_bits[0], m_bits[1], m_bits[2], m_bits[3], m_bits[4], m_bits[5], m_bits[6], m_bits[7]));
+        acc = _mm256_fmadd_ps(m_w, _mm256_set1_ps(a.s[8 * b]), acc);
 #endif
     }
     float values[8];
@@ -301,8 +303,9 @@ int fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     a.d = (float *)calloc(count, 8 * sizeof(float));
     a.s = (float *)calloc(count, 8 * sizeof(float));
     a.c = (int32_t *)calloc(count, 8 * sizeof(int32_t));
-    if (!a.codes || !a.d || !a.s || !a.c) {
-        free(a.codes); free(a.d); free(a.s); free(a.c);
+    a.row = m == 1 ? (int8_t *)malloc((size_t)k) : NULL;
+    if (!a.codes || !a.d || !a.s || !a.c || (m == 1 && !a.row)) {
+        free(a.codes); free(a.d); free(a.s); free(a.c); free(a.row);
         return 1;
     }
     round_rows(x, m, k, a);
@@ -336,6 +339,6 @@ int fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     for (int64_t r = 0; r < n; r++)
         for (int64_t i = 0; i < m; i++) one_output(weight + r * row_bytes, a, i, out + i * n + r);
 #endif
-    free(a.codes); free(a.d); free(a.s); free(a.c);
+    free(a.codes); free(a.d); free(a.s); free(a.c); free(a.row);
     return 0;
 }
