@@ -287,6 +287,37 @@ static void one_output(const uint8_t *row, activations a, int64_t i, float *out)
 }
 #endif
 
+/* Outputs of weight rows [first, last) for every activation row. */
+#define CHUNKS_PER_THREAD 4
+static void output_rows(const uint8_t *weight, int64_t row_bytes, activations a, int64_t m,
+                        float *out, int64_t n, int64_t first, int64_t last) {
+#if USE_AVX2
+    if (m == 1) {
+        for (int64_t r = first; r < last; r += 8) {
+            const uint8_t *rows = weight + r * row_bytes;
+            if (last - r >= 8) decode_rows(rows, row_bytes, 8, a, out + r);
+            else decode_rows(rows, row_bytes, (int)(last - r), a, out + r);
+        }
+        return;
+    }
+    const int64_t tiles = (m + 7) / 8;
+    for (int64_t r = first; r < last; r += TILE_WEIGHT) {
+        const uint8_t *rows = weight + r * row_bytes;
+        for (int64_t t = 0; t < tiles; t++) {
+            const int acts = (int)(m - 8 * t < 8 ? m - 8 * t : 8);
+            if (last - r >= TILE_WEIGHT)
+                rows_tile(rows, row_bytes, TILE_WEIGHT, a, t, acts, out + r, n);
+            else if (last - r == 3) rows_tile(rows, row_bytes, 3, a, t, acts, out + r, n);
+            else if (last - r == 2) rows_tile(rows, row_bytes, 2, a, t, acts, out + r, n);
+            else rows_tile(rows, row_bytes, 1, a, t, acts, out + r, n);
+        }
+    }
+#else
+    for (int64_t r = first; r < last; r++)
+        for (int64_t i = 0; i < m; i++) one_output(weight + r * row_bytes, a, i, out + i * n + r);
+#endif
+}
+
 int fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     const float *x = (const float *)data[0];
@@ -309,36 +340,17 @@ int fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         return 1;
     }
     round_rows(x, m, k, a);
-#if USE_AVX2
-    if (m == 1) {
-        const int64_t groups = (n + 7) / 8;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-        for (int64_t g = 0; g < groups; g++) {
-            const int64_t r = g * 8;
-            if (n - r >= 8) decode_rows(weight + r * row_bytes, row_bytes, 8, a, out + r);
-            else decode_rows(weight + r * row_bytes, row_bytes, (int)(n - r), a, out + r);
-        }
-    } else {
-        const int64_t groups = (n + TILE_WEIGHT - 1) / TILE_WEIGHT;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-        for (int64_t g = 0; g < groups; g++) {
-            const int64_t r = g * TILE_WEIGHT;
-            const uint8_t *rows = weight + r * row_bytes;
-            for (int64_t t = 0; t < tiles; t++) {
-                const int acts = (int)(m - 8 * t < 8 ? m - 8 * t : 8);
-                if (n - r >= TILE_WEIGHT)
-                    rows_tile(rows, row_bytes, TILE_WEIGHT, a, t, acts, out + r, n);
-                else if (n - r == 3) rows_tile(rows, row_bytes, 3, a, t, acts, out + r, n);
-                else if (n - r == 2) rows_tile(rows, row_bytes, 2, a, t, acts, out + r, n);
-                else rows_tile(rows, row_bytes, 1, a, t, acts, out + r, n);
-            }
-        }
+    /* Chunks of output rows (a multiple of 8, about CHUNKS_PER_THREAD per thread) taken in
+     * turn: a thread that another process delays leaves its work to the others (as in
+     * quantized.c). Each output is computed alike in any chunk. */
+    int64_t chunk = (n / (threads * CHUNKS_PER_THREAD) + 7) / 8 * 8;
+    chunk = chunk < 16 ? 16 : chunk;
+    const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && chunks > 1)
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t first = c * chunk, last = first + chunk < n ? first + chunk : n;
+        output_rows(weight, row_bytes, a, m, out, n, first, last);
     }
-#else
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t i = 0; i < m; i++) one_output(weight + r * row_bytes, a, i, out + i * n + r);
-#endif
     free(a.codes); free(a.d); free(a.s); free(a.c); free(a.row);
     return 0;
 }
