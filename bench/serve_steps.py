@@ -315,7 +315,7 @@ model_path, counts, block_size, budget, max_tokens, topics = (
 block_size = block_size or DEFAULT_BLOCK_SIZE
 model = load_gguf(None if model_path == "None" else model_path)
 engine = Engine(model, slots=max(counts), token_budget=budget, block_size=block_size,
-                max_queue=2 * max(counts))
+                max_queue=2 * max(counts), activations=sys.argv[7])
 engine.start()
 
 
@@ -367,10 +367,12 @@ def engine_ratios(options: argparse.Namespace, base: dict, topics: list[str]) ->
     values = one_thread(base)
     found = child_json(ENGINE_CODE, [str(options.model), json.dumps(counts),
                                      json.dumps(options.block_size), str(options.token_budget),
-                                     str(options.max_tokens), json.dumps(topics)],
+                                     str(options.max_tokens), json.dumps(topics),
+                                     options.activations],
                        values, "the engine measurement")
     size = options.block_size or "the server's default"
-    print(f"the engine in-process (no HTTP), 1 thread, block size {size}, token budget "
+    print(f"the engine in-process (no HTTP), 1 thread, {options.activations} activations, "
+          f"block size {size}, token budget "
           f"{options.token_budget}; load average {os.getloadavg()[0]:.2f}")
     print(f"{'clients':>8}{'tokens':>8}{'rows':>7}{'CPU ms/token':>14}{'x 1 client':>12}"
           f"{'wall tok/s':>12}")

@@ -96,24 +96,65 @@ typedef struct {
     int64_t blocks;
 } activations;
 
+/* Row i's block b rounded: codes q[0..31] (in order), its d and code sum; the rest of
+ * round_rows stores them where the tiles want them. */
+static inline void round_block(const float *v, int8_t *q, float *d_out, int32_t *sum_out) {
+#if USE_AVX2
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8),
+                 v2 = _mm256_loadu_ps(v + 16), v3 = _mm256_loadu_ps(v + 24);
+    __m256 big = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                               _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+    __m128 half = _mm_max_ps(_mm256_castps256_ps128(big), _mm256_extractf128_ps(big, 1));
+    half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+    half = _mm_max_ss(half, _mm_movehdup_ps(half));
+    const float largest = _mm_cvtss_f32(half);
+    const float d = largest / (float)CODE_MAX, inverse = d > 0.0f ? 1.0f / d : 0.0f;
+    const __m256 scale = _mm256_set1_ps(inverse);
+    /* cvtps rounds half to even (the default rounding mode), as nearbyintf does */
+    const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, scale));
+    const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, scale));
+    const __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, scale));
+    const __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, scale));
+    const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(
+        packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256i total = _mm256_add_epi32(_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3));
+    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
+    *sum_out = _mm_cvtsi128_si32(sum);
+    *d_out = d;
+#else
+    float largest = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        const float size = fabsf(v[j]);
+        largest = size > largest ? size : largest;
+    }
+    const float d = largest / (float)CODE_MAX, inverse = d > 0.0f ? 1.0f / d : 0.0f;
+    int32_t sum = 0;
+    for (int j = 0; j < 32; j++) {
+        const int code = (int)nearbyintf(v[j] * inverse);
+        q[j] = (int8_t)code;
+        sum += code;
+    }
+    *sum_out = sum;
+    *d_out = d;
+#endif
+}
+
 static void round_rows(const float *x, int64_t m, int64_t k, activations a) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t b = 0; b < a.blocks; b++) {
-            const float *v = x + i * k + 32 * b;
-            float largest = 0.0f;
-            for (int j = 0; j < 32; j++) {
-                const float size = fabsf(v[j]);
-                largest = size > largest ? size : largest;
-            }
-            const float d = largest / (float)CODE_MAX, inverse = d > 0.0f ? 1.0f / d : 0.0f;
             const int64_t tb = (i / 8) * a.blocks + b, lane = i % 8;
-            int8_t *tile = a.codes + 256 * tb;
-            int32_t sum = 0;
-            for (int j = 0; j < 32; j++) {
-                const int code = (int)nearbyintf(v[j] * inverse);
-                tile[4 * (8 * (j / 4) + lane) + j % 4] = (int8_t)code;
-                if (a.row) a.row[32 * b + j] = (int8_t)code;
-                sum += code;
+            int8_t codes[32];
+            int8_t *q = a.row ? a.row + 32 * b : codes;
+            float d;
+            int32_t sum;
+            round_block(x + i * k + 32 * b, q, &d, &sum);
+            if (!a.row) { /* the transposed tile: dword g of row i at 4 * (8 * g + i) */
+                int8_t *tile = a.codes + 256 * tb;
+                for (int g = 0; g < 8; g++) memcpy(tile + 4 * (8 * g + lane), q + 4 * g, 4);
             }
             a.d[8 * tb + lane] = d;
             a.s[8 * tb + lane] = d * (float)sum;
@@ -334,8 +375,9 @@ int fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     a.d = (float *)calloc(count, 8 * sizeof(float));
     a.s = (float *)calloc(count, 8 * sizeof(float));
     a.c = (int32_t *)calloc(count, 8 * sizeof(int32_t));
-    a.row = m == 1 ? (int8_t *)malloc((size_t)k) : NULL;
-    if (!a.codes || !a.d || !a.s || !a.c || (m == 1 && !a.row)) {
+    /* a lone row (decode) keeps its codes in order instead of the transposed tile */
+    a.row = m == 1 && USE_AVX2 ? (int8_t *)malloc((size_t)k) : NULL;
+    if (!a.codes || !a.d || !a.s || !a.c || (m == 1 && USE_AVX2 && !a.row)) {
         free(a.codes); free(a.d); free(a.s); free(a.c); free(a.row);
         return 1;
     }
