@@ -14,9 +14,12 @@ thread count; the table gives each time and the ratios against onnxruntime.
                            [--llama-cpp] [--sweep] [--only sweep]
 
 ``fuel-judge-off`` is fuel with ``FUEL_JUDGE=off`` (every kernel's own measured rule), beside
-``fuel`` (the judge on: its first process times the candidates of shapes it has not stored).
+``fuel`` (the judge on: its first process times the candidates of shapes it has not stored,
+within its budget and share; later processes use what it stored) and ``fuel-cold`` (the judge
+on with a fresh, empty winners file in every process: each one pays its own timing).
 ``--sweep`` runs MiniLM over 20 sequence lengths from 4 to 256 at batch 1 and 8, every shape
-new to its process (fuel plans each one on its first call), fuel against onnxruntime.
+new to its process (fuel plans each one on its first call): fuel-cold, fuel, fuel-judge-off
+and onnxruntime.
 
 ``--llama-cpp`` adds SmolLM2 against llama.cpp (llama-cpp-python, the same GGUF, the same
 thread count, its own process): time to first token, decode tok/s and greedy agreement over
@@ -32,9 +35,11 @@ requantized to each format (bench/requantize.py), then prints one summary row pe
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import platform
+import shutil
 import statistics
 import tempfile
 import time
@@ -139,7 +144,7 @@ def bench_minilm(runs: int, with_torch: bool, rows: list, profile: bool,
 
 
 MINILM_SHAPES = ((1, 12), (8, 128))
-MINILM_SYSTEMS = ("fuel", "fuel-judge-off", "fuel-unfused", "torch", "onnxruntime")
+MINILM_SYSTEMS = ("fuel", "fuel-cold", "fuel-judge-off", "fuel-unfused", "torch", "onnxruntime")
 # The sweep: 20 sequence lengths from 4 to 256 at batch 1 and 8, each shape new to the process.
 SWEEP_LENGTHS = tuple(int(round(4 * (64 ** (k / 19)))) for k in range(20))
 SWEEP_BATCHES = (1, 8)
@@ -187,11 +192,15 @@ def minilm_onnx_path() -> Path:
 def minilm_runner(system: str, threads: int | None):
     """A function ``(ids, mask) -> pooled ndarray`` running MiniLM on ``system``, in this
     process (the caller's process is that system's own)."""
-    if system in ("fuel", "fuel-unfused", "fuel-judge-off"):
+    if system in ("fuel", "fuel-cold", "fuel-unfused", "fuel-judge-off"):
         from fuel.models import minilm
 
         if system == "fuel-judge-off":  # every kernel's own rule, nothing timed or stored
             os.environ["FUEL_JUDGE"] = "off"
+        if system == "fuel-cold":  # the judge on with no stored winner: a fresh winners file
+            folder = tempfile.mkdtemp(prefix="fuel-cold-judge-")
+            atexit.register(shutil.rmtree, folder, True)
+            os.environ["FUEL_JUDGE_FILE"] = os.path.join(folder, "winners.json")
         fuel.set_fusion(system != "fuel-unfused")
         encoder = minilm.load().encoder
         return lambda ids, mask: encoder.mean_pooled(ids, mask).numpy()
@@ -660,7 +669,8 @@ def main() -> None:
             systems = tuple(s for s in systems if s != "torch")
         bench_minilm_processes(args.runs, args.rounds, args.threads, systems)
     if args.sweep or args.only == "sweep":
-        bench_minilm_sweep(args.rounds, args.threads, ("fuel", "fuel-judge-off", "onnxruntime"))
+        bench_minilm_sweep(args.rounds, args.threads,
+                           ("fuel-cold", "fuel", "fuel-judge-off", "onnxruntime"))
     if args.llama_cpp or args.only == "llama-cpp":
         threads = args.threads or len(os.sched_getaffinity(0))
         formats: list = [None]

@@ -55,6 +55,10 @@ MARGIN_SECONDS = 3e-6
 REPEATS = 7  # timed runs per candidate (after one warm-up), fewer when a run is slow
 CANDIDATE_SECONDS = 0.05  # about this long per candidate, the rounds of all together
 LOSING = 4.0  # a candidate this many times slower than the round's best sits out the rest
+# ... or this many times, where the best takes LONG_LAUNCH seconds or more (a launch that long
+# varies by a few percent: one round ranks it, and its losers' further runs cost the most)
+LONG_LOSING = 1.5
+LONG_LAUNCH = 2e-4
 REGRESSION = 1.5  # a profiled median this much slower than the winner's triggers a re-check
 REGRESSION_SAMPLES = 5
 FORMAT = 1  # the winners file's format
@@ -407,7 +411,8 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
     timed run follows an untimed one of the same candidate, so a threaded candidate is timed
     with its threads awake, as in a model's back-to-back launches (timed cold, a thread
     team's wake-up made every two-thread form lose to its one-thread form). A
-    candidate far behind the best after a round (LOSING) sits out the rest; one that fails
+    candidate far behind the best after a round (LOSING; LONG_LOSING where the best takes
+    LONG_LAUNCH or more) sits out the rest; one that fails
     to prepare or run drops out."""
     storage = outputs[0] if outputs else None
     synchronize = None
@@ -447,8 +452,9 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
         active = [name for name in active if samples[name]]
         if active:
             best = min(samples[name][-1] for name in active)
+            losing = LONG_LOSING if best >= LONG_LAUNCH else LOSING
             active = [name for name in active
-                      if not (samples[name][-1] > LOSING * best and samples[name][-1] > 1e-4)]
+                      if not (samples[name][-1] > losing * best and samples[name][-1] > 1e-4)]
         if time.perf_counter() - begin > limit and round_ >= 1:
             break
     return {name: statistics.median(found) for name, found in samples.items() if found}

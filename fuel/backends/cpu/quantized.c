@@ -598,14 +598,16 @@ static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m,
 #if defined(SPLIT_DECODE)
     if (m == 1) {
         const int64_t count = k / 32;
-        split_blocks split = {aligned_alloc(64, 96 * (size_t)count), NULL,
-                              malloc(sizeof(float) * 4 * (size_t)count), NULL, NULL};
-        if (split.bytes == NULL || split.d == NULL) {
+        /* dd, d, s, halves: 6 floats per block of 32, rounded up to whole cache lines */
+        split_blocks split = {aligned_alloc(64, 96 * (size_t)count), NULL, NULL, NULL, NULL,
+                              aligned_alloc(64, (24 * (size_t)count + 63) / 64 * 64)};
+        if (split.bytes == NULL || split.dd == NULL) {
             free(split.bytes);
-            free(split.d);
+            free(split.dd);
             return;
         }
         split.corrections = (int32_t *)(split.bytes + 64 * count);
+        split.d = split.dd + 2 * count;
         split.s = split.d + count;
         split.halves = split.s + count;
         split_activations(x, split, count);
@@ -623,7 +625,7 @@ static void matmul(const float *x, const uint8_t *weight, float *out, int64_t m,
         decode_rows(split, weight, out, k, 0, n);
 #endif
         free(split.bytes);
-        free(split.d);
+        free(split.dd);
         return;
     }
 #endif

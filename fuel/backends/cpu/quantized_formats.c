@@ -569,28 +569,113 @@ static inline __attribute__((always_inline)) void code_halves(const uint8_t *blo
 }
 #endif
 
-#if defined(FORMAT_Q6_K) && defined(__AVX512F__) && defined(__AVX512BW__) && \
-    defined(__AVX512VNNI__) && !defined(NO_AVX512)
-/* AVX-512, q6_k: the decode kernel takes two chunks per step (PAIRED; measured in-cache, one
- * thread: 1.20 -> 1.11 ns per 32 weights; the formats of lighter codes ran slower so).
- * code_pair(block, p): chunks 2p and 2p + 1 as 64 bytes (code_bytes of each, side by side):
- * quarters 2 (p % 2) and 2 (p % 2) + 1 of part p / 2, their nibbles 64 bytes apart, their
- * top bits moved to bits 4, 5 by one rotate per half. */
+#if (defined(FORMAT_Q6_K) || defined(FORMAT_Q3_K) || defined(FORMAT_Q2_K)) && \
+    defined(__AVX512F__) && \
+    defined(__AVX512BW__) && defined(__AVX512VNNI__) && !defined(NO_AVX512)
+/* AVX-512, the K formats of two scales per chunk: the decode kernel takes two chunks per
+ * step (PAIRED; measured in-cache, one thread, ns per 32 weights: q6_k 1.14 -> 1.11, q3_k
+ * 1.28 -> 1.155, q2_k 1.07 -> 0.955 with header_pair's 16-lane headers; q4_k and q5_k
+ * ran 0.92 -> 1.15 and 1.09 -> 1.28 so, and keep the 256-bit tile).
+ * code_pair(block, p): chunks 2p and 2p + 1 as 64 bytes (code_bytes of each, side by side),
+ * from one broadcast load of the bytes they share, shifted per half by variable counts; a
+ * top bit moved into place by one rotate per 64-bit lane (bits never leave their byte). */
 #define PAIRED 1
 
+/* 64 bytes: the 32 at p twice (the pair's two chunks read the same bytes) */
+static inline __attribute__((always_inline)) __m512i twice(const uint8_t *p) {
+    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+}
+
+/* bit ``first`` (``second``) of each byte of the first (last) 32 bytes moved to bit ``to``
+ * (``to_second``; the other bits left where they land: the caller masks) */
+static inline __attribute__((always_inline)) __m512i moved_bits_to(__m512i v, int first,
+                                                                   int second, int to,
+                                                                   int to_second) {
+    const long long a = (first - to) & 63, b = (second - to_second) & 63;
+    return _mm512_rorv_epi64(v, _mm512_setr_epi64(a, a, a, a, b, b, b, b));
+}
+
+static inline __attribute__((always_inline)) __m512i moved_bits(__m512i v, int first,
+                                                                int second, int to) {
+    const long long a = (first - to) & 63, b = (second - to) & 63;
+    return _mm512_rorv_epi64(v, _mm512_setr_epi64(a, a, a, a, b, b, b, b));
+}
+
+/* 64 bytes: ``first`` in the first 32, ``second`` in the last */
+static inline __attribute__((always_inline)) __m512i both_halves(int first, int second) {
+    return _mm512_inserti64x4(_mm512_set1_epi8((char)first), _mm256_set1_epi8((char)second), 1);
+}
+
+#if defined(FORMAT_Q3_K) || defined(FORMAT_Q2_K)
+/* q3_k's and q2_k's code_pair leaves each pair's second chunk's codes 2 bits up (4 q): its
+ * factors are a quarter (exact), lanes 2c + h of odd chunks c */
+#define CODE_SCALES _mm512_setr_ps(1, 1, 0.25f, 0.25f, 1, 1, 0.25f, 0.25f, 1, 1, 0.25f, 0.25f, \
+                                   1, 1, 0.25f, 0.25f)
+#endif
+
 static inline __attribute__((always_inline)) __m512i code_pair(const uint8_t *block, int p) {
+#if defined(FORMAT_Q6_K)
     const int part = p / 2, quarter = 2 * (p % 2);
     const __m512i nibbles = _mm512_loadu_si512((const void *)(block + 64 * part));
-    const __m512i tops = _mm512_broadcast_i64x4(
-        _mm256_loadu_si256((const __m256i *)(block + 128 + 32 * part)));
     const __m512i top = _mm512_and_si512(
-        _mm512_rorv_epi64(tops, _mm512_setr_epi64(
-            (2 * quarter - 4) & 63, (2 * quarter - 4) & 63, (2 * quarter - 4) & 63,
-            (2 * quarter - 4) & 63, (2 * quarter - 2) & 63, (2 * quarter - 2) & 63,
-            (2 * quarter - 2) & 63, (2 * quarter - 2) & 63)),
+        moved_bits(twice(block + 128 + 32 * part), 2 * quarter, 2 * quarter + 2, 4),
         _mm512_set1_epi8(0x30));
     return _mm512_ternarylogic_epi32(quarter ? _mm512_srli_epi16(nibbles, 4) : nibbles, top,
                                      _mm512_set1_epi8(0x0f), 0xec);
+#elif defined(FORMAT_Q3_K)
+    /* chunk c: the two bits at 2 (c % 4) of the 32 bytes at 32 + 32 (c / 4), plus 4 where
+     * bit c of the 32 mask bytes is set; the second chunk's code left 2 bits up (CODE_SCALES) */
+    const __m512i codes = twice(block + 32 + 32 * (p / 2));
+    const __m512i top = _mm512_and_si512(moved_bits_to(twice(block), 2 * p, 2 * p + 1, 2, 4),
+                                         both_halves(0x04, 0x10));
+    return _mm512_ternarylogic_epi32(p % 2 ? _mm512_srli_epi16(codes, 4) : codes, top,
+                                     both_halves(0x03, 0x0c), 0xec);
+#else
+    /* the second chunk's code left 2 bits up (CODE_SCALES) */
+    const __m512i codes = twice(block + 16 + 32 * (p / 2));
+    return _mm512_and_si512(p % 2 ? _mm512_srli_epi16(codes, 4) : codes,
+                            both_halves(0x03, 0x0c));
+#endif
+}
+
+/* The block's scales and offsets per half chunk in 16 lanes (lane 2c + h: chunk c's half h),
+ * value = scale * q - minimum; codes read as stored (CODE_OFFSET) have minimum = scale *
+ * CODE_OFFSET. */
+static inline __attribute__((always_inline)) void header_pair(const uint8_t *block,
+                                                              __m512 *scale,
+                                                              __m512 *minimum) {
+#if defined(FORMAT_Q6_K) || defined(FORMAT_Q3_K)
+#if defined(FORMAT_Q6_K)
+    const __m128i values = _mm_loadu_si128((const __m128i *)(block + 192));
+    const __m512 d = _mm512_set1_ps(half_to_float(block + 208));
+#else
+    int32_t third;
+    memcpy(&third, block + 104, 4);
+    const __m128i words =
+        _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(block + 96)), third, 2);
+    const __m128i nibbles = _mm_and_si128(
+        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(1, 0, 1, 0)), _mm_setr_epi32(0, 0, 4, 4)),
+        _mm_set1_epi8(0x0f));
+    const __m128i tops = _mm_and_si128(
+        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 2, 4, 6)),
+        _mm_set1_epi8(3));
+    const __m128i values = _mm_sub_epi8(_mm_or_si128(nibbles, _mm_slli_epi32(tops, 4)),
+                                        _mm_set1_epi8(32));
+    const __m512 d = _mm512_set1_ps(half_to_float(block + 108));
+#endif
+    *scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(values)), d);
+    *minimum = _mm512_mul_ps(*scale, _mm512_set1_ps(CODE_OFFSET));
+#elif defined(FORMAT_Q2_K)
+    /* byte j: scale j (low nibble), minimum j (high nibble); widened once */
+    const __m512i values = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)block));
+    int32_t bits; /* d, dmin: one conversion */
+    memcpy(&bits, block + 80, 4);
+    const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+    *scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(values, _mm512_set1_epi32(0x0f))),
+                           _mm512_broadcastss_ps(both));
+    *minimum = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(values, 4)),
+                             _mm512_broadcastss_ps(_mm_movehdup_ps(both)));
+#endif
 }
 #endif
 #endif
