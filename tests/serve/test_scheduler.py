@@ -249,3 +249,11 @@ def test_block_hashes_chain_over_the_whole_prefix():
     first = block_hashes([1, 2, 3, 4], 2, 2)
     assert block_hashes([9, 9, 3, 4], 2, 2)[1] != first[1]  # same block, other prefix
     assert block_hashes([3, 4], 2, 1, first[0]) == first[1:]
+
+
+def test_an_unknown_activation_precision_is_refused(local_model):
+    from fuel.ir.errors import InvalidArgument
+    from fuel.serve.engine import Engine
+
+    with pytest.raises(InvalidArgument, match="activations must be one of int8, int16"):
+        Engine(local_model, activations="fp8")
