@@ -261,9 +261,10 @@ static inline __m256i sum_eight(const __m256i v[8]) {
 static inline __attribute__((always_inline)) void decode_rows(
     const uint8_t *rows, int64_t row_bytes, const int count, activations a, float *out) {
     __m256 acc = _mm256_setzero_ps();
-    /* the next group's bytes (plus PREFETCH_BYTES) requested in order, a group ahead: the
-     * hardware prefetcher sees short interleaved streams (as in quantized.c's decode tile) */
-    const uint8_t *ahead = rows + count * row_bytes + PREFETCH_BYTES;
+    /* the bytes two groups on (plus PREFETCH_BYTES) requested in order: the hardware
+     * prefetcher sees short interleaved streams (as in quantized.c's decode tile); two groups
+     * ahead, not one: SmolLM2's 49152-row output matmul streamed from memory 1.15 ms, not 1.35 */
+    const uint8_t *ahead = rows + 2 * count * row_bytes + PREFETCH_BYTES;
     for (int64_t b = 0; b < a.blocks; b++) {
         for (int line = 0; line < count * BLOCK_BYTES; line += 64)
             _mm_prefetch((const char *)ahead + b * count * BLOCK_BYTES + line, _MM_HINT_T0);
