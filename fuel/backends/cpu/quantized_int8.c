@@ -331,13 +331,16 @@ static void one_output(const uint8_t *row, activations a, int64_t i, float *out)
 
 /* Outputs of weight rows [first, last) for every activation row. */
 #define CHUNKS_PER_THREAD 4
+#define DECODE_ROWS 4
 static void output_rows(const uint8_t *weight, int64_t row_bytes, activations a, int64_t m,
                         float *out, int64_t n, int64_t first, int64_t last) {
 #if USE_AVX2
     if (m == 1) {
-        for (int64_t r = first; r < last; r += 8) {
+        /* 4 weight rows a group (8 streamed no faster from memory: 1.2-1.5 ms against
+         * 1.0-1.1 for SmolLM2's output matmul); the adds of the zero lanes are exact */
+        for (int64_t r = first; r < last; r += DECODE_ROWS) {
             const uint8_t *rows = weight + r * row_bytes;
-            if (last - r >= 8) decode_rows(rows, row_bytes, 8, a, out + r);
+            if (last - r >= DECODE_ROWS) decode_rows(rows, row_bytes, DECODE_ROWS, a, out + r);
             else decode_rows(rows, row_bytes, (int)(last - r), a, out + r);
         }
         return;
