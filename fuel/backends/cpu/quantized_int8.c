@@ -24,7 +24,7 @@
  *     rows (lane i of dword vector g holds row i's codes 4g..4g+3), so a weight block's dword
  *     g is broadcast and one dot per dword gives 8 rows' whole-block sums in 8 lanes: no
  *     horizontal sums, one conversion, multiply and fma per 8 outputs; 4 weight rows a tile.
- *   - decode tile (1 row): 8 weight rows' lane dots summed across by a horizontal-add tree.
+ *   - decode tile (1 row): 4 weight rows' lane dots summed across by a horizontal-add tree.
  */
 #include <math.h>
 #include <stdint.h>
