@@ -16,7 +16,7 @@ and a changed kernel invalidates only its own entries.
 
 ``FUEL_JUDGE``: ``on`` (default: time unseen buckets within ``FUEL_JUDGE_BUDGET`` seconds per
 process, 2 by default, and within ``FUEL_JUDGE_SHARE`` of the time since the first judged
-launch, 5% by default: a bucket met while that is spent runs the rule and is timed at a later
+launch, 2% by default: a bucket met while that is spent runs the rule and is timed at a later
 bind), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
 own rule). A profiled launch that runs much slower than its recorded winner marks the entry
 for a re-check. While the machine is busier than its cores (the load average above
@@ -85,8 +85,8 @@ def budget() -> float:
 
 def share() -> float:
     """``FUEL_JUDGE_SHARE``: the fraction of the process's time since its first judged launch
-    that timing may take (default 0.05; ``inf`` lifts the limit, as ``fuel tune`` does)."""
-    value = os.environ.get("FUEL_JUDGE_SHARE", "0.05")
+    that timing may take (default 0.02; ``inf`` lifts the limit, as ``fuel tune`` does)."""
+    value = os.environ.get("FUEL_JUDGE_SHARE", "0.02")
     try:
         return max(0.0, float(value))
     except ValueError:
@@ -267,7 +267,8 @@ class Judge:
             self.counts["unsaved_busy"] += 1  # not stored): the rule stays, untimed, as in
             return Verdict(default, default, {}, "busy machine: rule kept")  # other processes
         start = time.perf_counter()
-        seconds = _time_candidates(candidates, inputs, outputs, layouts, params)
+        seconds = _time_candidates(candidates, inputs, outputs, layouts, params,
+                                   self.allowance() - self.spent)
         self.spent += time.perf_counter() - start
         winner = default
         if seconds:
@@ -402,7 +403,8 @@ def _aliased(inputs: Sequence, outputs: Sequence) -> bool:
 
 
 def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs: Sequence,
-                     layouts: Sequence[Layout], params: object) -> dict[str, float]:
+                     layouts: Sequence[Layout], params: object,
+                     allowed: float = float("inf")) -> dict[str, float]:
     """Median seconds per candidate on these operands. Each candidate runs once to warm up
     (a first launch may compile: never judged), then the candidates take turns, one run each
     per round, the order rotating, for up to REPEATS rounds within CANDIDATE_SECONDS per
@@ -412,7 +414,8 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
     with its threads awake, as in a model's back-to-back launches (timed cold, a thread
     team's wake-up made every two-thread form lose to its one-thread form). A
     candidate far behind the best after a round (LOSING; LONG_LOSING where the best takes
-    LONG_LAUNCH or more) sits out the rest; one that fails
+    LONG_LAUNCH or more) sits out the rest; the rounds after the second stop once ``allowed``
+    seconds (what the judge's allowance has left) have passed; one that fails
     to prepare or run drops out."""
     storage = outputs[0] if outputs else None
     synchronize = None
@@ -437,7 +440,7 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
         launchers[candidate.name] = launcher
     samples: dict[str, list[float]] = {name: [] for name in launchers}
     active = list(launchers)
-    limit = CANDIDATE_SECONDS * max(1, len(active))
+    limit = min(CANDIDATE_SECONDS * max(1, len(active)), max(0.0, allowed))
     begin = time.perf_counter()
     for round_ in range(REPEATS):
         if not active:

@@ -1,5 +1,6 @@
 """float32 convolution in C (``conv.c``, ``winograd.c``, ``depthwise.c``, ``conv_direct.c``,
-``pool.c`` after ``conv_common.h``; conv.c and winograd.c also after ``conv_gemm.h``,
+``pool.c`` after ``conv_common.h``; conv.c and winograd.c also after ``conv_gemm.h``, conv.c
+after ``conv_wide.h`` too,
 depthwise.c after ``depthwise_flat.h``; ``conv_patches.c`` alone)
 and OpenBLAS (through NumPy): CONV, CONV_FUSED (the
 convolution with its bias, residual and activation in its output loop) and CONV_TRANSPOSE.
@@ -9,8 +10,10 @@ it does not take runs ``gemm``), so a judge may time any of them on the same ope
 ``accepts`` says which shapes a form is made for:
 
 - ``gemm``: any 1-d or 2-d shape: conv.c's implicit GEMM (the patch matrix built block by
-  block into the GEMM's panels; the input as stored for an unpadded stride-1 1x1 kernel),
-  the epilogue on the register tile;
+  block into the GEMM's panels; the input as stored for an unpadded stride-1 1x1 kernel;
+  output rows of at least 24 positions and 64 patch rows: the patch rows read in place
+  from the input's padded stride phases, the wide form; one output position: 16 weight
+  rows' dot products at once), the epilogue on the register tile;
 - ``depthwise``: groups == C == M: depthwise.c (with AVX-512: stride 1 "same" planes as
   flat vectors of masked loads, stride 2 through the plane's four phases; else one pass per
   plane through a padded copy), the epilogue applied on the row in cache;
@@ -72,9 +75,9 @@ if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
 KERNELS = KernelList(BackendId.CPU, "c")
 HERE = Path(__file__).parent
 (SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE, COMMON, GEMM_HEADER,
- FLAT_HEADER, ROWS_HEADER, PATCHES_SOURCE) = (HERE / name for name in (
+ FLAT_HEADER, ROWS_HEADER, PATCHES_SOURCE, WIDE_HEADER) = (HERE / name for name in (
      "conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_direct.c", "conv_common.h",
-     "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h", "conv_patches.c"))
+     "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h", "conv_patches.c", "conv_wide.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS) = range(13)
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
@@ -83,6 +86,9 @@ MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this ma
 # smaller launch loses more to waking the other threads than it gains).
 PARALLEL_WORK = 1 << 20
 PARALLEL_DEPTHWISE = 1 << 17  # the same for a depthwise launch
+# ... and for a launch with one output position (conv.c's dot products of 16 weight rows at
+# once, which read each weight once: two threads, 576->144 on a 1x1 map 5.5 -> 3.8 us)
+PARALLEL_POINT = 1 << 16
 # ... and for a pool (as few operations a byte: two threads, squeezenet's 3x3 stride-2 max
 # pools 128x55x55 63 -> 33 us, 256x27x27 33 -> 18)
 PARALLEL_POOL = 1 << 17
@@ -113,9 +119,16 @@ WINOGRAD_PLANE = 170
 WINOGRAD_PLANE_CONSTANT = 100
 # An expansion from few channels to many (squeezenet's 32->128 3x3 at 27x27) runs gemm: the
 # output transform of the many channels outweighs the saved products (two threads, 407-429
-# us against gemm's 337; 16->64 at 55x55 even, 344-405 against 378-380).
+# us against gemm's 337; 16->64 at 55x55 even, 344-405 against 378-380). From fewer outputs
+# than WINOGRAD_EXPAND_OUTPUTS only where conv.c's wide form takes the launch (one thread,
+# 16->64 at 55x55: 561 us against winograd's 571, batch 8 4649 against 5026; two threads,
+# batch 1, 318-324 against 307-311).
 WINOGRAD_EXPAND_CHANNELS = 32
 WINOGRAD_EXPAND_OUTPUTS = 128
+# conv.c's wide form (WIDE_ROW, WIDE_DEPTH there): kernels larger than 1x1 with at least
+# this many patch rows and output rows of at least WIDE_ROW positions, strides up to 4
+WIDE_DEPTH = 64
+WIDE_ROW = 24
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
 # The direct form's shapes: at most DIRECT_CHANNELS input channels (a stem; a pointwise
@@ -152,6 +165,8 @@ def _source(path: Path) -> str:
     header = (GEMM_HEADER.read_text() if path in (SOURCE, WINOGRAD_SOURCE)
               else FLAT_HEADER.read_text() + ROWS_HEADER.read_text()
               if path == DEPTHWISE_SOURCE else "")
+    if path == SOURCE:
+        header += WIDE_HEADER.read_text()
     return COMMON.read_text() + header + path.read_text()
 
 
@@ -190,9 +205,9 @@ def patches_library():
 
 def revision_text() -> str:
     """Every C source the kernels here run (their revision hashes cover them)."""
-    return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, SOURCE, DEPTHWISE_SOURCE,
-                                                    FLAT_HEADER, ROWS_HEADER, POOL_SOURCE,
-                                                    WINOGRAD_SOURCE, DIRECT_SOURCE,
+    return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, WIDE_HEADER, SOURCE,
+                                                    DEPTHWISE_SOURCE, FLAT_HEADER, ROWS_HEADER,
+                                                    POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE,
                                                     PATCHES_SOURCE))
 
 
@@ -266,6 +281,13 @@ class Geometry:
         return 0 < self.n * self.c * self.kh * self.kw * self.oh * self.ow <= BATCHED_FLOATS
 
     @property
+    def wide(self) -> bool:
+        """Whether conv.c runs the gemm form of this launch as its wide form (conv.c's
+        wide_form)."""
+        return (self.kh * self.kw > 1 and self.sh <= 4 and self.sw <= 4 and self.ow >= WIDE_ROW
+                and self.c // max(self.groups, 1) * self.kh * self.kw >= WIDE_DEPTH)
+
+    @property
     def winograd(self) -> bool:
         """A 3x3 stride-1 undilated dense 2-d convolution (winograd.c's F(2x2, 3x3)) whose
         transformed weights (16 x M x C floats) fit WINOGRAD_WEIGHTS."""
@@ -296,7 +318,8 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     M; winograd for a 3x3 stride-1 convolution with at least WINOGRAD_CHANNELS channels in and
     out and WINOGRAD_PLANE output positions (WINOGRAD_PLANE_CONSTANT with ``constant``
     weights, transformed once), but not an expansion from at most WINOGRAD_EXPAND_CHANNELS to
-    at least four times as many and WINOGRAD_EXPAND_OUTPUTS; batched for a small dense
+    at least four times as many and WINOGRAD_EXPAND_OUTPUTS (or fewer where the gemm form is
+    conv.c's wide form); batched for a small dense
     launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm
     otherwise; None (the NumPy kernel) for 3-d shapes."""
     if geometry is None:
@@ -307,7 +330,7 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     if (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
             and g.oh * g.ow >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)
             and not (g.c <= WINOGRAD_EXPAND_CHANNELS and g.m >= 4 * g.c
-                     and g.m >= WINOGRAD_EXPAND_OUTPUTS)):
+                     and (g.m >= WINOGRAD_EXPAND_OUTPUTS or g.wide))):
         return "winograd"
     plane = g.oh * g.ow
     work = g.n * g.m * plane * g.kh * g.kw * g.c
@@ -329,6 +352,8 @@ def _threads(geometry: Geometry, form: str | None) -> int:
         work = g.n * g.m * g.oh * g.ow * taps
         return thread_count() if work >= PARALLEL_DEPTHWISE else 1
     work = g.n * g.m * g.oh * g.ow * taps * (g.c // g.groups)
+    if form == "gemm" and g.oh * g.ow == 1 and g.groups == 1:  # dot products, weights streamed
+        return thread_count() if work >= PARALLEL_POINT else 1
     return thread_count() if work >= PARALLEL_WORK else 1
 
 

@@ -48,10 +48,12 @@ COLUMN_ALIGNMENT = 24  # a multiple of both forms' tile widths (4 weight rows, 2
 # columns, so a wide b (more than ROWS_COLUMNS) or a single row (a vector-matrix product, where
 # OpenBLAS streams b's rows whole) stays with OpenBLAS.
 C_ROWS = 32
-# The dot form's own bound: with the AVX-512 tile (3 rows x 8 weight rows) it beat the gemm
-# form and OpenBLAS up to 64-80 rows in judge timings here (48 x 384 -> 1536: 0.30 ms against
-# 0.41 and 0.43 on 2 threads; 96 rows: 1.04 against the gemm form's 0.67).
-DOT_ROWS_MOST = 64
+# The dot form's own bound: with the AVX-512 tile (3 rows x 8 weight rows) and row chunks split
+# evenly over the threads it beats the gemm form up to 96 rows at MiniLM's K = 384 (two threads,
+# chrt: 96 x 384 -> 1536 0.64 ms against 0.68, 64 rows 0.43 against 0.52; ties at 128, the
+# gemm form wins from 160) and to 80 at K = 1536 (96 rows 0.70 against 0.67).
+DOT_ROWS_MOST = 96
+DOT_ROWS_MOST_BATCHED = 64  # a batched product's (per-head attention): as measured before
 ROWS_COLUMNS = 256
 # From this many multiply-adds a launch splits its tiles over threads (dot form, one row,
 # weights in cache, 2 threads against 1: 512 x 512 10.4 us against 17.1, 1024 x 1000 38 against
@@ -135,7 +137,8 @@ def plan_launch(layouts: Sequence[Layout], forced: bool = False) -> LaunchPlan:
     form = None
     if len(batch) <= MAX_BATCH_DIMS and (out.strides[-1] == 1 or n == 1):
         measured = forced or m <= C_ROWS
-        if a_inner == 1 and b_inner == 1 and (measured or m <= DOT_ROWS_MOST):
+        most = DOT_ROWS_MOST_BATCHED if batch else DOT_ROWS_MOST
+        if a_inner == 1 and b_inner == 1 and (measured or m <= most):
             form = DOT
         elif b_column == 1 and measured and (forced or 1 < m and n <= ROWS_COLUMNS):
             form = ROWS
@@ -147,11 +150,18 @@ def _round_up(value: int, step: int) -> int:
 
 
 def _chunks(plan: LaunchPlan, threads: int) -> tuple[int, int]:
-    """(row_chunk, column_chunk): row chunks of a about CHUNK_BYTES; columns split evenly over
-    the threads when the batch and row chunks alone do not give each thread work."""
+    """(row_chunk, column_chunk): row chunks of a of at most about CHUNK_BYTES, as even as
+    the tile height allows (the threads take whole units in order: 84 + 12 rows gave one
+    thread seven times the other's work, and 96 x 384 -> 1536 twice 80's time); columns split
+    evenly over the threads when the batch and row chunks alone do not give each thread
+    work."""
     height = DOT_ROWS if plan.form == DOT else ROWS_ROWS
-    row_chunk = max(height, CHUNK_BYTES // (4 * max(plan.k, 1)) // height * height)
-    row_chunk = min(row_chunk, _round_up(max(plan.m, 1), height))
+    most = max(height, CHUNK_BYTES // (4 * max(plan.k, 1)) // height * height)
+    rows = max(plan.m, 1)
+    row_units = -(-rows // most)
+    if threads > 1 and row_units > 1 and not plan.batch:  # the row chunks are the threads' work
+        row_units = _round_up(row_units, threads)
+    row_chunk = min(_round_up(-(-rows // row_units), height), _round_up(rows, height))
     units = -(-plan.m // row_chunk)
     for size, *_ in plan.batch:
         units *= size

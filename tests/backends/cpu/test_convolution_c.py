@@ -163,6 +163,10 @@ def test_the_rule_picks_winograd_for_large_planes():
     assert convolution_c.choose_form(squeeze, constant=True) == "winograd"
     expand = convolution_c.Geometry(1, 32, 27, 27, 128, 3, 3, 27, 27, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(expand, constant=True) == "gemm"
+    fire = convolution_c.Geometry(1, 16, 55, 55, 64, 3, 3, 55, 55, 1, 1, 1, 1, 1, 1, 1)
+    assert fire.wide and convolution_c.choose_form(fire, constant=True) == "gemm"
+    narrow = convolution_c.Geometry(1, 16, 20, 20, 64, 3, 3, 20, 20, 1, 1, 1, 1, 1, 1, 1)
+    assert not narrow.wide and convolution_c.choose_form(narrow, constant=True) == "winograd"
     assert convolution_c.choose_form(strided) == "gemm"
     assert not convolution_c.accepts("winograd", strided)
 
@@ -218,6 +222,41 @@ def test_fused_siblings_match_the_reference_for_every_activation():
             np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4 * scale,
                                        err_msg=f"{entry.kernel.__name__} {activation} on "
                                                f"{xs} * {ws} {conv}")
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_one_position_convolutions_match_the_reference(monkeypatch, threads):
+    """conv.c's one-output-position form (a squeeze-excite's 1x1 map): 16 channels a unit,
+    a partial last block, K not a multiple of 16, two images, a 1x1 map and kernels whose
+    window covers a larger map or reaches into the padding; every activation, with and
+    without a residual."""
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(1 + int(threads))
+    cases = ((2, 37, (1, 1), 53, (1, 1), (0, 0)), (1, 144, (1, 1), 576, (1, 1), (0, 0)),
+             (1, 5, (2, 2), 20, (2, 2), (0, 0)), (2, 6, (1, 1), 17, (3, 3), (1, 1)))
+    for index, activation in enumerate(CONV_ACTIVATIONS):
+        n, c, size, m, kernel, pads = cases[index % len(cases)]
+        conv = ConvParams((1, 1), pads, pads, (1, 1), 1)
+        residual = bool(index % 2)
+        params = ConvEpilogueParams(conv, activation, -0.5 if activation == "clip" else 0.2,
+                                    1.5 if activation == "clip" else 0.5, residual)
+        x = rng.standard_normal((n, c) + size).astype(np.float32)
+        w = rng.standard_normal((m, c) + kernel).astype(np.float32)
+        y = reference(x, w, conv)
+        assert y.shape[2:] == (1, 1)
+        bias = rng.standard_normal(m).astype(np.float32)
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        slope = rng.standard_normal(m).astype(np.float32)
+        arrays = [x, w, bias] + ([extra] if residual else []) + (
+            [slope] if activation == "prelu" else [])
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64) if residual else None,
+                                      slope.astype(np.float64))
+        entry = next(e for e in _siblings(OpKind.CONV_FUSED, len(arrays))
+                     if e.kernel.form == "gemm")
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(_run(entry, arrays, y.shape, params), expected, rtol=1e-4,
+                                   atol=1e-4 * scale, err_msg=f"{activation} {x.shape} {w.shape}")
 
 
 @pytest.mark.parametrize("stride", [1, 2])
@@ -333,6 +372,42 @@ def test_gemm_tail_columns_and_wide_tile_match_the_reference():
         np.testing.assert_allclose(_run(entry, [x, w, bias, extra], y.shape, params), expected,
                                    rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()),
                                    err_msg=f"{kernel}x{kernel} at {size}x{size}")
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_gemm_wide_form_matches_the_reference(monkeypatch, threads):
+    """conv.c's wide form (the gemm form's launches with output rows of at least 24
+    positions and at least 64 patch rows, not 1x1): the input copied into its stride phases
+    of the padded plane, 8 x 48 tiles over wide rows whose surplus columns are not stored,
+    runs of several output rows in one tile; strides 1-3 (unequal along the axes),
+    dilations, asymmetric padding, groups, a partial sliver, two images, a 1-d shape, a
+    residual and an activation."""
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(24 + int(threads))
+    entry = next(e for e in _siblings(OpKind.CONV_FUSED, 4) if e.kernel.form == "gemm")
+    for n, c, size, m, kernel, strides, dilations, begin, end, groups in (
+            (1, 3, (57, 61), 16, (7, 7), (2, 2), (1, 1), (3, 3), (3, 3), 1),
+            (2, 8, (30, 27), 20, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+            (1, 10, (40, 75), 12, (3, 5), (2, 3), (1, 1), (0, 2), (1, 0), 2),
+            (1, 8, (33, 52), 9, (3, 3), (1, 1), (2, 2), (2, 1), (0, 3), 1),
+            (1, 64, (26, 26), 24, (2, 2), (1, 1), (1, 1), (0, 0), (1, 1), 4),
+            (1, 14, (1, 80), 10, (1, 5), (1, 2), (1, 3), (0, 4), (0, 1), 1)):
+        conv = ConvParams(strides, begin, end, dilations, groups)
+        params = ConvEpilogueParams(conv, "silu", 0.0, 0.0, True)
+        x = rng.standard_normal((n, c) + size).astype(np.float32)
+        weight = rng.standard_normal((m, c // groups) + kernel).astype(np.float32)
+        y = reference(x, weight, conv)
+        geometry = convolution_c.Geometry.of(x.shape, weight.shape, y.shape, conv)
+        depth = c // groups * geometry.kh * geometry.kw
+        assert geometry.ow >= 24 and depth >= 64 and geometry.kh * geometry.kw > 1
+        bias = rng.standard_normal(m).astype(np.float32)
+        extra = rng.standard_normal(y.shape).astype(np.float32)
+        expected = epilogue_reference(y, params, bias.astype(np.float64),
+                                      extra.astype(np.float64), None)
+        np.testing.assert_allclose(_run(entry, [x, weight, bias, extra], y.shape, params),
+                                   expected, rtol=1e-4,
+                                   atol=1e-4 * float(np.abs(expected).max()),
+                                   err_msg=f"{(n, c, size, m, kernel, strides, dilations)}")
 
 
 def test_the_rule_picks_depthwise_and_gemm():
