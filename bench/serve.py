@@ -115,6 +115,7 @@ def start_fuel(options: argparse.Namespace) -> tuple[subprocess.Popen, str, str]
         command += ["--model", options.model]
     if options.block_size:
         command += ["--block-size", str(options.block_size)]
+    command += ["--activations", options.activations]
     process = subprocess.Popen(command, cwd=ROOT, env=environment(options),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     line = wait_ready(process, " on http://", "fuel serve")
@@ -375,6 +376,9 @@ def main() -> int:
                              "thread): CPU time per token at each client count")
     parser.add_argument("--block-size", type=int, default=None,
                         help="positions per KV block (default: the server's)")
+    parser.add_argument("--activations", choices=("int8", "int16"), default="int8",
+                        help="fuel's serving precision (fuel serve --activations; --steps and "
+                             "--profile too)")
     parser.add_argument("--profile", action="store_true",
                         help="only profile one engine step of each --step-rows B by kernel "
                              "(fuel.profile, one thread, no server)")

@@ -51,7 +51,8 @@ def step_ratios(options: argparse.Namespace, base: dict) -> int:
             f"rows = {rows!r}\n"
             "pool = PagedKVPool(config.num_layers, config.num_kv_heads, config.head_dim,"
             " 8 * max(rows) + 1, 16, model.device)\n"
-            "stepper = PagedStepper(model, pool, width)\nclock = time.perf_counter if "
+            f"stepper = PagedStepper(model, pool, width, {options.activations!r})\n"
+            "clock = time.perf_counter if "
             "sys.argv[1] == 'wall' else time.process_time\nresult = {}\n"
             "for b in rows:\n"
             "    chunks = [Chunk([100 + r], 60, list(range(1 + 8 * r, 9 + 8 * r)), True)"
@@ -72,8 +73,8 @@ def step_ratios(options: argparse.Namespace, base: dict) -> int:
             raise SystemExit(f"the step measurement failed:\n{done.stderr[-2000:]}")
         found[kind] = {int(b): t for b, t in json.loads(done.stdout.splitlines()[-1]).items()}
     load = os.getloadavg()[0]
-    print(f"one engine step of B decode rows (position 60), SmolLM2 unless --model; load "
-          f"average {load:.2f} on {os.cpu_count()} cores")
+    print(f"one engine step of B decode rows (position 60), {options.activations} activations, "
+          f"SmolLM2 unless --model; load average {load:.2f} on {os.cpu_count()} cores")
     print(f"{'B':>4}{'wall ms':>10}{'/ B=1':>8}{'per row':>10}{'cpu ms 1t':>11}{'/ B=1':>8}"
           f"{'per row':>10}")
     for b in rows:
@@ -248,7 +249,7 @@ config = model.config
 rows = [int(b) for b in sys.argv[2].split(",")]
 pool = PagedKVPool(config.num_layers, config.num_kv_heads, config.head_dim, 8 * max(rows) + 1,
                    16, model.device)
-stepper = PagedStepper(model, pool, -(-config.context_length // 16))
+stepper = PagedStepper(model, pool, -(-config.context_length // 16), sys.argv[3])
 result = {}
 for b in rows:
     chunks = [Chunk([100 + r], 60, list(range(1 + 8 * r, 9 + 8 * r)), True) for r in range(b)]
@@ -264,7 +265,8 @@ for b in rows:
 print(json.dumps(result))
 """
 # op names of a step's kernels by part (fused elementwise kernels are named fused(...))
-PARTS = (("quantized matmul", ("quantized_matmul",)), ("attention", ("paged_attention",)),
+PARTS = (("quantized matmul", ("quantized_matmul", "quantized_matmul_int8")),
+         ("attention", ("paged_attention",)),
          ("RoPE (batched matmul)", ("matmul",)), ("KV writes", ("index_copy",)))
 
 
@@ -273,7 +275,8 @@ def step_profiles(options: argparse.Namespace, base: dict) -> int:
     --step-rows, by kernel (fuel.profile, the step run eagerly launch by launch, one thread,
     best of 3 per op): ms per step and per row of each part, and a row's share against B=1's."""
     rows = [int(b) for b in options.step_rows.split(",")]
-    found = child_json(PROFILE_CODE, [str(options.model), options.step_rows],
+    found = child_json(PROFILE_CODE, [str(options.model), options.step_rows,
+                                      options.activations],
                        one_thread(base), "the step profile")
     found = {int(b): ops for b, ops in found.items()}
     print(f"one engine step of B decode rows by kernel, 1 thread, CPU ms per step; load "
@@ -312,7 +315,7 @@ model_path, counts, block_size, budget, max_tokens, topics = (
 block_size = block_size or DEFAULT_BLOCK_SIZE
 model = load_gguf(None if model_path == "None" else model_path)
 engine = Engine(model, slots=max(counts), token_budget=budget, block_size=block_size,
-                max_queue=2 * max(counts))
+                max_queue=2 * max(counts), activations=sys.argv[7])
 engine.start()
 
 
@@ -364,10 +367,12 @@ def engine_ratios(options: argparse.Namespace, base: dict, topics: list[str]) ->
     values = one_thread(base)
     found = child_json(ENGINE_CODE, [str(options.model), json.dumps(counts),
                                      json.dumps(options.block_size), str(options.token_budget),
-                                     str(options.max_tokens), json.dumps(topics)],
+                                     str(options.max_tokens), json.dumps(topics),
+                                     options.activations],
                        values, "the engine measurement")
     size = options.block_size or "the server's default"
-    print(f"the engine in-process (no HTTP), 1 thread, block size {size}, token budget "
+    print(f"the engine in-process (no HTTP), 1 thread, {options.activations} activations, "
+          f"block size {size}, token budget "
           f"{options.token_budget}; load average {os.getloadavg()[0]:.2f}")
     print(f"{'clients':>8}{'tokens':>8}{'rows':>7}{'CPU ms/token':>14}{'x 1 client':>12}"
           f"{'wall tok/s':>12}")

@@ -33,6 +33,8 @@ from fuel.frontend.quantized import (
     from_quantized,
     quantized_embedding,
     quantized_matmul,
+    quantized_matmul_int8,
+    round_int8_blocks,
     round_int16_blocks,
 )
 from fuel.frontend.shape import cat, chunk, gather, index_select, split, stack
@@ -152,6 +154,7 @@ __all__ = [
     "empty_cache", "judge_stats", "plan_cache_stats", "set_plan_cache_capacity", "jit",
     "set_fusion",
     "dequantize", "from_quantized", "quantized_embedding", "quantized_matmul", "round_int16_blocks",
+    "quantized_matmul_int8", "round_int8_blocks",
     "q4_0", "q4_1",
     "q8_0", "q4_k", "q6_k", "q5_k", "q5_0", "q5_1", "q3_k", "q2_k", "iq4_nl", "iq4_xs",
     "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",

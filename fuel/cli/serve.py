@@ -56,6 +56,10 @@ def add_commands(subparsers) -> None:
     serve.add_argument("--prefix-cache-blocks", type=int, default=None, metavar="N",
                        help="cached prefix blocks kept (and resident) while the server is "
                             "idle (default 1024 positions' worth)")
+    serve.add_argument("--activations", choices=("int8", "int16"), default="int8",
+                       help="quantized matmuls' activation precision: int8 (default; 8-bit "
+                            "codes per block of 32 as llama.cpp rounds them, batched steps "
+                            "faster) or int16 (fuel generate's rule)")
     serve.add_argument("--max-inflight-tokens", type=int, default=None, metavar="N",
                        help="cap on prompt + max_tokens of all running requests (default none)")
     serve.add_argument("--request-timeout", type=float, default=None, metavar="S",
@@ -147,7 +151,8 @@ def run_serve(args: argparse.Namespace) -> int:
                     block_size=args.block_size, token_budget=args.token_budget,
                     max_inflight_tokens=args.max_inflight_tokens,
                     request_timeout_s=args.request_timeout,
-                    prefix_cache_blocks=args.prefix_cache_blocks)
+                    prefix_cache_blocks=args.prefix_cache_blocks,
+                    activations=args.activations)
     api_key = args.api_key or os.environ.get(API_KEY_ENVIRONMENT) or None
     settings = ServerSettings(engine, model.name, embedding_name, api_key, args.max_body_bytes)
     config = uvicorn_config(uvicorn, build_app(settings), args)
@@ -158,7 +163,7 @@ def run_serve(args: argparse.Namespace) -> int:
     mode = "in turn" if args.no_batching else "batched"
     print(f"fuel serve: {served} on http://{shown}:{port}/v1 ({args.slots} slots, decoded "
           f"{mode}, {engine.blocks.blocks} KV blocks of {args.block_size}, token budget "
-          f"{args.token_budget}{auth})",
+          f"{args.token_budget}, {args.activations} activations{auth})",
           flush=True)
     server = graceful_server(uvicorn)(config)
     server.run(sockets=[listener])

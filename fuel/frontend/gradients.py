@@ -46,6 +46,7 @@ _local_passes = [0]  # decompositions' local backward passes under way (nested)
 NOT_DIFFERENTIABLE = frozenset({
     OpKind.BITCAST, OpKind.DEQUANTIZE, OpKind.QUANTIZED_MATMUL, OpKind.QUANTIZED_EMBEDDING,
     OpKind.ROUND_INT16_BLOCKS, OpKind.GRID_SAMPLE, OpKind.DET, OpKind.SCATTER_ND,
+    OpKind.QUANTIZED_MATMUL_INT8, OpKind.ROUND_INT8_BLOCKS,
     OpKind.TREE_ENSEMBLE, OpKind.TFIDF, OpKind.LABEL_ENCODE, OpKind.FUSED,
 })
 

@@ -78,6 +78,21 @@ def round_int16_blocks(x: TensorBase) -> TensorBase:
 
 
 @at_user_line
+def quantized_matmul_int8(x: TensorBase, weight: TensorBase) -> TensorBase:
+    """``quantized_matmul`` at the serving precision: for the block formats ``x`` is first
+    ``round_int8_blocks(x)`` (8-bit codes per block of 32, llama.cpp's activation rule)."""
+    return make(OpKind.QUANTIZED_MATMUL_INT8, (_tensor(x, "input"), _tensor(weight, "weight")),
+                NO_PARAMS)
+
+
+@at_user_line
+def round_int8_blocks(x: TensorBase) -> TensorBase:
+    """float32 ``x`` rounded per block of 32 along its last dim to 8-bit codes times a scale
+    (``max|x| / 127``): the activation rounding of quantized_matmul_int8."""
+    return make(OpKind.ROUND_INT8_BLOCKS, (_tensor(x, "input"),), NO_PARAMS)
+
+
+@at_user_line
 def quantized_embedding(table: TensorBase, ids: TensorBase) -> TensorBase:
     """float32 rows ``ids`` of a quantized (rows, k) table."""
     return make(OpKind.QUANTIZED_EMBEDDING, (_tensor(table, "table"), _tensor(ids, "ids")),

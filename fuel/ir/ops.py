@@ -188,6 +188,8 @@ class OpKind(enum.Enum):
     QUANTIZED_MATMUL = "quantized_matmul"
     QUANTIZED_EMBEDDING = "quantized_embedding"
     ROUND_INT16_BLOCKS = "round_int16_blocks"
+    QUANTIZED_MATMUL_INT8 = "quantized_matmul_int8"
+    ROUND_INT8_BLOCKS = "round_int8_blocks"
     PAGED_ATTENTION = "paged_attention"
     FUSED = "fused"
 
@@ -530,6 +532,25 @@ define(OpKind.ROUND_INT16_BLOCKS, "quantized", rules.int16_blocks, params=NoPara
        operands=("activation",), function="round_int16_blocks",
        doc="x rounded per block of 32 along its last dim to 16-bit codes: d = max|x| / "
            "32767, d * round_half_even(x * (1 / d)) (0 where d is 0), float32 steps.")
+# The serving precision (``fuel serve --activations int8``, the default there; in-process
+# generation keeps the 16-bit rule above): quantized_matmul_int8 rounds the activations to
+# 8-bit codes per block of 32 (round_int8_blocks: d = max|x| / ACTIVATION_CODE_MAX_INT8 = 127,
+# llama.cpp's q8_0 rule with the scale kept in float32, so each value is off by at most
+# max|x| / 254 of its block), then multiplies, for the same formats (ACTIVATION_ROUNDED_FORMATS;
+# f16/bf16 blocks are multiplied as they are). Why a second rule: a batched step's integer dots
+# bound its time (the weights are read once for all rows), and 8-bit codes take vpdpbusd (64
+# multiply-adds an instruction) where 16-bit ones took vpdpwssd (32). On the CPU q4_0, q4_1 and
+# q8_0 have integer kernels (quantized_int8.c); every other format and backend runs the
+# decomposition (round_int8_blocks, dequantize, matmul), exact to the rule.
+ACTIVATION_CODE_MAX_INT8 = rules.ACTIVATION_CODE_MAX_INT8
+define(OpKind.QUANTIZED_MATMUL_INT8, "quantized", rules.quantized_matmul, params=NoParams,
+       operands=("activation", "quantized"), function="quantized_matmul_int8",
+       doc="x @ dequantize(weight).T with x = round_int8_blocks(x) first for the block formats "
+           "(not f16/bf16 blocks): quantized_matmul at the serving precision.")
+define(OpKind.ROUND_INT8_BLOCKS, "quantized", rules.int8_blocks, params=NoParams,
+       operands=("activation",), function="round_int8_blocks",
+       doc="x rounded per block of 32 along its last dim to 8-bit codes: d = max|x| / 127, "
+           "d * round_half_even(x * (1 / d)) (0 where d is 0), float32 steps.")
 define(OpKind.QUANTIZED_EMBEDDING, "quantized", rules.quantized_embedding, params=NoParams,
        operands=("quantized", "index"), function="quantized_embedding",
        doc="Rows of a quantized (rows, k) table picked by a 1-D index, as float32.")

@@ -550,12 +550,21 @@ def quantized_matmul(params, shapes, dtypes):
 # ops.ACTIVATION_CODE_MAX are these constants).
 ACTIVATION_BLOCK = 32
 ACTIVATION_CODE_MAX = 32767
+ACTIVATION_CODE_MAX_INT8 = 127  # round_int8_blocks' largest code (the serving precision)
 
 
 def int16_blocks(params, shapes, dtypes):
     x = shapes[0]
     if not x or x[-1] % ACTIVATION_BLOCK:
         raise ShapeError(f"round_int16_blocks needs a last dim that is a multiple of "
+                         f"{ACTIVATION_BLOCK}, got shape {x}")
+    return x, dt.float32
+
+
+def int8_blocks(params, shapes, dtypes):
+    x = shapes[0]
+    if not x or x[-1] % ACTIVATION_BLOCK:
+        raise ShapeError(f"round_int8_blocks needs a last dim that is a multiple of "
                          f"{ACTIVATION_BLOCK}, got shape {x}")
     return x, dt.float32
 

@@ -16,7 +16,9 @@ step's spans the positions written so far, rounded up: ``attention_span``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,14 +114,33 @@ def _leaf(value, device):
     return fuel.from_numpy(value, device=device)
 
 
+# The activation precision of quantized projections while a graph is built: "int16" (the
+# registry's quantized_matmul, in-process generation) or "int8" (quantized_matmul_int8, the
+# serving engine's default; set by paged_step.paged_step_graph).
+ACTIVATIONS: ContextVar[str] = ContextVar("activations", default="int16")
+PRECISIONS = ("int8", "int16")
+
+
+@contextmanager
+def activation_precision(name: str) -> Iterator[None]:
+    """Build the projections inside at ``name``'s activation precision (one of PRECISIONS)."""
+    token = ACTIVATIONS.set(name)
+    try:
+        yield
+    finally:
+        ACTIVATIONS.reset(token)
+
+
 def project(x: Tensor, weight: Projection) -> Tensor:
-    """``x`` through one projection (see ``Projection``)."""
+    """``x`` through one projection (see ``Projection``), at ``ACTIVATIONS``' precision."""
     if isinstance(weight, tuple):
         return fuel.cat([project(x, part) for part in weight], -1)
+    int8 = ACTIVATIONS.get() == "int8"
     if isinstance(weight, RoundedInput):
-        return fuel.round_int16_blocks(x) @ weight.weight
+        rounded = fuel.round_int8_blocks(x) if int8 else fuel.round_int16_blocks(x)
+        return rounded @ weight.weight
     if weight.dtype.is_quantized:
-        return fuel.quantized_matmul(x, weight)
+        return fuel.quantized_matmul_int8(x, weight) if int8 else fuel.quantized_matmul(x, weight)
     return x @ weight
 
 

@@ -22,7 +22,15 @@ from fuel.dispatch import op_profile
 from fuel.frontend.snapshot import NodeSnapshot
 from fuel.ir.errors import InvalidArgument
 from fuel.models.kv_cache import PagedKVPool
-from fuel.models.llama_graph import _logits, _rotated_qkv, embed, feed_forward, project
+from fuel.models.llama_graph import (
+    PRECISIONS,
+    _logits,
+    _rotated_qkv,
+    activation_precision,
+    embed,
+    feed_forward,
+    project,
+)
 from fuel.models.llama_graph import row_bucket as bucket
 from fuel.nn.functional import paged_attention
 from fuel.tensor import Tensor
@@ -67,9 +75,19 @@ def unsupported(model: LlamaModel) -> str | None:
 
 def paged_step_graph(model: LlamaModel, ids: Tensor, slots: Tensor, rope: Tensor,
                      table: Tensor, lengths: Tensor, picks: Tensor, keys: Sequence[Tensor],
-                     values: Sequence[Tensor], block_size: int) -> Tensor:
+                     values: Sequence[Tensor], block_size: int,
+                     activations: str = "int16") -> Tensor:
     """The lazy ``(picks, vocab)`` logits of one paged step (building it queues the pool
-    writes; realize the logits with the pool tensors)."""
+    writes; realize the logits with the pool tensors); the quantized projections at
+    ``activations``' precision (llama_graph.PRECISIONS)."""
+    with activation_precision(activations):
+        return _step_graph(model, ids, slots, rope, table, lengths, picks, keys, values,
+                           block_size)
+
+
+def _step_graph(model: LlamaModel, ids: Tensor, slots: Tensor, rope: Tensor, table: Tensor,
+                lengths: Tensor, picks: Tensor, keys: Sequence[Tensor],
+                values: Sequence[Tensor], block_size: int) -> Tensor:
     weights, config = model.weights, model.config
     heads, kv_heads, dim = config.num_heads, config.num_kv_heads, config.head_dim
     rows = ids.shape[0]
@@ -91,9 +109,15 @@ def paged_step_graph(model: LlamaModel, ids: Tensor, slots: Tensor, rope: Tensor
 
 class PagedStepper:
     """Runs paged steps of ``model`` over ``pool``: ``step(chunks)`` gives the logits of the
-    chunks that want them, one forward for all of them."""
+    chunks that want them, one forward for all of them; quantized projections at
+    ``activations``' precision ("int8": quantized_matmul_int8, "int16": quantized_matmul)."""
 
-    def __init__(self, model: LlamaModel, pool: PagedKVPool, table_width: int) -> None:
+    def __init__(self, model: LlamaModel, pool: PagedKVPool, table_width: int,
+                 activations: str = "int16") -> None:
+        if activations not in PRECISIONS:
+            raise InvalidArgument(f"activations must be one of {', '.join(PRECISIONS)}, "
+                                  f"got {activations!r}")
+        self.activations = activations
         self.model = model
         self.pool = pool
         self.table_width = table_width  # blocks a request may hold (its context / block_size)
@@ -105,7 +129,8 @@ class PagedStepper:
     def _traced(self, ids, slots, rope, table, lengths, picks, *pool: Tensor) -> Tensor:
         layers = len(pool) // 2
         return paged_step_graph(self.model, ids, slots, rope, table, lengths, picks,
-                                pool[:layers], pool[layers:], self.pool.block_size)
+                                pool[:layers], pool[layers:], self.pool.block_size,
+                                self.activations)
 
     def inputs(self, chunks: Sequence[Chunk]) -> tuple[np.ndarray, ...]:
         """The step's leaves as arrays, padded to its row and logit buckets."""

@@ -137,7 +137,10 @@ class Engine:
     positions' worth) outlive an idle moment (the rest of the
     cache is forgotten then, its memory given back), and so do the captured steps of the
     ``kept_captures`` most recently run row buckets. ``batching=False``
-    runs one request's rows per step (in turn)."""
+    runs one request's rows per step (in turn). ``activations``: the quantized matmuls'
+    activation precision, "int8" (quantized_matmul_int8, llama.cpp's rule: batched steps
+    about twice as cheap in integer dots) or "int16" (quantized_matmul, in-process
+    generation's rule)."""
 
     def __init__(self, model, encoder=None, slots: int = DEFAULT_SLOTS, max_queue: int = 64,
                  metrics: Metrics | None = None, batching: bool = True,
@@ -146,7 +149,8 @@ class Engine:
                  max_inflight_tokens: int | None = None,
                  request_timeout_s: float | None = None,
                  prefix_cache_blocks: int | None = None,
-                 kept_captures: int = DEFAULT_KEPT_CAPTURES) -> None:
+                 kept_captures: int = DEFAULT_KEPT_CAPTURES,
+                 activations: str = "int8") -> None:
         for name, value in (("slots", slots), ("block_size", block_size),
                             ("token_budget", token_budget), ("max_queue", max_queue)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -184,7 +188,7 @@ class Engine:
         reason = unsupported(model)
         if reason is not None:  # a wrong answer served is worse than none
             raise InvalidArgument(reason)
-        self.stepper = PagedStepper(model, self.pool, table_width)
+        self.stepper = PagedStepper(model, self.pool, table_width, activations)
         self.metrics.blocks = self.blocks
         self.grammars = GrammarFactory(model.tokenizer, config.vocab_size, config.eos_token_id)
         self._waiting: deque[Job] = deque()

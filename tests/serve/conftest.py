@@ -118,9 +118,18 @@ def minilm_installed() -> bool:
 @pytest.fixture(scope="module")
 def server(chat_gguf, serve_cache):
     """A server with the tiny chat model (and MiniLM when installed), 2 slots, bodies of at
-    most 64 KiB."""
+    most 64 KiB, int16 activations (in-process generation's rule: its answers are the tests'
+    reference; the default int8 is served by ``int8_server``)."""
     embedding = "auto" if minilm_installed() else "none"
     running = start_server(chat_gguf, serve_cache, "--slots", "2", "--embedding-model",
-                           embedding, "--max-body-bytes", "65536")
+                           embedding, "--max-body-bytes", "65536", "--activations", "int16")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def int8_server(chat_gguf, serve_cache):
+    """A server with the tiny chat model at its default settings (int8 activations), 4 slots."""
+    running = start_server(chat_gguf, serve_cache, "--slots", "4", "--embedding-model", "none")
     yield running
     running.stop()

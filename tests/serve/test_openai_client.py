@@ -91,6 +91,26 @@ def test_concurrent_streams_do_not_disturb_each_other(client, server, local_mode
     assert got == expected
 
 
+def test_int8_concurrent_streams_equal_each_alone(int8_server):
+    """The default serving precision (int8 activations): concurrent streams, batched in the
+    same steps, each equal to the same request sent alone."""
+    openai = pytest.importorskip("openai")
+    prompts = ["the cat", "in the hat", "a hat", "the the", "in a", "hat cat"]
+    with openai.OpenAI(base_url=int8_server.url + "/v1", api_key="unused", max_retries=0,
+                       timeout=60) as client:
+        def stream(index: int) -> str:
+            chunks = client.completions.create(model=int8_server.model, prompt=prompts[index],
+                                               max_tokens=30, temperature=1.0 if index % 2
+                                               else 0.0, seed=index, stream=True)
+            return "".join(c.choices[0].text for c in chunks)
+
+        alone = [stream(index) for index in range(len(prompts))]
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            together = list(pool.map(stream, range(len(prompts))))
+    assert together == alone
+    assert "int8 activations" in "".join(int8_server.output)
+
+
 def test_embeddings_equal_in_process_minilm(client, server):
     from tests.serve.conftest import minilm_installed
 

@@ -23,12 +23,13 @@ def _alone(model, prompt_ids, max_tokens, sampling):
 
 def _serve(model, requests, engine=None, **limits):
     """Run ``requests`` ((ids, max_tokens, sampling)) on one engine (``engine``, else a new
-    one with ``limits``), all queued before it starts; their (text, done payload) in order,
-    and the engine."""
+    one with ``limits``; at int16 activations unless they say: in-process generation's rule,
+    so its answers are the reference), all queued before it starts; their (text, done
+    payload) in order, and the engine."""
     from fuel.serve.engine import Engine, Job
 
     events: queue.Queue = queue.Queue()
-    engine = engine or Engine(model, **limits)
+    engine = engine or Engine(model, **{"activations": "int16", **limits})
     for index, (ids, max_tokens, sampling) in enumerate(requests):
         def emit(kind, payload, index=index):
             events.put((index, kind, payload))
@@ -73,6 +74,23 @@ def test_chunked_prompts_end_as_alone(local_model):
     assert engine.metrics.steps > max(len(ids) for ids, _, _ in requests) // 8
 
 
+def test_int8_batched_chunked_requests_end_as_each_alone_on_the_engine(local_model):
+    """At the serving precision (int8 activations, the engine's default) the reference is the
+    engine itself with one request at a time: batched decode rows and prompt chunks of a small
+    budget end exactly as each request alone (a row's result never depends on its step's
+    other rows)."""
+    from fuel.serve.engine import Engine
+
+    model = local_model
+    requests = _requests(model, 5, prefix="the long hat of the cat " * 6)
+    alone = Engine(model, slots=1, token_budget=256)
+    assert alone.stepper.activations == "int8"
+    expected = [_serve(model, [request], engine=alone)[0][0] for request in requests]
+    answers, engine = _serve(model, requests, slots=3, token_budget=8, activations="int8")
+    assert answers == expected
+    assert engine.metrics.steps > max(len(ids) for ids, _, _ in requests) // 8
+
+
 def test_an_idle_engine_keeps_its_most_recent_captured_steps(local_model):
     """Going idle, the engine drops the captured steps of all but its kept_captures most
     recently run row buckets; the dropped ones are captured again and answer as before."""
@@ -81,7 +99,7 @@ def test_an_idle_engine_keeps_its_most_recent_captured_steps(local_model):
     model = local_model
     requests = _requests(model, 4, prefix="the long hat of the cat " * 3)
     expected = [_alone(model, *request) for request in requests]
-    engine = Engine(model, slots=3, token_budget=8, kept_captures=1)
+    engine = Engine(model, slots=3, token_budget=8, kept_captures=1, activations="int16")
     trim, dropped = engine.stepper.trim, []
     engine.stepper.trim = lambda keep: dropped.append(trim(keep)) or dropped[-1]
     for _ in range(2):  # the second round captures the dropped buckets again
@@ -231,3 +249,11 @@ def test_block_hashes_chain_over_the_whole_prefix():
     first = block_hashes([1, 2, 3, 4], 2, 2)
     assert block_hashes([9, 9, 3, 4], 2, 2)[1] != first[1]  # same block, other prefix
     assert block_hashes([3, 4], 2, 1, first[0]) == first[1:]
+
+
+def test_an_unknown_activation_precision_is_refused(local_model):
+    from fuel.ir.errors import InvalidArgument
+    from fuel.serve.engine import Engine
+
+    with pytest.raises(InvalidArgument, match="activations must be one of int8, int16"):
+        Engine(local_model, activations="fp8")

@@ -20,6 +20,7 @@ from fuel.backends.cpu import (
     qlinear_elementwise,
     qlinear_pool,
     quantized,
+    quantized_int8,
     sampling,
     scatter,
     sorting,
@@ -145,7 +146,7 @@ PREFERS_DECOMPOSED = frozenset({
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
 KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution_c, convolution,
                   qlinear_pool, pooling, scatter, sorting, sampling, strings, ml, quantized,
-                  paged_attention, qlinear_conv, qlinear_elementwise)
+                  quantized_int8, paged_attention, qlinear_conv, qlinear_elementwise)
 
 
 BACKEND = CpuBackend()

@@ -1,5 +1,6 @@
-"""Kernel-suite cases of the block-quantized ops (dequantize, quantized_matmul,
-quantized_embedding, round_int16_blocks). The reference is gguf's own NumPy de-quantizer (then a
+"""Kernel-suite cases of the block-quantized ops (dequantize, quantized_matmul and
+quantized_matmul_int8, quantized_embedding, round_int16_blocks and round_int8_blocks). The
+reference is gguf's own NumPy de-quantizer (then a
 float64 matmul or a row pick), with the activations first rounded to 16-bit blocks by
 ``rounded_activations`` (the registry's definition, written here in NumPy) for the formats
 that round them; the blocks come from gguf's quantizer where it has one (q4_0, q4_1, q8_0) and
@@ -57,12 +58,13 @@ def blocks_operand(blocks: np.ndarray, dtype: QuantizedDType, shape) -> Operand:
                    "blocks", dtype)
 
 
-def rounded_activations(x: np.ndarray) -> np.ndarray:
-    """x (..., k) rounded per block of 32 along its last dim to 16-bit codes, in float32
-    steps: d = max|x| / 32767, d * round_half_even(x * (1 / d)), 0 where d is 0 (written from
-    the registry's stated rule, not from its constants)."""
+def rounded_activations(x: np.ndarray, code_max: float = 32767.0) -> np.ndarray:
+    """x (..., k) rounded per block of 32 along its last dim to 16-bit codes (``code_max``
+    127: 8-bit codes, round_int8_blocks), in float32 steps: d = max|x| / code_max,
+    d * round_half_even(x * (1 / d)), 0 where d is 0 (written from the registry's stated
+    rule, not from its constants)."""
     blocks = x.astype(np.float32).reshape(x.shape[:-1] + (-1, 32))
-    scale = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(32767.0)
+    scale = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(code_max)
     with np.errstate(divide="ignore"):
         inverse = np.where(scale > 0, np.float32(1.0) / scale, np.float32(0.0))
     return (np.round(blocks * inverse) * scale).astype(np.float32).reshape(x.shape)
@@ -92,11 +94,11 @@ def dequantize_cases(dtypes):
     return cases
 
 
-def quantized_matmul_cases(dtypes):
+def quantized_matmul_cases(dtypes, name: str = "quantized_matmul", code_max: float = 32767.0):
     _, dtype, _ = dtypes
     if not _available():
         return []
-    rng = rng_for("quantized_matmul", dtypes)
+    rng = rng_for(name, dtypes)
     cases = []
     # decode (one row), short prompts (C dots; tiles of 4 weight rows for one activation row,
     # of 4 activation rows below BLAS_ROWS, and their remainders), batched rows, a long prompt
@@ -126,11 +128,11 @@ def quantized_matmul_cases(dtypes):
         # Within float32 summation error of the float64 product: the rounded activations are
         # the same codes and scales on every path (same float32 steps), only sums differ.
         def reference(arrays, params, weight=weight, rounds=rounds):
-            x = rounded_activations(arrays[0]) if rounds else arrays[0]
+            x = rounded_activations(arrays[0], code_max) if rounds else arrays[0]
             return x.astype(np.float64) @ weight.T
 
         cases.append(Case(None, [operand(x, kind), blocks_operand(blocks, dtype, (n, k))],
-                          reference, f"quantized_matmul {rows_shape} x ({n}, {k})",
+                          reference, f"{name} {rows_shape} x ({n}, {k})",
                           rtol=1e-5, atol=1e-6 * scale))
     return cases
 
@@ -149,17 +151,28 @@ def quantized_embedding_cases(dtypes):
                  "quantized_embedding", rtol=1e-6, atol=0.0)]
 
 
-def round_int16_blocks_cases(dtypes):
-    rng = rng_for("round_int16_blocks", dtypes)
+def round_int16_blocks_cases(dtypes, name: str = "round_int16_blocks",
+                             code_max: float = 32767.0):
+    rng = rng_for(name, dtypes)
     x = rng.normal(0.0, 1.0, (3, 4, 64)).astype(np.float32)
     x[0, 0, :32] = 0.0  # a block of zeros (scale 0)
     x[1, 2, 5] = 40.0  # an outlier: the rest of its block rounds coarsely
     # d = 1 exactly: the largest code (negative here), ties rounded half to even
     x[2, 1, :32] = 0.0
-    x[2, 1, :8] = [-32767.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 32766.5]
-    return [Case(None, [operand(x, kind)], lambda arrays, params: rounded_activations(arrays[0]),
-                 f"round_int16_blocks {kind}", rtol=0.0, atol=0.0)
+    x[2, 1, :8] = [-code_max, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, code_max - 0.5]
+    return [Case(None, [operand(x, kind)],
+                 lambda arrays, params: rounded_activations(arrays[0], code_max),
+                 f"{name} {kind}", rtol=0.0, atol=0.0)
             for kind in ("dense", "transposed")]
+
+
+def quantized_matmul_int8_cases(dtypes):
+    """quantized_matmul_int8: the same shapes, the activations rounded to 8-bit codes."""
+    return quantized_matmul_cases(dtypes, "quantized_matmul_int8", 127.0)
+
+
+def round_int8_blocks_cases(dtypes):
+    return round_int16_blocks_cases(dtypes, "round_int8_blocks", 127.0)
 
 
 CASES = {
@@ -167,4 +180,6 @@ CASES = {
     K.ROUND_INT16_BLOCKS: round_int16_blocks_cases,
     K.QUANTIZED_MATMUL: quantized_matmul_cases,
     K.QUANTIZED_EMBEDDING: quantized_embedding_cases,
+    K.QUANTIZED_MATMUL_INT8: quantized_matmul_int8_cases,
+    K.ROUND_INT8_BLOCKS: round_int8_blocks_cases,
 }
