@@ -1,7 +1,7 @@
 """Warm starts: the step shapes a decoder ran under ``fuel tune``, recorded per model file
-beside the judge's winners, and prepared when a later process loads the same file (captured,
-launchers bound to their buffers, nothing launched), so that its first prompt of a recorded
-row bucket replays like a warm one instead of being planned.
+beside the judge's winners, and prepared when a later process loads the same file (captured
+and run once on zero ids, so their buffers' pages are in), so that its first prompt of a
+recorded row bucket replays like a warm one instead of being planned.
 
 The record is ``<winners file's stem>.steps.json`` in the winners file's folder: for each
 model file (its resolved path, size and modification time) the ``(cache capacity, rows,
