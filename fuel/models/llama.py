@@ -197,8 +197,9 @@ class LlamaModel:
         them: ``fuel.models.warm_steps``) on the pooled KV caches and run each once on zero
         ids (its buffers' and the cache's pages come in now: prepared without a launch, a
         27-token prompt's first call ran 7% over its warm time), so that the first prompt of
-        one of those row buckets runs like a warm one; the caches are reset after. Steps past
-        the pool's caches or their replays are left out. Returns how many were prepared."""
+        one of those row buckets runs like a warm one; a run leaves the cache's length as it
+        is. Steps past the pool's caches or their replays are left out. Returns how many were
+        prepared."""
         if not self.use_jit:
             return 0
         prepared = 0
@@ -216,12 +217,8 @@ class LlamaModel:
             replay = self._replay_function(cache, rows, all_logits)
             step = self._replay_inputs(np.zeros(rows, np.int64), rows, cache, all_logits)
             replay(step.ids, step.positions, step.rope, step.mask, step.last)
-            prepared += 1
-        if prepared:  # one decode step, run: the weights' pages (memory-mapped) come in now,
-            cache = next(iter(self._cache_pool.values()))  # not in the first prompt's time
-            self._step(np.zeros(1, np.int64), cache, False)  # position 0: overwritten by the
-            cache.reset()  # next prompt before any row reads it (as a step's padding rows)
-        return prepared
+            prepared += 1  # the run paged the (memory-mapped) weights in; it wrote positions
+        return prepared  # past the cache's length, 0, which the next prompt overwrites first
 
     def _traced_step(self, cache: KVCache, all_logits: bool):
         def step_function(ids: Tensor, positions: Tensor, rope: Tensor, mask: Tensor,
