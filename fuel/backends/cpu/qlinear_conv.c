@@ -48,9 +48,6 @@
 #else
 #define STEP 1
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 typedef struct {
     int64_t threads, n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, groups, xz, yz,
@@ -98,6 +95,26 @@ static uint8_t *shared_buffer(size_t bytes) {
         size = buffer != NULL ? bytes : 0;
     }
     return buffer;
+}
+
+/* ------------------------------------------------------------------ the work pool
+ * The parallel loops run on the convolution kernels' shared work pool (conv_common.h's
+ * pool_run_units in conv.c, whose address qlinear_conv.py hands over once with a POOL_SHARE
+ * call): the caller and up to `team` - 1 helpers claim units, and the caller runs every unit
+ * no helper has started, so a helper preempted by another process costs its unfinished unit,
+ * not a scheduler slice at a fork-join barrier (the machine's load needs no check). One set
+ * of helpers serves the float and the quantized convolutions. Without it (no float
+ * convolution library) every unit runs on the caller. */
+typedef void (*unit_task)(void *context, int64_t unit);
+typedef void (*run_units_function)(int64_t, int64_t, unit_task, void *);
+static run_units_function shared_run_units = NULL;
+#define POOL_SHARE -7
+
+static void run_units(int64_t count, int64_t team, unit_task task, void *context) {
+    if (shared_run_units != NULL && team > 1 && count > 1)
+        shared_run_units(count, team, task, context);
+    else
+        for (int64_t unit = 0; unit < count; unit++) task(context, unit);
 }
 
 /* ------------------------------------------------------------------ gemm */
@@ -355,6 +372,78 @@ static inline void store_row(const int32_t *acc, int32_t shift, float scale, uin
 }
 #endif
 
+/* One band of one image and group of gemm(): what its two tasks share. */
+typedef struct {
+    const Q *q;
+    const int8_t *w;
+    const int32_t *bias;
+    const float *mult;
+    uint8_t *out;
+    const uint8_t *source, *b;
+    uint8_t *patches;
+    int64_t oh0, oh1, start, band, stride, panels, blocks, rows_per_block, depth, per_out,
+        image, group, plane, steps, row_blocks;
+    uint8_t uz, flip, panel_flip;
+    int pointwise;
+    size_t panel_bytes;
+    int32_t correction;
+    const int32_t *sums, *packed;
+} GemmJob;
+
+#define PATCH_ROWS 4 /* patch-matrix rows per unit of work */
+
+/* Rows [PATCH_ROWS * unit, ...) of the band's patch matrix. */
+static void gemm_patch_rows(void *context, int64_t unit) {
+    const GemmJob *job = context;
+    const int64_t last = (unit + 1) * PATCH_ROWS < job->depth ? (unit + 1) * PATCH_ROWS
+                                                              : job->depth;
+    for (int64_t k = unit * PATCH_ROWS; k < last; k++)
+        patch_row(job->source, k, job->patches + k * job->band, job->uz, job->flip, job->oh0,
+                  job->oh1, job->q);
+}
+
+/* One panel of the band times one block of weight rows, re-quantized into out. */
+static void gemm_panel(void *context, int64_t unit) {
+    const GemmJob *job = context;
+    const Q *q = job->q;
+    const int64_t panel_index = unit / job->blocks, block = unit % job->blocks;
+    const int64_t local = panel_index * NR, p0 = job->start + local;
+    const int cols = (int)(job->band - local < NR ? job->band - local : NR);
+    const int64_t depth = job->depth, per_out = job->per_out, group = job->group;
+    void *panel = scratch(0, job->panel_bytes);
+    pack_panel(job->b, job->stride, depth, job->pointwise ? p0 : local, cols, job->panel_flip,
+               job->uz, panel);
+    int32_t acc[MR * NR] __attribute__((aligned(32)));
+    const int64_t first = group * per_out + block * job->rows_per_block;
+    int64_t last = first + job->rows_per_block;
+    if (last > (group + 1) * per_out) last = (group + 1) * per_out;
+    for (int64_t m0 = first; m0 < last; m0 += MR) {
+        const int rows = (int)(last - m0 < MR ? last - m0 : MR);
+#if defined(TILE_OUT)
+        tile_out(job->packed + (group * job->row_blocks + (m0 - group * per_out) / MR) * MR *
+                                   job->steps,
+                 depth, m0, rows, panel, job->bias, job->sums, job->correction, job->mult,
+                 job->out + job->image * q->m * job->plane + p0, job->plane, cols, q);
+        continue;
+#endif
+        tile(job->w, depth, m0, rows, panel, acc);
+        for (int r = 0; r < rows; r++) {
+            const int64_t m = m0 + r;
+            uint8_t *target = job->out + (job->image * q->m + m) * job->plane + p0;
+            const int32_t shift = job->bias[m] - job->correction * job->sums[m];
+            const float scale = job->mult[m];
+#if defined(__AVX2__)
+            if (cols == NR) {
+                store_row(acc + r * NR, shift, scale, target, q);
+                continue;
+            }
+#endif
+            for (int j = 0; j < cols; j++)
+                store_y(target, j, requantize(acc[r * NR + j] + shift, scale, q->yz), q);
+        }
+    }
+}
+
 /* `prepacked`: gemm_pack's weights where tile_out runs (packed here, per launch, where NULL). */
 static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const float *mult,
                  uint8_t *out, const Q *q, const int32_t *prepacked) {
@@ -397,67 +486,38 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
     if (band_rows < 1) band_rows = 1;
     if (band_rows > q->oh) band_rows = q->oh;
     uint8_t *patches = pointwise ? NULL : shared_buffer((size_t)(depth * band_rows * q->ow));
+    GemmJob job = {q, w, bias, mult, out, NULL, NULL, patches, 0, 0, 0, 0, 0, 0, 1, MR,
+                   depth, per_out, 0, 0, plane, steps, 0, uz, flip, 0, pointwise, panel_bytes,
+                   correction, sums, NULL};
+#if defined(TILE_OUT)
+    job.packed = packed;
+    job.row_blocks = row_blocks;
+#endif
     for (int64_t image = 0; image < q->n; image++)
         for (int64_t group = 0; group < q->groups; group++) {
-            const uint8_t *source = x + (image * q->c + group * per_in) * q->h * q->w;
-            const uint8_t *b = pointwise ? source : patches;
-            const uint8_t panel_flip = pointwise ? flip : 0;
-#pragma omp parallel num_threads(q->threads) if (q->threads > 1)
+            job.image = image;
+            job.group = group;
+            job.source = x + (image * q->c + group * per_in) * q->h * q->w;
+            job.b = pointwise ? job.source : patches;
+            job.panel_flip = pointwise ? flip : 0;
             for (int64_t oh0 = 0; oh0 < q->oh; oh0 += band_rows) {
-                const int64_t oh1 = oh0 + band_rows < q->oh ? oh0 + band_rows : q->oh;
-                const int64_t start = oh0 * q->ow, band = (oh1 - oh0) * q->ow;
-                const int64_t stride = pointwise ? plane : band; /* of b's rows */
-                const int64_t panels = (band + NR - 1) / NR;
+                job.oh0 = oh0;
+                job.oh1 = oh0 + band_rows < q->oh ? oh0 + band_rows : q->oh;
+                job.start = oh0 * q->ow;
+                job.band = (job.oh1 - oh0) * q->ow;
+                job.stride = pointwise ? plane : job.band; /* of b's rows */
+                job.panels = (job.band + NR - 1) / NR;
                 /* units of work: panels x row blocks, enough blocks to share few panels */
                 int64_t blocks = 1;
-                while (panels * blocks < 4 * q->threads && per_out / (blocks * 2) >= MR)
+                while (job.panels * blocks < 4 * q->threads && per_out / (blocks * 2) >= MR)
                     blocks *= 2;
+                job.blocks = blocks;
                 /* whole MR-row blocks each (tile_out's packed weights start at one) */
-                const int64_t rows_per_block = ((per_out + blocks - 1) / blocks + MR - 1) / MR * MR;
-                if (!pointwise) {
-#pragma omp for schedule(static)
-                    for (int64_t k = 0; k < depth; k++)
-                        patch_row(source, k, patches + k * band, uz, flip, oh0, oh1, q);
-                }
-#pragma omp for schedule(static)
-                for (int64_t unit = 0; unit < panels * blocks; unit++) {
-                    const int64_t panel_index = unit / blocks, block = unit % blocks;
-                    const int64_t local = panel_index * NR, p0 = start + local;
-                    const int cols = (int)(band - local < NR ? band - local : NR);
-                    void *panel = scratch(0, panel_bytes);
-                    pack_panel(b, stride, depth, pointwise ? p0 : local, cols, panel_flip, uz,
-                               panel);
-                    int32_t acc[MR * NR] __attribute__((aligned(32)));
-                    const int64_t first = group * per_out + block * rows_per_block;
-                    int64_t last = first + rows_per_block;
-                    if (last > (group + 1) * per_out) last = (group + 1) * per_out;
-                    for (int64_t m0 = first; m0 < last; m0 += MR) {
-                        const int rows = (int)(last - m0 < MR ? last - m0 : MR);
-#if defined(TILE_OUT)
-                        tile_out(packed + (group * row_blocks + (m0 - group * per_out) / MR) *
-                                              MR * steps, depth, m0, rows, panel, bias, sums,
-                                 correction, mult,
-                                 out + image * q->m * plane + p0, plane, cols, q);
-                        continue;
-#endif
-                        tile(w, depth, m0, rows, panel, acc);
-                        for (int r = 0; r < rows; r++) {
-                            const int64_t m = m0 + r;
-                            uint8_t *target = out + (image * q->m + m) * plane + p0;
-                            const int32_t shift = bias[m] - correction * sums[m];
-                            const float scale = mult[m];
-#if defined(__AVX2__)
-                            if (cols == NR) {
-                                store_row(acc + r * NR, shift, scale, target, q);
-                                continue;
-                            }
-#endif
-                            for (int j = 0; j < cols; j++)
-                                store_y(target, j, requantize(acc[r * NR + j] + shift, scale,
-                                                              q->yz), q);
-                        }
-                    }
-                }
+                job.rows_per_block = ((per_out + blocks - 1) / blocks + MR - 1) / MR * MR;
+                if (!pointwise)
+                    run_units((depth + PATCH_ROWS - 1) / PATCH_ROWS, q->threads, gemm_patch_rows,
+                              &job);
+                run_units(job.panels * blocks, q->threads, gemm_panel, &job);
             }
         }
 }

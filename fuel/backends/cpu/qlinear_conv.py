@@ -3,18 +3,22 @@ dot products where the machine has them, AVX2 int16 pairs otherwise, both exact 
 depthwise on its own path), and NumPy (int64 sums) for 3-d shapes, strided operands or a
 machine without a C compiler.
 
-The C kernel splits its work over ``FUEL_THREADS`` OpenMP threads from ``PARALLEL_WORK``
-multiply-adds (a smaller launch runs on one).
+The C kernel splits its work over ``FUEL_THREADS`` threads from ``PARALLEL_WORK`` multiply-adds
+(a smaller launch runs on one), on the float convolutions' work pool (conv_common.h's
+``run_units`` in conv.c, handed over when the library loads): a helper that has not started
+its units leaves them to the caller, so no launch waits for a preempted thread.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from fuel.backends.cpu import convolution_c
 from fuel.backends.cpu.arrays import output, view
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.backends.cpu.convolution import pad_spatial, windows
@@ -33,9 +37,27 @@ SOURCES = tuple(Path(__file__).with_name(name)
 PARALLEL_WORK = 1 << 20
 
 
+_shared: list = []
+_shared_lock = threading.Lock()
+
+
 def library():
-    """The compiled qlinear_conv.c, or None where the machine has no C compiler."""
-    return entry_point("qlinear_conv", source, openmp=True)
+    """The compiled qlinear_conv.c, or None where the machine has no C compiler; handed the
+    float convolutions' work pool (conv.c's) on first use, where that library builds."""
+    function = entry_point("qlinear_conv", source)
+    if function is None or _shared:
+        return function
+    with _shared_lock:
+        if not _shared:
+            pool = convolution_c.library(convolution_c.GEMM)
+            if pool is not None:
+                data = (ctypes.c_void_p * 8)()
+                sizes = (ctypes.c_int64 * 22)(convolution_c.POOL_ADDRESS, *([0] * 21))
+                pool(data, sizes, None)
+                sizes[0] = convolution_c.POOL_SHARE
+                function(data, sizes, None)
+            _shared.append(pool)
+    return function
 
 
 def source() -> str:
