@@ -121,6 +121,38 @@ static inline __attribute__((always_inline)) void vnni_sums(
             }
         }
 }
+
+/* vnni_sums for NB blocks of 16 output channels at once (a whole tile of PR positions): per
+ * channel quad NB weight loads and PR broadcasts serve NB x PR vpdpbusd (24 accumulators at
+ * NB 4), where one block at a time spent a load per 6. Inlined per NB. */
+static inline __attribute__((always_inline)) void vnni_sums_blocks(
+        const int NB, __m512i acc[][PR], const int64_t *ih0, const int64_t *iw0,
+        const uint8_t *weights, size_t block_bytes, const uint8_t *channels_last,
+        const uint8_t *zeros, int64_t c4, int64_t quads, const Q *q) {
+    for (int b = 0; b < NB; b++)
+        for (int r = 0; r < PR; r++) acc[b][r] = _mm512_setzero_si512();
+    for (int64_t kh = 0; kh < q->kh; kh++)
+        for (int64_t kw = 0; kw < q->kw; kw++) {
+            const uint8_t *at[PR];
+            for (int r = 0; r < PR; r++) {
+                const int64_t ih = ih0[r] + kh * q->dh, iw = iw0[r] + kw * q->dw;
+                at[r] = ih >= 0 && ih < q->h && iw >= 0 && iw < q->w
+                    ? channels_last + (ih * q->w + iw) * c4 : zeros;
+            }
+            const uint8_t *wq = weights + (kh * q->kw + kw) * quads * MB * 4;
+            for (int64_t quad = 0; quad < quads; quad++) {
+                __m512i b[4];
+                for (int j = 0; j < NB; j++)
+                    b[j] = _mm512_load_si512((const void *)(wq + j * block_bytes + quad * 64));
+                for (int r = 0; r < PR; r++) {
+                    int32_t value;
+                    memcpy(&value, at[r] + quad * 4, sizeof(value));
+                    const __m512i a = _mm512_set1_epi32(value);
+                    for (int j = 0; j < NB; j++) acc[j][r] = _mm512_dpbusd_epi32(acc[j][r], a, b[j]);
+                }
+            }
+        }
+}
 #endif
 
 /* out[m, p] = requantize(sum over taps and channels of u[pos(p, tap), c] * w[m, c, tap]),
@@ -143,7 +175,8 @@ typedef struct {
     uint8_t flip, uz;
 } VnniJob;
 
-#define TILE_UNIT 4 /* register tiles per unit of work */
+#define TILE_UNIT 1 /* register tiles (of a group of blocks) per unit of work */
+#define NB_MOST 4  /* blocks of 16 output channels a full tile sums at once */
 
 /* Positions [256 * unit, ...) of the input copied channels last (blocks that stay in L2). */
 static void vnni_channels_last(void *context, int64_t unit) {
@@ -210,11 +243,12 @@ static void vnni_tiles(void *context, int64_t index) {
     const int64_t blocks = job->blocks, tiles = job->tiles, group = job->group, image = job->image;
     const size_t block_bytes = job->block_bytes;
     const uint8_t uz = job->uz;
-    const int64_t end = (index + 1) * TILE_UNIT < blocks * tiles ? (index + 1) * TILE_UNIT
-                                                                  : blocks * tiles;
+    const int64_t units = (blocks + NB_MOST - 1) / NB_MOST * tiles;
+    const int64_t end = (index + 1) * TILE_UNIT < units ? (index + 1) * TILE_UNIT : units;
     for (int64_t unit = index * TILE_UNIT; unit < end; unit++) {
-        /* block-major: a thread's tiles reuse one block's weights from cache */
-        const int64_t block = unit / tiles, tile_index = unit % tiles;
+        /* block-major: a thread's tiles reuse one group of blocks' weights from cache */
+        const int64_t first_block = unit / tiles * NB_MOST, tile_index = unit % tiles;
+        const int nb = (int)(blocks - first_block < NB_MOST ? blocks - first_block : NB_MOST);
         const int64_t p0 = tile_index * PR;
         const int rows = (int)(plane - p0 < PR ? plane - p0 : PR);
         int64_t ih0[PR], iw0[PR];
@@ -223,11 +257,27 @@ static void vnni_tiles(void *context, int64_t index) {
             ih0[r] = p / q->ow * q->sh - q->pt;
             iw0[r] = p % q->ow * q->sw - q->pl;
         }
+#if defined(__AVX512F__)
+        __m512i all[NB_MOST][PR]; /* a whole tile's sums, every block of the group at once */
+        if (rows == PR) {
+            const uint8_t *weights = packed + first_block * block_bytes;
+            switch (nb) {
+            case 1: vnni_sums_blocks(1, all, ih0, iw0, weights, block_bytes, channels_last, zeros, c4, quads, q); break;
+            case 2: vnni_sums_blocks(2, all, ih0, iw0, weights, block_bytes, channels_last, zeros, c4, quads, q); break;
+            case 3: vnni_sums_blocks(3, all, ih0, iw0, weights, block_bytes, channels_last, zeros, c4, quads, q); break;
+            default: vnni_sums_blocks(NB_MOST, all, ih0, iw0, weights, block_bytes, channels_last, zeros, c4, quads, q);
+            }
+        }
+#endif
+        for (int64_t block = first_block; block < first_block + nb; block++) {
         const uint8_t *weights = packed + block * block_bytes;
 #if defined(__AVX512F__)
         /* zmm: 16 channels' sums per position in one register (a ymm vpdpbusd
          * retires half the products per cycle on some cores) */
         __m512i acc[PR];
+        if (rows == PR)
+            for (int r = 0; r < PR; r++) acc[r] = all[block - first_block][r];
+        else
         switch (rows) { /* a tile of fewer positions sums only those */
         case 1: vnni_sums(1, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
         case 2: vnni_sums(2, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
@@ -347,6 +397,7 @@ static void vnni_tiles(void *context, int64_t index) {
         else
             for (int j = 0; j < count; j++)
                 for (int r = 0; r < rows; r++) first[j * plane + r] = runs[j][r];
+        }
     }
 }
 
@@ -378,7 +429,8 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
             job.sums = sums;
             job.source = x + (image * q->c + group * per_in) * in_plane;
             run_units((in_plane + 255) / 256, q->threads, vnni_channels_last, &job);
-            run_units((blocks * tiles + TILE_UNIT - 1) / TILE_UNIT, q->threads, vnni_tiles, &job);
+            run_units(((blocks + NB_MOST - 1) / NB_MOST * tiles + TILE_UNIT - 1) / TILE_UNIT,
+                      q->threads, vnni_tiles, &job);
         }
     }
 }
