@@ -97,26 +97,6 @@ static uint8_t *shared_buffer(size_t bytes) {
     return buffer;
 }
 
-/* ------------------------------------------------------------------ the work pool
- * The parallel loops run on the convolution kernels' shared work pool (conv_common.h's
- * pool_run_units in conv.c, whose address qlinear_conv.py hands over once with a POOL_SHARE
- * call): the caller and up to `team` - 1 helpers claim units, and the caller runs every unit
- * no helper has started, so a helper preempted by another process costs its unfinished unit,
- * not a scheduler slice at a fork-join barrier (the machine's load needs no check). One set
- * of helpers serves the float and the quantized convolutions. Without it (no float
- * convolution library) every unit runs on the caller. */
-typedef void (*unit_task)(void *context, int64_t unit);
-typedef void (*run_units_function)(int64_t, int64_t, unit_task, void *);
-static run_units_function shared_run_units = NULL;
-#define POOL_SHARE -7
-
-static void run_units(int64_t count, int64_t team, unit_task task, void *context) {
-    if (shared_run_units != NULL && team > 1 && count > 1)
-        shared_run_units(count, team, task, context);
-    else
-        for (int64_t unit = 0; unit < count; unit++) task(context, unit);
-}
-
 /* ------------------------------------------------------------------ gemm */
 
 /* Row k = (c, kh, kw) of the patch matrix of one image and group over output rows [oh0, oh1):

@@ -37,32 +37,41 @@ SOURCES = tuple(Path(__file__).with_name(name)
 PARALLEL_WORK = 1 << 20
 
 
-_shared: list = []
+UNITS = Path(__file__).with_name("qlinear_units.h")
+_shared: set[str] = set()
 _shared_lock = threading.Lock()
+
+
+def share_pool(name: str, function, size_count: int) -> None:
+    """Hand the float convolutions' work pool (conv.c's) to the quantized library ``name``
+    (``function``, whose sizes array has ``size_count`` entries) once: qlinear_units.h."""
+    if function is None or name in _shared:
+        return
+    with _shared_lock:
+        if name in _shared:
+            return
+        pool = convolution_c.library(convolution_c.GEMM)
+        if pool is not None:
+            data = (ctypes.c_void_p * 8)()
+            sizes = (ctypes.c_int64 * max(size_count, 19))(convolution_c.POOL_ADDRESS)
+            pool(data, sizes, None)
+            sizes[0] = convolution_c.POOL_SHARE
+            function(data, sizes, None)
+        _shared.add(name)
 
 
 def library():
     """The compiled qlinear_conv.c, or None where the machine has no C compiler; handed the
-    float convolutions' work pool (conv.c's) on first use, where that library builds."""
+    float convolutions' work pool on first use (``share_pool``)."""
     function = entry_point("qlinear_conv", source)
-    if function is None or _shared:
-        return function
-    with _shared_lock:
-        if not _shared:
-            pool = convolution_c.library(convolution_c.GEMM)
-            if pool is not None:
-                data = (ctypes.c_void_p * 8)()
-                sizes = (ctypes.c_int64 * 22)(convolution_c.POOL_ADDRESS, *([0] * 21))
-                pool(data, sizes, None)
-                sizes[0] = convolution_c.POOL_SHARE
-                function(data, sizes, None)
-            _shared.append(pool)
+    share_pool("qlinear_conv", function, 22)
     return function
 
 
 def source() -> str:
-    """The kernel's C source: qlinear_conv.c, then qlinear_conv_vnni.c (one library)."""
-    return "".join(path.read_text() for path in SOURCES)
+    """The kernel's C source: qlinear_units.h, qlinear_conv.c, qlinear_depthwise.c, then
+    qlinear_conv_vnni.c (one library)."""
+    return "".join(path.read_text() for path in (UNITS,) + SOURCES)
 
 
 def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,

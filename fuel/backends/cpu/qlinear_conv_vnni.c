@@ -463,17 +463,14 @@ static int channels_last(const Q *q) {
 }
 #endif
 
-/* sizes[0] POOL_SHARE: data[0] is the work pool's run_units (see run_units). Else
- * sizes[21], the mode: 0 a launch (the channels-last form packs its weights through the
- * cache, the quad depthwise and gemm forms per launch), 1 a launch with the weights packed in
+/* sizes[0] POOL_SHARE: the work pool handed over (qlinear_units.h). Else sizes[21], the
+ * mode: 0 a launch (the channels-last form packs its weights through the cache, the quad
+ * depthwise and gemm forms per launch), 1 a launch with the weights packed in
  * data[5], 2 the packed weights' byte count (0 where the form packs none) written to
  * ((int64_t *)data[5])[0], 3 pack the weights into data[5]. */
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
-    if (sizes[0] == POOL_SHARE) { /* data[0]: conv.c's pool_run_units */
-        shared_run_units = (run_units_function)data[0];
-        return;
-    }
+    if (take_pool(data, sizes)) return;
     const Q q = {sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
                  sizes[7], sizes[8], sizes[9], sizes[10], sizes[11], sizes[12], sizes[13],
                  sizes[14], sizes[15], sizes[16], sizes[17], sizes[18], sizes[19], sizes[20]};

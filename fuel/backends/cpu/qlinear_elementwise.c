@@ -99,40 +99,71 @@ BINARY_ROW(int8_t)
 
 #define CHUNK 16384 /* elements per unit of threaded work */
 
+/* What a pass's units share. */
+typedef struct {
+    void **data;
+    int64_t count, outer, inner, parts, a_outer, a_inner, b_outer, b_inner;
+    int multiply, is_signed;
+    int32_t az, bz;
+    float yz, f0, f1, f2, low, high;
+} Pass;
+
+static void lookup_unit(void *context, int64_t unit) {
+    const Pass *pass = context;
+    const int64_t start = unit * CHUNK;
+    const int64_t n = pass->count - start < CHUNK ? pass->count - start : CHUNK;
+    lookup((const uint8_t *)pass->data[0] + start, pass->data[1],
+           (uint8_t *)pass->data[2] + start, n);
+}
+
+/* A run of at most CHUNK elements of one output row. */
+static void binary_unit(void *context, int64_t unit) {
+    const Pass *pass = context;
+    void **data = pass->data;
+    const int64_t o = unit / pass->parts, start = unit % pass->parts * CHUNK, inner = pass->inner;
+    const int64_t n = inner - start < CHUNK ? inner - start : CHUNK;
+    const int64_t a_at = o * pass->a_outer + start * pass->a_inner;
+    const int64_t b_at = o * pass->b_outer + start * pass->b_inner;
+    if (pass->is_signed)
+        binary_row_int8_t((const int8_t *)data[0] + a_at, (const int8_t *)data[1] + b_at,
+                          (int8_t *)data[2] + o * inner + start, n, pass->a_inner,
+                          pass->b_inner, pass->multiply, pass->az, pass->bz, pass->yz, pass->f0,
+                          pass->f1, pass->f2, pass->low, pass->high);
+    else
+        binary_row_uint8_t((const uint8_t *)data[0] + a_at, (const uint8_t *)data[1] + b_at,
+                           (uint8_t *)data[2] + o * inner + start, n, pass->a_inner,
+                           pass->b_inner, pass->multiply, pass->az, pass->bz, pass->yz, pass->f0,
+                           pass->f1, pass->f2, pass->low, pass->high);
+}
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
+    if (take_pool(data, sizes)) return;
+    Pass pass = {data};
     if (sizes[0] == 0) {
-        const int64_t count = sizes[1], threads = sizes[2], units = (count + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-        for (int64_t unit = 0; unit < units; unit++) {
-            const int64_t start = unit * CHUNK, n = count - start < CHUNK ? count - start : CHUNK;
-            lookup((const uint8_t *)data[0] + start, data[1], (uint8_t *)data[2] + start, n);
-        }
+        const int64_t threads = sizes[2];
+        pass.count = sizes[1];
+        run_units((pass.count + CHUNK - 1) / CHUNK, threads, lookup_unit, &pass);
         return;
     }
-    const int multiply = sizes[0] == 2;
-    const int64_t outer = sizes[1], inner = sizes[2];
-    const int64_t a_outer = sizes[3], a_inner = sizes[4], b_outer = sizes[5], b_inner = sizes[6];
-    const int is_signed = (int)sizes[7];
-    const int32_t az = (int32_t)sizes[8], bz = (int32_t)sizes[9];
-    const float yz = (float)sizes[10];
-    const float f0 = float_of(sizes[11]), f1 = float_of(sizes[12]), f2 = float_of(sizes[13]);
+    pass.multiply = sizes[0] == 2;
+    pass.outer = sizes[1];
+    pass.inner = sizes[2];
+    pass.a_outer = sizes[3];
+    pass.a_inner = sizes[4];
+    pass.b_outer = sizes[5];
+    pass.b_inner = sizes[6];
+    pass.is_signed = (int)sizes[7];
+    pass.az = (int32_t)sizes[8];
+    pass.bz = (int32_t)sizes[9];
+    pass.yz = (float)sizes[10];
+    pass.f0 = float_of(sizes[11]);
+    pass.f1 = float_of(sizes[12]);
+    pass.f2 = float_of(sizes[13]);
     const int64_t threads = sizes[14];
-    const float low = is_signed ? -128.0f : 0.0f, high = is_signed ? 127.0f : 255.0f;
+    pass.low = pass.is_signed ? -128.0f : 0.0f;
+    pass.high = pass.is_signed ? 127.0f : 255.0f;
     /* units: each output row cut into runs of at most CHUNK elements */
-    const int64_t parts = (inner + CHUNK - 1) / CHUNK, units = outer * parts;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t unit = 0; unit < units; unit++) {
-        const int64_t o = unit / parts, start = unit % parts * CHUNK;
-        const int64_t n = inner - start < CHUNK ? inner - start : CHUNK;
-        const int64_t a_at = o * a_outer + start * a_inner, b_at = o * b_outer + start * b_inner;
-        if (is_signed)
-            binary_row_int8_t((const int8_t *)data[0] + a_at, (const int8_t *)data[1] + b_at,
-                              (int8_t *)data[2] + o * inner + start, n, a_inner, b_inner,
-                              multiply, az, bz, yz, f0, f1, f2, low, high);
-        else
-            binary_row_uint8_t((const uint8_t *)data[0] + a_at, (const uint8_t *)data[1] + b_at,
-                               (uint8_t *)data[2] + o * inner + start, n, a_inner, b_inner,
-                               multiply, az, bz, yz, f0, f1, f2, low, high);
-    }
+    pass.parts = (pass.inner + CHUNK - 1) / CHUNK;
+    run_units(pass.outer * pass.parts, threads, binary_unit, &pass);
 }

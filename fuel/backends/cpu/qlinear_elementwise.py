@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fuel.backends.cpu import qlinear_conv
 from fuel.backends.cpu.arrays import output, view
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.backends.cpu.quantized import thread_count
@@ -32,7 +33,14 @@ PARALLEL_COUNT = 1 << 17  # elements from which a pass runs on FUEL_THREADS thre
 
 def library():
     """The compiled qlinear_elementwise.c, or None where the machine has no C compiler."""
-    return entry_point("qlinear_elementwise", SOURCE.read_text, openmp=True)
+    function = entry_point("qlinear_elementwise", source)
+    qlinear_conv.share_pool("qlinear_elementwise", function, 15)
+    return function
+
+
+def source() -> str:
+    """The kernel's C source: qlinear_units.h (the shared work pool), then qlinear_elementwise.c."""
+    return qlinear_conv.UNITS.read_text() + SOURCE.read_text()
 
 
 def _threads(count: int) -> int:
@@ -109,7 +117,7 @@ class CQLinearLookup:
 
     @property
     def revision_source(self) -> str:
-        return SOURCE.read_text()
+        return source()
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params) -> Launcher:
@@ -138,7 +146,7 @@ class CQLinearBinary:
 
     @property
     def revision_source(self) -> str:
-        return SOURCE.read_text()
+        return source()
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: QLinearBinaryParams) -> Launcher:
