@@ -330,6 +330,80 @@ __attribute__((noinline)) static void tile_out(const int32_t *w, int64_t depth, 
             _mm_mask_storeu_epi8(target + m * plane, mask, bytes);
     }
 }
+
+/* tile_out over 4 full panels side by side (64 positions, 24 accumulators) for a shallow
+ * depth (SHALLOW at most): the rows' weights broadcast once per 4 panels and each row's
+ * bias shift and multiplier set once, where a pointwise launch of few input channels
+ * (16->96 at 112x112: 4 k steps per panel) spent most of a tile on its setup. */
+#define SHALLOW 256 /* depth up to which 4 panels go together (their 16 KiB stay in L1) */
+static inline __attribute__((always_inline)) void tile_out4_row(
+        __m512i c0, __m512i c1, __m512i c2, __m512i c3, int64_t m, const int32_t *bias,
+        const int32_t *sums, int32_t correction, const float *mult, uint8_t *target,
+        int64_t plane, const Q *q) {
+    const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
+    const __m512i shift = _mm512_set1_epi32(bias[m] - correction * sums[m]);
+    const __m512 scale = _mm512_set1_ps(mult[m]);
+    const __m512i c[4] = {c0, c1, c2, c3};
+    for (int j = 0; j < 4; j++) {
+        const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_add_epi32(c[j], shift)), scale)), zero);
+        const __m128i bytes = q->y_signed ? _mm512_cvtsepi32_epi8(v)
+            : _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()));
+        _mm_storeu_si128((__m128i *)(target + m * plane + j * NR), bytes);
+    }
+}
+
+__attribute__((noinline)) static void tile_out4(const int32_t *weights, int64_t steps,
+                                                int64_t m0, int rows, const uint8_t *panels,
+                                                size_t panel_bytes, const int32_t *bias,
+                                                const int32_t *sums, int32_t correction,
+                                                const float *mult, uint8_t *target,
+                                                int64_t plane, const Q *q) {
+    __m512i c00 = _mm512_setzero_si512(), c01 = _mm512_setzero_si512(), c02 = _mm512_setzero_si512(), c03 = _mm512_setzero_si512(), c04 = _mm512_setzero_si512(), c05 = _mm512_setzero_si512(), c10 = _mm512_setzero_si512(), c11 = _mm512_setzero_si512(), c12 = _mm512_setzero_si512(), c13 = _mm512_setzero_si512(), c14 = _mm512_setzero_si512(), c15 = _mm512_setzero_si512(), c20 = _mm512_setzero_si512(), c21 = _mm512_setzero_si512(), c22 = _mm512_setzero_si512(), c23 = _mm512_setzero_si512(), c24 = _mm512_setzero_si512(), c25 = _mm512_setzero_si512(), c30 = _mm512_setzero_si512(), c31 = _mm512_setzero_si512(), c32 = _mm512_setzero_si512(), c33 = _mm512_setzero_si512(), c34 = _mm512_setzero_si512(), c35 = _mm512_setzero_si512();
+    for (int64_t i = 0; i < steps; i++) { /* named accumulators: an array spilled */
+        const __m512i b0 = _mm512_load_si512(panels + i * NR * STEP);
+        const __m512i b1 = _mm512_load_si512(panels + panel_bytes + i * NR * STEP);
+        const __m512i b2 = _mm512_load_si512(panels + 2 * panel_bytes + i * NR * STEP);
+        const __m512i b3 = _mm512_load_si512(panels + 3 * panel_bytes + i * NR * STEP);
+        __m512i a;
+        a = _mm512_set1_epi32(weights[i * MR + 0]);
+        c00 = _mm512_dpbusd_epi32(c00, b0, a);
+        c10 = _mm512_dpbusd_epi32(c10, b1, a);
+        c20 = _mm512_dpbusd_epi32(c20, b2, a);
+        c30 = _mm512_dpbusd_epi32(c30, b3, a);
+        a = _mm512_set1_epi32(weights[i * MR + 1]);
+        c01 = _mm512_dpbusd_epi32(c01, b0, a);
+        c11 = _mm512_dpbusd_epi32(c11, b1, a);
+        c21 = _mm512_dpbusd_epi32(c21, b2, a);
+        c31 = _mm512_dpbusd_epi32(c31, b3, a);
+        a = _mm512_set1_epi32(weights[i * MR + 2]);
+        c02 = _mm512_dpbusd_epi32(c02, b0, a);
+        c12 = _mm512_dpbusd_epi32(c12, b1, a);
+        c22 = _mm512_dpbusd_epi32(c22, b2, a);
+        c32 = _mm512_dpbusd_epi32(c32, b3, a);
+        a = _mm512_set1_epi32(weights[i * MR + 3]);
+        c03 = _mm512_dpbusd_epi32(c03, b0, a);
+        c13 = _mm512_dpbusd_epi32(c13, b1, a);
+        c23 = _mm512_dpbusd_epi32(c23, b2, a);
+        c33 = _mm512_dpbusd_epi32(c33, b3, a);
+        a = _mm512_set1_epi32(weights[i * MR + 4]);
+        c04 = _mm512_dpbusd_epi32(c04, b0, a);
+        c14 = _mm512_dpbusd_epi32(c14, b1, a);
+        c24 = _mm512_dpbusd_epi32(c24, b2, a);
+        c34 = _mm512_dpbusd_epi32(c34, b3, a);
+        a = _mm512_set1_epi32(weights[i * MR + 5]);
+        c05 = _mm512_dpbusd_epi32(c05, b0, a);
+        c15 = _mm512_dpbusd_epi32(c15, b1, a);
+        c25 = _mm512_dpbusd_epi32(c25, b2, a);
+        c35 = _mm512_dpbusd_epi32(c35, b3, a);
+    }
+    if (rows > 0) tile_out4_row(c00, c10, c20, c30, m0 + 0, bias, sums, correction, mult, target, plane, q);
+    if (rows > 1) tile_out4_row(c01, c11, c21, c31, m0 + 1, bias, sums, correction, mult, target, plane, q);
+    if (rows > 2) tile_out4_row(c02, c12, c22, c32, m0 + 2, bias, sums, correction, mult, target, plane, q);
+    if (rows > 3) tile_out4_row(c03, c13, c23, c33, m0 + 3, bias, sums, correction, mult, target, plane, q);
+    if (rows > 4) tile_out4_row(c04, c14, c24, c34, m0 + 4, bias, sums, correction, mult, target, plane, q);
+    if (rows > 5) tile_out4_row(c05, c15, c25, c35, m0 + 5, bias, sums, correction, mult, target, plane, q);
+}
 #endif
 
 #if defined(__AVX2__)
@@ -362,7 +436,7 @@ typedef struct {
     const uint8_t *source, *b;
     uint8_t *patches;
     int64_t oh0, oh1, start, band, stride, panels, blocks, rows_per_block, depth, per_out,
-        image, group, plane, steps, row_blocks;
+        image, group, plane, steps, row_blocks, panel_group;
     uint8_t uz, flip, panel_flip;
     int pointwise;
     size_t panel_bytes;
@@ -382,44 +456,69 @@ static void gemm_patch_rows(void *context, int64_t unit) {
                   job->oh1, job->q);
 }
 
-/* One panel of the band times one block of weight rows, re-quantized into out. */
+/* Panels [group_size * first, ...) of the band (1, or 4 at a shallow depth) times one block
+ * of weight rows, re-quantized into out. */
 static void gemm_panel(void *context, int64_t unit) {
     const GemmJob *job = context;
     const Q *q = job->q;
-    const int64_t panel_index = unit / job->blocks, block = unit % job->blocks;
-    const int64_t local = panel_index * NR, p0 = job->start + local;
-    const int cols = (int)(job->band - local < NR ? job->band - local : NR);
+    const int64_t group_size = job->panel_group;
+    const int64_t first_panel = unit / job->blocks * group_size, block = unit % job->blocks;
+    const int64_t count = job->panels - first_panel < group_size ? job->panels - first_panel
+                                                                 : group_size;
     const int64_t depth = job->depth, per_out = job->per_out, group = job->group;
-    void *panel = scratch(0, job->panel_bytes);
-    pack_panel(job->b, job->stride, depth, job->pointwise ? p0 : local, cols, job->panel_flip,
-               job->uz, panel);
+    uint8_t *panels = scratch(0, job->panel_bytes * (size_t)group_size);
+    int full = 0; /* panels of NR positions each, from the first */
+    for (int64_t j = 0; j < count; j++) {
+        const int64_t local = (first_panel + j) * NR, p0 = job->start + local;
+        const int cols = (int)(job->band - local < NR ? job->band - local : NR);
+        full += cols == NR;
+        pack_panel(job->b, job->stride, depth, job->pointwise ? p0 : local, cols,
+                   job->panel_flip, job->uz, panels + j * job->panel_bytes);
+    }
     int32_t acc[MR * NR] __attribute__((aligned(32)));
     const int64_t first = group * per_out + block * job->rows_per_block;
     int64_t last = first + job->rows_per_block;
     if (last > (group + 1) * per_out) last = (group + 1) * per_out;
     for (int64_t m0 = first; m0 < last; m0 += MR) {
         const int rows = (int)(last - m0 < MR ? last - m0 : MR);
+        int64_t j = 0;
 #if defined(TILE_OUT)
-        tile_out(job->packed + (group * job->row_blocks + (m0 - group * per_out) / MR) * MR *
-                                   job->steps,
-                 depth, m0, rows, panel, job->bias, job->sums, job->correction, job->mult,
-                 job->out + job->image * q->m * job->plane + p0, job->plane, cols, q);
+        const int32_t *weights = job->packed + (group * job->row_blocks +
+                                                (m0 - group * per_out) / MR) * MR * job->steps;
+        uint8_t *target = job->out + job->image * q->m * job->plane + job->start +
+                          first_panel * NR;
+        if (full == 4) {
+            tile_out4(weights, job->steps, m0, rows, panels, job->panel_bytes, job->bias, job->sums,
+                      job->correction, job->mult, target, job->plane, q);
+            j = 4;
+        }
+        for (; j < count; j++) {
+            const int64_t local = (first_panel + j) * NR;
+            const int cols = (int)(job->band - local < NR ? job->band - local : NR);
+            tile_out(weights, depth, m0, rows, panels + j * job->panel_bytes, job->bias,
+                     job->sums, job->correction, job->mult, target + j * NR, job->plane, cols,
+                     q);
+        }
         continue;
 #endif
-        tile(job->w, depth, m0, rows, panel, acc);
-        for (int r = 0; r < rows; r++) {
-            const int64_t m = m0 + r;
-            uint8_t *target = job->out + (job->image * q->m + m) * job->plane + p0;
-            const int32_t shift = job->bias[m] - job->correction * job->sums[m];
-            const float scale = job->mult[m];
+        for (; j < count; j++) {
+            const int64_t local = (first_panel + j) * NR, p0 = job->start + local;
+            const int cols = (int)(job->band - local < NR ? job->band - local : NR);
+            tile(job->w, depth, m0, rows, panels + j * job->panel_bytes, acc);
+            for (int r = 0; r < rows; r++) {
+                const int64_t m = m0 + r;
+                uint8_t *target = job->out + (job->image * q->m + m) * job->plane + p0;
+                const int32_t shift = job->bias[m] - job->correction * job->sums[m];
+                const float scale = job->mult[m];
 #if defined(__AVX2__)
-            if (cols == NR) {
-                store_row(acc + r * NR, shift, scale, target, q);
-                continue;
-            }
+                if (cols == NR) {
+                    store_row(acc + r * NR, shift, scale, target, q);
+                    continue;
+                }
 #endif
-            for (int j = 0; j < cols; j++)
-                store_y(target, j, requantize(acc[r * NR + j] + shift, scale, q->yz), q);
+                for (int c = 0; c < cols; c++)
+                    store_y(target, c, requantize(acc[r * NR + c] + shift, scale, q->yz), q);
+            }
         }
     }
 }
@@ -467,11 +566,12 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
     if (band_rows > q->oh) band_rows = q->oh;
     uint8_t *patches = pointwise ? NULL : shared_buffer((size_t)(depth * band_rows * q->ow));
     GemmJob job = {q, w, bias, mult, out, NULL, NULL, patches, 0, 0, 0, 0, 0, 0, 1, MR,
-                   depth, per_out, 0, 0, plane, steps, 0, uz, flip, 0, pointwise, panel_bytes,
-                   correction, sums, NULL};
+                   depth, per_out, 0, 0, plane, steps, 0, 1, uz, flip, 0, pointwise,
+                   panel_bytes, correction, sums, NULL};
 #if defined(TILE_OUT)
     job.packed = packed;
     job.row_blocks = row_blocks;
+    if (depth <= SHALLOW) job.panel_group = 4; /* tile_out4 */
 #endif
     for (int64_t image = 0; image < q->n; image++)
         for (int64_t group = 0; group < q->groups; group++) {
@@ -487,9 +587,11 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
                 job.band = (job.oh1 - oh0) * q->ow;
                 job.stride = pointwise ? plane : job.band; /* of b's rows */
                 job.panels = (job.band + NR - 1) / NR;
-                /* units of work: panels x row blocks, enough blocks to share few panels */
+                const int64_t panel_groups = (job.panels + job.panel_group - 1) / job.panel_group;
+                /* units of work: groups of panels x row blocks, enough blocks to share few
+                 * panels */
                 int64_t blocks = 1;
-                while (job.panels * blocks < 4 * q->threads && per_out / (blocks * 2) >= MR)
+                while (panel_groups * blocks < 4 * q->threads && per_out / (blocks * 2) >= MR)
                     blocks *= 2;
                 job.blocks = blocks;
                 /* whole MR-row blocks each (tile_out's packed weights start at one) */
@@ -497,7 +599,7 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
                 if (!pointwise)
                     run_units((depth + PATCH_ROWS - 1) / PATCH_ROWS, q->threads, gemm_patch_rows,
                               &job);
-                run_units(job.panels * blocks, q->threads, gemm_panel, &job);
+                run_units(panel_groups * blocks, q->threads, gemm_panel, &job);
             }
         }
 }
