@@ -23,7 +23,8 @@
  *     matrix of u (written a band of output rows at a time, or the input as stored for an unpadded
  *     stride-1 1x1 kernel), re-packed 16 positions at a time into panels of k quads so that
  *     one vpdpbusd (AVX512-VNNI: u8 x s8, four products into int32, exact) serves 16 positions
- *     of one weight row; a 6 x 16 register tile (zmm, re-quantized in registers, weights as
+ *     of one weight row; a 6 x 16 register tile, 6 x 64 (four panels) up to a depth of 256
+ *     (zmm, re-quantized in registers, weights as
  *     gemm_pack's per-step int32 of 6 rows, with AVX-512); the re-quantization on the tile.
  *     Without VNNI the panels hold k pairs of (u - u_zero) as int16 for vpmaddwd (AVX2, also
  *     exact), or a scalar loop. Threads split the patch matrix's rows, then the panels.
