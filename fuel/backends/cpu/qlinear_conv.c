@@ -598,7 +598,7 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
                 /* whole MR-row blocks each (tile_out's packed weights start at one) */
                 job.rows_per_block = ((per_out + blocks - 1) / blocks + MR - 1) / MR * MR;
                 if (!pointwise)
-                    run_units((depth + PATCH_ROWS - 1) / PATCH_ROWS, q->threads, gemm_patch_rows,
+                    run_items((depth + PATCH_ROWS - 1) / PATCH_ROWS, q->threads, gemm_patch_rows,
                               &job);
                 run_units(panel_groups * blocks, q->threads, gemm_panel, &job);
             }

@@ -429,7 +429,7 @@ static void gemm_vnni(const uint8_t *x, const int8_t *w, const int32_t *bias, co
             job.sums = sums;
             job.source = x + (image * q->c + group * per_in) * in_plane;
             run_units((in_plane + 255) / 256, q->threads, vnni_channels_last, &job);
-            run_units(((blocks + NB_MOST - 1) / NB_MOST * tiles + TILE_UNIT - 1) / TILE_UNIT,
+            run_items(((blocks + NB_MOST - 1) / NB_MOST * tiles + TILE_UNIT - 1) / TILE_UNIT,
                       q->threads, vnni_tiles, &job);
         }
     }

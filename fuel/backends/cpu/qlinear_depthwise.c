@@ -136,7 +136,7 @@ static void depthwise_rows(const uint8_t *x, const int8_t *w, const int32_t *bia
     const DepthwiseJob job = {q, x, w, bias, mult, out, NULL};
     (void)in_plane;
     (void)out_plane;
-    run_units(planes, q->threads, depthwise_rows_plane, (void *)&job);
+    run_items(planes, q->threads, depthwise_rows_plane, (void *)&job);
 }
 
 #if defined(__AVX512F__)
@@ -281,7 +281,7 @@ static void plane_dots(const uint8_t *x, const int8_t *w, const int32_t *bias,
                        const float *mult, uint8_t *out, const Q *q) {
     const int64_t planes = q->n * q->c, count = q->h * q->w;
     const DepthwiseJob job = {q, x, w, bias, mult, out, NULL};
-    run_units(planes, planes * count >= (1 << 16) ? q->threads : 1, plane_dot, (void *)&job);
+    run_items(planes, planes * count >= (1 << 16) ? q->threads : 1, plane_dot, (void *)&job);
 }
 
 
@@ -481,6 +481,6 @@ static void quad_depthwise(const uint8_t *x, const int8_t *w, const int32_t *bia
     job.store_mask = store_mask;
     job.flip = flip;
     job.uz = uz;
-    run_units(planes, q->threads, quad_plane, &job);
+    run_items(planes, q->threads, quad_plane, &job);
 }
 #endif

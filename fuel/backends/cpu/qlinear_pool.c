@@ -175,5 +175,5 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
                                                          : 0;
     }
 #endif
-    run_units(p.planes, p.threads, pool_plane, &job);
+    run_items(p.planes, p.threads, pool_plane, &job);
 }

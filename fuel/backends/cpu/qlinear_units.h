@@ -22,6 +22,37 @@ static void run_units(int64_t count, int64_t team, unit_task task, void *context
         for (int64_t unit = 0; unit < count; unit++) task(context, unit);
 }
 
+/* Runs of consecutive items per unit: about 8 units a member, so that a unit is worth its
+ * claim (every unit claimed bumps one counter both cores write: per plane of a 7x7
+ * depthwise, 960 claims, two threads ran 1.3x faster than one instead of 2x). */
+static inline int64_t run_length(int64_t count, int64_t team) {
+    const int64_t units = 8 * (team > 1 ? team : 1);
+    return count > units ? (count + units - 1) / units : 1;
+}
+
+typedef struct {
+    unit_task task;
+    void *context;
+    int64_t count, length;
+} Runs;
+
+static inline void run_of(void *context, int64_t unit) {
+    const Runs *runs = context;
+    const int64_t end = (unit + 1) * runs->length < runs->count ? (unit + 1) * runs->length
+                                                               : runs->count;
+    for (int64_t item = unit * runs->length; item < end; item++) runs->task(runs->context, item);
+}
+
+/* run_units over `count` items in runs of run_length (items in order within a run). */
+static inline void run_items(int64_t count, int64_t team, unit_task task, void *context) {
+    Runs runs = {task, context, count, run_length(count, team)};
+    if (runs.length == 1 || team <= 1) {
+        run_units(count, team, task, context);
+        return;
+    }
+    run_units((count + runs.length - 1) / runs.length, team, run_of, &runs);
+}
+
 /* Whether this call hands over the pool (sizes[0] == POOL_SHARE): then it is taken. */
 static inline int take_pool(void **data, const int64_t *sizes) {
     if (sizes[0] != POOL_SHARE) return 0;
