@@ -10,7 +10,8 @@ Phases, each printed as a table row:
   3. a shared system prompt of about 500 tokens: time to first token of a second request
      (another question) against the first's;
   4. --json requests with a ``json_schema`` response format: how many parse and validate;
-  5. the server's resident memory after a warm-up and after the load;
+  5. the server's resident memory after a warm-up (a shorter rehearsal of every phase, so the
+     load meets few step buckets it has not met) and after the load;
   6. llama-cpp-python's server (``python -m llama_cpp.server``, same file, same threads): the
      one-client rate over the same prompts, when it is installed.
 
@@ -291,10 +292,12 @@ async def run_fuel(options, url, model) -> dict:
         for count in options.clients:
             await asyncio.gather(*(stream_chat(client, url, model, messages(f"{t}s"),
                                                options.max_tokens) for t in topics[:count]))
-        # and once each: a long prompt, a json_schema answer (llguidance's tokenizer view)
+        # a long prompt once, and json_schema answers 8 at a time like the json phase
+        # (llguidance's tokenizer view; those requests end at different lengths, so their
+        # steps meet row and logit-row buckets equal-length answers do not)
         await stream_chat(client, url, model, messages("a pond", "Be kind. " * 250), 4)
         if options.json:
-            await json_requests(client, url, model, 1, JSON_MAX_TOKENS)
+            await json_requests(client, url, model, min(options.json, 16), JSON_MAX_TOKENS)
         await asyncio.sleep(2.0)
         before = await metric(client, url, "fuel_resident_memory_bytes")
         progress("fuel serve: one client")
