@@ -12,7 +12,7 @@ import numpy as np
 from fuel.frontend.build import make
 from fuel.frontend.structured import matmul
 from fuel.ir import dtype as dt
-from fuel.ir.ops import CastParams
+from fuel.ir.ops import CastParams, definition
 from fuel.ir.params import ConvParams, QLinearConvParams, QuantizeParams
 from fuel.nn import conv as nn_conv
 from fuel.onnx.context import NodeContext, onnx_op
@@ -82,8 +82,9 @@ def quantize_linear(ctx: NodeContext) -> Tensor:
     zero = spread(zero, x, axis, block) if zero is not None else None
     quantized = quantize(x, scale, zero, target, bool(ctx.attr("saturate", 1)))
     table = tabulated(ctx, quantized)
-    if table is not quantized or single is None:
-        return table
+    if table is not quantized or single is None or definition(x._node.op).family in (
+            "unary", "binary", "select"):
+        return table  # a float elementwise producer: the decomposition fuses into its loop
     # per tensor: one pass (QLINEAR_QUANTIZE, the same float32 steps)
     return make(OpKind.QLINEAR_QUANTIZE, (x._node,), replace(single, target=target))
 
