@@ -275,12 +275,12 @@ class StepInputs:
                inverse_frequencies: np.ndarray, capacity: int, device,
                rows: int | None = None, rope_rows: np.ndarray | None = None) -> StepInputs:
         """Leaves for ``ids`` at cache positions ``start, start + 1, ...``, padded to
-        ``rows`` rows (default: one per id). ``rope_rows``: an array of at least as many
-        rotation matrices as rows, whose first rows the rope leaf is (on the CPU the leaf
+        ``rows`` rows (default: one per id). ``rope_rows``: an array of rotation matrices
+        whose first rows the rope leaf is where it holds enough (on the CPU the leaf
         then shares its memory: the kept leaves of a cache's row buckets hold one set of
         rotation matrices, not one a bucket)."""
         values = list(step_values(ids, start, config, inverse_frequencies, capacity, rows))
-        if rope_rows is not None:
+        if rope_rows is not None and rope_rows.shape[0] >= values[2].shape[0]:
             shared = rope_rows[:values[2].shape[0]]
             shared[...] = values[2]
             values[2] = shared
