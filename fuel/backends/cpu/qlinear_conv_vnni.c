@@ -270,133 +270,133 @@ static void vnni_tiles(void *context, int64_t index) {
         }
 #endif
         for (int64_t block = first_block; block < first_block + nb; block++) {
-        const uint8_t *weights = packed + block * block_bytes;
+            const uint8_t *weights = packed + block * block_bytes;
 #if defined(__AVX512F__)
-        /* zmm: 16 channels' sums per position in one register (a ymm vpdpbusd
-         * retires half the products per cycle on some cores) */
-        __m512i acc[PR];
-        if (rows == PR)
-            for (int r = 0; r < PR; r++) acc[r] = all[block - first_block][r];
-        else
-        switch (rows) { /* a tile of fewer positions sums only those */
-        case 1: vnni_sums(1, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
-        case 2: vnni_sums(2, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
-        case 3: vnni_sums(3, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
-        case 4: vnni_sums(4, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
-        case 5: vnni_sums(5, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
-        default: vnni_sums(PR, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q);
-        }
-        const int64_t m0 = block * MB;
-        const int count = (int)(per_out - m0 < MB ? per_out - m0 : MB);
-        int32_t shift[MB] __attribute__((aligned(64)));
-        float scale[MB] __attribute__((aligned(64)));
-        for (int j = 0; j < MB; j++) {
-            const int64_t m = group * per_out + m0 + (j < count ? j : 0);
-            shift[j] = bias[m] - (int32_t)uz * sums[m0 + (j < count ? j : 0)];
-            scale[j] = mult[m];
-        }
-        const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
-        const __m512i shifts = _mm512_load_si512(shift);
-        const __m512 scales = _mm512_load_ps(scale);
-        uint8_t bytes[PR][MB]; /* [position][channel], then per channel a run */
-        for (int r = 0; r < rows; r++) {
-            const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_add_epi32(acc[r], shifts)), scales)), zero);
-            _mm_storeu_si128((__m128i *)bytes[r], q->y_signed
-                ? _mm512_cvtsepi32_epi8(v)
-                : _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512())));
-        }
+            /* zmm: 16 channels' sums per position in one register (a ymm vpdpbusd
+             * retires half the products per cycle on some cores) */
+            __m512i acc[PR];
+            if (rows == PR)
+                for (int r = 0; r < PR; r++) acc[r] = all[block - first_block][r];
+            else
+                switch (rows) { /* a tile of fewer positions sums only those */
+            case 1: vnni_sums(1, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
+            case 2: vnni_sums(2, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
+            case 3: vnni_sums(3, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
+            case 4: vnni_sums(4, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
+            case 5: vnni_sums(5, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q); break;
+            default: vnni_sums(PR, acc, ih0, iw0, weights, channels_last, zeros, c4, quads, q);
+            }
+            const int64_t m0 = block * MB;
+            const int count = (int)(per_out - m0 < MB ? per_out - m0 : MB);
+            int32_t shift[MB] __attribute__((aligned(64)));
+            float scale[MB] __attribute__((aligned(64)));
+            for (int j = 0; j < MB; j++) {
+                const int64_t m = group * per_out + m0 + (j < count ? j : 0);
+                shift[j] = bias[m] - (int32_t)uz * sums[m0 + (j < count ? j : 0)];
+                scale[j] = mult[m];
+            }
+            const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
+            const __m512i shifts = _mm512_load_si512(shift);
+            const __m512 scales = _mm512_load_ps(scale);
+            uint8_t bytes[PR][MB]; /* [position][channel], then per channel a run */
+            for (int r = 0; r < rows; r++) {
+                const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_add_epi32(acc[r], shifts)), scales)), zero);
+                _mm_storeu_si128((__m128i *)bytes[r], q->y_signed
+                    ? _mm512_cvtsepi32_epi8(v)
+                    : _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512())));
+            }
 #else
-        __m256i acc[PR][2];
-        for (int r = 0; r < PR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-        for (int64_t kh = 0; kh < q->kh; kh++)
-            for (int64_t kw = 0; kw < q->kw; kw++) {
-                const uint8_t *at[PR];
-                for (int r = 0; r < PR; r++) {
-                    const int64_t ih = ih0[r] + kh * q->dh, iw = iw0[r] + kw * q->dw;
-                    at[r] = ih >= 0 && ih < q->h && iw >= 0 && iw < q->w
-                        ? channels_last + (ih * q->w + iw) * c4 : zeros;
-                }
-                const uint8_t *wq = weights + (kh * q->kw + kw) * quads * MB * 4;
-                for (int64_t quad = 0; quad < quads; quad++) {
-                    const __m256i b0 = _mm256_load_si256((const __m256i *)(wq + quad * 64));
-                    const __m256i b1 = _mm256_load_si256((const __m256i *)(wq + quad * 64 + 32));
+            __m256i acc[PR][2];
+            for (int r = 0; r < PR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+            for (int64_t kh = 0; kh < q->kh; kh++)
+                for (int64_t kw = 0; kw < q->kw; kw++) {
+                    const uint8_t *at[PR];
                     for (int r = 0; r < PR; r++) {
-                        int32_t value;
-                        memcpy(&value, at[r] + quad * 4, sizeof(value));
-                        const __m256i a = _mm256_set1_epi32(value);
-                        acc[r][0] = _mm256_dpbusd_epi32(acc[r][0], a, b0);
-                        acc[r][1] = _mm256_dpbusd_epi32(acc[r][1], a, b1);
+                        const int64_t ih = ih0[r] + kh * q->dh, iw = iw0[r] + kw * q->dw;
+                        at[r] = ih >= 0 && ih < q->h && iw >= 0 && iw < q->w
+                            ? channels_last + (ih * q->w + iw) * c4 : zeros;
+                    }
+                    const uint8_t *wq = weights + (kh * q->kw + kw) * quads * MB * 4;
+                    for (int64_t quad = 0; quad < quads; quad++) {
+                        const __m256i b0 = _mm256_load_si256((const __m256i *)(wq + quad * 64));
+                        const __m256i b1 = _mm256_load_si256((const __m256i *)(wq + quad * 64 + 32));
+                        for (int r = 0; r < PR; r++) {
+                            int32_t value;
+                            memcpy(&value, at[r] + quad * 4, sizeof(value));
+                            const __m256i a = _mm256_set1_epi32(value);
+                            acc[r][0] = _mm256_dpbusd_epi32(acc[r][0], a, b0);
+                            acc[r][1] = _mm256_dpbusd_epi32(acc[r][1], a, b1);
+                        }
                     }
                 }
-            }
-        /* re-quantize 16 channels per position, then scatter to NCHW */
-        const int64_t m0 = block * MB;
-        const int count = (int)(per_out - m0 < MB ? per_out - m0 : MB);
-        int32_t shift[MB] __attribute__((aligned(32)));
-        float scale[MB] __attribute__((aligned(32)));
-        for (int j = 0; j < MB; j++) {
-            const int64_t m = group * per_out + m0 + (j < count ? j : 0);
-            shift[j] = bias[m] - (int32_t)uz * sums[m0 + (j < count ? j : 0)];
-            scale[j] = mult[m];
-        }
-        const __m256i zero = _mm256_set1_epi32((int32_t)q->yz);
-        uint8_t bytes[PR][MB]; /* [position][channel], then per channel a run */
-        for (int r = 0; r < rows; r++) {
-            __m256i v[2];
-            for (int h = 0; h < 2; h++) {
-                const __m256i sum = _mm256_add_epi32(
-                    acc[r][h], _mm256_load_si256((const __m256i *)shift + h));
-                v[h] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(
-                    _mm256_cvtepi32_ps(sum), _mm256_load_ps(scale + 8 * h))), zero);
-            }
-            const __m256i words = _mm256_permute4x64_epi64(
-                _mm256_packs_epi32(v[0], v[1]), 0xd8);
-            const __m128i low = _mm256_castsi256_si128(words);
-            const __m128i high = _mm256_extracti128_si256(words, 1);
-            _mm_storeu_si128((__m128i *)bytes[r], q->y_signed
-                             ? _mm_packs_epi16(low, high) : _mm_packus_epi16(low, high));
-        }
-#endif
-        /* the tile's positions are consecutive in each channel's plane: one run
-         * of `rows` bytes per channel (the scatter of single bytes cost more than
-         * the sums at 16 channels) */
-        uint8_t *first = out + (image * q->m + group * per_out + m0) * plane + p0;
-#if PR == 6
-        if (rows == PR && count == MB) { /* transposed by byte and word unpacks */
-            const __m128i r0 = _mm_loadu_si128((const __m128i *)bytes[0]);
-            const __m128i r1 = _mm_loadu_si128((const __m128i *)bytes[1]);
-            const __m128i r2 = _mm_loadu_si128((const __m128i *)bytes[2]);
-            const __m128i r3 = _mm_loadu_si128((const __m128i *)bytes[3]);
-            const __m128i r4 = _mm_loadu_si128((const __m128i *)bytes[4]);
-            const __m128i r5 = _mm_loadu_si128((const __m128i *)bytes[5]);
-            const __m128i a_lo = _mm_unpacklo_epi8(r0, r1), a_hi = _mm_unpackhi_epi8(r0, r1);
-            const __m128i b_lo = _mm_unpacklo_epi8(r2, r3), b_hi = _mm_unpackhi_epi8(r2, r3);
-            const __m128i tail[2] = {_mm_unpacklo_epi8(r4, r5), _mm_unpackhi_epi8(r4, r5)};
-            const __m128i head[4] = {_mm_unpacklo_epi16(a_lo, b_lo), _mm_unpackhi_epi16(a_lo, b_lo),
-                                     _mm_unpacklo_epi16(a_hi, b_hi), _mm_unpackhi_epi16(a_hi, b_hi)};
-            int32_t heads[16];
-            int16_t tails[16];
-            for (int v = 0; v < 4; v++) _mm_storeu_si128((__m128i *)heads + v, head[v]);
-            for (int v = 0; v < 2; v++) _mm_storeu_si128((__m128i *)tails + v, tail[v]);
+            /* re-quantize 16 channels per position, then scatter to NCHW */
+            const int64_t m0 = block * MB;
+            const int count = (int)(per_out - m0 < MB ? per_out - m0 : MB);
+            int32_t shift[MB] __attribute__((aligned(32)));
+            float scale[MB] __attribute__((aligned(32)));
             for (int j = 0; j < MB; j++) {
-                memcpy(first + j * plane, &heads[j], 4);
-                memcpy(first + j * plane + 4, &tails[j], 2);
+                const int64_t m = group * per_out + m0 + (j < count ? j : 0);
+                shift[j] = bias[m] - (int32_t)uz * sums[m0 + (j < count ? j : 0)];
+                scale[j] = mult[m];
             }
-            continue;
-        }
+            const __m256i zero = _mm256_set1_epi32((int32_t)q->yz);
+            uint8_t bytes[PR][MB]; /* [position][channel], then per channel a run */
+            for (int r = 0; r < rows; r++) {
+                __m256i v[2];
+                for (int h = 0; h < 2; h++) {
+                    const __m256i sum = _mm256_add_epi32(
+                        acc[r][h], _mm256_load_si256((const __m256i *)shift + h));
+                    v[h] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(
+                        _mm256_cvtepi32_ps(sum), _mm256_load_ps(scale + 8 * h))), zero);
+                }
+                const __m256i words = _mm256_permute4x64_epi64(
+                    _mm256_packs_epi32(v[0], v[1]), 0xd8);
+                const __m128i low = _mm256_castsi256_si128(words);
+                const __m128i high = _mm256_extracti128_si256(words, 1);
+                _mm_storeu_si128((__m128i *)bytes[r], q->y_signed
+                                 ? _mm_packs_epi16(low, high) : _mm_packus_epi16(low, high));
+            }
 #endif
-        uint8_t runs[MB][PR];
-        for (int j = 0; j < MB; j++)
-            for (int r = 0; r < PR; r++) runs[j][r] = bytes[r < rows ? r : 0][j];
-        if (rows == PR)
-            for (int j = 0; j < count; j++) {
-                memcpy(first + j * plane, runs[j], 4);
-                memcpy(first + j * plane + 4, runs[j] + 4, PR - 4);
+            /* the tile's positions are consecutive in each channel's plane: one run
+             * of `rows` bytes per channel (the scatter of single bytes cost more than
+             * the sums at 16 channels) */
+            uint8_t *first = out + (image * q->m + group * per_out + m0) * plane + p0;
+#if PR == 6
+            if (rows == PR && count == MB) { /* transposed by byte and word unpacks */
+                const __m128i r0 = _mm_loadu_si128((const __m128i *)bytes[0]);
+                const __m128i r1 = _mm_loadu_si128((const __m128i *)bytes[1]);
+                const __m128i r2 = _mm_loadu_si128((const __m128i *)bytes[2]);
+                const __m128i r3 = _mm_loadu_si128((const __m128i *)bytes[3]);
+                const __m128i r4 = _mm_loadu_si128((const __m128i *)bytes[4]);
+                const __m128i r5 = _mm_loadu_si128((const __m128i *)bytes[5]);
+                const __m128i a_lo = _mm_unpacklo_epi8(r0, r1), a_hi = _mm_unpackhi_epi8(r0, r1);
+                const __m128i b_lo = _mm_unpacklo_epi8(r2, r3), b_hi = _mm_unpackhi_epi8(r2, r3);
+                const __m128i tail[2] = {_mm_unpacklo_epi8(r4, r5), _mm_unpackhi_epi8(r4, r5)};
+                const __m128i head[4] = {_mm_unpacklo_epi16(a_lo, b_lo), _mm_unpackhi_epi16(a_lo, b_lo),
+                                         _mm_unpacklo_epi16(a_hi, b_hi), _mm_unpackhi_epi16(a_hi, b_hi)};
+                int32_t heads[16];
+                int16_t tails[16];
+                for (int v = 0; v < 4; v++) _mm_storeu_si128((__m128i *)heads + v, head[v]);
+                for (int v = 0; v < 2; v++) _mm_storeu_si128((__m128i *)tails + v, tail[v]);
+                for (int j = 0; j < MB; j++) {
+                    memcpy(first + j * plane, &heads[j], 4);
+                    memcpy(first + j * plane + 4, &tails[j], 2);
+                }
+                continue;
             }
-        else
-            for (int j = 0; j < count; j++)
-                for (int r = 0; r < rows; r++) first[j * plane + r] = runs[j][r];
+#endif
+            uint8_t runs[MB][PR];
+            for (int j = 0; j < MB; j++)
+                for (int r = 0; r < PR; r++) runs[j][r] = bytes[r < rows ? r : 0][j];
+            if (rows == PR)
+                for (int j = 0; j < count; j++) {
+                    memcpy(first + j * plane, runs[j], 4);
+                    memcpy(first + j * plane + 4, runs[j] + 4, PR - 4);
+                }
+            else
+                for (int j = 0; j < count; j++)
+                    for (int r = 0; r < rows; r++) first[j * plane + r] = runs[j][r];
         }
     }
 }
