@@ -33,7 +33,8 @@ from fuel.ir.params import QLinearConvParams
 
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCES = tuple(Path(__file__).with_name(name)
-                for name in ("qlinear_conv.c", "qlinear_depthwise.c", "qlinear_conv_vnni.c"))
+                for name in ("qlinear_conv.c", "qlinear_gemm.c", "qlinear_depthwise.c",
+                             "qlinear_conv_vnni.c"))
 PARALLEL_WORK = 1 << 20
 # A depthwise multiply-add costs about this many of the dense forms' (one vpdpbusd lane per 4
 # taps of one position, against 4 input channels of 16 positions): its launches split from a
@@ -74,8 +75,8 @@ def library():
 
 
 def source() -> str:
-    """The kernel's C source: qlinear_units.h, qlinear_conv.c, qlinear_depthwise.c, then
-    qlinear_conv_vnni.c (one library)."""
+    """The kernel's C source: qlinear_units.h, qlinear_conv.c, qlinear_gemm.c,
+    qlinear_depthwise.c, then qlinear_conv_vnni.c (one library)."""
     return "".join(path.read_text() for path in (UNITS,) + SOURCES)
 
 
