@@ -110,7 +110,7 @@ def test_every_sibling_matches_the_reference(rank):
             if entry.kernel.accepts(layouts, params):
                 met.add(entry.kernel.form)
     if rank < 3:  # winograd's shapes are rare here: its own test below meets them
-        assert met | {"winograd"} == set(convolution_c.FORMS), f"forms met: {met}"
+        assert met | {"winograd", "lanes"} == set(convolution_c.FORMS), f"forms met: {met}"
 
 
 WINOGRAD_CASES = [  # (N, C, H, W, M, pads (top, left, bottom, right), threads)
@@ -151,16 +151,51 @@ def test_winograd_matches_the_reference(monkeypatch, case):
                                     launches=2), expected, rtol=1e-4, atol=1e-4 * scale)
 
 
+LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), threads)
+    (1, 64, 7, 7, 64, 3, 3, (1, 1, 1, 1), "1"), (2, 37, 5, 9, 50, 3, 3, (1, 2, 0, 1), "2"),
+    (1, 300, 13, 13, 33, 1, 1, (0, 0, 0, 0), "2"), (3, 9, 11, 17, 70, 3, 5, (2, 0, 1, 2), "3"),
+    (1, 520, 7, 7, 40, 1, 1, (1, 1, 1, 1), "2"), (1, 16, 1, 12, 96, 1, 3, (0, 1, 0, 1), "1")]
+
+
+@pytest.mark.parametrize("case", LANES_CASES)
+def test_lanes_matches_the_reference(monkeypatch, case):
+    """conv_lanes.h: output rows cut into pieces of 1 to 8 positions, K over a K block,
+    output channels off the 32-channel blocks, pads, batches, threads (row parts), every
+    epilogue part; constant weights (transposed once) and weights from a feed."""
+    n, c, h, w, m, kh, kw, pads, threads = case
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(c * m + h)
+    conv = ConvParams((1, 1), pads[:2], pads[2:], (1, 1), 1)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = (rng.standard_normal((m, c, kh, kw)) / np.sqrt(c * kh * kw)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    y = reference(x, weight, conv)
+    extra = rng.standard_normal(y.shape).astype(np.float32)
+    expected = np.maximum(y + bias[None, :, None, None] + extra, 0.0)
+    scale = max(1.0, float(np.abs(expected).max()))
+    fused = next(e for e in _siblings(OpKind.CONV_FUSED, 4) if e.kernel.form == "lanes")
+    for constant in (True, False):
+        params = ConvEpilogueParams(conv, "relu", 0.0, 0.0, True, constant_weights=constant)
+        np.testing.assert_allclose(_run(fused, [x, weight, bias, extra], y.shape, params,
+                                        launches=2), expected, rtol=1e-4, atol=1e-4 * scale)
+
+
 def test_the_rule_picks_winograd_for_large_planes():
     wide = convolution_c.Geometry(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1)
     small = convolution_c.Geometry(1, 512, 7, 7, 512, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1, 1)
     strided = convolution_c.Geometry(1, 64, 56, 56, 64, 3, 3, 28, 28, 2, 2, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(wide) == "winograd"
     assert convolution_c.choose_form(small) == "gemm"
-    assert convolution_c.choose_form(small, constant=True) == "gemm"
+    lanes = "lanes" if convolution_c.avx512() else "gemm"
+    assert convolution_c.choose_form(small, constant=True) == lanes
     squeeze = convolution_c.Geometry(1, 64, 13, 13, 256, 3, 3, 13, 13, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(squeeze) == "gemm"
-    assert convolution_c.choose_form(squeeze, constant=True) == "winograd"
+    assert convolution_c.choose_form(squeeze, constant=True) == (
+        "lanes" if convolution_c.avx512() else "winograd")
+    middle = convolution_c.Geometry(1, 256, 14, 14, 256, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1, 1)
+    assert convolution_c.choose_form(middle, constant=True) == "winograd"
+    shallow = convolution_c.Geometry(1, 256, 13, 13, 48, 1, 1, 13, 13, 1, 1, 1, 1, 0, 0, 1)
+    assert convolution_c.choose_form(shallow, constant=True) == "gemm"  # 48: a half block
     expand = convolution_c.Geometry(1, 32, 27, 27, 128, 3, 3, 27, 27, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(expand, constant=True) == "gemm"
     fire = convolution_c.Geometry(1, 16, 55, 55, 64, 3, 3, 55, 55, 1, 1, 1, 1, 1, 1, 1)
