@@ -55,60 +55,8 @@ static inline __m512 direct_load(const float *row, int64_t base, const Shape *s,
 
 /* A 1x1 stride-1 unpadded convolution: the plane as one row, unit i: image i / (spans x
  * groups), positions [span * (i / groups % spans), + span) (read and written as stored),
- * output channel blocks [per_group * (i % groups), + per_group). A tile is 8 output channels
- * x up to 3 vectors (48 positions) of 24 accumulators: per input channel 3 loads and 8
- * broadcasts feed 24 FMAs (16 channels x 1 vector needed 17 for 16). */
-#define DIRECT_SPAN 192
-#define DIRECT_VECTORS 3
-#define DIRECT_EACH8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-/* 8 output channels x V vectors from (image + q), weights[c * 16 + i], the epilogue stored;
- * `last` masks the last vector's lanes. One expansion per V (gcc keeps the accumulators in
- * registers only when each is its own variable). */
-#define DIRECT_TILE(V) \
-static void direct_pointwise_tile##V( \
-        const DirectJob *j, const float *image, const float *weights, const float *bias, \
-        int64_t n, int64_t m0, int64_t live, int64_t q, __mmask16 last) { \
-    const Shape *s = j->s; \
-    const int64_t plane = s->h * s->w; \
-    DIRECT_EACH8(DIRECT_T_START##V) \
-    const float *x = image + q; \
-    for (int64_t c = 0; c < s->c; c++, x += plane) { \
-        DIRECT_T_LOAD##V \
-        const float *w = weights + c * 16; \
-        DIRECT_EACH8(DIRECT_T_FMA##V) \
-    } \
-    DIRECT_EACH8(DIRECT_T_STORE##V) \
-}
-#define DIRECT_T_START1(i) __m512 a##i##_0 = _mm512_set1_ps(bias[i]);
-#define DIRECT_T_START2(i) DIRECT_T_START1(i) __m512 a##i##_1 = a##i##_0;
-#define DIRECT_T_START3(i) DIRECT_T_START2(i) __m512 a##i##_2 = a##i##_0;
-#define DIRECT_T_LOAD1 const __m512 in_0 = _mm512_maskz_loadu_ps(last, x);
-#define DIRECT_T_LOAD2 const __m512 in_0 = _mm512_loadu_ps(x), \
-    in_1 = _mm512_maskz_loadu_ps(last, x + 16);
-#define DIRECT_T_LOAD3 _mm_prefetch((const char *)(x + 48), _MM_HINT_T0); \
-    _mm_prefetch((const char *)(x + 64), _MM_HINT_T0); \
-    _mm_prefetch((const char *)(x + 80), _MM_HINT_T0); \
-    const __m512 in_0 = _mm512_loadu_ps(x), in_1 = _mm512_loadu_ps(x + 16), \
-    in_2 = _mm512_maskz_loadu_ps(last, x + 32);
-#define DIRECT_T_FMA1(i) const __m512 b##i = _mm512_set1_ps(w[i]); \
-    a##i##_0 = _mm512_fmadd_ps(b##i, in_0, a##i##_0);
-#define DIRECT_T_FMA2(i) DIRECT_T_FMA1(i) a##i##_1 = _mm512_fmadd_ps(b##i, in_1, a##i##_1);
-#define DIRECT_T_FMA3(i) DIRECT_T_FMA2(i) a##i##_2 = _mm512_fmadd_ps(b##i, in_2, a##i##_2);
-#define DIRECT_T_PUT(i, v, keep) { \
-    const int64_t at = (n * s->m + m0 + i) * plane + q + 16 * v; \
-    __m512 r = a##i##_##v; \
-    if (j->residual != NULL) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(keep, j->residual + at)); \
-    r = act16(r, s->act, j->alpha, j->beta, j->slope != NULL ? j->slope[m0 + i] : 0.0f); \
-    if (keep == 0xFFFF) _mm512_storeu_ps(j->out + at, r); \
-    else _mm512_mask_storeu_ps(j->out + at, keep, r); }
-#define DIRECT_T_STORE1(i) if (i < live) { DIRECT_T_PUT(i, 0, last) }
-#define DIRECT_T_STORE2(i) if (i < live) { DIRECT_T_PUT(i, 0, 0xFFFF) DIRECT_T_PUT(i, 1, last) }
-#define DIRECT_T_STORE3(i) if (i < live) { DIRECT_T_PUT(i, 0, 0xFFFF) DIRECT_T_PUT(i, 1, 0xFFFF) \
-    DIRECT_T_PUT(i, 2, last) }
-DIRECT_TILE(1)
-DIRECT_TILE(2)
-DIRECT_TILE(3)
-
+ * output channel blocks [per_group * (i % groups), + per_group). */
+#define DIRECT_SPAN 256
 static void direct_pointwise_task(void *context, int64_t unit) {
     const DirectJob *j = context;
     const Shape *s = j->s;
@@ -121,24 +69,34 @@ static void direct_pointwise_task(void *context, int64_t unit) {
                                                                   : j->blocks;
     const int64_t end = first + DIRECT_SPAN < plane ? first + DIRECT_SPAN : plane;
     const float *image = j->x + n * s->c * plane;
-    for (int64_t q = first; q < end; q += 16 * DIRECT_VECTORS) {
-        const int64_t left = end - q < 16 * DIRECT_VECTORS ? end - q : 16 * DIRECT_VECTORS;
-        const int vectors = (int)((left + 15) / 16);
-        const int64_t tail = left - 16 * (vectors - 1);
-        const __mmask16 last = tail >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tail) - 1);
-        for (int64_t block = block_begin; block < block_end; block++)
-            for (int64_t half = 0; half < 2; half++) {
-                const int64_t m0 = block * 16 + 8 * half, live = s->m - m0 < 8 ? s->m - m0 : 8;
-                if (live <= 0) break;
-                const float *weights = j->packed + block * 16 * (s->c + 1) + 8 * half;
-                const float *bias = weights + 16 * s->c;
-                if (vectors == 3)
-                    direct_pointwise_tile3(j, image, weights, bias, n, m0, live, q, last);
-                else if (vectors == 2)
-                    direct_pointwise_tile2(j, image, weights, bias, n, m0, live, q, last);
-                else
-                    direct_pointwise_tile1(j, image, weights, bias, n, m0, live, q, last);
+    for (int64_t block = block_begin; block < block_end; block++) {
+        const float *weights = j->packed + block * 16 * (s->c + 1);
+        const float *bias = weights + 16 * s->c;
+        const int64_t m0 = block * 16, live = s->m - m0 < 16 ? s->m - m0 : 16;
+        for (int64_t q = first; q < end; q += 16) {
+            const __mmask16 keep = end - q >= 16 ? (__mmask16)0xFFFF
+                                                 : (__mmask16)((1u << (end - q)) - 1);
+#define DIRECT_START(i) __m512 a##i = _mm512_set1_ps(bias[i]);
+            DIRECT_EACH(DIRECT_START)
+#undef DIRECT_START
+            for (int64_t c = 0; c < s->c; c++) {
+                const __m512 v = _mm512_maskz_loadu_ps(keep, image + c * plane + q);
+                const float *w = weights + c * 16;
+#define DIRECT_FMA(i) a##i = _mm512_fmadd_ps(_mm512_set1_ps(w[i]), v, a##i);
+                DIRECT_EACH(DIRECT_FMA)
+#undef DIRECT_FMA
             }
+#define DIRECT_STORE(i) if (i < live) { \
+                const int64_t at = (n * s->m + m0 + i) * plane + q; \
+                __m512 v = a##i; \
+                if (j->residual != NULL) \
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, j->residual + at)); \
+                v = act16(v, s->act, j->alpha, j->beta, \
+                          j->slope != NULL ? j->slope[m0 + i] : 0.0f); \
+                _mm512_mask_storeu_ps(j->out + at, keep, v); }
+            DIRECT_EACH(DIRECT_STORE)
+#undef DIRECT_STORE
+        }
     }
 }
 
