@@ -1,6 +1,6 @@
 /* conv.c's lanes form (after conv_common.h, conv_gemm.h and conv_wide.h, before conv.c, whose
- * fuel_kernel calls lanes_weights and lanes_conv): a stride-1 undilated convolution with
- * constant weights on a small plane (a 7x7 or 14x14 map: 49 positions fill three 16-lane
+ * fuel_kernel calls lanes_weights and lanes_conv): a dense convolution with constant weights
+ * on a small plane (a 7x7 or 14x14 map: 49 positions fill three 16-lane
  * panels and one lone column, which the gemm form ran as dot products over the whole K,
  * streaming the weights a second time, after packing the patch values by runs of 7).
  *
@@ -9,10 +9,10 @@
  * lanes. The weights are transposed once, when the launch is prepared (LANES_WEIGHTS): per
  * block of LANES_MB output channels, K rows of LANES_MB floats (zero past M), so a tile reads
  * them as one stream. The input is copied once per launch into zero-padded planes
- * (HP = OH + KH - 1 rows of WP = OW + KW - 1; a 1x1 unpadded convolution reads it as stored),
- * so patch value (c, kh, kw) of output (oh, ow) is padded[c][oh + kh][ow + kw]. A tile is
- * LANES_MB output channels (two vectors) x R <= LANES_R consecutive positions of one output
- * row, over a K block (LANES_KC): per patch row two loads and R broadcasts feed 2R FMAs. The
+ * (HP = (OH - 1) SH + (KH - 1) DH + 1 rows of WP = (OW - 1) SW + (KW - 1) DW + 1; a 1x1
+ * stride-1 unpadded convolution reads it as stored), so patch value (c, kh, kw) of output
+ * (oh, ow) is padded[c][oh SH + kh DH][ow SW + kw DW]. A tile is LANES_MB output channels
+ * (two vectors) x R <= LANES_R consecutive positions of one output row, over a K block (LANES_KC): per patch row two loads and R broadcasts feed 2R FMAs. The
  * K blocks' partial sums wait in a small buffer (positions x LANES_MB); the last K block
  * writes the tile's sums to the output transposed, then the epilogue runs on the unit's
  * output rows (conv_common.h's finish). A unit is one image's block of output channels over
@@ -52,10 +52,10 @@ typedef struct {
     const Finish *f;
     const float *planes;     /* the zero-padded planes (or x itself), per image `image` floats */
     const int64_t *offsets;  /* per patch row (c, kh, kw): its offset in an image's planes */
-    int64_t wp, image, k, blocks, parts;
+    int64_t hp, wp, image, k, blocks, parts;
 } LanesJob;
 
-/* R positions (b[offsets[l] + i], i < R) x two vectors of output channels over kc patch rows
+/* R positions (b[offsets[l] + i * sw], i < R) x two vectors of output channels over kc patch rows
  * (wt: kc rows of LANES_MB floats); partial sums in `sums` (R rows of LANES_MB): read first
  * unless `first`, written back unless `last`, where they go to the output instead:
  * out[j * plane + i] for channels j < live. */
@@ -71,15 +71,15 @@ typedef struct {
                                                : _mm512_load_ps(sums + i * LANES_MB), \
                               c##i##_1 = first ? _mm512_setzero_ps() \
                                                : _mm512_load_ps(sums + i * LANES_MB + 16);
-#define LANES_FMA(i) { const __m512 x = _mm512_set1_ps(row[i]); \
+#define LANES_FMA(i) { const __m512 x = _mm512_set1_ps(row[i * sw]); \
                        c##i##_0 = _mm512_fmadd_ps(x, w0, c##i##_0); \
                        c##i##_1 = _mm512_fmadd_ps(x, w1, c##i##_1); }
 #define LANES_KEEP(i) _mm512_store_ps(sums + i * LANES_MB, c##i##_0); \
                       _mm512_store_ps(sums + i * LANES_MB + 16, c##i##_1);
 #define LANES_TILE(R) \
 static void lanes_tile##R(const float *b, const int64_t *offsets, const float *wt, int64_t kc, \
-                          float *sums, int first, int last, float *out, int64_t plane, \
-                          int64_t live) { \
+                          int64_t sw, float *sums, int first, int last, float *out, \
+                          int64_t plane, int64_t live) { \
     LANES_EACH##R(LANES_START) \
     for (int64_t l = 0; l < kc; l++) { \
         const float *w = wt + l * LANES_MB, *row = b + offsets[l]; \
@@ -125,13 +125,13 @@ static void lanes_task(void *context, int64_t u) {
             for (int64_t piece = 0, ow = 0; piece < pieces; piece++) {
                 const int64_t end = s->ow * (piece + 1) / pieces, r = end - ow;
                 const int64_t p = oh * s->ow + ow;
-                const float *b = planes + oh * j->wp + ow;
+                const float *b = planes + oh * s->sh * j->wp + ow * s->sw;
                 const int64_t *offsets = j->offsets + l0;
                 const float *w = wt + l0 * LANES_MB;
                 float *partial = sums + p * LANES_MB;
                 switch (r) {
-#define LANES_CASE(R) case R: lanes_tile##R(b, offsets, w, kc, partial, first, last, out + p, \
-                                            plane, live); break;
+#define LANES_CASE(R) case R: lanes_tile##R(b, offsets, w, kc, s->sw, partial, first, last, \
+                                            out + p, plane, live); break;
                     LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
                     LANES_CASE(6) LANES_CASE(7) LANES_CASE(8)
 #undef LANES_CASE
@@ -154,7 +154,7 @@ static void lanes_task(void *context, int64_t u) {
 static void lanes_pad_task(void *context, int64_t u) {
     const LanesJob *j = context;
     const Shape *s = j->s;
-    const int64_t hp = s->oh + s->kh - 1, wp = j->wp;
+    const int64_t hp = j->hp, wp = j->wp;
     const float *source = j->x + u * s->h * s->w;
     float *target = (float *)j->planes + u * hp * wp;
     for (int64_t r = 0; r < hp; r++) {
@@ -186,11 +186,13 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
     int64_t *offsets = (int64_t *)thread_buffer(3, (size_t)(2 * j.k + 2));
     const int as_stored = s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0
                           && s->oh == s->h && s->ow == s->w;
-    const int64_t hp = as_stored ? s->h : s->oh + s->kh - 1;
-    j.wp = as_stored ? s->w : s->ow + s->kw - 1;
+    const int64_t hp = as_stored ? s->h : (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1;
+    j.hp = hp;
+    j.wp = as_stored ? s->w : (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1;
     j.image = s->c * hp * j.wp;
     for (int64_t l = 0; l < j.k; l++)
-        offsets[l] = (l / taps) * hp * j.wp + (l % taps) / s->kw * j.wp + l % s->kw;
+        offsets[l] = (l / taps) * hp * j.wp + (l % taps) / s->kw * s->dh * j.wp
+                     + l % s->kw * s->dw;
     j.offsets = offsets;
     if (as_stored) {
         j.planes = x;

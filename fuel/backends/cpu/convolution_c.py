@@ -29,8 +29,7 @@ it does not take runs ``gemm``), so a judge may time any of them on the same ope
   on small planes, where the other forms' per-image tiles run mostly empty (a small CNN's
   convolutions and their gradients);
 - ``winograd``: 3x3, stride 1, undilated, groups 1: winograd.c's F(2x2, 3x3);
-- ``lanes``: stride 1, undilated, groups 1: conv.c's lanes form (conv_lanes.h), the GEMM
-  turned over (output channels in the lanes, positions broadcast), the weights transposed
+- ``lanes``: groups 1: conv.c's lanes form (conv_lanes.h), the GEMM turned over (output channels in the lanes, positions broadcast), the weights transposed
   once when they are constant; the rule's choice for small planes (7x7 to 14x14) and deep
   patches;
 - ``auto`` (registered first, so it runs today): picks per launch by ``choose_form``.
@@ -156,9 +155,11 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 # against gemm's 2590 (onnxruntime 1981), 256->256 3x3 at 7x7 538 against 735, 48->192 3x3
 # at 13x13 267 against winograd's 289 (onnxruntime 233), 64->256 465 against 456, 1x1
 # 2048->512 at 7x7 930 against 980, 1024->256 at 14x14 925 against 981, 960->160 at 7x7
-# 143 against 152; but 256->256 3x3 at 14x14 2082 against winograd's 1495, 256->48 1x1 at
-# 13x13 55 against 45 (its second block half empty) and 160->960 at 7x7 (K 160) 161 against
-# 156.
+# 143 against 152, 256->512 3x3 stride 2 at 14x14 1074 against 1268 (onnxruntime 1128),
+# 128->256 3x3 stride 2 at 28x28 1098 against 1248 (onnxruntime 1015); but 256->256 3x3 at
+# 14x14 2082 against winograd's 1495, 256->48 1x1 at 13x13 55 against 45 (its second block
+# half empty), 160->960 at 7x7 (K 160) 161 against 156 and a strided 1x1 (its plane copied
+# to read a quarter: 256->512 at 14x14 159 against 145), hence those bounds.
 LANES_DEPTH = 256
 LANES_LEAST = 16
 LANES_PLANE = 196
@@ -313,9 +314,8 @@ class Geometry:
 
     @property
     def lanes(self) -> bool:
-        """A stride-1 undilated dense convolution (conv_lanes.h's lanes form)."""
-        return (self.groups == 1 and self.sh == self.sw == 1 and self.dh == self.dw == 1
-                and self.c > 0)
+        """A dense convolution (conv_lanes.h's lanes form)."""
+        return self.groups == 1 and self.c > 0
 
     @property
     def winograd(self) -> bool:
@@ -352,9 +352,10 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     weights, transformed once), but not an expansion from at most WINOGRAD_EXPAND_CHANNELS to
     at least four times as many and WINOGRAD_EXPAND_OUTPUTS (or fewer where the gemm form is
     conv.c's wide form), and on at most LANES_WINOGRAD_PLANE positions only where lanes does
-    not take it; lanes for a stride-1 undilated dense convolution with ``constant`` weights,
-    at least LANES_DEPTH patch rows, LANES_LEAST to LANES_PLANE output positions and a
-    multiple of LANES_BLOCK (or at least LANES_WIDE) output channels; batched for a small
+    not take it; lanes for a dense convolution with ``constant`` weights, at least
+    LANES_DEPTH patch rows (a kernel over 1x1, or a pointwise one), LANES_LEAST to
+    LANES_PLANE output positions and a multiple of LANES_BLOCK (or at least LANES_WIDE)
+    output channels; batched for a small
     dense launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm
     otherwise; None (the NumPy kernel) for 3-d shapes."""
     if geometry is None:
@@ -370,7 +371,7 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     if winograd and plane >= LANES_WINOGRAD_PLANE:
         return "winograd"
     if (constant and g.lanes and g.c * g.kh * g.kw >= LANES_DEPTH
-            and LANES_LEAST <= plane <= LANES_PLANE
+            and (g.kh * g.kw > 1 or g.pointwise) and LANES_LEAST <= plane <= LANES_PLANE
             and (g.m % LANES_BLOCK == 0 or g.m >= LANES_WIDE) and avx512()):
         return "lanes"
     if winograd:
