@@ -29,9 +29,9 @@ it does not take runs ``gemm``), so a judge may time any of them on the same ope
   on small planes, where the other forms' per-image tiles run mostly empty (a small CNN's
   convolutions and their gradients);
 - ``winograd``: 3x3, stride 1, undilated, groups 1: winograd.c's F(2x2, 3x3);
-- ``lanes``: groups 1: conv.c's lanes form (conv_lanes.h), the GEMM turned over (output channels in the lanes, positions broadcast), the weights transposed
-  once when they are constant; the rule's choice for small planes (7x7 to 14x14) and deep
-  patches;
+- ``lanes``: groups 1: conv.c's lanes form (conv_lanes.h), the GEMM turned over (output
+  channels in the lanes, positions broadcast), the weights transposed once when they are
+  constant; the rule's choice for small planes (7x7 to 14x14) and deep patches;
 - ``auto`` (registered first, so it runs today): picks per launch by ``choose_form``.
 
 3-d shapes (and the rare depthwise filter over 64 rows) run the NumPy kernel; after an
