@@ -148,7 +148,7 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 # 96->24 at 56x56 186 against 172 and 576->160 at 7x7 162 against 110; 16->1 1x1 432
 # against 338, hence the output bound; winograd's shapes stay winograd's.
 # The rule's lanes shapes (conv_lanes.h): constant weights, at least LANES_DEPTH patch rows,
-# from LANES_LEAST to LANES_PLANE output positions (a 7x7 to 14x14 map; winograd keeps the 3x3
+# from LANES_LEAST to LANES_PLANE output positions (a 7x7 to 27x27 map; winograd keeps the 3x3
 # convolutions over LANES_WINOGRAD_PLANE positions), output channels a multiple of
 # LANES_BLOCK or at least LANES_WIDE (a last block part empty costs little). Measured, one
 # thread, this machine, lanes against the rule's form before: 512->512 3x3 at 7x7 2137 us
@@ -156,13 +156,16 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 # at 13x13 267 against winograd's 289 (onnxruntime 233), 64->256 465 against 456, 1x1
 # 2048->512 at 7x7 930 against 980, 1024->256 at 14x14 925 against 981, 960->160 at 7x7
 # 143 against 152, 256->512 3x3 stride 2 at 14x14 1074 against 1268 (onnxruntime 1128),
-# 128->256 3x3 stride 2 at 28x28 1098 against 1248 (onnxruntime 1015); but 256->256 3x3 at
+# 128->256 3x3 stride 2 at 28x28 1098 against 1248 (onnxruntime 1015), squeezenet's 27x27
+# maps (an odd width, which the wide form pads): 32->128 3x3 525 against 556, 1x1 256->32
+# 116 against 129; at 28x28 even (512->128 1x1 953 against 957) and at 56x56 worse (64->64
+# 3x3 2237 against 2159), hence the plane bound; but 256->256 3x3 at
 # 14x14 2082 against winograd's 1495, 256->48 1x1 at 13x13 55 against 45 (its second block
 # half empty), 160->960 at 7x7 (K 160) 161 against 156 and a strided 1x1 (its plane copied
 # to read a quarter: 256->512 at 14x14 159 against 145), hence those bounds.
 LANES_DEPTH = 256
 LANES_LEAST = 16
-LANES_PLANE = 196
+LANES_PLANE = 729
 LANES_WINOGRAD_PLANE = 170
 LANES_WIDE = 256
 DIRECT_CHANNELS = 16
