@@ -201,7 +201,8 @@ def test_the_rule_picks_winograd_for_large_planes():
     shallow = convolution_c.Geometry(1, 256, 13, 13, 48, 1, 1, 13, 13, 1, 1, 1, 1, 0, 0, 1)
     assert convolution_c.choose_form(shallow, constant=True) == "gemm"  # 48: a half block
     expand = convolution_c.Geometry(1, 32, 27, 27, 128, 3, 3, 27, 27, 1, 1, 1, 1, 1, 1, 1)
-    assert convolution_c.choose_form(expand, constant=True) == "gemm"
+    assert convolution_c.choose_form(expand) == "gemm"
+    assert convolution_c.choose_form(expand, constant=True) == lanes
     fire = convolution_c.Geometry(1, 16, 55, 55, 64, 3, 3, 55, 55, 1, 1, 1, 1, 1, 1, 1)
     assert fire.wide and convolution_c.choose_form(fire, constant=True) == "gemm"
     narrow = convolution_c.Geometry(1, 16, 20, 20, 64, 3, 3, 20, 20, 1, 1, 1, 1, 1, 1, 1)
