@@ -202,9 +202,12 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
         run_units(planes, planes * hp * j.wp >= 65536 ? threads : 1, lanes_pad_task, &j);
     }
     /* units: every image's channel blocks, each cut into row parts where that makes at
-     * least LANES_UNITS a thread (five blocks of 160 channels split 3 + 2 over two threads) */
+     * least LANES_UNITS a thread and a multiple of the team (five blocks of 160 channels
+     * split 3 + 2 over two threads) */
     j.parts = 1;
-    while (threads > 1 && s->n * j.blocks * j.parts < LANES_UNITS * threads && j.parts < s->oh)
+    while (threads > 1 && j.parts < s->oh
+           && (s->n * j.blocks * j.parts < LANES_UNITS * threads
+               || s->n * j.blocks * j.parts % threads != 0))
         j.parts++;
     run_units(s->n * j.blocks * j.parts, threads, lanes_task, &j);
 }
