@@ -148,12 +148,12 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 # 96->24 at 56x56 186 against 172 and 576->160 at 7x7 162 against 110; 16->1 1x1 432
 # against 338, hence the output bound; winograd's shapes stay winograd's.
 # The rule's lanes shapes (conv_lanes.h): constant weights, at least LANES_DEPTH patch rows,
-# from LANES_LEAST to LANES_PLANE output positions (a 7x7 to 27x27 map; winograd keeps the 3x3
-# convolutions over LANES_WINOGRAD_PLANE positions), output channels a multiple of
+# from LANES_LEAST to LANES_PLANE output positions (a 7x7 to 27x27 map; winograd keeps its
+# 3x3 convolutions), output channels a multiple of
 # LANES_BLOCK or at least LANES_WIDE (a last block part empty costs little). Measured, one
 # thread, this machine, lanes against the rule's form before: 512->512 3x3 at 7x7 2137 us
-# against gemm's 2590 (onnxruntime 1981), 256->256 3x3 at 7x7 538 against 735, 48->192 3x3
-# at 13x13 267 against winograd's 289 (onnxruntime 233), 64->256 465 against 456, 1x1
+# against gemm's 2590 (onnxruntime 1981; two threads 1259 against 1633), 256->256 3x3 at 7x7
+# 538 against 735, 1x1
 # 2048->512 at 7x7 930 against 980, 1024->256 at 14x14 925 against 981, 960->160 at 7x7
 # 143 against 152, 256->512 3x3 stride 2 at 14x14 1074 against 1268 (onnxruntime 1128),
 # 128->256 3x3 stride 2 at 28x28 1098 against 1248 (onnxruntime 1015), squeezenet's 27x27
@@ -162,11 +162,13 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 # 3x3 2237 against 2159), hence the plane bound; but 256->256 3x3 at
 # 14x14 2082 against winograd's 1495, 256->48 1x1 at 13x13 55 against 45 (its second block
 # half empty), 160->960 at 7x7 (K 160) 161 against 156 and a strided 1x1 (its plane copied
-# to read a quarter: 256->512 at 14x14 159 against 145), hence those bounds.
+# to read a quarter: 256->512 at 14x14 159 against 145), hence those bounds. Winograd's
+# shapes stay winograd's: squeezenet's 13x13 maps ran faster on lanes with one thread
+# (48->192 3x3 267 against 289, 64->256 465 against 456) but slower on two (179 against 165,
+# 301 against 257).
 LANES_DEPTH = 256
 LANES_LEAST = 16
 LANES_PLANE = 729
-LANES_WINOGRAD_PLANE = 170
 LANES_WIDE = 256
 DIRECT_CHANNELS = 16
 DIRECT_POINTWISE_CHANNELS = 64
@@ -354,8 +356,7 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     out and WINOGRAD_PLANE output positions (WINOGRAD_PLANE_CONSTANT with ``constant``
     weights, transformed once), but not an expansion from at most WINOGRAD_EXPAND_CHANNELS to
     at least four times as many and WINOGRAD_EXPAND_OUTPUTS (or fewer where the gemm form is
-    conv.c's wide form), and on at most LANES_WINOGRAD_PLANE positions only where lanes does
-    not take it; lanes for a dense convolution with ``constant`` weights, at least
+    conv.c's wide form); lanes for a dense convolution with ``constant`` weights, at least
     LANES_DEPTH patch rows (a kernel over 1x1, or a pointwise one), LANES_LEAST to
     LANES_PLANE output positions and a multiple of LANES_BLOCK (or at least LANES_WIDE)
     output channels; batched for a small
@@ -371,14 +372,12 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
                 and plane >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)
                 and not (g.c <= WINOGRAD_EXPAND_CHANNELS and g.m >= 4 * g.c
                          and (g.m >= WINOGRAD_EXPAND_OUTPUTS or g.wide)))
-    if winograd and plane >= LANES_WINOGRAD_PLANE:
+    if winograd:
         return "winograd"
     if (constant and g.lanes and g.c * g.kh * g.kw >= LANES_DEPTH
             and (g.kh * g.kw > 1 or g.pointwise) and LANES_LEAST <= plane <= LANES_PLANE
             and (g.m % LANES_BLOCK == 0 or g.m >= LANES_WIDE) and avx512()):
         return "lanes"
-    if winograd:
-        return "winograd"
     work = g.n * g.m * plane * g.kh * g.kw * g.c
     if g.batched and g.groups == 1 and not g.pointwise and work <= BATCHED_WORK and (
             plane < BATCHED_ALONE or (g.n > 1 and plane <= BATCHED_PLANE)):
