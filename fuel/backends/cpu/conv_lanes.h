@@ -83,8 +83,8 @@ static void lanes_tile##R(const float *b, const int64_t *offsets, const float *w
     LANES_EACH##R(LANES_START) \
     for (int64_t l = 0; l < kc; l++) { \
         const float *w = wt + l * LANES_MB, *row = b + offsets[l]; \
-        _mm_prefetch((const char *)(w + 8 * LANES_MB), _MM_HINT_T0); \
-        _mm_prefetch((const char *)(w + 8 * LANES_MB + 16), _MM_HINT_T0); \
+        _mm_prefetch((const char *)(w + 32 * LANES_MB), _MM_HINT_T0); \
+        _mm_prefetch((const char *)(w + 32 * LANES_MB + 16), _MM_HINT_T0); \
         const __m512 w0 = _mm512_load_ps(w), w1 = _mm512_load_ps(w + 16); \
         LANES_EACH##R(LANES_FMA) \
     } \
