@@ -161,13 +161,15 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 # 116 against 129; at 28x28 even (512->128 1x1 953 against 957) and at 56x56 worse (64->64
 # 3x3 2237 against 2159), hence the plane bound; but 256->256 3x3 at
 # 14x14 2082 against winograd's 1495, 256->48 1x1 at 13x13 55 against 45 (its second block
-# half empty), 160->960 at 7x7 (K 160) 161 against 156 and a strided 1x1 (its plane copied
-# to read a quarter: 256->512 at 14x14 159 against 145), hence those bounds. Winograd's
+# half empty), 160->960 at 7x7 (K 160) 161 against 156, a 4x4 map (four positions a tile:
+# 512->512 3x3 stride 2 at 7x7 1009 against 908; 5x5: 512->512 1092 against 1613) and a padded
+# 1x1; a strided unpadded 1x1 copies only what it reads (512->1024 stride 2 at 28x28 1964
+# against 2066, 1024->2048 at 14x14 even), hence those bounds. Winograd's
 # shapes stay winograd's: squeezenet's 13x13 maps ran faster on lanes with one thread
 # (48->192 3x3 267 against 289, 64->256 465 against 456) but slower on two (179 against 165,
 # 301 against 257).
 LANES_DEPTH = 256
-LANES_LEAST = 16
+LANES_LEAST = 25
 LANES_PLANE = 729
 LANES_WIDE = 256
 DIRECT_CHANNELS = 16
@@ -357,7 +359,7 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     weights, transformed once), but not an expansion from at most WINOGRAD_EXPAND_CHANNELS to
     at least four times as many and WINOGRAD_EXPAND_OUTPUTS (or fewer where the gemm form is
     conv.c's wide form); lanes for a dense convolution with ``constant`` weights, at least
-    LANES_DEPTH patch rows (a kernel over 1x1, or a pointwise one), LANES_LEAST to
+    LANES_DEPTH patch rows (a kernel over 1x1, or an unpadded 1x1 one), LANES_LEAST to
     LANES_PLANE output positions and a multiple of LANES_BLOCK (or at least LANES_WIDE)
     output channels; batched for a small
     dense launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm
@@ -375,7 +377,7 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     if winograd:
         return "winograd"
     if (constant and g.lanes and g.c * g.kh * g.kw >= LANES_DEPTH
-            and (g.kh * g.kw > 1 or g.pointwise) and LANES_LEAST <= plane <= LANES_PLANE
+            and (g.kh * g.kw > 1 or g.pt == g.pl == 0) and LANES_LEAST <= plane <= LANES_PLANE
             and (g.m % LANES_BLOCK == 0 or g.m >= LANES_WIDE) and avx512()):
         return "lanes"
     work = g.n * g.m * plane * g.kh * g.kw * g.c

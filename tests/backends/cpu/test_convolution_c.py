@@ -157,15 +157,16 @@ LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), thre
     (1, 300, 13, 13, 33, 1, 1, (0, 0, 0, 0), "2"), (3, 9, 11, 17, 70, 3, 5, (2, 0, 1, 2), "3"),
     (1, 520, 7, 7, 40, 1, 1, (1, 1, 1, 1), "2"), (1, 16, 1, 12, 96, 1, 3, (0, 1, 0, 1), "1"),
     (1, 40, 14, 13, 64, 3, 3, (1, 1, 1, 1), "2", (2, 2), (1, 1)),
-    (2, 7, 12, 11, 33, 3, 2, (2, 1, 0, 2), "1", (3, 2), (2, 3))]
+    (2, 7, 12, 11, 33, 3, 2, (2, 1, 0, 2), "1", (3, 2), (2, 3)),
+    (1, 70, 15, 13, 64, 1, 1, (0, 0, 1, 0), "2", (2, 3), (1, 1))]
 
 
 @pytest.mark.parametrize("case", LANES_CASES)
 def test_lanes_matches_the_reference(monkeypatch, case):
     """conv_lanes.h: output rows cut into pieces of 1 to 8 positions, K over a K block,
     output channels off the 32-channel blocks, pads, strides, dilations, batches, threads
-    (row parts), every epilogue part; constant weights (transposed once) and weights from a
-    feed."""
+    (row parts), a strided 1x1 (only the positions it reads copied), every epilogue part;
+    constant weights (transposed once) and weights from a feed."""
     n, c, h, w, m, kh, kw, pads, threads, strides, dilations = (*case, (1, 1), (1, 1))[:11]
     monkeypatch.setenv("FUEL_THREADS", threads)
     rng = np.random.default_rng(c * m + h)
