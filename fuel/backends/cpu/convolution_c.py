@@ -132,8 +132,10 @@ WINOGRAD_PLANE_CONSTANT = 100
 WINOGRAD_EXPAND_CHANNELS = 32
 WINOGRAD_EXPAND_OUTPUTS = 128
 # conv.c's wide form (WIDE_ROW, WIDE_DEPTH there): kernels larger than 1x1 with at least
-# this many patch rows and output rows of at least WIDE_ROW positions, strides up to 4
+# this many patch rows (WIDE_DEPTH_ONE for one image) and output rows of at least WIDE_ROW
+# positions, strides up to 4
 WIDE_DEPTH = 64
+WIDE_DEPTH_ONE = 16
 WIDE_ROW = 24
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
@@ -317,7 +319,8 @@ class Geometry:
         """Whether conv.c runs the gemm form of this launch as its wide form (conv.c's
         wide_form)."""
         return (self.kh * self.kw > 1 and self.sh <= 4 and self.sw <= 4 and self.ow >= WIDE_ROW
-                and self.c // max(self.groups, 1) * self.kh * self.kw >= WIDE_DEPTH)
+                and self.c // max(self.groups, 1) * self.kh * self.kw
+                >= (WIDE_DEPTH_ONE if self.n == 1 else WIDE_DEPTH))
 
     @property
     def lanes(self) -> bool:

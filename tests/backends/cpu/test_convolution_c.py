@@ -417,7 +417,8 @@ def test_gemm_tail_columns_and_wide_tile_match_the_reference():
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_gemm_wide_form_matches_the_reference(monkeypatch, threads):
     """conv.c's wide form (the gemm form's launches with output rows of at least 24
-    positions and at least 64 patch rows, not 1x1): the input copied into its stride phases
+    positions and at least 64 patch rows, 16 for one image (a 3-channel stem), not 1x1):
+    the input copied into its stride phases
     of the padded plane, 8 x 48 tiles over wide rows whose surplus columns are not stored,
     runs of several output rows in one tile; strides 1-3 (unequal along the axes),
     dilations, asymmetric padding, groups, a partial sliver, two images, a 1-d shape, a
@@ -431,7 +432,8 @@ def test_gemm_wide_form_matches_the_reference(monkeypatch, threads):
             (1, 10, (40, 75), 12, (3, 5), (2, 3), (1, 1), (0, 2), (1, 0), 2),
             (1, 8, (33, 52), 9, (3, 3), (1, 1), (2, 2), (2, 1), (0, 3), 1),
             (1, 64, (26, 26), 24, (2, 2), (1, 1), (1, 1), (0, 0), (1, 1), 4),
-            (1, 14, (1, 80), 10, (1, 5), (1, 2), (1, 3), (0, 4), (0, 1), 1)):
+            (1, 14, (1, 80), 10, (1, 5), (1, 2), (1, 3), (0, 4), (0, 1), 1),
+            (1, 3, (61, 58), 19, (3, 3), (2, 2), (1, 1), (0, 1), (0, 0), 1)):
         conv = ConvParams(strides, begin, end, dilations, groups)
         params = ConvEpilogueParams(conv, "silu", 0.0, 0.0, True)
         x = rng.standard_normal((n, c) + size).astype(np.float32)
@@ -439,7 +441,8 @@ def test_gemm_wide_form_matches_the_reference(monkeypatch, threads):
         y = reference(x, weight, conv)
         geometry = convolution_c.Geometry.of(x.shape, weight.shape, y.shape, conv)
         depth = c // groups * geometry.kh * geometry.kw
-        assert geometry.ow >= 24 and depth >= 64 and geometry.kh * geometry.kw > 1
+        assert geometry.wide and geometry.ow >= 24 and geometry.kh * geometry.kw > 1
+        assert depth >= (16 if n == 1 else 64)
         bias = rng.standard_normal(m).astype(np.float32)
         extra = rng.standard_normal(y.shape).astype(np.float32)
         expected = epilogue_reference(y, params, bias.astype(np.float64),
