@@ -166,14 +166,17 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 # half empty), 160->960 at 7x7 (K 160) 161 against 156, a 4x4 map (four positions a tile:
 # 512->512 3x3 stride 2 at 7x7 1009 against 908; 5x5: 512->512 1092 against 1613) and a padded
 # 1x1; a strided unpadded 1x1 copies only what it reads (512->1024 stride 2 at 28x28 1964
-# against 2066, 1024->2048 at 14x14 even), hence those bounds. Winograd's
-# shapes stay winograd's: squeezenet's 13x13 maps ran faster on lanes with one thread
-# (48->192 3x3 267 against 289, 64->256 465 against 456) but slower on two (179 against 165,
-# 301 against 257).
+# against 2066, 1024->2048 at 14x14 even), hence those bounds. Winograd's shapes stay
+# winograd's from more than LANES_WINOGRAD_OUTPUTS output channels: squeezenet's 13x13 maps
+# ran faster on lanes with one thread (48->192 3x3 267 against 289, 64->256 465 against 456)
+# but slower on two (179 against 165, 301 against 257); to fewer, two threads, lanes
+# against winograd: densenet's 128->32 3x3 at 14x14 102 against 145, 256->64 302 against
+# 370, 64->64 87 against 105 (one thread 145 against 151; but 128->128 293 against 281).
 LANES_DEPTH = 256
 LANES_LEAST = 25
 LANES_PLANE = 729
 LANES_WIDE = 256
+LANES_WINOGRAD_OUTPUTS = 64
 DIRECT_CHANNELS = 16
 DIRECT_POINTWISE_CHANNELS = 64
 DIRECT_PLANE = 196
@@ -364,7 +367,7 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     conv.c's wide form); lanes for a dense convolution with ``constant`` weights, at least
     LANES_DEPTH patch rows (a kernel over 1x1, or an unpadded 1x1 one), LANES_LEAST to
     LANES_PLANE output positions and a multiple of LANES_BLOCK (or at least LANES_WIDE)
-    output channels; batched for a small
+    output channels, winograd's shapes only to at most LANES_WINOGRAD_OUTPUTS channels; batched for a small
     dense launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm
     otherwise; None (the NumPy kernel) for 3-d shapes."""
     if geometry is None:
@@ -377,12 +380,13 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
                 and plane >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)
                 and not (g.c <= WINOGRAD_EXPAND_CHANNELS and g.m >= 4 * g.c
                          and (g.m >= WINOGRAD_EXPAND_OUTPUTS or g.wide)))
-    if winograd:
-        return "winograd"
     if (constant and g.lanes and g.c * g.kh * g.kw >= LANES_DEPTH
             and (g.kh * g.kw > 1 or g.pt == g.pl == 0) and LANES_LEAST <= plane <= LANES_PLANE
-            and (g.m % LANES_BLOCK == 0 or g.m >= LANES_WIDE) and avx512()):
+            and (g.m % LANES_BLOCK == 0 or g.m >= LANES_WIDE)
+            and (not winograd or g.m <= LANES_WINOGRAD_OUTPUTS) and avx512()):
         return "lanes"
+    if winograd:
+        return "winograd"
     work = g.n * g.m * plane * g.kh * g.kw * g.c
     if g.batched and g.groups == 1 and not g.pointwise and work <= BATCHED_WORK and (
             plane < BATCHED_ALONE or (g.n > 1 and plane <= BATCHED_PLANE)):

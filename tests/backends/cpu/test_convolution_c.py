@@ -198,6 +198,10 @@ def test_the_rule_picks_winograd_for_large_planes():
     assert convolution_c.choose_form(squeeze, constant=True) == "winograd"
     middle = convolution_c.Geometry(1, 256, 14, 14, 256, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(middle, constant=True) == "winograd"
+    dense = convolution_c.Geometry(1, 128, 14, 14, 32, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1, 1)
+    assert convolution_c.choose_form(dense) == "winograd"
+    assert convolution_c.choose_form(dense, constant=True) == (
+        "lanes" if convolution_c.avx512() else "winograd")
     shallow = convolution_c.Geometry(1, 256, 13, 13, 48, 1, 1, 13, 13, 1, 1, 1, 1, 0, 0, 1)
     assert convolution_c.choose_form(shallow, constant=True) == "gemm"  # 48: a half block
     expand = convolution_c.Geometry(1, 32, 27, 27, 128, 3, 3, 27, 27, 1, 1, 1, 1, 1, 1, 1)
