@@ -368,8 +368,8 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     LANES_DEPTH patch rows (a kernel over 1x1, or an unpadded 1x1 one), LANES_LEAST to
     LANES_PLANE output positions and a multiple of LANES_BLOCK (or at least LANES_WIDE)
     output channels, winograd's shapes only to at most LANES_WINOGRAD_OUTPUTS channels;
-    batched for a small dense launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm
-    otherwise; None (the NumPy kernel) for 3-d shapes."""
+    batched for a small dense launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct
+    for a stem; gemm otherwise; None (the NumPy kernel) for 3-d shapes."""
     if geometry is None:
         return None
     if geometry.depthwise:
