@@ -327,8 +327,9 @@ class Geometry:
 
     @property
     def lanes(self) -> bool:
-        """A dense convolution (conv_lanes.h's lanes form)."""
-        return self.groups == 1 and self.c > 0
+        """A dense convolution on at most LANES_PLANE output positions (conv_lanes.h's lanes
+        form; it runs any dense shape)."""
+        return self.groups == 1 and self.c > 0 and self.oh * self.ow <= LANES_PLANE
 
     @property
     def winograd(self) -> bool:

@@ -175,6 +175,8 @@ def test_lanes_matches_the_reference(monkeypatch, case):
     weight = (rng.standard_normal((m, c, kh, kw)) / np.sqrt(c * kh * kw)).astype(np.float32)
     bias = rng.standard_normal(m).astype(np.float32)
     y = reference(x, weight, conv)
+    assert convolution_c.accepts("lanes", convolution_c.Geometry.of(x.shape, weight.shape,
+                                                                     y.shape, conv))
     extra = rng.standard_normal(y.shape).astype(np.float32)
     expected = np.maximum(y + bias[None, :, None, None] + extra, 0.0)
     scale = max(1.0, float(np.abs(expected).max()))
