@@ -10,7 +10,8 @@ Phases, each printed as a table row:
   3. a shared system prompt of about 500 tokens: time to first token of a second request
      (another question) against the first's;
   4. --json requests with a ``json_schema`` response format: how many parse and validate;
-  5. the server's resident memory after a warm-up and after the load;
+  5. the server's resident memory after a warm-up (every step shape once, then a rehearsal of
+     phases 1, 2 and 4: the steady state its caches reach) and after the load;
   6. llama-cpp-python's server (``python -m llama_cpp.server``, same file, same threads): the
      one-client rate over the same prompts, when it is installed.
 
@@ -291,10 +292,19 @@ async def run_fuel(options, url, model) -> dict:
         for count in options.clients:
             await asyncio.gather(*(stream_chat(client, url, model, messages(f"{t}s"),
                                                options.max_tokens) for t in topics[:count]))
-        # and once each: a long prompt, a json_schema answer (llguidance's tokenizer view)
         await stream_chat(client, url, model, messages("a pond", "Be kind. " * 250), 4)
+        await asyncio.sleep(2.0)
+        warmed = await metric(client, url, "fuel_resident_memory_bytes")
+        # then a rehearsal of the load's phases (not the shared prefix, which must be new):
+        # the server's caches (step captures of each row and logit-row bucket, at most
+        # DEFAULT_KEPT_CAPTURES kept; llguidance's state) fill during a first pass of a load
+        # and not in a second, so "before" is the steady state a served load returns to
+        progress("fuel serve: rehearsing the load")
+        reference, _ = await one_client(client, url, model, topics, options.max_tokens)
+        for count in options.clients:
+            await concurrent(client, url, model, topics[:count], options.max_tokens, reference)
         if options.json:
-            await json_requests(client, url, model, 1, JSON_MAX_TOKENS)
+            await json_requests(client, url, model, options.json, JSON_MAX_TOKENS)
         await asyncio.sleep(2.0)
         before = await metric(client, url, "fuel_resident_memory_bytes")
         progress("fuel serve: one client")
@@ -310,7 +320,7 @@ async def run_fuel(options, url, model) -> dict:
         await asyncio.sleep(2.0)  # the engine releases memory once it has gone idle
         after = await metric(client, url, "fuel_resident_memory_bytes")
     return {"single": single, "results": results, "prefix": (first, second),
-            "json": valid, "memory": (before, after), "topics": topics}
+            "json": valid, "memory": (warmed, before, after), "topics": topics}
 
 
 async def run_llama_cpp(options, url, topics) -> float:
@@ -341,9 +351,10 @@ def report(options, model, fuel_run: dict) -> int:
     if fuel_run["json"] is not None:
         valid, count = fuel_run["json"]
         print(f"json_schema requests: {valid} of {count} parse and validate")
-    before, after = fuel_run["memory"]
+    warmed, before, after = fuel_run["memory"]
     print(f"server memory: before {before / 2**20:.1f} MiB, after {after / 2**20:.1f} MiB "
-          f"({(after / before - 1) * 100:+.1f}%)")
+          f"({(after / before - 1) * 100:+.1f}%); after the shapes' warm-up "
+          f"{warmed / 2**20:.1f} MiB, which the rehearsal grew {(before / warmed - 1) * 100:+.1f}%")
     for row in fuel_run["results"]:
         if row["lost"] or row["differing"]:
             print(f"FAILED at {row['clients']} clients: {row['lost'][:3]} "

@@ -142,15 +142,18 @@ class Generation:
             self._decode_started = time.perf_counter()
         return np.array([self.tokens[-1]], np.int64)
 
-    def advance(self, logits: np.ndarray) -> int:
+    def advance(self, logits: np.ndarray, argmax: int | None = None) -> int:
         """Sample the next token from the last row of logits of ``pending_ids()``; set
-        ``piece`` to the text it releases, and ``finished`` when the generation is over."""
+        ``piece`` to the text it releases, and ``finished`` when the generation is over.
+        ``argmax``: the row's argmax when the caller computed it (for a whole batch at once);
+        used only where a greedy pick of the unmasked row is wanted."""
         if self.finished:
             raise InvalidArgument("the generation is finished: it takes no more logits")
         constraint = self.constraint
         if constraint is not None:
             logits = constraint.apply(logits)
-        token = self.sampler(logits)
+            argmax = None
+        token = self.sampler(logits, argmax)
         if constraint is not None and token != self.stop_token:
             constraint.consume(token)
         now = time.perf_counter()

@@ -3,7 +3,8 @@ tokens of every request in it (one decode token each, chunks of prompts), in any
 weights' matmuls run once for all rows; each row attends over its own request's blocks
 (``paged_attention``, a C kernel on the CPU). A step's graph depends only on its row count and
 how many rows give logits, never on which requests are in it, so it is captured once per
-(rows, logit rows) bucket (fuel.jit, the pool tensors passed as arguments) and replayed.
+row bucket (fuel.jit, the pool tensors passed as arguments) and replayed, and the logits of
+the rows that want them per (rows, logit rows) bucket, a small capture of its own.
 
 Row ``r`` carries: its token id, its flat pool slot (where its key and value are written), its
 RoPE matrix, its request's block table and the number of positions it sees (its position + 1).
@@ -80,14 +81,32 @@ def paged_step_graph(model: LlamaModel, ids: Tensor, slots: Tensor, rope: Tensor
     """The lazy ``(picks, vocab)`` logits of one paged step (building it queues the pool
     writes; realize the logits with the pool tensors); the quantized projections at
     ``activations``' precision (llama_graph.PRECISIONS)."""
+    hidden = paged_hidden_graph(model, ids, slots, rope, table, lengths, keys, values,
+                                block_size, activations)
+    return paged_logits_graph(model, hidden, picks, activations)
+
+
+def paged_hidden_graph(model: LlamaModel, ids: Tensor, slots: Tensor, rope: Tensor,
+                       table: Tensor, lengths: Tensor, keys: Sequence[Tensor],
+                       values: Sequence[Tensor], block_size: int,
+                       activations: str = "int16") -> Tensor:
+    """The lazy ``(rows, hidden)`` last hidden states of a paged step's rows (before the
+    final norm), its pool writes queued: the step's body, whatever rows want logits."""
     with activation_precision(activations):
-        return _step_graph(model, ids, slots, rope, table, lengths, picks, keys, values,
-                           block_size)
+        return _hidden_graph(model, ids, slots, rope, table, lengths, keys, values,
+                             block_size)
 
 
-def _step_graph(model: LlamaModel, ids: Tensor, slots: Tensor, rope: Tensor, table: Tensor,
-                lengths: Tensor, picks: Tensor, keys: Sequence[Tensor],
-                values: Sequence[Tensor], block_size: int) -> Tensor:
+def paged_logits_graph(model: LlamaModel, hidden: Tensor, picks: Tensor,
+                       activations: str = "int16") -> Tensor:
+    """The lazy ``(picks, vocab)`` logits of the ``picks`` rows of ``hidden``."""
+    with activation_precision(activations):
+        return _logits(model.weights, model.config, hidden.index_select(0, picks))
+
+
+def _hidden_graph(model: LlamaModel, ids: Tensor, slots: Tensor, rope: Tensor, table: Tensor,
+                  lengths: Tensor, keys: Sequence[Tensor], values: Sequence[Tensor],
+                  block_size: int) -> Tensor:
     weights, config = model.weights, model.config
     heads, kv_heads, dim = config.num_heads, config.num_kv_heads, config.head_dim
     rows = ids.shape[0]
@@ -104,7 +123,7 @@ def _step_graph(model: LlamaModel, ids: Tensor, slots: Tensor, rope: Tensor, tab
                               values[index].reshape(pool_shape), table, lengths)
         x = x + project(out.reshape(rows, heads * dim), layer.o_t)
         x = x + feed_forward(x, layer, config)
-    return _logits(weights, config, x.index_select(0, picks))
+    return x
 
 
 class PagedStepper:
@@ -121,16 +140,24 @@ class PagedStepper:
         self.model = model
         self.pool = pool
         self.table_width = table_width  # blocks a request may hold (its context / block_size)
+        # Two captures a step: the body per row bucket (the layers, the pool writes), the
+        # logits per (row, logit-row) bucket (the final norm and the output matmul of the
+        # rows that want them): the heavy captures do not multiply by the logit buckets.
         self._jit = fuel.jit(self._traced)
-        self._inputs: dict = {}  # (rows, logit rows) -> the step's input leaves
+        self._logits_jit = fuel.jit(self._traced_logits)
+        self._inputs: dict = {}  # rows -> the body's input leaves
+        self._picks: dict = {}  # logit rows -> the picks leaf
         self.steps = 0
         self.rows = 0  # real (not padding) rows run, over all steps
 
-    def _traced(self, ids, slots, rope, table, lengths, picks, *pool: Tensor) -> Tensor:
+    def _traced(self, ids, slots, rope, table, lengths, *pool: Tensor) -> Tensor:
         layers = len(pool) // 2
-        return paged_step_graph(self.model, ids, slots, rope, table, lengths, picks,
-                                pool[:layers], pool[layers:], self.pool.block_size,
-                                self.activations)
+        return paged_hidden_graph(self.model, ids, slots, rope, table, lengths,
+                                  pool[:layers], pool[layers:], self.pool.block_size,
+                                  self.activations)
+
+    def _traced_logits(self, hidden: Tensor, picks: Tensor) -> Tensor:
+        return paged_logits_graph(self.model, hidden, picks, self.activations)
 
     def inputs(self, chunks: Sequence[Chunk]) -> tuple[np.ndarray, ...]:
         """The step's leaves as arrays, padded to its row and logit buckets."""
@@ -174,34 +201,36 @@ class PagedStepper:
             raise InvalidArgument("a paged step needs at least one chunk")
         arrays = self.inputs(chunks)
         wanted = sum(chunk.logits for chunk in chunks)
-        leaves = self._leaves(arrays)
+        *leaves, picks = self._leaves(arrays)
         pool = self.pool.tensors()
         if op_profile.enabled() or not self.model.use_jit:
             snapshot = NodeSnapshot(pool)
             try:
-                logits = self._traced(*leaves, *pool)
+                logits = self._traced_logits(self._traced(*leaves, *pool), picks)
                 fuel.realize(logits, *pool)
             except BaseException:  # the pool as it was, not holding half a step
                 snapshot.restore()
                 raise
         else:
-            logits = self._jit(*leaves, *pool)
+            logits = self._logits_jit(self._jit(*leaves, *pool), picks)
         self.steps += 1
         self.rows += sum(len(chunk.ids) for chunk in chunks)
         return logits.numpy()[:wanted]
 
     def _leaves(self, arrays: Sequence[np.ndarray]) -> list[Tensor]:
-        """The step's input tensors: per bucket the same ones, refilled in place (a replay
-        given the storages it prepared its launchers on re-prepares nothing)."""
-        key = (arrays[0].shape[0], arrays[-1].shape[0])
-        leaves = self._inputs.pop(key, None)  # re-inserted: the dict is in order of use
-        if leaves is not None:
-            self._inputs[key] = leaves
+        """The step's input tensors (the body's, then picks): per bucket the same ones,
+        refilled in place (a replay given the storages it prepared its launchers on
+        re-prepares nothing)."""
+        return (self._refilled(self._inputs, arrays[0].shape[0], arrays[:-1])
+                + self._refilled(self._picks, arrays[-1].shape[0], arrays[-1:]))
+
+    def _refilled(self, kept: dict, key: int, arrays: Sequence[np.ndarray]) -> list[Tensor]:
+        leaves = kept.pop(key, None)  # re-inserted: the dict is in order of use
         if leaves is None:
             device = self.model.device
-            leaves = self._inputs[key] = [fuel.from_numpy(a.copy(), device=device)
-                                          for a in arrays]
-            return leaves
+            kept[key] = [fuel.from_numpy(a.copy(), device=device) for a in arrays]
+            return kept[key]
+        kept[key] = leaves
         for tensor, array in zip(leaves, arrays):
             storage = tensor._node.buffer
             storage.backend.write_from_host(storage, array)
@@ -210,19 +239,27 @@ class PagedStepper:
     def clear(self) -> None:
         """Drop the captured steps and their inputs (made again when needed)."""
         self._jit = fuel.jit(self._traced)
+        self._logits_jit = fuel.jit(self._traced_logits)
         self._inputs.clear()
+        self._picks.clear()
 
     def trim(self, keep: int) -> int:
-        """Keep the captured steps (and input leaves) of the ``keep`` most recently run
-        (rows, logit rows) buckets, drop the others' (each holds its plan's buffers, a few MiB;
-        a dropped bucket is captured again when it comes back); how many were dropped."""
+        """Keep the captured bodies (and input leaves) of the ``keep`` most recently run row
+        buckets and the logits captures over them, drop the others' (a body holds its plan's
+        buffers, a few MiB; a dropped bucket is captured again when it comes back); how many
+        row buckets were dropped."""
         dropped = list(self._inputs)[:max(0, len(self._inputs) - keep)]
         for key in dropped:
             del self._inputs[key]
         gone = set(dropped)
-        for signature in [s for s in self._jit.captures
-                          if (s[0][1][0], s[5][1][0]) in gone]:
+        for signature in [s for s in self._jit.captures if s[0][1][0] in gone]:
             del self._jit.captures[signature]
+        logits = self._logits_jit.captures
+        for signature in [s for s in logits if s[0][1][0] in gone]:
+            del logits[signature]
+        used = {s[1][1][0] for s in logits}
+        for key in [k for k in self._picks if k not in used]:
+            del self._picks[key]
         return len(dropped)
 
 

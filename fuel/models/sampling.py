@@ -91,9 +91,16 @@ class Sampler:
             logits[tokens] -= counts * config.frequency_penalty + config.presence_penalty
         return logits
 
-    def __call__(self, logits: np.ndarray) -> int:
-        """The next token id for one row of logits (and remember it)."""
-        token = self._choose(logits)
+    @property
+    def plain_greedy(self) -> bool:
+        """Whether the pick is the row's argmax as given (greedy, no penalties)."""
+        return self.config.greedy and not self.config.penalized
+
+    def __call__(self, logits: np.ndarray, argmax: int | None = None) -> int:
+        """The next token id for one row of logits (and remember it); ``argmax``: the row's
+        argmax when the caller has it (a batch's rows in one call), used when
+        ``plain_greedy``."""
+        token = int(argmax) if argmax is not None and self.plain_greedy else self._choose(logits)
         self._seen.add(token)
         self._counts[token] = self._counts.get(token, 0) + 1
         return token

@@ -4,6 +4,7 @@ and incremental detokenization for streaming text."""
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 
 from fuel.models.common import ModelFormatError, require
@@ -121,17 +122,65 @@ def sentencepiece_bpe(tokens: Sequence[str], scores: Sequence[float],
     return tokenizer
 
 
+class BytePieces:
+    """Token id -> the bytes a byte-level BPE ``tokenizer`` decodes it to with
+    ``skip_special_tokens`` (b"" for a special token), each looked up once."""
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._special = {i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special}
+        self._bytes_of = {c: bytes([b]) for b, c in _byte_alphabet().items()}
+        self._pieces: dict[int, bytes] = {}
+
+    def __call__(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            text = None if token in self._special else self._tokenizer.id_to_token(token)
+            piece = b"" if text is None else b"".join(
+                self._bytes_of.get(c) or c.encode("utf-8") for c in text)
+            self._pieces[token] = piece
+        return piece
+
+
+_BYTE_PIECES: dict[int, tuple[object, BytePieces]] = {}
+
+
+def byte_pieces(tokenizer) -> BytePieces | None:
+    """The (shared) BytePieces of ``tokenizer`` when it decodes byte-level BPE, else None."""
+    decoder = getattr(tokenizer, "decoder", None)
+    if type(decoder).__name__ != "ByteLevel" or not hasattr(tokenizer, "id_to_token"):
+        return None
+    found = _BYTE_PIECES.get(id(tokenizer))
+    if found is None or found[0] is not tokenizer:
+        if len(_BYTE_PIECES) >= 8:  # a process loads few models: keep the table small
+            _BYTE_PIECES.pop(next(iter(_BYTE_PIECES)))
+        found = _BYTE_PIECES[id(tokenizer)] = (tokenizer, BytePieces(tokenizer))
+    return found[1]
+
+
 class StreamDecoder:
     """Turns token ids, one at a time, into the new text each one completes (a token that ends
-    inside a multi-byte character waits for the next)."""
+    inside a multi-byte character waits for the next).
+
+    A byte-level BPE tokenizer (its decoder is ``ByteLevel``) is decoded token by token in
+    Python: each id's bytes (its byte-alphabet spelling mapped back; special tokens none) into
+    an incremental UTF-8 decoder, constant work per token, the text ``tokenizer.decode`` gives.
+    Other decoders (SentencePiece's leading-space rule depends on the whole text) decode the
+    ids so far again at each token. A server's engine thread calls this once per token of
+    every request: a call into ``tokenizers`` there gives up the GIL, and taking it back waits
+    on the HTTP thread."""
 
     def __init__(self, tokenizer) -> None:
         self._tokenizer = tokenizer
         self._ids: list[int] = []
         self._text = ""
+        self._bytes = byte_pieces(tokenizer)
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
 
     def push(self, token: int) -> str:
         """Add one token; return the text it completes ('' while a character is partial)."""
+        if self._bytes is not None:
+            return self._utf8.decode(self._bytes(token))
         self._ids.append(token)
         text = self._tokenizer.decode(self._ids, skip_special_tokens=True)
         if text.endswith("\ufffd"):
@@ -142,6 +191,8 @@ class StreamDecoder:
 
     def finish(self) -> str:
         """Whatever text is still pending (an incomplete character decodes as U+FFFD)."""
+        if self._bytes is not None:
+            return self._utf8.decode(b"", final=True)
         text = self._tokenizer.decode(self._ids, skip_special_tokens=True)
         piece = text[len(self._text):]
         self._text = text

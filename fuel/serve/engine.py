@@ -309,12 +309,15 @@ class Engine:
                 self._finish(job, error=describe(error))
             return
         self.metrics.count_step(sum(count for _, count in plan), len(plan))
+        # Greedy rows' picks in one NumPy call per step, not one per request (each call gives
+        # up the GIL, which the HTTP thread may then hold).
+        picks = logits.argmax(axis=1) if len(logits) > 1 else None
         row = 0
         for (job, count), chunk in zip(plan, chunks):
             job.computed += count
             job.named = self.blocks.name(job.blocks, job.tokens[:job.computed], job.named)
             if chunk.logits:
-                self._deliver(job, logits[row])
+                self._deliver(job, logits[row], None if picks is None else int(picks[row]))
                 row += 1
 
     def _drop_ended(self) -> None:
@@ -433,11 +436,12 @@ class Engine:
         job.tokens = [int(t) for t in job.generation.prompt]
         return True
 
-    def _deliver(self, job: Job, logits: np.ndarray) -> None:
-        """Advance ``job``'s generation with ``logits``: send the text of its new token, end
-        the job when the generation is over (the stop token, a stop string or its budget)."""
+    def _deliver(self, job: Job, logits: np.ndarray, argmax: int | None = None) -> None:
+        """Advance ``job``'s generation with ``logits`` (``argmax``: the row's, when known):
+        send the text of its new token, end the job when the generation is over (the stop
+        token, a stop string or its budget)."""
         generation = job.generation
-        token = generation.advance(logits)
+        token = generation.advance(logits, argmax)
         job.tokens.append(int(token))
         if job.logprobs is not None:
             job.emit("logprobs", token_logprobs(logits, token, job.logprobs))

@@ -52,5 +52,9 @@ def test_paged_steps_match_the_models_own_steps(tiny_gguf, tmp_path, monkeypatch
         got = stepper.step([Chunk([t], n + step, b, True)
                             for t, n, b in zip(tokens, lengths, blocks)])
         _close(got, want)
-    assert stepper.steps == 6 and len(stepper._jit.captures) == 3  # 3 row/logit buckets
-    assert stepper._jit.replays == 3
+    # (rows, logit rows) buckets (24, 3), (12, 2) and (3, 3): a body per row bucket, logits
+    # per pair
+    assert stepper.steps == 6
+    assert sorted((s[0][1][0], s[1][1][0]) for s in stepper._logits_jit.captures) == [
+        (3, 3), (12, 2), (24, 3)]
+    assert len(stepper._jit.captures) == 3 and stepper._jit.replays == 3

@@ -36,6 +36,20 @@ def test_frequency_and_presence_penalties_count_generated_tokens_only():
     np.testing.assert_allclose(got, expected)  # prompt tokens 2 and 3 are untouched
 
 
+def test_a_batch_argmax_is_taken_only_by_plain_greedy_samplers():
+    """The server's engine passes each row's argmax from one call over the step's logits:
+    a plain greedy sampler takes it (and remembers it), a penalized or sampling one chooses
+    from the row itself."""
+    greedy = Sampler(SamplingConfig())
+    assert greedy.plain_greedy and greedy(LOGITS, argmax=int(np.argmax(LOGITS))) == 0
+    assert greedy._counts == {0: 1}
+    penalized = Sampler(SamplingConfig(repetition_penalty=2.0), prompt=[0])
+    assert not penalized.plain_greedy
+    assert penalized(LOGITS, argmax=0) == 5  # its own pick over the penalized row
+    sampled = Sampler(SamplingConfig(temperature=1.0, top_k=1, seed=3))
+    assert not sampled.plain_greedy and sampled(LOGITS, argmax=2) == 0
+
+
 def test_min_p_keeps_only_tokens_near_the_best():
     logits = np.log(np.array([0.5, 0.3, 0.1, 0.06, 0.04]))
     drawn = {Sampler(SamplingConfig(temperature=1.0, min_p=0.5, seed=s))(logits)

@@ -203,6 +203,31 @@ def test_stream_decoder_waits_for_whole_characters(fuel_model):
     assert not any("\ufffd" in piece for piece in pieces)
 
 
+def test_stream_decoder_pieces_join_to_the_tokenizers_text(fuel_model):
+    """The byte-level path (each id's bytes into an incremental UTF-8 decoder) gives
+    ``tokenizer.decode``'s text with special tokens skipped, for encoded text and for random
+    ids (split characters, lone continuation bytes, special tokens), and the text-so-far path
+    used for other decoders gives the same."""
+    import random
+
+    from fuel.models.tokenizer import StreamDecoder, byte_pieces
+
+    tokenizer = fuel_model.tokenizer
+    assert byte_pieces(tokenizer) is not None  # SmolLM2's GGUF vocabulary is byte-level BPE
+    rng = random.Random(7)
+    cases = [fuel_model.encode(t) for t in ("naïve café — “quotes” 😀 日本語",
+                                            "def f(x):\n\treturn x ** 2  # ok\r\n")]
+    cases += [[rng.randrange(tokenizer.get_vocab_size()) for _ in range(rng.randrange(1, 30))]
+              for _ in range(200)]
+    for ids in cases:
+        expected = tokenizer.decode(ids, skip_special_tokens=True)
+        decoder = StreamDecoder(tokenizer)
+        assert "".join(decoder.push(t) for t in ids) + decoder.finish() == expected
+        decoder = StreamDecoder(tokenizer)
+        decoder._bytes = None  # the general path
+        assert "".join(decoder.push(t) for t in ids) + decoder.finish() == expected
+
+
 def test_chat_template_prompt_and_greedy_answer_match_transformers(fuel_float_model, hf):
     _, _, tokenizer = hf
     messages = [{"role": "user", "content": "What is the capital of France?"}]
