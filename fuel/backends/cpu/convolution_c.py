@@ -132,7 +132,7 @@ WINOGRAD_PLANE_CONSTANT = 100
 WINOGRAD_EXPAND_CHANNELS = 32
 WINOGRAD_EXPAND_OUTPUTS = 128
 # conv.c's wide form (WIDE_ROW, WIDE_DEPTH there): kernels larger than 1x1 with at least
-# this many patch rows (WIDE_DEPTH_ONE for one image) and output rows of at least WIDE_ROW
+# this many patch rows (WIDE_DEPTH_ONE for one image and group) and output rows of at least WIDE_ROW
 # positions, strides up to 4
 WIDE_DEPTH = 64
 WIDE_DEPTH_ONE = 16
@@ -323,7 +323,7 @@ class Geometry:
         wide_form)."""
         return (self.kh * self.kw > 1 and self.sh <= 4 and self.sw <= 4 and self.ow >= WIDE_ROW
                 and self.c // max(self.groups, 1) * self.kh * self.kw
-                >= (WIDE_DEPTH_ONE if self.n == 1 else WIDE_DEPTH))
+                >= (WIDE_DEPTH_ONE if self.n == 1 and self.groups == 1 else WIDE_DEPTH))
 
     @property
     def lanes(self) -> bool:
