@@ -205,9 +205,8 @@ static void wide_task(void *context, int64_t u) {
  * batch 8, whose padded phases (5 MB) are copied before the products, 5775 -> 6694: so
  * from WIDE_DEPTH patch rows, for one image and group from WIDE_DEPTH_ONE (the stem on two
  * threads: 336 -> 293 us; batch 8 2444 -> 2650, hence the image count); a strided 1x1 kernel
- * reads
- * one phase of the copied four (resnet18's 64->128 1x1 stride-2 downsample, batch 8: 1903
- * -> 2228), so not those. */
+ * reads one phase of the copied four (resnet18's 64->128 1x1 stride-2 downsample, batch 8:
+ * 1903 -> 2228), so not those. */
 #define WIDE_ROW 24  /* convolution_c.py's Geometry.wide says the same for its rule */
 #define WIDE_DEPTH 64
 #define WIDE_DEPTH_ONE 16
