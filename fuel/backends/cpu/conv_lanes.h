@@ -95,6 +95,36 @@ static void lanes_tile##R(const float *b, const int64_t *offsets, const float *w
         for (int64_t j = 0; j < live; j++) \
             for (int i = 0; i < R; i++) out[j * plane + i] = sums[i * LANES_MB + j]; \
 }
+/* The same for a last block of at most 16 live channels: one vector (the block's other 16
+ * columns of wt are zeros) */
+#define LANES_HALF_START(i) __m512 c##i##_0 = first ? _mm512_setzero_ps() \
+                                                    : _mm512_load_ps(sums + i * LANES_MB);
+#define LANES_HALF_FMA(i) c##i##_0 = _mm512_fmadd_ps(_mm512_set1_ps(row[i * sw]), w0, c##i##_0);
+#define LANES_HALF_KEEP(i) _mm512_store_ps(sums + i * LANES_MB, c##i##_0);
+#define LANES_HALF_TILE(R) \
+static void lanes_half##R(const float *b, const int64_t *offsets, const float *wt, int64_t kc, \
+                          int64_t sw, float *sums, int first, int last, float *out, \
+                          int64_t plane, int64_t live) { \
+    LANES_EACH##R(LANES_HALF_START) \
+    for (int64_t l = 0; l < kc; l++) { \
+        const float *w = wt + l * LANES_MB, *row = b + offsets[l]; \
+        _mm_prefetch((const char *)(w + 32 * LANES_MB), _MM_HINT_T0); \
+        const __m512 w0 = _mm512_load_ps(w); \
+        LANES_EACH##R(LANES_HALF_FMA) \
+    } \
+    LANES_EACH##R(LANES_HALF_KEEP) \
+    if (last) \
+        for (int64_t j = 0; j < live; j++) \
+            for (int i = 0; i < R; i++) out[j * plane + i] = sums[i * LANES_MB + j]; \
+}
+LANES_HALF_TILE(1)
+LANES_HALF_TILE(2)
+LANES_HALF_TILE(3)
+LANES_HALF_TILE(4)
+LANES_HALF_TILE(5)
+LANES_HALF_TILE(6)
+LANES_HALF_TILE(7)
+LANES_HALF_TILE(8)
 LANES_TILE(1)
 LANES_TILE(2)
 LANES_TILE(3)
@@ -131,7 +161,13 @@ static void lanes_task(void *context, int64_t u) {
                 const int64_t *offsets = j->offsets + l0;
                 const float *w = wt + l0 * LANES_MB;
                 float *partial = sums + p * LANES_MB;
-                switch (r) {
+                if (live <= 16) switch (r) {
+#define LANES_CASE(R) case R: lanes_half##R(b, offsets, w, kc, j->step_w, partial, first, last, \
+                                            out + p, plane, live); break;
+                    LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
+                    LANES_CASE(6) LANES_CASE(7) LANES_CASE(8)
+#undef LANES_CASE
+                } else switch (r) {
 #define LANES_CASE(R) case R: lanes_tile##R(b, offsets, w, kc, j->step_w, partial, first, last, \
                                             out + p, plane, live); break;
                     LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)

@@ -151,8 +151,9 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 # against 338, hence the output bound; winograd's shapes stay winograd's.
 # The rule's lanes shapes (conv_lanes.h): constant weights, at least LANES_DEPTH patch rows,
 # from LANES_LEAST to LANES_PLANE output positions (a 7x7 to 27x27 map; winograd keeps its
-# 3x3 convolutions), output channels a multiple of
-# LANES_BLOCK or at least LANES_WIDE (a last block part empty costs little). Measured, one
+# 3x3 convolutions), output channels a multiple of 16 (a last block of 16 runs one vector: 1x1
+# 672->112 at 14x14 270 us against gemm's 288, 480->80 140 against 150) or at least
+# LANES_WIDE (a last block part empty costs little). Measured, one
 # thread, this machine, lanes against the rule's form before: 512->512 3x3 at 7x7 2137 us
 # against gemm's 2590 (onnxruntime 1981; two threads 1259 against 1633), 256->256 3x3 at 7x7
 # 538 against 735, 1x1
@@ -161,11 +162,11 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 # 128->256 3x3 stride 2 at 28x28 1098 against 1248 (onnxruntime 1015), squeezenet's 27x27
 # maps (an odd width, which the wide form pads): 32->128 3x3 525 against 556, 1x1 256->32
 # 116 against 129; at 28x28 even (512->128 1x1 953 against 957) and at 56x56 worse (64->64
-# 3x3 2237 against 2159), hence the plane bound; but 256->256 3x3 at
-# 14x14 2082 against winograd's 1495, 256->48 1x1 at 13x13 55 against 45 (its second block
-# half empty), 160->960 at 7x7 (K 160) 161 against 156, a 4x4 map (four positions a tile:
-# 512->512 3x3 stride 2 at 7x7 1009 against 908; 5x5: 512->512 1092 against 1613) and a padded
-# 1x1; a strided unpadded 1x1 copies only what it reads (512->1024 stride 2 at 28x28 1964
+# 3x3 2237 against 2159), hence the plane bound; but 256->256 3x3 at 14x14 2082 against
+# winograd's 1495, a half-empty last block of two vectors (256->48 1x1 at 13x13 55 against
+# 45, one vector 42), 160->960 at 7x7 (K 160) 161 against 156, a 4x4 map (four positions a
+# tile: 512->512 3x3 stride 2 at 7x7 1009 against 908; 5x5: 512->512 1092 against 1613) and
+# a padded 1x1; a strided unpadded 1x1 copies only what it reads (512->1024 stride 2 at 28x28 1964
 # against 2066, 1024->2048 at 14x14 even), hence those bounds. Winograd's shapes stay
 # winograd's from more than LANES_WINOGRAD_OUTPUTS output channels: squeezenet's 13x13 maps
 # ran faster on lanes with one thread (48->192 3x3 267 against 289, 64->256 465 against 456)
@@ -367,8 +368,8 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     at least four times as many and WINOGRAD_EXPAND_OUTPUTS (or fewer where the gemm form is
     conv.c's wide form); lanes for a dense convolution with ``constant`` weights, at least
     LANES_DEPTH patch rows (a kernel over 1x1, or an unpadded 1x1 one), LANES_LEAST to
-    LANES_PLANE output positions and a multiple of LANES_BLOCK (or at least LANES_WIDE)
-    output channels, winograd's shapes only to at most LANES_WINOGRAD_OUTPUTS channels;
+    LANES_PLANE output positions and a multiple of 16 (or at least LANES_WIDE) output
+    channels, winograd's shapes only to at most LANES_WINOGRAD_OUTPUTS channels;
     batched for a small dense launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct
     for a stem; gemm otherwise; None (the NumPy kernel) for 3-d shapes."""
     if geometry is None:
@@ -383,7 +384,7 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
                          and (g.m >= WINOGRAD_EXPAND_OUTPUTS or g.wide)))
     if (constant and g.lanes and g.c * g.kh * g.kw >= LANES_DEPTH
             and (g.kh * g.kw > 1 or g.pt == g.pl == 0) and LANES_LEAST <= plane <= LANES_PLANE
-            and (g.m % LANES_BLOCK == 0 or g.m >= LANES_WIDE)
+            and (g.m % (LANES_BLOCK // 2) == 0 or g.m >= LANES_WIDE)
             and (not winograd or g.m <= LANES_WINOGRAD_OUTPUTS) and avx512()):
         return "lanes"
     if winograd:

@@ -158,15 +158,17 @@ LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), thre
     (1, 520, 7, 7, 40, 1, 1, (1, 1, 1, 1), "2"), (1, 16, 1, 12, 96, 1, 3, (0, 1, 0, 1), "1"),
     (1, 40, 14, 13, 64, 3, 3, (1, 1, 1, 1), "2", (2, 2), (1, 1)),
     (2, 7, 12, 11, 33, 3, 2, (2, 1, 0, 2), "1", (3, 2), (2, 3)),
-    (1, 70, 15, 13, 64, 1, 1, (0, 0, 1, 0), "2", (2, 3), (1, 1))]
+    (1, 70, 15, 13, 64, 1, 1, (0, 0, 1, 0), "2", (2, 3), (1, 1)),
+    (1, 300, 9, 9, 48, 1, 1, (0, 0, 0, 0), "2"), (2, 20, 8, 8, 13, 3, 3, (1, 1, 1, 1), "1")]
 
 
 @pytest.mark.parametrize("case", LANES_CASES)
 def test_lanes_matches_the_reference(monkeypatch, case):
     """conv_lanes.h: output rows cut into pieces of 1 to 8 positions, K over a K block,
-    output channels off the 32-channel blocks, pads, strides, dilations, batches, threads
-    (row parts), a strided 1x1 (only the positions it reads copied), every epilogue part;
-    constant weights (transposed once) and weights from a feed."""
+    output channels off the 32-channel blocks (a last block of at most 16: one vector),
+    pads, strides, dilations, batches, threads (row parts), a strided 1x1 (only the
+    positions it reads copied), every epilogue part; constant weights (transposed once) and
+    weights from a feed."""
     n, c, h, w, m, kh, kw, pads, threads, strides, dilations = (*case, (1, 1), (1, 1))[:11]
     monkeypatch.setenv("FUEL_THREADS", threads)
     rng = np.random.default_rng(c * m + h)
@@ -205,7 +207,9 @@ def test_the_rule_picks_winograd_for_large_planes():
     assert convolution_c.choose_form(dense, constant=True) == (
         "lanes" if convolution_c.avx512() else "winograd")
     shallow = convolution_c.Geometry(1, 256, 13, 13, 48, 1, 1, 13, 13, 1, 1, 1, 1, 0, 0, 1)
-    assert convolution_c.choose_form(shallow, constant=True) == "gemm"  # 48: a half block
+    assert convolution_c.choose_form(shallow, constant=True) == lanes  # a last block of 16
+    odd = convolution_c.Geometry(1, 256, 13, 13, 40, 1, 1, 13, 13, 1, 1, 1, 1, 0, 0, 1)
+    assert convolution_c.choose_form(odd, constant=True) == "gemm"
     expand = convolution_c.Geometry(1, 32, 27, 27, 128, 3, 3, 27, 27, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(expand) == "gemm"
     assert convolution_c.choose_form(expand, constant=True) == lanes
