@@ -1,8 +1,8 @@
 /* conv.c's lanes form (after conv_common.h, conv_gemm.h and conv_wide.h, before conv.c, whose
  * fuel_kernel calls lanes_weights and lanes_conv): a dense convolution with constant weights
- * on a small plane (a 7x7 or 14x14 map: 49 positions fill three 16-lane
- * panels and one lone column, which the gemm form ran as dot products over the whole K,
- * streaming the weights a second time, after packing the patch values by runs of 7).
+ * on a small plane (a 7x7 map: its 49 positions filled three 16-lane panels and one lone
+ * column, which the gemm form ran as dot products over the whole K, streaming the weights a
+ * second time, after packing the patch values by runs of 7).
  *
  * The GEMM is turned over: out^T (positions x channels) = patches^T . w^T, output channels
  * in the lanes and output positions broadcast, so a plane of any width runs without padded
@@ -10,14 +10,16 @@
  * block of LANES_MB output channels, K rows of LANES_MB floats (zero past M), so a tile reads
  * them as one stream. The input is copied once per launch into zero-padded planes
  * (HP = (OH - 1) SH + (KH - 1) DH + 1 rows of WP = (OW - 1) SW + (KW - 1) DW + 1; a 1x1
- * stride-1 unpadded convolution reads it as stored), so patch value (c, kh, kw) of output
- * (oh, ow) is padded[c][oh SH + kh DH][ow SW + kw DW]. A tile is LANES_MB output channels
- * (two vectors) x R <= LANES_R consecutive positions of one output row, over a K block (LANES_KC): per patch row two loads and R broadcasts feed 2R FMAs. The
+ * stride-1 unpadded convolution reads it as stored, a strided one copies only the positions
+ * it reads), so patch value (c, kh, kw) of output (oh, ow) is
+ * padded[c][oh SH + kh DH][ow SW + kw DW]. A tile is LANES_MB output channels (two vectors;
+ * one for a last block of at most 16) x R <= LANES_R consecutive positions of one output
+ * row, over a K block (LANES_KC): per patch row two loads and R broadcasts feed 2R FMAs. The
  * K blocks' partial sums wait in a small buffer (positions x LANES_MB); the last K block
  * writes the tile's sums to the output transposed, then the epilogue runs on the unit's
  * output rows (conv_common.h's finish). A unit is one image's block of output channels over
  * its output rows: all of them, or a part where the team would have fewer than LANES_UNITS
- * units a thread. */
+ * units a thread or not a multiple of the team. */
 #if defined(__AVX512F__)
 #define LANES_RUN 13
 #define LANES_WEIGHTS 14
