@@ -17,6 +17,7 @@ per call instead), and the tensor pointed at its new value after each (its autog
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
 from fuel.ir.params import bits_key
 from fuel.runtime.jit import Capture
+from fuel.runtime.replay import HeldArena
 from fuel.tensor import Tensor
 
 
@@ -83,9 +85,17 @@ class JitFunction:
         self.captures: dict = {}
         self.keep = keep
         self.replays = 0
+        # The captures' intermediates share one arena, so one capture runs at a time: a new
+        # shape reuses memory earlier shapes paged in, and kept captures cost one arena.
+        self.arena = HeldArena()
+        self.lock = threading.RLock()
         functools.update_wrapper(self, function)
 
     def __call__(self, *args: Any) -> Any:
+        with self.lock:
+            return self._call(args)
+
+    def _call(self, args: tuple) -> Any:
         nodes, signature = _signature(args)
         storages = [n.buffer if n is not None else None for n in nodes]
         captures = self.captures
@@ -115,13 +125,14 @@ class JitFunction:
         replays at once, like a call after the first (a model warms its usual shapes this
         way at load, before any input exists). A state the function updates is left as it
         is."""
-        nodes, signature = _signature(args)
-        known = self.captures.get(signature)
-        if known is None or known[0].generation != table_generation():
-            known = self._captured(signature, nodes, args)
-        capture, _, _, before = known
-        capture.run([n.buffer if n is not None else None for n in nodes] + before,
-                    launch=False)
+        with self.lock:
+            nodes, signature = _signature(args)
+            known = self.captures.get(signature)
+            if known is None or known[0].generation != table_generation():
+                known = self._captured(signature, nodes, args)
+            capture, _, _, before = known
+            capture.run([n.buffer if n is not None else None for n in nodes] + before,
+                        launch=False)
 
     def _captured(self, signature: tuple, nodes: list, args: tuple) -> tuple:
         """A new capture of ``signature``, kept as the most recently called one (the least
@@ -160,7 +171,7 @@ class JitFunction:
         # Each state written back into its own storage where the plan allows it (in place).
         inplace = [(len(nodes) + i, len(outputs) + i) for i in range(len(chosen))]
         capture = Capture(arguments, [o._node for o in outputs] + [a for _, _, a in chosen],
-                          inplace)
+                          inplace, self.arena)
         return capture, single, [t for t, _, _ in chosen], [b.buffer for _, b, _ in chosen]
 
 

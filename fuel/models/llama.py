@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from fuel.models.gguf_loader import (
     GGUFModelFile,
     LlamaConfig,
 )
-from fuel.models.kv_cache import KVCache
+from fuel.models.kv_cache import KVCache, lazy_zeros
 from fuel.models.llama_graph import (
     LlamaWeights,
     StepInputs,
@@ -34,6 +35,7 @@ from fuel.models.llama_graph import (
     decoder_step,
     rope_inverse_frequencies,
     row_bucket,
+    step_rope,
 )
 from fuel.models.sampling import Sampler, SamplingConfig
 from fuel.models.stop_strings import StopStringFilter
@@ -77,6 +79,7 @@ class LlamaModel:
         self.pipelined = True
         self._cache_pool: dict[int, KVCache] = {}
         self._inverse_frequencies = rope_inverse_frequencies(config)
+        self._rope_by_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # the model file it was loaded from (None: built from arrays), and the steps it ran:
         # (cache capacity, rows, all_logits), what ``fuel tune`` records for a warm start
         self.source_path: Path | None = None
@@ -167,11 +170,22 @@ class LlamaModel:
         if step is None:
             step = kept[key] = StepInputs.create(ids, cache.length, self.config,
                                                  self._inverse_frequencies, cache.capacity,
-                                                 self.device, rows)
+                                                 self.device, rows, self._rope_rows(cache))
         else:
             step.refill(ids, cache.length, self.config, self._inverse_frequencies,
                         cache.capacity)
         return step
+
+    def _rope_rows(self, cache: KVCache) -> np.ndarray:
+        """``cache``'s rotation matrices for as many rows as it has positions, shared by its
+        kept step leaves (each bucket's rope is a view of its first rows: SmolLM2's 14 warmed
+        buckets held 7 MiB of rotation matrices, 16 KiB a row, one set each); zero pages until
+        written, so it costs the rows its largest bucket wrote."""
+        rows = self._rope_by_cache.get(cache)
+        if rows is None:
+            shape = step_rope(self.config, self._inverse_frequencies, 0, 1).shape[1:]
+            rows = self._rope_by_cache[cache] = lazy_zeros((cache.capacity, *shape))
+        return rows
 
     def _replay_function(self, cache: KVCache, rows: int, all_logits: bool):
         """The step of ``rows`` rows as a fuel.jit function bound to ``cache`` (captured,
@@ -192,18 +206,31 @@ class LlamaModel:
             replays.popitem(last=False)
         return replays[key]
 
-    def warm(self, steps: Iterable[tuple[int, int, bool]]) -> int:
+    def warm(self, steps: Iterable[tuple[int, int, bool]],
+             resident_limit: int | None = None) -> int:
         """Capture ``steps`` ((cache capacity, rows, all_logits), as ``fuel tune`` records
         them: ``fuel.models.warm_steps``) on the pooled KV caches and run each once on zero
         ids (its buffers' and the cache's pages come in now: prepared without a launch, a
         27-token prompt's first call ran 7% over its warm time), so that the first prompt of
         one of those row buckets runs like a warm one; a run leaves the cache's length as it
-        is. Steps past the pool's caches or their replays are left out. Returns how many were
-        prepared."""
+        is. Steps past the pool's caches or their replays are left out. With
+        ``resident_limit`` (bytes; ``warm_steps.resident_limit``) the steps are taken in
+        order of rows (the decode step first, the costliest last) while the process's resident
+        memory, plus what the last step prepared added, stays under it. Returns how many
+        were prepared."""
         if not self.use_jit:
             return 0
-        prepared = 0
-        for capacity, rows, all_logits in sorted(set(steps)):
+        from fuel.models.warm_steps import resident_bytes
+
+        prepared, before, cost = 0, None, 0
+        for capacity, rows, all_logits in sorted(set(steps), key=lambda s: (s[1], s[0], s[2])):
+            now = resident_bytes() if resident_limit is not None else None
+            if now is not None:
+                # the first step's growth is mostly the weights' pages: not a step's cost
+                cost = max(now - before, 0) if before is not None and prepared > 1 else cost
+                if now + cost > resident_limit:
+                    break
+                before = now
             if capacity > self.config.context_length or not 1 <= rows <= capacity:
                 continue
             cache = self._cache_pool.get(capacity)
@@ -441,11 +468,15 @@ def load_gguf(path: str | os.PathLike | None = None, device=None, use_cache: boo
     ``"float32"`` dequantizes them, caching the converted weights on disk so the next load
     skips the conversion. With ``warm`` (the default), the step shapes ``fuel tune`` recorded
     for this file are prepared before it returns (``LlamaModel.warm``)."""
+    from fuel.models import warm_steps
+
+    before = warm_steps.resident_bytes() if warm else None
     model = _load_gguf(path, device, use_cache, dtype)
     if model.source_path is not None and warm:
-        from fuel.models import warm_steps
-
-        model.warm(warm_steps.recorded(model.source_path))
+        steps = warm_steps.recorded(model.source_path)
+        if steps:
+            limit = warm_steps.resident_limit(before, model.source_path.stat().st_size)
+            model.warm(steps, limit)
     return model
 
 

@@ -273,10 +273,17 @@ class StepInputs:
     @classmethod
     def create(cls, ids: np.ndarray, start: int, config: LlamaConfig,
                inverse_frequencies: np.ndarray, capacity: int, device,
-               rows: int | None = None) -> StepInputs:
+               rows: int | None = None, rope_rows: np.ndarray | None = None) -> StepInputs:
         """Leaves for ``ids`` at cache positions ``start, start + 1, ...``, padded to
-        ``rows`` rows (default: one per id)."""
-        values = step_values(ids, start, config, inverse_frequencies, capacity, rows)
+        ``rows`` rows (default: one per id). ``rope_rows``: an array of rotation matrices
+        whose first rows the rope leaf is where it holds enough (on the CPU the leaf
+        then shares its memory: the kept leaves of a cache's row buckets hold one set of
+        rotation matrices, not one a bucket)."""
+        values = list(step_values(ids, start, config, inverse_frequencies, capacity, rows))
+        if rope_rows is not None and rope_rows.shape[0] >= values[2].shape[0]:
+            shared = rope_rows[:values[2].shape[0]]
+            shared[...] = values[2]
+            values[2] = shared
         return cls(*(fuel.from_numpy(array, device=device) for array in values))
 
     def refill(self, ids: np.ndarray, start: int, config: LlamaConfig,

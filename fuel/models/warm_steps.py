@@ -20,6 +20,38 @@ from fuel.runtime.judge import mode, winners_path
 
 FORMAT = 1
 Step = tuple[int, int, bool]  # (cache capacity, rows, all_logits)
+# A warm start prepares steps while the model stays within WARM_RESIDENT_LIMIT times its file in
+# resident memory (weights' pages included), or, where the load alone took more than that
+# (float32 weights, a tiny file), while it adds at most WARM_SHARE of the file or
+# WARM_MIN_BYTES: each captured step keeps its plan, launchers and buffers (SmolLM2 Q4_1, a
+# 94 MiB file: 0.8-2.3 MiB a bucket up to 16 rows, 8-9 MiB the 96 and 128-row ones; all 14
+# buckets took the load to 1.75x its file), and a quantized load's bound is 1.3x, with a
+# margin under it for generation's own growth.
+WARM_RESIDENT_LIMIT = 1.25
+WARM_SHARE = 0.25
+WARM_MIN_BYTES = 16 << 20  # the least a warm start may add (a tiny model's steps)
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory in bytes (Linux's /proc/self/statm), or None where it
+    cannot be read (then a warm start is not bounded)."""
+    try:
+        with open("/proc/self/statm") as status:
+            return int(status.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def resident_limit(before_load: int | None, file_bytes: int) -> int | None:
+    """The resident memory a warm start may bring this process to: ``WARM_RESIDENT_LIMIT``
+    times the model's file above what the process held before the load, or ``WARM_SHARE`` of
+    the file (at least ``WARM_MIN_BYTES``) above what it holds now where that is more. None
+    when unreadable."""
+    now = resident_bytes()
+    if before_load is None or now is None:
+        return None
+    return max(before_load + int(WARM_RESIDENT_LIMIT * file_bytes),
+               now + max(int(WARM_SHARE * file_bytes), WARM_MIN_BYTES))
 
 
 def record_path() -> Path:

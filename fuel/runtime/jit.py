@@ -21,7 +21,7 @@ from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
 from fuel.runtime.executor import PLAN_CACHE
 from fuel.runtime.plan import Plan, PlanBuilder
-from fuel.runtime.replay import BoundPlan, assign_storages, inplace_safe
+from fuel.runtime.replay import BoundPlan, HeldArena, assign_storages, inplace_safe
 
 
 def _cached_plan(graph: Graph, generation: int) -> Plan:
@@ -79,10 +79,12 @@ class Capture(BoundPlan):
     call) writes each such output into its argument's storage where that is safe (one step
     writes it, after every read of the old value: ``inplace_safe``), so a replayed training
     step updates its parameters and moments in place instead of allocating new ones;
-    ``self.inplace`` keeps the pairs taken."""
+    ``self.inplace`` keeps the pairs taken. ``arena``: where its intermediates live when it
+    shares them with captures that never run at the same time (HeldArena)."""
 
     def __init__(self, arguments: Sequence[Node | None], outputs: Sequence[Node],
-                 inplace: Sequence[tuple[int, int]] = ()) -> None:
+                 inplace: Sequence[tuple[int, int]] = (), arena: HeldArena | None = None
+                 ) -> None:
         generation = table_generation()
         graph = Graph.build(list(outputs))
         if any(graph.nodes[r].buffer is not None for r in graph.roots) or \
@@ -98,7 +100,7 @@ class Capture(BoundPlan):
         if unsafe:
             wanted = {root: leaf for root, leaf in wanted.items() if root not in unsafe}
             assignment = assign_storages(graph, plan, None, wanted)
-        super().__init__(graph, plan, assignment, held=True)
+        super().__init__(graph, plan, assignment, held=True, arena=arena)
         taken = set(wanted)
         self.inplace = [(a, o) for a, o in inplace
                         if plan.node_values[graph.roots[o]][0] in taken]

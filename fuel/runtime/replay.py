@@ -33,11 +33,13 @@ import numpy as np
 
 from fuel.backends import get_backend
 from fuel.backends.base import LaunchBatcher
+from fuel.backends.cpu import ALIGNMENT
 from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import Launcher
 from fuel.graph import Graph
 from fuel.ir.device import CPU
 from fuel.ir.ops import OpKind, definition
+from fuel.memory.storage import Storage
 from fuel.runtime.launch import drain, launch_step, step_error
 from fuel.runtime.pending import PendingWork
 from fuel.runtime.plan import Plan, Step
@@ -228,11 +230,47 @@ def inplace_safe(assignment: Assignment, root: int, leaf: int) -> bool:
                                in zip(step.sources, step.layouts) if source == leaf)
 
 
+class HeldArena:
+    """Intermediate buffers shared by plans that never run at the same time (the captures of
+    one traced function, under its lock): a plan's CPU buffers are views into one slab, and a
+    plan that needs more than the slab holds gets a new slab at least twice as large (plans
+    bound earlier keep theirs). A new shape then reuses memory already paged in instead of
+    faulting in buffers of its own (a page fault costs 1-10 us), and kept captures cost one
+    slab, not one set of buffers each."""
+
+    def __init__(self) -> None:
+        self._slab: np.ndarray | None = None
+
+    def storages(self, buffers: Sequence) -> list:
+        """Storages for ``buffers`` ((slot, backend, device, dtype, size) each): CPU ones
+        carved from the slab at cache-line offsets, others allocated by their backend."""
+        offsets, total = [], 0
+        for _, _, device, dtype, size in buffers:
+            host = device == CPU and not dtype.is_packed and dtype.numpy.kind not in "OSTU"
+            offsets.append(total if host and size else None)
+            if host and size:
+                total += -(-dtype.storage_bytes(size) // ALIGNMENT) * ALIGNMENT
+        if total and (self._slab is None or self._slab.size < total + ALIGNMENT):
+            size = max(total, 0 if self._slab is None else 2 * self._slab.size) + ALIGNMENT
+            self._slab = np.empty(size, np.uint8)
+        slab = self._slab
+        base = 0 if slab is None else -slab.ctypes.data % ALIGNMENT
+        found = []
+        for (_, backend, device, dtype, size), offset in zip(buffers, offsets):
+            if offset is None:
+                found.append(backend.allocate(device, dtype, size))
+                continue
+            start = base + offset
+            view = slab[start:start + dtype.storage_bytes(size)].view(dtype.numpy)
+            found.append(Storage(view, dtype, size, device, backend))
+        return found
+
+
 class BoundPlan:
     """``plan`` bound for runs; ``bind`` returns None when the plan is not worth binding."""
 
     def __init__(self, graph: Graph, plan: Plan, assignment: Assignment,
-                 held: bool = False) -> None:
+                 held: bool = False, arena: HeldArena | None = None) -> None:
         self.leaf_count = len(graph.leaves)
         self.buffers = assignment.buffers
         self.outputs = assignment.outputs
@@ -259,9 +297,14 @@ class BoundPlan:
         self.tracked = any(step.waited or step.wait_slot >= 0 for step in self.steps)
         self.lock = threading.Lock()
         self.launches = BatchedLaunches(self.steps)
-        # Held: the buffers allocated once and kept (a capture's own); else the pool's per run.
-        self.held = [backend.allocate(device, dtype, size)
-                     for _, backend, device, dtype, size in self.buffers] if held else None
+        # Held: the buffers allocated once and kept (a capture's own, or views into the
+        # ``arena`` it shares with captures that never run at the same time); else the pool's
+        # per run.
+        self.held = None
+        if held:
+            self.held = arena.storages(self.buffers) if arena is not None else [
+                backend.allocate(device, dtype, size)
+                for _, backend, device, dtype, size in self.buffers]
         if held:
             self.current[self.leaf_count:self.output_base] = self.held
         self.fixed_leaves: list | None = None  # leaves kept bound across runs (a capture's)

@@ -89,6 +89,27 @@ def test_the_rule_runs_many_rows_on_the_rows_tile_and_offers_both_tiles(monkeypa
     np.testing.assert_array_equal(product.view(np.uint32), found[0].view(np.uint32))
 
 
+
+@pytest.mark.parametrize("dtype", (dt.f16_blocks, dt.q4_1), ids=lambda d: d.name)
+def test_a_weight_read_from_memory_offers_no_single_thread_candidate(monkeypatch, dtype):
+    """From SERIAL_CANDIDATE_BYTES of weight the decode shape has one candidate (all
+    threads, the rule's), so nothing is judged; a smaller weight still offers both counts
+    and 8 rows of q4_1 both tiles on all threads."""
+    monkeypatch.setenv("FUEL_THREADS", "2")
+    kernel = quantized.QuantizedKernel(quantized.MATMUL, dtype)
+    k = 4096
+    big = -(-quantized.SERIAL_CANDIDATE_BYTES // dtype.row_bytes(k))
+
+    def names(m, n):
+        layouts = [Layout.contiguous((m, k)), Layout.contiguous((n, k)),
+                   Layout.contiguous((m, n))]
+        return [v.name for v in kernel.variants(layouts, None, CPU)]
+
+    assert names(1, big) == []
+    assert names(1, 256) == ["int-dot/2t", "int-dot/1t"]
+    if dtype == dt.q4_1:
+        assert names(8, big) == ["int-rows/2t", "int-dot/2t"]
+
 @pytest.mark.parametrize("dtype", FORMATS, ids=lambda d: d.name)
 def test_the_avx2_rows_tile_equals_each_row_alone(dtype):
     """The rows library built without AVX-512 (NO_AVX512: the AVX2 tile, as on a machine

@@ -105,6 +105,27 @@ def test_kv_cache_is_written_in_place(tiny_gguf, cache_dir):
     assert not keys[:, padded:].any()
 
 
+
+def test_kept_step_leaves_share_rotation_rows_and_each_step_computes_alone(tiny_gguf,
+                                                                          cache_dir):
+    """A cache's kept prompt-step leaves of two row buckets are views of one array of
+    rotation matrices; steps of each bucket in turn (each refilling the shared rows) give
+    the logits of the same steps run eagerly, and a decode step (its own rope) too."""
+    from fuel.models.llama import load_gguf
+
+    path = tiny_gguf()
+    model, eager = load_gguf(path), load_gguf(path)
+    eager.use_jit = False
+    chunks = [np.arange(5, 10), np.arange(20, 22), np.arange(30, 35), np.array([40])]
+    cache, eager_cache = model.new_cache(48), eager.new_cache(48)
+    for chunk in chunks:  # rows 6, 2, 6 (refilled), then a decode step
+        np.testing.assert_allclose(model.forward(chunk, cache, all_logits=True),
+                                   eager.forward(chunk, eager_cache, all_logits=True),
+                                   rtol=1e-4, atol=1e-4)
+    kept = [step.rope._node.buffer.buffer for step in cache.step_inputs.values()]
+    assert len(kept) >= 2 and np.shares_memory(kept[0], kept[1])
+    assert all(np.shares_memory(rope, model._rope_rows(cache)) for rope in kept)
+
 def test_decode_steps_build_identical_graph_structures(tiny_gguf, cache_dir):
     from fuel.graph import Graph
     from fuel.ir.ops import OpKind

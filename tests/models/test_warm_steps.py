@@ -59,6 +59,29 @@ def test_a_recorded_step_is_prepared_at_load_and_replayed_by_the_first_prompt(ti
     np.testing.assert_array_equal(model.forward(prompt, model.new_cache(48)), expected_logits)
 
 
+def test_a_warm_start_within_a_resident_limit_takes_the_fewest_rows_first(tiny_gguf,
+                                                                           judge_cached,
+                                                                           monkeypatch):
+    """Bounded (``resident_limit``), the steps are taken in order of rows while the resident
+    memory, plus what the last step (not the first: the weights' pages) added, stays under
+    the limit; a limit already passed prepares nothing, none prepares every step."""
+    from fuel.models import warm_steps
+    from fuel.models.llama import load_gguf
+
+    path = tiny_gguf()
+    steps = [(48, 8, False), (48, 1, False), (48, 4, False)]
+    readings = iter([100, 100, 120])  # before each step: the third would pass 130 (120 + 20)
+    monkeypatch.setattr(warm_steps, "resident_bytes", lambda: next(readings))
+    model = load_gguf(path, warm=False)
+    assert model.warm(steps, resident_limit=130) == 2
+    assert list(model._cache_pool[48].replays) == [(1, False), (4, False)]
+    monkeypatch.setattr(warm_steps, "resident_bytes", lambda: 100)
+    assert load_gguf(path, warm=False).warm(steps, resident_limit=99) == 0
+    assert load_gguf(path, warm=False).warm(steps) == 3
+    assert warm_steps.resident_limit(100, 1000) == 100 + warm_steps.WARM_MIN_BYTES
+    assert warm_steps.resident_limit(100, 1 << 30) == 100 + (5 << 28)
+
+
 def test_a_changed_file_or_the_judge_off_warms_nothing(tiny_gguf, judge_cached, monkeypatch):
     from fuel.models import warm_steps
 

@@ -145,12 +145,19 @@ static inline __attribute__((always_inline)) void block_codes(const uint8_t *blo
     const __m256i low_codes = _mm256_and_si256(bytes, _mm256_set1_epi16(0x0f));
     const __m256i high_codes = _mm256_srli_epi16(bytes, 4);
     const __m256i sixteen = _mm256_set1_epi16(16);
+    /* one 32-bit mask, its upper half shifted down in the mask unit */
 #if defined(FORMAT_Q5_0)
-    *low = _mm256_mask_sub_epi16(low_codes, (__mmask16)~bits, low_codes, sixteen);
-    *high = _mm256_mask_sub_epi16(high_codes, (__mmask16)~(bits >> 16), high_codes, sixteen);
+    const __mmask32 mask = _cvtu32_mask32(~bits);
 #else
-    *low = _mm256_mask_add_epi16(low_codes, (__mmask16)bits, low_codes, sixteen);
-    *high = _mm256_mask_add_epi16(high_codes, (__mmask16)(bits >> 16), high_codes, sixteen);
+    const __mmask32 mask = _cvtu32_mask32(bits);
+#endif
+    const __mmask16 low_mask = (__mmask16)mask, high_mask = (__mmask16)_kshiftri_mask32(mask, 16);
+#if defined(FORMAT_Q5_0)
+    *low = _mm256_mask_sub_epi16(low_codes, low_mask, low_codes, sixteen);
+    *high = _mm256_mask_sub_epi16(high_codes, high_mask, high_codes, sixteen);
+#else
+    *low = _mm256_mask_add_epi16(low_codes, low_mask, low_codes, sixteen);
+    *high = _mm256_mask_add_epi16(high_codes, high_mask, high_codes, sixteen);
 #endif
 #elif defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
     chunk_vectors(block, 0, low, high);

@@ -38,6 +38,12 @@ DECODE_SOURCE = Path(__file__).with_name("quantized_decode.c")
 # Weights of at least this many bytes are split over threads (below it a thread's start-up
 # costs more than it saves).
 PARALLEL_BYTES = 1 << 16
+# From this many bytes of weight the judge is offered no single-thread variant: a weight this
+# big is read from memory, which one thread does not saturate, so all threads win on an idle
+# machine (f16 at the decode shape, 134 MB: 1.16-1.24x NumPy's streaming read on two threads,
+# 0.82x on one), and a verdict timed while another process holds the second core would store
+# the one thread for good.
+SERIAL_CANDIDATE_BYTES = 8 << 20
 DEQUANTIZE, MATMUL, EMBEDDING, ROUND, DEQUANTIZE_THREADED = 0, 1, 2, 3, 4
 # Prompt shapes: from quantized_gemm.MIN_ROWS (96) activation rows, every block format runs
 # quantized_gemm.c's integer GEMM where the build has it (AVX2 / AVX-512; SmolLM2's four layer
@@ -143,7 +149,9 @@ class QuantizedKernel:
         """A decode-shape matmul's thread counts, the rule's first (all threads from
         PARALLEL_BYTES of weights, else one): the judge's candidates. Each output is computed
         alike on any count, so they agree bit for bit. None for the other operations, the
-        prompt shapes (de-quantized tiles on BLAS) or a single thread."""
+        prompt shapes (de-quantized tiles on BLAS) or a single thread; no one-thread
+        candidate from SERIAL_CANDIDATE_BYTES of weight, so a decode-shape matmul that big
+        has nothing to judge."""
         threads = thread_count()
         if self.operation != MATMUL or threads < 2:
             return ()
@@ -151,11 +159,14 @@ class QuantizedKernel:
         if rule[1] >= BLAS_ROWS or 0 in rule[1:] or gemm_tile(self.dtype, rule[1]):
             return ()
         counts = [rule[4]] + [c for c in (threads, 1) if c != rule[4]]
+        if self.dtype.storage_bytes(rule[2] * rule[3]) >= SERIAL_CANDIDATE_BYTES:
+            counts = [threads]
         # many rows on the 32-value integer formats: quantized_rows.c's tile first (the
         # rule's), this library's one-weight-row tile after it; the same bits either way
         tiles = ("int-rows", "int-dot") if rows_tile(self.dtype, rule[1]) else ("int-dot",)
-        return tuple(Variant(f"{tile}/{count}t", partial(self._prepare_on, count, tile))
-                     for tile in tiles for count in counts)
+        found = tuple(Variant(f"{tile}/{count}t", partial(self._prepare_on, count, tile))
+                      for tile in tiles for count in counts)
+        return found if len(found) > 1 else ()
 
     def _prepare_on(self, threads: int, tile: str, inputs: Sequence, outputs: Sequence,
                     layouts: Sequence[Layout], params: object) -> Launcher:
