@@ -42,6 +42,7 @@ from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata 
     PoolParams,
     QLinearBinaryParams,
     QLinearConvParams,
+    QuantizeParams,
     ReduceParams,
     ScatterParams,
     ShapeParams,
@@ -173,6 +174,8 @@ class OpKind(enum.Enum):
     QLINEAR_CONV = "qlinear_conv"
     QLINEAR_LOOKUP = "qlinear_lookup"
     QLINEAR_BINARY = "qlinear_binary"
+    QLINEAR_QUANTIZE = "qlinear_quantize"
+    QLINEAR_DEQUANTIZE = "qlinear_dequantize"
     MAX_POOL = "max_pool"
     MAX_POOL_INDICES = "max_pool_indices"
     AVG_POOL = "avg_pool"
@@ -467,6 +470,10 @@ define(OpKind.QLINEAR_LOOKUP, "quantized", rules.qlinear_lookup, params=NoParams
            "elementwise chain of one input, tabulated).")
 define(OpKind.QLINEAR_BINARY, "quantized", rules.qlinear_binary, params=QLinearBinaryParams,
        doc="onnxruntime's QLinearAdd / QLinearMul of two broadcast 8-bit tensors.")
+define(OpKind.QLINEAR_QUANTIZE, "quantized", rules.qlinear_quantize, params=QuantizeParams,
+       doc="float32 to 8-bit with one scale and zero point (ONNX QuantizeLinear per tensor).")
+define(OpKind.QLINEAR_DEQUANTIZE, "quantized", rules.qlinear_dequantize, params=QuantizeParams,
+       doc="8-bit to float32 with one scale and zero point (ONNX DequantizeLinear per tensor).")
 define(OpKind.MAX_POOL, "window", rules.pool, params=PoolParams, doc="Max pooling.")
 define(OpKind.MAX_POOL_INDICES, "window", rules.pool_indices, params=PoolParams,
        doc="Positions of max pooling's maxima.")

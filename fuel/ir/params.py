@@ -320,6 +320,19 @@ class QLinearBinaryParams:
 
 
 @dataclass(frozen=True, slots=True)
+@bits_keyed
+class QuantizeParams:
+    """QLINEAR_QUANTIZE / QLINEAR_DEQUANTIZE with one float32 ``scale`` and integer ``zero``
+    point per tensor (ONNX QuantizeLinear / DequantizeLinear): x / scale in float32, rounded
+    half to even, + zero, saturated to the 8-bit output; (x - zero) in int32 as float32 times
+    the scale."""
+
+    scale: float
+    zero: int
+    target: DType | None = None  # QLINEAR_QUANTIZE's output: uint8 or int8
+
+
+@dataclass(frozen=True, slots=True)
 class PoolParams:
     """Max / average pooling windows over the trailing dims. ``count_include_pad`` counts the
     explicit padding in an average's divisor; ``divide=False`` returns window sums;

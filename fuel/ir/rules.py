@@ -330,6 +330,27 @@ def qlinear_binary(params, shapes, dtypes):
     return broadcast_shapes(*shapes), dtypes[0]
 
 
+def qlinear_quantize(params, shapes, dtypes):
+    """QLINEAR_QUANTIZE: (x float32,) -> x's shape, the params' target (uint8 or int8)."""
+    if len(shapes) != 1:
+        raise ShapeError(f"qlinear_quantize takes 1 operand, got {len(shapes)}")
+    if dtypes[0] is not dt.float32:
+        raise DTypeError(f"qlinear_quantize: x must be float32, got {dtypes[0].name}")
+    if params.target not in (dt.uint8, dt.int8):
+        raise DTypeError(f"qlinear_quantize: the target must be uint8 or int8, got "
+                         f"{getattr(params.target, 'name', params.target)}")
+    return tuple(shapes[0]), params.target
+
+
+def qlinear_dequantize(params, shapes, dtypes):
+    """QLINEAR_DEQUANTIZE: (x uint8/int8,) -> x's shape, float32."""
+    if len(shapes) != 1:
+        raise ShapeError(f"qlinear_dequantize takes 1 operand, got {len(shapes)}")
+    if dtypes[0] not in (dt.uint8, dt.int8):
+        raise DTypeError(f"qlinear_dequantize: x must be uint8 or int8, got {dtypes[0].name}")
+    return tuple(shapes[0]), dt.float32
+
+
 def conv_fused(params, shapes, dtypes):
     """CONV_FUSED: (x, w, bias[, residual][, slope]) -> conv's shape."""
     expected = 3 + params.residual + (params.activation == "prelu")

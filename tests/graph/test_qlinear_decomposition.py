@@ -9,8 +9,9 @@ import pytest
 
 import fuel
 from fuel.frontend.build import make
+from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
-from fuel.ir.params import ConvParams, QLinearBinaryParams, QLinearConvParams
+from fuel.ir.params import ConvParams, QLinearBinaryParams, QLinearConvParams, QuantizeParams
 from tests.backends.primitive_backend import DEVICE, primitive_backend
 
 
@@ -74,3 +75,23 @@ def test_qlinear_binary_decomposition_matches_the_cpu_kernel(x_type, multiply):
 
     ours, cpu = run(DEVICE).astype(np.int32), run("cpu").astype(np.int32)
     assert np.abs(ours - cpu).max() <= (0 if multiply else 1)
+
+
+@pytest.mark.parametrize("target", [dt.uint8, dt.int8])
+def test_qlinear_quantize_and_dequantize_decompositions_match_the_cpu_kernels(target):
+    """The same float32 steps: equal, halves of a step included (rounded to even)."""
+    rng = np.random.default_rng(6)
+    scale = float(np.float32(0.037))
+    x = (rng.standard_normal((3, 1000)) * 300 * scale).astype(np.float32)
+    x[0, :600] = (np.float32(scale) * (np.arange(600) - 300 + 0.5).astype(np.float32))
+    quantize = QuantizeParams(scale, -5 if target is dt.int8 else 131, target)
+
+    def run(device, op, array, params):
+        return make(op, (fuel.from_numpy(array).to(device)._node,), params).numpy()
+
+    q = run("cpu", OpKind.QLINEAR_QUANTIZE, x, quantize)
+    np.testing.assert_array_equal(run(DEVICE, OpKind.QLINEAR_QUANTIZE, x, quantize), q)
+    assert len(np.unique(q)) > 200  # a real spread, both ends saturated too
+    dequantize = QuantizeParams(scale, quantize.zero)
+    np.testing.assert_array_equal(run(DEVICE, OpKind.QLINEAR_DEQUANTIZE, q, dequantize),
+                                  run("cpu", OpKind.QLINEAR_DEQUANTIZE, q, dequantize))

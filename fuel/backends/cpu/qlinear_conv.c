@@ -23,7 +23,8 @@
  *     matrix of u (written a band of output rows at a time, or the input as stored for an unpadded
  *     stride-1 1x1 kernel), re-packed 16 positions at a time into panels of k quads so that
  *     one vpdpbusd (AVX512-VNNI: u8 x s8, four products into int32, exact) serves 16 positions
- *     of one weight row; a 6 x 16 register tile (zmm, re-quantized in registers, weights as
+ *     of one weight row; a 6 x 16 register tile, 6 x 64 (four panels) up to a depth of 256
+ *     (zmm, re-quantized in registers, weights as
  *     gemm_pack's per-step int32 of 6 rows, with AVX-512); the re-quantization on the tile.
  *     Without VNNI the panels hold k pairs of (u - u_zero) as int16 for vpmaddwd (AVX2, also
  *     exact), or a scalar loop. Threads split the patch matrix's rows, then the panels.
@@ -47,9 +48,6 @@
 #define STEP 2
 #else
 #define STEP 1
-#endif
-#ifdef _OPENMP
-#include <omp.h>
 #endif
 
 typedef struct {
@@ -76,10 +74,11 @@ static inline int32_t requantize(int32_t acc, float scale, int64_t yz) {
     return (int32_t)lrintf((float)acc * scale) + (int32_t)yz;
 }
 
-/* Per-thread scratch `slot` of at least `bytes`, 64-byte aligned, grown as needed, kept. */
+/* Per-thread scratch `slot` (0-3) of at least `bytes`, 64-byte aligned, grown as needed,
+ * kept. */
 static void *scratch(int slot, size_t bytes) {
-    static __thread void *buffers[3];
-    static __thread size_t sizes[3];
+    static __thread void *buffers[4];
+    static __thread size_t sizes[4];
     if (sizes[slot] < bytes || buffers[slot] == NULL) {
         free(buffers[slot]);
         buffers[slot] = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
@@ -333,6 +332,80 @@ __attribute__((noinline)) static void tile_out(const int32_t *w, int64_t depth, 
             _mm_mask_storeu_epi8(target + m * plane, mask, bytes);
     }
 }
+
+/* tile_out over 4 full panels side by side (64 positions, 24 accumulators) for a shallow
+ * depth (SHALLOW at most): the rows' weights broadcast once per 4 panels and each row's
+ * bias shift and multiplier set once, where a pointwise launch of few input channels
+ * (16->96 at 112x112: 4 k steps per panel) spent most of a tile on its setup. */
+#define SHALLOW 256 /* depth up to which 4 panels go together (their 16 KiB stay in L1) */
+static inline __attribute__((always_inline)) void tile_out4_row(
+        __m512i c0, __m512i c1, __m512i c2, __m512i c3, int64_t m, const int32_t *bias,
+        const int32_t *sums, int32_t correction, const float *mult, uint8_t *target,
+        int64_t plane, const Q *q) {
+    const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
+    const __m512i shift = _mm512_set1_epi32(bias[m] - correction * sums[m]);
+    const __m512 scale = _mm512_set1_ps(mult[m]);
+    const __m512i c[4] = {c0, c1, c2, c3};
+    for (int j = 0; j < 4; j++) {
+        const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_add_epi32(c[j], shift)), scale)), zero);
+        const __m128i bytes = q->y_signed ? _mm512_cvtsepi32_epi8(v)
+            : _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()));
+        _mm_storeu_si128((__m128i *)(target + m * plane + j * NR), bytes);
+    }
+}
+
+__attribute__((noinline)) static void tile_out4(const int32_t *weights, int64_t steps,
+                                                int64_t m0, int rows, const uint8_t *panels,
+                                                size_t panel_bytes, const int32_t *bias,
+                                                const int32_t *sums, int32_t correction,
+                                                const float *mult, uint8_t *target,
+                                                int64_t plane, const Q *q) {
+    __m512i c00 = _mm512_setzero_si512(), c01 = _mm512_setzero_si512(), c02 = _mm512_setzero_si512(), c03 = _mm512_setzero_si512(), c04 = _mm512_setzero_si512(), c05 = _mm512_setzero_si512(), c10 = _mm512_setzero_si512(), c11 = _mm512_setzero_si512(), c12 = _mm512_setzero_si512(), c13 = _mm512_setzero_si512(), c14 = _mm512_setzero_si512(), c15 = _mm512_setzero_si512(), c20 = _mm512_setzero_si512(), c21 = _mm512_setzero_si512(), c22 = _mm512_setzero_si512(), c23 = _mm512_setzero_si512(), c24 = _mm512_setzero_si512(), c25 = _mm512_setzero_si512(), c30 = _mm512_setzero_si512(), c31 = _mm512_setzero_si512(), c32 = _mm512_setzero_si512(), c33 = _mm512_setzero_si512(), c34 = _mm512_setzero_si512(), c35 = _mm512_setzero_si512();
+    for (int64_t i = 0; i < steps; i++) { /* named accumulators: an array spilled */
+        const __m512i b0 = _mm512_load_si512(panels + i * NR * STEP);
+        const __m512i b1 = _mm512_load_si512(panels + panel_bytes + i * NR * STEP);
+        const __m512i b2 = _mm512_load_si512(panels + 2 * panel_bytes + i * NR * STEP);
+        const __m512i b3 = _mm512_load_si512(panels + 3 * panel_bytes + i * NR * STEP);
+        __m512i a;
+        a = _mm512_set1_epi32(weights[i * MR + 0]);
+        c00 = _mm512_dpbusd_epi32(c00, b0, a);
+        c10 = _mm512_dpbusd_epi32(c10, b1, a);
+        c20 = _mm512_dpbusd_epi32(c20, b2, a);
+        c30 = _mm512_dpbusd_epi32(c30, b3, a);
+        a = _mm512_set1_epi32(weights[i * MR + 1]);
+        c01 = _mm512_dpbusd_epi32(c01, b0, a);
+        c11 = _mm512_dpbusd_epi32(c11, b1, a);
+        c21 = _mm512_dpbusd_epi32(c21, b2, a);
+        c31 = _mm512_dpbusd_epi32(c31, b3, a);
+        a = _mm512_set1_epi32(weights[i * MR + 2]);
+        c02 = _mm512_dpbusd_epi32(c02, b0, a);
+        c12 = _mm512_dpbusd_epi32(c12, b1, a);
+        c22 = _mm512_dpbusd_epi32(c22, b2, a);
+        c32 = _mm512_dpbusd_epi32(c32, b3, a);
+        a = _mm512_set1_epi32(weights[i * MR + 3]);
+        c03 = _mm512_dpbusd_epi32(c03, b0, a);
+        c13 = _mm512_dpbusd_epi32(c13, b1, a);
+        c23 = _mm512_dpbusd_epi32(c23, b2, a);
+        c33 = _mm512_dpbusd_epi32(c33, b3, a);
+        a = _mm512_set1_epi32(weights[i * MR + 4]);
+        c04 = _mm512_dpbusd_epi32(c04, b0, a);
+        c14 = _mm512_dpbusd_epi32(c14, b1, a);
+        c24 = _mm512_dpbusd_epi32(c24, b2, a);
+        c34 = _mm512_dpbusd_epi32(c34, b3, a);
+        a = _mm512_set1_epi32(weights[i * MR + 5]);
+        c05 = _mm512_dpbusd_epi32(c05, b0, a);
+        c15 = _mm512_dpbusd_epi32(c15, b1, a);
+        c25 = _mm512_dpbusd_epi32(c25, b2, a);
+        c35 = _mm512_dpbusd_epi32(c35, b3, a);
+    }
+    if (rows > 0) tile_out4_row(c00, c10, c20, c30, m0 + 0, bias, sums, correction, mult, target, plane, q);
+    if (rows > 1) tile_out4_row(c01, c11, c21, c31, m0 + 1, bias, sums, correction, mult, target, plane, q);
+    if (rows > 2) tile_out4_row(c02, c12, c22, c32, m0 + 2, bias, sums, correction, mult, target, plane, q);
+    if (rows > 3) tile_out4_row(c03, c13, c23, c33, m0 + 3, bias, sums, correction, mult, target, plane, q);
+    if (rows > 4) tile_out4_row(c04, c14, c24, c34, m0 + 4, bias, sums, correction, mult, target, plane, q);
+    if (rows > 5) tile_out4_row(c05, c15, c25, c35, m0 + 5, bias, sums, correction, mult, target, plane, q);
+}
 #endif
 
 #if defined(__AVX2__)
@@ -354,6 +427,136 @@ static inline void store_row(const int32_t *acc, int32_t shift, float scale, uin
     _mm_storeu_si128((__m128i *)target, bytes);
 }
 #endif
+
+/* One band of one image and group of gemm(): what its two tasks share. */
+typedef struct {
+    const Q *q;
+    const int8_t *w;
+    const int32_t *bias;
+    const float *mult;
+    uint8_t *out;
+    const uint8_t *source, *b;
+    uint8_t *patches;
+    int64_t oh0, oh1, start, band, stride, panels, blocks, rows_per_block, depth, per_out,
+        image, group, plane, steps, row_blocks, panel_group, band_rows;
+    const uint8_t *x;
+    uint8_t uz, flip, panel_flip;
+    int pointwise;
+    size_t panel_bytes;
+    int32_t correction;
+    const int32_t *sums, *packed;
+} GemmJob;
+
+#define PATCH_ROWS 4 /* patch-matrix rows per unit of work */
+
+/* Rows [PATCH_ROWS * unit, ...) of the band's patch matrix. */
+static void gemm_patch_rows(void *context, int64_t unit) {
+    const GemmJob *job = context;
+    const int64_t last = (unit + 1) * PATCH_ROWS < job->depth ? (unit + 1) * PATCH_ROWS
+                                                              : job->depth;
+    for (int64_t k = unit * PATCH_ROWS; k < last; k++)
+        patch_row(job->source, k, job->patches + k * job->band, job->uz, job->flip, job->oh0,
+                  job->oh1, job->q);
+}
+
+/* Panels [group_size * first, ...) of the band (1, or 4 at a shallow depth) times one block
+ * of weight rows, re-quantized into out. */
+static void gemm_panel(void *context, int64_t unit) {
+    const GemmJob *job = context;
+    const Q *q = job->q;
+    const int64_t group_size = job->panel_group;
+    const int64_t first_panel = unit / job->blocks * group_size, block = unit % job->blocks;
+    const int64_t count = job->panels - first_panel < group_size ? job->panels - first_panel
+                                                                 : group_size;
+    const int64_t depth = job->depth, per_out = job->per_out, group = job->group;
+    uint8_t *panels = scratch(0, job->panel_bytes * (size_t)group_size);
+    int full = 0; /* panels of NR positions each, from the first */
+    for (int64_t j = 0; j < count; j++) {
+        const int64_t local = (first_panel + j) * NR, p0 = job->start + local;
+        const int cols = (int)(job->band - local < NR ? job->band - local : NR);
+        full += cols == NR;
+        pack_panel(job->b, job->stride, depth, job->pointwise ? p0 : local, cols,
+                   job->panel_flip, job->uz, panels + j * job->panel_bytes);
+    }
+    int32_t acc[MR * NR] __attribute__((aligned(32)));
+    const int64_t first = group * per_out + block * job->rows_per_block;
+    int64_t last = first + job->rows_per_block;
+    if (last > (group + 1) * per_out) last = (group + 1) * per_out;
+    for (int64_t m0 = first; m0 < last; m0 += MR) {
+        const int rows = (int)(last - m0 < MR ? last - m0 : MR);
+        int64_t j = 0;
+#if defined(TILE_OUT)
+        const int32_t *weights = job->packed + (group * job->row_blocks +
+                                                (m0 - group * per_out) / MR) * MR * job->steps;
+        uint8_t *target = job->out + job->image * q->m * job->plane + job->start +
+                          first_panel * NR;
+        if (full == 4) {
+            tile_out4(weights, job->steps, m0, rows, panels, job->panel_bytes, job->bias, job->sums,
+                      job->correction, job->mult, target, job->plane, q);
+            j = 4;
+        }
+        for (; j < count; j++) {
+            const int64_t local = (first_panel + j) * NR;
+            const int cols = (int)(job->band - local < NR ? job->band - local : NR);
+            tile_out(weights, depth, m0, rows, panels + j * job->panel_bytes, job->bias,
+                     job->sums, job->correction, job->mult, target + j * NR, job->plane, cols,
+                     q);
+        }
+        continue;
+#endif
+        for (; j < count; j++) {
+            const int64_t local = (first_panel + j) * NR, p0 = job->start + local;
+            const int cols = (int)(job->band - local < NR ? job->band - local : NR);
+            tile(job->w, depth, m0, rows, panels + j * job->panel_bytes, acc);
+            for (int r = 0; r < rows; r++) {
+                const int64_t m = m0 + r;
+                uint8_t *target = job->out + (job->image * q->m + m) * job->plane + p0;
+                const int32_t shift = job->bias[m] - job->correction * job->sums[m];
+                const float scale = job->mult[m];
+#if defined(__AVX2__)
+                if (cols == NR) {
+                    store_row(acc + r * NR, shift, scale, target, q);
+                    continue;
+                }
+#endif
+                for (int c = 0; c < cols; c++)
+                    store_y(target, c, requantize(acc[r * NR + c] + shift, scale, q->yz), q);
+            }
+        }
+    }
+}
+
+/* One band of output rows of one image and group, whole (gemm's band units: `unit` counts
+ * bands image by image): its patch rows into this thread's own buffer, then its panels, so
+ * the panels read the patch rows their own core wrote (built by k on both threads, half of
+ * them crossed between the cores' caches: 16->64 3x3 at 55x55 ran 1.38x faster on two threads
+ * than on one). */
+static void gemm_band(void *context, int64_t unit) {
+    const GemmJob *shared = context;
+    const Q *q = shared->q;
+    GemmJob job = *shared;
+    const int64_t bands = (q->oh + shared->band_rows - 1) / shared->band_rows;
+    const int64_t index = unit % bands, image_group = unit / bands;
+    const int64_t per_in = q->c / q->groups;
+    job.image = image_group / q->groups;
+    job.group = image_group % q->groups;
+    job.source = shared->x + (job.image * q->c + job.group * per_in) * q->h * q->w;
+    job.oh0 = index * shared->band_rows;
+    job.oh1 = job.oh0 + shared->band_rows < q->oh ? job.oh0 + shared->band_rows : q->oh;
+    job.start = job.oh0 * q->ow;
+    job.band = (job.oh1 - job.oh0) * q->ow;
+    job.stride = job.band;
+    job.panels = (job.band + NR - 1) / NR;
+    job.blocks = 1;
+    job.rows_per_block = (job.per_out + MR - 1) / MR * MR;
+    job.patches = scratch(3, (size_t)(job.depth * job.band));
+    job.b = job.patches;
+    for (int64_t k = 0; k < job.depth; k++)
+        patch_row(job.source, k, job.patches + k * job.band, job.uz, job.flip, job.oh0, job.oh1,
+                  q);
+    const int64_t groups = (job.panels + job.panel_group - 1) / job.panel_group;
+    for (int64_t g = 0; g < groups; g++) gemm_panel(&job, g);
+}
 
 /* `prepacked`: gemm_pack's weights where tile_out runs (packed here, per launch, where NULL). */
 static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const float *mult,
@@ -397,67 +600,58 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
     if (band_rows < 1) band_rows = 1;
     if (band_rows > q->oh) band_rows = q->oh;
     uint8_t *patches = pointwise ? NULL : shared_buffer((size_t)(depth * band_rows * q->ow));
+    GemmJob job = {q, w, bias, mult, out, NULL, NULL, patches, 0, 0, 0, 0, 0, 0, 1, MR,
+                   depth, per_out, 0, 0, plane, steps, 0, 1, 0, x, uz, flip, 0, pointwise,
+                   panel_bytes, correction, sums, NULL};
+#if defined(TILE_OUT)
+    job.packed = packed;
+    job.row_blocks = row_blocks;
+    if (depth <= SHALLOW) job.panel_group = 4; /* tile_out4 */
+#endif
+    if (!pointwise && q->threads > 1) {
+        /* band units (gemm_band): about 4 a thread over the launch's images and groups, of
+         * 64 positions or more, within BAND bytes of patch rows */
+        const int64_t planes = q->n * q->groups;
+        const int64_t wanted = (4 * q->threads + planes - 1) / planes; /* bands an image */
+        int64_t rows = (q->oh + wanted - 1) / wanted;
+        if (rows * q->ow < 4 * NR) rows = (4 * NR + q->ow - 1) / q->ow;
+        if (rows > band_rows) rows = band_rows;
+        if (rows < 1) rows = 1;
+        const int64_t bands = (q->oh + rows - 1) / rows;
+        if (planes * bands >= 2 * q->threads) {
+            job.band_rows = rows;
+            job.panel_flip = 0;
+            run_units(planes * bands, q->threads, gemm_band, &job);
+            return;
+        }
+    }
     for (int64_t image = 0; image < q->n; image++)
         for (int64_t group = 0; group < q->groups; group++) {
-            const uint8_t *source = x + (image * q->c + group * per_in) * q->h * q->w;
-            const uint8_t *b = pointwise ? source : patches;
-            const uint8_t panel_flip = pointwise ? flip : 0;
-#pragma omp parallel num_threads(q->threads) if (q->threads > 1)
+            job.image = image;
+            job.group = group;
+            job.source = x + (image * q->c + group * per_in) * q->h * q->w;
+            job.b = pointwise ? job.source : patches;
+            job.panel_flip = pointwise ? flip : 0;
             for (int64_t oh0 = 0; oh0 < q->oh; oh0 += band_rows) {
-                const int64_t oh1 = oh0 + band_rows < q->oh ? oh0 + band_rows : q->oh;
-                const int64_t start = oh0 * q->ow, band = (oh1 - oh0) * q->ow;
-                const int64_t stride = pointwise ? plane : band; /* of b's rows */
-                const int64_t panels = (band + NR - 1) / NR;
-                /* units of work: panels x row blocks, enough blocks to share few panels */
+                job.oh0 = oh0;
+                job.oh1 = oh0 + band_rows < q->oh ? oh0 + band_rows : q->oh;
+                job.start = oh0 * q->ow;
+                job.band = (job.oh1 - oh0) * q->ow;
+                job.stride = pointwise ? plane : job.band; /* of b's rows */
+                job.panels = (job.band + NR - 1) / NR;
+                const int64_t panel_groups = (job.panels + job.panel_group - 1) / job.panel_group;
+                /* units of work: groups of panels x row blocks, enough blocks to share few
+                 * panels */
                 int64_t blocks = 1;
-                while (panels * blocks < 4 * q->threads && per_out / (blocks * 2) >= MR)
+                while (panel_groups * blocks < 4 * q->threads && per_out / (blocks * 2) >= MR)
                     blocks *= 2;
+                job.blocks = blocks;
                 /* whole MR-row blocks each (tile_out's packed weights start at one) */
-                const int64_t rows_per_block = ((per_out + blocks - 1) / blocks + MR - 1) / MR * MR;
-                if (!pointwise) {
-#pragma omp for schedule(static)
-                    for (int64_t k = 0; k < depth; k++)
-                        patch_row(source, k, patches + k * band, uz, flip, oh0, oh1, q);
-                }
-#pragma omp for schedule(static)
-                for (int64_t unit = 0; unit < panels * blocks; unit++) {
-                    const int64_t panel_index = unit / blocks, block = unit % blocks;
-                    const int64_t local = panel_index * NR, p0 = start + local;
-                    const int cols = (int)(band - local < NR ? band - local : NR);
-                    void *panel = scratch(0, panel_bytes);
-                    pack_panel(b, stride, depth, pointwise ? p0 : local, cols, panel_flip, uz,
-                               panel);
-                    int32_t acc[MR * NR] __attribute__((aligned(32)));
-                    const int64_t first = group * per_out + block * rows_per_block;
-                    int64_t last = first + rows_per_block;
-                    if (last > (group + 1) * per_out) last = (group + 1) * per_out;
-                    for (int64_t m0 = first; m0 < last; m0 += MR) {
-                        const int rows = (int)(last - m0 < MR ? last - m0 : MR);
-#if defined(TILE_OUT)
-                        tile_out(packed + (group * row_blocks + (m0 - group * per_out) / MR) *
-                                              MR * steps, depth, m0, rows, panel, bias, sums,
-                                 correction, mult,
-                                 out + image * q->m * plane + p0, plane, cols, q);
-                        continue;
-#endif
-                        tile(w, depth, m0, rows, panel, acc);
-                        for (int r = 0; r < rows; r++) {
-                            const int64_t m = m0 + r;
-                            uint8_t *target = out + (image * q->m + m) * plane + p0;
-                            const int32_t shift = bias[m] - correction * sums[m];
-                            const float scale = mult[m];
-#if defined(__AVX2__)
-                            if (cols == NR) {
-                                store_row(acc + r * NR, shift, scale, target, q);
-                                continue;
-                            }
-#endif
-                            for (int j = 0; j < cols; j++)
-                                store_y(target, j, requantize(acc[r * NR + j] + shift, scale,
-                                                              q->yz), q);
-                        }
-                    }
-                }
+                job.rows_per_block = ((per_out + blocks - 1) / blocks + MR - 1) / MR * MR;
+                if (!pointwise)
+                    run_items((depth + PATCH_ROWS - 1) / PATCH_ROWS, q->threads, gemm_patch_rows,
+                              &job);
+                run_units(panel_groups * blocks, q->threads, gemm_panel, &job);
             }
         }
 }

@@ -3,18 +3,22 @@ dot products where the machine has them, AVX2 int16 pairs otherwise, both exact 
 depthwise on its own path), and NumPy (int64 sums) for 3-d shapes, strided operands or a
 machine without a C compiler.
 
-The C kernel splits its work over ``FUEL_THREADS`` OpenMP threads from ``PARALLEL_WORK``
-multiply-adds (a smaller launch runs on one).
+The C kernel splits its work over ``FUEL_THREADS`` threads from ``PARALLEL_WORK`` multiply-adds
+(a smaller launch runs on one), on the float convolutions' work pool (conv_common.h's
+``run_units`` in conv.c, handed over when the library loads): a helper that has not started
+its units leaves them to the caller, so no launch waits for a preempted thread.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from fuel.backends.cpu import convolution_c
 from fuel.backends.cpu.arrays import output, view
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.backends.cpu.convolution import pad_spatial, windows
@@ -31,16 +35,48 @@ KERNELS = KernelList(BackendId.CPU, "c")
 SOURCES = tuple(Path(__file__).with_name(name)
                 for name in ("qlinear_conv.c", "qlinear_depthwise.c", "qlinear_conv_vnni.c"))
 PARALLEL_WORK = 1 << 20
+# A depthwise multiply-add costs about this many of the dense forms' (one vpdpbusd lane per 4
+# taps of one position, against 4 input channels of 16 positions): its launches split from a
+# sixteenth of the work. Measured, one thread: 960 channels 3x3 at 7x7 (423K multiply-adds)
+# 46 us, a dense 1x1 of 7.5M 53 us; two threads on the work pool took the former to ~25 us.
+DEPTHWISE_COST = 16
+
+
+UNITS = Path(__file__).with_name("qlinear_units.h")
+_shared: set[str] = set()
+_shared_lock = threading.Lock()
+
+
+def share_pool(name: str, function, size_count: int) -> None:
+    """Hand the float convolutions' work pool (conv.c's) to the quantized library ``name``
+    (``function``, whose sizes array has ``size_count`` entries) once: qlinear_units.h."""
+    if function is None or name in _shared:
+        return
+    with _shared_lock:
+        if name in _shared:
+            return
+        pool = convolution_c.library(convolution_c.GEMM)
+        if pool is not None:
+            data = (ctypes.c_void_p * 8)()
+            sizes = (ctypes.c_int64 * max(size_count, 19))(convolution_c.POOL_ADDRESS)
+            pool(data, sizes, None)
+            sizes[0] = convolution_c.POOL_SHARE
+            function(data, sizes, None)
+        _shared.add(name)
 
 
 def library():
-    """The compiled qlinear_conv.c, or None where the machine has no C compiler."""
-    return entry_point("qlinear_conv", source, openmp=True)
+    """The compiled qlinear_conv.c, or None where the machine has no C compiler; handed the
+    float convolutions' work pool on first use (``share_pool``)."""
+    function = entry_point("qlinear_conv", source)
+    share_pool("qlinear_conv", function, 22)
+    return function
 
 
 def source() -> str:
-    """The kernel's C source: qlinear_conv.c, then qlinear_conv_vnni.c (one library)."""
-    return "".join(path.read_text() for path in SOURCES)
+    """The kernel's C source: qlinear_units.h, qlinear_conv.c, qlinear_depthwise.c, then
+    qlinear_conv_vnni.c (one library)."""
+    return "".join(path.read_text() for path in (UNITS,) + SOURCES)
 
 
 def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
@@ -114,6 +150,8 @@ class CQLinearConv:
                         conv.strides[1], conv.dilations[0], conv.dilations[1],
                         conv.pads_begin[0], conv.pads_begin[1])
         work = layouts[-1].numel * int(np.prod(w_shape[1:]))
+        if conv.groups > 1 and conv.groups == x_shape[1] == out_shape[1]:
+            work *= DEPTHWISE_COST  # one tap a byte lane: slower per multiply-add
         threads = thread_count() if work >= PARALLEL_WORK else 1
         row = (threads,) + geometry + (conv.groups, params.x_zero, params.y_zero,
                                        int(inputs[0].dtype is dt.int8), int(params.y_signed))

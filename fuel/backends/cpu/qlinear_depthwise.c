@@ -111,16 +111,32 @@ static void depthwise_plane(const uint8_t *x, const int8_t *w, int32_t bias, flo
     }
 }
 
+/* What a depthwise launch's units share. */
+typedef struct {
+    const Q *q;
+    const uint8_t *x;
+    const int8_t *w;
+    const int32_t *bias;
+    const float *mult;
+    uint8_t *out;
+    const int32_t *packed;
+} DepthwiseJob;
+
+static void depthwise_rows_plane(void *context, int64_t i) {
+    const DepthwiseJob *job = context;
+    const Q *q = job->q;
+    const int64_t channel = i % q->c, taps = q->kh * q->kw;
+    depthwise_plane(job->x + i * q->h * q->w, job->w + channel * taps, job->bias[channel],
+                    job->mult[channel], job->out + i * q->oh * q->ow, q);
+}
+
 static void depthwise_rows(const uint8_t *x, const int8_t *w, const int32_t *bias,
                            const float *mult, uint8_t *out, const Q *q) {
     const int64_t planes = q->n * q->c, in_plane = q->h * q->w, out_plane = q->oh * q->ow;
-    const int64_t taps = q->kh * q->kw;
-#pragma omp parallel for schedule(static) num_threads(q->threads) if (q->threads > 1)
-    for (int64_t i = 0; i < planes; i++) {
-        const int64_t channel = i % q->c;
-        depthwise_plane(x + i * in_plane, w + channel * taps, bias[channel], mult[channel],
-                        out + i * out_plane, q);
-    }
+    const DepthwiseJob job = {q, x, w, bias, mult, out, NULL};
+    (void)in_plane;
+    (void)out_plane;
+    run_items(planes, q->threads, depthwise_rows_plane, (void *)&job);
 }
 
 #if defined(__AVX512F__)
@@ -129,15 +145,20 @@ static void depthwise_rows(const uint8_t *x, const int8_t *w, const int32_t *bia
  * float32 (x - x_zero, exact) into a zero-padded [row][column][16] buffer, sums every output
  * position's taps with fused multiply-adds (exact: integers below 2**24), re-quantizes the 16
  * sums and writes them back to the channels' planes. */
-static void depthwise_last(const uint8_t *x, const int8_t *w, const int32_t *bias,
-                           const float *mult, uint8_t *out, const Q *q) {
+static void depthwise_last_block(void *context, int64_t unit) {
+    const DepthwiseJob *job = context;
+    const Q *q = job->q;
+    const uint8_t *x = job->x;
+    const int8_t *w = job->w;
+    const int32_t *bias = job->bias;
+    const float *mult = job->mult;
+    uint8_t *out = job->out;
     const int64_t ph = (q->oh - 1) * q->sh + (q->kh - 1) * q->dh + 1;
     const int64_t pw = (q->ow - 1) * q->sw + (q->kw - 1) * q->dw + 1;
     const int64_t in_plane = q->h * q->w, out_plane = q->oh * q->ow, taps = q->kh * q->kw;
-    const int64_t blocks = (q->c + 15) / 16, units = q->n * blocks;
+    const int64_t blocks = (q->c + 15) / 16;
     const float shift = (float)q->xz;
-#pragma omp parallel for schedule(static) num_threads(q->threads) if (q->threads > 1)
-    for (int64_t unit = 0; unit < units; unit++) {
+    {
         const int64_t image = unit / blocks, c0 = unit % blocks * 16;
         const int count = (int)(q->c - c0 < 16 ? q->c - c0 : 16);
         float *padded = scratch(0, sizeof(float) * (size_t)(ph * pw * 16 + taps * 16 + 32));
@@ -213,17 +234,28 @@ static void depthwise_last(const uint8_t *x, const int8_t *w, const int32_t *bia
             }
     }
 }
+
+static void depthwise_last(const uint8_t *x, const int8_t *w, const int32_t *bias,
+                           const float *mult, uint8_t *out, const Q *q) {
+    const DepthwiseJob job = {q, x, w, bias, mult, out, NULL};
+    run_units(q->n * ((q->c + 15) / 16), q->threads, depthwise_last_block, (void *)&job);
+}
 #endif
 
 /* Depthwise whose window is the whole unpadded plane (QLinearGlobalAveragePool's form): one
  * exact int32 dot product of (x - x_zero) and the weights per plane (below 2**31: at most
  * 65536 values of |255 * 128|), then re-quantized. */
-static void plane_dots(const uint8_t *x, const int8_t *w, const int32_t *bias,
-                       const float *mult, uint8_t *out, const Q *q) {
-    const int64_t planes = q->n * q->c, count = q->h * q->w;
+static void plane_dot(void *context, int64_t i) {
+    const DepthwiseJob *job = context;
+    const Q *q = job->q;
+    const uint8_t *x = job->x;
+    const int8_t *w = job->w;
+    const int32_t *bias = job->bias;
+    const float *mult = job->mult;
+    uint8_t *out = job->out;
+    const int64_t count = q->h * q->w;
     const int32_t zero = (int32_t)q->xz;
-#pragma omp parallel for schedule(static) num_threads(q->threads) if (q->threads > 1 && planes * count >= (1 << 16))
-    for (int64_t i = 0; i < planes; i++) {
+    {
         const int64_t channel = i % q->c;
         const int8_t *weights = w + channel * count;
         int32_t total = 0, weight_sum = 0;
@@ -243,6 +275,13 @@ static void plane_dots(const uint8_t *x, const int8_t *w, const int32_t *bias,
         store_y(out, i, requantize(total - zero * weight_sum + bias[channel], mult[channel],
                                    q->yz), q);
     }
+}
+
+static void plane_dots(const uint8_t *x, const int8_t *w, const int32_t *bias,
+                       const float *mult, uint8_t *out, const Q *q) {
+    const int64_t planes = q->n * q->c, count = q->h * q->w;
+    const DepthwiseJob job = {q, x, w, bias, mult, out, NULL};
+    run_items(planes, planes * count >= (1 << 16) ? q->threads : 1, plane_dot, (void *)&job);
 }
 
 
@@ -294,6 +333,97 @@ static void quad_pack(const int8_t *w, int32_t *packed, const Q *q) {
     }
 }
 
+/* What a quad_depthwise launch's planes share. */
+typedef struct {
+    __m512i index[4];
+    const Q *q;
+    const uint8_t *x;
+    const int32_t *bias, *packed;
+    const float *mult;
+    uint8_t *out;
+    int64_t ph, pw, rows, wide, quads, in_plane, out_plane, rows_in, lo, hi, span;
+    uint64_t launch;
+    __mmask16 store_mask;
+    uint8_t flip, uz;
+} QuadJob;
+
+static uint64_t quad_launches; /* launches so far (atomic): whose borders a buffer holds */
+
+/* One plane of quad_depthwise. */
+static void quad_plane(void *context, int64_t i) {
+    const QuadJob *job = context;
+    const Q *q = job->q;
+    const uint8_t *x = job->x;
+    const int32_t *bias = job->bias, *packed = job->packed;
+    const float *mult = job->mult;
+    uint8_t *out = job->out;
+    const int64_t ph = job->ph, pw = job->pw, rows = job->rows, wide = job->wide;
+    const int64_t quads = job->quads, in_plane = job->in_plane, out_plane = job->out_plane;
+    const int64_t rows_in = job->rows_in, lo = job->lo, span = job->span;
+    const __mmask16 store_mask = job->store_mask;
+    const __m512i *index = job->index;
+    const uint8_t flip = job->flip, uz = job->uz;
+    /* the padded plane: u_zero everywhere once per launch and thread; each plane then
+     * writes its interior */
+    static __thread uint64_t ready;
+    uint8_t *padded = scratch(0, (size_t)(ph * pw + 64));
+    if (ready != job->launch) {
+        memset(padded, uz, (size_t)(ph * pw + 64));
+        ready = job->launch;
+    }
+    const __m512i mask = _mm512_set1_epi8((char)flip);
+    {
+        const int64_t channel = i % q->c;
+        for (int64_t ih = q->pt < 0 ? -q->pt : 0; ih < rows_in; ih++) {
+            const uint8_t *source = x + i * in_plane + ih * q->w + (lo - q->pl);
+            uint8_t *row = padded + (ih + q->pt) * pw + lo;
+            int64_t col = 0;
+            for (; col + 64 <= span; col += 64)
+                _mm512_storeu_si512(row + col, _mm512_xor_si512(
+                    _mm512_loadu_si512(source + col), mask));
+            if (col < span) {
+                const __mmask64 tail = (1ull << (span - col)) - 1;
+                _mm512_mask_storeu_epi8(row + col, tail, _mm512_xor_si512(
+                    _mm512_maskz_loadu_epi8(tail, source + col), mask));
+            }
+        }
+        const int32_t *weights = packed + channel * (q->kh * 4 + 1);
+        const int32_t weight_sum = weights[q->kh * 4];
+        const __m512i shift = _mm512_set1_epi32(bias[channel] - (int32_t)uz * weight_sum);
+        const __m512 factor = _mm512_set1_ps(mult[channel]);
+        const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
+        uint8_t *target = out + i * out_plane;
+        for (int64_t oh = 0; oh < q->oh; oh += rows) {
+            /* the last register of the plane starts early enough to stay inside */
+            const int64_t row0 = oh + rows > q->oh ? q->oh - rows : oh;
+            for (int64_t ow = 0; ow < (wide ? q->ow : 1); ow += 16) {
+                const int64_t ow0 = wide && ow + 16 > q->ow ? q->ow - 16 : ow;
+                __m512i acc = shift;
+                for (int64_t kh = 0; kh < q->kh; kh++) {
+                    const __m512i bytes = _mm512_loadu_si512(
+                        padded + (row0 * q->sh + kh * q->dh) * pw + ow0 * q->sw);
+                    for (int64_t j = 0; j < quads; j++)
+                        acc = _mm512_dpbusd_epi32(
+                            acc, _mm512_permutexvar_epi8(index[j], bytes),
+                            _mm512_set1_epi32(weights[kh * 4 + j]));
+                }
+                const __m512i v = _mm512_add_epi32(
+                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), factor)),
+                    zero);
+                const __m128i result = q->y_signed ? _mm512_cvtsepi32_epi8(v)
+                    : _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()));
+                /* whole 16-byte stores (the next register's overwrite the lanes past
+                 * this one's) but for the plane's last register */
+                uint8_t *at = target + row0 * q->ow + ow0;
+                if (wide || row0 * q->ow + 16 <= out_plane)
+                    _mm_storeu_si128((__m128i *)at, result);
+                else
+                    _mm_mask_storeu_epi8(at, store_mask, result);
+            }
+        }
+    }
+}
+
 /* `prepacked`: quad_pack's weights (packed here, per launch, where NULL). */
 static void quad_depthwise(const uint8_t *x, const int8_t *w, const int32_t *bias,
                            const float *mult, uint8_t *out, const Q *q,
@@ -323,70 +453,34 @@ static void quad_depthwise(const uint8_t *x, const int8_t *w, const int32_t *bia
                     ? (uint8_t)(r * q->sh * pw + col * q->sw + tap * q->dw) : 0;
             }
         }
-    __m512i index[4];
-    for (int64_t j = 0; j < quads; j++) index[j] = _mm512_load_si512(table[j]);
+    QuadJob job;
+    for (int64_t j = 0; j < quads; j++) job.index[j] = _mm512_load_si512(table[j]);
     const __mmask16 store_mask = (__mmask16)((1u << lanes) - 1);
     const int64_t rows_in = q->h < ph - q->pt ? q->h : ph - q->pt; /* input rows read */
     const int64_t lo = q->pl < pw ? q->pl : pw;
     const int64_t hi = q->pl + q->w < pw ? q->pl + q->w : pw;
     const int64_t span = hi > lo ? hi - lo : 0; /* input columns read, at lo */
-#pragma omp parallel num_threads(q->threads) if (q->threads > 1)
-    {
-        /* the padded plane: u_zero everywhere once; each plane then writes its interior */
-        uint8_t *padded = scratch(0, (size_t)(ph * pw + 64));
-        memset(padded, uz, (size_t)(ph * pw + 64));
-        const __m512i mask = _mm512_set1_epi8((char)flip);
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < planes; i++) {
-            const int64_t channel = i % q->c;
-            for (int64_t ih = q->pt < 0 ? -q->pt : 0; ih < rows_in; ih++) {
-                const uint8_t *source = x + i * in_plane + ih * q->w + (lo - q->pl);
-                uint8_t *row = padded + (ih + q->pt) * pw + lo;
-                int64_t col = 0;
-                for (; col + 64 <= span; col += 64)
-                    _mm512_storeu_si512(row + col, _mm512_xor_si512(
-                        _mm512_loadu_si512(source + col), mask));
-                if (col < span) {
-                    const __mmask64 tail = (1ull << (span - col)) - 1;
-                    _mm512_mask_storeu_epi8(row + col, tail, _mm512_xor_si512(
-                        _mm512_maskz_loadu_epi8(tail, source + col), mask));
-                }
-            }
-            const int32_t *weights = packed + channel * (q->kh * 4 + 1);
-            const int32_t weight_sum = weights[q->kh * 4];
-            const __m512i shift = _mm512_set1_epi32(bias[channel] - (int32_t)uz * weight_sum);
-            const __m512 factor = _mm512_set1_ps(mult[channel]);
-            const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
-            uint8_t *target = out + i * out_plane;
-            for (int64_t oh = 0; oh < q->oh; oh += rows) {
-                /* the last register of the plane starts early enough to stay inside */
-                const int64_t row0 = oh + rows > q->oh ? q->oh - rows : oh;
-                for (int64_t ow = 0; ow < (wide ? q->ow : 1); ow += 16) {
-                    const int64_t ow0 = wide && ow + 16 > q->ow ? q->ow - 16 : ow;
-                    __m512i acc = shift;
-                    for (int64_t kh = 0; kh < q->kh; kh++) {
-                        const __m512i bytes = _mm512_loadu_si512(
-                            padded + (row0 * q->sh + kh * q->dh) * pw + ow0 * q->sw);
-                        for (int64_t j = 0; j < quads; j++)
-                            acc = _mm512_dpbusd_epi32(
-                                acc, _mm512_permutexvar_epi8(index[j], bytes),
-                                _mm512_set1_epi32(weights[kh * 4 + j]));
-                    }
-                    const __m512i v = _mm512_add_epi32(
-                        _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), factor)),
-                        zero);
-                    const __m128i result = q->y_signed ? _mm512_cvtsepi32_epi8(v)
-                        : _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()));
-                    /* whole 16-byte stores (the next register's overwrite the lanes past
-                     * this one's) but for the plane's last register */
-                    uint8_t *at = target + row0 * q->ow + ow0;
-                    if (wide || row0 * q->ow + 16 <= out_plane)
-                        _mm_storeu_si128((__m128i *)at, result);
-                    else
-                        _mm_mask_storeu_epi8(at, store_mask, result);
-                }
-            }
-        }
-    }
+    job.q = q;
+    job.x = x;
+    job.bias = bias;
+    job.packed = packed;
+    job.mult = mult;
+    job.out = out;
+    job.ph = ph;
+    job.pw = pw;
+    job.rows = rows;
+    job.wide = wide;
+    job.quads = quads;
+    job.in_plane = in_plane;
+    job.out_plane = out_plane;
+    job.rows_in = rows_in;
+    job.lo = lo;
+    job.hi = hi;
+    job.span = span;
+    job.launch = __atomic_add_fetch(&quad_launches, 1, __ATOMIC_RELAXED);
+    job.store_mask = store_mask;
+    job.flip = flip;
+    job.uz = uz;
+    run_items(planes, q->threads, quad_plane, &job);
 }
 #endif

@@ -1,6 +1,7 @@
-"""QLINEAR_LOOKUP and QLINEAR_BINARY on the CPU: ``qlinear_elementwise.c`` (one pass each; the
-table lookup with AVX512-VBMI byte permutes where the machine has them), and NumPy for strided
-operands, a broadcast the C loop does not cover, or a machine without a C compiler. The NumPy
+"""QLINEAR_LOOKUP, QLINEAR_BINARY, QLINEAR_QUANTIZE and QLINEAR_DEQUANTIZE on the CPU:
+``qlinear_elementwise.c`` (one pass each; the table lookup with AVX512-VBMI byte permutes
+where the machine has them), and NumPy for strided operands, a broadcast the C loop does not
+cover, or a machine without a C compiler. The NumPy
 forms compute the same float32 operations (the add's multiply-adds in float64, rounded once to
 float32, as a fused multiply-add rounds)."""
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fuel.backends.cpu import qlinear_conv
 from fuel.backends.cpu.arrays import output, view
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.backends.cpu.quantized import thread_count
@@ -23,7 +25,7 @@ from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
-from fuel.ir.params import QLinearBinaryParams
+from fuel.ir.params import QLinearBinaryParams, QuantizeParams
 
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("qlinear_elementwise.c")
@@ -32,7 +34,14 @@ PARALLEL_COUNT = 1 << 17  # elements from which a pass runs on FUEL_THREADS thre
 
 def library():
     """The compiled qlinear_elementwise.c, or None where the machine has no C compiler."""
-    return entry_point("qlinear_elementwise", SOURCE.read_text, openmp=True)
+    function = entry_point("qlinear_elementwise", source)
+    qlinear_conv.share_pool("qlinear_elementwise", function, 15)
+    return function
+
+
+def source() -> str:
+    """The kernel's C source: qlinear_units.h (the shared work pool), then qlinear_elementwise.c."""
+    return qlinear_conv.UNITS.read_text() + SOURCE.read_text()
 
 
 def _threads(count: int) -> int:
@@ -109,7 +118,7 @@ class CQLinearLookup:
 
     @property
     def revision_source(self) -> str:
-        return SOURCE.read_text()
+        return source()
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params) -> Launcher:
@@ -138,7 +147,7 @@ class CQLinearBinary:
 
     @property
     def revision_source(self) -> str:
-        return SOURCE.read_text()
+        return source()
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: QLinearBinaryParams) -> Launcher:
@@ -180,3 +189,64 @@ class CQLinearBinary:
 KERNELS.add(OpKind.QLINEAR_LOOKUP, [(x, t, t) for x in (dt.uint8, dt.int8)
                                     for t in (dt.uint8, dt.int8)], CQLinearLookup())
 KERNELS.add(OpKind.QLINEAR_BINARY, [(d, d, d) for d in (dt.uint8, dt.int8)], CQLinearBinary())
+
+
+def quantize_reference(x: np.ndarray, params: QuantizeParams, dtype) -> np.ndarray:
+    """QLINEAR_QUANTIZE in NumPy: the same float32 steps."""
+    info = np.iinfo(dtype)
+    value = np.rint(x.astype(np.float32) / np.float32(params.scale)) + np.float32(params.zero)
+    return np.clip(value, info.min, info.max).astype(dtype)
+
+
+def dequantize_reference(x: np.ndarray, params: QuantizeParams) -> np.ndarray:
+    """QLINEAR_DEQUANTIZE in NumPy: the same float32 steps."""
+    return (x.astype(np.int32) - np.int32(params.zero)).astype(np.float32) * np.float32(
+        params.scale)
+
+
+class CQuantize:
+    """QLINEAR_QUANTIZE (``dequantize`` False) or QLINEAR_DEQUANTIZE: one pass, threaded from
+    PARALLEL_COUNT elements."""
+
+    def __init__(self, dequantize: bool) -> None:
+        self.dequantize = dequantize
+        self.__name__ = self.__qualname__ = ("qlinear_dequantize_c" if dequantize
+                                             else "qlinear_quantize_c")
+
+    @property
+    def revision_source(self) -> str:
+        return source()
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: QuantizeParams) -> Launcher:
+        function = library()
+        if function is None or not all(layout.is_contiguous() for layout in layouts):
+            target = outputs[0].dtype.numpy
+
+            def launch() -> None:
+                x = view(inputs[0], layouts[0])
+                output(outputs[0], layouts[-1])[...] = (
+                    dequantize_reference(x, params) if self.dequantize
+                    else quantize_reference(x, params, target))
+
+            launch.kernel_source = "numpy"
+            return launch
+        count = layouts[-1].numel
+        if count == 0:
+            return lambda: None
+        eight_bit = inputs[0] if self.dequantize else outputs[0]
+        row = (4 if self.dequantize else 3, count, _threads(count),
+               int(eight_bit.dtype is dt.int8), params.zero, _bits(params.scale))
+        sizes = (ctypes.c_int64 * len(row))(*row)
+        data = (ctypes.c_void_p * 2)(*(address(s, layout) for s, layout in
+                                       zip(list(inputs) + list(outputs), layouts)))
+        return ForeignCall(function, data, sizes)
+
+    def __call__(self, inputs, outputs, layouts, params) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
+KERNELS.add(OpKind.QLINEAR_QUANTIZE, [(dt.float32, y) for y in (dt.uint8, dt.int8)],
+            CQuantize(False))
+KERNELS.add(OpKind.QLINEAR_DEQUANTIZE, [(x, dt.float32) for x in (dt.uint8, dt.int8)],
+            CQuantize(True))

@@ -8,7 +8,7 @@ import ctypes
 from collections.abc import Sequence
 from pathlib import Path
 
-from fuel.backends.cpu import pooling
+from fuel.backends.cpu import pooling, qlinear_conv
 from fuel.backends.cpu.c_library import address, entry_point
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
@@ -25,7 +25,14 @@ PARALLEL_WORK = 1 << 18  # window reads from which the planes are split over thr
 
 def library():
     """The compiled qlinear_pool.c, or None where the machine has no C compiler."""
-    return entry_point("qlinear_pool", SOURCE.read_text, openmp=True)
+    function = entry_point("qlinear_pool", source)
+    qlinear_conv.share_pool("qlinear_pool", function, 15)
+    return function
+
+
+def source() -> str:
+    """The kernel's C source: qlinear_units.h (the shared work pool), then qlinear_pool.c."""
+    return qlinear_conv.UNITS.read_text() + SOURCE.read_text()
 
 
 def _planar(values: Sequence[int], fill: int) -> tuple[int, int]:
@@ -41,7 +48,7 @@ class CMaxPool8:
 
     @property
     def revision_source(self) -> str:
-        return SOURCE.read_text()
+        return source()
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params) -> Launcher:

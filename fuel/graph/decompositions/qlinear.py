@@ -3,7 +3,8 @@
 QLINEAR_CONV: the float32 convolution of (x - x_zero) and the weights, whose integer sums it
 holds exactly while they stay below 2**24 in magnitude, + the bias, times the multiplier,
 rounded half to even, + y_zero, clamped and cast. QLINEAR_LOOKUP: an index_select of the
-table. QLINEAR_BINARY: float32 arithmetic on the operands, rounded, clamped and cast."""
+table. QLINEAR_BINARY: float32 arithmetic on the operands, rounded, clamped and cast.
+QLINEAR_QUANTIZE / QLINEAR_DEQUANTIZE: ONNX QuantizeLinear / DequantizeLinear's float32 steps."""
 
 from __future__ import annotations
 
@@ -84,3 +85,24 @@ def add_ratios(params) -> tuple[float, float, float]:
     fixed = np.float32(params.y_zero) - (ra * np.float32(params.a_zero)
                                          + rb * np.float32(params.b_zero))
     return float(ra), float(rb), float(np.float32(fixed))
+
+
+@decomposes(OpKind.QLINEAR_QUANTIZE)
+def qlinear_quantize(node: Node, build: Builder) -> Node:
+    """x / scale in float32, rounded half to even, + zero, saturated and cast."""
+    p = node.params
+    ratio = build.div(node.inputs[0], build.constant(float(np.float32(p.scale)), dt.float32))
+    y = build.add(build.op(OpKind.ROUND, ratio), build.constant(float(p.zero), dt.float32))
+    low, high = (-128.0, 127.0) if node.dtype is dt.int8 else (0.0, 255.0)
+    y = build.elementwise(OpKind.MINIMUM, build.elementwise(
+        OpKind.MAXIMUM, y, build.constant(low, dt.float32)), build.constant(high, dt.float32))
+    return build.cast(y, node.dtype)
+
+
+@decomposes(OpKind.QLINEAR_DEQUANTIZE)
+def qlinear_dequantize(node: Node, build: Builder) -> Node:
+    """(x - zero) in int32, as float32, times the scale."""
+    p = node.params
+    shifted = build.sub(build.cast(node.inputs[0], dt.int32), build.constant(p.zero, dt.int32))
+    return build.mul(build.cast(shifted, dt.float32),
+                     build.constant(float(np.float32(p.scale)), dt.float32))

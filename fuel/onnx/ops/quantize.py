@@ -4,14 +4,16 @@ ConvInteger, MatMulInteger, QLinearMatMul and QLinearConv."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ml_dtypes
 import numpy as np
 
 from fuel.frontend.build import make
 from fuel.frontend.structured import matmul
 from fuel.ir import dtype as dt
-from fuel.ir.ops import CastParams
-from fuel.ir.params import ConvParams, QLinearConvParams
+from fuel.ir.ops import CastParams, definition
+from fuel.ir.params import ConvParams, QLinearConvParams, QuantizeParams
 from fuel.nn import conv as nn_conv
 from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError, UnsupportedDType
@@ -58,14 +60,33 @@ def quantize(x: Tensor, scale: Tensor, zero: Tensor | None, target: dt.DType,
     return cast(rounded.clamp(float(info.min), float(info.max)), target)
 
 
+def _per_tensor(ctx: NodeContext, scale: Tensor, zero: Tensor | None) -> QuantizeParams | None:
+    """One constant float32 scale and one constant integer zero point (or none) as
+    QuantizeParams, else None."""
+    scales, zeros = host(ctx, scale), host(ctx, zero)
+    if scales is None or scales.size != 1 or scale.dtype is not dt.float32 or (
+            zero is not None and (zeros is None or zeros.size != 1)):
+        return None
+    return QuantizeParams(float(scales.reshape(-1)[0]),
+                          int(zeros.reshape(-1)[0]) if zero is not None else 0)
+
+
 @onnx_op("QuantizeLinear")
 def quantize_linear(ctx: NodeContext) -> Tensor:
     x, scale, zero = ctx.input(0), ctx.input(1), ctx.optional(2)
     axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
     target = zero.dtype if zero is not None else ctx.elem_dtype("output_dtype", dt.uint8)
+    single = _per_tensor(ctx, scale, zero) if x.dtype is dt.float32 and target in (
+        dt.uint8, dt.int8) else None
     scale = spread(scale, x, axis, block)
     zero = spread(zero, x, axis, block) if zero is not None else None
-    return tabulated(ctx, quantize(x, scale, zero, target, bool(ctx.attr("saturate", 1))))
+    quantized = quantize(x, scale, zero, target, bool(ctx.attr("saturate", 1)))
+    table = tabulated(ctx, quantized)
+    if table is not quantized or single is None or definition(x._node.op).family in (
+            "unary", "binary", "select"):
+        return table  # a float elementwise producer: the decomposition fuses into its loop
+    # per tensor: one pass (QLINEAR_QUANTIZE, the same float32 steps)
+    return make(OpKind.QLINEAR_QUANTIZE, (x._node,), replace(single, target=target))
 
 
 def _constant_dequantized(ctx: NodeContext, x: Tensor, scale: Tensor, zero: Tensor | None,
@@ -101,6 +122,10 @@ def dequantize_linear(ctx: NodeContext) -> Tensor:
     folded = _constant_dequantized(ctx, x, scale, zero, axis, block, target)
     if folded is not None:
         return folded
+    single = _per_tensor(ctx, scale, zero) if x.dtype in (dt.uint8, dt.int8) and (
+        target is dt.float32) else None
+    if single is not None:  # per tensor: one pass (QLINEAR_DEQUANTIZE, the same float32 steps)
+        return make(OpKind.QLINEAR_DEQUANTIZE, (x._node,), single)
     scale = spread(scale, x, axis, block)
     work = dt.float64 if scale.dtype is dt.float64 else dt.float32
     exact = work if x.dtype in FLOAT_QUANTIZED else dt.int32  # holds every value of x exactly

@@ -32,7 +32,8 @@ _ELEMENTWISE = frozenset(("unary", "binary", "select"))
 
 def _elementwise(node: Node) -> bool:
     return (definition(node.op).family in _ELEMENTWISE or node.op in (
-        OpKind.CAST, OpKind.QLINEAR_LOOKUP, OpKind.QLINEAR_BINARY))
+        OpKind.CAST, OpKind.QLINEAR_LOOKUP, OpKind.QLINEAR_BINARY, OpKind.QLINEAR_QUANTIZE,
+        OpKind.QLINEAR_DEQUANTIZE))
 
 
 def _chain(ctx: NodeContext, result: Node):

@@ -9,7 +9,12 @@ import numpy as np
 
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
-from fuel.ir.params import ConvParams, QLinearBinaryParams, QLinearConvParams
+from fuel.ir.params import (
+    ConvParams,
+    QLinearBinaryParams,
+    QLinearConvParams,
+    QuantizeParams,
+)
 from tests.backends.kernel_cases import references as naive
 from tests.backends.kernel_cases.base import Case, operand, rng_for
 
@@ -153,5 +158,54 @@ def qlinear_binary_cases(dtypes):
     return cases
 
 
+def _quantize(arrays, params: QuantizeParams) -> np.ndarray:
+    """ONNX QuantizeLinear's float32 steps: x / scale, rounded half to even, + zero, clipped."""
+    info = np.iinfo(params.target.numpy)
+    value = np.rint(arrays[0] / np.float32(params.scale)) + np.float32(params.zero)
+    return np.clip(value, info.min, info.max).astype(params.target.numpy)
+
+
+def _dequantize(arrays, params: QuantizeParams) -> np.ndarray:
+    return (arrays[0].astype(np.int64) - params.zero).astype(np.float32) * np.float32(
+        params.scale)
+
+
+# sizes around the 16-value vector step and past one threaded run (16384), a strided input
+SIZES = [((3, 5), "dense"), ((2, 64), "dense"), ((4, 33), "stepped"), ((3, 20001), "dense")]
+
+
+def qlinear_quantize_cases(dtypes):
+    target = dtypes[-1]
+    rng = rng_for("qlinear_quantize", dtypes)
+    info = np.iinfo(target.numpy)
+    cases = []
+    for i, (shape, kind) in enumerate(SIZES):
+        scale = float(np.float32(rng.uniform(0.01, 0.1)))
+        zero = int(rng.integers(info.min, info.max + 1))
+        # values past both ends, and exact halves of a step (rounded to even)
+        x = (rng.standard_normal(shape) * 200 * scale).astype(np.float32)
+        flat = x.reshape(-1)
+        halves = rng.integers(-300, 300, flat[::7].size) + 0.5
+        flat[::7] = (np.float32(scale) * halves.astype(np.float32)).astype(np.float32)
+        params = QuantizeParams(scale, zero, target)
+        cases.append(Case(params, [operand(x, kind)], _quantize, f"qlinear_quantize#{i}", 0, 0))
+    return cases
+
+
+def qlinear_dequantize_cases(dtypes):
+    rng = rng_for("qlinear_dequantize", dtypes)
+    info = np.iinfo(dtypes[0].numpy)
+    cases = []
+    for i, (shape, kind) in enumerate(SIZES):
+        x = rng.integers(info.min, info.max + 1, shape).astype(dtypes[0].numpy)
+        params = QuantizeParams(float(np.float32(rng.uniform(0.001, 0.1))),
+                                int(rng.integers(info.min, info.max + 1)))
+        cases.append(Case(params, [operand(x, kind)], _dequantize, f"qlinear_dequantize#{i}",
+                          0, 0))
+    return cases
+
+
 CASES = {OpKind.QLINEAR_CONV: qlinear_conv_cases, OpKind.QLINEAR_LOOKUP: qlinear_lookup_cases,
-         OpKind.QLINEAR_BINARY: qlinear_binary_cases}
+         OpKind.QLINEAR_BINARY: qlinear_binary_cases,
+         OpKind.QLINEAR_QUANTIZE: qlinear_quantize_cases,
+         OpKind.QLINEAR_DEQUANTIZE: qlinear_dequantize_cases}
