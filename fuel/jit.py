@@ -17,7 +17,6 @@ per call instead), and the tensor pointed at its new value after each (its autog
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -78,17 +77,19 @@ class JitFunction:
     """A function whose graph is captured per input signature and replayed afterwards; the
     ``keep`` most recently called signatures stay captured."""
 
-    def __init__(self, function: Callable, keep: int = KEPT_CAPTURES) -> None:
+    def __init__(self, function: Callable, keep: int = KEPT_CAPTURES,
+                 arena: HeldArena | None = None) -> None:
         self.function = function
         # signature -> (Capture, whether one Tensor is returned, the effects' tensors), the
         # most recently called last
         self.captures: dict = {}
         self.keep = keep
         self.replays = 0
-        # The captures' intermediates share one arena, so one capture runs at a time: a new
+        # The captures' intermediates share one arena (``arena``: one shared with other jit
+        # functions that never run at the same time), so one capture runs at a time: a new
         # shape reuses memory earlier shapes paged in, and kept captures cost one arena.
-        self.arena = HeldArena()
-        self.lock = threading.RLock()
+        self.arena = arena if arena is not None else HeldArena()
+        self.lock = self.arena.lock
         functools.update_wrapper(self, function)
 
     def __call__(self, *args: Any) -> Any:
@@ -175,10 +176,12 @@ class JitFunction:
         return capture, single, [t for t, _, _ in chosen], [b.buffer for _, b, _ in chosen]
 
 
-def jit(function: Callable | None = None, *, keep: int = KEPT_CAPTURES
-        ) -> JitFunction | Callable[[Callable], JitFunction]:
+def jit(function: Callable | None = None, *, keep: int = KEPT_CAPTURES,
+        arena: HeldArena | None = None) -> JitFunction | Callable[[Callable], JitFunction]:
     """Decorator: capture ``function``'s plan on first call per input signature, replay it on
-    later calls; ``keep`` signatures stay captured (the least recently called is dropped)."""
+    later calls; ``keep`` signatures stay captured (the least recently called is dropped).
+    ``arena``: a HeldArena shared with other jit functions, whose captures then share their
+    intermediates and run one at a time (default: the function's own)."""
     if function is None:
-        return lambda inner: JitFunction(inner, keep)
-    return JitFunction(function, keep)
+        return lambda inner: JitFunction(inner, keep, arena)
+    return JitFunction(function, keep, arena)

@@ -9,6 +9,7 @@ import numpy as np
 
 import fuel
 from fuel.ir.errors import InvalidArgument
+from fuel.runtime.replay import HeldArena
 from fuel.tensor import Tensor
 
 
@@ -24,8 +25,10 @@ class KVCache:
         self.capacity = capacity
         self.length = 0
         self.in_use = False
-        # the model's captured steps (fuel.jit) bound to this cache, by (tokens, all_logits)
+        # the model's captured steps (fuel.jit) bound to this cache, by (tokens, all_logits);
+        # they run one at a time, so their intermediates share one arena
         self.replays: OrderedDict = OrderedDict()
+        self.arena = HeldArena()
         # the input leaves of the short captured steps, by the same keys, refilled in place
         self.step_inputs: dict = {}
         shape = (kv_heads, capacity, head_dim)

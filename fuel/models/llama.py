@@ -200,7 +200,7 @@ class LlamaModel:
         key = _step_key(cache, rows, all_logits)
         replays = cache.replays
         if replays.get(key) is None:
-            replays[key] = fuel.jit(self._traced_step(cache, all_logits))
+            replays[key] = fuel.jit(self._traced_step(cache, all_logits), arena=cache.arena)
         replays.move_to_end(key)
         while len(replays) > REPLAYS_PER_CACHE:
             replays.popitem(last=False)

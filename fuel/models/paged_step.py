@@ -34,6 +34,7 @@ from fuel.models.llama_graph import (
 )
 from fuel.models.llama_graph import row_bucket as bucket
 from fuel.nn.functional import paged_attention
+from fuel.runtime.replay import HeldArena
 from fuel.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -143,8 +144,9 @@ class PagedStepper:
         # Two captures a step: the body per row bucket (the layers, the pool writes), the
         # logits per (row, logit-row) bucket (the final norm and the output matmul of the
         # rows that want them): the heavy captures do not multiply by the logit buckets.
-        self._jit = fuel.jit(self._traced)
-        self._logits_jit = fuel.jit(self._traced_logits)
+        self._arena = HeldArena()  # the two run one after the other: one arena
+        self._jit = fuel.jit(self._traced, arena=self._arena)
+        self._logits_jit = fuel.jit(self._traced_logits, arena=self._arena)
         self._inputs: dict = {}  # rows -> the body's input leaves
         self._picks: dict = {}  # logit rows -> the picks leaf
         self.steps = 0
@@ -238,8 +240,8 @@ class PagedStepper:
 
     def clear(self) -> None:
         """Drop the captured steps and their inputs (made again when needed)."""
-        self._jit = fuel.jit(self._traced)
-        self._logits_jit = fuel.jit(self._traced_logits)
+        self._jit = fuel.jit(self._traced, arena=self._arena)
+        self._logits_jit = fuel.jit(self._traced_logits, arena=self._arena)
         self._inputs.clear()
         self._picks.clear()
 

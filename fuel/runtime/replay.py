@@ -236,10 +236,11 @@ class HeldArena:
     plan that needs more than the slab holds gets a new slab at least twice as large (plans
     bound earlier keep theirs). A new shape then reuses memory already paged in instead of
     faulting in buffers of its own (a page fault costs 1-10 us), and kept captures cost one
-    slab, not one set of buffers each."""
+    slab, not one set of buffers each. The plans' owners hold ``lock`` while one runs."""
 
     def __init__(self) -> None:
         self._slab: np.ndarray | None = None
+        self.lock = threading.RLock()  # held while one of its plans runs (or is bound)
 
     def storages(self, buffers: Sequence) -> list:
         """Storages for ``buffers`` ((slot, backend, device, dtype, size) each): CPU ones

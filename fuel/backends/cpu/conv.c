@@ -26,6 +26,8 @@
  *                sizes, OH, OW the output's): per image and group the GEMM
  *                scratch[(m, kh, kw), p] = sum_c w[c, m, kh, kw] * x[c, p] (threaded), then
  *                col2im's scatter into the output (zeroed first).
+ *   13 lanes:    conv_lanes.h's lanes form, scratch holding the weights as 14 (lanes weights)
+ *                wrote them (a model's constant weights, transposed once).
  * (Form 2, depthwise, is depthwise.c's; 7 and 8, pooling, pool.c's.)
  */
 
@@ -410,6 +412,13 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         }
     } else if (form == TRANSPOSED) {
         transposed_conv(x, w, out, scratch, &s, threads);
+#if defined(__AVX512F__)
+    } else if (form == LANES_WEIGHTS) {
+        lanes_weights(w, scratch, &s);
+    } else if (form == LANES_RUN) {
+        const Finish f = {bias, slope, s.act, alpha, beta};
+        lanes_conv(x, scratch, out, residual, &s, &f, threads);
+#endif
     } else if (form == GEMM || form == GEMM_POINTWISE) {
         const Finish f = {bias, slope, s.act, alpha, beta};
         if (s.oh * s.ow < HALF)

@@ -203,13 +203,17 @@ static void wide_task(void *context, int64_t u) {
  * at 55x55 665 -> 561, 32->128 3x3 at 27x27 605 -> 552, 64->128 3x3 stride 2 at 28x28 359
  * -> 348; but the 3->64 3x3 stride-2 stem (K 27) only 585 -> 568, and in squeezenet at
  * batch 8, whose padded phases (5 MB) are copied before the products, 5775 -> 6694: so
- * from WIDE_DEPTH patch rows; a strided 1x1 kernel reads one phase of the copied four
- * (resnet18's 64->128 1x1 stride-2 downsample, batch 8: 1903 -> 2228), so not those. */
+ * from WIDE_DEPTH patch rows, for one image and group from WIDE_DEPTH_ONE (the stem on two
+ * threads: 336 -> 293 us; batch 8 2444 -> 2650, hence the image count); a strided 1x1 kernel
+ * reads one phase of the copied four (resnet18's 64->128 1x1 stride-2 downsample, batch 8:
+ * 1903 -> 2228), so not those. */
 #define WIDE_ROW 24  /* convolution_c.py's Geometry.wide says the same for its rule */
 #define WIDE_DEPTH 64
+#define WIDE_DEPTH_ONE 16
 static inline int wide_form(const Shape *s, int pointwise) {
     return !pointwise && s->kh * s->kw > 1 && s->sh <= 4 && s->sw <= 4 && s->ow >= WIDE_ROW
-           && s->c / s->groups * s->kh * s->kw >= WIDE_DEPTH;
+           && s->c / s->groups * s->kh * s->kw
+              >= (s->n == 1 && s->groups == 1 ? WIDE_DEPTH_ONE : WIDE_DEPTH);
 }
 
 static void wide_conv(const float *x, const float *w, float *out, const float *residual,

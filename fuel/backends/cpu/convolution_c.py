@@ -29,6 +29,9 @@ it does not take runs ``gemm``), so a judge may time any of them on the same ope
   on small planes, where the other forms' per-image tiles run mostly empty (a small CNN's
   convolutions and their gradients);
 - ``winograd``: 3x3, stride 1, undilated, groups 1: winograd.c's F(2x2, 3x3);
+- ``lanes``: groups 1: conv.c's lanes form (conv_lanes.h), the GEMM turned over (output
+  channels in the lanes, positions broadcast), the weights transposed once when they are
+  constant; the rule's choice for small planes (7x7 to 14x14) and deep patches;
 - ``auto`` (registered first, so it runs today): picks per launch by ``choose_form``.
 
 3-d shapes (and the rare depthwise filter over 64 rows) run the NumPy kernel; after an
@@ -75,11 +78,13 @@ if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
 KERNELS = KernelList(BackendId.CPU, "c")
 HERE = Path(__file__).parent
 (SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE, COMMON, GEMM_HEADER,
- FLAT_HEADER, ROWS_HEADER, PATCHES_SOURCE, WIDE_HEADER) = (HERE / name for name in (
+ FLAT_HEADER, ROWS_HEADER, PATCHES_SOURCE, WIDE_HEADER, LANES_HEADER) = (HERE / name for name in (
      "conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_direct.c", "conv_common.h",
-     "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h", "conv_patches.c", "conv_wide.h"))
+     "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h", "conv_patches.c", "conv_wide.h",
+     "conv_lanes.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
- AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS) = range(13)
+ AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS, LANES, LANES_WEIGHTS) = range(15)
+LANES_BLOCK = 32  # conv_lanes.h's LANES_MB: output channels a block of the transposed weights
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
 # From this many multiply-adds a launch splits its work over threads (matmul.py's bound: a
@@ -92,7 +97,8 @@ PARALLEL_POINT = 1 << 16
 # ... and for a pool (as few operations a byte: two threads, squeezenet's 3x3 stride-2 max
 # pools 128x55x55 63 -> 33 us, 256x27x27 33 -> 18)
 PARALLEL_POOL = 1 << 17
-FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd", "direct", "batched")
+FORMS = ("auto", "gemm", "depthwise", "pointwise", "im2col", "winograd", "direct", "batched",
+         "lanes")
 # The rule's batched shapes: a launch of at most BATCHED_WORK multiply-adds (one OpenBLAS
 # thread) whose patch matrices fit BATCHED_FLOATS, on planes of fewer than BATCHED_ALONE
 # output positions (where the gemm form takes one dot product per output) or, for more than
@@ -126,8 +132,10 @@ WINOGRAD_PLANE_CONSTANT = 100
 WINOGRAD_EXPAND_CHANNELS = 32
 WINOGRAD_EXPAND_OUTPUTS = 128
 # conv.c's wide form (WIDE_ROW, WIDE_DEPTH there): kernels larger than 1x1 with at least
-# this many patch rows and output rows of at least WIDE_ROW positions, strides up to 4
+# this many patch rows (WIDE_DEPTH_ONE for one image and group) and output rows of at least WIDE_ROW
+# positions, strides up to 4
 WIDE_DEPTH = 64
+WIDE_DEPTH_ONE = 16
 WIDE_ROW = 24
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
@@ -141,6 +149,35 @@ WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch 
 # against 293, 192->32 at 28x28 88 against 104, 64->384 at 14x14 103 against 107, but
 # 96->24 at 56x56 186 against 172 and 576->160 at 7x7 162 against 110; 16->1 1x1 432
 # against 338, hence the output bound; winograd's shapes stay winograd's.
+# The rule's lanes shapes (conv_lanes.h): constant weights, at least LANES_DEPTH patch rows,
+# from LANES_LEAST to LANES_PLANE output positions (a 7x7 to 27x27 map; winograd keeps its
+# 3x3 convolutions), output channels a multiple of 16 (a last block of 16 runs one vector: 1x1
+# 672->112 at 14x14 270 us against gemm's 288, 480->80 140 against 150) or at least
+# LANES_WIDE (a last block part empty costs little). Measured, one
+# thread, this machine, lanes against the rule's form before: 512->512 3x3 at 7x7 2137 us
+# against gemm's 2590 (onnxruntime 1981; two threads 1259 against 1633), 256->256 3x3 at 7x7
+# 538 against 735, 1x1
+# 2048->512 at 7x7 930 against 980, 1024->256 at 14x14 925 against 981, 960->160 at 7x7
+# 143 against 152, 256->512 3x3 stride 2 at 14x14 1074 against 1268 (onnxruntime 1128),
+# 128->256 3x3 stride 2 at 28x28 1098 against 1248 (onnxruntime 1015), squeezenet's 27x27
+# maps (an odd width, which the wide form pads): 32->128 3x3 525 against 556, 1x1 256->32
+# 116 against 129; at 28x28 even (512->128 1x1 953 against 957) and at 56x56 worse (64->64
+# 3x3 2237 against 2159), hence the plane bound; but 256->256 3x3 at 14x14 2082 against
+# winograd's 1495, a half-empty last block of two vectors (256->48 1x1 at 13x13 55 against
+# 45, one vector 42), 160->960 at 7x7 (K 160) 161 against 156, a 4x4 map (four positions a
+# tile: 512->512 3x3 stride 2 at 7x7 1009 against 908; 5x5: 512->512 1092 against 1613) and
+# a padded 1x1; a strided unpadded 1x1 copies only what it reads (512->1024 stride 2 at 28x28 1964
+# against 2066, 1024->2048 at 14x14 even), hence those bounds. Winograd's shapes stay
+# winograd's from more than LANES_WINOGRAD_OUTPUTS output channels: squeezenet's 13x13 maps
+# ran faster on lanes with one thread (48->192 3x3 267 against 289, 64->256 465 against 456)
+# but slower on two (179 against 165, 301 against 257); to fewer, two threads, lanes
+# against winograd: densenet's 128->32 3x3 at 14x14 102 against 145, 256->64 302 against
+# 370, 64->64 87 against 105 (one thread 145 against 151; but 128->128 293 against 281).
+LANES_DEPTH = 256
+LANES_LEAST = 25
+LANES_PLANE = 729
+LANES_WIDE = 256
+LANES_WINOGRAD_OUTPUTS = 64
 DIRECT_CHANNELS = 16
 DIRECT_POINTWISE_CHANNELS = 64
 DIRECT_PLANE = 196
@@ -166,7 +203,7 @@ def _source(path: Path) -> str:
               else FLAT_HEADER.read_text() + ROWS_HEADER.read_text()
               if path == DEPTHWISE_SOURCE else "")
     if path == SOURCE:
-        header += WIDE_HEADER.read_text()
+        header += WIDE_HEADER.read_text() + LANES_HEADER.read_text()
     return COMMON.read_text() + header + path.read_text()
 
 
@@ -205,7 +242,8 @@ def patches_library():
 
 def revision_text() -> str:
     """Every C source the kernels here run (their revision hashes cover them)."""
-    return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, WIDE_HEADER, SOURCE,
+    return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, WIDE_HEADER, LANES_HEADER,
+                                                    SOURCE,
                                                     DEPTHWISE_SOURCE, FLAT_HEADER, ROWS_HEADER,
                                                     POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE,
                                                     PATCHES_SOURCE))
@@ -285,7 +323,14 @@ class Geometry:
         """Whether conv.c runs the gemm form of this launch as its wide form (conv.c's
         wide_form)."""
         return (self.kh * self.kw > 1 and self.sh <= 4 and self.sw <= 4 and self.ow >= WIDE_ROW
-                and self.c // max(self.groups, 1) * self.kh * self.kw >= WIDE_DEPTH)
+                and self.c // max(self.groups, 1) * self.kh * self.kw
+                >= (WIDE_DEPTH_ONE if self.n == 1 and self.groups == 1 else WIDE_DEPTH))
+
+    @property
+    def lanes(self) -> bool:
+        """A dense convolution on at most LANES_PLANE output positions (conv_lanes.h's lanes
+        form; it runs any dense shape)."""
+        return self.groups == 1 and self.c > 0 and self.oh * self.ow <= LANES_PLANE
 
     @property
     def winograd(self) -> bool:
@@ -310,6 +355,8 @@ def accepts(form: str, geometry: Geometry | None) -> bool:
         return geometry.direct
     if form == "batched":
         return geometry.batched
+    if form == "lanes":
+        return geometry.lanes
     return form in ("im2col", "auto", "gemm")
 
 
@@ -319,20 +366,29 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     out and WINOGRAD_PLANE output positions (WINOGRAD_PLANE_CONSTANT with ``constant``
     weights, transformed once), but not an expansion from at most WINOGRAD_EXPAND_CHANNELS to
     at least four times as many and WINOGRAD_EXPAND_OUTPUTS (or fewer where the gemm form is
-    conv.c's wide form); batched for a small dense
-    launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct for a stem; gemm
-    otherwise; None (the NumPy kernel) for 3-d shapes."""
+    conv.c's wide form); lanes for a dense convolution with ``constant`` weights, at least
+    LANES_DEPTH patch rows (a kernel over 1x1, or an unpadded 1x1 one), LANES_LEAST to
+    LANES_PLANE output positions and a multiple of 16 (or at least LANES_WIDE) output
+    channels, winograd's shapes only to at most LANES_WINOGRAD_OUTPUTS channels;
+    batched for a small dense launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct
+    for a stem; gemm otherwise; None (the NumPy kernel) for 3-d shapes."""
     if geometry is None:
         return None
     if geometry.depthwise:
         return "depthwise"
     g = geometry
-    if (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
-            and g.oh * g.ow >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)
-            and not (g.c <= WINOGRAD_EXPAND_CHANNELS and g.m >= 4 * g.c
-                     and (g.m >= WINOGRAD_EXPAND_OUTPUTS or g.wide))):
-        return "winograd"
     plane = g.oh * g.ow
+    winograd = (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
+                and plane >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)
+                and not (g.c <= WINOGRAD_EXPAND_CHANNELS and g.m >= 4 * g.c
+                         and (g.m >= WINOGRAD_EXPAND_OUTPUTS or g.wide)))
+    if (constant and g.lanes and g.c * g.kh * g.kw >= LANES_DEPTH
+            and (g.kh * g.kw > 1 or g.pt == g.pl == 0) and LANES_LEAST <= plane <= LANES_PLANE
+            and (g.m % (LANES_BLOCK // 2) == 0 or g.m >= LANES_WIDE)
+            and (not winograd or g.m <= LANES_WINOGRAD_OUTPUTS) and avx512()):
+        return "lanes"
+    if winograd:
+        return "winograd"
     work = g.n * g.m * plane * g.kh * g.kw * g.c
     if g.batched and g.groups == 1 and not g.pointwise and work <= BATCHED_WORK and (
             plane < BATCHED_ALONE or (g.n > 1 and plane <= BATCHED_PLANE)):
@@ -509,6 +565,11 @@ class CConvolution:
                 return self._winograd(winograd, geometry, threads, epilogue, x, w, out,
                                       constant)
             form = "gemm"
+        if form == "lanes":
+            if avx512():
+                threads = _threads(geometry, form) if threads is None else threads
+                return self._lanes(function, geometry, threads, epilogue, x, w, out, constant)
+            form = "gemm"
         if form == "batched" and patches_library() is None:
             form = "im2col"
         if form == "gemm" and geometry.c:
@@ -562,6 +623,38 @@ class CConvolution:
 
         def launch() -> None:
             call.data[7] = scratch(size).ctypes.data
+            call()
+
+        launch.kernel_source = "c"
+        return launch
+
+    @staticmethod
+    def _lanes(function, g: Geometry, threads: int, epilogue: Epilogue, x: int, w: int,
+               out: int, constant: bool = False) -> Launcher:
+        """conv.c's lanes form: the weights transposed into blocks of LANES_BLOCK output
+        channels, once, here, for constant weights (an array the launcher keeps), else into
+        this thread's scratch buffer on every launch."""
+        size = g.c * g.kh * g.kw * -(-g.m // LANES_BLOCK) * LANES_BLOCK
+        if constant:
+            storage = np.empty(size + 16, np.float32)
+            start = -storage.ctypes.data % 64 // 4
+            transposed = storage[start:start + size]
+            CConvolution._call(function, g, LANES_WEIGHTS, threads, epilogue, x, w, out,
+                               transposed.ctypes.data)()
+            call = CConvolution._call(function, g, LANES, threads, epilogue, x, w, out,
+                                      transposed.ctypes.data)
+            call.data.transposed = transposed  # held as long as the launcher
+            return call
+        weights = CConvolution._call(function, g, LANES_WEIGHTS, threads, epilogue, x, w, out,
+                                     scratch(size + 16).ctypes.data)
+        call = CConvolution._call(function, g, LANES, threads, epilogue, x, w, out,
+                                  scratch(size + 16).ctypes.data)
+
+        def launch() -> None:
+            buffer = scratch(size + 16)
+            start = -buffer.ctypes.data % 64 // 4
+            weights.data[7] = call.data[7] = buffer[start:].ctypes.data
+            weights()
             call()
 
         launch.kernel_source = "c"

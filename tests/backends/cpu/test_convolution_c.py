@@ -110,7 +110,7 @@ def test_every_sibling_matches_the_reference(rank):
             if entry.kernel.accepts(layouts, params):
                 met.add(entry.kernel.form)
     if rank < 3:  # winograd's shapes are rare here: its own test below meets them
-        assert met | {"winograd"} == set(convolution_c.FORMS), f"forms met: {met}"
+        assert met | {"winograd", "lanes"} == set(convolution_c.FORMS), f"forms met: {met}"
 
 
 WINOGRAD_CASES = [  # (N, C, H, W, M, pads (top, left, bottom, right), threads)
@@ -151,18 +151,68 @@ def test_winograd_matches_the_reference(monkeypatch, case):
                                     launches=2), expected, rtol=1e-4, atol=1e-4 * scale)
 
 
+LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), threads[, strides,
+    #               dilations])
+    (1, 64, 7, 7, 64, 3, 3, (1, 1, 1, 1), "1"), (2, 37, 5, 9, 50, 3, 3, (1, 2, 0, 1), "2"),
+    (1, 300, 13, 13, 33, 1, 1, (0, 0, 0, 0), "2"), (3, 9, 11, 17, 70, 3, 5, (2, 0, 1, 2), "3"),
+    (1, 520, 7, 7, 40, 1, 1, (1, 1, 1, 1), "2"), (1, 16, 1, 12, 96, 1, 3, (0, 1, 0, 1), "1"),
+    (1, 40, 14, 13, 64, 3, 3, (1, 1, 1, 1), "2", (2, 2), (1, 1)),
+    (2, 7, 12, 11, 33, 3, 2, (2, 1, 0, 2), "1", (3, 2), (2, 3)),
+    (1, 70, 15, 13, 64, 1, 1, (0, 0, 1, 0), "2", (2, 3), (1, 1)),
+    (1, 300, 9, 9, 48, 1, 1, (0, 0, 0, 0), "2"), (2, 20, 8, 8, 13, 3, 3, (1, 1, 1, 1), "1")]
+
+
+@pytest.mark.parametrize("case", LANES_CASES)
+def test_lanes_matches_the_reference(monkeypatch, case):
+    """conv_lanes.h: output rows cut into pieces of 1 to 8 positions, K over a K block,
+    output channels off the 32-channel blocks (a last block of at most 16: one vector),
+    pads, strides, dilations, batches, threads (row parts), a strided 1x1 (only the
+    positions it reads copied), every epilogue part; constant weights (transposed once) and
+    weights from a feed."""
+    n, c, h, w, m, kh, kw, pads, threads, strides, dilations = (*case, (1, 1), (1, 1))[:11]
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(c * m + h)
+    conv = ConvParams(strides, pads[:2], pads[2:], dilations, 1)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = (rng.standard_normal((m, c, kh, kw)) / np.sqrt(c * kh * kw)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    y = reference(x, weight, conv)
+    assert convolution_c.accepts("lanes", convolution_c.Geometry.of(x.shape, weight.shape,
+                                                                     y.shape, conv))
+    extra = rng.standard_normal(y.shape).astype(np.float32)
+    expected = np.maximum(y + bias[None, :, None, None] + extra, 0.0)
+    scale = max(1.0, float(np.abs(expected).max()))
+    fused = next(e for e in _siblings(OpKind.CONV_FUSED, 4) if e.kernel.form == "lanes")
+    for constant in (True, False):
+        params = ConvEpilogueParams(conv, "relu", 0.0, 0.0, True, constant_weights=constant)
+        np.testing.assert_allclose(_run(fused, [x, weight, bias, extra], y.shape, params,
+                                        launches=2), expected, rtol=1e-4, atol=1e-4 * scale)
+
+
 def test_the_rule_picks_winograd_for_large_planes():
     wide = convolution_c.Geometry(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1)
     small = convolution_c.Geometry(1, 512, 7, 7, 512, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1, 1)
     strided = convolution_c.Geometry(1, 64, 56, 56, 64, 3, 3, 28, 28, 2, 2, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(wide) == "winograd"
     assert convolution_c.choose_form(small) == "gemm"
-    assert convolution_c.choose_form(small, constant=True) == "gemm"
+    lanes = "lanes" if convolution_c.avx512() else "gemm"
+    assert convolution_c.choose_form(small, constant=True) == lanes
     squeeze = convolution_c.Geometry(1, 64, 13, 13, 256, 3, 3, 13, 13, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(squeeze) == "gemm"
     assert convolution_c.choose_form(squeeze, constant=True) == "winograd"
+    middle = convolution_c.Geometry(1, 256, 14, 14, 256, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1, 1)
+    assert convolution_c.choose_form(middle, constant=True) == "winograd"
+    dense = convolution_c.Geometry(1, 128, 14, 14, 32, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1, 1)
+    assert convolution_c.choose_form(dense) == "winograd"
+    assert convolution_c.choose_form(dense, constant=True) == (
+        "lanes" if convolution_c.avx512() else "winograd")
+    shallow = convolution_c.Geometry(1, 256, 13, 13, 48, 1, 1, 13, 13, 1, 1, 1, 1, 0, 0, 1)
+    assert convolution_c.choose_form(shallow, constant=True) == lanes  # a last block of 16
+    odd = convolution_c.Geometry(1, 256, 13, 13, 40, 1, 1, 13, 13, 1, 1, 1, 1, 0, 0, 1)
+    assert convolution_c.choose_form(odd, constant=True) == "gemm"
     expand = convolution_c.Geometry(1, 32, 27, 27, 128, 3, 3, 27, 27, 1, 1, 1, 1, 1, 1, 1)
-    assert convolution_c.choose_form(expand, constant=True) == "gemm"
+    assert convolution_c.choose_form(expand) == "gemm"
+    assert convolution_c.choose_form(expand, constant=True) == lanes
     fire = convolution_c.Geometry(1, 16, 55, 55, 64, 3, 3, 55, 55, 1, 1, 1, 1, 1, 1, 1)
     assert fire.wide and convolution_c.choose_form(fire, constant=True) == "gemm"
     narrow = convolution_c.Geometry(1, 16, 20, 20, 64, 3, 3, 20, 20, 1, 1, 1, 1, 1, 1, 1)
@@ -377,7 +427,8 @@ def test_gemm_tail_columns_and_wide_tile_match_the_reference():
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_gemm_wide_form_matches_the_reference(monkeypatch, threads):
     """conv.c's wide form (the gemm form's launches with output rows of at least 24
-    positions and at least 64 patch rows, not 1x1): the input copied into its stride phases
+    positions and at least 64 patch rows, 16 for one image (a 3-channel stem), not 1x1):
+    the input copied into its stride phases
     of the padded plane, 8 x 48 tiles over wide rows whose surplus columns are not stored,
     runs of several output rows in one tile; strides 1-3 (unequal along the axes),
     dilations, asymmetric padding, groups, a partial sliver, two images, a 1-d shape, a
@@ -391,7 +442,8 @@ def test_gemm_wide_form_matches_the_reference(monkeypatch, threads):
             (1, 10, (40, 75), 12, (3, 5), (2, 3), (1, 1), (0, 2), (1, 0), 2),
             (1, 8, (33, 52), 9, (3, 3), (1, 1), (2, 2), (2, 1), (0, 3), 1),
             (1, 64, (26, 26), 24, (2, 2), (1, 1), (1, 1), (0, 0), (1, 1), 4),
-            (1, 14, (1, 80), 10, (1, 5), (1, 2), (1, 3), (0, 4), (0, 1), 1)):
+            (1, 14, (1, 80), 10, (1, 5), (1, 2), (1, 3), (0, 4), (0, 1), 1),
+            (1, 3, (61, 58), 19, (3, 3), (2, 2), (1, 1), (0, 1), (0, 0), 1)):
         conv = ConvParams(strides, begin, end, dilations, groups)
         params = ConvEpilogueParams(conv, "silu", 0.0, 0.0, True)
         x = rng.standard_normal((n, c) + size).astype(np.float32)
@@ -399,7 +451,8 @@ def test_gemm_wide_form_matches_the_reference(monkeypatch, threads):
         y = reference(x, weight, conv)
         geometry = convolution_c.Geometry.of(x.shape, weight.shape, y.shape, conv)
         depth = c // groups * geometry.kh * geometry.kw
-        assert geometry.ow >= 24 and depth >= 64 and geometry.kh * geometry.kw > 1
+        assert geometry.wide and geometry.ow >= 24 and geometry.kh * geometry.kw > 1
+        assert depth >= (16 if n == 1 and groups == 1 else 64)
         bias = rng.standard_normal(m).astype(np.float32)
         extra = rng.standard_normal(y.shape).astype(np.float32)
         expected = epilogue_reference(y, params, bias.astype(np.float64),

@@ -1,0 +1,262 @@
+/* conv.c's lanes form (after conv_common.h, conv_gemm.h and conv_wide.h, before conv.c, whose
+ * fuel_kernel calls lanes_weights and lanes_conv): a dense convolution with constant weights
+ * on a small plane (a 7x7 map: its 49 positions filled three 16-lane panels and one lone
+ * column, which the gemm form ran as dot products over the whole K, streaming the weights a
+ * second time, after packing the patch values by runs of 7).
+ *
+ * The GEMM is turned over: out^T (positions x channels) = patches^T . w^T, output channels
+ * in the lanes and output positions broadcast, so a plane of any width runs without padded
+ * lanes. The weights are transposed once, when the launch is prepared (LANES_WEIGHTS): per
+ * block of LANES_MB output channels, K rows of LANES_MB floats (zero past M), so a tile reads
+ * them as one stream. The input is copied once per launch into zero-padded planes
+ * (HP = (OH - 1) SH + (KH - 1) DH + 1 rows of WP = (OW - 1) SW + (KW - 1) DW + 1; a 1x1
+ * stride-1 unpadded convolution reads it as stored, a strided one copies only the positions
+ * it reads), so patch value (c, kh, kw) of output (oh, ow) is
+ * padded[c][oh SH + kh DH][ow SW + kw DW]. A tile is LANES_MB output channels (two vectors;
+ * one for a last block of at most 16) x R <= LANES_R consecutive positions of one output
+ * row, over a K block (LANES_KC): per patch row two loads and R broadcasts feed 2R FMAs. The
+ * K blocks' partial sums wait in a small buffer (positions x LANES_MB); the last K block
+ * writes the tile's sums to the output transposed, then the epilogue runs on the unit's
+ * output rows (conv_common.h's finish). A unit is one image's block of output channels over
+ * its output rows: all of them, or a part where the team would have fewer than LANES_UNITS
+ * units a thread or not a multiple of the team. */
+#if defined(__AVX512F__)
+#define LANES_RUN 13
+#define LANES_WEIGHTS 14
+#define LANES_MB 32
+#define LANES_R 8
+#define LANES_KC 256
+#define LANES_UNITS 4  /* fewest units a thread of the team */
+
+static inline int64_t lanes_blocks(const Shape *s) { return (s->m + LANES_MB - 1) / LANES_MB; }
+
+/* wt[block][l][j] = w[block * LANES_MB + j][l] (0 past M), K = C * KH * KW. */
+static void lanes_weights(const float *w, float *wt, const Shape *s) {
+    const int64_t k = s->c * s->kh * s->kw, blocks = lanes_blocks(s);
+    for (int64_t b = 0; b < blocks; b++) {
+        float *target = wt + b * k * LANES_MB;
+        for (int64_t j = 0; j < LANES_MB; j++) {
+            const int64_t m = b * LANES_MB + j;
+            if (m < s->m) {
+                const float *row = w + m * k;
+                for (int64_t l = 0; l < k; l++) target[l * LANES_MB + j] = row[l];
+            } else {
+                for (int64_t l = 0; l < k; l++) target[l * LANES_MB + j] = 0.0f;
+            }
+        }
+    }
+}
+
+typedef struct {
+    const float *x, *wt, *residual;
+    float *out;
+    const Shape *s;
+    const Finish *f;
+    const float *planes;     /* the zero-padded planes (or x itself), per image `image` floats */
+    const int64_t *offsets;  /* per patch row (c, kh, kw): its offset in an image's planes */
+    int64_t hp, wp, image, k, blocks, parts;
+    int64_t step_h, step_w;  /* the planes' rows and columns between two output positions */
+    int64_t take_h, take_w;  /* the input's rows and columns between two plane positions */
+} LanesJob;
+
+/* R positions (b[offsets[l] + i * sw], i < R) x two vectors of output channels over kc patch rows
+ * (wt: kc rows of LANES_MB floats); partial sums in `sums` (R rows of LANES_MB): read first
+ * unless `first`, written back unless `last`, where they go to the output instead:
+ * out[j * plane + i] for channels j < live. */
+#define LANES_EACH1(X) X(0)
+#define LANES_EACH2(X) LANES_EACH1(X) X(1)
+#define LANES_EACH3(X) LANES_EACH2(X) X(2)
+#define LANES_EACH4(X) LANES_EACH3(X) X(3)
+#define LANES_EACH5(X) LANES_EACH4(X) X(4)
+#define LANES_EACH6(X) LANES_EACH5(X) X(5)
+#define LANES_EACH7(X) LANES_EACH6(X) X(6)
+#define LANES_EACH8(X) LANES_EACH7(X) X(7)
+#define LANES_START(i) __m512 c##i##_0 = first ? _mm512_setzero_ps() \
+                                               : _mm512_load_ps(sums + i * LANES_MB), \
+                              c##i##_1 = first ? _mm512_setzero_ps() \
+                                               : _mm512_load_ps(sums + i * LANES_MB + 16);
+#define LANES_FMA(i) { const __m512 x = _mm512_set1_ps(row[i * sw]); \
+                       c##i##_0 = _mm512_fmadd_ps(x, w0, c##i##_0); \
+                       c##i##_1 = _mm512_fmadd_ps(x, w1, c##i##_1); }
+#define LANES_KEEP(i) _mm512_store_ps(sums + i * LANES_MB, c##i##_0); \
+                      _mm512_store_ps(sums + i * LANES_MB + 16, c##i##_1);
+#define LANES_TILE(R) \
+static void lanes_tile##R(const float *b, const int64_t *offsets, const float *wt, int64_t kc, \
+                          int64_t sw, float *sums, int first, int last, float *out, \
+                          int64_t plane, int64_t live) { \
+    LANES_EACH##R(LANES_START) \
+    for (int64_t l = 0; l < kc; l++) { \
+        const float *w = wt + l * LANES_MB, *row = b + offsets[l]; \
+        _mm_prefetch((const char *)(w + 32 * LANES_MB), _MM_HINT_T0); \
+        _mm_prefetch((const char *)(w + 32 * LANES_MB + 16), _MM_HINT_T0); \
+        const __m512 w0 = _mm512_load_ps(w), w1 = _mm512_load_ps(w + 16); \
+        LANES_EACH##R(LANES_FMA) \
+    } \
+    LANES_EACH##R(LANES_KEEP) \
+    if (last) \
+        for (int64_t j = 0; j < live; j++) \
+            for (int i = 0; i < R; i++) out[j * plane + i] = sums[i * LANES_MB + j]; \
+}
+/* The same for a last block of at most 16 live channels: one vector (the block's other 16
+ * columns of wt are zeros) */
+#define LANES_HALF_START(i) __m512 c##i##_0 = first ? _mm512_setzero_ps() \
+                                                    : _mm512_load_ps(sums + i * LANES_MB);
+#define LANES_HALF_FMA(i) c##i##_0 = _mm512_fmadd_ps(_mm512_set1_ps(row[i * sw]), w0, c##i##_0);
+#define LANES_HALF_KEEP(i) _mm512_store_ps(sums + i * LANES_MB, c##i##_0);
+#define LANES_HALF_TILE(R) \
+static void lanes_half##R(const float *b, const int64_t *offsets, const float *wt, int64_t kc, \
+                          int64_t sw, float *sums, int first, int last, float *out, \
+                          int64_t plane, int64_t live) { \
+    LANES_EACH##R(LANES_HALF_START) \
+    for (int64_t l = 0; l < kc; l++) { \
+        const float *w = wt + l * LANES_MB, *row = b + offsets[l]; \
+        _mm_prefetch((const char *)(w + 32 * LANES_MB), _MM_HINT_T0); \
+        const __m512 w0 = _mm512_load_ps(w); \
+        LANES_EACH##R(LANES_HALF_FMA) \
+    } \
+    LANES_EACH##R(LANES_HALF_KEEP) \
+    if (last) \
+        for (int64_t j = 0; j < live; j++) \
+            for (int i = 0; i < R; i++) out[j * plane + i] = sums[i * LANES_MB + j]; \
+}
+LANES_HALF_TILE(1)
+LANES_HALF_TILE(2)
+LANES_HALF_TILE(3)
+LANES_HALF_TILE(4)
+LANES_HALF_TILE(5)
+LANES_HALF_TILE(6)
+LANES_HALF_TILE(7)
+LANES_HALF_TILE(8)
+LANES_TILE(1)
+LANES_TILE(2)
+LANES_TILE(3)
+LANES_TILE(4)
+LANES_TILE(5)
+LANES_TILE(6)
+LANES_TILE(7)
+LANES_TILE(8)
+
+/* Unit u: image u / (blocks * parts), output channels [LANES_MB * block, + LANES_MB) for
+ * block u / parts % blocks, output rows [oh * part / parts, oh * (part + 1) / parts) for
+ * part u % parts. */
+static void lanes_task(void *context, int64_t u) {
+    const LanesJob *j = context;
+    const Shape *s = j->s;
+    const int64_t part = u % j->parts, block = u / j->parts % j->blocks;
+    const int64_t image = u / (j->parts * j->blocks), m0 = block * LANES_MB;
+    const int64_t live = s->m - m0 < LANES_MB ? s->m - m0 : LANES_MB, plane = s->oh * s->ow;
+    const int64_t row0 = s->oh * part / j->parts, row1 = s->oh * (part + 1) / j->parts;
+    const float *planes = j->planes + image * j->image;
+    const float *wt = j->wt + block * j->k * LANES_MB;
+    float *out = j->out + (image * s->m + m0) * plane;
+    /* a row of ow positions as pieces of at most LANES_R, as even as they come */
+    const int64_t pieces = (s->ow + LANES_R - 1) / LANES_R;
+    float *sums = thread_buffer(1, (size_t)(plane * LANES_MB));
+    for (int64_t l0 = 0; l0 < j->k; l0 += LANES_KC) {
+        const int64_t kc = j->k - l0 < LANES_KC ? j->k - l0 : LANES_KC;
+        const int first = l0 == 0, last = l0 + kc >= j->k;
+        for (int64_t oh = row0; oh < row1; oh++)
+            for (int64_t piece = 0, ow = 0; piece < pieces; piece++) {
+                const int64_t end = s->ow * (piece + 1) / pieces, r = end - ow;
+                const int64_t p = oh * s->ow + ow;
+                const float *b = planes + oh * j->step_h * j->wp + ow * j->step_w;
+                const int64_t *offsets = j->offsets + l0;
+                const float *w = wt + l0 * LANES_MB;
+                float *partial = sums + p * LANES_MB;
+                if (live <= 16) switch (r) {
+#define LANES_CASE(R) case R: lanes_half##R(b, offsets, w, kc, j->step_w, partial, first, last, \
+                                            out + p, plane, live); break;
+                    LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
+                    LANES_CASE(6) LANES_CASE(7) LANES_CASE(8)
+#undef LANES_CASE
+                } else switch (r) {
+#define LANES_CASE(R) case R: lanes_tile##R(b, offsets, w, kc, j->step_w, partial, first, last, \
+                                            out + p, plane, live); break;
+                    LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
+                    LANES_CASE(6) LANES_CASE(7) LANES_CASE(8)
+#undef LANES_CASE
+                }
+                ow = end;
+            }
+    }
+    const Finish *f = j->f;
+    if (f->act != NONE || f->bias != NULL || j->residual != NULL)
+        for (int64_t i = 0; i < live; i++) {
+            const int64_t m = m0 + i;
+            float *row = out + i * plane + row0 * s->ow;
+            finish(row, (row1 - row0) * s->ow, f->bias != NULL ? f->bias[m] : 0.0f,
+                   j->residual != NULL ? j->residual + (row - j->out) : NULL, f->act, f->alpha,
+                   f->beta, f->slope != NULL ? f->slope[m] : 0.0f);
+        }
+}
+
+/* Unit u: plane u (image u / C, channel u % C) copied into its zero-padded plane (a strided
+ * 1x1 convolution: only the positions it reads, take_h and take_w apart). */
+static void lanes_pad_task(void *context, int64_t u) {
+    const LanesJob *j = context;
+    const Shape *s = j->s;
+    const int64_t hp = j->hp, wp = j->wp;
+    const float *source = j->x + u * s->h * s->w;
+    float *target = (float *)j->planes + u * hp * wp;
+    for (int64_t r = 0; r < hp; r++) {
+        float *row = target + r * wp;
+        const int64_t ih = r * j->take_h - s->pt;
+        memset(row, 0, sizeof(float) * wp);
+        if (ih < 0 || ih >= s->h) continue;
+        for (int64_t t = 0; t < wp; t++) {
+            const int64_t iw = t * j->take_w - s->pl;
+            if (iw >= 0 && iw < s->w) row[t] = source[ih * s->w + iw];
+        }
+    }
+}
+
+/* The lanes form of a launch (wt: lanes_weights' transposed weights). */
+static void lanes_conv(const float *x, const float *wt, float *out, const float *residual,
+                       const Shape *s, const Finish *f, int64_t threads) {
+    LanesJob j;
+    memset(&j, 0, sizeof(j));
+    j.x = x;
+    j.wt = wt;
+    j.residual = residual;
+    j.out = out;
+    j.s = s;
+    j.f = f;
+    j.k = s->c * s->kh * s->kw;
+    j.blocks = lanes_blocks(s);
+    const int64_t taps = s->kh * s->kw;
+    int64_t *offsets = (int64_t *)thread_buffer(3, (size_t)(2 * j.k + 2));
+    const int point = s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0;
+    const int as_stored = point && s->oh == s->h && s->ow == s->w;
+    /* a strided 1x1 convolution copies only the positions it reads (256->512 at 14x14 with
+     * the whole plane copied: 159 us, the gemm form's 145), then runs as a pointwise one */
+    j.take_h = point ? s->sh : 1;
+    j.take_w = point ? s->sw : 1;
+    j.step_h = point ? 1 : s->sh;
+    j.step_w = point ? 1 : s->sw;
+    const int64_t hp = as_stored ? s->h : point ? s->oh
+                                                : (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1;
+    j.hp = hp;
+    j.wp = as_stored ? s->w : point ? s->ow : (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1;
+    j.image = s->c * hp * j.wp;
+    for (int64_t l = 0; l < j.k; l++)
+        offsets[l] = (l / taps) * hp * j.wp + (l % taps) / s->kw * s->dh * j.wp
+                     + l % s->kw * s->dw;
+    j.offsets = offsets;
+    if (as_stored) {
+        j.planes = x;
+    } else {
+        j.planes = thread_buffer(2, (size_t)(s->n * j.image + 16));
+        const int64_t planes = s->n * s->c;
+        run_units(planes, planes * hp * j.wp >= 65536 ? threads : 1, lanes_pad_task, &j);
+    }
+    /* units: every image's channel blocks, each cut into row parts where that makes at
+     * least LANES_UNITS a thread and a multiple of the team (five blocks of 160 channels
+     * split 3 + 2 over two threads) */
+    j.parts = 1;
+    while (threads > 1 && j.parts < s->oh
+           && (s->n * j.blocks * j.parts < LANES_UNITS * threads
+               || s->n * j.blocks * j.parts % threads != 0))
+        j.parts++;
+    run_units(s->n * j.blocks * j.parts, threads, lanes_task, &j);
+}
+#endif
