@@ -20,16 +20,34 @@ from fuel.runtime.judge import mode, winners_path
 
 FORMAT = 1
 Step = tuple[int, int, bool]  # (cache capacity, rows, all_logits)
-# A warm start prepares steps while the model stays within WARM_RESIDENT_LIMIT times its file in
-# resident memory (weights' pages included), or, where the load alone took more than that
-# (float32 weights, a tiny file), while it adds at most WARM_SHARE of the file or
-# WARM_MIN_BYTES: each captured step keeps its plan, launchers and buffers (SmolLM2 Q4_1, a
-# 94 MiB file: 0.8-2.3 MiB a bucket up to 16 rows, 8-9 MiB the 96 and 128-row ones; all 14
-# buckets took the load to 1.75x its file), and a quantized load's bound is 1.3x, with a
-# margin under it for generation's own growth.
-WARM_RESIDENT_LIMIT = 1.25
+# ``FUEL_WARM_LIMIT`` (a multiple of the model's file, e.g. 1.25) bounds a warm start: steps
+# are prepared while the model stays within that many times its file in resident memory
+# (weights' pages included), or, where the load alone took more than that (float32 weights, a
+# tiny file), while they add at most WARM_SHARE of the file or WARM_MIN_BYTES. Unset (the
+# default), every recorded step is prepared: what ``fuel tune`` is run for. Each captured step
+# keeps its plan, launchers and buffers (SmolLM2 Q4_1, a 94 MiB file: all 14 buckets took the
+# load to 1.65x its file, about 3.8 MiB a bucket; bounded at 1.25, the buckets up to 4 rows
+# and 1.26x after 16 tokens).
 WARM_SHARE = 0.25
-WARM_MIN_BYTES = 16 << 20  # the least a warm start may add (a tiny model's steps)
+WARM_MIN_BYTES = 16 << 20  # the least a bounded warm start may add (a tiny model's steps)
+
+
+def warm_limit() -> float | None:
+    """``FUEL_WARM_LIMIT`` as a multiple of the file (None: unset, no bound); a malformed
+    value is a clear error."""
+    value = os.environ.get("FUEL_WARM_LIMIT", "").strip()
+    if not value:
+        return None
+    try:
+        limit = float(value)
+    except ValueError:
+        limit = -1.0
+    if not limit > 0:
+        from fuel.ir.errors import InvalidArgument
+
+        raise InvalidArgument(f"FUEL_WARM_LIMIT must be a positive multiple of the model's "
+                              f"file (e.g. 1.25), got {value!r}")
+    return limit
 
 
 def resident_bytes() -> int | None:
@@ -43,14 +61,15 @@ def resident_bytes() -> int | None:
 
 
 def resident_limit(before_load: int | None, file_bytes: int) -> int | None:
-    """The resident memory a warm start may bring this process to: ``WARM_RESIDENT_LIMIT``
+    """The resident memory a warm start may bring this process to: ``FUEL_WARM_LIMIT``
     times the model's file above what the process held before the load, or ``WARM_SHARE`` of
     the file (at least ``WARM_MIN_BYTES``) above what it holds now where that is more. None
-    when unreadable."""
+    (no bound) when the limit is unset or the memory unreadable."""
+    limit = warm_limit()
     now = resident_bytes()
-    if before_load is None or now is None:
+    if limit is None or before_load is None or now is None:
         return None
-    return max(before_load + int(WARM_RESIDENT_LIMIT * file_bytes),
+    return max(before_load + int(limit * file_bytes),
                now + max(int(WARM_SHARE * file_bytes), WARM_MIN_BYTES))
 
 

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 
+from fuel import InvalidArgument
 from fuel.cli import main
 from fuel.runtime.judge import JUDGE
 
@@ -78,8 +79,14 @@ def test_a_warm_start_within_a_resident_limit_takes_the_fewest_rows_first(tiny_g
     monkeypatch.setattr(warm_steps, "resident_bytes", lambda: 100)
     assert load_gguf(path, warm=False).warm(steps, resident_limit=99) == 0
     assert load_gguf(path, warm=False).warm(steps) == 3
+    monkeypatch.delenv("FUEL_WARM_LIMIT", raising=False)
+    assert warm_steps.resident_limit(100, 1000) is None  # unset: every recorded step
+    monkeypatch.setenv("FUEL_WARM_LIMIT", "1.25")
     assert warm_steps.resident_limit(100, 1000) == 100 + warm_steps.WARM_MIN_BYTES
     assert warm_steps.resident_limit(100, 1 << 30) == 100 + (5 << 28)
+    monkeypatch.setenv("FUEL_WARM_LIMIT", "lots")
+    with pytest.raises(InvalidArgument, match="FUEL_WARM_LIMIT"):
+        warm_steps.resident_limit(100, 1000)
 
 
 def test_a_changed_file_or_the_judge_off_warms_nothing(tiny_gguf, judge_cached, monkeypatch):
