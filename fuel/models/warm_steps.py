@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from fuel.ir.errors import InvalidArgument
 from fuel.runtime.judge import mode, winners_path
 
 FORMAT = 1
@@ -43,8 +44,6 @@ def warm_limit() -> float | None:
     except ValueError:
         limit = -1.0
     if not limit > 0:
-        from fuel.ir.errors import InvalidArgument
-
         raise InvalidArgument(f"FUEL_WARM_LIMIT must be a positive multiple of the model's "
                               f"file (e.g. 1.25), got {value!r}")
     return limit

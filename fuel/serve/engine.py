@@ -310,8 +310,12 @@ class Engine:
             return
         self.metrics.count_step(sum(count for _, count in plan), len(plan))
         # Greedy rows' picks in one NumPy call per step, not one per request (each call gives
-        # up the GIL, which the HTTP thread may then hold).
-        picks = logits.argmax(axis=1) if len(logits) > 1 else None
+        # up the GIL, which the HTTP thread may then hold); none where fewer than two rows
+        # would take theirs (sampled or constrained requests choose from their own row).
+        greedy = sum(chunk.logits and job.generation.constraint is None
+                     and job.generation.sampler.plain_greedy
+                     for (job, _), chunk in zip(plan, chunks))
+        picks = logits.argmax(axis=1) if greedy > 1 else None
         row = 0
         for (job, count), chunk in zip(plan, chunks):
             job.computed += count
