@@ -34,6 +34,7 @@ from fuel.ir.ops import ACTIVATION_BLOCK, ACTIVATION_CODE_MAX, ACTIVATION_ROUNDE
 KERNELS = KernelList(BackendId.CPU, "c")
 SOURCE = Path(__file__).with_name("quantized.c")
 FORMATS_SOURCE = Path(__file__).with_name("quantized_formats.c")
+HALF_SOURCE = Path(__file__).with_name("half_float.h")  # half_to_float, shared
 DECODE_SOURCE = Path(__file__).with_name("quantized_decode.c")
 # Weights of at least this many bytes are split over threads (below it a thread's start-up
 # costs more than it saves).
@@ -94,10 +95,12 @@ def rows_library(dtype: QuantizedDType):
 
 def source_of(dtype: QuantizedDType) -> str:
     """The C source of ``dtype``'s library: its format macros (and the registry's activation
-    code bound), then ``quantized_formats.c``, ``quantized_decode.c`` and ``quantized.c``."""
+    code bound), then ``half_float.h``, ``quantized_formats.c``, ``quantized_decode.c`` and
+    ``quantized.c``."""
     return (f"#define FORMAT_{dtype.name.upper()} 1\n#define BLOCK_SIZE {dtype.block_size}\n"
             f"#define BLOCK_BYTES {dtype.block_bytes}\n"
-            f"#define ACTIVATION_CODE_MAX {ACTIVATION_CODE_MAX}\n" + FORMATS_SOURCE.read_text()
+            f"#define ACTIVATION_CODE_MAX {ACTIVATION_CODE_MAX}\n" + HALF_SOURCE.read_text()
+            + FORMATS_SOURCE.read_text()
             + DECODE_SOURCE.read_text() + SOURCE.read_text())
 
 

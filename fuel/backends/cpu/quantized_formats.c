@@ -9,6 +9,7 @@
  *                               h], SCALES = 2 where the halves have their own, else 1);
  *   chunk_codes(block, c, q)    chunk c's 32 codes as int16 (portable);
  *   chunk_vectors(block, c, ..) the same as two vectors of 16 int16 (AVX2).
+ * half_to_float (half_float.h, placed before this text) reads the half scales.
  * MINIMUM says whether a format has offsets. Codes are at most 127 in magnitude (iq4's
  * table), so a 16-bit activation times a code pair fits madd's 32-bit lanes.
  */
@@ -26,29 +27,6 @@
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
-
-static inline float half_to_float(const uint8_t *p) {
-#if defined(__FLT16_MAX__)
-    _Float16 h;
-    memcpy(&h, p, 2);
-    return (float)h;
-#else
-    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-    uint32_t bits;
-    if (exponent == 0x1f) bits = sign | 0x7f800000u | (mantissa << 13);
-    else if (exponent != 0) bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-    else if (mantissa == 0) bits = sign;
-    else {
-        exponent = 113;
-        while (!(mantissa & 0x400)) { mantissa <<= 1; exponent--; }
-        bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
-    }
-    float value;
-    memcpy(&value, &bits, 4);
-    return value;
-#endif
-}
 
 static inline float bfloat_to_float(const uint8_t *p) {
     uint32_t bits = (uint32_t)(p[0] | (p[1] << 8)) << 16;

@@ -65,24 +65,12 @@
 #define CODE_MAX 127
 
 static inline float half_at(const uint8_t *p) {
+#if USE_AVX2
     uint16_t h;
     memcpy(&h, p, 2);
-#if USE_AVX2
     return _cvtsh_ss(h);
 #else
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f,
-             mantissa = h & 0x3ff, bits;
-    if (exponent == 0x1f) bits = sign | 0x7f800000u | (mantissa << 13);
-    else if (exponent != 0) bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-    else if (mantissa == 0) bits = sign;
-    else {
-        exponent = 113;
-        while (!(mantissa & 0x400)) { mantissa <<= 1; exponent--; }
-        bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
-    }
-    float value;
-    memcpy(&value, &bits, 4);
-    return value;
+    return half_to_float(p); /* half_float.h, placed before this text */
 #endif
 }
 

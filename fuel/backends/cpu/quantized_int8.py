@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from fuel.backends.cpu.c_library import address, required_entry_point
+from fuel.backends.cpu.quantized import HALF_SOURCE
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
 from fuel.ir import dtype as dt
@@ -35,7 +36,8 @@ PARALLEL_BYTES = 1 << 16
 def source_of(dtype: QuantizedDType, prefix: str = "") -> str:
     """The C of ``dtype``'s library (``prefix`` first: a test's NO_AVX512 or PORTABLE)."""
     return (f"{prefix}#define FORMAT_{dtype.name.upper()} 1\n"
-            f"#define BLOCK_BYTES {dtype.block_bytes}\n" + SOURCE.read_text())
+            f"#define BLOCK_BYTES {dtype.block_bytes}\n" + HALF_SOURCE.read_text()
+            + SOURCE.read_text())
 
 
 def library(dtype: QuantizedDType):
