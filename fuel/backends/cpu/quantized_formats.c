@@ -339,6 +339,27 @@ static inline __m256 byte_floats(__m128i bytes, int is_signed) {
     return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
 }
 
+#if defined(FORMAT_Q3_K)
+/* q3_k's 16 scales as signed bytes: the 12 bytes at 96 as words a0, a1, h: scales (a0, a1,
+ * a0 >> 4, a1 >> 4) & 0x0f0f0f0f, each with 2 bits of h (shifted 0, 2, 4, 6) above, less 32;
+ * in vector steps (the 256-bit header and the AVX-512 pair header alike). */
+static inline __m128i q3_k_scale_bytes(const uint8_t *block) {
+    int32_t third;
+    memcpy(&third, block + 104, 4);
+    const __m128i words =
+        _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(block + 96)), third, 2);
+    const __m128i nibbles = _mm_and_si128(
+        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(1, 0, 1, 0)), _mm_setr_epi32(0, 0, 4, 4)),
+        _mm_set1_epi8(0x0f));
+    const __m128i tops = _mm_and_si128(
+        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 2, 4, 6)),
+        _mm_set1_epi8(3));
+    const __m128i values = _mm_sub_epi8(_mm_or_si128(nibbles, _mm_slli_epi32(tops, 4)),
+                                        _mm_set1_epi8(32));
+    return values;
+}
+#endif
+
 static inline __attribute__((always_inline)) void header_vectors(const uint8_t *block,
                                                                  vector_header *h) {
 #if CHUNKS == 1
@@ -374,20 +395,7 @@ static inline __attribute__((always_inline)) void header_vectors(const uint8_t *
     h->scale[1] = _mm256_mul_ps(byte_floats(_mm_srli_si128(values, 8), 1), d);
     h->minimum[0] = h->minimum[1] = _mm256_setzero_ps();
 #elif defined(FORMAT_Q3_K)
-    /* the 12 bytes at 96 as words a0, a1, h: scales (a0, a1, a0 >> 4, a1 >> 4) & 0x0f0f0f0f,
-     * each with 2 bits of h (shifted 0, 2, 4, 6) above, less 32; in vector steps */
-    int32_t third;
-    memcpy(&third, block + 104, 4);
-    const __m128i words =
-        _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(block + 96)), third, 2);
-    const __m128i nibbles = _mm_and_si128(
-        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(1, 0, 1, 0)), _mm_setr_epi32(0, 0, 4, 4)),
-        _mm_set1_epi8(0x0f));
-    const __m128i tops = _mm_and_si128(
-        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 2, 4, 6)),
-        _mm_set1_epi8(3));
-    const __m128i values = _mm_sub_epi8(_mm_or_si128(nibbles, _mm_slli_epi32(tops, 4)),
-                                        _mm_set1_epi8(32));
+    const __m128i values = q3_k_scale_bytes(block);
     const __m256 d = _mm256_set1_ps(half_to_float(block + 108));
     h->scale[0] = _mm256_mul_ps(byte_floats(values, 1), d);
     h->scale[1] = _mm256_mul_ps(byte_floats(_mm_srli_si128(values, 8), 1), d);
@@ -627,18 +635,7 @@ static inline __attribute__((always_inline)) void header_pair(const uint8_t *blo
     const __m128i values = _mm_loadu_si128((const __m128i *)(block + 192));
     const __m512 d = _mm512_set1_ps(half_to_float(block + 208));
 #else
-    int32_t third;
-    memcpy(&third, block + 104, 4);
-    const __m128i words =
-        _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(block + 96)), third, 2);
-    const __m128i nibbles = _mm_and_si128(
-        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(1, 0, 1, 0)), _mm_setr_epi32(0, 0, 4, 4)),
-        _mm_set1_epi8(0x0f));
-    const __m128i tops = _mm_and_si128(
-        _mm_srlv_epi32(_mm_shuffle_epi32(words, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 2, 4, 6)),
-        _mm_set1_epi8(3));
-    const __m128i values = _mm_sub_epi8(_mm_or_si128(nibbles, _mm_slli_epi32(tops, 4)),
-                                        _mm_set1_epi8(32));
+    const __m128i values = q3_k_scale_bytes(block);
     const __m512 d = _mm512_set1_ps(half_to_float(block + 108));
 #endif
     *scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(values)), d);
