@@ -20,6 +20,7 @@ import fuel
 from fuel.models.common import ModelFormatError, require
 from fuel.models.file_checks import check_bert_config, check_bert_weights, read_safetensors
 from fuel.nn.functional import gelu, layer_norm, softmax
+from fuel.runtime.replay import HeldArena
 from fuel.tensor import Tensor
 
 MAX_CAPTURED_SHAPES = 8  # (batch, length) shapes whose captured plans are kept for replay
@@ -83,6 +84,9 @@ class BertEncoder:
         self.config = config
         self.device = device
         self._replays: OrderedDict = OrderedDict()
+        # The shapes' captures share one arena (they never run at once): a new shape reuses
+        # the pages earlier shapes faulted in, and the kept captures hold one slab, not eight.
+        self._arena = HeldArena()
         # Repeated shapes replay captured plans (fuel.jit); False builds and realizes each time.
         self.use_jit = True
         arrays = {_strip(name): value for name, value in arrays.items()}
@@ -180,7 +184,7 @@ class BertEncoder:
             return None
         replays = self._replays
         if shape not in replays:
-            replays[shape] = fuel.jit(self._pooled)
+            replays[shape] = fuel.jit(self._pooled, arena=self._arena)
         replays.move_to_end(shape)
         while len(replays) > MAX_CAPTURED_SHAPES:
             replays.popitem(last=False)
