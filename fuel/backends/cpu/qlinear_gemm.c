@@ -47,11 +47,11 @@ static void gemm_panel(void *context, int64_t unit) {
                                                                  : group_size;
     const int64_t depth = job->depth, per_out = job->per_out, group = job->group;
     uint8_t *panels = scratch(0, job->panel_bytes * (size_t)group_size);
-    int full = 0; /* panels of NR positions each, from the first */
+    int last_cols = 0; /* positions of the last panel */
     for (int64_t j = 0; j < count; j++) {
         const int64_t local = (first_panel + j) * NR, p0 = job->start + local;
         const int cols = (int)(job->band - local < NR ? job->band - local : NR);
-        full += cols == NR;
+        last_cols = cols;
         pack_panel(job->b, job->stride, depth, job->pointwise ? p0 : local, cols,
                    job->panel_flip, job->uz, panels + j * job->panel_bytes);
     }
@@ -67,9 +67,9 @@ static void gemm_panel(void *context, int64_t unit) {
                                                 (m0 - group * per_out) / MR) * MR * job->steps;
         uint8_t *target = job->out + job->image * q->m * job->plane + job->start +
                           first_panel * NR;
-        if (full == 4) {
+        if (count == 4) { /* (a panel's positions past the band hold u_zero) */
             tile_out4(weights, job->steps, m0, rows, panels, job->panel_bytes, job->bias, job->sums,
-                      job->correction, job->mult, target, job->plane, q);
+                      job->correction, job->mult, target, job->plane, last_cols, q);
             j = 4;
         }
         for (; j < count; j++) {
@@ -183,7 +183,7 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
 #if defined(TILE_OUT)
     job.packed = packed;
     job.row_blocks = row_blocks;
-    if (depth <= SHALLOW) job.panel_group = 4; /* tile_out4 */
+    job.panel_group = 4; /* tile_out4 */
 #endif
     if (!pointwise && q->threads > 1) {
         /* band units (gemm_band): about 4 a thread over the launch's images and groups, of
