@@ -349,6 +349,23 @@ typedef struct {
 
 static uint64_t quad_launches; /* launches so far (atomic): whose borders a buffer holds */
 
+/* A register of 16 output positions' sums (the shift included) re-quantized and stored at
+ * `at`: 16 bytes where `whole` (the next register's overwrite the lanes past this one's),
+ * else the lanes of `mask` (the plane's last register). */
+static inline __attribute__((always_inline)) void quad_store(__m512i acc, __m512 factor,
+                                                             __m512i zero, uint8_t *at,
+                                                             int whole, __mmask16 mask,
+                                                             const Q *q) {
+    const __m512i v = _mm512_add_epi32(
+        _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), factor)), zero);
+    const __m128i result = q->y_signed ? _mm512_cvtsepi32_epi8(v)
+        : _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()));
+    if (whole)
+        _mm_storeu_si128((__m128i *)at, result);
+    else
+        _mm_mask_storeu_epi8(at, mask, result);
+}
+
 /* One plane of quad_depthwise. */
 static void quad_plane(void *context, int64_t i) {
     const QuadJob *job = context;
@@ -393,6 +410,32 @@ static void quad_plane(void *context, int64_t i) {
         const __m512 factor = _mm512_set1_ps(mult[channel]);
         const __m512i zero = _mm512_set1_epi32((int32_t)q->yz);
         uint8_t *target = out + i * out_plane;
+        if (q->kh == 3 && quads == 1) {
+            /* a kernel of 3 rows of at most 4 taps (most depthwise launches): the weights and
+             * indices in registers and the kernel rows unrolled, so that a plane's registers
+             * overlap (one thread, Xeon Sapphire Rapids: 144 channels 3x3 at 56x56 247 -> 116
+             * us, 32 channels at 112x112 185 -> 85) */
+            const __m512i w0 = _mm512_set1_epi32(weights[0]), w1 = _mm512_set1_epi32(weights[4]);
+            const __m512i w2 = _mm512_set1_epi32(weights[8]), taps = index[0];
+            const int64_t kernel_row = q->dh * pw;
+            for (int64_t oh = 0; oh < q->oh; oh += rows) {
+                const int64_t row0 = oh + rows > q->oh ? q->oh - rows : oh;
+                const uint8_t *r0 = padded + row0 * q->sh * pw;
+                for (int64_t ow = 0; ow < (wide ? q->ow : 1); ow += 16) {
+                    const int64_t ow0 = wide && ow + 16 > q->ow ? q->ow - 16 : ow;
+                    const uint8_t *window = r0 + ow0 * q->sw;
+                    __m512i acc = _mm512_dpbusd_epi32(
+                        shift, _mm512_permutexvar_epi8(taps, _mm512_loadu_si512(window)), w0);
+                    acc = _mm512_dpbusd_epi32(acc, _mm512_permutexvar_epi8(
+                        taps, _mm512_loadu_si512(window + kernel_row)), w1);
+                    acc = _mm512_dpbusd_epi32(acc, _mm512_permutexvar_epi8(
+                        taps, _mm512_loadu_si512(window + 2 * kernel_row)), w2);
+                    quad_store(acc, factor, zero, target + row0 * q->ow + ow0,
+                               wide || row0 * q->ow + 16 <= out_plane, store_mask, q);
+                }
+            }
+            return;
+        }
         for (int64_t oh = 0; oh < q->oh; oh += rows) {
             /* the last register of the plane starts early enough to stay inside */
             const int64_t row0 = oh + rows > q->oh ? q->oh - rows : oh;
@@ -407,18 +450,8 @@ static void quad_plane(void *context, int64_t i) {
                             acc, _mm512_permutexvar_epi8(index[j], bytes),
                             _mm512_set1_epi32(weights[kh * 4 + j]));
                 }
-                const __m512i v = _mm512_add_epi32(
-                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), factor)),
-                    zero);
-                const __m128i result = q->y_signed ? _mm512_cvtsepi32_epi8(v)
-                    : _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()));
-                /* whole 16-byte stores (the next register's overwrite the lanes past
-                 * this one's) but for the plane's last register */
-                uint8_t *at = target + row0 * q->ow + ow0;
-                if (wide || row0 * q->ow + 16 <= out_plane)
-                    _mm_storeu_si128((__m128i *)at, result);
-                else
-                    _mm_mask_storeu_epi8(at, store_mask, result);
+                quad_store(acc, factor, zero, target + row0 * q->ow + ow0,
+                           wide || row0 * q->ow + 16 <= out_plane, store_mask, q);
             }
         }
     }

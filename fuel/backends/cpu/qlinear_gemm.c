@@ -22,6 +22,7 @@ typedef struct {
     size_t panel_bytes;
     int32_t correction;
     const int32_t *sums, *packed;
+    uint8_t *band_panels; /* every panel of the band packed once (several row blocks), or NULL */
 } GemmJob;
 
 #define PATCH_ROWS 4 /* patch-matrix rows per unit of work */
@@ -36,8 +37,17 @@ static void gemm_patch_rows(void *context, int64_t unit) {
                   job->oh1, job->q);
 }
 
-/* Panels [group_size * first, ...) of the band (1, or 4 at a shallow depth) times one block
- * of weight rows, re-quantized into out. */
+/* Panel `index` of the band into band_panels. */
+static void gemm_band_panel(void *context, int64_t index) {
+    const GemmJob *job = context;
+    const int64_t local = index * NR;
+    const int cols = (int)(job->band - local < NR ? job->band - local : NR);
+    pack_panel(job->b, job->stride, job->depth, job->pointwise ? job->start + local : local, cols,
+               job->panel_flip, job->uz, job->band_panels + index * job->panel_bytes);
+}
+
+/* Panels [group_size * first, ...) of the band (4 where tile_out4 runs) times one block of
+ * weight rows, re-quantized into out. */
 static void gemm_panel(void *context, int64_t unit) {
     const GemmJob *job = context;
     const Q *q = job->q;
@@ -46,13 +56,16 @@ static void gemm_panel(void *context, int64_t unit) {
     const int64_t count = job->panels - first_panel < group_size ? job->panels - first_panel
                                                                  : group_size;
     const int64_t depth = job->depth, per_out = job->per_out, group = job->group;
-    uint8_t *panels = scratch(0, job->panel_bytes * (size_t)group_size);
-    int full = 0; /* panels of NR positions each, from the first */
+    uint8_t *panels = job->band_panels != NULL
+        ? job->band_panels + first_panel * job->panel_bytes
+        : scratch(0, job->panel_bytes * (size_t)group_size);
+    int last_cols = 0; /* positions of the last panel */
     for (int64_t j = 0; j < count; j++) {
         const int64_t local = (first_panel + j) * NR, p0 = job->start + local;
         const int cols = (int)(job->band - local < NR ? job->band - local : NR);
-        full += cols == NR;
-        pack_panel(job->b, job->stride, depth, job->pointwise ? p0 : local, cols,
+        last_cols = cols;
+        if (job->band_panels == NULL)
+            pack_panel(job->b, job->stride, depth, job->pointwise ? p0 : local, cols,
                    job->panel_flip, job->uz, panels + j * job->panel_bytes);
     }
     int32_t acc[MR * NR] __attribute__((aligned(32)));
@@ -67,9 +80,9 @@ static void gemm_panel(void *context, int64_t unit) {
                                                 (m0 - group * per_out) / MR) * MR * job->steps;
         uint8_t *target = job->out + job->image * q->m * job->plane + job->start +
                           first_panel * NR;
-        if (full == 4) {
+        if (count == 4) { /* (a panel's positions past the band hold u_zero) */
             tile_out4(weights, job->steps, m0, rows, panels, job->panel_bytes, job->bias, job->sums,
-                      job->correction, job->mult, target, job->plane, q);
+                      job->correction, job->mult, target, job->plane, last_cols, q);
             j = 4;
         }
         for (; j < count; j++) {
@@ -179,11 +192,11 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
     uint8_t *patches = pointwise ? NULL : shared_buffer((size_t)(depth * band_rows * q->ow));
     GemmJob job = {q, w, bias, mult, out, NULL, NULL, patches, 0, 0, 0, 0, 0, 0, 1, MR,
                    depth, per_out, 0, 0, plane, steps, 0, 1, 0, x, uz, flip, 0, pointwise,
-                   panel_bytes, correction, sums, NULL};
+                   panel_bytes, correction, sums, NULL, NULL};
 #if defined(TILE_OUT)
     job.packed = packed;
     job.row_blocks = row_blocks;
-    if (depth <= SHALLOW) job.panel_group = 4; /* tile_out4 */
+    job.panel_group = 4; /* tile_out4 */
 #endif
     if (!pointwise && q->threads > 1) {
         /* band units (gemm_band): about 4 a thread over the launch's images and groups, of
@@ -228,6 +241,13 @@ static void gemm(const uint8_t *x, const int8_t *w, const int32_t *bias, const f
                 if (!pointwise)
                     run_items((depth + PATCH_ROWS - 1) / PATCH_ROWS, q->threads, gemm_patch_rows,
                               &job);
+                /* several row blocks read the same panels: packed once, not once a block (a
+                 * deep 1x1 re-packed its panels per unit: 2048->512 at 7x7, 128 KiB of
+                 * panels, took 433 us on one thread and 600 on two, 8 units) */
+                job.band_panels = blocks > 1 ? scratch(1, job.panel_bytes * (size_t)job.panels)
+                                             : NULL;
+                if (job.band_panels != NULL)
+                    run_items(job.panels, q->threads, gemm_band_panel, &job);
                 run_units(panel_groups * blocks, q->threads, gemm_panel, &job);
             }
         }

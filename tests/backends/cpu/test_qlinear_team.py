@@ -29,6 +29,11 @@ SHAPES = [
     (1, 32, 24, 120, 32, 3, 4, 1, 32),
     (2, 256, 7, 7, 256, 7, 1, 0, 256),
     (1, 32, 24, 24, 64, 5, 1, 2, 2),
+    # deep pointwise: four panels (the last of 1 position) and a pair after four, an odd
+    # count of k steps; a strided 1x1 through its patch rows
+    (1, 300, 7, 7, 40, 1, 1, 0, 1),
+    (2, 260, 9, 9, 13, 1, 1, 0, 1),
+    (1, 72, 13, 13, 24, 1, 2, 0, 1),
 ]
 
 
