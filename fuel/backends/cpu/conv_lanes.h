@@ -30,7 +30,28 @@
 
 static inline int64_t lanes_blocks(const Shape *s) { return (s->m + LANES_MB - 1) / LANES_MB; }
 
-/* wt[block][l][j] = w[block * LANES_MB + j][l] (0 past M), K = C * KH * KW. */
+/* The patch rows' order: groups of LANES_G input channels, in each its taps (kh, kw), in
+ * each the group's channels, so consecutive patch rows read one position's consecutive
+ * channels, which the padded copy keeps side by side (one cache line for LANES_G patch rows,
+ * where rows (c, kh, kw) in that order each touched a line of their own: on a Sapphire Rapids
+ * core the tile's broadcasts waited on L2). Row l of this order is patch row (c, kh, kw) =
+ * lanes_row's answer, c * KH * KW + kh * KW + kw. */
+#define LANES_G 16
+/* The channels a group interleaves: 1 for a pointwise convolution read as stored (its
+ * planes as they are: copying them cost more than it saved, 384->64 1x1 at 13x13 63 -> 77
+ * us), else LANES_G. */
+static inline int64_t lanes_group(const Shape *s) {
+    return s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0 && s->oh == s->h
+                   && s->ow == s->w ? 1 : LANES_G;
+}
+static inline int64_t lanes_row(const Shape *s, int64_t l) {
+    const int64_t g = lanes_group(s), taps = s->kh * s->kw, group = l / (g * taps);
+    const int64_t first = group * g, width = s->c - first < g ? s->c - first : g;
+    const int64_t rest = l - first * taps, tap = rest / width, c = first + rest % width;
+    return c * taps + tap;
+}
+
+/* wt[block][l][j] = w[block * LANES_MB + j][lanes_row(l)] (0 past M), K = C * KH * KW. */
 static void lanes_weights(const float *w, float *wt, const Shape *s) {
     const int64_t k = s->c * s->kh * s->kw, blocks = lanes_blocks(s);
     for (int64_t b = 0; b < blocks; b++) {
@@ -39,7 +60,7 @@ static void lanes_weights(const float *w, float *wt, const Shape *s) {
             const int64_t m = b * LANES_MB + j;
             if (m < s->m) {
                 const float *row = w + m * k;
-                for (int64_t l = 0; l < k; l++) target[l * LANES_MB + j] = row[l];
+                for (int64_t l = 0; l < k; l++) target[l * LANES_MB + j] = row[lanes_row(s, l)];
             } else {
                 for (int64_t l = 0; l < k; l++) target[l * LANES_MB + j] = 0.0f;
             }
@@ -55,6 +76,7 @@ typedef struct {
     const float *planes;     /* the zero-padded planes (or x itself), per image `image` floats */
     const int64_t *offsets;  /* per patch row (c, kh, kw): its offset in an image's planes */
     int64_t hp, wp, image, k, blocks, parts;
+    int64_t g;               /* channels interleaved in the planes (lanes_group) */
     int64_t step_h, step_w;  /* the planes' rows and columns between two output positions */
     int64_t take_h, take_w;  /* the input's rows and columns between two plane positions */
 } LanesJob;
@@ -159,18 +181,18 @@ static void lanes_task(void *context, int64_t u) {
             for (int64_t piece = 0, ow = 0; piece < pieces; piece++) {
                 const int64_t end = s->ow * (piece + 1) / pieces, r = end - ow;
                 const int64_t p = oh * s->ow + ow;
-                const float *b = planes + oh * j->step_h * j->wp + ow * j->step_w;
+                const float *b = planes + (oh * j->step_h * j->wp + ow * j->step_w) * j->g;
                 const int64_t *offsets = j->offsets + l0;
                 const float *w = wt + l0 * LANES_MB;
                 float *partial = sums + p * LANES_MB;
                 if (live <= 16) switch (r) {
-#define LANES_CASE(R) case R: lanes_half##R(b, offsets, w, kc, j->step_w, partial, first, last, \
+#define LANES_CASE(R) case R: lanes_half##R(b, offsets, w, kc, j->step_w * j->g, partial, first, last, \
                                             out + p, plane, live); break;
                     LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
                     LANES_CASE(6) LANES_CASE(7) LANES_CASE(8)
 #undef LANES_CASE
                 } else switch (r) {
-#define LANES_CASE(R) case R: lanes_tile##R(b, offsets, w, kc, j->step_w, partial, first, last, \
+#define LANES_CASE(R) case R: lanes_tile##R(b, offsets, w, kc, j->step_w * j->g, partial, first, last, \
                                             out + p, plane, live); break;
                     LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
                     LANES_CASE(6) LANES_CASE(7) LANES_CASE(8)
@@ -190,22 +212,34 @@ static void lanes_task(void *context, int64_t u) {
         }
 }
 
-/* Unit u: plane u (image u / C, channel u % C) copied into its zero-padded plane (a strided
- * 1x1 convolution: only the positions it reads, take_h and take_w apart). */
+/* Unit u: channel group u % groups of image u / groups (LANES_G planes) copied into its
+ * zero-padded planes, interleaved: position (r, t) of the group's channel i at
+ * (r * WP + t) * LANES_G + i (a strided 1x1 convolution: only the positions it reads,
+ * take_h and take_w apart; a last group's missing channels are never read). */
 static void lanes_pad_task(void *context, int64_t u) {
     const LanesJob *j = context;
     const Shape *s = j->s;
-    const int64_t hp = j->hp, wp = j->wp;
-    const float *source = j->x + u * s->h * s->w;
-    float *target = (float *)j->planes + u * hp * wp;
+    const int64_t hp = j->hp, wp = j->wp, groups = (s->c + LANES_G - 1) / LANES_G;
+    const int64_t image = u / groups, first = u % groups * LANES_G;
+    const int64_t width = s->c - first < LANES_G ? s->c - first : LANES_G;
+    const float *source = j->x + (image * s->c + first) * s->h * s->w;
+    float *target = (float *)j->planes + image * j->image + first * hp * wp;
     for (int64_t r = 0; r < hp; r++) {
-        float *row = target + r * wp;
+        float *row = target + r * wp * LANES_G;
         const int64_t ih = r * j->take_h - s->pt;
-        memset(row, 0, sizeof(float) * wp);
-        if (ih < 0 || ih >= s->h) continue;
+        if (ih < 0 || ih >= s->h) {
+            memset(row, 0, sizeof(float) * wp * LANES_G);
+            continue;
+        }
         for (int64_t t = 0; t < wp; t++) {
             const int64_t iw = t * j->take_w - s->pl;
-            if (iw >= 0 && iw < s->w) row[t] = source[ih * s->w + iw];
+            float *cell = row + t * LANES_G;
+            if (iw < 0 || iw >= s->w) {
+                memset(cell, 0, sizeof(float) * LANES_G);
+                continue;
+            }
+            const float *at = source + ih * s->w + iw;
+            for (int64_t i = 0; i < width; i++) cell[i] = at[i * s->h * s->w];
         }
     }
 }
@@ -226,7 +260,7 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
     const int64_t taps = s->kh * s->kw;
     int64_t *offsets = (int64_t *)thread_buffer(3, (size_t)(2 * j.k + 2));
     const int point = s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0;
-    const int as_stored = point && s->oh == s->h && s->ow == s->w;
+    const int as_stored = lanes_group(s) == 1;
     /* a strided 1x1 convolution copies only the positions it reads (256->512 at 14x14 with
      * the whole plane copied: 159 us, the gemm form's 145), then runs as a pointwise one */
     j.take_h = point ? s->sh : 1;
@@ -237,17 +271,21 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
                                                 : (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1;
     j.hp = hp;
     j.wp = as_stored ? s->w : point ? s->ow : (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1;
-    j.image = s->c * hp * j.wp;
-    for (int64_t l = 0; l < j.k; l++)
-        offsets[l] = (l / taps) * hp * j.wp + (l % taps) / s->kw * s->dh * j.wp
-                     + l % s->kw * s->dw;
+    const int64_t g = lanes_group(s), groups = (s->c + g - 1) / g;
+    j.g = g;
+    j.image = groups * g * hp * j.wp;
+    for (int64_t l = 0; l < j.k; l++) {
+        const int64_t row = lanes_row(s, l), c = row / taps, tap = row % taps;
+        offsets[l] = (c / g) * g * hp * j.wp + ((tap / s->kw) * s->dh * j.wp
+                                                + tap % s->kw * s->dw) * g + c % g;
+    }
     j.offsets = offsets;
     if (as_stored) {
         j.planes = x;
     } else {
         j.planes = thread_buffer(2, (size_t)(s->n * j.image + 16));
-        const int64_t planes = s->n * s->c;
-        run_units(planes, planes * hp * j.wp >= 65536 ? threads : 1, lanes_pad_task, &j);
+        run_units(s->n * groups, s->n * s->c * hp * j.wp >= 65536 ? threads : 1,
+                  lanes_pad_task, &j);
     }
     /* units: every image's channel blocks, each cut into row parts where that makes at
      * least LANES_UNITS a thread and a multiple of the team (five blocks of 160 channels

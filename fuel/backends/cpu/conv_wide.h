@@ -85,6 +85,43 @@ typedef struct {
  * repeat the last weight row and are not stored. (Storing the tile to a buffer and reading
  * its runs back waited on the stores: Zen 4 does not forward a store to a load it only
  * partly covers.) */
+/* Rows [0, rows) of a tile without a residual: the bias and the activation `act` on the
+ * three whole vectors of each row (the same operations as on the permuted lanes, so the same
+ * values), then each run's lanes stored where they land by one store per vector it covers
+ * (masked unless whole), no permute. Always inlined with `act` a constant, so the
+ * activation's switch folds. */
+static inline __attribute__((always_inline)) void wide_store_rows(
+    const __m512 *c0, const __m512 *c1, const __m512 *c2, float *out, int64_t plane,
+    const Run *runs, int nruns, int rows, int64_t m0, const Finish *f, int finishing,
+    const int64_t act) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (r >= rows) break;
+        const int64_t m = m0 + r;
+        __m512 v[3] = {c0[r], c1[r], c2[r]};
+        if (finishing) {
+            const __m512 bias = _mm512_set1_ps(f->bias != NULL ? f->bias[m] : 0.0f);
+            const float slope = f->slope != NULL ? f->slope[m] : 0.0f;
+            for (int q = 0; q < 3; q++)
+                v[q] = act16(_mm512_add_ps(v[q], bias), act, f->alpha, f->beta, slope);
+        }
+        float *row = out + r * plane;
+        for (int u = 0; u < nruns; u++) {
+            const Run run = runs[u];
+            const int64_t shift = run.o - run.t;  /* lane t of the tile lands at row[t + shift] */
+            for (int64_t q = run.t / 16; q * 16 < run.t + run.count; q++) {
+                const int64_t lo = run.t > 16 * q ? run.t - 16 * q : 0;
+                const int64_t end = run.t + run.count - 16 * q;
+                const int64_t hi = end < 16 ? end : 16;
+                const __mmask16 lanes = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+                float *target = row + (shift + 16 * q);
+                if (lanes == 0xFFFF) _mm512_storeu_ps(target, v[q]);
+                else _mm512_mask_storeu_ps(target, lanes, v[q]);
+            }
+        }
+    }
+}
+
 static inline void micro_offsets(int64_t k, const float *const *a, const float *b,
                                  const int64_t *offsets, float *out,
                                  int64_t plane, const float *residual, const Run *runs,
@@ -108,6 +145,25 @@ static inline void micro_offsets(int64_t k, const float *const *a, const float *
 #undef ROW
     }
     const int finishing = f->act != NONE || f->bias != NULL || residual != NULL;
+    if (residual == NULL) {
+        switch (f->act) {
+        case NONE:
+            wide_store_rows(c0, c1, c2, out, plane, runs, nruns, rows, m0, f, finishing, NONE);
+            return;
+        case RELU:
+            wide_store_rows(c0, c1, c2, out, plane, runs, nruns, rows, m0, f, 1, RELU);
+            return;
+        case CLIP:
+            wide_store_rows(c0, c1, c2, out, plane, runs, nruns, rows, m0, f, 1, CLIP);
+            return;
+        case SILU:
+            wide_store_rows(c0, c1, c2, out, plane, runs, nruns, rows, m0, f, 1, SILU);
+            return;
+        default:
+            wide_store_rows(c0, c1, c2, out, plane, runs, nruns, rows, m0, f, 1, f->act);
+            return;
+        }
+    }
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {

@@ -137,6 +137,9 @@ WINOGRAD_EXPAND_OUTPUTS = 128
 WIDE_DEPTH = 64
 WIDE_DEPTH_ONE = 16
 WIDE_ROW = 24
+# At least this many channels in and out, and more than it on one side: 16->16 3x3 at 256x256
+# (the UNet's first stage) ran 2875 us against gemm's 2540 (one thread, that Xeon), while
+# 32->16 at 256x256 ran 5250 against 7465.
 WINOGRAD_CHANNELS = 16
 WINOGRAD_WEIGHTS = 1 << 24  # most transformed-weight floats a launch's scratch holds (64 MiB)
 # The direct form's shapes: at most DIRECT_CHANNELS input channels (a stem; a pointwise
@@ -178,7 +181,21 @@ LANES_LEAST = 25
 LANES_PLANE = 729
 LANES_WIDE = 256
 LANES_WINOGRAD_OUTPUTS = 64
-DIRECT_CHANNELS = 16
+# Measured on a 2-core Intel Xeon (Sapphire Rapids: two 512-bit FMA ports, where Zen 4 splits
+# a 512-bit FMA in two), one thread, the best of 6 interleaved rounds, load 9-11: on 13x13
+# maps (fewer than WINOGRAD_PLANE positions) lanes beats winograd at any channel count
+# (squeezenet's 48->192 3x3 193 us against 282, 64->256 335 against 440; two threads 153
+# against 267, 224 against 389), so LANES_WINOGRAD_OUTPUTS applies from WINOGRAD_PLANE on;
+# a pointwise launch runs lanes only to LANES_POINTWISE_PLANE positions (squeezenet's 256->32
+# 1x1 at 27x27 115 against gemm's 102; 14x14 and below even) and only to a multiple of 16
+# output channels (its 512->1000 classifier at 13x13 1387 against gemm's 1244).
+LANES_POINTWISE_PLANE = 400
+# The direct form's stems: at most this many input channels (RGB, RGBA, grey). Measured on
+# that Xeon, one thread: 3->16 3x3 stride 2 at 224x224 132 us against gemm's 166, 3->32 277
+# against 305; but 16->32 3x3 stride 2 at 160x160 697-1001 against gemm's (the wide form)
+# 604-645, and 16->16 3x3 at 256x256 3243 against 2540 (on Zen 4 direct won the first, 768
+# against 856).
+DIRECT_CHANNELS = 4
 DIRECT_POINTWISE_CHANNELS = 64
 DIRECT_PLANE = 196
 DIRECT_MOST_OUTPUTS = 32  # a stem to more output channels: even or worse (64: 2976 us, 2873)
@@ -361,17 +378,18 @@ def accepts(form: str, geometry: Geometry | None) -> bool:
 
 
 def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None:
-    """The written rule (docs/ARCHITECTURE.md, "Convolution"): depthwise when groups == C ==
-    M; winograd for a 3x3 stride-1 convolution with at least WINOGRAD_CHANNELS channels in and
-    out and WINOGRAD_PLANE output positions (WINOGRAD_PLANE_CONSTANT with ``constant``
-    weights, transformed once), but not an expansion from at most WINOGRAD_EXPAND_CHANNELS to
-    at least four times as many and WINOGRAD_EXPAND_OUTPUTS (or fewer where the gemm form is
-    conv.c's wide form); lanes for a dense convolution with ``constant`` weights, at least
-    LANES_DEPTH patch rows (a kernel over 1x1, or an unpadded 1x1 one), LANES_LEAST to
-    LANES_PLANE output positions and a multiple of 16 (or at least LANES_WIDE) output
-    channels, winograd's shapes only to at most LANES_WINOGRAD_OUTPUTS channels;
-    batched for a small dense launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct
-    for a stem; gemm otherwise; None (the NumPy kernel) for 3-d shapes."""
+    """The written rule (docs/ARCHITECTURE.md, "Convolution"): depthwise when groups == C == M;
+    winograd for a 3x3 stride-1 convolution with at least WINOGRAD_CHANNELS channels in and out
+    (more on one side) and WINOGRAD_PLANE output positions (WINOGRAD_PLANE_CONSTANT with
+    ``constant`` weights, transformed once), but not an expansion from at most
+    WINOGRAD_EXPAND_CHANNELS to at least four times as many and WINOGRAD_EXPAND_OUTPUTS (or
+    fewer where the gemm form is conv.c's wide form); lanes for a dense convolution with
+    ``constant`` weights, at least LANES_DEPTH patch rows (a kernel over 1x1, or an unpadded 1x1
+    one), LANES_LEAST to LANES_PLANE output positions (a pointwise one LANES_POINTWISE_PLANE)
+    and a multiple of 16 (or, not pointwise, at least LANES_WIDE) output channels, winograd's
+    shapes only to at most LANES_WINOGRAD_OUTPUTS channels from WINOGRAD_PLANE positions on;
+    batched for a small dense launch on small planes (BATCHED_ALONE, BATCHED_PLANE); direct for
+    a stem; gemm otherwise; None (the NumPy kernel) for 3-d shapes."""
     if geometry is None:
         return None
     if geometry.depthwise:
@@ -379,13 +397,17 @@ def choose_form(geometry: Geometry | None, constant: bool = False) -> str | None
     g = geometry
     plane = g.oh * g.ow
     winograd = (g.winograd and min(g.c, g.m) >= WINOGRAD_CHANNELS
+                and max(g.c, g.m) > WINOGRAD_CHANNELS
                 and plane >= (WINOGRAD_PLANE_CONSTANT if constant else WINOGRAD_PLANE)
                 and not (g.c <= WINOGRAD_EXPAND_CHANNELS and g.m >= 4 * g.c
                          and (g.m >= WINOGRAD_EXPAND_OUTPUTS or g.wide)))
+    one = g.kh * g.kw == 1
     if (constant and g.lanes and g.c * g.kh * g.kw >= LANES_DEPTH
-            and (g.kh * g.kw > 1 or g.pt == g.pl == 0) and LANES_LEAST <= plane <= LANES_PLANE
-            and (g.m % (LANES_BLOCK // 2) == 0 or g.m >= LANES_WIDE)
-            and (not winograd or g.m <= LANES_WINOGRAD_OUTPUTS) and avx512()):
+            and (not one or g.pt == g.pl == 0) and LANES_LEAST <= plane
+            and plane <= (LANES_POINTWISE_PLANE if one else LANES_PLANE)
+            and (g.m % (LANES_BLOCK // 2) == 0 or (g.m >= LANES_WIDE and not one))
+            and (not winograd or g.m <= LANES_WINOGRAD_OUTPUTS or plane < WINOGRAD_PLANE)
+            and avx512()):
         return "lanes"
     if winograd:
         return "winograd"

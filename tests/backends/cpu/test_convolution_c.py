@@ -109,8 +109,10 @@ def test_every_sibling_matches_the_reference(rank):
                                                f"{params}")
             if entry.kernel.accepts(layouts, params):
                 met.add(entry.kernel.form)
-    if rank < 3:  # winograd's shapes are rare here: its own test below meets them
-        assert met | {"winograd", "lanes"} == set(convolution_c.FORMS), f"forms met: {met}"
+    if rank < 3:  # winograd's, lanes' and direct's shapes are rare here: their own tests
+        # (direct's in test_convolution_layouts.py)
+        assert met | {"winograd", "lanes", "direct"} == set(convolution_c.FORMS), \
+            f"forms met: {met}"
 
 
 WINOGRAD_CASES = [  # (N, C, H, W, M, pads (top, left, bottom, right), threads)
@@ -199,7 +201,17 @@ def test_the_rule_picks_winograd_for_large_planes():
     assert convolution_c.choose_form(small, constant=True) == lanes
     squeeze = convolution_c.Geometry(1, 64, 13, 13, 256, 3, 3, 13, 13, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(squeeze) == "gemm"
-    assert convolution_c.choose_form(squeeze, constant=True) == "winograd"
+    # a 13x13 map (fewer than WINOGRAD_PLANE positions): lanes, at any channel count
+    assert convolution_c.choose_form(squeeze, constant=True) == (
+        "lanes" if convolution_c.avx512() else "winograd")
+    even = convolution_c.Geometry(1, 16, 64, 64, 16, 3, 3, 64, 64, 1, 1, 1, 1, 1, 1, 1)
+    assert convolution_c.choose_form(even, constant=True) == "gemm"  # 16 in and out
+    assert convolution_c.choose_form(
+        convolution_c.Geometry(1, 32, 64, 64, 16, 3, 3, 64, 64, 1, 1, 1, 1, 1, 1, 1)) == "winograd"
+    classifier = convolution_c.Geometry(1, 512, 13, 13, 1000, 1, 1, 13, 13, 1, 1, 1, 1, 0, 0, 1)
+    assert convolution_c.choose_form(classifier, constant=True) == "gemm"  # 1000: not 16k
+    squeeze27 = convolution_c.Geometry(1, 256, 27, 27, 32, 1, 1, 27, 27, 1, 1, 1, 1, 0, 0, 1)
+    assert convolution_c.choose_form(squeeze27, constant=True) == "gemm"  # a pointwise 27x27
     middle = convolution_c.Geometry(1, 256, 14, 14, 256, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1, 1)
     assert convolution_c.choose_form(middle, constant=True) == "winograd"
     dense = convolution_c.Geometry(1, 128, 14, 14, 32, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1, 1)
