@@ -61,10 +61,9 @@ MORE_TEXTS = (
 
 def llama_cpp_worker(request: dict) -> None:
     """In its own process: llama.cpp's logits for each id list, saved to one .npz."""
-    from llama_cpp import Llama
+    from llama_peer import open_llama
 
-    model = Llama(model_path=request["path"], n_ctx=512, n_batch=512,
-                  n_threads=request["threads"], logits_all=True, verbose=False)
+    model = open_llama(request["path"], request["threads"], logits_all=True)
     logits = {}
     for index, ids in enumerate(request["ids"]):
         model.reset()
@@ -134,6 +133,9 @@ def main() -> None:
 
 def llama_cpp_logits(path, ids: list, threads: int) -> list:
     """llama.cpp's logits for each id list, from a worker process."""
+    from llama_peer import peer_mode
+
+    peer_mode(path, threads)
     with tempfile.TemporaryDirectory() as folder:
         output = str(Path(folder) / "logits.npz")
         request = {"path": str(path), "threads": threads, "output": output,

@@ -437,10 +437,9 @@ def llama_cpp_worker(request: dict) -> dict:
     """In its own process: llama.cpp (llama-cpp-python) on the same GGUF and prompts, with
     ``threads`` threads: time to first token per prompt, decode tok/s, greedy ids."""
     import llama_cpp
-    from llama_cpp import Llama
+    from llama_peer import open_llama
 
-    llm = Llama(model_path=request["path"], n_ctx=512, n_batch=512, n_threads=request["threads"],
-                n_threads_batch=request["threads"], verbose=False)
+    llm = open_llama(request["path"], request["threads"])
 
     vocab = llm.n_vocab()
 
@@ -514,11 +513,13 @@ def bench_llama_cpp(runs: int, threads: int, profile: bool, gguf: str | None = N
     (bench/requantize.py)."""
     import json
 
+    from llama_peer import peer_mode
     from requantize import smollm_path
 
     from fuel.models.llama import load_gguf
 
     path = smollm_path(gguf)
+    peer_mode(path, threads)
     model = load_gguf(path)
     rng = np.random.default_rng(0)
     prompts = {"4": model.encode("Once upon a time"),

@@ -119,7 +119,9 @@ static void round_blocks(const float *restrict x, float *restrict out, int64_t c
 #endif
 
 #if USE_AVX2
+#ifndef PREFETCH_BYTES
 #define PREFETCH_BYTES 1024
+#endif
 /* One weight block's 32 codes as 16-bit integers in two vectors, codes 0-15 then 16-31:
  * unsigned nibbles (q4) or signed bytes (q8). */
 static inline __attribute__((always_inline)) void block_codes(const uint8_t *block,
@@ -339,7 +341,9 @@ static inline __attribute__((always_inline)) void integer_tile(
  * 32767 < 2^27 in magnitude (a chunk's, 2^28): exact in int32, rounded once by the conversion
  * to float. */
 #if USE_AVX2
+#ifndef PREFETCH_BYTES
 #define PREFETCH_BYTES 1024
+#endif
 /* Per block, tile row r and activation row i: the chunks' (halves') factors scale * d_x as a
  * vector (stored, then broadcast per chunk) and the offsets' dot minimum . s_x as one
  * vector fma. */
@@ -568,13 +572,21 @@ static inline __m256 weight_floats(const uint8_t *p) {
 #endif
 }
 
+#ifndef FLOAT_PREFETCH
+#define FLOAT_PREFETCH 2048
+#endif
 static float float_row_dot(const float *x, const uint8_t *row, int64_t k) {
     __m256 sums[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                       _mm256_setzero_ps()};
-    for (int64_t l = 0; l < k; l += 32)
+    for (int64_t l = 0; l < k; l += 32) {
+        /* one weight line a step, requested FLOAT_PREFETCH bytes ahead (the next rows' on
+         * the row's last steps): one thread streamed f16 at 9.8 GB/s on the hardware
+         * prefetcher alone, 12.8 with it (Xeon, 134 MB) */
+        _mm_prefetch((const char *)row + 2 * l + FLOAT_PREFETCH, _MM_HINT_T0);
         for (int part = 0; part < 4; part++)
             sums[part] = _mm256_fmadd_ps(weight_floats(row + 2 * (l + 8 * part)),
                                          _mm256_loadu_ps(x + l + 8 * part), sums[part]);
+    }
     const __m256 total = _mm256_add_ps(_mm256_add_ps(sums[0], sums[1]),
                                        _mm256_add_ps(sums[2], sums[3]));
     __m128 half = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));

@@ -11,7 +11,9 @@
  * so the codes need no widening to 16 bits. 32-bit lane j sums positions 4j .. 4j + 3
  * (lanes 0-3 the chunk's first half, 4-7 its second); each lane's sum is the exact integer
  * (at most 4 * 127 * 32767 < 2^24 in magnitude, so its conversion to float is exact too). */
+#ifndef PREFETCH_AHEAD
 #define PREFETCH_AHEAD 1024
+#endif
 /* weight rows side by side per tile: more interleaved streams than two slowed the reads from
  * memory (q6_k to half at four) */
 #ifndef DECODE_ROWS
