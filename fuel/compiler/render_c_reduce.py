@@ -299,7 +299,6 @@ def _reduction(kernel: LoopKernel, index: int, per_row: list[bool], patterns: li
     return lines
 
 
-
 # A row loop that calls a vector math function (libmvec's expf, ...) runs whole vectors of
 # TAIL_LANES elements, then its last partial vector as one more vector of TAIL_LANES lanes over
 # local copies: each dense input's remaining elements, the row's last one repeated to fill the

@@ -388,21 +388,11 @@ static void quad_plane(void *context, int64_t i) {
         memset(padded, uz, (size_t)(ph * pw + 64));
         ready = job->launch;
     }
-    const __m512i mask = _mm512_set1_epi8((char)flip);
     {
         const int64_t channel = i % q->c;
         for (int64_t ih = q->pt < 0 ? -q->pt : 0; ih < rows_in; ih++) {
             const uint8_t *source = x + i * in_plane + ih * q->w + (lo - q->pl);
-            uint8_t *row = padded + (ih + q->pt) * pw + lo;
-            int64_t col = 0;
-            for (; col + 64 <= span; col += 64)
-                _mm512_storeu_si512(row + col, _mm512_xor_si512(
-                    _mm512_loadu_si512(source + col), mask));
-            if (col < span) {
-                const __mmask64 tail = (1ull << (span - col)) - 1;
-                _mm512_mask_storeu_epi8(row + col, tail, _mm512_xor_si512(
-                    _mm512_maskz_loadu_epi8(tail, source + col), mask));
-            }
+            flip_row(padded + (ih + q->pt) * pw + lo, source, span, flip);
         }
         const int32_t *weights = packed + channel * (q->kh * 4 + 1);
         const int32_t weight_sum = weights[q->kh * 4];

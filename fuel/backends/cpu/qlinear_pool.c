@@ -96,16 +96,8 @@ static void pool_plane(void *context, int64_t i) {
             uint8_t *row = padded + (ih + p.pt) * pw + lo;
             int64_t col = 0;
 #if defined(__AVX512VBMI__)
-            const __m512i mask = _mm512_set1_epi8((char)flip);
-            for (; col + 64 <= span; col += 64)
-                _mm512_storeu_si512(row + col, _mm512_xor_si512(
-                    _mm512_loadu_si512(source + col), mask));
-            if (col < span) {
-                const __mmask64 tail = (1ull << (span - col)) - 1;
-                _mm512_mask_storeu_epi8(row + col, tail, _mm512_xor_si512(
-                    _mm512_maskz_loadu_epi8(tail, source + col), mask));
-                col = span;
-            }
+            flip_row(row, source, span, flip);
+            col = span;
 #endif
             for (; col < span; col++) row[col] = source[col] ^ flip;
         }

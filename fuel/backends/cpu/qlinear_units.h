@@ -10,6 +10,24 @@
  * library) every unit runs on the caller. */
 #include <stdint.h>
 
+#if defined(__AVX512VBMI__)
+#include <immintrin.h>
+/* A plane's row written into a padded buffer: `span` bytes of `source` XOR `flip` (the
+ * unsigned input made signed, or as it is), 64 at a time, the last part masked (the
+ * depthwise quads' and the quantized max pool's padded planes). */
+static inline void flip_row(uint8_t *row, const uint8_t *source, int64_t span, uint8_t flip) {
+    const __m512i mask = _mm512_set1_epi8((char)flip);
+    int64_t col = 0;
+    for (; col + 64 <= span; col += 64)
+        _mm512_storeu_si512(row + col, _mm512_xor_si512(_mm512_loadu_si512(source + col), mask));
+    if (col < span) {
+        const __mmask64 tail = (1ull << (span - col)) - 1;
+        _mm512_mask_storeu_epi8(row + col, tail, _mm512_xor_si512(
+            _mm512_maskz_loadu_epi8(tail, source + col), mask));
+    }
+}
+#endif
+
 typedef void (*unit_task)(void *context, int64_t unit);
 typedef void (*run_units_function)(int64_t, int64_t, unit_task, void *);
 static run_units_function shared_run_units = 0;
