@@ -65,6 +65,7 @@ def _tune(args: argparse.Namespace) -> int:
         new = {key: verdict for key, verdict in JUDGE.verdicts.items() if key not in before}
         if not args.quiet:
             _print_verdicts(target, new, time.perf_counter() - begun)
+    JUDGE.flush()  # the winners on disk before saying where they are
     stats = fuel.judge_stats()
     print(f"tuned {', '.join(args.targets)} in {time.perf_counter() - started:.1f} s: "
           f"{stats['timed']} bucket(s) timed ({stats['spent_seconds']:.1f} s), "

@@ -9,10 +9,10 @@ bucket* runs (the walk of a fresh plan; a plan bound ahead of its launches times
 launch, on the operands then computed), it runs every candidate a few times on that launch's
 operands within the process's time budget, takes medians and switches away from the default
 only when a candidate wins by more than ``MARGIN`` (and ``MARGIN_SECONDS``). Winners persist
-per machine in ``<cache>/judge/winners.json`` (or ``FUEL_JUDGE_FILE``), keyed by op, dtypes,
-backend, device,
-bucket and candidate names, with each candidate's revision: a second process times nothing,
-and a changed kernel invalidates only its own entries.
+per machine in ``<cache>/judge/winners.json`` (or ``FUEL_JUDGE_FILE``; written in batches, at
+most every ``FLUSH_SECONDS``, and at exit), keyed by op, dtypes, backend, device, bucket and
+candidate names, with each candidate's revision: a second process times nothing, and a
+changed kernel invalidates only its own entries.
 
 ``FUEL_JUDGE``: ``on`` (default: time unseen buckets within ``FUEL_JUDGE_BUDGET`` seconds per
 process, 2 by default, and within ``FUEL_JUDGE_SHARE`` of the time since the first judged
@@ -30,6 +30,7 @@ node.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import statistics
@@ -62,6 +63,7 @@ LONG_LAUNCH = 2e-4
 REGRESSION = 1.5  # a profiled median this much slower than the winner's triggers a re-check
 REGRESSION_SAMPLES = 5
 FORMAT = 1  # the winners file's format
+FLUSH_SECONDS = 2.0  # pending verdicts are written to the winners file at most this often
 FLOOR_SECONDS = 0.1  # timing allowed from the start (the share adds to it as the process runs)
 DEFERRED = "deferred"  # a verdict's source while the allowance is spent: the rule, not kept
 
@@ -157,6 +159,14 @@ class Judge:
                        "stale": 0, "unsaved_busy": 0, "deferred": 0}
         self.devices: dict = {}
         self.epoch = 0  # bumped when verdicts are dropped: kernels' remembered choices expire
+        # Records not yet written (``flush`` writes them), each with what the file held for
+        # its key when it was decided; ``disk``: the file's entries when last read.
+        self.pending: dict[str, tuple[dict, dict | None]] = {}
+        self.disk: dict[str, dict] = {}
+        self.pending_path: Path | None = None  # the file the pending records belong to
+        self.written = 0.0  # when pending records were last written
+        self.seen: tuple | None = None  # the file's (mtime, size) when read or written last
+        atexit.register(self.flush)
 
     # -- the store ---------------------------------------------------------------------------
     def _file(self) -> Path:
@@ -165,35 +175,80 @@ class Judge:
         configured = os.environ.get("FUEL_JUDGE_FILE")
         return Path(configured) if configured else cache_root() / "judge" / "winners.json"
 
+    def _state(self, path: Path) -> tuple | None:
+        try:
+            status = path.stat()
+        except OSError:
+            return None
+        return status.st_mtime_ns, status.st_size
+
+    def _read(self, path: Path) -> dict[str, dict]:
+        """The file's entries (none where it is missing or unreadable), noting its state and
+        what it held (``disk``)."""
+        self.seen = self._state(path)
+        try:
+            data = json.loads(path.read_text())
+            entries = data.get("entries", {}) if data.get("format") == FORMAT else {}
+        except (OSError, ValueError, AttributeError):
+            entries = {}
+        entries = entries if isinstance(entries, dict) else {}
+        self.disk = dict(entries)
+        return entries
+
     def _load(self) -> dict[str, dict]:
         if self.stored is None:
-            try:
-                data = json.loads(self._file().read_text())
-                entries = data.get("entries", {}) if data.get("format") == FORMAT else {}
-            except (OSError, ValueError, AttributeError):
-                entries = {}
-            self.stored = entries if isinstance(entries, dict) else {}
+            self.stored = self._read(self._file())
+            self.stored.update({key: record for key, (record, _) in self.pending.items()})
         return self.stored
 
+    def _refresh(self) -> dict[str, dict]:
+        """The stored entries, re-read only where another process changed the file since
+        this one read or wrote it last (a stat, not a parse, per timed bucket)."""
+        if self.stored is not None and self._state(self._file()) != self.seen:
+            self.stored = None
+        return self._load()
+
     def _save(self, key: str, record: dict) -> None:
-        """Merge ``record`` into the winners file (re-read first: other processes write too);
-        a cache folder that cannot be written keeps the verdict in memory only."""
+        """Keep ``record`` as stored and write it with the other pending records at most
+        every ``FLUSH_SECONDS`` (and at exit, and at ``flush``): one file write per batch,
+        not per timed bucket."""
         path = self._file()
-        try:
+        if self.pending and path != self.pending_path:  # the file changed (FUEL_JUDGE_FILE)
+            self.flush()
+        self.pending_path = path
+        self._load()[key] = record
+        base = self.pending[key][1] if key in self.pending else self.disk.get(key)
+        self.pending[key] = (record, base)  # base: what the file held when this was decided
+        if time.perf_counter() - self.written >= FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Merge the pending records into the winners file (re-read first: other processes
+        write too, and the first stored verdict of a bucket stays); a cache folder that
+        cannot be written keeps them in memory only."""
+        with self.lock:
+            if not self.pending:
+                return
+            path = self.pending_path or self._file()
+            entries = self._read(path)
+            for key, (record, base) in self.pending.items():
+                found = entries.get(key)  # another process's valid verdict since then stays
+                if found is None or found == base or found.get("recheck") or \
+                        found.get("revisions") != record.get("revisions"):
+                    entries[key] = record
+            self.pending.clear()
+            self.written = time.perf_counter()
             try:
-                data = json.loads(path.read_text())
-                entries = data.get("entries", {}) if data.get("format") == FORMAT else {}
-            except (OSError, ValueError, AttributeError):
-                entries = {}
-            entries[key] = record
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            temporary.write_text(json.dumps({"format": FORMAT, "entries": entries}, indent=1,
-                                            sort_keys=True))
-            os.replace(temporary, path)
-            self.stored = entries
-        except OSError:
-            self._load()[key] = record
+                path.parent.mkdir(parents=True, exist_ok=True)
+                temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+                temporary.write_text(json.dumps({"format": FORMAT, "entries": entries},
+                                                separators=(",", ":"), sort_keys=True))
+                os.replace(temporary, path)
+                self.seen, self.disk = self._state(path), dict(entries)
+            except OSError:
+                pass
+            # The current file's entries (another file's batch: read the current one anew).
+            self.stored = entries if path == self._file() else None
 
     # -- deciding ------------------------------------------------------------------------------
     def device_name(self, backend: BackendId, index: int) -> str:
@@ -282,8 +337,7 @@ class Judge:
         if _busy():  # it became busy while timing: the timings rank nothing, the rule stays
             self.counts["unsaved_busy"] += 1
             return Verdict(default, default, seconds, "timed on a busy machine: rule kept")
-        self.stored = None  # re-read: another process may have stored this bucket meanwhile
-        record = self._load().get(key)
+        record = self._refresh().get(key)  # another process may have stored it meanwhile
         if record is not None and record.get("revisions") == revisions and \
                 not record.get("recheck"):  # the first stored verdict wins: one machine's
             return Verdict(record["winner"], default,  # processes dispatch alike
@@ -350,6 +404,7 @@ class Judge:
     def forget(self) -> None:
         """Drop this process's verdicts and counts (the stored winners stay on disk)."""
         with self.lock:
+            self.flush()
             self.verdicts.clear()
             self.epoch += 1
             self.stored = None

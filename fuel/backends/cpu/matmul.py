@@ -376,8 +376,8 @@ class CMatmul:
         found = []
         threads = thread_count()
         for name, plan, count in variant_plans(tuple(layouts), threads):
-            arguments = _form_arguments(plan, count) if plan.form is not None else None
-            found.append(Variant(name, functools.partial(self._launcher, plan, arguments)))
+            # its launch arguments made when it is prepared: most candidates never are
+            found.append(Variant(name, functools.partial(self._form_launcher, plan, count)))
         sizes = gemm_arguments(tuple(layouts), threads)
         if sizes is not None:  # the register-tiled GEMM: the rule's choice where no C form is
             gemm = Variant(f"gemm/{sizes[0][0]}t", functools.partial(matmul_gemm.prepare,
@@ -385,6 +385,13 @@ class CMatmul:
             rule, _ = launch_arguments(tuple(layouts), False, threads)
             found.insert(0 if rule.form not in (DOT, ROWS) else len(found), gemm)
         return tuple(found)
+
+    def _form_launcher(self, plan: LaunchPlan, count: int, inputs: Sequence,
+                       outputs: Sequence, layouts: Sequence[Layout], params: object
+                       ) -> Launcher:
+        """A variant's launcher: ``plan``'s form on ``count`` threads."""
+        arguments = _form_arguments(plan, count) if plan.form is not None else None
+        return self._launcher(plan, arguments, inputs, outputs, layouts, params)
 
     def _launcher(self, plan: LaunchPlan, arguments, inputs: Sequence, outputs: Sequence,
                   layouts: Sequence[Layout], params: object) -> Launcher:
