@@ -54,6 +54,7 @@ MARGIN = 0.05  # a candidate replaces the default only when faster by more than 
 # warm timing loop (MiniLM 1x12: stored switches of 2-5 us launches made it 6% slower).
 MARGIN_SECONDS = 3e-6
 REPEATS = 7  # timed runs per candidate (after one warm-up), fewer when a run is slow
+SETTLED_ROUNDS = 3  # ... or once this many rounds separate the winner from every other
 CANDIDATE_SECONDS = 0.05  # about this long per candidate, the rounds of all together
 LOSING = 4.0  # a candidate this many times slower than the round's best sits out the rest
 # ... or this many times, where the best takes LONG_LAUNCH seconds or more (a launch that long
@@ -470,8 +471,9 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
     team's wake-up made every two-thread form lose to its one-thread form). A
     candidate far behind the best after a round (LOSING; LONG_LOSING where the best takes
     LONG_LAUNCH or more) sits out the rest; the rounds after the second stop once ``allowed``
-    seconds (what the judge's allowance has left) have passed; one that fails
-    to prepare or run drops out."""
+    seconds (what the judge's allowance has left) have passed, and the rounds after
+    SETTLED_ROUNDS once one candidate's slowest run beats every other's fastest by MARGIN
+    (``_separated``); one that fails to prepare or run drops out."""
     storage = outputs[0] if outputs else None
     synchronize = None
     if storage is not None and storage.device.backend is not BackendId.CPU:
@@ -515,7 +517,19 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
                       if not (samples[name][-1] > losing * best and samples[name][-1] > 1e-4)]
         if time.perf_counter() - begin > limit and round_ >= 1:
             break
+        if round_ + 1 >= SETTLED_ROUNDS and _separated([samples[name] for name in active]):
+            break  # more rounds would only confirm the ranking
     return {name: statistics.median(found) for name, found in samples.items() if found}
+
+
+def _separated(samples: Sequence[list[float]]) -> bool:
+    """Whether one candidate's slowest run beats every other's fastest by the switching
+    margin: the ranking, its winner's margin included, no longer depends on the noise."""
+    if len(samples) < 2:
+        return True
+    best = min(samples, key=statistics.median)
+    slowest = max(best)
+    return all(min(other) * (1 - MARGIN) > slowest for other in samples if other is not best)
 
 
 JUDGE = Judge()

@@ -580,3 +580,33 @@ def test_one_bucket_shares_a_verdict_whatever_candidate_the_rule_puts_first(fres
     JUDGE.forget()  # a second process: the stored verdict serves the other order
     assert JUDGE.choose("order-test", [two, one], [object()], [object()], large, None) is one
     assert timed == [1] and judge_stats()["stored"] == 1
+
+
+def test_timing_stops_once_the_ranking_is_settled(monkeypatch):
+    """Rounds stop after SETTLED_ROUNDS once the winner's slowest run beats every other
+    candidate's fastest by the margin; candidates within each other's noise take every
+    round (on a fake clock: each launch advances it by that candidate's next duration)."""
+    from fuel.dispatch.kernel import Variant
+
+    clock = [0.0]
+    monkeypatch.setattr(judge_module.time, "perf_counter", lambda: clock[0])
+
+    def candidate(name: str, durations: list[float], counts: dict):
+        def prepare(inputs, outputs, layouts, params):
+            def launch() -> None:
+                clock[0] += durations[counts[name] % len(durations)]
+                counts[name] += 1
+            return launch
+        return judge_module.Candidate(name, "0" * 16, Variant(name, prepare))
+
+    counts = {"a": 0, "b": 0}
+    found = judge_module._time_candidates(
+        [candidate("a", [1.0e-4], counts), candidate("b", [1.3e-4], counts)], [], [], [], None)
+    rounds = judge_module.SETTLED_ROUNDS
+    assert counts == {"a": 1 + 2 * rounds, "b": 1 + 2 * rounds}  # a warm-up, then pairs
+    assert found == pytest.approx({"a": 1.0e-4, "b": 1.3e-4})
+    counts = {"a": 0, "b": 0}  # a's runs straddle b's: every round is needed
+    judge_module._time_candidates(
+        [candidate("a", [1.0e-4, 1.2e-4, 1.2e-4], counts), candidate("b", [1.1e-4], counts)],
+        [], [], [], None)
+    assert counts["b"] == 1 + 2 * judge_module.REPEATS
