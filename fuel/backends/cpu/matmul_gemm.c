@@ -2,8 +2,8 @@
  * conv_gemm.h): out (m x n) = a (m x k, rows lda apart, unit inner stride) . b, with b either
  * (k x n) rows ldb apart (unit column stride) or the transposed view of a row-major (n x k)
  * weight, rows ldb apart (Linear's x @ W.T). The MR-row slivers of a are read as stored; b is
- * packed per K block into NR-column panels (a weight transposed on the way: 16 rows gathered
- * per step with AVX-512), so the micro kernel streams one panel per tile.
+ * packed per K block into NR-column panels (a weight transposed on the way: 16 x 16 blocks
+ * transposed in registers with AVX-512), so the micro kernel streams one panel per tile.
  *
  * Entry: fuel_kernel(data, sizes, strides)
  *   data    = {a, b, out}
