@@ -248,7 +248,8 @@ def test_explain_shows_the_candidates_and_the_winner(fresh_judge, judged_backend
 
 
 @pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
-@pytest.mark.parametrize("shape", [(1, 64, 48), (12, 384, 96), (40, 24, 30), (3, 5, 7)])
+@pytest.mark.parametrize("shape", [(1, 64, 48), (12, 384, 96), (40, 24, 30), (3, 5, 7),
+                                   (36, 384, 100)])
 def test_every_matmul_variant_computes_the_product(shape):
     """The judge only orders candidates: each float32 matmul variant is within the float32
     summation bound of a float64 reference, on contiguous and transposed weights."""
@@ -610,3 +611,22 @@ def test_timing_stops_once_the_ranking_is_settled(monkeypatch):
         [candidate("a", [1.0e-4, 1.2e-4, 1.2e-4], counts), candidate("b", [1.1e-4], counts)],
         [], [], [], None)
     assert counts["b"] == 1 + 2 * judge_module.REPEATS
+
+
+@pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
+def test_the_gemm_form_competes_from_its_variant_rows_behind_the_rule():
+    """From GEMM_VARIANT_ROWS rows the gemm form is a candidate, after the rule's dot form
+    (the default: what the kernel runs with the judge off); below, it is not offered."""
+    from fuel.backends.cpu import matmul_gemm
+
+    if matmul_gemm.library() is None:
+        pytest.skip("no gemm library")
+
+    def names(m: int) -> list[str]:
+        layouts = [Layout.contiguous((m, 384)), Layout((384, 100), (1, 384)),
+                   Layout.contiguous((m, 100))]
+        return [v.name for v in matmul.CMatmul().variants(layouts, None, CPU)]
+
+    rows = matmul_gemm.GEMM_VARIANT_ROWS
+    assert names(rows)[0].startswith("c-dot") and any(n.startswith("gemm") for n in names(rows))
+    assert not any(n.startswith("gemm") for n in names(rows - 1))

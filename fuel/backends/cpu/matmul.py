@@ -184,17 +184,19 @@ def launch_arguments(layouts: tuple[Layout, ...], forced: bool, threads: int):
 
 
 @functools.lru_cache(maxsize=4096)
-def gemm_arguments(layouts: tuple[Layout, ...], threads: int):
-    """The gemm form's (sizes, strides) where it takes the launch (at least
-    ``matmul_gemm.GEMM_ROWS`` rows per product after folding batch dims, operands it reads),
-    else None. The rule gives it the launches no C form takes: on this 2-core AMD EPYC (judge
-    timings, 2 threads) it ran 4-26% faster than OpenBLAS on fuel's team at MiniLM's Linear
-    shapes, 96 to 1024 rows."""
+def gemm_arguments(layouts: tuple[Layout, ...], threads: int,
+                   least: int = matmul_gemm.GEMM_ROWS):
+    """The gemm form's (sizes, strides) where it takes the launch (at least ``least`` rows per
+    product after folding batch dims, operands it reads), else None. The rule gives it the
+    launches no C form takes from ``matmul_gemm.GEMM_ROWS`` rows: on this 2-core AMD EPYC
+    (judge timings, 2 threads) it ran 4-26% faster than OpenBLAS on fuel's team at MiniLM's
+    Linear shapes, 96 to 1024 rows; the judge also times it from
+    ``matmul_gemm.GEMM_VARIANT_ROWS``."""
     plan = plan_launch(layouts, forced=True)
     if matmul_gemm.library() is None:
         return None
     return matmul_gemm.gemm_arguments(plan.m, plan.n, plan.k, plan.strides, plan.batch,
-                                      threads if _work(plan) >= PARALLEL_WORK else 1)
+                                      threads if _work(plan) >= PARALLEL_WORK else 1, least)
 
 
 def _work(plan: LaunchPlan) -> int:
@@ -378,12 +380,14 @@ class CMatmul:
         for name, plan, count in variant_plans(tuple(layouts), threads):
             # its launch arguments made when it is prepared: most candidates never are
             found.append(Variant(name, functools.partial(self._form_launcher, plan, count)))
-        sizes = gemm_arguments(tuple(layouts), threads)
+        sizes = gemm_arguments(tuple(layouts), threads, matmul_gemm.GEMM_VARIANT_ROWS)
         if sizes is not None:  # the register-tiled GEMM: the rule's choice where no C form is
             gemm = Variant(f"gemm/{sizes[0][0]}t", functools.partial(matmul_gemm.prepare,
                                                                      sizes))
             rule, _ = launch_arguments(tuple(layouts), False, threads)
-            found.insert(0 if rule.form not in (DOT, ROWS) else len(found), gemm)
+            ruled = rule.form not in (DOT, ROWS) and \
+                gemm_arguments(tuple(layouts), threads) is not None  # as prepare decides
+            found.insert(0 if ruled else len(found), gemm)
         return tuple(found)
 
     def _form_launcher(self, plan: LaunchPlan, count: int, inputs: Sequence,
