@@ -191,6 +191,44 @@ def test_lanes_matches_the_reference(monkeypatch, case):
                                         launches=2), expected, rtol=1e-4, atol=1e-4 * scale)
 
 
+@pytest.mark.parametrize("form, kernel", [("lanes", 1), ("winograd", 3)])
+def test_constant_weights_are_rearranged_once_per_storage(form, kernel):
+    """A launcher prepared again for the same constant weight storage (a new output each
+    call: a model's output) reuses the rearranged copy; other weights of the same shape get
+    their own; each launch matches the reference."""
+    if form == "lanes" and not convolution_c.avx512():
+        pytest.skip("the lanes form needs conv.c's AVX-512 build")
+    if form == "winograd" and convolution_c.library(convolution_c.WINOGRAD) is None:
+        pytest.skip("no winograd library here")
+    device = CPU.devices()[0]
+    rng = np.random.default_rng(7 + kernel)
+    c, m, side = 64, 64, 7 if form == "lanes" else 16
+    pad = kernel // 2
+    conv = ConvParams((1, 1), (pad, pad), (pad, pad), (1, 1), 1)
+    params = ConvEpilogueParams(conv, "", 0.0, 0.0, False, constant_weights=True)
+    fused = next(e for e in _siblings(OpKind.CONV_FUSED, 3) if e.kernel.form == form)
+    weights = [(rng.standard_normal((m, c, kernel, kernel)) / 8).astype(np.float32)
+               for _ in range(2)]
+    bias = np.zeros(m, np.float32)
+    stored = [CPU.upload(device, w) for w in weights]
+    layouts = [Layout.contiguous((1, c, side, side)), Layout.contiguous(weights[0].shape),
+               Layout.contiguous((m,))]
+    out_layout = Layout.contiguous((1, m, side, side))
+    seen = []
+    for which in (0, 0, 1, 0):
+        x = rng.standard_normal((1, c, side, side)).astype(np.float32)
+        output = CPU.allocate(device, dt.float32, out_layout.numel)
+        fused.kernel.prepare([CPU.upload(device, x), stored[which], CPU.upload(device, bias)],
+                             [output], layouts + [out_layout], params)()
+        y = reference(x, weights[which], conv)
+        np.testing.assert_allclose(np.asarray(CPU.download(output, out_layout)), y, rtol=1e-4,
+                                   atol=1e-4 * max(1.0, float(np.abs(y).max())))
+        kept = convolution_c._kept[stored[which]]
+        assert len(kept) == 1
+        seen.append(next(iter(kept.values())))
+    assert seen[0] is seen[1] is seen[3] and seen[2] is not seen[0]
+
+
 def test_the_rule_picks_winograd_for_large_planes():
     wide = convolution_c.Geometry(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1)
     small = convolution_c.Geometry(1, 512, 7, 7, 512, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1, 1)
