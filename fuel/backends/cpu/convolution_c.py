@@ -485,34 +485,42 @@ def scratch(elements: int) -> np.ndarray:
     return buffer
 
 
-# Constant weights' rearranged copies (winograd's transform, lanes' transposition), per
-# weight storage and (form, weights' address, geometry): a launcher prepared again (a new
-# output buffer each call where the convolution writes a model's output: a detector's heads)
-# reuses the copy instead of redoing it (1024->256 1x1 at 14x14: 2.1 ms a call before a
-# 0.9 ms launch). At most KEPT_SHAPES geometries per storage, the oldest dropped.
+# Constant weights' rearranged copies (winograd's transform, lanes' transposition, the
+# quantized convolution's packing), per weight storage and key (form, weights' address,
+# geometry): a launcher prepared again (a new output buffer each call where the convolution
+# writes a model's output: a detector's heads) reuses the copy instead of redoing it
+# (1024->256 1x1 at 14x14: 2.1 ms a call before a 0.9 ms launch). At most KEPT_SHAPES keys
+# per storage, the oldest dropped.
 _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _kept_lock = threading.Lock()
 KEPT_SHAPES = 4
 
 
-def kept_weights(storage, key: tuple, size: int, fill: Callable[[int], None]) -> np.ndarray:
-    """``size`` floats, 64-byte aligned, that ``fill(address)`` wrote once for ``storage``
-    (a constant weight storage) and ``key``; ``storage`` None: a fresh array every call."""
-    if storage is not None:
+def kept(storage, key: tuple, make: Callable[[], np.ndarray | None]) -> np.ndarray | None:
+    """What ``make()`` returned for ``storage`` (a constant weight storage) and ``key``, made
+    once (a None answer is not kept); ``storage`` None: ``make()`` every call."""
+    if storage is None:
+        return make()
+    with _kept_lock:
+        found = _kept.get(storage, {}).get(key)
+    if found is not None:
+        return found
+    made = make()
+    if made is not None:
         with _kept_lock:
-            found = _kept.get(storage, {}).get(key)
-        if found is not None:
-            return found
+            entries = _kept.setdefault(storage, {})
+            entries[key] = made
+            while len(entries) > KEPT_SHAPES:
+                entries.pop(next(iter(entries)))
+    return made
+
+
+def aligned_filled(size: int, fill: Callable[[int], None]) -> np.ndarray:
+    """``size`` floats, 64-byte aligned, written by ``fill(address)``."""
     buffer = np.empty(size + 16, np.float32)
     start = -buffer.ctypes.data % 64 // 4
     array = buffer[start:start + size]
     fill(array.ctypes.data)
-    if storage is not None:
-        with _kept_lock:
-            entries = _kept.setdefault(storage, {})
-            entries[key] = array
-            while len(entries) > KEPT_SHAPES:
-                entries.pop(next(iter(entries)))
     return array
 
 
@@ -664,10 +672,9 @@ class CConvolution:
         weights (a model's) transformed once, here, into an array the launcher keeps."""
         size = 16 * (g.m * g.c + 16)
         if constant:
-            transformed = kept_weights(
-                weights, (WINOGRAD_WEIGHTS, w, g), size,
-                lambda at: CConvolution._call(function, g, WINOGRAD_WEIGHTS, threads,
-                                              epilogue, x, w, out, at)())
+            transformed = kept(weights, (WINOGRAD_WEIGHTS, w, g), lambda: aligned_filled(
+                size, lambda at: CConvolution._call(function, g, WINOGRAD_WEIGHTS, threads,
+                                                    epilogue, x, w, out, at)()))
             call = CConvolution._call(function, g, WINOGRAD_READY, threads, epilogue, x, w,
                                       out, transformed.ctypes.data)
             call.data.transformed = transformed  # held as long as the launcher
@@ -690,10 +697,9 @@ class CConvolution:
         this thread's scratch buffer on every launch."""
         size = g.c * g.kh * g.kw * -(-g.m // LANES_BLOCK) * LANES_BLOCK
         if constant:
-            transposed = kept_weights(
-                weights, (LANES_WEIGHTS, w, g), size,
-                lambda at: CConvolution._call(function, g, LANES_WEIGHTS, threads, epilogue,
-                                              x, w, out, at)())
+            transposed = kept(weights, (LANES_WEIGHTS, w, g), lambda: aligned_filled(
+                size, lambda at: CConvolution._call(function, g, LANES_WEIGHTS, threads,
+                                                    epilogue, x, w, out, at)()))
             call = CConvolution._call(function, g, LANES, threads, epilogue, x, w, out,
                                       transposed.ctypes.data)
             call.data.transposed = transposed  # held as long as the launcher
