@@ -161,7 +161,10 @@ LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), thre
     (1, 40, 14, 13, 64, 3, 3, (1, 1, 1, 1), "2", (2, 2), (1, 1)),
     (2, 7, 12, 11, 33, 3, 2, (2, 1, 0, 2), "1", (3, 2), (2, 3)),
     (1, 70, 15, 13, 64, 1, 1, (0, 0, 1, 0), "2", (2, 3), (1, 1)),
-    (1, 300, 9, 9, 48, 1, 1, (0, 0, 0, 0), "2"), (2, 20, 8, 8, 13, 3, 3, (1, 1, 1, 1), "1")]
+    (1, 300, 9, 9, 48, 1, 1, (0, 0, 0, 0), "2"), (2, 20, 8, 8, 13, 3, 3, (1, 1, 1, 1), "1"),
+    # pointwise with LANES_COPY_BLOCKS blocks or more: its planes interleaved (a last group
+    # of 300 % 16 channels, a last block of 2)
+    (1, 300, 9, 9, 130, 1, 1, (0, 0, 0, 0), "2"), (2, 260, 6, 5, 128, 1, 1, (0, 0, 0, 0), "1")]
 
 
 @pytest.mark.parametrize("case", LANES_CASES)
@@ -169,7 +172,8 @@ def test_lanes_matches_the_reference(monkeypatch, case):
     """conv_lanes.h: output rows cut into pieces of 1 to 8 positions, K over a K block,
     output channels off the 32-channel blocks (a last block of at most 16: one vector),
     pads, strides, dilations, batches, threads (row parts), a strided 1x1 (only the
-    positions it reads copied), every epilogue part; constant weights (transposed once) and
+    positions it reads copied), a pointwise one read as stored and one interleaved, every
+    epilogue part; constant weights (transposed once) and
     weights from a feed."""
     n, c, h, w, m, kh, kw, pads, threads, strides, dilations = (*case, (1, 1), (1, 1))[:11]
     monkeypatch.setenv("FUEL_THREADS", threads)
