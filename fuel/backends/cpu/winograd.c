@@ -225,6 +225,34 @@ static void transform_output(const float *mx, float *out, const float *residual,
                 /* the last tile of an odd-width row has one column */
                 const int64_t whole = tw0 + count == tw_count && odd ? count - 1 : count;
                 float *o = target + y * s->ow + 2 * tw0;
+#if defined(__AVX512F__)
+                /* the two columns of 16 tiles interleaved (two permutes), stored masked to
+                 * the row's outputs */
+                {
+                    const int64_t outputs = 2 * whole + (whole < count);
+                    const __m512i low = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18,
+                                                         2, 17, 1, 16, 0);
+                    const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
+                    for (int row = 0; row < 1 + two_rows; row++) {
+                        float (*pair)[NR] = row ? y1 : y0;
+                        float *line = o + row * s->ow;
+                        for (int64_t i = 0; i < count; i += 16) {
+                            const int64_t left = outputs - 2 * i;
+                            const __mmask16 k0 = left >= 16 ? (__mmask16)0xFFFF
+                                                             : (__mmask16)((1u << left) - 1);
+                            const __mmask16 k1 = left >= 32 ? (__mmask16)0xFFFF : left <= 16 ? 0
+                                                 : (__mmask16)((1u << (left - 16)) - 1);
+                            const __m512 a = _mm512_loadu_ps(pair[0] + i);
+                            const __m512 b = _mm512_loadu_ps(pair[1] + i);
+                            _mm512_mask_storeu_ps(line + 2 * i, k0,
+                                                  _mm512_permutex2var_ps(a, low, b));
+                            _mm512_mask_storeu_ps(line + 2 * i + 16, k1,
+                                                  _mm512_permutex2var_ps(a, high, b));
+                        }
+                    }
+                    continue;
+                }
+#endif
                 for (int64_t i = 0; i < whole; i++) {
                     o[2 * i] = y0[0][i];
                     o[2 * i + 1] = y0[1][i];
