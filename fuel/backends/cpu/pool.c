@@ -12,6 +12,7 @@
  *                is 2 (sums only).
  * A window covering the whole unpadded plane (GlobalAveragePool, GlobalMaxPool) is one
  * vector reduction per plane instead, planes split over the team.
+ *   9 COPY_PARTS: a large concat's copy on the team (below; indexing.py's cat).
  */
 
 enum { MAX_POOL = 7, AVG_POOL = 8 };
