@@ -2,11 +2,12 @@
 
 For each model (bench/cnn.py's exports) it runs fuel with ``FUEL_THREADS`` 1 and 2 and
 onnxruntime with ``intra_op_num_threads`` 1 and 2, each in its own process (alternated,
-``--rounds`` times; the per-op figure is the smallest round's median), and prints per op kind
-the summed kernel times (``fuel.profile()`` launches; onnxruntime's profiler's node times),
-fuel / onnxruntime on each team, and each system's two-thread speed-up. ``--each`` also lists
-every convolution, paired by launch order (right for a chain such as a ResNet, not for
-branches whose order differs between the two systems).
+``--rounds`` times), and prints the fastest round's wall time per system and team, then per
+op kind the summed kernel times (``fuel.profile()`` launches; onnxruntime's profiler's node
+times; each launch's median over a round's profiled calls, the smallest sum over the
+rounds), fuel / onnxruntime on each team, and each system's two-thread speed-up. ``--each``
+also lists every convolution, paired by launch order (right for a chain such as a ResNet,
+not for branches whose order differs between the two systems).
 
     python bench/cnn_kernels.py --models resnet50,squeezenet1_1 [--batch 1] [--rounds 2]
 """
@@ -99,38 +100,44 @@ def measure(system: str, name: str, batch: int, threads: int) -> dict:
 
 
 def report(name: str, batch: int, found: dict, each: bool) -> None:
-    def best(system: str, threads: int) -> dict:
-        return min(found[(system, threads)], key=lambda r: r["wall"])
-
-    runs = {key: best(*key) for key in found}
-    print(f"\n{name} batch {batch}: wall ms fuel 1t {runs[('fuel', 1)]['wall'] * 1e3:.2f}, "
-          f"2t {runs[('fuel', 2)]['wall'] * 1e3:.2f}; onnxruntime 1t "
-          f"{runs[('onnxruntime', 1)]['wall'] * 1e3:.2f}, 2t "
-          f"{runs[('onnxruntime', 2)]['wall'] * 1e3:.2f}")
+    """Per system and team: the fastest round's wall time, and per op kind (and per
+    convolution) the smallest time over the rounds (a busy machine slows rounds at random)."""
+    walls = {key: min(run["wall"] for run in runs) for key, runs in found.items()}
+    keys = (("fuel", 1), ("onnxruntime", 1), ("fuel", 2), ("onnxruntime", 2))
+    print(f"\n{name} batch {batch}: wall ms fuel 1t {walls[keys[0]] * 1e3:.2f}, 2t "
+          f"{walls[keys[2]] * 1e3:.2f}; onnxruntime 1t {walls[keys[1]] * 1e3:.2f}, 2t "
+          f"{walls[keys[3]] * 1e3:.2f}")
     totals: dict[tuple, dict[str, list]] = {}
-    for key, run in runs.items():
-        kinds: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
-        for kind, seconds in run["rows"]:
-            kinds[kind][0] += 1
-            kinds[kind][1] += seconds
+    for key, runs in found.items():
+        kinds: dict[str, list] = {}
+        for run in runs:
+            summed: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
+            for kind, seconds in run["rows"]:
+                summed[kind][0] += 1
+                summed[kind][1] += seconds
+            for kind, (count, seconds) in summed.items():
+                if kind not in kinds or seconds < kinds[kind][1]:
+                    kinds[kind] = [count, seconds]
         totals[key] = kinds
-    kinds = sorted(set(totals[("fuel", 1)]) | set(totals[("onnxruntime", 1)]),
-                   key=lambda k: -totals[("fuel", 1)].get(k, [0, 0.0])[1])
+    kinds = sorted(set(totals[keys[0]]) | set(totals[keys[1]]),
+                   key=lambda k: -totals[keys[0]].get(k, [0, 0.0])[1])
     print(f"{'op':<20}{'n':>4}{'fuel 1t':>9}{'ort 1t':>9}{'ratio':>7}{'fuel 2t':>9}"
           f"{'ort 2t':>9}{'ratio':>7}{'fuel x':>8}{'ort x':>7}  (ms)")
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:6.2f}x" if b else "      -"
+
     for kind in kinds:
-        f1, o1, f2, o2 = (totals[key].get(kind, [0, 0.0])[1] * 1e3 for key in (
-            ("fuel", 1), ("onnxruntime", 1), ("fuel", 2), ("onnxruntime", 2)))
-        count = max(totals[("fuel", 1)].get(kind, [0])[0],
-                    totals[("onnxruntime", 1)].get(kind, [0])[0])
-        ratio = (lambda a, b: f"{a / b:6.2f}x" if b else "      -")
+        f1, o1, f2, o2 = (totals[key].get(kind, [0, 0.0])[1] * 1e3 for key in keys)
+        count = max(totals[keys[0]].get(kind, [0])[0], totals[keys[1]].get(kind, [0])[0])
         print(f"{kind[:19]:<20}{count:>4}{f1:>9.2f}{o1:>9.2f}{ratio(f1, o1)}{f2:>9.2f}"
               f"{o2:>9.2f}{ratio(f2, o2)}{ratio(f1, f2)} {ratio(o1, o2)}")
     if each:
-        convs = {key: [s for kind, s in run["rows"] if kind == "Conv"] for key, run in runs.items()}
+        convs = {key: [min(values) for values in zip(*(
+            [s for kind, s in run["rows"] if kind == "Conv"] for run in found[key]))]
+            for key in keys}
         print(f"{'conv':>5}{'fuel 1t':>9}{'ort 1t':>9}{'fuel 2t':>9}{'ort 2t':>9}  (us)")
-        for index, values in enumerate(zip(*(convs[key] for key in (
-                ("fuel", 1), ("onnxruntime", 1), ("fuel", 2), ("onnxruntime", 2))))):
+        for index, values in enumerate(zip(*(convs[key] for key in keys))):
             print(f"{index:>5}" + "".join(f"{v * 1e6:>9.0f}" for v in values))
 
 
