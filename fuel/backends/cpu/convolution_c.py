@@ -49,7 +49,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -490,7 +490,8 @@ def scratch(elements: int) -> np.ndarray:
 # geometry): a launcher prepared again (a new output buffer each call where the convolution
 # writes a model's output: a detector's heads) reuses the copy instead of redoing it
 # (1024->256 1x1 at 14x14: 2.1 ms a call before a 0.9 ms launch). At most KEPT_SHAPES keys
-# per storage, the oldest dropped.
+# per storage, the oldest dropped (the geometry's batch is not part of the key: the copies
+# do not depend on it).
 _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _kept_lock = threading.Lock()
 KEPT_SHAPES = 4
@@ -672,9 +673,10 @@ class CConvolution:
         weights (a model's) transformed once, here, into an array the launcher keeps."""
         size = 16 * (g.m * g.c + 16)
         if constant:
-            transformed = kept(weights, (WINOGRAD_WEIGHTS, w, g), lambda: aligned_filled(
-                size, lambda at: CConvolution._call(function, g, WINOGRAD_WEIGHTS, threads,
-                                                    epilogue, x, w, out, at)()))
+            transformed = kept(
+                weights, (WINOGRAD_WEIGHTS, w, replace(g, n=1)), lambda: aligned_filled(
+                    size, lambda at: CConvolution._call(function, g, WINOGRAD_WEIGHTS, threads,
+                                                        epilogue, x, w, out, at)()))
             call = CConvolution._call(function, g, WINOGRAD_READY, threads, epilogue, x, w,
                                       out, transformed.ctypes.data)
             call.data.transformed = transformed  # held as long as the launcher
@@ -697,9 +699,10 @@ class CConvolution:
         this thread's scratch buffer on every launch."""
         size = g.c * g.kh * g.kw * -(-g.m // LANES_BLOCK) * LANES_BLOCK
         if constant:
-            transposed = kept(weights, (LANES_WEIGHTS, w, g), lambda: aligned_filled(
-                size, lambda at: CConvolution._call(function, g, LANES_WEIGHTS, threads,
-                                                    epilogue, x, w, out, at)()))
+            transposed = kept(
+                weights, (LANES_WEIGHTS, w, replace(g, n=1)), lambda: aligned_filled(
+                    size, lambda at: CConvolution._call(function, g, LANES_WEIGHTS, threads,
+                                                        epilogue, x, w, out, at)()))
             call = CConvolution._call(function, g, LANES, threads, epilogue, x, w, out,
                                       transposed.ctypes.data)
             call.data.transposed = transposed  # held as long as the launcher

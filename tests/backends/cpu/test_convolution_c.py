@@ -198,8 +198,8 @@ def test_lanes_matches_the_reference(monkeypatch, case):
 @pytest.mark.parametrize("form, kernel", [("lanes", 1), ("winograd", 3)])
 def test_constant_weights_are_rearranged_once_per_storage(form, kernel):
     """A launcher prepared again for the same constant weight storage (a new output each
-    call: a model's output) reuses the rearranged copy; other weights of the same shape get
-    their own; each launch matches the reference."""
+    call: a model's output), also at another batch, reuses the rearranged copy; other
+    weights of the same shape get their own; each launch matches the reference."""
     if form == "lanes" and not convolution_c.avx512():
         pytest.skip("the lanes form needs conv.c's AVX-512 build")
     if form == "winograd" and convolution_c.library(convolution_c.WINOGRAD) is None:
@@ -215,12 +215,12 @@ def test_constant_weights_are_rearranged_once_per_storage(form, kernel):
                for _ in range(2)]
     bias = np.zeros(m, np.float32)
     stored = [CPU.upload(device, w) for w in weights]
-    layouts = [Layout.contiguous((1, c, side, side)), Layout.contiguous(weights[0].shape),
-               Layout.contiguous((m,))]
-    out_layout = Layout.contiguous((1, m, side, side))
     seen = []
-    for which in (0, 0, 1, 0):
-        x = rng.standard_normal((1, c, side, side)).astype(np.float32)
+    for which, batch in ((0, 1), (0, 2), (1, 1), (0, 1)):
+        layouts = [Layout.contiguous((batch, c, side, side)),
+                   Layout.contiguous(weights[0].shape), Layout.contiguous((m,))]
+        out_layout = Layout.contiguous((batch, m, side, side))
+        x = rng.standard_normal((batch, c, side, side)).astype(np.float32)
         output = CPU.allocate(device, dt.float32, out_layout.numel)
         fused.kernel.prepare([CPU.upload(device, x), stored[which], CPU.upload(device, bias)],
                              [output], layouts + [out_layout], params)()
