@@ -27,7 +27,7 @@
 #define LANES_R 8
 #define LANES_KC 256
 #define LANES_UNITS 4  /* fewest units a thread of the team */
-#define LANES_COPY_BLOCKS 4  /* from these many blocks a pointwise launch interleaves */
+#define LANES_COPY_BLOCKS 8  /* from these many blocks a pointwise launch interleaves */
 
 static inline int64_t lanes_blocks(const Shape *s) { return (s->m + LANES_MB - 1) / LANES_MB; }
 
@@ -40,11 +40,12 @@ static inline int64_t lanes_blocks(const Shape *s) { return (s->m + LANES_MB - 1
 #define LANES_G 16
 /* The channels a group interleaves: 1 for a pointwise convolution with fewer than
  * LANES_COPY_BLOCKS blocks of output channels, read as stored (its planes as they are:
- * copying them cost more than it saved, 384->64 1x1 at 13x13 63 -> 77 us), else LANES_G (a
- * tile's broadcasts then read LANES_G patch rows from one cache line, where the planes as
- * stored take a line a patch row; one thread, in-process A/B: 256->1024 1x1 at 14x14 925 ->
- * 847 us, 512->2048 at 7x7 917 -> 841, 1024->256 at 14x14 848 -> 809, 384->256 at 13x13
- * even). */
+ * copying them cost more than it saved, 384->64 1x1 at 13x13 63 -> 77 us; one thread,
+ * in-process A/B, as stored against interleaved: 672->112 at 14x14 -18%, 480->112 -15%,
+ * 1152->192 at 7x7 -10%), else LANES_G (a tile's broadcasts then read LANES_G patch rows
+ * from one cache line, where the planes as stored take a line a patch row; one thread,
+ * in-process A/B: 256->1024 1x1 at 14x14 925 -> 847 us, 512->2048 at 7x7 917 -> 841,
+ * 1024->256 at 14x14 848 -> 809, 384->256 at 13x13 even). */
 static inline int64_t lanes_group(const Shape *s) {
     return s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0 && s->oh == s->h
                    && s->ow == s->w && lanes_blocks(s) < LANES_COPY_BLOCKS ? 1 : LANES_G;

@@ -162,9 +162,9 @@ LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), thre
     (2, 7, 12, 11, 33, 3, 2, (2, 1, 0, 2), "1", (3, 2), (2, 3)),
     (1, 70, 15, 13, 64, 1, 1, (0, 0, 1, 0), "2", (2, 3), (1, 1)),
     (1, 300, 9, 9, 48, 1, 1, (0, 0, 0, 0), "2"), (2, 20, 8, 8, 13, 3, 3, (1, 1, 1, 1), "1"),
-    # pointwise with LANES_COPY_BLOCKS blocks or more: its planes interleaved (a last group
-    # of 300 % 16 channels, a last block of 2)
-    (1, 300, 9, 9, 130, 1, 1, (0, 0, 0, 0), "2"), (2, 260, 6, 5, 128, 1, 1, (0, 0, 0, 0), "1")]
+    # pointwise with LANES_COPY_BLOCKS (8) blocks or more: its planes interleaved (a last
+    # group of 300 % 16 channels, a last block of 10)
+    (1, 300, 9, 9, 234, 1, 1, (0, 0, 0, 0), "2"), (2, 260, 6, 5, 256, 1, 1, (0, 0, 0, 0), "1")]
 
 
 @pytest.mark.parametrize("case", LANES_CASES)
