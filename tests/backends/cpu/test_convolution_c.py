@@ -164,12 +164,14 @@ LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), thre
     (1, 300, 9, 9, 48, 1, 1, (0, 0, 0, 0), "2"), (2, 20, 8, 8, 13, 3, 3, (1, 1, 1, 1), "1"),
     # pointwise with LANES_COPY_BLOCKS (8) blocks or more: its planes interleaved (a last
     # group of 300 % 16 channels, a last block of 10)
-    (1, 300, 9, 9, 234, 1, 1, (0, 0, 0, 0), "2"), (2, 260, 6, 5, 256, 1, 1, (0, 0, 0, 0), "1")]
+    (1, 300, 9, 9, 234, 1, 1, (0, 0, 0, 0), "2"), (2, 260, 6, 5, 256, 1, 1, (0, 0, 0, 0), "1"),
+    # rows of 27 positions: pieces of 14 and 13 (the widest tiles), full and half blocks
+    (1, 36, 14, 27, 40, 3, 3, (1, 1, 1, 1), "1")]
 
 
 @pytest.mark.parametrize("case", LANES_CASES)
 def test_lanes_matches_the_reference(monkeypatch, case):
-    """conv_lanes.h: output rows cut into pieces of 1 to 8 positions, K over a K block,
+    """conv_lanes.h: output rows cut into pieces of 1 to 14 positions, K over a K block,
     output channels off the 32-channel blocks (a last block of at most 16: one vector),
     pads, strides, dilations, batches, threads (row parts), a strided 1x1 (only the
     positions it reads copied), a pointwise one read as stored and one interleaved, every
