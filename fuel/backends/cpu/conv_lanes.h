@@ -24,9 +24,10 @@
 #define LANES_RUN 13
 #define LANES_WEIGHTS 14
 #define LANES_MB 32
-#define LANES_R 8
+#define LANES_R 14  /* widest tile (28 accumulators: a 14x14 map's rows one piece each) */
 #define LANES_KC 256
 #define LANES_UNITS 4  /* fewest units a thread of the team */
+#define LANES_COPY_BLOCKS 8  /* from these many blocks a pointwise launch interleaves */
 
 static inline int64_t lanes_blocks(const Shape *s) { return (s->m + LANES_MB - 1) / LANES_MB; }
 
@@ -37,12 +38,17 @@ static inline int64_t lanes_blocks(const Shape *s) { return (s->m + LANES_MB - 1
  * core the tile's broadcasts waited on L2). Row l of this order is patch row (c, kh, kw) =
  * lanes_row's answer, c * KH * KW + kh * KW + kw. */
 #define LANES_G 16
-/* The channels a group interleaves: 1 for a pointwise convolution read as stored (its
- * planes as they are: copying them cost more than it saved, 384->64 1x1 at 13x13 63 -> 77
- * us), else LANES_G. */
+/* The channels a group interleaves: 1 for a pointwise convolution with fewer than
+ * LANES_COPY_BLOCKS blocks of output channels, read as stored (its planes as they are:
+ * copying them cost more than it saved, 384->64 1x1 at 13x13 63 -> 77 us; one thread,
+ * in-process A/B, as stored against interleaved: 672->112 at 14x14 -18%, 480->112 -15%,
+ * 1152->192 at 7x7 -10%), else LANES_G (a tile's broadcasts then read LANES_G patch rows
+ * from one cache line, where the planes as stored take a line a patch row; one thread,
+ * in-process A/B: 256->1024 1x1 at 14x14 925 -> 847 us, 512->2048 at 7x7 917 -> 841,
+ * 1024->256 at 14x14 848 -> 809, 384->256 at 13x13 even). */
 static inline int64_t lanes_group(const Shape *s) {
     return s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0 && s->oh == s->h
-                   && s->ow == s->w ? 1 : LANES_G;
+                   && s->ow == s->w && lanes_blocks(s) < LANES_COPY_BLOCKS ? 1 : LANES_G;
 }
 static inline int64_t lanes_row(const Shape *s, int64_t l) {
     const int64_t g = lanes_group(s), taps = s->kh * s->kw, group = l / (g * taps);
@@ -93,6 +99,12 @@ typedef struct {
 #define LANES_EACH6(X) LANES_EACH5(X) X(5)
 #define LANES_EACH7(X) LANES_EACH6(X) X(6)
 #define LANES_EACH8(X) LANES_EACH7(X) X(7)
+#define LANES_EACH9(X) LANES_EACH8(X) X(8)
+#define LANES_EACH10(X) LANES_EACH9(X) X(9)
+#define LANES_EACH11(X) LANES_EACH10(X) X(10)
+#define LANES_EACH12(X) LANES_EACH11(X) X(11)
+#define LANES_EACH13(X) LANES_EACH12(X) X(12)
+#define LANES_EACH14(X) LANES_EACH13(X) X(13)
 #define LANES_START(i) __m512 c##i##_0 = first ? _mm512_setzero_ps() \
                                                : _mm512_load_ps(sums + i * LANES_MB), \
                               c##i##_1 = first ? _mm512_setzero_ps() \
@@ -149,6 +161,12 @@ LANES_HALF_TILE(5)
 LANES_HALF_TILE(6)
 LANES_HALF_TILE(7)
 LANES_HALF_TILE(8)
+LANES_HALF_TILE(9)
+LANES_HALF_TILE(10)
+LANES_HALF_TILE(11)
+LANES_HALF_TILE(12)
+LANES_HALF_TILE(13)
+LANES_HALF_TILE(14)
 LANES_TILE(1)
 LANES_TILE(2)
 LANES_TILE(3)
@@ -157,6 +175,12 @@ LANES_TILE(5)
 LANES_TILE(6)
 LANES_TILE(7)
 LANES_TILE(8)
+LANES_TILE(9)
+LANES_TILE(10)
+LANES_TILE(11)
+LANES_TILE(12)
+LANES_TILE(13)
+LANES_TILE(14)
 
 /* Unit u: image u / (blocks * parts), output channels [LANES_MB * block, + LANES_MB) for
  * block u / parts % blocks, output rows [oh * part / parts, oh * (part + 1) / parts) for
@@ -189,13 +213,15 @@ static void lanes_task(void *context, int64_t u) {
 #define LANES_CASE(R) case R: lanes_half##R(b, offsets, w, kc, j->step_w * j->g, partial, first, last, \
                                             out + p, plane, live); break;
                     LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
-                    LANES_CASE(6) LANES_CASE(7) LANES_CASE(8)
+                    LANES_CASE(6) LANES_CASE(7) LANES_CASE(8) LANES_CASE(9) LANES_CASE(10)
+                    LANES_CASE(11) LANES_CASE(12) LANES_CASE(13) LANES_CASE(14)
 #undef LANES_CASE
                 } else switch (r) {
 #define LANES_CASE(R) case R: lanes_tile##R(b, offsets, w, kc, j->step_w * j->g, partial, first, last, \
                                             out + p, plane, live); break;
                     LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
-                    LANES_CASE(6) LANES_CASE(7) LANES_CASE(8)
+                    LANES_CASE(6) LANES_CASE(7) LANES_CASE(8) LANES_CASE(9) LANES_CASE(10)
+                    LANES_CASE(11) LANES_CASE(12) LANES_CASE(13) LANES_CASE(14)
 #undef LANES_CASE
                 }
                 ow = end;

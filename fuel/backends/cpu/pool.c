@@ -12,6 +12,7 @@
  *                is 2 (sums only).
  * A window covering the whole unpadded plane (GlobalAveragePool, GlobalMaxPool) is one
  * vector reduction per plane instead, planes split over the team.
+ *   9 COPY_PARTS: a large concat's copy on the team (below; indexing.py's cat).
  */
 
 enum { MAX_POOL = 7, AVG_POOL = 8 };
@@ -401,9 +402,47 @@ static void whole_task(void *context, int64_t unit) {
     }
 }
 
+/* ------------------------------------------------------------ concatenation on the team
+ * COPY_PARTS: concat.c's copy (data = {out, part 0, part 1, ...}, sizes = {COPY_PARTS,
+ * threads, parts, outer, out_row_bytes, part 0 row bytes, ...}) cut into COPY_CHUNK-byte
+ * pieces of the parts' rows, run on the work pool: a channel concat of convolution outputs
+ * the team just wrote (half of each in the other core's cache) copied by one thread took
+ * longer on two threads than on one (squeezenet's 128 x 55 x 55: 98 us one thread, 108
+ * two). */
+#define COPY_PARTS 9
+#define COPY_CHUNK 32768
+typedef struct {
+    char *out;
+    const char *const *parts;
+    const int64_t *bytes;  /* per part: its row's bytes */
+    int64_t count, row, per_row;  /* parts; the output row's bytes; chunks in one */
+} CopyJob;
+
+/* Unit u: chunk u % per_row of outer row u / per_row (the parts' chunks in order). */
+static void copy_task(void *context, int64_t unit) {
+    const CopyJob *j = context;
+    const int64_t o = unit / j->per_row;
+    int64_t chunk = unit % j->per_row, offset = 0, p = 0;
+    for (;; p++) {
+        const int64_t chunks = (j->bytes[p] + COPY_CHUNK - 1) / COPY_CHUNK;
+        if (chunk < chunks) break;
+        chunk -= chunks;
+        offset += j->bytes[p];
+    }
+    const int64_t start = chunk * COPY_CHUNK, bytes = j->bytes[p];
+    const int64_t size = bytes - start < COPY_CHUNK ? bytes - start : COPY_CHUNK;
+    memcpy(j->out + o * j->row + offset + start, j->parts[p] + o * bytes + start, (size_t)size);
+}
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     (void)strides;
     if (pool_share(data, sizes)) return;
+    if (sizes[0] == COPY_PARTS) {
+        CopyJob j = {data[0], (const char *const *)(data + 1), sizes + 5, sizes[2], sizes[4], 0};
+        for (int64_t p = 0; p < j.count; p++) j.per_row += (j.bytes[p] + COPY_CHUNK - 1) / COPY_CHUNK;
+        run_units(sizes[3] * j.per_row, sizes[1] > 1 ? sizes[1] : 1, copy_task, &j);
+        return;
+    }
     const int64_t form = sizes[0], threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *scalars = data[6];

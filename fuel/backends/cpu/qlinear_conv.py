@@ -158,7 +158,9 @@ class CQLinearConv:
                                        int(inputs[0].dtype is dt.int8), int(params.y_signed))
         pointers = [address(s, layout) for s, layout in zip(list(inputs) + list(outputs),
                                                            layouts)]
-        packed = _packed(function, row, pointers) if params.constant_weights else None
+        packed = convolution_c.kept(inputs[1], ("qlinear", pointers[1], row),
+                                    lambda: _packed(function, row, pointers)) \
+            if params.constant_weights else None
         sizes = (ctypes.c_int64 * (len(row) + 1))(*row, 0 if packed is None else 1)
         data = (ctypes.c_void_p * 6)(*pointers, None if packed is None else
                                      packed.ctypes.data)

@@ -92,7 +92,39 @@ static void transform_input(const float *x, const Shape *s, int64_t tw_count, in
                 float h[4][4][NR];  /* [row r][j][tile]: d B along row r */
                 for (int r = 0; r < 4; r++) {
                     const float *p = padded + r * width + 2 * tw0;
-                    for (int64_t i = 0; i < count; i++) {
+                    int64_t i = 0;
+#if defined(__AVX512F__)
+                    /* 16 tiles a step: their columns 2i .. 2i + 3 from three loads (masked
+                     * to the padded row), split into even and odd lanes */
+                    for (; i < count; i += 16) {
+                        const int64_t left = width - 2 * tw0 - 2 * i;  /* floats from p + 2i */
+                        const __mmask16 m0 = left >= 16 ? (__mmask16)0xFFFF
+                                                        : (__mmask16)((1u << left) - 1);
+                        const __mmask16 m1 = left >= 32 ? (__mmask16)0xFFFF : left <= 16 ? 0
+                                             : (__mmask16)((1u << (left - 16)) - 1);
+                        const __mmask16 m2 = left >= 48 ? (__mmask16)0xFFFF : left <= 32 ? 0
+                                             : (__mmask16)((1u << (left - 32)) - 1);
+                        const __m512 l0 = _mm512_maskz_loadu_ps(m0, p + 2 * i);
+                        const __m512 l1 = _mm512_maskz_loadu_ps(m1, p + 2 * i + 16);
+                        const __m512 l2 = _mm512_maskz_loadu_ps(m2, p + 2 * i + 32);
+                        const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16,
+                                                               14, 12, 10, 8, 6, 4, 2, 0);
+                        const __m512i odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+                        const __m512 s0 = _mm512_castsi512_ps(_mm512_alignr_epi32(
+                            _mm512_castps_si512(l1), _mm512_castps_si512(l0), 2));
+                        const __m512 s1 = _mm512_castsi512_ps(_mm512_alignr_epi32(
+                            _mm512_castps_si512(l2), _mm512_castps_si512(l1), 2));
+                        const __m512 a = _mm512_permutex2var_ps(l0, evens, l1);
+                        const __m512 b = _mm512_permutex2var_ps(l0, odds, l1);
+                        const __m512 c2 = _mm512_permutex2var_ps(s0, evens, s1);
+                        const __m512 d = _mm512_permutex2var_ps(s0, odds, s1);
+                        _mm512_storeu_ps(h[r][0] + i, _mm512_sub_ps(a, c2));
+                        _mm512_storeu_ps(h[r][1] + i, _mm512_add_ps(b, c2));
+                        _mm512_storeu_ps(h[r][2] + i, _mm512_sub_ps(c2, b));
+                        _mm512_storeu_ps(h[r][3] + i, _mm512_sub_ps(b, d));
+                    }
+#endif
+                    for (; i < count; i++) {
                         const float a = p[2 * i], b = p[2 * i + 1], c2 = p[2 * i + 2];
                         const float d = p[2 * i + 3];
                         h[r][0][i] = a - c2;
@@ -193,6 +225,34 @@ static void transform_output(const float *mx, float *out, const float *residual,
                 /* the last tile of an odd-width row has one column */
                 const int64_t whole = tw0 + count == tw_count && odd ? count - 1 : count;
                 float *o = target + y * s->ow + 2 * tw0;
+#if defined(__AVX512F__)
+                /* the two columns of 16 tiles interleaved (two permutes), stored masked to
+                 * the row's outputs */
+                {
+                    const int64_t outputs = 2 * whole + (whole < count);
+                    const __m512i low = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18,
+                                                         2, 17, 1, 16, 0);
+                    const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
+                    for (int row = 0; row < 1 + two_rows; row++) {
+                        float (*pair)[NR] = row ? y1 : y0;
+                        float *line = o + row * s->ow;
+                        for (int64_t i = 0; i < count; i += 16) {
+                            const int64_t left = outputs - 2 * i;
+                            const __mmask16 k0 = left >= 16 ? (__mmask16)0xFFFF
+                                                             : (__mmask16)((1u << left) - 1);
+                            const __mmask16 k1 = left >= 32 ? (__mmask16)0xFFFF : left <= 16 ? 0
+                                                 : (__mmask16)((1u << (left - 16)) - 1);
+                            const __m512 a = _mm512_loadu_ps(pair[0] + i);
+                            const __m512 b = _mm512_loadu_ps(pair[1] + i);
+                            _mm512_mask_storeu_ps(line + 2 * i, k0,
+                                                  _mm512_permutex2var_ps(a, low, b));
+                            _mm512_mask_storeu_ps(line + 2 * i + 16, k1,
+                                                  _mm512_permutex2var_ps(a, high, b));
+                        }
+                    }
+                    continue;
+                }
+#endif
                 for (int64_t i = 0; i < whole; i++) {
                     o[2 * i] = y0[0][i];
                     o[2 * i + 1] = y0[1][i];

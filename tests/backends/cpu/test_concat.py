@@ -49,6 +49,28 @@ def test_dense_parts_match_numpy(dtype, dim):
         assert isinstance(launch, ForeignCall)
 
 
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+@pytest.mark.parametrize("dim", [0, 1, 3])
+def test_large_concats_copy_on_the_team(monkeypatch, threads, dim):
+    """From COPY_PARALLEL bytes a concat runs as pool.c's COPY_PARTS in 32 KiB pieces over
+    the team (pieces cut inside a part's row, a part of a few bytes, an empty one, several
+    outer rows); one thread keeps concat.c."""
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(dim + 10 * int(threads))
+    shapes = [[3, 21, 40, 50], [3, 21, 40, 50], [3, 21, 40, 50], [3, 21, 40, 50]]
+    for shape, extent in zip(shapes, (17, 1, 0, 30)):
+        shape[dim] = extent
+    parts = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    total = sum(p.nbytes for p in parts)
+    assert total >= indexing.COPY_PARALLEL
+    launch, actual = _concat(parts, dim)
+    np.testing.assert_array_equal(actual, np.concatenate(parts, axis=dim))
+    if toolchain.unavailable_reason() is None:
+        team = indexing._copy_team(total)
+        assert (team is None) == (threads == "1")
+        assert launch.sizes[0] == (indexing.COPY_PARTS if team else len(parts))
+
+
 def test_a_strided_part_runs_the_numpy_kernel():
     rng = np.random.default_rng(1)
     base = rng.standard_normal((4, 3)).astype(np.float32)

@@ -161,15 +161,21 @@ LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), thre
     (1, 40, 14, 13, 64, 3, 3, (1, 1, 1, 1), "2", (2, 2), (1, 1)),
     (2, 7, 12, 11, 33, 3, 2, (2, 1, 0, 2), "1", (3, 2), (2, 3)),
     (1, 70, 15, 13, 64, 1, 1, (0, 0, 1, 0), "2", (2, 3), (1, 1)),
-    (1, 300, 9, 9, 48, 1, 1, (0, 0, 0, 0), "2"), (2, 20, 8, 8, 13, 3, 3, (1, 1, 1, 1), "1")]
+    (1, 300, 9, 9, 48, 1, 1, (0, 0, 0, 0), "2"), (2, 20, 8, 8, 13, 3, 3, (1, 1, 1, 1), "1"),
+    # pointwise with LANES_COPY_BLOCKS (8) blocks or more: its planes interleaved (a last
+    # group of 300 % 16 channels, a last block of 10)
+    (1, 300, 9, 9, 234, 1, 1, (0, 0, 0, 0), "2"), (2, 260, 6, 5, 256, 1, 1, (0, 0, 0, 0), "1"),
+    # rows of 27 positions: pieces of 14 and 13 (the widest tiles), full and half blocks
+    (1, 36, 14, 27, 40, 3, 3, (1, 1, 1, 1), "1")]
 
 
 @pytest.mark.parametrize("case", LANES_CASES)
 def test_lanes_matches_the_reference(monkeypatch, case):
-    """conv_lanes.h: output rows cut into pieces of 1 to 8 positions, K over a K block,
+    """conv_lanes.h: output rows cut into pieces of 1 to 14 positions, K over a K block,
     output channels off the 32-channel blocks (a last block of at most 16: one vector),
     pads, strides, dilations, batches, threads (row parts), a strided 1x1 (only the
-    positions it reads copied), every epilogue part; constant weights (transposed once) and
+    positions it reads copied), a pointwise one read as stored and one interleaved, every
+    epilogue part; constant weights (transposed once) and
     weights from a feed."""
     n, c, h, w, m, kh, kw, pads, threads, strides, dilations = (*case, (1, 1), (1, 1))[:11]
     monkeypatch.setenv("FUEL_THREADS", threads)
@@ -189,6 +195,44 @@ def test_lanes_matches_the_reference(monkeypatch, case):
         params = ConvEpilogueParams(conv, "relu", 0.0, 0.0, True, constant_weights=constant)
         np.testing.assert_allclose(_run(fused, [x, weight, bias, extra], y.shape, params,
                                         launches=2), expected, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("form, kernel", [("lanes", 1), ("winograd", 3)])
+def test_constant_weights_are_rearranged_once_per_storage(form, kernel):
+    """A launcher prepared again for the same constant weight storage (a new output each
+    call: a model's output), also at another batch, reuses the rearranged copy; other
+    weights of the same shape get their own; each launch matches the reference."""
+    if form == "lanes" and not convolution_c.avx512():
+        pytest.skip("the lanes form needs conv.c's AVX-512 build")
+    if form == "winograd" and convolution_c.library(convolution_c.WINOGRAD) is None:
+        pytest.skip("no winograd library here")
+    device = CPU.devices()[0]
+    rng = np.random.default_rng(7 + kernel)
+    c, m, side = 64, 64, 7 if form == "lanes" else 16
+    pad = kernel // 2
+    conv = ConvParams((1, 1), (pad, pad), (pad, pad), (1, 1), 1)
+    params = ConvEpilogueParams(conv, "", 0.0, 0.0, False, constant_weights=True)
+    fused = next(e for e in _siblings(OpKind.CONV_FUSED, 3) if e.kernel.form == form)
+    weights = [(rng.standard_normal((m, c, kernel, kernel)) / 8).astype(np.float32)
+               for _ in range(2)]
+    bias = np.zeros(m, np.float32)
+    stored = [CPU.upload(device, w) for w in weights]
+    seen = []
+    for which, batch in ((0, 1), (0, 2), (1, 1), (0, 1)):
+        layouts = [Layout.contiguous((batch, c, side, side)),
+                   Layout.contiguous(weights[0].shape), Layout.contiguous((m,))]
+        out_layout = Layout.contiguous((batch, m, side, side))
+        x = rng.standard_normal((batch, c, side, side)).astype(np.float32)
+        output = CPU.allocate(device, dt.float32, out_layout.numel)
+        fused.kernel.prepare([CPU.upload(device, x), stored[which], CPU.upload(device, bias)],
+                             [output], layouts + [out_layout], params)()
+        y = reference(x, weights[which], conv)
+        np.testing.assert_allclose(np.asarray(CPU.download(output, out_layout)), y, rtol=1e-4,
+                                   atol=1e-4 * max(1.0, float(np.abs(y).max())))
+        kept = convolution_c._kept[stored[which]]
+        assert len(kept) == 1
+        seen.append(next(iter(kept.values())))
+    assert seen[0] is seen[1] is seen[3] and seen[2] is not seen[0]
 
 
 def test_the_rule_picks_winograd_for_large_planes():
