@@ -15,14 +15,19 @@ from fuel.compiler import toolchain
 from fuel.ir import dtype as dt
 from fuel.ir.device import CPU
 from fuel.ir.layout import Layout
+from tests.backends.kernel_cases.quantized import quantized_blocks
 
 pytestmark = pytest.mark.skipif(toolchain.unavailable_reason() is not None,
                                 reason="no C compiler")
-FORMATS = (dt.q4_0, dt.q4_1, dt.q8_0)
+FORMATS = (dt.q4_0, dt.q4_1, dt.q8_0, dt.iq4_nl)
 
 
 def _weight(dtype, n, k, rng):
     gguf = pytest.importorskip("gguf")
+    if dtype == dt.iq4_nl:  # gguf has no quantizer for it: random codes, sane scales
+        blocks = quantized_blocks(dtype, n, k, rng)
+        blocks[1, 0::dtype.block_bytes] = blocks[1, 1::dtype.block_bytes] = 0  # a zero row
+        return np.ascontiguousarray(blocks).reshape(-1)
     values = rng.standard_normal((n, k)).astype(np.float32)
     values[:, :32] *= 40.0  # a block of outliers
     values[1, :] = 0.0  # an all-zero weight row

@@ -26,7 +26,7 @@
  * sum = fma(float(lanes), d_w * d_x, sum) over the blocks; offsets = offsets + m_w * s_x (or
  * d_w * s_x); out = horizontal sum (the same pairing) + OFFSET_FACTOR * offsets.
  */
-#if defined(INTEGER_DOT) && !defined(CHUNKED) && USE_AVX2
+#if defined(INTEGER_DOT) && (!defined(CHUNKED) || defined(FORMAT_IQ4_NL)) && USE_AVX2
 #ifndef ROWS_WEIGHT
 #define ROWS_WEIGHT 2 /* weight rows per tile */
 #endif
@@ -210,8 +210,16 @@ static inline __attribute__((always_inline)) void wide_codes(const uint8_t *bloc
     const __m512i bytes = _mm512_castsi128_si512(
         _mm_loadu_si128((const __m128i *)(block + BLOCK_BYTES - 16)));
     const __m512i lanes = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, index, bytes);
+#if defined(FORMAT_IQ4_NL)
+    /* each 16-bit lane's nibble picks a value of the table (vpermw), as block_codes does */
+    const __m512i table = _mm512_cvtepi8_epi16(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES)));
+    *low = _mm512_permutexvar_epi16(_mm512_and_si512(lanes, _mm512_set1_epi16(0x0f)), table);
+    *high = _mm512_permutexvar_epi16(_mm512_srli_epi16(lanes, 4), table);
+#else
     *low = _mm512_and_si512(lanes, _mm512_set1_epi16(0x0f));
     *high = _mm512_srli_epi16(lanes, 4);
+#endif
 #endif
 }
 

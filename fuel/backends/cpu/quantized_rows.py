@@ -23,7 +23,7 @@ from fuel.ir.dtype import QuantizedDType
 
 SOURCE = Path(__file__).with_name("quantized_rows.c")
 # The formats this tile serves (quantized.c's 32-value integer formats).
-FORMATS: frozenset = frozenset({dt.q4_0, dt.q4_1, dt.q8_0})
+FORMATS: frozenset = frozenset({dt.q4_0, dt.q4_1, dt.q8_0, dt.iq4_nl})
 # From this many activation rows the rows tile runs (one row: quantized.c's decode tile), up
 # to quantized.BLAS_ROWS.
 ROWS_MIN = 2
