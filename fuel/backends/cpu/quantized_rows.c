@@ -1,5 +1,6 @@
 /* Many-row quantized matmul (batched decode steps, short prompt chunks) for the 32-value
- * integer formats (q4_0, q4_1, q8_0). This text follows a format's whole quantized library
+ * integer formats (q4_0, q4_1, q8_0, iq4_nl: q4_0's layout, its nibbles looked up in the
+ * non-linear table). This text follows a format's whole quantized library
  * (quantized_formats.c, then quantized.c with its entry renamed fuel_quantized_kernel), so it
  * reuses that library's activation rounding (quantize_activations), block readers
  * (block_codes, block_scales) and layouts, and computes the very same numbers as its integer
@@ -79,8 +80,12 @@ static inline __attribute__((always_inline)) void rows_tile(
             for (int v = 0; v < vectors; v++) {
                 const float *at = x.d + b * x.stride + first_act + 8 * v;
                 _mm256_store_ps(factors[r] + 8 * v, _mm256_mul_ps(d_w, _mm256_loadu_ps(at)));
+#if !defined(NO_OFFSETS)
                 offsets[r][v] = _mm256_add_ps(offsets[r][v], _mm256_mul_ps(
                     m_w, _mm256_loadu_ps(x.s + b * x.stride + first_act + 8 * v)));
+#else
+                (void)m_w;
+#endif
             }
         }
         for (int i = 0; i < acts; i++) {
@@ -102,7 +107,11 @@ static inline __attribute__((always_inline)) void rows_tile(
                                      _mm256_extractf128_ps(sums[r][i], 1));
             half = _mm_add_ps(half, _mm_movehl_ps(half, half));
             half = _mm_add_ss(half, _mm_movehdup_ps(half));
+#if defined(NO_OFFSETS)
+            out[i * n + r] = _mm_cvtss_f32(half);
+#else
             out[i * n + r] = _mm_cvtss_f32(half) + OFFSET_FACTOR * offset[i];
+#endif
         }
     }
 }
@@ -151,20 +160,26 @@ static void rows_matmul_range(rows_activations x, const uint8_t *weight, float *
 /* The wide tile (AVX-512; the AVX2 tile above where it is missing): up to WIDE_WEIGHT_MAX
  * (4) weight rows by up to WIDE_ROWS (16) activation rows, 16 accumulators of 512 bits, each
  * holding a pair of activation rows interleaved: 32-bit lane 2j + t is lane j of activation
- * row 2p + t of the pair p (t = 0, 1). Four weight rows by four pairs (8 activation rows, the
- * 8-client step) or two by eight (16 rows).
- *   - A weight block is unpacked once (one byte permute) into codes duplicated for both rows
- *     of a pair; the activations are stored interleaved that way once per launch.
+ * row 2p + t of the pair p (t = 0, 1). Four weight rows by two or four pairs (4 activation
+ * rows: a short prompt; 8: the 8-client step) or two by eight (16 rows).
+ *   - A weight block is unpacked once (one byte permute; iq4_nl: then two 16-bit permutes on
+ *     its table) into codes duplicated for both rows of a pair; the activations are stored
+ *     interleaved that way once per launch.
  *   - Per pair of (weight row, activation row) blocks: one madd, one dpwssd, one conversion
  *     and one fma whose factors {d_w d_x0, d_w d_x1} are one 64-bit broadcast load: the
  *     integer tile's very float steps for both rows at once.
  *   - The weight rows' float16 scales are converted 16 at a time (SCALE_BLOCKS a chunk).
  *   - The horizontal sums of eight accumulators (16 row pairs) are one tree of 128-bit and
  *     in-lane shuffles: the integer tile's additions, pair for pair.
- * Below WIDE_MIN (7) rows, and for a last group of fewer, the AVX2 tile runs (faster there).
+ *   - Formats without offsets (NO_OFFSETS: iq4_nl) skip the offset products, as their
+ *     integer tile does.
+ * Below WIDE_MIN (4) rows, and for a last group of fewer, the AVX2 tile runs (faster there).
  * Measured (one thread, SmolLM2's shapes, CPU time per row against a row alone): 2 rows 0.89x,
  * 4 rows 0.73x (the AVX2 tile); 8 rows 0.59-0.64x (the AVX2 tile: 0.69x), 12 rows 0.66x,
- * 16-32 rows 0.61x (0.69x). */
+ * 16-32 rows 0.61x (0.69x). Against quantized.c's many-row tile (one thread, CPU time,
+ * SmolLM2's four layer shapes, 2026-12-05, load 4-6): 4 rows on two pairs 0.75-0.84x (q4_0,
+ * q4_1, q8_0, iq4_nl; the AVX2 tile 0.93-0.97x), 3 rows 0.96-1.07x (the AVX2 tile 0.92-1.01x),
+ * 6 rows 0.63-0.79x (0.72-0.94x). */
 #define WIDE_WEIGHT_MAX 4 /* weight rows per tile, at most */
 #define WIDE_PAIRS 8
 #define WIDE_ROWS (2 * WIDE_PAIRS)
@@ -283,8 +298,12 @@ static inline __attribute__((always_inline)) void wide_tile(
                 const float *row_scales = scales + r * SCALE_KINDS * SCALE_BLOCKS + i;
                 /* {d_w d_x}, and m_w s_x (q4_1) or d_w s_x: the integer tile's products */
                 _mm512_store_ps(factors[r], _mm512_mul_ps(d_x, _mm512_set1_ps(row_scales[0])));
+#if !defined(NO_OFFSETS)
                 offsets[r] = _mm512_add_ps(offsets[r], _mm512_mul_ps(
                     s_x, _mm512_set1_ps(row_scales[(SCALE_KINDS - 1) * SCALE_BLOCKS])));
+#else
+                (void)s_x;
+#endif
             }
             for (int p = 0; p < pairs; p++) {
                 const int16_t *q = codes + 64 * (b * WIDE_PAIRS + p);
@@ -333,15 +352,19 @@ static inline __attribute__((always_inline)) void wide_tile(
             const int lane = 4 * (slot % 4) + 2 * (slot / 4);
             for (int t = 0; t < 2 && 2 * p + t < acts; t++) {
                 const int i = 2 * p + t;
+#if defined(NO_OFFSETS)
+                out[i * n + r] = found[lane + t];
+#else
                 out[i * n + r] = found[lane + t] + OFFSET_FACTOR * offset[r][i];
+#endif
             }
         }
     }
 }
 
 /* Weight rows [first, last) against every activation group: four weight rows at a time for
- * a group of up to four pairs, two for more (16 accumulators either way). A group's pairs are
- * rounded up to 4, 6 or 8 (its rows past the last are zero and their sums never stored; a last
+ * a group of up to four pairs, two for more (8 or 16 accumulators). A group's pairs are
+ * rounded up to 2, 4, 6 or 8 (its rows past the last are zero and their sums never stored; a last
  * group holds at least WIDE_MIN rows), so few tile shapes are compiled. */
 static void wide_matmul_range(wide_activations x, const uint8_t *weight, float *out, int64_t m,
                               int64_t n, int64_t first, int64_t last) {
@@ -362,8 +385,10 @@ static void wide_matmul_range(wide_activations x, const uint8_t *weight, float *
                 if (count == 2) WIDE(2, 8); else WIDE(1, 8);
             } else if (pairs > 4) {
                 if (count == 2) WIDE(2, 6); else WIDE(1, 6);
-            } else {
+            } else if (pairs > 2) {
                 if (count == 4) WIDE(4, 4); else if (count == 2) WIDE(2, 4); else WIDE(1, 4);
+            } else {
+                if (count == 4) WIDE(4, 2); else if (count == 2) WIDE(2, 2); else WIDE(1, 2);
             }
 #undef WIDE
             j += count;
@@ -403,9 +428,9 @@ static void wide_interleave(activation_blocks quantized, int64_t m, int64_t bloc
 
 #if defined(ROWS_WIDE)
 /* Activation rows per launch from which the wide tile runs (fewer: the AVX2 tile, faster at
- * 2-6 rows: at 2 rows 0.89x a row alone per row against the wide tile's 1.17x), and the rows
+ * 2-3 rows: at 2 rows 0.89x a row alone per row against the wide tile's 1.17x), and the rows
  * of a last group it takes (fewer are left to the AVX2 tile). */
-#define WIDE_MIN 7
+#define WIDE_MIN 4
 
 /* The activation rows [0, wide) the wide tile takes. */
 static inline int64_t wide_count(int64_t m) {
