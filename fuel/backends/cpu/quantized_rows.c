@@ -362,6 +362,13 @@ static inline __attribute__((always_inline)) void wide_tile(
     }
 }
 
+/* The pairs a group of `acts` activation rows runs on: (acts + 1) / 2 rounded up to 2, 4, 6
+ * or 8 (few tile shapes compiled). */
+static inline int wide_pairs(int acts) {
+    const int pairs = (acts + 1) / 2;
+    return pairs > 6 ? 8 : pairs > 4 ? 6 : pairs > 2 ? 4 : 2;
+}
+
 /* Weight rows [first, last) against every activation group: four weight rows at a time for
  * a group of up to four pairs, two for more (8 or 16 accumulators). A group's pairs are
  * rounded up to 2, 4, 6 or 8 (its rows past the last are zero and their sums never stored; a last
@@ -373,7 +380,7 @@ static void wide_matmul_range(wide_activations x, const uint8_t *weight, float *
     const int64_t groups = (m + WIDE_ROWS - 1) / WIDE_ROWS;
     for (int64_t g = 0; g < groups; g++) {
         const int acts = m - g * WIDE_ROWS < WIDE_ROWS ? (int)(m - g * WIDE_ROWS) : WIDE_ROWS;
-        const int pairs = (acts + 1) / 2;
+        const int pairs = wide_pairs(acts);
         const int step = pairs > 4 ? 2 : 4; /* weight rows per tile */
         for (int64_t j = first; j < last;) {
             const uint8_t *rows = weight + j * row_bytes;
@@ -406,6 +413,9 @@ static void wide_interleave(activation_blocks quantized, int64_t m, int64_t bloc
             int32_t *units = (int32_t *)(void *)(codes + 64 * WIDE_PAIRS * (g * blocks + b));
             float *block_d = d + WIDE_ROWS * (g * blocks + b);
             float *block_s = s + WIDE_ROWS * (g * blocks + b);
+            /* the codes of the pairs the group's tiles read (wide_pairs), the scales of all */
+            const int64_t left = m - g * WIDE_ROWS;
+            const int read = 2 * wide_pairs(left < WIDE_ROWS ? (int)left : WIDE_ROWS);
             for (int a = 0; a < WIDE_ROWS; a++) {
                 const int64_t i = g * WIDE_ROWS + a;
                 const int p = a / 2, t = a % 2;
@@ -416,6 +426,7 @@ static void wide_interleave(activation_blocks quantized, int64_t m, int64_t bloc
                     block_d[a] = quantized.scales[4 * (i * blocks + b)];
                     block_s[a] = quantized.scales[4 * (i * blocks + b) + 1];
                 }
+                if (a >= read) continue;
                 for (int j = 0; j < 8; j++) {
                     units[32 * p + 2 * j + t] = source[j];          /* codes 2j, 2j + 1 */
                     units[32 * p + 16 + 2 * j + t] = source[8 + j]; /* 16 + 2j, 17 + 2j */
