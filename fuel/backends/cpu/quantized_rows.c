@@ -407,32 +407,38 @@ static void wide_matmul_range(wide_activations x, const uint8_t *weight, float *
  * 4 (i blocks + b)) interleaved by pairs of rows into `wide` (groups of WIDE_ROWS rows). */
 static void wide_interleave(activation_blocks quantized, int64_t m, int64_t blocks,
                             int16_t *codes, float *d, float *s) {
+    /* unit 2j + t of a pair's 32: row t's unit j (codes 2j, 2j + 1), then of 16 + 2j, 17 + 2j */
+    const __m512i low_units = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6,
+                                                22, 7, 23);
+    const __m512i high_units = _mm512_add_epi32(low_units, _mm512_set1_epi32(8));
     const int64_t groups = (m + WIDE_ROWS - 1) / WIDE_ROWS;
-    for (int64_t g = 0; g < groups; g++)
+    for (int64_t g = 0; g < groups; g++) {
+        /* the codes of the pairs the group's tiles read (wide_pairs), the scales of all */
+        const int64_t left = m - g * WIDE_ROWS;
+        const int pairs = wide_pairs(left < WIDE_ROWS ? (int)left : WIDE_ROWS);
         for (int64_t b = 0; b < blocks; b++) {
             int32_t *units = (int32_t *)(void *)(codes + 64 * WIDE_PAIRS * (g * blocks + b));
             float *block_d = d + WIDE_ROWS * (g * blocks + b);
             float *block_s = s + WIDE_ROWS * (g * blocks + b);
-            /* the codes of the pairs the group's tiles read (wide_pairs), the scales of all */
-            const int64_t left = m - g * WIDE_ROWS;
-            const int read = 2 * wide_pairs(left < WIDE_ROWS ? (int)left : WIDE_ROWS);
             for (int a = 0; a < WIDE_ROWS; a++) {
                 const int64_t i = g * WIDE_ROWS + a;
-                const int p = a / 2, t = a % 2;
-                int32_t source[16] = {0};
-                block_d[a] = block_s[a] = 0.0f;
-                if (i < m) {
-                    memcpy(source, quantized.codes + 32 * (i * blocks + b), 64);
-                    block_d[a] = quantized.scales[4 * (i * blocks + b)];
-                    block_s[a] = quantized.scales[4 * (i * blocks + b) + 1];
-                }
-                if (a >= read) continue;
-                for (int j = 0; j < 8; j++) {
-                    units[32 * p + 2 * j + t] = source[j];          /* codes 2j, 2j + 1 */
-                    units[32 * p + 16 + 2 * j + t] = source[8 + j]; /* 16 + 2j, 17 + 2j */
-                }
+                block_d[a] = i < m ? quantized.scales[4 * (i * blocks + b)] : 0.0f;
+                block_s[a] = i < m ? quantized.scales[4 * (i * blocks + b) + 1] : 0.0f;
+            }
+            for (int p = 0; p < pairs; p++) {
+                const int64_t i = g * WIDE_ROWS + 2 * p;
+                const __m512i first = i < m ? _mm512_loadu_si512(quantized.codes + 32 * (i * blocks + b))
+                                            : _mm512_setzero_si512();
+                const __m512i second = i + 1 < m
+                    ? _mm512_loadu_si512(quantized.codes + 32 * ((i + 1) * blocks + b))
+                    : _mm512_setzero_si512();
+                _mm512_store_si512(units + 32 * p,
+                                   _mm512_permutex2var_epi32(first, low_units, second));
+                _mm512_store_si512(units + 32 * p + 16,
+                                   _mm512_permutex2var_epi32(first, high_units, second));
             }
         }
+    }
 }
 #define ROWS_WIDE 1
 #endif
@@ -486,29 +492,39 @@ static void rows_matmul(const float *x, const uint8_t *weight, float *out, int64
 #else
     const int64_t wide_stride = 0;
 #endif
-    activation_blocks quantized = {aligned_alloc(64, 64 * (size_t)count),
-                                   malloc(16 * (size_t)count), NULL, NULL, NULL};
-    /* the scales by block (AVX2 tile); interleaved codes, d and s (wide tile) */
-    float *transposed = aligned_alloc(64, 2 * sizeof(float) * (size_t)(blocks * stride) + 64);
-    int16_t *wide = aligned_alloc(64, 64 * (size_t)(blocks * wide_stride) + 64);
-    float *wide_scales = aligned_alloc(64, 2 * sizeof(float) * (size_t)(blocks * wide_stride)
-                                               + 64);
-    if (quantized.codes == NULL || quantized.scales == NULL || transposed == NULL ||
-        wide == NULL || wide_scales == NULL) {
-        free(quantized.codes);
-        free(quantized.scales);
-        free(transposed);
-        free(wide);
-        free(wide_scales);
-        return;
+    /* one allocation (a launch's five buffers; separate ones cost a short prompt's launch a
+     * few microseconds in malloc and free): the rounded codes and their scales; the scales
+     * by block (AVX2 tile); interleaved codes, d and s (wide tile) */
+    const size_t sizes[5] = {64 * (size_t)count, 16 * (size_t)count,
+                             2 * sizeof(float) * (size_t)(blocks * stride),
+                             64 * (size_t)(blocks * wide_stride),
+                             2 * sizeof(float) * (size_t)(blocks * wide_stride)};
+    size_t total = 0, offsets[5];
+    for (int part = 0; part < 5; part++) {
+        offsets[part] = total;
+        total += (sizes[part] + 63) / 64 * 64;
     }
+    uint8_t *scratch = aligned_alloc(64, total + 64);
+    if (scratch == NULL) return;
+    activation_blocks quantized = {(int16_t *)(void *)(scratch + offsets[0]),
+                                   (float *)(void *)(scratch + offsets[1]), NULL, NULL, NULL};
+    float *transposed = (float *)(void *)(scratch + offsets[2]);
+    int16_t *wide = (int16_t *)(void *)(scratch + offsets[3]);
+    float *wide_scales = (float *)(void *)(scratch + offsets[4]);
     quantize_activations(x, quantized, count);
-    memset(transposed, 0, 2 * sizeof(float) * (size_t)(blocks * stride));
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t b = 0; b < blocks; b++) {
-            transposed[b * stride + i] = quantized.scales[4 * (i * blocks + b)];
-            transposed[(blocks + b) * stride + i] = quantized.scales[4 * (i * blocks + b) + 1];
-        }
+#if defined(ROWS_WIDE)
+    const int64_t rest_from = wide_rows;
+#else
+    const int64_t rest_from = 0;
+#endif
+    if (rest_from < m) { /* the AVX2 tile's rows (every row where the wide tile takes none) */
+        memset(transposed, 0, 2 * sizeof(float) * (size_t)(blocks * stride));
+        for (int64_t i = rest_from; i < m; i++)
+            for (int64_t b = 0; b < blocks; b++) {
+                transposed[b * stride + i] = quantized.scales[4 * (i * blocks + b)];
+                transposed[(blocks + b) * stride + i] = quantized.scales[4 * (i * blocks + b) + 1];
+            }
+    }
     both_activations rows;
     rows.rest = (rows_activations){quantized.codes, transposed, transposed + blocks * stride,
                                    blocks, stride};
@@ -517,6 +533,9 @@ static void rows_matmul(const float *x, const uint8_t *weight, float *out, int64
                     wide_scales + blocks * wide_stride);
     rows.wide = (wide_activations){wide, wide_scales, wide_scales + blocks * wide_stride, blocks};
     rows.wide_rows = wide_rows;
+#else
+    (void)wide;
+    (void)wide_scales;
 #endif
 #if defined(_OPENMP)
     /* chunks of output rows (a multiple of 4, about CHUNKS_PER_THREAD per thread) taken in
@@ -533,11 +552,7 @@ static void rows_matmul(const float *x, const uint8_t *weight, float *out, int64
     (void)threads;
     both_range(rows, weight, out, m, n, 0, n);
 #endif
-    free(quantized.codes);
-    free(quantized.scales);
-    free(transposed);
-    free(wide);
-    free(wide_scales);
+    free(scratch);
 }
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
