@@ -226,10 +226,11 @@ static inline __attribute__((always_inline)) void wide_codes(const uint8_t *bloc
         _mm_loadu_si128((const __m128i *)(block + BLOCK_BYTES - 16)));
     const __m512i lanes = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, index, bytes);
 #if defined(FORMAT_IQ4_NL)
-    /* each 16-bit lane's nibble picks a value of the table (vpermw), as block_codes does */
+    /* each 16-bit lane's nibble picks a value of the table (vpermw), as block_codes does;
+     * the table twice over, so the low nibble needs no mask (vpermw reads 5 index bits) */
     const __m512i table = _mm512_cvtepi8_epi16(
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES)));
-    *low = _mm512_permutexvar_epi16(_mm512_and_si512(lanes, _mm512_set1_epi16(0x0f)), table);
+    *low = _mm512_permutexvar_epi16(lanes, table);
     *high = _mm512_permutexvar_epi16(_mm512_srli_epi16(lanes, 4), table);
 #else
     *low = _mm512_and_si512(lanes, _mm512_set1_epi16(0x0f));
