@@ -23,7 +23,7 @@ from tests.backends.kernel_cases.quantized import (
 
 pytestmark = pytest.mark.skipif(toolchain.unavailable_reason() is not None,
                                 reason="no C compiler")
-FORMATS = (dt.q4_0, dt.q4_1, dt.q8_0, dt.iq4_nl)
+FORMATS = (dt.q4_0, dt.q4_1, dt.q8_0, dt.iq4_nl, dt.q5_0, dt.q5_1)
 
 
 def _weight(dtype, n, k, rng):

@@ -1,6 +1,6 @@
 /* Many-row quantized matmul (batched decode steps, short prompt chunks) for the 32-value
  * integer formats (q4_0, q4_1, q8_0, iq4_nl: q4_0's layout, its nibbles looked up in the
- * non-linear table). This text follows a format's whole quantized library
+ * non-linear table; q5_0, q5_1: q4's nibbles and a fifth bit per code). This text follows a format's whole quantized library
  * (quantized_formats.c, then quantized.c with its entry renamed fuel_quantized_kernel), so it
  * reuses that library's activation rounding (quantize_activations), block readers
  * (block_codes, block_scales) and layouts, and computes the very same numbers as its integer
@@ -27,7 +27,8 @@
  * sum = fma(float(lanes), d_w * d_x, sum) over the blocks; offsets = offsets + m_w * s_x (or
  * d_w * s_x); out = horizontal sum (the same pairing) + OFFSET_FACTOR * offsets.
  */
-#if defined(INTEGER_DOT) && (!defined(CHUNKED) || defined(FORMAT_IQ4_NL)) && USE_AVX2
+#if defined(INTEGER_DOT) && USE_AVX2 && (!defined(CHUNKED) || defined(FORMAT_IQ4_NL) || \
+                                          defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1))
 #ifndef ROWS_WEIGHT
 #define ROWS_WEIGHT 2 /* weight rows per tile */
 #endif
@@ -156,14 +157,15 @@ static void rows_matmul_range(rows_activations x, const uint8_t *weight, float *
 }
 
 #if defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && \
-    defined(__AVX512DQ__) && !defined(NO_AVX512)
+    defined(__AVX512DQ__) && defined(__BMI2__) && !defined(NO_AVX512)
 /* The wide tile (AVX-512; the AVX2 tile above where it is missing): up to WIDE_WEIGHT_MAX
  * (4) weight rows by up to WIDE_ROWS (16) activation rows, 16 accumulators of 512 bits, each
  * holding a pair of activation rows interleaved: 32-bit lane 2j + t is lane j of activation
  * row 2p + t of the pair p (t = 0, 1). Four weight rows by two or four pairs (4 activation
  * rows: a short prompt; 8: the 8-client step) or two by eight (16 rows).
  *   - A weight block is unpacked once (one byte permute; iq4_nl: then two 16-bit permutes on
- *     its table) into codes duplicated for both rows of a pair; the activations are stored
+ *     its table; q5: the fifth bits spread to the lanes by pdep, added under masks) into codes
+ *     duplicated for both rows of a pair; the activations are stored
  *     interleaved that way once per launch.
  *   - Per pair of (weight row, activation row) blocks: one madd, one dpwssd, one conversion
  *     and one fma whose factors {d_w d_x0, d_w d_x1} are one 64-bit broadcast load: the
@@ -171,7 +173,7 @@ static void rows_matmul_range(rows_activations x, const uint8_t *weight, float *
  *   - The weight rows' float16 scales are converted 16 at a time (SCALE_BLOCKS a chunk).
  *   - The horizontal sums of eight accumulators (16 row pairs) are one tree of 128-bit and
  *     in-lane shuffles: the integer tile's additions, pair for pair.
- *   - Formats without offsets (NO_OFFSETS: iq4_nl) skip the offset products, as their
+ *   - Formats without offsets (NO_OFFSETS: iq4_nl, q5_0) skip the offset products, as their
  *     integer tile does.
  * Below WIDE_MIN (4) rows, and for a last group of fewer, the AVX2 tile runs (faster there).
  * Measured (one thread, SmolLM2's shapes, CPU time per row against a row alone): 2 rows 0.89x,
@@ -179,7 +181,8 @@ static void rows_matmul_range(rows_activations x, const uint8_t *weight, float *
  * 16-32 rows 0.61x (0.69x). Against quantized.c's many-row tile (one thread, CPU time,
  * SmolLM2's four layer shapes, 2026-12-05, load 4-6): 4 rows on two pairs 0.75-0.84x (q4_0,
  * q4_1, q8_0, iq4_nl; the AVX2 tile 0.93-0.97x), 3 rows 0.96-1.07x (the AVX2 tile 0.92-1.01x),
- * 6 rows 0.63-0.79x (0.72-0.94x). */
+ * 6 rows 0.63-0.79x (0.72-0.94x); q5_0 / q5_1 (load 5-7) 4 rows 0.67x / 0.75x, 8 rows 0.50x /
+ * 0.51x, 2-3 rows (the AVX2 tile) 0.94-1.00x. */
 #define WIDE_WEIGHT_MAX 4 /* weight rows per tile, at most */
 #define WIDE_PAIRS 8
 #define WIDE_ROWS (2 * WIDE_PAIRS)
@@ -232,6 +235,31 @@ static inline __attribute__((always_inline)) void wide_codes(const uint8_t *bloc
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES)));
     *low = _mm512_permutexvar_epi16(lanes, table);
     *high = _mm512_permutexvar_epi16(_mm512_srli_epi16(lanes, 4), table);
+#elif defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
+    /* the nibbles as q4's, the fifth bits (bit c of the 32 before the nibbles: code c) added
+     * under masks: lane 4j + 2t + u holds code 2j + u, so a half's 16 bits are spread to lanes
+     * 4j + u (pdep) and copied to 4j + 2 + u; q5_0's codes less 16 where the bit is clear */
+    uint32_t bits;
+    memcpy(&bits, block + BLOCK_BYTES - 20, 4);
+#if defined(FORMAT_Q5_0)
+    bits = ~bits;
+#endif
+    const uint32_t low_bits = _pdep_u32(bits & 0xffffu, 0x33333333u);
+    const uint32_t high_bits = _pdep_u32(bits >> 16, 0x33333333u);
+    const __m512i low_codes = _mm512_and_si512(lanes, _mm512_set1_epi16(0x0f));
+    const __m512i high_codes = _mm512_srli_epi16(lanes, 4);
+    const __m512i sixteen = _mm512_set1_epi16(16);
+#if defined(FORMAT_Q5_0)
+    *low = _mm512_mask_sub_epi16(low_codes, _cvtu32_mask32(low_bits | low_bits << 2), low_codes,
+                                 sixteen);
+    *high = _mm512_mask_sub_epi16(high_codes, _cvtu32_mask32(high_bits | high_bits << 2),
+                                  high_codes, sixteen);
+#else
+    *low = _mm512_mask_add_epi16(low_codes, _cvtu32_mask32(low_bits | low_bits << 2), low_codes,
+                                 sixteen);
+    *high = _mm512_mask_add_epi16(high_codes, _cvtu32_mask32(high_bits | high_bits << 2),
+                                  high_codes, sixteen);
+#endif
 #else
     *low = _mm512_and_si512(lanes, _mm512_set1_epi16(0x0f));
     *high = _mm512_srli_epi16(lanes, 4);
