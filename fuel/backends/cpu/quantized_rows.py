@@ -23,6 +23,7 @@ from fuel.ir import dtype as dt
 from fuel.ir.dtype import QuantizedDType
 
 SOURCE = Path(__file__).with_name("quantized_rows.c")
+WIDE_SOURCE = Path(__file__).with_name("quantized_rows_wide.c")  # its AVX-512 tile, placed first
 # The formats this tile serves (quantized.c's 32-value integer formats with byte-permute unpacking).
 FORMATS: frozenset = frozenset({dt.q4_0, dt.q4_1, dt.q8_0, dt.iq4_nl, dt.q5_0, dt.q5_1})
 # From this many activation rows the rows tile runs (one row: quantized.c's decode tile), up
@@ -32,9 +33,9 @@ ROWS_MIN = 2
 
 def source_of(library_source: str) -> str:
     """The library's C: a format's quantized library (``library_source``, quantized.py's
-    ``source_of``) with its entry renamed, then this tile."""
+    ``source_of``) with its entry renamed, then the wide tile and this tile."""
     return ("#define fuel_kernel fuel_quantized_kernel\n" + library_source
-            + "#undef fuel_kernel\n" + SOURCE.read_text())
+            + "#undef fuel_kernel\n" + WIDE_SOURCE.read_text() + SOURCE.read_text())
 
 
 def serves(dtype, rows: int) -> bool:
