@@ -15,14 +15,23 @@ from fuel.compiler import toolchain
 from fuel.ir import dtype as dt
 from fuel.ir.device import CPU
 from fuel.ir.layout import Layout
+from tests.backends.kernel_cases.quantized import (
+    dequantized,
+    quantized_blocks,
+    rounded_activations,
+)
 
 pytestmark = pytest.mark.skipif(toolchain.unavailable_reason() is not None,
                                 reason="no C compiler")
-FORMATS = (dt.q4_0, dt.q4_1, dt.q8_0)
+FORMATS = (dt.q4_0, dt.q4_1, dt.q8_0, dt.iq4_nl, dt.q5_0, dt.q5_1)
 
 
 def _weight(dtype, n, k, rng):
     gguf = pytest.importorskip("gguf")
+    if dtype == dt.iq4_nl:  # gguf has no quantizer for it: random codes, sane scales
+        blocks = quantized_blocks(dtype, n, k, rng)
+        blocks[1, 0::dtype.block_bytes] = blocks[1, 1::dtype.block_bytes] = 0  # a zero row
+        return np.ascontiguousarray(blocks).reshape(-1)
     values = rng.standard_normal((n, k)).astype(np.float32)
     values[:, :32] *= 40.0  # a block of outliers
     values[1, :] = 0.0  # an all-zero weight row
@@ -51,7 +60,7 @@ def test_rows_tile_equals_the_integer_tile_and_each_row_alone(dtype):
     k = 96
     for n in (13, 203):  # a tile remainder; chunks over threads
         weight = _weight(dtype, n, k, rng)
-        for m in (2, 3, 8, 9, 16, 17, 24, 33):
+        for m in (2, 3, 4, 5, 8, 9, 16, 17, 20, 24, 33):
             x = _activations(m, k, rng)
             rows = _run(quantized.rows_library(dtype), x, weight, n, 2)
             tile = _run(quantized.library(dtype), x, weight, n, 1)
@@ -62,6 +71,26 @@ def test_rows_tile_equals_the_integer_tile_and_each_row_alone(dtype):
                 np.testing.assert_array_equal(rows[i].view(np.uint32),
                                               alone[0].view(np.uint32))
 
+
+
+@pytest.mark.parametrize("dtype", FORMATS, ids=lambda d: d.name)
+def test_prompt_shapes_match_gguf_dequantizer(dtype):
+    """quantized_matmul at prompt shapes (2-130 activation rows: the rows tiles, the integer
+    GEMM from its MIN_ROWS; odd counts of blocks, odd output widths) equals gguf's
+    de-quantized weight times the activations rounded by the registry's 16-bit rule, within
+    the kernel suite's tolerance for the format (float32 sums of the exact products)."""
+    rng = np.random.default_rng(17)
+    for n, k in ((37, 96), (203, 544), (9, 1504)):
+        blocks = quantized_blocks(dtype, n, k, rng)
+        weight = fuel.from_quantized(np.ascontiguousarray(blocks).reshape(-1), dtype, (n, k))
+        reference_weight = dequantized(blocks, dtype).astype(np.float64)
+        for m in (2, 3, 4, 5, 7, 8, 13, 16, 19, 20, 33, 64, 95, 96, 130):
+            x = _activations(m, k, rng)
+            out = fuel.quantized_matmul(fuel.from_numpy(x), weight).numpy()
+            expected = rounded_activations(x).astype(np.float64) @ reference_weight.T
+            scale = float((np.abs(x.astype(np.float64)) @ np.abs(reference_weight).T).max())
+            np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6 * scale,
+                                       err_msg=f"{dtype.name} m={m} n={n} k={k}")
 
 def test_the_rule_runs_many_rows_on_the_rows_tile_and_offers_both_tiles(monkeypatch):
     """quantized_matmul's variants for 8 rows of q4_1: the rows tile first (the rule's), then

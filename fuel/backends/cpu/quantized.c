@@ -47,6 +47,77 @@ _Static_assert(ACTIVATION_CODE_MAX == 32767, "activation codes are int16_t");
 /* count blocks of x into out: the registry's round_int16_blocks (d = max|x| / 32767, q =
  * round_half_even(x * (1 / d)), 0 where d is 0), as float32 steps in the decomposition's order.
  * |q| <= 32767: x * (1 / d) is within a few ulps of 32767 at the block's largest value. */
+static inline void store_block_scales(activation_blocks out, int64_t block, float d, int low,
+                                      int high) {
+    out.scales[4 * block] = d;
+    out.scales[4 * block + 1] = d * (float)(low + high);
+    out.scales[4 * block + 2] = d * (float)low;
+    out.scales[4 * block + 3] = d * (float)high;
+    if (out.d != NULL) {
+        out.d[block] = d;
+        out.s[block] = out.scales[4 * block + 1];
+        out.halves[2 * block] = out.scales[4 * block + 2];
+        out.halves[2 * block + 1] = out.scales[4 * block + 3];
+    }
+}
+
+#if USE_AVX2
+/* The same float32 steps in vector steps (d by division, 1 / d by division, the products
+ * rounded half to even by cvtps, the default mode, as rintf). Three passes over up to 64
+ * blocks, so no block's chain (largest -> two divisions -> codes) waits on the last's: the
+ * largest magnitudes, the divisions 8 blocks a vector, the codes. About 3x faster than the
+ * scalar loops below (a short prompt's launches round their rows on one thread first). */
+static void quantize_activations(const float *restrict x, activation_blocks out,
+                                 int64_t count) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    float largest[64] __attribute__((aligned(32))), d[64] __attribute__((aligned(32))),
+        inverse[64] __attribute__((aligned(32)));
+    for (int64_t start = 0; start < count; start += 64) {
+        const int64_t run = count - start < 64 ? count - start : 64;
+        for (int64_t b = 0; b < run; b++) {
+            const float *values = x + 32 * (start + b);
+            const __m256 top = _mm256_max_ps(
+                _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(values)),
+                              _mm256_andnot_ps(sign, _mm256_loadu_ps(values + 8))),
+                _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(values + 16)),
+                              _mm256_andnot_ps(sign, _mm256_loadu_ps(values + 24))));
+            __m128 half = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+            half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+            largest[b] = _mm_cvtss_f32(_mm_max_ss(half, _mm_movehdup_ps(half)));
+        }
+        for (int64_t b = run; b < (run + 7) / 8 * 8; b++) largest[b] = 0.0f;
+        for (int64_t b = 0; b < run; b += 8) {
+            const __m256 scale = _mm256_div_ps(_mm256_load_ps(largest + b),
+                                               _mm256_set1_ps((float)ACTIVATION_CODE_MAX));
+            const __m256 positive = _mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_GT_OQ);
+            _mm256_store_ps(d + b, scale);
+            _mm256_store_ps(inverse + b, _mm256_and_ps(
+                positive, _mm256_div_ps(_mm256_set1_ps(1.0f), scale)));
+        }
+        for (int64_t b = 0; b < run; b++) {
+            const float *values = x + 32 * (start + b);
+            int16_t *codes = out.codes + 32 * (start + b);
+            const __m256 factor = _mm256_set1_ps(inverse[b]);
+            __m256i q[4];
+            for (int j = 0; j < 4; j++) /* cvtps rounds half to even (the default mode), as rintf */
+                q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(values + 8 * j), factor));
+            /* packs interleaves 128-bit lanes: 64-bit quarters 0, 2, 1, 3 restore the order */
+            _mm256_storeu_si256((__m256i *)codes,
+                                _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8));
+            _mm256_storeu_si256((__m256i *)(codes + 16),
+                                _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xd8));
+            /* the halves' sums: lanes 0-3 of (q0 + q1) + its lanes 4-7, the same for q2 + q3 */
+            const __m256i first = _mm256_add_epi32(q[0], q[1]), second = _mm256_add_epi32(q[2], q[3]);
+            __m128i both = _mm_hadd_epi32(
+                _mm_add_epi32(_mm256_castsi256_si128(first), _mm256_extracti128_si256(first, 1)),
+                _mm_add_epi32(_mm256_castsi256_si128(second), _mm256_extracti128_si256(second, 1)));
+            both = _mm_hadd_epi32(both, both); /* {low, high, low, high} */
+            store_block_scales(out, start + b, d[b], _mm_cvtsi128_si32(both),
+                               _mm_extract_epi32(both, 1));
+        }
+    }
+}
+#else
 static void quantize_activations(const float *restrict x, activation_blocks out,
                                  int64_t count) {
     for (int64_t block = 0; block < count; block++) {
@@ -71,29 +142,25 @@ static void quantize_activations(const float *restrict x, activation_blocks out,
             out.codes[32 * block + l] = (int16_t)q;
             high += q;
         }
-        out.scales[4 * block] = d;
-        out.scales[4 * block + 1] = d * (float)(low + high);
-        out.scales[4 * block + 2] = d * (float)low;
-        out.scales[4 * block + 3] = d * (float)high;
-        if (out.d != NULL) {
-            out.d[block] = d;
-            out.s[block] = out.scales[4 * block + 1];
-            out.halves[2 * block] = out.scales[4 * block + 2];
-            out.halves[2 * block + 1] = out.scales[4 * block + 3];
-        }
+        store_block_scales(out, block, d, low, high);
     }
 }
+#endif
 
 /* count blocks of x rounded to 16 bits, back as floats d * q (the operand the float paths
  * multiply). */
 static void round_blocks(const float *restrict x, float *restrict out, int64_t count) {
-    int16_t codes[32];
-    float scales[4];
-    const activation_blocks block = {codes, scales, NULL, NULL, NULL};
-    for (int64_t b = 0; b < count; b++) {
-        quantize_activations(x + 32 * b, block, 1);
+    int16_t codes[32 * 64] __attribute__((aligned(64)));
+    float scales[4 * 64];
+    const activation_blocks blocks = {codes, scales, NULL, NULL, NULL};
+    for (int64_t first = 0; first < count; first += 64) { /* 64 blocks at a time */
+        const int64_t run = count - first < 64 ? count - first : 64;
+        quantize_activations(x + 32 * first, blocks, run);
+        for (int64_t b = 0; b < run; b++) {
 #pragma omp simd
-        for (int l = 0; l < 32; l++) out[32 * b + l] = (float)codes[l] * scales[0];
+            for (int l = 0; l < 32; l++)
+                out[32 * (first + b) + l] = (float)codes[32 * b + l] * scales[4 * b];
+        }
     }
 }
 

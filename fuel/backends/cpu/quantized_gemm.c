@@ -232,65 +232,6 @@ static void gemm_range(gemm_activations a, const uint8_t *weight, float *out, in
     }
 }
 
-/* quantize_activations of count blocks (the same float32 steps, so the same codes and scales:
- * d = max|x| / 32767 by division, q = x * (1 / d) rounded half to even), in vector steps;
- * scales per block = {d, d sum(q), d sum(q[0:16]), d sum(q[16:32])}. Three passes over up to
- * 64 blocks, so no block's chain (largest -> two divisions -> codes) waits on the last's: the
- * largest magnitudes, the divisions 8 blocks a vector, the codes. */
-static void gemm_round_blocks(const float *x, int16_t *codes, float *scales, int64_t count) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    float largest[64] __attribute__((aligned(32))), d[64] __attribute__((aligned(32))),
-        inverse[64] __attribute__((aligned(32)));
-    for (int64_t start = 0; start < count; start += 64) {
-        const int64_t run = count - start < 64 ? count - start : 64;
-        for (int64_t b = 0; b < run; b++) {
-            const float *values = x + 32 * (start + b);
-            const __m256 top = _mm256_max_ps(
-                _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(values)),
-                              _mm256_andnot_ps(sign, _mm256_loadu_ps(values + 8))),
-                _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(values + 16)),
-                              _mm256_andnot_ps(sign, _mm256_loadu_ps(values + 24))));
-            __m128 half = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
-            half = _mm_max_ps(half, _mm_movehl_ps(half, half));
-            largest[b] = _mm_cvtss_f32(_mm_max_ss(half, _mm_movehdup_ps(half)));
-        }
-        for (int64_t b = run; b < (run + 7) / 8 * 8; b++) largest[b] = 0.0f;
-        for (int64_t b = 0; b < run; b += 8) {
-            const __m256 scale = _mm256_div_ps(_mm256_load_ps(largest + b),
-                                               _mm256_set1_ps((float)ACTIVATION_CODE_MAX));
-            const __m256 positive = _mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_GT_OQ);
-            _mm256_store_ps(d + b, scale);
-            _mm256_store_ps(inverse + b, _mm256_and_ps(
-                positive, _mm256_div_ps(_mm256_set1_ps(1.0f), scale)));
-        }
-        for (int64_t b = 0; b < run; b++) {
-            const float *values = x + 32 * (start + b);
-            int16_t *out = codes + 32 * (start + b);
-            const __m256 factor = _mm256_set1_ps(inverse[b]);
-            __m256i q[4];
-            for (int j = 0; j < 4; j++) /* cvtps rounds half to even (the default mode), as rintf */
-                q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(values + 8 * j), factor));
-            /* packs interleaves 128-bit lanes: 64-bit quarters 0, 2, 1, 3 restore the order */
-            _mm256_storeu_si256((__m256i *)out,
-                                _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8));
-            _mm256_storeu_si256((__m256i *)(out + 16),
-                                _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xd8));
-            /* the halves' sums: lanes 0-3 of (q0 + q1) + its lanes 4-7, the same for q2 + q3 */
-            const __m256i first = _mm256_add_epi32(q[0], q[1]), second = _mm256_add_epi32(q[2], q[3]);
-            __m128i both = _mm_hadd_epi32(
-                _mm_add_epi32(_mm256_castsi256_si128(first), _mm256_extracti128_si256(first, 1)),
-                _mm_add_epi32(_mm256_castsi256_si128(second), _mm256_extracti128_si256(second, 1)));
-            both = _mm_hadd_epi32(both, both); /* {low, high, low, high} */
-            const int low = _mm_cvtsi128_si32(both), high = _mm_extract_epi32(both, 1);
-            float *s = scales + 4 * (start + b);
-            s[0] = d[b];
-            s[1] = d[b] * (float)(low + high);
-            s[2] = d[b] * (float)low;
-            s[3] = d[b] * (float)high;
-        }
-    }
-}
-
 /* Rows [first, last) (a multiple of 8 apart) of x rounded and transposed into the panels;
  * rows past m (the padding up to the tile) zero. */
 static void gemm_prepare(const float *x, activation_blocks quantized, int64_t m, int64_t k,
@@ -299,8 +240,11 @@ static void gemm_prepare(const float *x, activation_blocks quantized, int64_t m,
     int32_t *pairs = (int32_t *)a.pairs;
     float *d = (float *)a.d, *sums = (float *)a.sums;
     if (first < real)
-        gemm_round_blocks(x + first * k, quantized.codes + first * k,
-                          quantized.scales + 4 * first * blocks, (real - first) * blocks);
+        quantize_activations(x + first * k,
+                             (activation_blocks){quantized.codes + first * k,
+                                                 quantized.scales + 4 * first * blocks, NULL,
+                                                 NULL, NULL},
+                             (real - first) * blocks);
     /* pair-major columns, 8 rows by 8 pairs at a time: an 8 x 8 transpose of int32 */
     for (int64_t i0 = first; i0 < last; i0 += 8)
         for (int64_t p0 = 0; p0 < k / 2; p0 += 8) {

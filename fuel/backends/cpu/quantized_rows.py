@@ -1,5 +1,6 @@
 """The many-row quantized matmul (``quantized_rows.c``): batched decode steps and short prompt
-chunks on the 32-value integer formats (q4_0, q4_1, q8_0), from ``ROWS_MIN`` activation rows
+chunks on the 32-value integer formats (q4_0, q4_1, q8_0; iq4_nl: q4_0's layout, its nibbles
+through the non-linear table; q5_0, q5_1), from ``ROWS_MIN`` activation rows
 up to the BLAS switch (``quantized.BLAS_ROWS``). Its library is the format's whole quantized
 library with this tile added, and it computes the same numbers bit for bit (the same integer
 lane sums, float steps in the same order), so ``quantized.py``'s rule hands it those launches
@@ -22,8 +23,9 @@ from fuel.ir import dtype as dt
 from fuel.ir.dtype import QuantizedDType
 
 SOURCE = Path(__file__).with_name("quantized_rows.c")
-# The formats this tile serves (quantized.c's 32-value integer formats).
-FORMATS: frozenset = frozenset({dt.q4_0, dt.q4_1, dt.q8_0})
+WIDE_SOURCE = Path(__file__).with_name("quantized_rows_wide.c")  # its AVX-512 tile, placed first
+# The formats this tile serves (quantized.c's 32-value integer formats with byte-permute unpacking).
+FORMATS: frozenset = frozenset({dt.q4_0, dt.q4_1, dt.q8_0, dt.iq4_nl, dt.q5_0, dt.q5_1})
 # From this many activation rows the rows tile runs (one row: quantized.c's decode tile), up
 # to quantized.BLAS_ROWS.
 ROWS_MIN = 2
@@ -31,9 +33,9 @@ ROWS_MIN = 2
 
 def source_of(library_source: str) -> str:
     """The library's C: a format's quantized library (``library_source``, quantized.py's
-    ``source_of``) with its entry renamed, then this tile."""
+    ``source_of``) with its entry renamed, then the wide tile and this tile."""
     return ("#define fuel_kernel fuel_quantized_kernel\n" + library_source
-            + "#undef fuel_kernel\n" + SOURCE.read_text())
+            + "#undef fuel_kernel\n" + WIDE_SOURCE.read_text() + SOURCE.read_text())
 
 
 def serves(dtype, rows: int) -> bool:
