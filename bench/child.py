@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,3 +31,15 @@ def child_result(script: str, arguments: Sequence[str], environment=None):
         raise SystemExit(f"{Path(script).name} {' '.join(arguments)[:200]} failed:\n"
                          f"{done.stderr.strip()[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def median_seconds(function, runs: int, warmup: int = 1) -> float:
+    """The median of ``runs`` timed calls of ``function``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        function()
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        function()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)

@@ -28,13 +28,12 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import types
 from pathlib import Path
 
 import cnn_quant
 import numpy as np
-from child import child_result
+from child import child_result, median_seconds
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
           "squeezenet1_1", "yolo", "unet")
@@ -203,15 +202,9 @@ def measure(system: str, name: str, batch: int, calls: int, save: str) -> dict:
             return list(model.run(inputs).values())
 
     outputs = run()
-    for _ in range(WARMUP):  # the first replays still fault in their buffers
-        run()
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
+    seconds = median_seconds(run, calls, WARMUP)  # the first replays still fault in buffers
     np.savez(save, *[np.asarray(o) for o in outputs])
-    return {"seconds": statistics.median(samples)}
+    return {"seconds": seconds}
 
 
 def _difference(save_fuel: str, save_peer: str) -> float:

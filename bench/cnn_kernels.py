@@ -22,10 +22,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cnn  # noqa: E402
+from child import median_seconds  # noqa: E402
 
 CALLS = 20
 PROFILED = 5
@@ -40,7 +40,7 @@ def _ort(path: str, inputs: dict, threads: int) -> tuple[float, list[tuple[str, 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    wall = _wall(lambda: session.run(None, inputs))
+    wall = median_seconds(lambda: session.run(None, inputs), CALLS, warmup=5)
     options.enable_profiling = True
     options.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"ort_{os.getpid()}")
     session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
@@ -64,7 +64,7 @@ def _fuel(path: str, inputs: dict, threads: int) -> tuple[float, list[tuple[str,
     import fuel.onnx
 
     model = fuel.onnx.load(path)
-    wall = _wall(lambda: model.run(inputs))
+    wall = median_seconds(lambda: model.run(inputs), CALLS, warmup=5)
     runs: dict[tuple[int, str], list[float]] = collections.defaultdict(list)
     for _ in range(PROFILED):
         with fuel.profile() as profile:
@@ -72,17 +72,6 @@ def _fuel(path: str, inputs: dict, threads: int) -> tuple[float, list[tuple[str,
         for index, row in enumerate(profile.launches):
             runs[(index, row.op)].append(row.seconds)
     return wall, [(KINDS.get(op, op), statistics.median(s)) for (_, op), s in runs.items()]
-
-
-def _wall(run) -> float:
-    for _ in range(5):
-        run()
-    samples = []
-    for _ in range(CALLS):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def child(system: str, name: str, batch: int, threads: int) -> None:

@@ -30,22 +30,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
+from child import median_seconds
 
 SYSTEMS = ("fuel fused", "fuel fused .numpy()", "fuel fused openmp", "fuel unfused",
            "numpy per op", "torch eager", "numpy one pass", "numpy one pass allocating")
-
-
-def _time(run, repeats: int) -> float:
-    run()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def _measure(system: str, elements: int, repeats: int) -> float:
@@ -61,23 +51,23 @@ def _measure(system: str, elements: int, repeats: int) -> float:
         def run():
             y = fuel.neg((fuel.relu(source * 1.5 + 0.5) - source) * source / 2.0 + 1.0)
             return y.numpy() if to_host else y.realize()
-        return _time(run, repeats)
+        return median_seconds(run, repeats)
     if system == "torch eager":
         import torch
 
         torch.set_num_threads(1)
         source = torch.from_numpy(x)
-        return _time(lambda: torch.neg((torch.relu(source * 1.5 + 0.5) - source) * source
+        return median_seconds(lambda: torch.neg((torch.relu(source * 1.5 + 0.5) - source) * source
                                        / 2.0 + 1.0), repeats)
     if system == "numpy per op":
         def run():
             return np.negative((np.maximum(x * np.float32(1.5) + np.float32(0.5), 0) - x) * x
                                / np.float32(2.0) + np.float32(1.0))
-        return _time(run, repeats)
+        return median_seconds(run, repeats)
     if system == "numpy one pass allocating":
-        return _time(lambda: np.add(x, np.float32(1.0)), repeats)
+        return median_seconds(lambda: np.add(x, np.float32(1.0)), repeats)
     output = np.empty_like(x)
-    return _time(lambda: np.add(x, np.float32(1.0), out=output), repeats)
+    return median_seconds(lambda: np.add(x, np.float32(1.0), out=output), repeats)
 
 
 OPENCL_DEVICE = "opencl:0"
@@ -139,10 +129,10 @@ def _measure_row(name: str, system: str, size: int, repeats: int) -> float:
                "layer_norm": lambda: functional.layer_norm(tx, (size,), tw),
                "rms_norm": lambda: functional.rms_norm(tx, (size,), tw, 1e-6),
                "gelu": lambda: functional.gelu(tx)}[name]
-        return _time(run, repeats)
+        return median_seconds(run, repeats)
     if system == "numpy per op":
         function = _row_function(name, "numpy")
-        return _time(lambda: function(x, w), repeats)
+        return median_seconds(lambda: function(x, w), repeats)
     import fuel
     import fuel.nn.functional as functional
 
@@ -151,12 +141,12 @@ def _measure_row(name: str, system: str, size: int, repeats: int) -> float:
     fx, fw = fuel.tensor(x, device=device), fuel.tensor(w, device=device)
     if system in ("fuel fused", "opencl fused"):
         function = _row_function(name, "fuel")
-        return _time(lambda: function(fx, fw).realize(), repeats)
+        return median_seconds(lambda: function(fx, fw).realize(), repeats)
     hand_written = {"softmax": lambda: functional.softmax(fx, -1),
                     "layer_norm": lambda: functional.layer_norm(fx, (size,), fw),
                     "rms_norm": lambda: functional.rms_norm(fx, (size,), fw, 1e-6),
                     "gelu": lambda: functional.gelu(fx)}[name]
-    return _time(lambda: hand_written().realize(), repeats)
+    return median_seconds(lambda: hand_written().realize(), repeats)
 
 
 def _rows_table(args) -> None:

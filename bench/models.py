@@ -47,7 +47,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from child import child_result
+from child import child_result, median_seconds
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -59,14 +59,7 @@ DECODE_TOKENS = 64
 
 
 def median_ms(function, runs: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        function()
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        function()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e3
+    return median_seconds(function, runs, warmup) * 1e3
 
 
 def paired_median_ms(ours, theirs, runs: int, warmup: int = 2) -> tuple[float, float | None]:

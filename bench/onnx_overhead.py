@@ -17,7 +17,7 @@ import statistics
 import time
 
 import numpy as np
-from child import child_result
+from child import child_result, median_seconds
 
 
 def chain_model(nodes: int):
@@ -63,16 +63,6 @@ def _feeds(model) -> dict:
     return feeds
 
 
-def _median(function, repeats: int) -> float:
-    function()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
 def measure(system: str, name: str, repeats: int) -> dict:
     """Per-call seconds of one system on one model (run in this process)."""
     model = chain_model(1000) if name == "chain" else resnet_model()
@@ -84,12 +74,12 @@ def measure(system: str, name: str, repeats: int) -> dict:
         options.intra_op_num_threads = 1
         session = onnxruntime.InferenceSession(model.SerializeToString(), options,
                                                providers=["CPUExecutionProvider"])
-        return {"call": _median(lambda: session.run(None, feeds), repeats)}
+        return {"call": median_seconds(lambda: session.run(None, feeds), repeats)}
     import fuel
     import fuel.onnx
 
     loaded = fuel.onnx.load(model)
-    call = _median(lambda: loaded.run(feeds), repeats)
+    call = median_seconds(lambda: loaded.run(feeds), repeats)
     overheads, kernels = [], []
     for _ in range(repeats):
         with fuel.profile() as profile:

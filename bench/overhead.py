@@ -13,22 +13,11 @@ Prints microseconds per node and the ratios against torch eager measured in the 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
+from child import median_seconds
 
 import fuel
-
-
-def _timed(function, repeats: int) -> float:
-    function()  # warm-up
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def chain(x, length: int):
@@ -67,18 +56,19 @@ def main() -> None:
         chain(fuel.from_numpy(np.resize(data, next(sizes))), length).realize()
 
     rows = {}
-    rows["fuel new shape build + realize"] = _timed(fuel_new_shape, args.repeats) / nodes
-    rows["fuel fresh build + realize"] = _timed(fuel_fresh, args.repeats) / nodes
+    rows["fuel new shape build + realize"] = median_seconds(fuel_new_shape, args.repeats) / nodes
+    rows["fuel fresh build + realize"] = median_seconds(fuel_fresh, args.repeats) / nodes
     fuel.set_plan_cache_capacity(128)
-    rows["fuel build + cached plan"] = _timed(fuel_cached, args.repeats) / nodes
-    rows["fuel replay (fuel.jit)"] = _timed(fuel_replay, args.repeats) / nodes
-    rows["numpy"] = _timed(lambda: chain(data, length), args.repeats) / nodes
+    rows["fuel build + cached plan"] = median_seconds(fuel_cached, args.repeats) / nodes
+    rows["fuel replay (fuel.jit)"] = median_seconds(fuel_replay, args.repeats) / nodes
+    rows["numpy"] = median_seconds(lambda: chain(data, length), args.repeats) / nodes
     try:
         import torch
 
         tensor = torch.from_numpy(data)
         with torch.inference_mode():
-            rows["torch eager"] = _timed(lambda: chain(tensor, length), args.repeats) / nodes
+            rows["torch eager"] = median_seconds(lambda: chain(tensor, length),
+                                                 args.repeats) / nodes
     except ImportError:
         print("torch is not installed: no torch column")
     torch_time = rows.get("torch eager")
