@@ -130,7 +130,7 @@ class QuantizedKernel:
             return source_of(self.dtype)
         text = quantized_gemm.source_of(source_of(self.dtype))
         if self.dtype in quantized_rows.FORMATS:
-            text += quantized_rows.WIDE_SOURCE.read_text() + quantized_rows.SOURCE.read_text()
+            text += quantized_rows.tile_source()
         return text
 
     def sizes(self, inputs: Sequence, layouts: Sequence[Layout]) -> tuple[int, ...]:

@@ -31,11 +31,16 @@ FORMATS: frozenset = frozenset({dt.q4_0, dt.q4_1, dt.q8_0, dt.iq4_nl, dt.q5_0, d
 ROWS_MIN = 2
 
 
+def tile_source() -> str:
+    """This tile's C: the wide (AVX-512) tile, then the others."""
+    return WIDE_SOURCE.read_text() + SOURCE.read_text()
+
+
 def source_of(library_source: str) -> str:
     """The library's C: a format's quantized library (``library_source``, quantized.py's
     ``source_of``) with its entry renamed, then the wide tile and this tile."""
     return ("#define fuel_kernel fuel_quantized_kernel\n" + library_source
-            + "#undef fuel_kernel\n" + WIDE_SOURCE.read_text() + SOURCE.read_text())
+            + "#undef fuel_kernel\n" + tile_source())
 
 
 def serves(dtype, rows: int) -> bool:
