@@ -19,9 +19,11 @@ process, 2 by default, and within ``FUEL_JUDGE_SHARE`` of the time since the fir
 launch, 2% by default: a bucket met while that is spent runs the rule and is timed at a later
 bind), ``cached`` (use stored winners, time nothing), ``off`` (every kernel's
 own rule). A profiled launch that runs much slower than its recorded winner marks the entry
-for a re-check. While the machine is busier than its cores (the load average above
-``FUEL_JUDGE_MAX_LOAD``, 1.5 per core by default) timings would rank the candidates by how
-they share the cores: nothing is timed or stored, and the kernel's rule stays. A process
+for a re-check. While other processes share the cores (on Linux: their CPU time over the last
+second, from ``/proc/stat`` less this process's own, above ``OTHERS_CORES``; elsewhere, or
+before a second of history, the load average above 1.5 per core; ``FUEL_JUDGE_MAX_LOAD`` set:
+that load average alone) timings would rank the candidates by how they share the cores:
+nothing is timed or stored, and the kernel's rule stays. A process
 follows a stored winner (the first stored verdict wins), else its own timing, else the rule;
 bitwise agreement across processes takes ``off``, or ``cached`` with tuned winners.
 ``judge_stats()`` counts what it did; ``explain()`` shows the candidates and their times per
@@ -416,19 +418,81 @@ class Judge:
 
 
 def _busy() -> bool:
-    """Whether the machine is busier than ``FUEL_JUDGE_MAX_LOAD`` (default 1.5 runnable
-    tasks per core, the 1-minute load average): timings taken then rank the candidates by
-    how they share the cores with others, so they are not stored for other processes."""
+    """Whether other work shares the cores: timings taken then rank the candidates by how
+    they share the cores with others (a two-thread kernel waits on its descheduled half and
+    loses to its one-thread form), so they are not stored for other processes.
+    ``FUEL_JUDGE_MAX_LOAD`` set: the 1-minute load average above it. Else the other
+    processes' CPU time over the last second (``_OTHERS``) above ``OTHERS_CORES``, and where
+    that cannot be read yet, the load average above 1.5 per core (a 2-core machine running
+    another busy process reads about 2-3, under that bound, which is why it comes second)."""
+    value = os.environ.get("FUEL_JUDGE_MAX_LOAD")
+    if not value:
+        others = _OTHERS.cores()
+        if others is not None:  # cores this process's threads do not use are the others'
+            spare = max(0, (os.cpu_count() or 1) - _threads())
+            return others > OTHERS_CORES + spare
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # pragma: no cover - no load average here
         return False
-    value = os.environ.get("FUEL_JUDGE_MAX_LOAD")
     try:
         limit = float(value) if value else 1.5 * _threads()
     except ValueError:
         raise FuelError(f"FUEL_JUDGE_MAX_LOAD={value!r}: expected a number") from None
     return load > limit
+
+
+class OtherWork:
+    """Other processes' CPU use, in cores, over the last ``CONTENTION_WINDOW`` seconds or
+    more: the machine's busy time (``/proc/stat``: user, nice, system, irq, softirq and steal,
+    the hypervisor's share) less this process's own CPU time, per second of wall time. The
+    machine's figure counts clock ticks, so a window shorter than ``CONTENTION_MINIMUM``
+    seconds tells nothing (None). Samples are taken when asked (two small reads)."""
+
+    def __init__(self, path: str = "/proc/stat", clock=time.monotonic,
+                 own=time.process_time) -> None:
+        self.path, self.clock, self.own = path, clock, own
+        self.samples: list[tuple[float, float, float]] = []
+        try:
+            self.tick = 1.0 / os.sysconf("SC_CLK_TCK")
+        except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+            self.tick = 0.01
+        self.sample()
+
+    def sample(self) -> tuple[float, float, float] | None:
+        """(wall seconds, the machine's busy CPU seconds, this process's CPU seconds)."""
+        try:
+            with open(self.path, "rb") as stat:
+                fields = stat.readline().split()
+            busy = sum(int(x) for x in fields[1:4]) + sum(int(x) for x in fields[6:9])
+        except (OSError, ValueError, IndexError):
+            return None
+        found = (self.clock(), busy * self.tick, self.own())
+        self.samples.append(found)
+        return found
+
+    def cores(self) -> float | None:
+        now = self.sample()
+        if now is None:
+            return None
+        samples = self.samples
+        # keep the newest sample at least a window old (the reference) and those after it
+        while len(samples) > 2 and now[0] - samples[1][0] >= CONTENTION_WINDOW:
+            samples.pop(0)
+        wall0, busy0, own0 = samples[0]
+        span = now[0] - wall0
+        if span < CONTENTION_MINIMUM:
+            return None
+        return max(0.0, (now[1] - busy0) - (now[2] - own0)) / span
+
+
+# Other processes' average CPU use (cores) above which the judge trusts no timing: a second
+# busy process on a 2-core machine reads about 1; a shell, a file indexer or the kernel's own
+# threads stay well under it.
+OTHERS_CORES = 0.3
+CONTENTION_WINDOW = 1.0
+CONTENTION_MINIMUM = 0.5
+_OTHERS = OtherWork()
 
 
 def _processor() -> str:

@@ -317,6 +317,72 @@ def test_every_matmul_variant_computes_batched_and_strided_products(case):
             variant.name
 
 
+class FakeClocks:
+    """Wall and own-CPU clocks a test moves by hand (OtherWork's samples)."""
+
+    def __init__(self) -> None:
+        self.wall = 100.0
+        self.cpu = 5.0
+
+
+def write_stat(path, busy_ticks: int, idle_ticks: int) -> None:
+    """A /proc/stat first line: user, nice, system, idle, iowait, irq, softirq, steal."""
+    user = busy_ticks - 3
+    path.write_text(f"cpu  {user} 0 1 {idle_ticks} 7 1 0 1 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n")
+
+
+def test_other_work_is_the_machines_busy_time_less_this_process(tmp_path):
+    """OtherWork: the machine's busy ticks less this process's CPU time, per second, over at
+    least CONTENTION_MINIMUM seconds (None before); the window slides to about
+    CONTENTION_WINDOW; steal time counts as the others'."""
+    stat, clocks = tmp_path / "stat", FakeClocks()
+    write_stat(stat, 1000, 5000)
+    others = judge_module.OtherWork(str(stat), clock=lambda: clocks.wall,
+                                    own=lambda: clocks.cpu)
+    tick = others.tick
+    clocks.wall += 0.2
+    assert others.cores() is None  # 0.2 s of history: ticks tell nothing yet
+    # 1 s on: this process used 1 CPU second, the machine 1.5 s: the others half a core
+    clocks.wall += 0.8
+    clocks.cpu += 1.0
+    write_stat(stat, 1000 + round(1.5 / tick), 5000)
+    assert others.cores() == pytest.approx(0.5)
+    # the next second only this process runs: the window forgets the first second's others
+    clocks.wall += 1.0
+    clocks.cpu += 1.0
+    write_stat(stat, 1000 + round(2.5 / tick), 5000)
+    assert others.cores() == pytest.approx(0.0, abs=1e-9)
+    clocks.wall += 1.0
+    write_stat(stat, 1000 + round(3.5 / tick), 5000)  # another process: a whole core
+    assert others.cores() == pytest.approx(1.0)
+    assert judge_module.OtherWork(str(tmp_path / "missing")).cores() is None
+
+
+def test_a_machine_shared_with_another_process_is_busy(monkeypatch):
+    """Without FUEL_JUDGE_MAX_LOAD, other processes' CPU use decides (a second busy process
+    on a 2-core machine leaves the load average under the 1.5-per-core bound); cores this
+    process's threads leave idle are the others' to use."""
+    monkeypatch.delenv("FUEL_JUDGE_MAX_LOAD", raising=False)
+    monkeypatch.setattr(judge_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(judge_module, "_threads", lambda: 2)
+    found = {"cores": 1.0}
+
+    class Fixed:
+        def cores(self):
+            return found["cores"]
+
+    monkeypatch.setattr(judge_module, "_OTHERS", Fixed())
+    assert judge_module._busy()
+    found["cores"] = 0.1
+    assert not judge_module._busy()
+    monkeypatch.setattr(judge_module, "_threads", lambda: 1)  # one core of two left idle
+    found["cores"] = 1.0
+    assert not judge_module._busy()
+    monkeypatch.setenv("FUEL_JUDGE_MAX_LOAD", "1000")  # set: the load average alone decides
+    monkeypatch.setattr(judge_module, "_threads", lambda: 2)
+    assert not judge_module._busy()
+
+
 def test_a_busy_machine_keeps_the_rule(fresh_judge, judged_backend, monkeypatch):
     """A machine busier than its cores times nothing (timings then would rank how the
     candidates share the cores, so they could not be stored) and stores nothing: the process
