@@ -63,6 +63,11 @@ LOSING = 4.0  # a candidate this many times slower than the round's best sits ou
 # varies by a few percent: one round ranks it, and its losers' further runs cost the most)
 LONG_LOSING = 1.5
 LONG_LAUNCH = 2e-4
+# Where a round's best takes LONG_LAUNCH or more, the later rounds time each candidate without
+# its untimed run first (a thread team's wake-up is a few microseconds of it) and stop after
+# this many rounds once the ranking separates: a MiniLM sweep process spent its whole timing
+# allowance, a few hundred ms, mostly on such launches, so fewer buckets were decided per run.
+LONG_SETTLED_ROUNDS = 2
 REGRESSION = 1.5  # a profiled median this much slower than the winner's triggers a re-check
 REGRESSION_SAMPLES = 5
 FORMAT = 1  # the winners file's format
@@ -532,12 +537,14 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
     filled) falls on all of them alike, as it does between the launches of a model. Each
     timed run follows an untimed one of the same candidate, so a threaded candidate is timed
     with its threads awake, as in a model's back-to-back launches (timed cold, a thread
-    team's wake-up made every two-thread form lose to its one-thread form). A
+    team's wake-up made every two-thread form lose to its one-thread form); after a round
+    whose best took LONG_LAUNCH or more, without it. A
     candidate far behind the best after a round (LOSING; LONG_LOSING where the best takes
     LONG_LAUNCH or more) sits out the rest; the rounds after the second stop once ``allowed``
     seconds (what the judge's allowance has left) have passed, and the rounds after
-    SETTLED_ROUNDS once one candidate's slowest run beats every other's fastest by MARGIN
-    (``_separated``); one that fails to prepare or run drops out."""
+    SETTLED_ROUNDS (LONG_SETTLED_ROUNDS for long launches) once one candidate's slowest run
+    beats every other's fastest by MARGIN (``_separated``); one that fails to prepare or run
+    drops out."""
     storage = outputs[0] if outputs else None
     synchronize = None
     if storage is not None and storage.device.backend is not BackendId.CPU:
@@ -563,25 +570,29 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
     active = list(launchers)
     limit = min(CANDIDATE_SECONDS * max(1, len(active)), max(0.0, allowed))
     begin = time.perf_counter()
+    long = False  # the last round's best took LONG_LAUNCH or more
     for round_ in range(REPEATS):
         if not active:
             break
         shift = round_ % len(active)
         for name in active[shift:] + active[:shift]:
             try:
-                launchers[name]()  # untimed: its threads awake, as between a model's launches
+                if not long:  # untimed: its threads awake, as between a model's launches
+                    launchers[name]()
                 samples[name].append(run(launchers[name]))
             except Exception:
                 samples[name] = []
         active = [name for name in active if samples[name]]
         if active:
             best = min(samples[name][-1] for name in active)
-            losing = LONG_LOSING if best >= LONG_LAUNCH else LOSING
+            long = best >= LONG_LAUNCH
+            losing = LONG_LOSING if long else LOSING
             active = [name for name in active
                       if not (samples[name][-1] > losing * best and samples[name][-1] > 1e-4)]
         if time.perf_counter() - begin > limit and round_ >= 1:
             break
-        if round_ + 1 >= SETTLED_ROUNDS and _separated([samples[name] for name in active]):
+        settled = LONG_SETTLED_ROUNDS if long else SETTLED_ROUNDS
+        if round_ + 1 >= settled and _separated([samples[name] for name in active]):
             break  # more rounds would only confirm the ranking
     return {name: statistics.median(found) for name, found in samples.items() if found}
 

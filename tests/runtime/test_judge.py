@@ -677,6 +677,13 @@ def test_timing_stops_once_the_ranking_is_settled(monkeypatch):
         [candidate("a", [1.0e-4, 1.2e-4, 1.2e-4], counts), candidate("b", [1.1e-4], counts)],
         [], [], [], None)
     assert counts["b"] == 1 + 2 * judge_module.REPEATS
+    # long launches: after the first round no untimed runs, settled after LONG_SETTLED_ROUNDS
+    counts = {"a": 0, "b": 0}
+    found = judge_module._time_candidates(
+        [candidate("a", [1.0e-3], counts), candidate("b", [1.3e-3], counts)], [], [], [], None)
+    extra = judge_module.LONG_SETTLED_ROUNDS - 1
+    assert counts == {"a": 1 + 2 + extra, "b": 1 + 2 + extra}
+    assert found == pytest.approx({"a": 1.0e-3, "b": 1.3e-3})
 
 
 @pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
