@@ -17,8 +17,19 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# o200k's split (tokenizer.json of Phi-4, whose GGUF is a phi3 model with pre "gpt-4o"): words
+# split at case changes, contractions kept, digits in threes
+_CASED_WORDS = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+{c}|"
+                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*{c}|")
+_SPLIT_TAIL = r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+GPT4O_REGEX = (_CASED_WORDS.replace("{c}", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?") + r"\p{N}{1,3}|"
+               + _SPLIT_TAIL)
+# Mistral's tekken (Mistral Nemo's GGUF: a llama model with pre "tekken"): the same words
+# without contractions, every digit alone
+TEKKEN_REGEX = _CASED_WORDS.replace("{c}", "") + r"\p{N}|" + _SPLIT_TAIL
 PRE_REGEXES = {name: LLAMA3_REGEX for name in ("llama-bpe", "llama3", "dbrx", "smaug-bpe")}
 PRE_REGEXES.update({name: QWEN2_REGEX for name in ("qwen2", "deepseek-r1-qwen")})
+PRE_REGEXES.update({"gpt-4o": GPT4O_REGEX, "tekken": TEKKEN_REGEX})
 NORMAL = 1
 UNKNOWN = 2
 CONTROL = 3

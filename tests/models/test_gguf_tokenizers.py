@@ -1,9 +1,9 @@
 """Tokenizers built from GGUF vocabularies give llama.cpp's token ids (llama-cpp-python reading
 the same file, vocabulary only) on about five hundred varied strings: unicode, code, numbers,
 whitespace runs, special tokens inside text. Byte-level BPE: SmolLM2's vocabulary under the
-pre-tokenizers llama.cpp names (smollm, llama-bpe, qwen2, gpt-2). SentencePiece: a BPE model
-trained here with byte fallback, with and without the space prefix (Llama's and Gemma's
-settings)."""
+pre-tokenizers llama.cpp names (smollm, llama-bpe, qwen2, gpt-2, gpt-4o, tekken and others).
+SentencePiece: a BPE model trained here with byte fallback, with and without the space
+prefix (Llama's and Gemma's settings)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,9 @@ def _compare(path, strings) -> None:
     assert not mismatches, f"{len(mismatches)} of {len(strings)} differ, e.g. {mismatches[:3]}"
 
 
-@pytest.mark.parametrize("pre", ["smollm", "llama-bpe", "qwen2", "gpt-2"])
+@pytest.mark.parametrize("pre", ["smollm", "llama-bpe", "qwen2", "gpt-2", "gpt-4o", "tekken",
+                                 "refact", "dbrx", "olmo", "starcoder", "command-r",
+                                 "deepseek-r1-qwen"])
 def test_byte_level_bpe_matches_llama_cpp(pre, smollm_path, tmp_path):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is the reference")
     from fuel.models.gguf_loader import GGUFModelFile
