@@ -61,6 +61,8 @@ class LlamaConfig:
     rope_dim: int = 0  # rotated dims of each head (partial rotary); 0: all
     rope_scale: float = 1.0  # linear rope scaling: positions divided by this
     rope_factors: tuple[float, ...] = ()  # per-frequency divisors (llama3's rope_freqs)
+    # longrope (Phi-3.5, Phi-3's 128k files, Phi-4-mini): cos and sin multiplied by this
+    rope_mscale: float = 1.0
     rope_base_local: float = 0.0  # sliding-window layers' rope base; 0: rope_base
     attention_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
     attention_softcap: float = 0.0  # tanh soft-cap of attention scores; 0: none
@@ -259,9 +261,16 @@ class GGUFModelFile:
         bos = self.value("tokenizer.ggml.bos_token_id")
         eos = self.value("tokenizer.ggml.eos_token_id")
         scaling = str(key("rope.scaling.type", "none"))
-        if scaling not in ("none", "linear"):
+        if scaling not in ("none", "linear", "longrope"):
             raise ModelFormatError(f"{self.path.name}: rope scaling '{scaling}' is not supported "
-                                   "(fuel runs none, linear and llama3's rope_freqs)")
+                                   "(fuel runs none, linear, llama3's rope_freqs and longrope)")
+        factors: tuple[float, ...] = ()
+        if "rope_freqs.weight" in self.tensors:
+            factors = tuple(float(f) for f in self.tensor("rope_freqs.weight"))
+        elif "rope_factors_short.weight" in self.tensors:
+            # longrope: the short factors, which llama.cpp and transformers use while the
+            # context stays within the original one (the long ones serve beyond it)
+            factors = tuple(float(f) for f in self.tensor("rope_factors_short.weight"))
         window = int(key("attention.sliding_window", 0) or 0) if family.sliding else 0
         attention_scale = float(key("attention.scale", 0.0) or 0.0)
         if family.gemma_scale and not attention_scale:
@@ -289,8 +298,9 @@ class GGUFModelFile:
             rope_dim=rope_dim if rope_dim != head_dim else 0,
             rope_scale=float(key("rope.scaling.factor", 1.0) or 1.0) if scaling == "linear"
             else 1.0,
-            rope_factors=tuple(float(f) for f in self.tensor("rope_freqs.weight"))
-            if "rope_freqs.weight" in self.tensors else (),
+            rope_factors=factors,
+            rope_mscale=float(key("rope.scaling.attn_factor", 1.0) or 1.0)
+            if "rope_factors_short.weight" in self.tensors else 1.0,
             rope_base_local=10000.0 if arch == "gemma3" else 0.0,
             attention_scale=attention_scale,
             attention_softcap=float(key("attn_logit_softcapping", 0.0) or 0.0),

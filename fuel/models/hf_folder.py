@@ -7,6 +7,7 @@ either kind of source with the same description of the family."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -75,12 +76,15 @@ def hf_config(values: dict, family: Family, tied: bool, where: str) -> LlamaConf
     scaling = values.get("rope_scaling") or values.get("rope_parameters") or {}
     kind = scaling.get("rope_type", scaling.get("type", "default")) if isinstance(
         scaling, dict) else "default"
-    if kind not in ("default", "linear", "llama3"):
+    if kind not in ("default", "linear", "llama3", "longrope"):
         raise ModelFormatError(f"{where}: rope scaling '{kind}' is not supported (fuel runs "
-                               "default, linear and llama3)")
+                               "default, linear, llama3 and longrope)")
     factors: tuple[float, ...] = ()
+    mscale = 1.0
     if kind == "llama3":
         factors = llama3_rope_factors(scaling, _rope_theta(values), rotary)
+    elif kind == "longrope":
+        factors, mscale = longrope_short(scaling, values, where)
     window = int(values.get("sliding_window") or 0) if family.sliding else 0
     layer_types = values.get("layer_types")
     if window and layer_types:
@@ -115,7 +119,7 @@ def hf_config(values: dict, family: Family, tied: bool, where: str) -> LlamaConf
         add_bos_token=False, tied_embeddings=tied, family=family.name,
         rope_dim=rotary if rotary != head_dim else 0,
         rope_scale=float(scaling.get("factor", 1.0)) if kind == "linear" else 1.0,
-        rope_factors=factors,
+        rope_factors=factors, rope_mscale=mscale,
         rope_base_local=_rope_theta(values, "sliding_attention", 10000.0)
         if family.name == "gemma3" else 0.0,
         attention_scale=scale,
@@ -125,6 +129,24 @@ def hf_config(values: dict, family: Family, tied: bool, where: str) -> LlamaConf
         residual_scale=float(values.get("residual_multiplier", 1.0)),
         logit_scale=float(values.get("logits_scaling", 1.0)),
     )
+
+
+def longrope_short(scaling: dict, values: dict, where: str) -> tuple[tuple[float, ...], float]:
+    """longrope's short factors and its attention factor (cos and sin multiplied by it:
+    ``attention_factor``, else sqrt(1 + ln(s) / ln(original)) for s = the context over the
+    original context, 1 where s <= 1), as transformers computes them; the long factors serve
+    contexts beyond the original one, which fuel does not switch to."""
+    short = scaling.get("short_factor")
+    if not isinstance(short, list) or not short:
+        raise ModelFormatError(f"{where}: longrope scaling without its short_factor list")
+    original = scaling.get("original_max_position_embeddings") or values.get(
+        "original_max_position_embeddings") or values.get("max_position_embeddings", 2048)
+    context = values.get("max_position_embeddings", original)
+    factor = float(scaling.get("factor") or context / original)
+    mscale = scaling.get("attention_factor")
+    if mscale is None:
+        mscale = 1.0 if factor <= 1.0 else math.sqrt(1.0 + math.log(factor) / math.log(original))
+    return tuple(float(f) for f in short), float(mscale)
 
 
 def llama3_rope_factors(scaling: dict, base: float, dim: int) -> tuple[float, ...]:

@@ -177,19 +177,21 @@ def rope_inverse_frequencies(config: LlamaConfig) -> np.ndarray:
 
 
 def rope_matrices(inverse_frequencies: np.ndarray, start: int, count: int,
-                  size: int | None = None) -> np.ndarray:
+                  size: int | None = None, scale: float = 1.0) -> np.ndarray:
     """``(count, size, size)`` matrices R with ``x @ R`` = rotate-half RoPE of ``x``'s first
     ``2 * half`` dims at positions ``start .. start + count - 1`` (the rest pass through;
     ``size`` defaults to ``2 * half``). Two rows of frequencies give ``(count, 2, size,
     size)``."""
     if inverse_frequencies.ndim == 2:
-        return np.stack([rope_matrices(row, start, count, size)
+        return np.stack([rope_matrices(row, start, count, size, scale)
                          for row in inverse_frequencies], axis=1)
     half = inverse_frequencies.size
     size = size or 2 * half
     positions = np.arange(start, start + count, dtype=np.int64).astype(np.float32)
     angles = positions[:, None] * inverse_frequencies[None, :]
     cos, sin = np.cos(angles), np.sin(angles)
+    if scale != 1.0:  # longrope's attention factor
+        cos, sin = cos * np.float32(scale), sin * np.float32(scale)
     rotation = np.zeros((count, size, size), np.float32)
     first, second = np.arange(half), np.arange(half, 2 * half)
     rotation[:, first, first] = cos
@@ -217,7 +219,8 @@ def attention_mask(start: int, count: int, group: int, capacity: int,
 def step_rope(config: LlamaConfig, inverse_frequencies: np.ndarray, start: int,
               count: int) -> np.ndarray:
     """A step's rotation matrices (``rope_matrices`` over whole heads)."""
-    return rope_matrices(inverse_frequencies, start, count, config.head_dim)
+    return rope_matrices(inverse_frequencies, start, count, config.head_dim,
+                         config.rope_mscale)
 
 
 def attention_span(start: int, count: int, capacity: int) -> int:

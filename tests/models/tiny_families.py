@@ -5,6 +5,7 @@ norms stored as 1 + w)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,12 @@ FAMILY_CONFIGS = {
                                    num_hidden_layers=6, rope_theta=100000.0,
                                    rope_local_base_freq=10000.0, tie_word_embeddings=True)),
     "phi3": ("phi3", dict(partial_rotary_factor=0.5, num_key_value_heads=4)),
+    # Phi-3.5's longrope: the short factors within the original context, cos and sin scaled
+    "phi3/longrope": ("phi3", dict(
+        partial_rotary_factor=0.5, num_key_value_heads=4, max_position_embeddings=192,
+        original_max_position_embeddings=48, rope_parameters=dict(
+            rope_type="longrope", rope_theta=10000.0, short_factor=[1.0, 1.5, 3.0, 7.0],
+            long_factor=[1.0, 4.0, 16.0, 40.0]))),
     "olmo2": ("olmo2", dict()),
 }
 # families transformers itself reads from GGUF (a check of the writer's conventions; its
@@ -111,6 +118,15 @@ def write_gguf(model, family: str, path: Path, matrix_type: str = "F32") -> Path
     elif rope_type == "llama3":  # llama.cpp's converter writes the factors as a tensor
         factors = llama3_rope_factors(parameters, float(parameters["rope_theta"]), rotary)
         writer.add_tensor("rope_freqs.weight", np.asarray(factors, np.float32))
+    elif rope_type == "longrope":  # both factor lists as tensors, the attention factor a key
+        original = int(config.original_max_position_embeddings)
+        for kind in ("long", "short"):
+            writer.add_tensor(f"rope_factors_{kind}.weight",
+                              np.asarray(parameters[f"{kind}_factor"], np.float32))
+        scale = config.max_position_embeddings / original
+        writer.add_float32(f"{family}.rope.scaling.attn_factor",
+                           math.sqrt(1.0 + math.log(scale) / math.log(original)))
+        writer.add_uint32(f"{family}.rope.scaling.original_context_length", original)
     for key, attribute in (("attn_logit_softcapping", "attn_logit_softcapping"),
                            ("final_logit_softcapping", "final_logit_softcapping"),
                            ("embedding_scale", "embedding_multiplier"),
