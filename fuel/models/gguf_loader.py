@@ -265,12 +265,14 @@ class GGUFModelFile:
             raise ModelFormatError(f"{self.path.name}: rope scaling '{scaling}' is not supported "
                                    "(fuel runs none, linear, llama3's rope_freqs and longrope)")
         factors: tuple[float, ...] = ()
+        mscale = 1.0
         if "rope_freqs.weight" in self.tensors:
             factors = tuple(float(f) for f in self.tensor("rope_freqs.weight"))
         elif "rope_factors_short.weight" in self.tensors:
             # longrope: the short factors, which llama.cpp and transformers use while the
             # context stays within the original one (the long ones serve beyond it)
             factors = tuple(float(f) for f in self.tensor("rope_factors_short.weight"))
+            mscale = float(key("rope.scaling.attn_factor", 1.0) or 1.0)
         window = int(key("attention.sliding_window", 0) or 0) if family.sliding else 0
         attention_scale = float(key("attention.scale", 0.0) or 0.0)
         if family.gemma_scale and not attention_scale:
@@ -299,8 +301,7 @@ class GGUFModelFile:
             rope_scale=float(key("rope.scaling.factor", 1.0) or 1.0) if scaling == "linear"
             else 1.0,
             rope_factors=factors,
-            rope_mscale=float(key("rope.scaling.attn_factor", 1.0) or 1.0)
-            if "rope_factors_short.weight" in self.tensors else 1.0,
+            rope_mscale=mscale,
             rope_base_local=10000.0 if arch == "gemma3" else 0.0,
             attention_scale=attention_scale,
             attention_softcap=float(key("attn_logit_softcapping", 0.0) or 0.0),

@@ -185,14 +185,22 @@ def rope_matrices(inverse_frequencies: np.ndarray, start: int, count: int,
     if inverse_frequencies.ndim == 2:
         return np.stack([rope_matrices(row, start, count, size, scale)
                          for row in inverse_frequencies], axis=1)
+    return rope_at(inverse_frequencies, np.arange(start, start + count, dtype=np.int64), size,
+                   scale)
+
+
+def rope_at(inverse_frequencies: np.ndarray, positions: np.ndarray, size: int | None = None,
+            scale: float = 1.0) -> np.ndarray:
+    """``(len(positions), size, size)`` rotation matrices (``rope_matrices``' form, one row
+    of frequencies) at any ``positions``; ``scale`` multiplies cos and sin (longrope's
+    attention factor)."""
     half = inverse_frequencies.size
     size = size or 2 * half
-    positions = np.arange(start, start + count, dtype=np.int64).astype(np.float32)
-    angles = positions[:, None] * inverse_frequencies[None, :]
+    angles = positions.astype(np.float32)[:, None] * inverse_frequencies[None, :]
     cos, sin = np.cos(angles), np.sin(angles)
-    if scale != 1.0:  # longrope's attention factor
+    if scale != 1.0:
         cos, sin = cos * np.float32(scale), sin * np.float32(scale)
-    rotation = np.zeros((count, size, size), np.float32)
+    rotation = np.zeros((positions.size, size, size), np.float32)
     first, second = np.arange(half), np.arange(half, 2 * half)
     rotation[:, first, first] = cos
     rotation[:, second, second] = cos

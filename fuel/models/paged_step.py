@@ -31,6 +31,7 @@ from fuel.models.llama_graph import (
     embed,
     feed_forward,
     project,
+    rope_at,
 )
 from fuel.models.llama_graph import row_bucket as bucket
 from fuel.nn.functional import paged_attention
@@ -193,8 +194,8 @@ class PagedStepper:
             if chunk.logits:
                 picks[pick] = row - 1
                 pick += 1
-        rope = rope_rows(self.model._inverse_frequencies, positions,
-                         self.model.config.rope_mscale)
+        rope = rope_at(self.model._inverse_frequencies, positions,
+                       scale=self.model.config.rope_mscale)
         return ids, slots, rope, table, lengths, picks
 
     def step(self, chunks: Sequence[Chunk]) -> np.ndarray:
@@ -264,21 +265,3 @@ class PagedStepper:
         for key in [k for k in self._picks if k not in used]:
             del self._picks[key]
         return len(dropped)
-
-
-def rope_rows(inverse_frequencies: np.ndarray, positions: np.ndarray,
-              scale: float = 1.0) -> np.ndarray:
-    """``(rows, d, d)`` RoPE matrices at ``positions`` (``llama_graph.rope_matrices``' rows,
-    one position per row; ``scale`` multiplies cos and sin)."""
-    half = inverse_frequencies.size
-    angles = positions.astype(np.float32)[:, None] * inverse_frequencies[None, :]
-    cos, sin = np.cos(angles), np.sin(angles)
-    if scale != 1.0:
-        cos, sin = cos * np.float32(scale), sin * np.float32(scale)
-    rotation = np.zeros((positions.size, 2 * half, 2 * half), np.float32)
-    first, second = np.arange(half), np.arange(half, 2 * half)
-    rotation[:, first, first] = cos
-    rotation[:, second, second] = cos
-    rotation[:, second, first] = -sin
-    rotation[:, first, second] = sin
-    return rotation
