@@ -87,7 +87,7 @@ class ChatSession:
         self.transcript_text = ChatTemplate.of(model).render(messages) + answer
         self.transcript_ids = ids
         if not generation.stopped_at_string:
-            ended = generated and generated[-1] == model.config.eos_token_id
+            ended = generated and generated[-1] in model.config.stop_ids
             self.transcript_ids = ids + (generated[:-1] if ended else generated)
         else:
             self.transcript_text = ""

@@ -5,12 +5,12 @@ and batched by its own scheduler).
 
 A Generation goes prompt -> prefill -> decode steps -> finished, with a finish reason. It owns
 what is per request: the prompt, the token budget, the sampler (its seeded generator and the
-penalties' memory), the tokens made so far, the stop token, the text stream with its stop
-strings, and the timings. It never runs the model: the driver owns the KV cache and the
+penalties' memory), the tokens made so far, the stop tokens (EOS and the file's other
+end-of-generation ids), the text stream with its stop strings, and the timings. It never runs the model: the driver owns the KV cache and the
 forward pass. Each step the driver asks ``pending_ids()`` (the prompt past what the cache
 already holds, then the last token), runs those ids at the cache's next positions, and hands
 the last row of logits to ``advance``, which samples the next token, releases its text and
-decides whether the generation is over (the stop token, a stop string or the budget)::
+decides whether the generation is over (a stop token, a stop string or the budget)::
 
     generation = model.start_generation(ids, max_new_tokens, sampling, text=True)
     while not generation.finished:
@@ -22,7 +22,7 @@ decides whether the generation is over (the stop token, a stop string or the bud
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,16 +84,16 @@ class Generation:
     driver's KV cache already holds; ``text``: where the tokens' text goes (stop strings
     included), or None for ids only.
 
-    ``finish_reason`` is "stop" (the stop token or a stop string) or "length" (the budget);
+    ``finish_reason`` is "stop" (a stop token or a stop string) or "length" (the budget);
     it reads "length" while the generation runs."""
 
     def __init__(self, prompt: np.ndarray, budget: int, sampler: Sampler,
-                 stop_token: int | None, cached: int = 0, text: TextStream | None = None
+                 stop_tokens: Iterable[int], cached: int = 0, text: TextStream | None = None
                  ) -> None:
         self.prompt = prompt
         self.budget = budget
         self.sampler = sampler
-        self.stop_token = stop_token
+        self.stop_tokens = frozenset(stop_tokens)
         self.cached = cached
         self.text = text
         # a grammar over the next token (fuel.serve.constraints.TokenConstraint or alike):
@@ -154,7 +154,7 @@ class Generation:
             logits = constraint.apply(logits)
             argmax = None
         token = self.sampler(logits, argmax)
-        if constraint is not None and token != self.stop_token:
+        if constraint is not None and token not in self.stop_tokens:
             constraint.consume(token)
         now = time.perf_counter()
         self.tokens.append(token)
@@ -164,7 +164,7 @@ class Generation:
             stats.time_to_first_token_s = now - self._started
         else:
             stats.decode_seconds = now - self._decode_started
-        if token == self.stop_token:
+        if token in self.stop_tokens:
             self._finish("stop")
         if self.text is not None:
             self.piece = self.text.push(token)

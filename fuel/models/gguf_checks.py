@@ -252,6 +252,9 @@ SIZES = {"context_length": "context", "embedding_length": "dim", "feed_forward_l
          "attention.head_count_kv": "dim", "rope.dimension_count": "dim", "vocab_size": "vocab"}
 FLOATS = ("rope.freq_base", "attention.layer_norm_rms_epsilon")
 TOKEN_IDS = ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+             "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id",
+             "tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
+             "tokenizer.ggml.fim_sep_token_id",
              "tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id")
 STRINGS = ("general.architecture", "tokenizer.ggml.model", "tokenizer.ggml.pre",
            "tokenizer.chat_template")
@@ -356,7 +359,8 @@ def check_llama(name: str, config, shapes: dict[str, tuple[int, ...]], token_cou
                    f"{config.vocab_size}")
     if type_count is not None and type_count != token_count:
         raise fail(f"the tokenizer has {token_count} tokens but {type_count} token types")
-    for field, value in (("BOS", config.bos_token_id), ("EOS", config.eos_token_id)):
+    ends = [("end-of-generation", index) for index in config.end_token_ids]
+    for field, value in [("BOS", config.bos_token_id), ("EOS", config.eos_token_id)] + ends:
         if value is not None and not 0 <= value < config.vocab_size:
             raise fail(f"the {field} token id {value} is outside the vocabulary "
                        f"[0, {config.vocab_size})")

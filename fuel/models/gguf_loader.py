@@ -27,7 +27,7 @@ from fuel.models.common import (
 )
 from fuel.models.families import Family, family_of
 from fuel.models.gguf_checks import GGML_TYPES, ITEM_TYPES, GGMLType, check_gguf, check_llama
-from fuel.models.tokenizer import byte_level_bpe, sentencepiece_bpe
+from fuel.models.tokenizer import byte_level_bpe, end_of_generation_ids, sentencepiece_bpe
 
 # Tensor types gguf's NumPy dequantizer handles and fuel accepts for weights.
 SUPPORTED_TENSOR_TYPES = (
@@ -72,6 +72,15 @@ class LlamaConfig:
     embedding_scale: float = 1.0
     residual_scale: float = 1.0
     logit_scale: float = 1.0  # logits are divided by this
+    # every id that ends a generation (EOS, EOT, EOM, end-of-turn tokens); empty: EOS alone
+    end_token_ids: tuple[int, ...] = ()
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """The ids that end a generation: ``end_token_ids``, or EOS where those are empty."""
+        if self.end_token_ids:
+            return frozenset(self.end_token_ids)
+        return frozenset(() if self.eos_token_id is None else (self.eos_token_id,))
 
     @property
     def rotary_dim(self) -> int:
@@ -88,7 +97,7 @@ class LlamaConfig:
     @classmethod
     def from_dict(cls, values: dict) -> LlamaConfig:
         values = dict(values)
-        for name in ("rope_factors", "sliding_layers"):
+        for name in ("rope_factors", "sliding_layers", "end_token_ids"):
             if name in values:
                 values[name] = tuple(values[name])
         return cls(**values)
@@ -312,11 +321,21 @@ class GGUFModelFile:
             embedding_scale=embedding_scale,
             residual_scale=float(key("residual_scale", 1.0) or 1.0),
             logit_scale=float(key("logit_scale", 1.0) or 1.0),
+            end_token_ids=self.end_token_ids(),
         )
         types = self._raw("tokenizer.ggml.token_type")
         check_llama(self.path.name, config, {n: t.shape for n, t in self.tensors.items()},
                     len(tokens), None if types is None else len(types))
         return config
+
+    def end_token_ids(self) -> tuple[int, ...]:
+        """The ids that end a generation, llama.cpp's end-of-generation set: EOS, EOT, EOM
+        and the fill-in-the-middle pad, repository and file separator where the file names
+        them, and the tokens whose text ends a turn or the text."""
+        names = ("eos", "eot", "eom", "fim_pad", "fim_rep", "fim_sep")
+        return end_of_generation_ids(
+            self.value("tokenizer.ggml.tokens") or [],
+            {name: self.value(f"tokenizer.ggml.{name}_token_id") for name in names})
 
     def tokenizer(self):
         """The tokenizer the file describes, as a ``tokenizers.Tokenizer``."""

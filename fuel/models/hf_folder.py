@@ -6,6 +6,7 @@ either kind of source with the same description of the family."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -18,6 +19,7 @@ import numpy as np
 from fuel.models.common import ModelFormatError, require
 from fuel.models.families import FAMILIES, HF_MODEL_TYPES, Family
 from fuel.models.gguf_loader import LlamaConfig
+from fuel.models.tokenizer import END_OF_GENERATION_TEXTS, FIM_END_TEXTS
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
 # Hugging Face's names inside a layer -> GGUF's (post_attention_layernorm depends on the
@@ -224,8 +226,45 @@ class HFModelFolder:
             del self.tensors["output.weight"]
 
     def llama_config(self) -> LlamaConfig:
-        return hf_config(self.values, self.family, "output.weight" not in self.tensors,
-                         str(self.path))
+        config = hf_config(self.values, self.family, "output.weight" not in self.tensors,
+                           str(self.path))
+        return dataclasses.replace(config, end_token_ids=self.end_token_ids())
+
+    def end_token_ids(self) -> tuple[int, ...]:
+        """The ids that end a generation: EOS in ``config.json`` and
+        ``generation_config.json`` (one id or a list), and the tokens of ``tokenizer.json``
+        whose text ends a turn, the text or a fill-in-the-middle span (the set llama.cpp
+        reads from a GGUF converted from this folder)."""
+        ids: set[int] = set()
+        for source in (self.values, self._json("generation_config.json")):
+            value = source.get("eos_token_id")
+            for index in value if isinstance(value, list) else [value]:
+                if isinstance(index, int) and not isinstance(index, bool):
+                    ids.add(index)
+        vocabulary = self._json("tokenizer.json")
+        model = vocabulary.get("model")
+        vocab = model.get("vocab") if isinstance(model, dict) else None
+        texts = dict(vocab) if isinstance(vocab, dict) else {}  # (SentencePiece's is a list)
+        texts.update({entry.get("content"): entry.get("id")
+                      for entry in vocabulary.get("added_tokens") or []
+                      if isinstance(entry, dict)})
+        ends = END_OF_GENERATION_TEXTS.union(*FIM_END_TEXTS.values())
+        ids.update(index for text, index in texts.items()
+                   if text in ends and isinstance(index, int))
+        size = int(self.values.get("vocab_size") or 0)
+        return tuple(sorted(index for index in ids if 0 <= index < size))
+
+    def _json(self, name: str) -> dict:
+        """The object in this folder's file ``name``; empty where it is missing or not an
+        object (``tokenizer.json`` itself is checked where the tokenizer is built)."""
+        path = self.path / name
+        if not path.exists():
+            return {}
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ModelFormatError(f"{path}: not valid JSON ({error})") from None
+        return value if isinstance(value, dict) else {}
 
     def tensor(self, name: str) -> np.ndarray:
         """The tensor GGUF calls ``name`` as float32 (norms as GGUF stores them)."""

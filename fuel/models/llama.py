@@ -310,7 +310,7 @@ class LlamaModel:
                 raise InvalidArgument(f"the KV cache of {cache.capacity} positions has no room "
                                       f"after {prompt.size} prompt tokens")
             cached = cache.length
-        return Generation(prompt, budget, Sampler(sampling, prompt), self.config.eos_token_id,
+        return Generation(prompt, budget, Sampler(sampling, prompt), self.config.stop_ids,
                           cached, text_stream)
 
     def drive(self, generation: Generation, cache: KVCache | None = None) -> Iterator[int]:
@@ -354,8 +354,9 @@ class LlamaModel:
     def stream_ids(self, ids: Sequence[int], max_new_tokens: int = 64,
                    sampling: SamplingConfig | None = None, cache: KVCache | None = None
                    ) -> Iterator[int]:
-        """Yield new token ids as they are produced; stops after EOS (which it yields), after
-        ``max_new_tokens``, or at the end of the context. Timings go to ``last_stats``.
+        """Yield new token ids as they are produced; stops after a stop token (EOS, EOT and
+        the like: ``config.stop_ids``; it is yielded), after ``max_new_tokens``, or at the
+        end of the context. Timings go to ``last_stats``.
         ``cache`` as in ``start_generation``."""
         generation = self.start_generation(ids, max_new_tokens, sampling, cache)
         return self.drive(generation, cache)
@@ -380,7 +381,7 @@ class LlamaModel:
                      temperature: float = 0.0, top_k: int | None = None,
                      top_p: float | None = None, seed: int | None = None,
                      **penalties: float) -> list[int]:
-        """The new token ids after ``ids`` (greedy by default; EOS included when reached).
+        """The new token ids after ``ids`` (greedy by default; the stop token included when reached).
         ``penalties``: ``min_p``, ``repetition_penalty``, ``frequency_penalty``,
         ``presence_penalty`` (see SamplingConfig)."""
         sampling = SamplingConfig(temperature, top_k, top_p, seed, **penalties)

@@ -30,6 +30,21 @@ TEKKEN_REGEX = _CASED_WORDS.replace("{c}", "") + r"\p{N}|" + _SPLIT_TAIL
 PRE_REGEXES = {name: LLAMA3_REGEX for name in ("llama-bpe", "llama3", "dbrx", "smaug-bpe")}
 PRE_REGEXES.update({name: QWEN2_REGEX for name in ("qwen2", "deepseek-r1-qwen")})
 PRE_REGEXES.update({"gpt-4o": GPT4O_REGEX, "tekken": TEKKEN_REGEX})
+# Token texts that end a generation wherever a vocabulary holds them, as llama.cpp reads them
+# (llama-vocab.cpp, checked against llama_vocab_is_eog): end-of-turn markers of chat templates
+# and end-of-text tokens
+END_OF_GENERATION_TEXTS = frozenset({
+    "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+    "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
+    "<end_of_utterance>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "</s>", "<eos>"})
+# Fill-in-the-middle tokens that end a generation too, each found by its text unless the file
+# names its id (tokenizer.ggml.fim_pad_token_id, fim_rep_token_id, fim_sep_token_id)
+FIM_END_TEXTS = {
+    "fim_pad": frozenset({"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"}),
+    "fim_rep": frozenset({"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
+                          "<reponame>"}),
+    "fim_sep": frozenset({"<|file_sep|>"}),
+}
 NORMAL = 1
 UNKNOWN = 2
 CONTROL = 3
@@ -208,3 +223,22 @@ class StreamDecoder:
         piece = text[len(self._text):]
         self._text = text
         return piece
+
+
+def end_of_generation_ids(tokens: Sequence[str], named: dict[str, int | None]
+                          ) -> tuple[int, ...]:
+    """Every id that ends a generation, ascending: the ``named`` special ids (``eos``,
+    ``eot``, ``eom``, ``fim_pad``, ``fim_rep``, ``fim_sep``; None where a file names none),
+    each token whose text ends a turn or the text (``END_OF_GENERATION_TEXTS``), and for each
+    fill-in-the-middle kind the file names no id for, the first token of that kind
+    (``FIM_END_TEXTS``: llama.cpp keeps one per kind)."""
+    ids = {int(index) for index in named.values() if index is not None}
+    for index, text in enumerate(tokens):
+        if text in END_OF_GENERATION_TEXTS:
+            ids.add(index)
+    for name, texts in FIM_END_TEXTS.items():
+        if named.get(name) is None:
+            first = next((index for index, text in enumerate(tokens) if text in texts), None)
+            if first is not None:
+                ids.add(first)
+    return tuple(sorted(ids))

@@ -17,7 +17,7 @@ import numpy as np
 
 from fuel.models.common import cache_folder
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the config holds end_token_ids
 ALIGNMENT = 64
 
 

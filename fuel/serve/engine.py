@@ -442,7 +442,7 @@ class Engine:
 
     def _deliver(self, job: Job, logits: np.ndarray, argmax: int | None = None) -> None:
         """Advance ``job``'s generation with ``logits`` (``argmax``: the row's, when known):
-        send the text of its new token, end the job when the generation is over (the stop
+        send the text of its new token, end the job when the generation is over (a stop
         token, a stop string or its budget)."""
         generation = job.generation
         token = generation.advance(logits, argmax)

@@ -29,7 +29,7 @@ def _row(token: int) -> np.ndarray:
 
 def _generation(budget: int, cached: int = 0, stop=None) -> Generation:
     text = TextStream(LetterTokenizer(), stop) if stop is not None else None
-    return Generation(np.array([3, 1, 4, 1, 5]), budget, Sampler(SamplingConfig()), STOP_TOKEN,
+    return Generation(np.array([3, 1, 4, 1, 5]), budget, Sampler(SamplingConfig()), {STOP_TOKEN},
                       cached, text)
 
 

@@ -161,18 +161,19 @@ def test_streamed_text_equals_decoded_ids(tiny_gguf, cache_dir):
     assert model.last_stats.new_tokens == len(ids)
 
 
-def test_generation_stops_at_eos(tiny_gguf, cache_dir):
+def test_generation_stops_at_a_stop_token(tiny_gguf, cache_dir):
     from fuel.models.llama import load_gguf
 
     model = load_gguf(tiny_gguf())
     ids = model.encode("the cat")
     for seed in range(40):
         out = model.generate_ids(ids, 40, temperature=3.0, seed=seed)
-        assert model.config.eos_token_id not in out[:-1]
-        if out[-1] == model.config.eos_token_id:
+        assert model.config.eos_token_id in model.config.stop_ids
+        assert not model.config.stop_ids.intersection(out[:-1])
+        if out[-1] in model.config.stop_ids:
             assert len(out) <= 40
             return
-    pytest.fail("no sampled run reached EOS, so stopping at it was never exercised")
+    pytest.fail("no sampled run reached a stop token, so stopping was never exercised")
 
 
 def test_generation_stops_at_the_end_of_the_context(tiny_gguf, cache_dir):

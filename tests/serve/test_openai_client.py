@@ -37,7 +37,7 @@ def test_chat_completion_equals_in_process_chat(client, server, local_model):
     assert answer.usage.prompt_tokens == len(ids)
     assert answer.usage.completion_tokens == len(produced)
     assert answer.choices[0].finish_reason == (
-        "stop" if produced[-1] == local_model.config.eos_token_id else "length")
+        "stop" if produced[-1] in local_model.config.stop_ids else "length")
 
 
 def test_streamed_chat_equals_in_process_chat(client, server, local_model):
