@@ -5,12 +5,13 @@ and batched by its own scheduler).
 
 A Generation goes prompt -> prefill -> decode steps -> finished, with a finish reason. It owns
 what is per request: the prompt, the token budget, the sampler (its seeded generator and the
-penalties' memory), the tokens made so far, the stop tokens (EOS and the file's other
-end-of-generation ids), the text stream with its stop strings, and the timings. It never runs the model: the driver owns the KV cache and the
-forward pass. Each step the driver asks ``pending_ids()`` (the prompt past what the cache
-already holds, then the last token), runs those ids at the cache's next positions, and hands
-the last row of logits to ``advance``, which samples the next token, releases its text and
-decides whether the generation is over (a stop token, a stop string or the budget)::
+penalties' memory), the tokens made so far, the stop tokens (EOS and the file's other end-of-
+generation ids), the text stream with its stop strings, and the timings. It never runs the
+model: the driver owns the KV cache and the forward pass. Each step the driver asks
+``pending_ids()`` (the prompt past what the cache already holds, then the last token), runs
+those ids at the cache's next positions, and hands the last row of logits to ``advance``, which
+samples the next token, releases its text and decides whether the generation is over (a stop
+token, a stop string or the budget)::
 
     generation = model.start_generation(ids, max_new_tokens, sampling, text=True)
     while not generation.finished:

@@ -381,8 +381,8 @@ class LlamaModel:
                      temperature: float = 0.0, top_k: int | None = None,
                      top_p: float | None = None, seed: int | None = None,
                      **penalties: float) -> list[int]:
-        """The new token ids after ``ids`` (greedy by default; the stop token included when reached).
-        ``penalties``: ``min_p``, ``repetition_penalty``, ``frequency_penalty``,
+        """The new token ids after ``ids`` (greedy by default; the stop token included when
+        reached). ``penalties``: ``min_p``, ``repetition_penalty``, ``frequency_penalty``,
         ``presence_penalty`` (see SamplingConfig)."""
         sampling = SamplingConfig(temperature, top_k, top_p, seed, **penalties)
         return list(self.stream_ids(ids, max_new_tokens, sampling))

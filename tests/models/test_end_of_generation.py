@@ -53,7 +53,8 @@ def test_gguf_end_ids_are_llama_cpps(case, smollm_path, tmp_path):
     path = _vocabulary(smollm_path, tmp_path, markers, named)
     reference = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(reference.model)
-    expected = tuple(i for i in range(reference.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, i))
+    expected = tuple(i for i in range(reference.n_vocab())
+                     if llama_cpp.llama_vocab_is_eog(vocab, i))
     assert GGUFModelFile(path).end_token_ids() == expected
 
 
