@@ -447,11 +447,15 @@ def llama_cpp_worker(request: dict) -> dict:
         llm.eval(ids)
         return int(np.argmax(last_logits()))
 
-    def greedy(ids: list, count: int) -> tuple[list, float]:
+    def greedy(ids: list, count: int, stop: bool = False) -> tuple[list, float]:
+        """``count`` greedy tokens and the decode rate; ``stop``: end after an
+        end-of-generation token, as fuel's generations do."""
         token = first(ids)
         produced = [token]
         started = time.perf_counter()
         for _ in range(count - 1):
+            if stop and llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
+                break
             llm.eval([token])
             token = int(np.argmax(last_logits()))
             produced.append(token)
@@ -462,7 +466,7 @@ def llama_cpp_worker(request: dict) -> dict:
         first(ids)  # warm-up
         result["ttft_ms"][length] = median_ms(lambda ids=ids: first(ids), request["runs"], 1)
     result["decode"] = greedy(request["prompts"]["4"], DECODE_TOKENS + 1)[1]
-    result["greedy"] = [greedy(ids, GREEDY_TOKENS)[0] for ids in request["greedy"]]
+    result["greedy"] = [greedy(ids, GREEDY_TOKENS, stop=True)[0] for ids in request["greedy"]]
     return result
 
 
@@ -552,9 +556,11 @@ def bench_llama_cpp(runs: int, threads: int, profile: bool, gguf: str | None = N
           f"{peer_top1:>11.4f}{'':>8}  {'ok' if fuel_top1 >= peer_top1 else 'MISSED'}")
     for text, ids, expected in zip(GREEDY_PROMPTS, greedy_ids, peer["greedy"]):
         got = model.generate_ids(ids, GREEDY_TOKENS)
-        same = next((i for i, (x, y) in enumerate(zip(got, expected)) if x != y), len(got))
+        same = next((i for i, (x, y) in enumerate(zip(got, expected)) if x != y),
+                    min(len(got), len(expected)))
+        ended = " (both ended there)" if got == expected and len(got) < GREEDY_TOKENS else ""
         print(f"greedy {text!r}: {same}/{GREEDY_TOKENS} tokens agree before the first "
-              f"difference{'' if same < GREEDY_TOKENS else ' (identical)'}")
+              f"difference{' (identical)' if got == expected else ''}{ended}")
     if profile:
         cache = model.new_cache(256)
         token = int(np.argmax(model.forward(prompts["4"], cache)[-1]))
