@@ -43,6 +43,10 @@
 #define PREFETCH_TILES 4
 #endif
 #endif
+#ifndef DOT_SPAN
+#define DOT_SPAN 512  /* the dot form's span of k (a multiple of 16) */
+#endif
+#define DOT_GROUP 4   /* row tiles that share a span's weight rows */
 #define ROWS_ROWS 4
 #define ROWS_VECTORS 3
 #define MAX_BATCH_DIMS 8
@@ -124,16 +128,19 @@ INLINE void dot_sums(const DotVector *v, float *lanes) {
 }
 #endif
 
-/* rows (1..DOT_ROWS) rows of a (unit inner stride) against DOT_COLUMNS weight rows; stores
- * the first `columns` of the DOT_COLUMNS results of each row. */
+/* rows (1..DOT_ROWS) rows of a (unit inner stride) against DOT_COLUMNS weight rows, over
+ * the inner span [begin, end) of k: the partial sums start at zero when begin == 0, else
+ * from `keep`; when end == k they are reduced and the first `columns` of the DOT_COLUMNS
+ * results of each row stored, else kept in `keep` for the next span. */
 INLINE void dot_tile(const int rows, const float *a, int64_t a_row, const float *const *w,
                      float *out, int64_t out_row, int columns, int64_t k, DotTail tail,
-                     const float *next) {
+                     const float *next, int64_t begin, int64_t end,
+                     DotVector keep[DOT_ROWS][DOT_COLUMNS]) {
     DotVector sums[DOT_ROWS][DOT_COLUMNS];
     for (int r = 0; r < rows; r++)
-        for (int c = 0; c < DOT_COLUMNS; c++) sums[r][c] = dot_zero();
-    int64_t l = 0;
-    for (; l + DOT_WIDTH <= k; l += DOT_WIDTH) {
+        for (int c = 0; c < DOT_COLUMNS; c++) sums[r][c] = begin == 0 ? dot_zero() : keep[r][c];
+    int64_t l = begin;
+    for (; l + DOT_WIDTH <= end; l += DOT_WIDTH) {
         if (next != NULL && l % 16 == 0)  /* the next weight rows, a cache line per row */
             for (int c = 0; c < DOT_COLUMNS; c++) _mm_prefetch((const char *)(next + c * k + l),
                                                                _MM_HINT_T1);
@@ -147,6 +154,11 @@ INLINE void dot_tile(const int rows, const float *a, int64_t a_row, const float 
             __asm__("" : DOT_KEEP(y));
             for (int r = 0; r < rows; r++) sums[r][c] = dot_fma(x[r], y, sums[r][c]);
         }
+    }
+    if (end < k) {
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < DOT_COLUMNS; c++) keep[r][c] = sums[r][c];
+        return;
     }
     if (l < k) {
         DotVector x[DOT_ROWS];
@@ -170,6 +182,7 @@ static void dot_block(const Problem *p, const float *a, const float *b, float *o
                       int64_t row_start, int64_t row_end, int64_t column_start,
                       int64_t column_end) {
     const DotTail tail = dot_tail(p->k % DOT_WIDTH);
+    DotVector keep[DOT_GROUP][DOT_ROWS][DOT_COLUMNS];
     for (int64_t j = column_start; j < column_end; j += DOT_COLUMNS) {
         int columns = (int)(column_end - j < DOT_COLUMNS ? column_end - j : DOT_COLUMNS);
         const float *w[DOT_COLUMNS];
@@ -182,18 +195,39 @@ static void dot_block(const Problem *p, const float *a, const float *b, float *o
          * product took 110 us on one thread against 57 without prefetching and 69 with L2
          * prefetches, and MiniLM 1 x 12 (weights from memory) 3.05-3.18 ms against 2.67-2.90
          * (AMD EPYC Zen 4, 2 threads, chrt). A prefetch past the end never faults. */
-        const float *next = p->b_column == p->k
-                                ? b + (j + PREFETCH_TILES * DOT_COLUMNS) * p->b_column : NULL;
-        int64_t i = row_start;
-        for (; i + DOT_ROWS <= row_end; i += DOT_ROWS, next = NULL)
-            dot_tile(DOT_ROWS, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j,
-                     p->out_row, columns, p->k, tail, next);
-        if (row_end - i == 2)
-            dot_tile(2, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j, p->out_row,
-                     columns, p->k, tail, next);
-        else if (row_end - i == 1)
-            dot_tile(1, a + i * p->a_row, p->a_row, w, out + i * p->out_row + j, p->out_row,
-                     columns, p->k, tail, next);
+        const float *next_tile = p->b_column == p->k
+                                     ? b + (j + PREFETCH_TILES * DOT_COLUMNS) * p->b_column
+                                     : NULL;
+        const float *next = next_tile;
+        /* Groups of DOT_GROUP row tiles walk k in spans of DOT_SPAN, each span through all
+         * the group's tiles while its weight rows stay in L1 (a whole long row does not:
+         * 8 rows of 1536 floats are 48 KiB), the tiles' partial sums kept in between. */
+        for (int64_t group = row_start; group < row_end; group += DOT_GROUP * DOT_ROWS) {
+            const int64_t group_end = group + DOT_GROUP * DOT_ROWS < row_end
+                                          ? group + DOT_GROUP * DOT_ROWS : row_end;
+            for (int64_t begin = 0; begin < p->k; begin += DOT_SPAN) {
+                const int64_t end = p->k - begin > DOT_SPAN + DOT_SPAN / 2 ? begin + DOT_SPAN
+                                                                           : p->k;
+                int64_t i = group;
+                for (int t = 0; i < group_end; i += DOT_ROWS, t++, next = NULL) {
+                    const int rows = (int)(group_end - i < DOT_ROWS ? group_end - i : DOT_ROWS);
+                    float *target = out + i * p->out_row + j;
+                    const float *row = a + i * p->a_row;
+                    if (rows == DOT_ROWS)
+                        dot_tile(DOT_ROWS, row, p->a_row, w, target, p->out_row, columns, p->k,
+                                 tail, next, begin, end, keep[t]);
+                    else if (rows == 2)
+                        dot_tile(2, row, p->a_row, w, target, p->out_row, columns, p->k, tail,
+                                 next, begin, end, keep[t]);
+                    else
+                        dot_tile(1, row, p->a_row, w, target, p->out_row, columns, p->k, tail,
+                                 next, begin, end, keep[t]);
+                }
+                if (end == p->k) break;
+                next = next_tile;
+            }
+            next = NULL;
+        }
     }
 }
 

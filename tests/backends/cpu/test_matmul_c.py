@@ -80,7 +80,7 @@ def test_avx2_dot_tile_without_avx512(monkeypatch):
 
 
 @pytest.mark.parametrize("m, n, k", [(12, 1536, 384), (12, 384, 1536), (64, 100, 384),
-                                     (130, 70, 33)])
+                                     (130, 70, 33), (29, 19, 1100), (13, 9, 2049)])
 def test_model_sizes_and_large_rows(m, n, k):
     a, weight, b = random(m, k), random(n, k, seed=1), random(k, n, seed=2)
     check(run(FORCED, a, weight.T), a, weight.T)
