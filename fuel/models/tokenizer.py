@@ -7,7 +7,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Sequence
 
-from fuel.models.common import ModelFormatError, require
+from fuel.models.common import ModelFormatError, notice, require
 
 # llama.cpp pre-tokenizer names whose merges were learned on text with every digit split off
 # (the original tokenizer.json of these models starts with Digits(individual_digits=True)).
@@ -27,9 +27,24 @@ GPT4O_REGEX = (_CASED_WORDS.replace("{c}", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?") + r
 # Mistral's tekken (Mistral Nemo's GGUF: a llama model with pre "tekken"): the same words
 # without contractions, every digit alone
 TEKKEN_REGEX = _CASED_WORDS.replace("{c}", "") + r"\p{N}|" + _SPLIT_TAIL
-PRE_REGEXES = {name: LLAMA3_REGEX for name in ("llama-bpe", "llama3", "dbrx", "smaug-bpe")}
-PRE_REGEXES.update({name: QWEN2_REGEX for name in ("qwen2", "deepseek-r1-qwen")})
-PRE_REGEXES.update({"gpt-4o": GPT4O_REGEX, "tekken": TEKKEN_REGEX})
+# The regexes each pre-tokenizer splits text with, in turn (each splits the pieces the one
+# before left; matches and the text between them are both pieces). Falcon3 and Pixtral files
+# are llama models whose pre-tokenizer llama.cpp reads as Llama 3's, Megrez's as Qwen2's;
+# "default" is llama.cpp's split for a file that names none.
+_FALCON_WORDS = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+PRE_REGEXES: dict[str, tuple[str, ...]] = {
+    name: (LLAMA3_REGEX,) for name in ("llama-bpe", "llama3", "dbrx", "smaug-bpe", "falcon3",
+                                       "pixtral")}
+PRE_REGEXES.update({name: (QWEN2_REGEX,) for name in ("qwen2", "deepseek-r1-qwen", "megrez")})
+PRE_REGEXES.update({
+    "gpt-4o": (GPT4O_REGEX,), "tekken": (TEKKEN_REGEX,),
+    "default": (r"[\p{P}\$\+<=>\^~\|]+", _FALCON_WORDS, r"\p{N}+", r"[0-9][0-9][0-9]"),
+    "falcon": (r"[\p{P}\$\+<=>\^~\|`]+", _FALCON_WORDS, r"[0-9][0-9][0-9]"),
+    "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+",
+                       "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", r"\p{N}"),
+})
+# pre-tokenizer names that split as GPT-2 does (compared with llama.cpp)
+GPT2_SPLIT_PRE = frozenset({"gpt-2", "gpt2", "olmo", "mpt", "jais", "trillion", "a.x-4.0"})
 # Token texts that end a generation wherever a vocabulary holds them, as llama.cpp reads them
 # (llama-vocab.cpp, checked against llama_vocab_is_eog): end-of-turn markers of chat templates
 # and end-of-text tokens
@@ -90,10 +105,14 @@ def byte_level_bpe(tokens: Sequence[str], merges: Sequence[str], token_types: Se
         tokenizer.pre_tokenizer = tk.pre_tokenizers.Sequence(
             [tk.pre_tokenizers.Digits(individual_digits=True), byte_level])
     elif pre in PRE_REGEXES:
-        tokenizer.pre_tokenizer = tk.pre_tokenizers.Sequence([
-            tk.pre_tokenizers.Split(tk.Regex(PRE_REGEXES[pre]), behavior="isolated"),
-            tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tokenizer.pre_tokenizer = tk.pre_tokenizers.Sequence(
+            [tk.pre_tokenizers.Split(tk.Regex(regex), behavior="isolated")
+             for regex in PRE_REGEXES[pre]]
+            + [tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     else:
+        if pre not in GPT2_SPLIT_PRE:
+            notice(f"the tokenizer's pre-tokenizer '{pre}' is not one fuel knows; it splits "
+                   "text as GPT-2 does, so token ids may differ from llama.cpp's")
         tokenizer.pre_tokenizer = byte_level
     tokenizer.decoder = tk.decoders.ByteLevel()
     _add_special(tk, tokenizer, tokens, token_types)

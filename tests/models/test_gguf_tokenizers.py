@@ -69,6 +69,8 @@ def _compare(path, strings) -> None:
 
 
 @pytest.mark.parametrize("pre", ["smollm", "llama-bpe", "qwen2", "gpt-2", "gpt-4o", "tekken",
+                                 "falcon3", "pixtral", "megrez", "default", "falcon",
+                                 "deepseek-coder",
                                  "refact", "dbrx", "olmo", "starcoder", "command-r",
                                  "deepseek-r1-qwen"])
 def test_byte_level_bpe_matches_llama_cpp(pre, smollm_path, tmp_path):
@@ -82,7 +84,9 @@ def test_byte_level_bpe_matches_llama_cpp(pre, smollm_path, tmp_path):
     writer.add_tokenizer_pre(pre)
     writer.add_token_merges(source.value("tokenizer.ggml.merges"))
     _close(writer)
-    _compare(tmp_path / "vocab.gguf", varied_strings() + ["<|im_start|>user\nhi<|im_end|>"])
+    _compare(tmp_path / "vocab.gguf", varied_strings() + [
+        "<|im_start|>user\nhi<|im_end|>", "x 1234567 y", "a,b;;c!!d", "ab   12 345 6789 ",
+        "$$x ^^y ||z", "```code```", "中文字符测试 한국어 abc"])
 
 
 @pytest.fixture(scope="module")
