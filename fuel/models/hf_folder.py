@@ -19,7 +19,7 @@ import numpy as np
 from fuel.models.common import ModelFormatError, require
 from fuel.models.families import FAMILIES, HF_MODEL_TYPES, Family
 from fuel.models.gguf_loader import LlamaConfig
-from fuel.models.tokenizer import END_OF_GENERATION_TEXTS, FIM_END_TEXTS
+from fuel.models.tokenizer import end_of_generation_ids
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
 # Hugging Face's names inside a layer -> GGUF's (post_attention_layernorm depends on the
@@ -235,12 +235,13 @@ class HFModelFolder:
         ``generation_config.json`` (one id or a list), and the tokens of ``tokenizer.json``
         whose text ends a turn, the text or a fill-in-the-middle span (the set llama.cpp
         reads from a GGUF converted from this folder)."""
-        ids: set[int] = set()
+        size = int(self.values.get("vocab_size") or 0)
+        named: dict[str, int | None] = {}
         for source in (self.values, self._json("generation_config.json")):
             value = source.get("eos_token_id")
             for index in value if isinstance(value, list) else [value]:
-                if isinstance(index, int) and not isinstance(index, bool):
-                    ids.add(index)
+                if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < size:
+                    named[f"eos {index}"] = index
         vocabulary = self._json("tokenizer.json")
         model = vocabulary.get("model")
         vocab = model.get("vocab") if isinstance(model, dict) else None
@@ -248,11 +249,12 @@ class HFModelFolder:
         texts.update({entry.get("content"): entry.get("id")
                       for entry in vocabulary.get("added_tokens") or []
                       if isinstance(entry, dict)})
-        ends = END_OF_GENERATION_TEXTS.union(*FIM_END_TEXTS.values())
-        ids.update(index for text, index in texts.items()
-                   if text in ends and isinstance(index, int))
-        size = int(self.values.get("vocab_size") or 0)
-        return tuple(sorted(index for index in ids if 0 <= index < size))
+        placed = {index: text for text, index in texts.items()
+                  if isinstance(text, str) and isinstance(index, int) and 0 <= index < size}
+        tokens = [""] * (max(placed) + 1 if placed else 0)
+        for index, text in placed.items():
+            tokens[index] = text
+        return end_of_generation_ids(tokens, named)
 
     def _json(self, name: str) -> dict:
         """The object in this folder's file ``name``; empty where it is missing or not an
