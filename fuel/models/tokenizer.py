@@ -252,12 +252,14 @@ def end_of_generation_ids(tokens: Sequence[str], named: dict[str, int | None]
     fill-in-the-middle kind the file names no id for, the first token of that kind
     (``FIM_END_TEXTS``: llama.cpp keeps one per kind)."""
     ids = {int(index) for index in named.values() if index is not None}
+    # the kinds still to find, by text: one pass over the vocabulary finds them all
+    wanted = {text: name for name, texts in FIM_END_TEXTS.items() if named.get(name) is None
+              for text in texts}
+    found: set[str] = set()
     for index, text in enumerate(tokens):
         if text in END_OF_GENERATION_TEXTS:
             ids.add(index)
-    for name, texts in FIM_END_TEXTS.items():
-        if named.get(name) is None:
-            first = next((index for index, text in enumerate(tokens) if text in texts), None)
-            if first is not None:
-                ids.add(first)
+        elif text in wanted and wanted[text] not in found:
+            found.add(wanted[text])
+            ids.add(index)
     return tuple(sorted(ids))

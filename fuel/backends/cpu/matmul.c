@@ -201,7 +201,8 @@ static void dot_block(const Problem *p, const float *a, const float *b, float *o
         const float *next = next_tile;
         /* Groups of DOT_GROUP row tiles walk k in spans of DOT_SPAN, each span through all
          * the group's tiles while its weight rows stay in L1 (a whole long row does not:
-         * 8 rows of 1536 floats are 48 KiB), the tiles' partial sums kept in between. */
+         * 8 rows of 1536 floats are 48 KiB), the tiles' partial sums kept in between. Only
+         * the first group prefetches (`next` is NULL after its last span's first tile). */
         for (int64_t group = row_start; group < row_end; group += DOT_GROUP * DOT_ROWS) {
             const int64_t group_end = group + DOT_GROUP * DOT_ROWS < row_end
                                           ? group + DOT_GROUP * DOT_ROWS : row_end;
@@ -224,9 +225,8 @@ static void dot_block(const Problem *p, const float *a, const float *b, float *o
                                  next, begin, end, keep[t]);
                 }
                 if (end == p->k) break;
-                next = next_tile;
+                next = next_tile;  /* each span's first tile prefetches its part */
             }
-            next = NULL;
         }
     }
 }
