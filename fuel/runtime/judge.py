@@ -537,8 +537,8 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
     filled) falls on all of them alike, as it does between the launches of a model. Each
     timed run follows an untimed one of the same candidate, so a threaded candidate is timed
     with its threads awake, as in a model's back-to-back launches (timed cold, a thread
-    team's wake-up made every two-thread form lose to its one-thread form); after a round
-    whose best took LONG_LAUNCH or more, without it. A
+    team's wake-up made every two-thread form lose to its one-thread form); without it where
+    every warm-up, or the last round's best, took LONG_LAUNCH or more. A
     candidate far behind the best after a round (LOSING; LONG_LOSING where the best takes
     LONG_LAUNCH or more) sits out the rest; the rounds after the second stop once ``allowed``
     seconds (what the judge's allowance has left) have passed, and the rounds after
@@ -559,10 +559,11 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
         return time.perf_counter() - start
 
     launchers: dict[str, Launcher] = {}
+    warm: list[float] = []
     for candidate in candidates:
         try:
             launcher = candidate.variant.prepare(inputs, outputs, layouts, params)
-            run(launcher)
+            warm.append(run(launcher))
         except Exception:  # a candidate that cannot run this launch loses it
             continue
         launchers[candidate.name] = launcher
@@ -570,7 +571,9 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
     active = list(launchers)
     limit = min(CANDIDATE_SECONDS * max(1, len(active)), max(0.0, allowed))
     begin = time.perf_counter()
-    long = False  # the last round's best took LONG_LAUNCH or more
+    # the last round's best (before the first round: the fastest warm-up) took LONG_LAUNCH or
+    # more: the runs need no untimed run before them (a warm-up that compiled only looks long)
+    long = bool(warm) and min(warm) >= LONG_LAUNCH
     for round_ in range(REPEATS):
         if not active:
             break

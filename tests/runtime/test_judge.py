@@ -677,13 +677,23 @@ def test_timing_stops_once_the_ranking_is_settled(monkeypatch):
         [candidate("a", [1.0e-4, 1.2e-4, 1.2e-4], counts), candidate("b", [1.1e-4], counts)],
         [], [], [], None)
     assert counts["b"] == 1 + 2 * judge_module.REPEATS
-    # long launches: after the first round no untimed runs, settled after LONG_SETTLED_ROUNDS
+    # long launches (their warm-ups say so): no untimed runs, settled after
+    # LONG_SETTLED_ROUNDS
     counts = {"a": 0, "b": 0}
     found = judge_module._time_candidates(
         [candidate("a", [1.0e-3], counts), candidate("b", [1.3e-3], counts)], [], [], [], None)
-    extra = judge_module.LONG_SETTLED_ROUNDS - 1
-    assert counts == {"a": 1 + 2 + extra, "b": 1 + 2 + extra}
+    rounds = judge_module.LONG_SETTLED_ROUNDS
+    assert counts == {"a": 1 + rounds, "b": 1 + rounds}
     assert found == pytest.approx({"a": 1.0e-3, "b": 1.3e-3})
+    # a long warm-up (a first launch that compiled) but short runs: untimed runs from the
+    # second round on, as for any short launch
+    counts = {"a": 0, "b": 0}
+    found = judge_module._time_candidates(
+        [candidate("a", [1.0e-3] + [1.0e-4] * 40, counts),
+         candidate("b", [1.0e-3] + [1.3e-4] * 40, counts)], [], [], [], None)
+    settled = judge_module.SETTLED_ROUNDS  # a warm-up, one timed run, then pairs
+    assert counts == {"a": 1 + 1 + 2 * (settled - 1), "b": 1 + 1 + 2 * (settled - 1)}
+    assert found == pytest.approx({"a": 1.0e-4, "b": 1.3e-4})
 
 
 @pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
