@@ -540,10 +540,12 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
     team's wake-up made every two-thread form lose to its one-thread form); without it where
     every warm-up, or the last round's best, took LONG_LAUNCH or more. A
     candidate far behind the best after a round (LOSING; LONG_LOSING where the best takes
-    LONG_LAUNCH or more) sits out the rest; the rounds after the second stop once ``allowed``
+    LONG_LAUNCH or more) sits out the rest, and the rounds end when one candidate is left;
+    the rounds after the second stop once ``allowed``
     seconds (what the judge's allowance has left) have passed, and the rounds after
     SETTLED_ROUNDS (LONG_SETTLED_ROUNDS for long launches) once one candidate's slowest run
-    beats every other's fastest by MARGIN (``_separated``); one that fails to prepare or run
+    beats every other's fastest by MARGIN (``_separated``) or the default is within half
+    the margin of the best (``_tied_with_default``); one that fails to prepare or run
     drops out."""
     storage = outputs[0] if outputs else None
     synchronize = None
@@ -592,12 +594,26 @@ def _time_candidates(candidates: Sequence[Candidate], inputs: Sequence, outputs:
             losing = LONG_LOSING if long else LOSING
             active = [name for name in active
                       if not (samples[name][-1] > losing * best and samples[name][-1] > 1e-4)]
-        if time.perf_counter() - begin > limit and round_ >= 1:
-            break
+        if len(active) < 2 or (time.perf_counter() - begin > limit and round_ >= 1):
+            break  # the rest ran far behind: more rounds would time the winner alone
         settled = LONG_SETTLED_ROUNDS if long else SETTLED_ROUNDS
-        if round_ + 1 >= settled and _separated([samples[name] for name in active]):
+        if round_ + 1 >= settled and (_separated([samples[name] for name in active]) or
+                                      _tied_with_default(samples, active, candidates[0].name)):
             break  # more rounds would only confirm the ranking
     return {name: statistics.median(found) for name, found in samples.items() if found}
+
+
+def _tied_with_default(samples: dict[str, list[float]], active: Sequence[str],
+                       default: str) -> bool:
+    """Whether the default, still in the race, is within half the switching margin of the
+    best median: no candidate is on course to replace it (``Judge._decide`` switches only
+    past the whole margin), so candidates within each other's noise stop at the settled
+    round instead of taking every round."""
+    if default not in active:
+        return False
+    medians = [statistics.median(samples[name]) for name in active]
+    own = statistics.median(samples[default])
+    return own * (1 - MARGIN / 2) - MARGIN_SECONDS / 2 <= min(medians)
 
 
 def _separated(samples: Sequence[list[float]]) -> bool:

@@ -695,6 +695,27 @@ def test_timing_stops_once_the_ranking_is_settled(monkeypatch):
     assert counts == {"a": 1 + 1 + 2 * (settled - 1), "b": 1 + 1 + 2 * (settled - 1)}
     assert found == pytest.approx({"a": 1.0e-4, "b": 1.3e-4})
 
+    # the default within half the margin of a faster candidate (their runs overlapping):
+    # nothing is on course to replace it, so the rounds stop once settled
+    counts = {"a": 0, "b": 0}
+    found = judge_module._time_candidates(
+        [candidate("a", [1.00e-4, 1.03e-4], counts), candidate("b", [1.01e-4, 0.99e-4], counts)],
+        [], [], [], None)
+    assert counts == {"a": 1 + 2 * settled, "b": 1 + 2 * settled}
+    # ... but a faster candidate past half the margin takes every round to settle it
+    counts = {"a": 0, "b": 0}
+    judge_module._time_candidates(
+        [candidate("a", [1.06e-4], counts), candidate("b", [1.01e-4], counts)],
+        [], [], [], None)
+    assert counts["a"] == 1 + 2 * judge_module.REPEATS
+    # the others far behind after a round: it ends there (the winner alone is not timed on)
+    counts = {"a": 0, "b": 0, "c": 0}
+    found = judge_module._time_candidates(
+        [candidate("a", [1.0e-3], counts), candidate("b", [2.0e-3], counts),
+         candidate("c", [4.0e-3], counts)], [], [], [], None)
+    assert counts == {"a": 2, "b": 2, "c": 2}
+    assert min(found, key=found.get) == "a"
+
 
 @pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
 def test_the_gemm_form_competes_from_its_variant_rows_behind_the_rule():
