@@ -5,8 +5,12 @@ logits (llama-cpp-python, the same GGUF, its own process). Each position whose t
 listed with the float32 path's top-2 margin there (a near-tie flips under any perturbation).
 ``--more-texts`` adds rows for 3 further passages (other registers: dialogue, code comments,
 instructions), so the agreement is not an artifact of the first 192 tokens.
+``--greedy`` compares greedy continuations (8 prompts, 32 tokens, ending at an
+end-of-generation token) of fuel's quantized path and llama.cpp's on the same file with
+llama.cpp's on that file de-quantized to float32 (its float reference), and fuel's float32 path
+with that reference: how many tokens agree before the first difference, per prompt.
 
-    python bench/agreement.py [--llama-cpp] [--more-texts]
+    python bench/agreement.py [--llama-cpp] [--more-texts] [--greedy] [--gguf FORMAT]
 
 The quantized kernels round the activations to 16-bit blocks (``round_int16_blocks``; llama.cpp
 rounds them to 8 bits); both paths read the same weight blocks, so every difference is that
@@ -59,10 +63,21 @@ MORE_TEXTS = (
 )
 
 
+GREEDY_PROMPTS = ("Once upon a time", "The capital of France is", "def fibonacci(n):\n",
+                  "The quick brown fox", "In 1492,", "import numpy as np\n",
+                  "My favourite food is", "The three laws of robotics are")
+GREEDY_TOKENS = 32
+
+
 def llama_cpp_worker(request: dict) -> None:
-    """In its own process: llama.cpp's logits for each id list, saved to one .npz."""
+    """In its own process: llama.cpp's logits for each id list, saved to one .npz (or, for a
+    ``greedy`` request, its greedy continuations printed as JSON)."""
     from llama_peer import open_llama
 
+    if request.get("greedy"):
+        print(json.dumps(llama_cpp_greedy_ids(open_llama(request["path"], request["threads"]),
+                                              request["ids"])))
+        return
     model = open_llama(request["path"], request["threads"], logits_all=True)
     logits = {}
     for index, ids in enumerate(request["ids"]):
@@ -88,12 +103,80 @@ def compare(name: str, ours: list, references: list) -> None:
                   f"{top[-1] - top[-2]:.4f}")
 
 
+def llama_cpp_greedy_ids(model, prompts: list) -> list:
+    """llama.cpp's greedy continuation of each prompt: GREEDY_TOKENS tokens, ending after an
+    end-of-generation token (as fuel's generations do)."""
+    import llama_cpp
+
+    vocab = model.n_vocab()
+    found = []
+    for ids in prompts:
+        model.reset()
+        model.eval(ids)
+        produced: list[int] = []
+        while len(produced) < GREEDY_TOKENS:
+            pointer = llama_cpp.llama_get_logits_ith(model._ctx.ctx, -1)
+            token = int(np.argmax(np.ctypeslib.as_array(pointer, shape=(vocab,))))
+            produced.append(token)
+            if llama_cpp.llama_vocab_is_eog(model._model.vocab, token):
+                break
+            model.eval([token])
+        found.append(produced)
+    return found
+
+
+def agreeing(ours: list[int], reference: list[int]) -> int:
+    """Tokens that agree before the first difference."""
+    count = 0
+    for a, b in zip(ours, reference):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
+def greedy_rows(path: Path, threads: int) -> None:
+    """The greedy agreement table of ``--greedy`` (see the module's text)."""
+    from llama_peer import peer_mode
+    from requantize import float32_copy
+
+    from fuel.models.llama import load_gguf
+
+    quantized, float32 = load_gguf(path), load_gguf(path, dtype="float32")
+    prompts = [quantized.encode(text) for text in GREEDY_PROMPTS]
+    peer_mode(path, threads)
+
+    def llama_cpp(file: Path) -> list:
+        request = {"path": str(file), "threads": threads, "greedy": True,
+                   "ids": [list(map(int, i)) for i in prompts]}
+        done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(request)],
+                              check=True, capture_output=True, text=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    reference = llama_cpp(float32_copy(path))
+    theirs = llama_cpp(path)
+    ours = [list(quantized.generate_ids(i, GREEDY_TOKENS)) for i in prompts]
+    floats = [list(float32.generate_ids(i, GREEDY_TOKENS)) for i in prompts]
+    print(f"greedy continuations, {len(prompts)} prompts x up to {GREEDY_TOKENS} tokens: tokens "
+          f"that agree before the first difference, per prompt (reference lengths "
+          f"{[len(r) for r in reference]})")
+    rows = (("fuel quantized vs llama.cpp float32", ours, reference),
+            ("llama.cpp quantized vs llama.cpp float32", theirs, reference),
+            ("fuel quantized vs llama.cpp quantized", ours, theirs),
+            ("fuel float32 vs llama.cpp float32", floats, reference))
+    for name, found, against in rows:
+        counts = [agreeing(a, b) for a, b in zip(found, against)]
+        print(f"{name:<42}{sum(counts):>5}  {counts}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-cpp", action="store_true",
                         help="also llama.cpp's agreement with the float32 path")
     parser.add_argument("--more-texts", action="store_true",
                         help="also rows for 3 further passages")
+    parser.add_argument("--greedy", action="store_true",
+                        help="also greedy continuations against llama.cpp's float32 run")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--gguf", default=None,
                         help="SmolLM2 requantized to this llama.cpp format first (Q4_K_M, ...)")
@@ -129,6 +212,8 @@ def main() -> None:
         if args.llama_cpp:
             compare("llama.cpp (its q8 activations)", llama_cpp_logits(path, ids, args.threads),
                     floats)
+    if args.greedy:
+        greedy_rows(path, args.threads)
 
 
 def llama_cpp_logits(path, ids: list, threads: int) -> list:

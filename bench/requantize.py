@@ -55,6 +55,30 @@ def requantized(source: Path, format_name: str) -> Path:
     return target
 
 
+def float32_copy(path: Path) -> Path:
+    """``path`` de-quantized by llama.cpp to float32 (``LLAMA_FTYPE_ALL_F32``), cached beside
+    the requantized files as ``<stem>.F32.gguf``: llama.cpp's float reference of that file."""
+    import llama_cpp
+
+    from fuel.extras import cache_root
+
+    folder = cache_root() / "requantized"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{path.stem}.F32.gguf"
+    if target.exists():
+        return target
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_ALL_F32
+    params.allow_requantize = True
+    params.nthread = len(os.sched_getaffinity(0))
+    partial = target.with_suffix(".partial")
+    if llama_cpp.llama_model_quantize(str(path).encode(), str(partial).encode(),
+                                      ctypes.byref(params)) != 0:
+        raise SystemExit(f"llama_model_quantize of {path.name} to F32 failed")
+    partial.rename(target)
+    return target
+
+
 if __name__ == "__main__":
     for argument in sys.argv[1:] or FORMATS[:5]:
         print(smollm_path(argument))
