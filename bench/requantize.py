@@ -32,27 +32,11 @@ def requantized(source: Path, format_name: str) -> Path:
     cached by name."""
     import llama_cpp
 
-    from fuel.extras import cache_root
-
     name = format_name.upper()
     if name not in FORMATS:
         raise SystemExit(f"unknown format {format_name!r}; one of {', '.join(FORMATS)}")
-    folder = cache_root() / "requantized"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{source.stem.rsplit('.', 1)[0]}.{name}.gguf"
-    if target.exists():
-        return target
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}")
-    params.allow_requantize = True
-    params.nthread = len(os.sched_getaffinity(0))
-    partial = target.with_suffix(".partial")
-    status = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(),
-                                            ctypes.byref(params))
-    if status != 0:
-        raise SystemExit(f"llama_model_quantize to {name} failed ({status})")
-    partial.rename(target)
-    return target
+    return _quantized(source, f"{source.stem.rsplit('.', 1)[0]}.{name}.gguf",
+                      getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}"), name)
 
 
 def float32_copy(path: Path) -> Path:
@@ -60,21 +44,30 @@ def float32_copy(path: Path) -> Path:
     the requantized files as ``<stem>.F32.gguf``: llama.cpp's float reference of that file."""
     import llama_cpp
 
+    return _quantized(path, f"{path.stem}.F32.gguf", llama_cpp.LLAMA_FTYPE_ALL_F32, "F32")
+
+
+def _quantized(source: Path, file_name: str, ftype: int, label: str) -> Path:
+    """``source`` written by ``llama_model_quantize`` as ``ftype`` (requantization allowed)
+    under the cache folder's ``requantized/file_name``, made once."""
+    import llama_cpp
+
     from fuel.extras import cache_root
 
     folder = cache_root() / "requantized"
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{path.stem}.F32.gguf"
+    target = folder / file_name
     if target.exists():
         return target
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_ALL_F32
+    params.ftype = ftype
     params.allow_requantize = True
     params.nthread = len(os.sched_getaffinity(0))
     partial = target.with_suffix(".partial")
-    if llama_cpp.llama_model_quantize(str(path).encode(), str(partial).encode(),
-                                      ctypes.byref(params)) != 0:
-        raise SystemExit(f"llama_model_quantize of {path.name} to F32 failed")
+    status = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(),
+                                            ctypes.byref(params))
+    if status != 0:
+        raise SystemExit(f"llama_model_quantize of {source.name} to {label} failed ({status})")
     partial.rename(target)
     return target
 
