@@ -72,11 +72,11 @@ GREEDY_TOKENS = 32
 def llama_cpp_worker(request: dict) -> None:
     """In its own process: llama.cpp's logits for each id list, saved to one .npz (or, for a
     ``greedy`` request, its greedy continuations printed as JSON)."""
-    from llama_peer import open_llama
+    from llama_peer import greedy_ids, open_llama
 
     if request.get("greedy"):
-        print(json.dumps(llama_cpp_greedy_ids(open_llama(request["path"], request["threads"]),
-                                              request["ids"])))
+        model = open_llama(request["path"], request["threads"])
+        print(json.dumps([greedy_ids(model, ids, GREEDY_TOKENS)[0] for ids in request["ids"]]))
         return
     model = open_llama(request["path"], request["threads"], logits_all=True)
     logits = {}
@@ -101,28 +101,6 @@ def compare(name: str, ours: list, references: list) -> None:
             top = np.sort(r[position])
             print(f"{'':<4}text {text} position {position}: float32 top-2 margin "
                   f"{top[-1] - top[-2]:.4f}")
-
-
-def llama_cpp_greedy_ids(model, prompts: list) -> list:
-    """llama.cpp's greedy continuation of each prompt: GREEDY_TOKENS tokens, ending after an
-    end-of-generation token (as fuel's generations do)."""
-    import llama_cpp
-
-    vocab = model.n_vocab()
-    found = []
-    for ids in prompts:
-        model.reset()
-        model.eval(ids)
-        produced: list[int] = []
-        while len(produced) < GREEDY_TOKENS:
-            pointer = llama_cpp.llama_get_logits_ith(model._ctx.ctx, -1)
-            token = int(np.argmax(np.ctypeslib.as_array(pointer, shape=(vocab,))))
-            produced.append(token)
-            if llama_cpp.llama_vocab_is_eog(model._model.vocab, token):
-                break
-            model.eval([token])
-        found.append(produced)
-    return found
 
 
 def agreeing(ours: list[int], reference: list[int]) -> int:

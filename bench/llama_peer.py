@@ -24,6 +24,38 @@ MODES = ("native", "no-amx", "no-extra")
 ARCH_REQ_XCOMP_PERM = 0x1023
 
 
+def last_logits(model, vocab: int):
+    """The ``vocab`` logits of the context's last evaluated row, as a NumPy view
+    (``Llama.scores`` is only filled with ``logits_all=True``, which would make llama.cpp
+    compute every prompt position's logits)."""
+    import llama_cpp
+    import numpy as np
+
+    pointer = llama_cpp.llama_get_logits_ith(model._ctx.ctx, -1)
+    return np.ctypeslib.as_array(pointer, shape=(vocab,))
+
+
+def greedy_ids(model, ids: list, count: int, stop: bool = True) -> tuple[list[int], float]:
+    """llama.cpp's greedy continuation of ``ids``: up to ``count`` tokens, ending after an
+    end-of-generation token where ``stop`` (as fuel's generations do); and the seconds the
+    tokens after the first took."""
+    import time
+
+    import llama_cpp
+
+    vocab = model.n_vocab()
+    model.reset()
+    model.eval(ids)
+    produced = [int(last_logits(model, vocab).argmax())]
+    started = time.perf_counter()
+    while len(produced) < count:
+        if stop and llama_cpp.llama_vocab_is_eog(model._model.vocab, produced[-1]):
+            break
+        model.eval([produced[-1]])
+        produced.append(int(last_logits(model, vocab).argmax()))
+    return produced, time.perf_counter() - started
+
+
 def refuse_amx_permission() -> None:
     """From now on this process's arch_prctl(ARCH_REQ_XCOMP_PERM, ...) fails with EPERM (a
     seccomp filter: x86-64 syscall 158 with that first argument); every other call passes."""

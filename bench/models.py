@@ -429,44 +429,23 @@ GREEDY_TOKENS = 32
 def llama_cpp_worker(request: dict) -> dict:
     """In its own process: llama.cpp (llama-cpp-python) on the same GGUF and prompts, with
     ``threads`` threads: time to first token per prompt, decode tok/s, greedy ids."""
-    import llama_cpp
-    from llama_peer import open_llama
+    from llama_peer import greedy_ids, last_logits, open_llama
 
     llm = open_llama(request["path"], request["threads"])
-
     vocab = llm.n_vocab()
-
-    def last_logits() -> np.ndarray:
-        # the context's own last row (Llama.scores is only filled with logits_all=True, which
-        # would make llama.cpp compute every prompt position's logits)
-        pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
-        return np.ctypeslib.as_array(pointer, shape=(vocab,))
 
     def first(ids: list) -> int:
         llm.reset()
         llm.eval(ids)
-        return int(np.argmax(last_logits()))
-
-    def greedy(ids: list, count: int, stop: bool = False) -> tuple[list, float]:
-        """``count`` greedy tokens and the decode rate; ``stop``: end after an
-        end-of-generation token, as fuel's generations do."""
-        token = first(ids)
-        produced = [token]
-        started = time.perf_counter()
-        for _ in range(count - 1):
-            if stop and llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
-                break
-            llm.eval([token])
-            token = int(np.argmax(last_logits()))
-            produced.append(token)
-        return produced, (count - 1) / (time.perf_counter() - started)
+        return int(np.argmax(last_logits(llm, vocab)))
 
     result = {"ttft_ms": {}, "greedy": []}
     for length, ids in request["prompts"].items():
         first(ids)  # warm-up
         result["ttft_ms"][length] = median_ms(lambda ids=ids: first(ids), request["runs"], 1)
-    result["decode"] = greedy(request["prompts"]["4"], DECODE_TOKENS + 1)[1]
-    result["greedy"] = [greedy(ids, GREEDY_TOKENS, stop=True)[0] for ids in request["greedy"]]
+    seconds = greedy_ids(llm, request["prompts"]["4"], DECODE_TOKENS + 1, stop=False)[1]
+    result["decode"] = DECODE_TOKENS / seconds
+    result["greedy"] = [greedy_ids(llm, ids, GREEDY_TOKENS)[0] for ids in request["greedy"]]
     return result
 
 

@@ -299,7 +299,5 @@ class HFModelFolder:
         """GGUF metadata the loaders ask for: only the chat template (from
         tokenizer_config.json) has a counterpart here."""
         if key == "tokenizer.chat_template":
-            config = self.path / "tokenizer_config.json"
-            if config.exists():
-                return json.loads(config.read_text()).get("chat_template", default)
+            return self._json("tokenizer_config.json").get("chat_template", default)
         return default
