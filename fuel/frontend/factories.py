@@ -92,12 +92,21 @@ def _strings(array: np.ndarray) -> np.ndarray:
 
 
 @at_user_line
-def from_numpy(array: np.ndarray, device=None) -> TensorBase:
-    """A tensor over ``array`` (shared on the CPU when it is contiguous, as in torch)."""
+def from_numpy(array: np.ndarray, device=None, constant: bool = False) -> TensorBase:
+    """A tensor over ``array`` (shared on the CPU when it is contiguous, as in torch).
+    ``constant=True``: the values never change (a model's weights): the tensor holds a
+    read-only copy of its own, kernels may keep rearranged copies of it (a matmul's packed
+    weights) and an in-place write into it raises."""
     if not isinstance(array, np.ndarray):
         raise InvalidArgument(f"from_numpy() takes a NumPy array, got {type(array).__name__}")
     dt.from_numpy(array.dtype)
-    return leaf(array, parse_device(device))
+    if constant:
+        array = np.array(array, copy=True)
+        array.flags.writeable = False
+    tensor = leaf(array, parse_device(device))
+    if constant:
+        tensor._node.buffer.constant = True
+    return tensor
 
 
 @at_user_line

@@ -9,6 +9,7 @@ import numpy as np
 
 from fuel.ir.device import Device
 from fuel.ir.dtype import DType
+from fuel.ir.errors import InvalidArgument
 from fuel.ir.layout import Layout
 
 
@@ -41,9 +42,13 @@ class Storage:
 
     ``backend`` is the backend object that made the buffer; kernels use it to move bytes
     to and from the host without knowing which backend produced a foreign storage.
+    ``constant``: its values never change (a model's weights, an ONNX initializer), so a
+    kernel may keep a rearranged copy of them (the matmul's packed weights); writing into a
+    constant storage is an error (``check_writable``).
     """
 
-    __slots__ = ("buffer", "dtype", "size", "device", "backend", "address", "__weakref__")
+    __slots__ = ("buffer", "dtype", "size", "device", "backend", "address", "constant",
+                 "__weakref__")
 
     def __init__(self, buffer, dtype: DType, size: int, device: Device,
                  backend: StorageBackend) -> None:
@@ -55,6 +60,7 @@ class Storage:
         # The buffer's host address once a kernel bound it by pointer (0 until then): read
         # once, since a storage keeps its buffer for life.
         self.address = 0
+        self.constant = False
 
     @property
     def nbytes(self) -> int:
@@ -62,3 +68,12 @@ class Storage:
 
     def __repr__(self) -> str:
         return f"Storage({self.dtype.name}[{self.size}] on {self.device})"
+
+
+def check_writable(storage: Storage, what: str) -> None:
+    """Raise InvalidArgument when ``what`` (a sentence naming the write) would change the
+    values of a constant storage."""
+    if storage.constant:
+        raise InvalidArgument(f"{what} writes into a constant tensor (a model's weights, "
+                              f"whose rearranged copies kernels keep); write into a copy "
+                              f"(tensor.clone()) instead")

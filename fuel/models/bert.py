@@ -97,7 +97,8 @@ class BertEncoder:
             return np.asarray(arrays[name], dtype=np.float32)
 
         def leaf(array: np.ndarray) -> Tensor:
-            return fuel.from_numpy(np.ascontiguousarray(array, dtype=np.float32), device=device)
+            return fuel.from_numpy(np.asarray(array, dtype=np.float32), device=device,
+                                   constant=True)
 
         def transposed(array: np.ndarray) -> Tensor:
             """``array.T`` as a view of ``array`` stored as given (a Linear weight's (out, in)

@@ -76,6 +76,7 @@ class Builder:
         if not array.flags.c_contiguous:
             array = array.copy()
         tensor = leaf(array, self.device)
+        tensor._node.buffer.constant = True  # the model's own values: kernels may keep copies
         self._host[id(tensor._node)] = (tensor._node, array)
         return tensor
 

@@ -12,9 +12,10 @@ from fuel.backends import get_backend
 from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import global_table, table_generation
 from fuel.graph import Graph, Node
+from fuel.memory.storage import check_writable
 from fuel.runtime.launch import drain, launch_step
 from fuel.runtime.pending import PendingWork
-from fuel.runtime.plan import Plan, PlanBuilder, Step
+from fuel.runtime.plan import Plan, PlanBuilder, Step, node_label
 from fuel.runtime.replay import BoundPlan
 
 PIPELINE_DEPTH = 64
@@ -220,6 +221,7 @@ class _Walk:
         inputs = [storages[slot] for slot in step.sources]
         if step.alias:
             output = inputs[0]
+            check_writable(output, node_label(self.graph, step.node_id))
         else:  # held in its slot from here, so a failed launch gives it back with the rest
             output = step.pool.take(step.backend, step.device, step.dtype, step.size)
             self.taken[id(output)] = step.pool

@@ -40,7 +40,8 @@ def _cached_plan(graph: Graph, generation: int) -> Plan:
 def _inplace_slots(graph: Graph, plan: Plan, arguments: Sequence[Node | None],
                    pairs: Sequence[tuple[int, int]], leaf_slots: dict) -> dict[int, int]:
     """Root slot -> leaf storage id for each (argument, output) pair that can share a storage:
-    the argument is a leaf whose storage no other leaf has, the output a root of its own."""
+    the argument is a leaf whose storage no other leaf has and which is not constant, the
+    output a root of its own."""
     if not pairs:
         return {}
     nodes = graph.nodes
@@ -58,7 +59,8 @@ def _inplace_slots(graph: Graph, plan: Plan, arguments: Sequence[Node | None],
         leaf = leaf_slots.get(id(node), -1) if node is not None else -1
         root = graph.roots[output]
         slot, layout = plan.node_values[root]
-        if leaf < 0 or counts[id(storages[leaf])] != 1 or root_counts[slot] != 1 or \
+        if leaf < 0 or counts[id(storages[leaf])] != 1 or storages[leaf].constant or \
+                root_counts[slot] != 1 or \
                 leaf in wanted.values() or not _dense_over(layout, storages[leaf]) or \
                 not _dense_over(node.layout, storages[leaf]) or nodes[root].dtype != node.dtype:
             continue

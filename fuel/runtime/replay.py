@@ -39,10 +39,10 @@ from fuel.dispatch.kernel import Launcher
 from fuel.graph import Graph
 from fuel.ir.device import CPU
 from fuel.ir.ops import OpKind, definition
-from fuel.memory.storage import Storage
+from fuel.memory.storage import Storage, check_writable
 from fuel.runtime.launch import drain, launch_step, step_error
 from fuel.runtime.pending import PendingWork
-from fuel.runtime.plan import Plan, Step
+from fuel.runtime.plan import Plan, Step, node_label
 
 # Plans whose intermediates take more than this stay on the plain walk: a bound plan's
 # launchers keep views of its buffers between runs (the small-work path is what it is for).
@@ -535,6 +535,8 @@ class BoundPlan:
         sources, target = self.operands[index]
         step = self.steps[index]
         current = self.current
+        if step.alias:
+            check_writable(current[target], node_label(graph, step.node_id))
         try:
             return step.compiled.prepare([current[s] for s in sources], [current[target]],
                                          step.layouts)

@@ -37,6 +37,7 @@ from fuel.ir.errors import DeviceError
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 from fuel.memory import Storage
+from fuel.memory.storage import check_writable
 
 ALIGNMENT = 64  # bytes: a cache line, one AVX-512 vector
 
@@ -93,6 +94,7 @@ class CpuBackend(Backend):
         return Storage(flat, dtype, flat.size, CPU, self)
 
     def write_from_host(self, storage: Storage, array: np.ndarray) -> None:
+        check_writable(storage, f"writing {array.size} values from the host")
         if storage.dtype.is_packed:
             current = unpack(storage.buffer, storage.size, storage.dtype)
             current[: array.size] = array.reshape(-1)

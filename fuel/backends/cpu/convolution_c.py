@@ -47,15 +47,14 @@ import ctypes
 import functools
 import os
 import threading
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from fuel.backends.cpu import convolution, pooling
-from fuel.backends.cpu.c_library import address, entry_point
+from fuel.backends.cpu.c_library import address, aligned_filled, entry_point, kept
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
@@ -483,46 +482,6 @@ def scratch(elements: int) -> np.ndarray:
     if buffer is None or buffer.size < elements:
         buffer = _scratch.buffer = np.empty(max(elements, 1), np.float32)
     return buffer
-
-
-# Constant weights' rearranged copies (winograd's transform, lanes' transposition, the
-# quantized convolution's packing), per weight storage and key (form, weights' address,
-# geometry): a launcher prepared again (a new output buffer each call where the convolution
-# writes a model's output: a detector's heads) reuses the copy instead of redoing it
-# (1024->256 1x1 at 14x14: 2.1 ms a call before a 0.9 ms launch). At most KEPT_SHAPES keys
-# per storage, the oldest dropped (the geometry's batch is not part of the key: the copies
-# do not depend on it).
-_kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_kept_lock = threading.Lock()
-KEPT_SHAPES = 4
-
-
-def kept(storage, key: tuple, make: Callable[[], np.ndarray | None]) -> np.ndarray | None:
-    """What ``make()`` returned for ``storage`` (a constant weight storage) and ``key``, made
-    once (a None answer is not kept); ``storage`` None: ``make()`` every call."""
-    if storage is None:
-        return make()
-    with _kept_lock:
-        found = _kept.get(storage, {}).get(key)
-    if found is not None:
-        return found
-    made = make()
-    if made is not None:
-        with _kept_lock:
-            entries = _kept.setdefault(storage, {})
-            entries[key] = made
-            while len(entries) > KEPT_SHAPES:
-                entries.pop(next(iter(entries)))
-    return made
-
-
-def aligned_filled(size: int, fill: Callable[[int], None]) -> np.ndarray:
-    """``size`` floats, 64-byte aligned, written by ``fill(address)``."""
-    buffer = np.empty(size + 16, np.float32)
-    start = -buffer.ctypes.data % 64 // 4
-    array = buffer[start:start + size]
-    fill(array.ctypes.data)
-    return array
 
 
 @dataclass(frozen=True, slots=True)

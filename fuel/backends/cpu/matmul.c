@@ -20,8 +20,14 @@
  *           is set to one thread for the launch (restored after), so its own workers never
  *           wake and spin beside fuel's kernels. The four strides after the batch dims'
  *           say how the operands are read: transposed bits (1: a, 2: b), lda, ldb, ldc.
+ *   3 packed: b is a constant weight's packed copy (matmul.py's `packed_weights`): tiles of
+ *           PACKED_WIDTH (16) columns, each tile's k rows of 16 floats back to back
+ *           ([n / 16][k][16], the last tile zero-padded; strides[2] and [3] unused). A tile of
+ *           up to PACKED_ROWS rows x 16 columns broadcasts a[i, l] against the tile's row l:
+ *           one sequential stream of weights per thread, which the prefetchers follow (the
+ *           dot form's weight rows are 8 streams of a few KiB each). No batch dims.
  * Work is cut into units (a batch entry x row_chunk rows x column_chunk columns), split over
- * OpenMP threads when threads > 1.
+ * OpenMP threads when threads > 1 (the packed form's column chunks are whole tiles).
  */
 #include <stdint.h>
 #include <string.h>
@@ -50,6 +56,10 @@
 #define ROWS_ROWS 4
 #define ROWS_VECTORS 3
 #define MAX_BATCH_DIMS 8
+#define PACKED_WIDTH 16
+#ifndef PACKED_AHEAD
+#define PACKED_AHEAD 32  /* how far ahead (in tile rows of 64 bytes) the packed form prefetches */
+#endif
 
 typedef struct {
     int64_t m, n, k, a_row, a_inner, b_inner, b_column, out_row;
@@ -313,6 +323,85 @@ static void rows_block(const Problem *p, const float *a, const float *b, float *
         rows_strip(3, 1, p, a, b, out, row_start, row_end, j, last);
     }
 }
+
+/* The packed form: rows (1..PACKED_ROWS) rows of a against one tile ([k][16] floats) of the
+ * packed weights; `columns` (1..16) of the tile's columns stored. */
+#if defined(WIDE)
+#define PACKED_ROWS 12
+INLINE void packed_tile(const int rows, const float *a, int64_t a_row, const float *w,
+                        int64_t k, float *out, int64_t out_row, int columns) {
+    __m512 sums[PACKED_ROWS];
+    for (int r = 0; r < rows; r++) sums[r] = _mm512_setzero_ps();
+    for (int64_t l = 0; l < k; l++) {
+        _mm_prefetch((const char *)(w + (l + PACKED_AHEAD) * PACKED_WIDTH), _MM_HINT_T0);
+        const __m512 y = _mm512_loadu_ps(w + l * PACKED_WIDTH);
+        for (int r = 0; r < rows; r++)
+            sums[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * a_row + l]), y, sums[r]);
+    }
+    const __mmask16 keep = (__mmask16)((1u << columns) - 1u);
+    for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(out + r * out_row, keep, sums[r]);
+}
+#else
+#define PACKED_ROWS 6
+INLINE void packed_tile(const int rows, const float *a, int64_t a_row, const float *w,
+                        int64_t k, float *out, int64_t out_row, int columns) {
+    __m256 low[PACKED_ROWS], high[PACKED_ROWS];
+    for (int r = 0; r < rows; r++) low[r] = high[r] = _mm256_setzero_ps();
+    for (int64_t l = 0; l < k; l++) {
+        _mm_prefetch((const char *)(w + (l + PACKED_AHEAD) * PACKED_WIDTH), _MM_HINT_T0);
+        const __m256 y0 = _mm256_loadu_ps(w + l * PACKED_WIDTH);
+        const __m256 y1 = _mm256_loadu_ps(w + l * PACKED_WIDTH + 8);
+        for (int r = 0; r < rows; r++) {
+            const __m256 x = _mm256_broadcast_ss(a + r * a_row + l);
+            low[r] = _mm256_fmadd_ps(x, y0, low[r]);
+            high[r] = _mm256_fmadd_ps(x, y1, high[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        float *target = out + r * out_row;
+        if (columns == PACKED_WIDTH) {
+            _mm256_storeu_ps(target, low[r]);
+            _mm256_storeu_ps(target + 8, high[r]);
+        } else if (columns > 8) {
+            _mm256_storeu_ps(target, low[r]);
+            _mm256_maskstore_ps(target + 8, lane_mask(columns - 8), high[r]);
+        } else {
+            _mm256_maskstore_ps(target, lane_mask(columns), low[r]);
+        }
+    }
+}
+#endif
+
+#define PACKED_CASE(R) packed_tile(R, a + i * p->a_row, p->a_row, w, p->k, \
+                                   out + i * p->out_row + j, p->out_row, columns)
+
+static void packed_block(const Problem *p, const float *a, const float *packed, float *out,
+                         int64_t row_start, int64_t row_end, int64_t column_start,
+                         int64_t column_end) {
+    for (int64_t j = column_start; j < column_end; j += PACKED_WIDTH) {
+        const float *w = packed + (j / PACKED_WIDTH) * p->k * PACKED_WIDTH;
+        const int columns = (int)(column_end - j < PACKED_WIDTH ? column_end - j : PACKED_WIDTH);
+        for (int64_t i = row_start; i < row_end; i += PACKED_ROWS) {
+            switch (row_end - i < PACKED_ROWS ? row_end - i : PACKED_ROWS) {
+            case 1: PACKED_CASE(1); break;
+            case 2: PACKED_CASE(2); break;
+            case 3: PACKED_CASE(3); break;
+            case 4: PACKED_CASE(4); break;
+            case 5: PACKED_CASE(5); break;
+#if PACKED_ROWS > 6
+            case 6: PACKED_CASE(6); break;
+            case 7: PACKED_CASE(7); break;
+            case 8: PACKED_CASE(8); break;
+            case 9: PACKED_CASE(9); break;
+            case 10: PACKED_CASE(10); break;
+            case 11: PACKED_CASE(11); break;
+#endif
+            default: PACKED_CASE(PACKED_ROWS); break;
+            }
+        }
+    }
+}
+#undef PACKED_CASE
 #else
 /* Portable fallback: the same walks, vectorized by the compiler where it can. */
 static void dot_block(const Problem *p, const float *a, const float *b, float *out,
@@ -341,6 +430,17 @@ static void rows_block(const Problem *p, const float *a, const float *b, float *
             for (int64_t j = column_start; j < column_end; j++) target[j] += x * row[j];
         }
     }
+}
+static void packed_block(const Problem *p, const float *a, const float *packed, float *out,
+                         int64_t row_start, int64_t row_end, int64_t column_start,
+                         int64_t column_end) {
+    for (int64_t i = row_start; i < row_end; i++)
+        for (int64_t j = column_start; j < column_end; j++) {
+            const float *w = packed + (j / PACKED_WIDTH) * p->k * PACKED_WIDTH + j % PACKED_WIDTH;
+            float sum = 0.0f;
+            for (int64_t l = 0; l < p->k; l++) sum += a[i * p->a_row + l] * w[l * PACKED_WIDTH];
+            out[i * p->out_row + j] = sum;
+        }
 }
 #endif
 
@@ -380,6 +480,9 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         if (form == 2)
             blas_block(sgemm, &problem, strides + 5 + 3 * batch_dims, a + a_offset,
                        b + b_offset, out + out_offset, column_start, column_end);
+        else if (form == 3)
+            packed_block(&problem, a + a_offset, b, out + out_offset, row_start, row_end,
+                         column_start, column_end);
         else if (form == 0)
             dot_block(&problem, a + a_offset, b + b_offset, out + out_offset, row_start, row_end,
                       column_start, column_end);
