@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fuel.backends import find_backend
-from fuel.backends.cpu import convolution_c
+from fuel.backends.cpu import c_library, convolution_c
 from fuel.dispatch.kernel import global_table
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
@@ -229,7 +229,7 @@ def test_constant_weights_are_rearranged_once_per_storage(form, kernel):
         y = reference(x, weights[which], conv)
         np.testing.assert_allclose(np.asarray(CPU.download(output, out_layout)), y, rtol=1e-4,
                                    atol=1e-4 * max(1.0, float(np.abs(y).max())))
-        kept = convolution_c._kept[stored[which]]
+        kept = c_library._kept[stored[which]]
         assert len(kept) == 1
         seen.append(next(iter(kept.values())))
     assert seen[0] is seen[1] is seen[3] and seen[2] is not seen[0]
