@@ -64,7 +64,7 @@ def _tensor(data, dtype, device) -> TensorBase:
             raise DTypeError(f"fuel.tensor() needs numeric data, got a {array.dtype} array")
         if dtype is None and array.dtype not in known:
             raise DTypeError(f"NumPy dtype {array.dtype} has no fuel equivalent")
-        array = np.array(array, copy=True)
+        array = np.array(array, order="C")  # a dense copy of its own: uploaded as is
     else:
         try:
             inferred = dt.infer_from_python(data)
@@ -101,7 +101,7 @@ def from_numpy(array: np.ndarray, device=None, constant: bool = False) -> Tensor
         raise InvalidArgument(f"from_numpy() takes a NumPy array, got {type(array).__name__}")
     dt.from_numpy(array.dtype)
     if constant:
-        array = np.array(array, copy=True)
+        array = np.array(array, order="C")  # a dense copy of its own: uploaded as is
         array.flags.writeable = False
     tensor = leaf(array, parse_device(device))
     if constant:

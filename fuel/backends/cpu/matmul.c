@@ -431,6 +431,7 @@ static void rows_block(const Problem *p, const float *a, const float *b, float *
         }
     }
 }
+
 static void packed_block(const Problem *p, const float *a, const float *packed, float *out,
                          int64_t row_start, int64_t row_end, int64_t column_start,
                          int64_t column_end) {

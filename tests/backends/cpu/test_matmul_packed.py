@@ -119,6 +119,7 @@ def test_front_end_constant_weights_run_packed_and_match_numpy():
         got = (fuel.from_numpy(x) @ weight.transpose(0, 1)).numpy()
     check(got, x, w.T)
     assert [r.kernel_source for r in profile.launches if r.op == "matmul"] == ["c"]
+    assert len(_kept[weight.realize()._node.buffer]) == 1  # its packed copy, made once
 
 
 def test_constant_tensors_are_copies_and_refuse_writes():
@@ -135,10 +136,21 @@ def test_constant_tensors_are_copies_and_refuse_writes():
 
 
 def test_jit_state_update_of_a_constant_gets_a_new_storage():
-    """A captured update of a constant argument is not written into its storage."""
-    state = fuel.from_numpy(np.arange(4, dtype=np.float32), constant=True)
-    step = fuel.jit(lambda s: s + 1.0)
-    for _ in range(2):
-        out = step(state)
-    assert np.array_equal(out.numpy(), np.arange(4, dtype=np.float32) + 1.0)
-    assert np.array_equal(state.numpy(), np.arange(4, dtype=np.float32))
+    """A captured state update (``assign``) of a constant tensor is not written into its
+    storage: the tensor moves to a new one, the constant's values stay."""
+    from fuel.frontend.backward import assign
+
+    start = np.arange(4, dtype=np.float32)
+    state = fuel.from_numpy(start, constant=True)
+    constant = state.realize()._node.buffer
+
+    def step(x):
+        assign([(state, state + x)])
+        return state.sum()
+
+    jitted = fuel.jit(step)
+    for _ in range(3):
+        jitted(fuel.from_numpy(np.ones(4, np.float32)))
+    assert np.array_equal(state.numpy(), start + 3.0)
+    assert state.realize()._node.buffer is not constant
+    assert np.array_equal(constant.buffer, start)
