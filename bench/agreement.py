@@ -103,19 +103,9 @@ def compare(name: str, ours: list, references: list) -> None:
                   f"{top[-1] - top[-2]:.4f}")
 
 
-def agreeing(ours: list[int], reference: list[int]) -> int:
-    """Tokens that agree before the first difference."""
-    count = 0
-    for a, b in zip(ours, reference):
-        if a != b:
-            break
-        count += 1
-    return count
-
-
 def greedy_rows(path: Path, threads: int) -> None:
     """The greedy agreement table of ``--greedy`` (see the module's text)."""
-    from llama_peer import peer_mode
+    from llama_peer import agreeing, peer_mode
     from requantize import float32_copy
 
     from fuel.models.llama import load_gguf

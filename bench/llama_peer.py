@@ -56,6 +56,16 @@ def greedy_ids(model, ids: list, count: int, stop: bool = True) -> tuple[list[in
     return produced, time.perf_counter() - started
 
 
+def agreeing(ours: list[int], reference: list[int]) -> int:
+    """Tokens of two greedy continuations that agree before the first difference."""
+    count = 0
+    for a, b in zip(ours, reference):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
 def refuse_amx_permission() -> None:
     """From now on this process's arch_prctl(ARCH_REQ_XCOMP_PERM, ...) fails with EPERM (a
     seccomp filter: x86-64 syscall 158 with that first argument); every other call passes."""

@@ -489,7 +489,7 @@ def bench_llama_cpp(runs: int, threads: int, profile: bool, gguf: str | None = N
     (bench/requantize.py)."""
     import json
 
-    from llama_peer import peer_mode
+    from llama_peer import agreeing, peer_mode
     from requantize import smollm_path
 
     from fuel.models.llama import load_gguf
@@ -535,8 +535,7 @@ def bench_llama_cpp(runs: int, threads: int, profile: bool, gguf: str | None = N
           f"{peer_top1:>11.4f}{'':>8}  {'ok' if fuel_top1 >= peer_top1 else 'MISSED'}")
     for text, ids, expected in zip(GREEDY_PROMPTS, greedy_ids, peer["greedy"]):
         got = model.generate_ids(ids, GREEDY_TOKENS)
-        same = next((i for i, (x, y) in enumerate(zip(got, expected)) if x != y),
-                    min(len(got), len(expected)))
+        same = agreeing(got, expected)
         ended = " (both ended there)" if got == expected and len(got) < GREEDY_TOKENS else ""
         print(f"greedy {text!r}: {same}/{GREEDY_TOKENS} tokens agree before the first "
               f"difference{' (identical)' if got == expected else ''}{ended}")
