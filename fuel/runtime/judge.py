@@ -673,6 +673,7 @@ class JudgedKernel:
         # (layouts, params) -> (judge epoch, the chosen candidate): a bound launch of a seen
         # shape costs one lookup; a re-check (a new epoch) decides again.
         self.chosen: dict = {}
+        self.wholes: dict = {}  # (entry position, name) -> its whole Candidate (_whole)
 
     def for_shape(self, shape: tuple[int, ...], load_strides: list) -> JudgedKernel | None:
         """A generated kernel's contest at another shape: its kernel's twin for ``shape``
@@ -699,9 +700,9 @@ class JudgedKernel:
         for variant in variants:
             found.append(Candidate(variant.name, f"{first.kernel_revision_hash:016x}", variant))
         if not found:
-            found.append(_whole(first, _sibling_name(first)))
+            found.append(self._whole(0, _sibling_name(first)))
         names = {c.name for c in found}
-        for entry in self.entries[1:]:
+        for position, entry in enumerate(self.entries[1:], 1):
             accepts = getattr(entry.kernel, "accepts", None)
             if accepts is not None and not accepts(layouts, params):
                 continue  # a sibling for some launches only (a form of the convolution)
@@ -709,8 +710,17 @@ class JudgedKernel:
             while name in names:
                 name += "'"
             names.add(name)
-            found.append(_whole(entry, name))
+            found.append(self._whole(position, name))
         return tuple(found)
+
+    def _whole(self, position: int, name: str) -> Candidate:
+        """The ``position``-th entry as one candidate named ``name`` (made once: a new shape
+        asks for the candidates of every launch)."""
+        key = (position, name)
+        known = self.wholes.get(key)
+        if known is None:
+            known = self.wholes[key] = _whole(self.entries[position], name)
+        return known
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object, ready: bool = False) -> Launcher:

@@ -16,13 +16,13 @@ import hashlib
 import itertools
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import replace
 from functools import partial
 
 from fuel.compiler import toolchain
 from fuel.compiler.foreign import ForeignCall
 from fuel.compiler.fusion import FusionTarget
 from fuel.compiler.kernel_ir import (
+    Load,
     LoopKernel,
     collapse,
     row_schedule,
@@ -62,6 +62,7 @@ class GeneratedKernel:
         self.empty = any(size == 0 for size in kernel.shape)
         self.__qualname__ = self.__name__ = kernel.name
         self.own_patterns: list[str] | None = None
+        self.own_rows: tuple | None = None  # a row kernel's rendered schedule (_rows_for_shape)
         # A kernel rendered for OpenMP holds its threshold in a size argument (the judge's
         # serial and parallel variants set it).
         self.threshold = program.threshold
@@ -146,10 +147,14 @@ class GeneratedKernel:
         if any(store.strides is not None for store in loop.stores) or \
                 1 in shape[row:] or 1 in loop.shape[len(loop.shape) - loop.reduced:]:
             return None  # a row of 1 stores as elements
-        own = row_schedule(loop.shape, loop.reduced, [load.strides for load in loop.loads])
+        own = self.own_rows
+        if own is None:  # what the source was rendered for: computed once per library
+            schedule = row_schedule(loop.shape, loop.reduced,
+                                    [load.strides for load in loop.loads])
+            own = self.own_rows = (len(schedule.outer_sizes), len(schedule.row_sizes),
+                                   schedule.patterns)
         new = row_schedule(shape, loop.reduced, [tuple(s) for s in load_strides])
-        if (len(new.outer_sizes), len(new.row_sizes), new.patterns) != \
-                (len(own.outer_sizes), len(own.row_sizes), own.patterns):
+        if (len(new.outer_sizes), len(new.row_sizes), new.patterns) != own:
             return None
         tail = self.program.sizes[self.threshold:] if self.threshold is not None else ()
         flat = tuple(s for outer, row in zip(new.outer_strides, new.row_strides)
@@ -161,9 +166,11 @@ class GeneratedKernel:
         """This kernel's library and source launched with other sizes and strides."""
         loop, own = self.loop, self.program
         twin = object.__new__(GeneratedKernel)
-        twin.loop = replace(loop, shape=shape, loads=tuple(
-            replace(load, strides=tuple(strides_)) for load, strides_ in
-            zip(loop.loads, load_strides)))
+        # Made directly (a dataclass ``replace`` per load costs more than the rest of a
+        # twin; a new shape makes one twin per fused group).
+        twin.loop = LoopKernel(loop.name, shape, tuple([
+            Load(load.dtype, tuple(strides_), load.offset) for load, strides_ in
+            zip(loop.loads, load_strides)]), loop.values, loop.stores, loop.nodes, loop.reduced)
         twin.program = CProgram(own.source, sizes, flat, own.threshold)
         twin.pending, twin.built, twin.function = self.pending, self.built, self.function
         twin.extra_flags, twin.threshold, twin.competes = (self.extra_flags, self.threshold,
@@ -172,7 +179,7 @@ class GeneratedKernel:
         twin.strides = (ctypes.c_int64 * max(1, len(flat)))(*flat)
         twin.empty = any(size == 0 for size in shape)
         twin.__qualname__ = twin.__name__ = loop.name
-        twin.own_patterns = self.own_patterns
+        twin.own_patterns, twin.own_rows = self.own_patterns, self.own_rows
         return twin
 
     def patterns(self) -> list[str]:
