@@ -16,10 +16,8 @@ per call instead), and the tensor pointed at its new value after each (its autog
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from fuel.dispatch import op_profile
@@ -30,7 +28,7 @@ from fuel.graph.node import Node, creation_site
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import OpKind
 from fuel.ir.params import bits_key
-from fuel.runtime.jit import Capture
+from fuel.runtime.jit import Capture, collector_paused
 from fuel.runtime.replay import HeldArena
 from fuel.tensor import Tensor
 
@@ -49,23 +47,6 @@ def _traced(node: Node) -> Tensor:
     leaf = Node(OpKind.LOAD, (), None, node.dtype, node.shape, node.device, creation_site())
     leaf.attach(node.buffer, node.layout)
     return Tensor(leaf)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector held off while a capture traces and plans: the
-    thousands of short-lived objects a plan's making allocates would otherwise trigger
-    collections that walk every object the process holds (a model's), for a few ms per new
-    shape (a generation-2 pass, 20 ms with MiniLM loaded). Collection resumes afterwards;
-    nothing is lost, only postponed."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _python_key(value: object) -> tuple:
@@ -159,7 +140,7 @@ class JitFunction:
         recently called dropped past ``keep``)."""
         captures = self.captures
         captures.pop(signature, None)
-        with _collector_paused():
+        with collector_paused():
             known = captures[signature] = self._capture(nodes, args)
         while len(captures) > max(self.keep, 1):
             del captures[next(iter(captures))]

@@ -14,6 +14,7 @@ from fuel.onnx.errors import OnnxError, UnsupportedOp, UnsupportedOpset, node_la
 from fuel.onnx.proto import fuel_dtype, onnx_type_name, value_info_signature
 from fuel.onnx.qdq import fold_qdq
 from fuel.onnx.replay import ModelReplay, feed_signature
+from fuel.runtime.jit import collector_paused
 from fuel.tensor import Tensor
 
 MIN_OPSET = 1
@@ -139,14 +140,17 @@ class Model:
             if tensors is not None:
                 return {name: tensor.numpy() for name, tensor in zip(self.output_names, tensors)}
         realizes = PLAN_CACHE.hits + PLAN_CACHE.misses
-        values, builder, bound = self._build(feeds, device)
-        if signature is not None and signature not in self._replay.captures:
-            host_decided = builder.host_decided or builder.draws_random or (
-                PLAN_CACHE.hits + PLAN_CACHE.misses - realizes > builder.host_realizes)
-            tensors = self._replay.capture(signature, [bound[s.name] for s in self.inputs],
-                                           values, host_decided)
-            if tensors is not None:
-                return {name: tensor.numpy() for name, tensor in zip(self.output_names, tensors)}
+        with collector_paused():  # a new shape's build and capture (as fuel.jit's)
+            values, builder, bound = self._build(feeds, device)
+            tensors = None
+            if signature is not None and signature not in self._replay.captures:
+                host_decided = builder.host_decided or builder.draws_random or (
+                    PLAN_CACHE.hits + PLAN_CACHE.misses - realizes > builder.host_realizes)
+                tensors = self._replay.capture(signature,
+                                               [bound[s.name] for s in self.inputs], values,
+                                               host_decided)
+        if tensors is not None:
+            return {name: tensor.numpy() for name, tensor in zip(self.output_names, tensors)}
         tensors = [t for v in values.values() for t in _tensors_in(v)]
         if tensors:
             fuel.realize(*tensors)

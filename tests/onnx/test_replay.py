@@ -93,3 +93,31 @@ def test_an_if_on_a_feed_builds_every_call():
         result = model.run({"x": x, "c": np.array(condition)})["z"]
         np.testing.assert_allclose(result, np.exp(-x if condition else np.abs(x)), rtol=1e-6)
     assert model._replay.replays == 0
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_new_shape_builds_with_the_collector_held_off(monkeypatch, collecting):
+    """A new feed signature's build and capture run with the cyclic collector off (as
+    fuel.jit's captures do), and Model.run leaves it as it found it."""
+    import gc
+
+    model = _model([helper.make_node("Exp", ["x"], ["y"])], [_float("x", ["n"])],
+                   [_float("y", ["n"])])
+    seen = []
+    build = type(model)._build
+
+    def watched(self, *args):
+        seen.append(gc.isenabled())
+        return build(self, *args)
+
+    monkeypatch.setattr(type(model), "_build", watched)
+    was = gc.isenabled()
+    try:
+        (gc.enable if collecting else gc.disable)()
+        for size in (3, 5):
+            x = np.arange(size, dtype=np.float32)
+            np.testing.assert_allclose(model.run({"x": x})["y"], np.exp(x), rtol=1e-6)
+            assert gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False, False]
