@@ -283,6 +283,13 @@ class Judge:
         bucket is unseen, the mode is ``on`` and budget is left). ``ready``: the operands hold
         their values (a launch now), else (a bind ahead of the launches) None where deciding
         would need a timing."""
+        return self.pick(head, candidates, inputs, outputs, layouts, params, ready)[0]
+
+    def pick(self, head: str, candidates: Sequence[Candidate], inputs: Sequence,
+             outputs: Sequence, layouts: Sequence[Layout], params: object,
+             ready: bool = True) -> tuple[Candidate | None, bool]:
+        """``choose``'s candidate, and whether the bucket is decided: False while its timing
+        waits for the allowance (the rule runs it meanwhile, and a later bind asks again)."""
         key = f"{head}|{shape_bucket(layouts)}|{candidate_names(candidates)}"
         verdict = self.verdicts.get(key)
         if verdict is None:
@@ -292,13 +299,14 @@ class Judge:
                     verdict = self._decide(key, candidates, inputs, outputs, layouts, params,
                                            ready)
                     if verdict is None:
-                        return None
+                        return None, False
                     if verdict.source != DEFERRED:  # a deferred bucket is timed once allowed
                         self.verdicts[key] = verdict
+        decided = verdict.source != DEFERRED
         for candidate in candidates:
             if candidate.name == verdict.winner:
-                return candidate
-        return candidates[0]
+                return candidate, decided
+        return candidates[0], decided
 
     def _decide(self, key: str, candidates: Sequence[Candidate], inputs: Sequence,
                 outputs: Sequence, layouts: Sequence[Layout], params: object,
@@ -735,15 +743,15 @@ class JudgedKernel:
             key, epoch, candidate = None, -1, None
         if candidate is None or epoch != JUDGE.epoch:
             candidates = self.candidates(layouts, params, _index(outputs, inputs))
-            candidate = candidates[0]
+            candidate, decided = candidates[0], True
             if len(candidates) > 1:
                 head = key_head(self.label, self.dtypes, self.backend,
                                 JUDGE.device_name(self.backend, _index(outputs, inputs)))
-                candidate = JUDGE.choose(head, candidates, inputs, outputs, layouts, params,
-                                         ready)
+                candidate, decided = JUDGE.pick(head, candidates, inputs, outputs, layouts,
+                                                params, ready)
                 if candidate is None:
                     return _TimedAtFirstLaunch(self, inputs, outputs, layouts, params)
-            if key is not None:
+            if key is not None and decided:  # a deferred bucket: the next bind asks again
                 if len(self.chosen) > 4096:
                     self.chosen.clear()
                 self.chosen[key] = (JUDGE.epoch, candidate)

@@ -422,6 +422,32 @@ def test_timing_waits_for_its_share_of_the_run(fresh_judge, judged_backend, monk
     assert CALLS == {"slow": 0, "fast": 1}
 
 
+def test_a_deferred_bucket_is_timed_when_the_same_launch_is_bound_again(fresh_judge,
+                                                                      judged_backend,
+                                                                      monkeypatch):
+    """A launch whose bucket was deferred (no allowance left) is not remembered as decided by
+    its kernel either: bound again with the same layouts once the share allows it (a new
+    plan of the same shapes), it is timed, and the faster sibling runs."""
+    from fuel.runtime import judge
+
+    monkeypatch.setattr(judge, "FLOOR_SECONDS", 0.0)
+    monkeypatch.setenv("FUEL_JUDGE_SHARE", "0")
+    CALLS.update(slow=0, fast=0)
+    values = np.ones(8, dtype=np.float32)
+    np.testing.assert_array_equal(negate(values), -values)
+    assert CALLS == {"slow": 1, "fast": 0} and judge_stats()["deferred"] == 1
+    monkeypatch.setenv("FUEL_JUDGE_SHARE", "inf")
+    fuel.set_plan_cache_capacity(0)  # the same shapes planned and bound anew
+    fuel.set_plan_cache_capacity(128)
+    np.testing.assert_array_equal(negate(values), -values)
+    assert judge_stats()["timed"] == 1
+    CALLS.update(slow=0, fast=0)
+    fuel.set_plan_cache_capacity(0)
+    fuel.set_plan_cache_capacity(128)
+    np.testing.assert_array_equal(negate(values), -values)
+    assert CALLS == {"slow": 0, "fast": 1}
+
+
 def test_results_agree_with_the_judge_off_cached_and_on(fresh_judge, monkeypatch):
     """A small MLP through the front end: the same outputs (within float32 rounding of a
     reordered sum) whichever candidates the judge dispatches."""
