@@ -678,8 +678,8 @@ class JudgedKernel:
         self.entries = tuple(entries)
         self.label = label or op.value  # the verdicts' op field (a generated kernel's: its hash)
         self.__name__ = self.__qualname__ = getattr(entries[0].kernel, "__name__", op.value)
-        # (layouts, params) -> (judge epoch, the chosen candidate): a bound launch of a seen
-        # shape costs one lookup; a re-check (a new epoch) decides again.
+        # (layouts, params, constant operands) -> (judge epoch, the chosen candidate): a bound
+        # launch of a seen shape costs one lookup; a re-check (a new epoch) decides again.
         self.chosen: dict = {}
         self.wholes: dict = {}  # (entry position, name) -> its whole Candidate (_whole)
 
@@ -699,12 +699,21 @@ class JudgedKernel:
         """The first entry's loop (a generated kernel's LoopKernel), or None."""
         return getattr(self.entries[0].kernel, "loop", None)
 
-    def candidates(self, layouts: Sequence[Layout], params: object, index: int = 0
-                   ) -> tuple[Candidate, ...]:
+    def candidates(self, layouts: Sequence[Layout], params: object, index: int = 0,
+                   constants: tuple[bool, ...] = ()) -> tuple[Candidate, ...]:
+        """The launch's candidates, the rule's first; ``constants`` (per operand, whether its
+        storage is constant: a model's weight) reaches a kernel whose variants depend on it
+        (``variants_by_constants``: one that packs a constant weight once)."""
         first = self.entries[0]
         found: list[Candidate] = []
         offer = getattr(first.kernel, "variants", None)
-        variants = offer(layouts, params, Device(self.backend, index)) if offer else ()
+        device = Device(self.backend, index)
+        if offer is None:
+            variants = ()
+        elif getattr(first.kernel, "variants_by_constants", False):
+            variants = offer(layouts, params, device, constants)
+        else:
+            variants = offer(layouts, params, device)
         for variant in variants:
             found.append(Candidate(variant.name, f"{first.kernel_revision_hash:016x}", variant))
         if not found:
@@ -737,12 +746,13 @@ class JudgedKernel:
         capture) whose bucket needs a timing gets a launcher that times at its first call,
         on the operands then computed."""
         try:
-            key = (tuple(layouts), params)
+            key = (tuple(layouts), params, _constants(inputs))
             epoch, candidate = self.chosen.get(key, (-1, None))
         except TypeError:  # unhashable params: decide every time
             key, epoch, candidate = None, -1, None
         if candidate is None or epoch != JUDGE.epoch:
-            candidates = self.candidates(layouts, params, _index(outputs, inputs))
+            candidates = self.candidates(layouts, params, _index(outputs, inputs),
+                                         _constants(inputs))
             candidate, decided = candidates[0], True
             if len(candidates) > 1:
                 head = key_head(self.label, self.dtypes, self.backend,
@@ -760,7 +770,8 @@ class JudgedKernel:
     def observe(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object, seconds: float) -> None:
         """A profiled launch's time (see ``Judge.observe``)."""
-        candidates = self.candidates(layouts, params, _index(outputs, inputs))
+        candidates = self.candidates(layouts, params, _index(outputs, inputs),
+                                     _constants(inputs))
         if len(candidates) < 2:
             return
         head = key_head(self.label, self.dtypes, self.backend,
@@ -801,6 +812,11 @@ def _index(outputs: Sequence, inputs: Sequence) -> int:
     """The device index the launch runs on (its first output's, else its first input's)."""
     storage = outputs[0] if outputs else inputs[0]
     return storage.device.index
+
+
+def _constants(inputs: Sequence) -> tuple[bool, ...]:
+    """Per input, whether its storage is constant (a model's weight)."""
+    return tuple([getattr(storage, "constant", False) for storage in inputs])
 
 
 def _sibling_name(entry: BindingEntry) -> str:

@@ -1,9 +1,17 @@
 /* float32 matmul on the convolution's register-tiled GEMM (after conv_common.h and
  * conv_gemm.h): out (m x n) = a (m x k, rows lda apart, unit inner stride) . b, with b either
  * (k x n) rows ldb apart (unit column stride) or the transposed view of a row-major (n x k)
- * weight, rows ldb apart (Linear's x @ W.T). The MR-row slivers of a are read as stored; b is
- * packed per K block into NR-column panels (a weight transposed on the way: 16 x 16 blocks
- * transposed in registers with AVX-512), so the micro kernel streams one panel per tile.
+ * weight, rows ldb apart (Linear's x @ W.T), or b's panels packed beforehand (a constant
+ * weight, packed once: transposed_b 2, ldb the floats between two K blocks' panels). The
+ * MR-row slivers of a are read as stored; b is packed per K block into NR-column panels (a
+ * weight transposed on the way: 16 x 16 blocks transposed in registers with AVX-512), so the
+ * micro kernel streams one panel per tile.
+ *
+ * The prepacked layout (matmul_gemm.py's packed_panels writes it): K block kb starts at
+ * kb * ldb; in it, the panel of columns [p * NR, p * NR + NR) starts at p * PANEL(kc) (kc that
+ * block's rows), each of its kc rows PANEL_ROW(n, p * NR) floats wide, zero padded: what
+ * pack_b makes of a block that reaches column n, so a unit's columns [n0, n0 + nc) (n0 a
+ * multiple of NR, nc too unless the block ends at n) read the same panels it would pack.
  *
  * Entry: fuel_kernel(data, sizes, strides)
  *   data    = {a, b, out}
@@ -14,6 +22,9 @@
  * packs into a buffer of its own.
  */
 #define MOST_BATCH_DIMS 8
+#define PREPACKED 2  /* transposed_b: b holds the panels already */
+#define PACK 3       /* transposed_b: write b's panels (the prepacked layout) into out */
+#define DESCRIBE 4   /* transposed_b: write {NR, KC, PANEL(KC)} into out (int64) */
 
 typedef struct {
     const float *a, *b;
@@ -95,7 +106,10 @@ static void matmul_unit(const MatmulJob *job, int64_t n0, int64_t nc, int64_t s0
     const int64_t m = job->m, k = job->k, ldc = job->ldc;
     for (int64_t l0 = 0; l0 < k; l0 += KC) {
         const int64_t kc = k - l0 < KC ? k - l0 : KC;
-        if (job->transposed) pack_transposed(job->b, job->ldb, l0, kc, n0, nc, panel);
+        const float *packed = panel;
+        if (job->transposed == PREPACKED)
+            packed = job->b + (l0 / KC) * job->ldb + (n0 / NR) * PANEL(kc);
+        else if (job->transposed) pack_transposed(job->b, job->ldb, l0, kc, n0, nc, panel);
         else pack_b(job->b, job->ldb, l0, kc, n0, nc, panel);
         for (int64_t s = s0; s < s1; s++) {
             const int64_t i0 = s * MR;
@@ -107,7 +121,7 @@ static void matmul_unit(const MatmulJob *job, int64_t n0, int64_t nc, int64_t s0
                 const int cols = nc - j < NR ? (int)(nc - j) : NR;
                 const int half = PANEL_ROW(nc, j) == HALF && HALF < NR;
                 float *c = job->out + i0 * ldc + n0 + j;
-                const float *b_panel = panel + (j / NR) * PANEL(kc);
+                const float *b_panel = packed + (j / NR) * PANEL(kc);
                 if (rows == MR && cols == (half ? HALF : NR)) {
                     micro(kc, a, b_panel, half, c, ldc, l0 > 0);
                     continue;
@@ -125,7 +139,31 @@ static void matmul_unit(const MatmulJob *job, int64_t n0, int64_t nc, int64_t s0
     }
 }
 
+/* b's panels for every K block (kstride floats apart) and all n columns: the prepacked
+ * layout, made once for a constant weight (`transposed`: b is W.T, W's rows ldb apart). */
+static void pack_all(const float *b, int64_t ldb, int transposed, int64_t n, int64_t k,
+                     int64_t kstride, float *out) {
+    for (int64_t l0 = 0; l0 < k; l0 += KC) {
+        const int64_t kc = k - l0 < KC ? k - l0 : KC;
+        float *block = out + (l0 / KC) * kstride;
+        if (transposed) pack_transposed(b, ldb, l0, kc, 0, n, block);
+        else pack_b(b, ldb, l0, kc, 0, n, block);
+    }
+}
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
+    if (sizes[4] == DESCRIBE) {
+        int64_t *out = (int64_t *)data[2];
+        out[0] = NR;
+        out[1] = KC;
+        out[2] = PANEL(KC);
+        return;
+    }
+    if (sizes[4] == PACK) {  /* sizes: threads, 0, n, k, PACK, transposed source, ldb, kstride */
+        pack_all((const float *)data[1], sizes[6], (int)sizes[5], sizes[2], sizes[3], sizes[7],
+                 (float *)data[2]);
+        return;
+    }
     const MatmulJob whole = {(const float *)data[0], (const float *)data[1], (float *)data[2],
                              sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6],
                              sizes[7]};
@@ -142,7 +180,8 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const int64_t per_entry = column_blocks * row_blocks, units = entries * per_entry;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && units > 1)
     for (int64_t u = 0; u < units; u++) {
-        float *panel = thread_buffer(0, (size_t)PANEL(KC) * (size_t)((block + NR - 1) / NR));
+        float *panel = whole.transposed == PREPACKED ? NULL : thread_buffer(
+            0, (size_t)PANEL(KC) * (size_t)((block + NR - 1) / NR));
         MatmulJob job = whole;
         int64_t entry = u / per_entry;
         for (int d = batch_dims - 1; d >= 0; d--) {  /* the entry's operands */

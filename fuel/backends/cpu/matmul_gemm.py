@@ -7,6 +7,11 @@ OpenMP team. It is one of the float32 matmul's judged variants (``gemm/Nt``), of
 others walked through their strides, a weight shared by a batch with stride 0):
 measured here at 1024 x 384 x 1536 it ran 209-218 GFLOP/s on 2 threads against 185 for the
 blas form's two single-threaded OpenBLAS calls and 201-210 for OpenBLAS on its own pool.
+
+A constant ``b`` (a model's weights) is packed into the panels once (``packed_panels``, kept
+per storage like the packed form's copy) and every launch reads them as they are
+(``prepacked``): a product of few rows no longer packs the whole weight for them (36 x 384 x
+1536: the packing of 384 x 1536 weights took longer than the 36 rows' products).
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ import ctypes
 from collections.abc import Sequence
 from pathlib import Path
 
-from fuel.backends.cpu.c_library import address, entry_point
+import functools
+
+import numpy as np
+
+from fuel.backends.cpu.c_library import address, aligned_filled, entry_point, kept
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import Launcher
 from fuel.ir.layout import Layout
@@ -33,6 +42,8 @@ GEMM_VARIANT_ROWS = 24
 # The transposed packing gathers 32 rows at int32 offsets: their stride must stay below this.
 MOST_ROW_STRIDE = 1 << 25
 MOST_BATCH_DIMS = 8  # matmul_gemm.c's
+# matmul_gemm.c's transposed_b modes beyond 0 (b's rows) and 1 (a weight's transpose).
+PREPACKED, PACK, DESCRIBE = 2, 3, 4
 
 
 def source() -> str:
@@ -84,4 +95,69 @@ def foreign_call(pointers: Sequence[int], arguments: tuple[tuple[int, ...], tupl
     sizes, strides = arguments
     return ForeignCall(library(), (ctypes.c_void_p * 3)(*pointers),
                        (ctypes.c_int64 * len(sizes))(*sizes),
+                       (ctypes.c_int64 * max(1, len(strides)))(*strides), kernel_source="c")
+
+
+@functools.lru_cache(maxsize=1)
+def geometry() -> tuple[int, int, int]:
+    """The compiled library's panel width NR, K block KC and the floats one panel of KC rows
+    takes (``PANEL(KC)``): what the prepacked layout is made of on this machine."""
+    found = (ctypes.c_int64 * 3)()
+    sizes = (ctypes.c_int64 * 9)(0, 0, 0, 0, DESCRIBE, 0, 0, 0, 0)
+    library()((ctypes.c_void_p * 3)(None, None, ctypes.addressof(found)), sizes,
+              (ctypes.c_int64 * 1)())
+    return found[0], found[1], found[2]
+
+
+def prepacked(arguments: tuple[tuple[int, ...], tuple[int, ...]]
+              ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``gemm_arguments``' launch reading a constant ``b`` packed beforehand: the same sizes
+    with b's mode PREPACKED and its K blocks' distance in place of its row stride; None where
+    a batch walks several weights (only a weight shared by the whole batch is packed)."""
+    sizes, strides = arguments
+    if any(strides[d * 3 + 1] for d in range(sizes[8])):
+        return None
+    return sizes[:4] + (PREPACKED, sizes[5], block_stride(sizes[2])) + sizes[7:], strides
+
+
+def block_stride(n: int) -> int:
+    """The floats between two K blocks' panels of an ``n``-column prepacked weight."""
+    width, _, panel = geometry()
+    return -(-n // width) * panel
+
+
+def packed_panels(storage, layout: Layout, arguments: tuple[tuple[int, ...], tuple[int, ...]]
+                  ) -> np.ndarray:
+    """The prepacked panels of the constant ``b`` (``storage`` viewed by ``layout``) for the
+    launch ``arguments`` (``gemm_arguments``' own: b's mode and row stride), 64-byte aligned;
+    made once per storage and view (``kept``)."""
+    sizes = arguments[0]
+    n, k, transposed, ldb = sizes[2], sizes[3], sizes[4], sizes[6]
+    _, depth, _ = geometry()
+    stride = block_stride(n)
+
+    def make() -> np.ndarray:
+        packed = aligned_filled(-(-k // depth) * stride, lambda at: None)
+        library()((ctypes.c_void_p * 3)(None, address(storage, layout), packed.ctypes.data),
+                  (ctypes.c_int64 * 9)(1, 0, n, k, PACK, transposed, ldb, stride, 0),
+                  (ctypes.c_int64 * 1)())
+        return packed
+
+    return kept(storage, ("gemm-panels", layout.offset, transposed, ldb, k, n), make)
+
+
+def prepare_prepacked(arguments: tuple[tuple[int, ...], tuple[int, ...]], inputs: Sequence,
+                      outputs: Sequence, layouts: Sequence[Layout], params: object
+                      ) -> Launcher:
+    """The launch reading the constant ``b``'s prepacked panels (``arguments``: the plain
+    ``gemm_arguments``; the panels made at the first launch of that weight and view); a ``b``
+    that is not constant (its values may change) is packed by the launch instead."""
+    if not inputs[1].constant:
+        return prepare(arguments, inputs, outputs, layouts, params)
+    panels = packed_panels(inputs[1], layouts[1], arguments)
+    sizes, strides = prepacked(arguments)
+    data = (ctypes.c_void_p * 3)(address(inputs[0], layouts[0]), panels.ctypes.data,
+                                 address(outputs[0], layouts[2]))
+    data.panels = panels  # held as long as the launcher
+    return ForeignCall(library(), data, (ctypes.c_int64 * len(sizes))(*sizes),
                        (ctypes.c_int64 * max(1, len(strides)))(*strides), kernel_source="c")

@@ -1,11 +1,13 @@
-"""The float32 matmul's packed form (a constant b rearranged once into 16-column tiles) against
-a float64 NumPy reference, and the constant storages it relies on: never written in place."""
+"""The float32 matmul's forms for a constant b, against a float64 NumPy reference: the packed
+form (b rearranged once into 16-column tiles; fewer than PREPACKED_ROWS rows) and the gemm form
+on b's panels packed once (from PREPACKED_ROWS rows), and the constant storages they rely on:
+never written in place."""
 
 import numpy as np
 import pytest
 
 import fuel
-from fuel.backends.cpu import BACKEND, matmul
+from fuel.backends.cpu import BACKEND, matmul, matmul_gemm
 from fuel.backends.cpu.c_library import _kept
 from fuel.compiler import toolchain
 from fuel.ir import dtype as dt
@@ -49,41 +51,66 @@ def check(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     assert np.all(np.abs(got - reference) <= (a.shape[1] + 2) * 2.0 ** -24 * bound + 1e-30)
 
 
-@pytest.mark.parametrize("m", [1, 2, 5, 11, 12, 13, 25, 64])
-@pytest.mark.parametrize("n", [1, 5, 16, 17, 40])
-@pytest.mark.parametrize("k", [1, 7, 33, 384])
-def test_packed_form_on_odd_sizes_of_both_weight_layouts(m, n, k):
+def form_of(launcher) -> str:
+    """Which form a launcher runs: "packed", "panels" or another."""
+    data = getattr(launcher, "data", None)
+    return "packed" if hasattr(data, "packed") else "panels" if hasattr(data, "panels") \
+        else "other"
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 7, 8, 11, 12, 13, 25, 64, 65, 130])
+@pytest.mark.parametrize("n", [1, 5, 16, 17, 40, 47, 80])
+@pytest.mark.parametrize("k", [1, 7, 33, 384, 600])
+def test_constant_weight_forms_on_odd_sizes_of_both_weight_layouts(m, n, k):
+    """Fewer than PREPACKED_ROWS rows: the packed form; from there the panels (K blocks of
+    256 and panels of 32 columns with AVX-512, a half-width last panel, rows past a sliver)."""
     a = random(m, k)
     weight = random(n, k, seed=1)  # Linear's (out, in) rows, read transposed
     storage, layout = constant_view(weight, weight.T)
     launcher, got = launch(a, storage, layout, n)
-    assert hasattr(launcher.data, "packed")  # the packed form ran
+    assert form_of(launcher) == ("packed" if m < matmul.PREPACKED_ROWS else "panels")
     check(got, a, weight.T)
     b = random(k + 3, n + 2, seed=2)  # a (k, n) view inside a larger row-major constant
     storage, layout = constant_view(b, b[2:2 + k, 1:1 + n])
-    _, got = launch(a, storage, layout, n)
+    launcher, got = launch(a, storage, layout, n)
+    assert form_of(launcher) == ("packed" if m < matmul.PREPACKED_ROWS else "panels")
     check(got, a, b[2:2 + k, 1:1 + n])
 
 
-def test_more_rows_and_writable_weights_keep_their_forms():
-    """From 65 rows, or with a b that may change, the packed form does not take the launch."""
+def test_writable_weights_keep_their_forms():
+    """A b that may change is packed by no launch ahead of it (neither copy is kept)."""
     weight = random(40, 24, seed=1)
     storage, layout = constant_view(weight, weight.T)
-    launcher, got = launch(random(65, 24), storage, layout, 40)
-    assert not hasattr(getattr(launcher, "data", None), "packed")
-    check(got, random(65, 24), weight.T)
     storage.constant = False
-    launcher, got = launch(random(12, 24), storage, layout, 40)
-    assert not hasattr(getattr(launcher, "data", None), "packed")
-    check(got, random(12, 24), weight.T)
+    for rows in (3, 12, 65):
+        launcher, got = launch(random(rows, 24), storage, layout, 40)
+        assert form_of(launcher) == "other"
+        check(got, random(rows, 24), weight.T)
+    assert storage not in _kept
 
 
-def test_the_packed_copy_is_made_once_per_weight():
+def test_the_packed_copies_are_made_once_per_weight():
     weight = random(48, 32, seed=1)
     storage, layout = constant_view(weight, weight.T)
-    for rows in (1, 3, 12):
+    for rows in (1, 3, 5):
         launch(random(rows, 32), storage, layout, 48)
-    assert len(_kept[storage]) == 1
+    assert len(_kept[storage]) == 1  # the packed form's copy
+    for rows in (8, 12, 40, 200):
+        launch(random(rows, 32), storage, layout, 48)
+    assert len(_kept[storage]) == 2  # and the panels
+
+
+def test_the_judge_offers_the_panels_first_for_a_constant_weight_only():
+    """The candidates of a launch depend on whether b is constant: the panels (the rule's
+    choice) for a weight, the gemm form that packs per launch for a b that may change."""
+    layouts = [Layout.contiguous((36, 384)), Layout((384, 1536), (1, 384), 0),
+               Layout.contiguous((36, 1536))]
+    names = [v.name for v in RULE.variants(layouts, None, CPU, (False, True))]
+    assert names[0].startswith("gemm-panels/") and not any(
+        n.startswith("gemm/") for n in names)
+    names = [v.name for v in RULE.variants(layouts, None, CPU, (False, False))]
+    assert not any(n.startswith("gemm-panels/") for n in names)
+    assert names == [v.name for v in RULE.variants(layouts, None, CPU)]
 
 
 def test_avx2_packed_tile_without_avx512(monkeypatch):
@@ -91,7 +118,7 @@ def test_avx2_packed_tile_without_avx512(monkeypatch):
     built = toolchain.build("#define NO_AVX512 1\n" + matmul.SOURCE.read_text(),
                             "matmul_float32_avx2_packed_test", toolchain.openmp_flags())
     monkeypatch.setattr(matmul, "library", lambda: built.function)
-    for m, n, k in ((1, 5, 7), (7, 9, 17), (13, 33, 100), (12, 1536, 384)):
+    for m, n, k in ((1, 5, 7), (7, 9, 17), (5, 33, 100), (4, 1536, 384)):
         a, weight = random(m, k), random(n, k, seed=1)
         storage, layout = constant_view(weight, weight.T)
         launcher, got = launch(a, storage, layout, n)
@@ -99,15 +126,38 @@ def test_avx2_packed_tile_without_avx512(monkeypatch):
         check(got, a, weight.T)
 
 
-def test_threads_split_the_tiles_with_the_same_result(monkeypatch):
-    a, weight = random(12, 384), random(1000, 384, seed=1)
+def test_panels_without_avx512(monkeypatch):
+    """The panels as the AVX2 build lays them out (16-column panels, no half width: the
+    library says its geometry) on odd sizes."""
+    built = toolchain.build(matmul_gemm.source(), "matmul_gemm_float32_avx2_test",
+                            toolchain.openmp_flags() + ("-mno-avx512f",))
+    monkeypatch.setattr(matmul_gemm, "library", lambda: built.function)
+    matmul_gemm.geometry.cache_clear()
+    try:
+        assert matmul_gemm.geometry()[0] == 16
+        for m, n, k in ((8, 5, 7), (13, 33, 300), (40, 47, 600)):
+            a, weight = random(m, k), random(n, k, seed=1)
+            storage, layout = constant_view(weight, weight.T)
+            launcher, got = launch(a, storage, layout, n)
+            assert form_of(launcher) == "panels"
+            check(got, a, weight.T)
+    finally:
+        matmul_gemm.geometry.cache_clear()
+
+
+@pytest.mark.parametrize("rows", [5, 12, 100])
+def test_threads_split_the_tiles_with_the_same_result(monkeypatch, rows):
+    a, weight = random(rows, 384), random(1000, 384, seed=1)
     storage, layout = constant_view(weight, weight.T)
+    cached = (matmul.packed_arguments, matmul.prepacked_arguments, matmul.gemm_arguments)
     results = []
     for threads in ("1", "2"):
         monkeypatch.setenv("FUEL_THREADS", threads)
-        matmul.packed_arguments.cache_clear()
+        for function in cached:
+            function.cache_clear()
         results.append(launch(a, storage, layout, 1000)[1].copy())
-    matmul.packed_arguments.cache_clear()
+    for function in cached:
+        function.cache_clear()
     check(results[1], a, weight.T)
     assert np.array_equal(results[0], results[1])  # each output sums k in the same order
 
