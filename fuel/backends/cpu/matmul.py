@@ -64,13 +64,13 @@ C_ROWS = 32
 # job's single-process embeddings stopped matching its Ray workers' bit for bit
 # (tests/distributed/test_ray.py); the judge may still pick it where it times faster.
 DOT_ROWS_MOST = 64
-# From this many rows (one AVX-512 sliver) a product with a constant b runs the gemm form on
-# b's panels packed once: at 8 to 288 rows of MiniLM's Linear shapes it ran 1.1-1.6x faster
-# than the packed form and the per-launch-packing gemm (this 2-core Sapphire Rapids Xeon, two
-# threads, /tmp/s8_pp.py: 36 x 384 -> 1536 0.23 ms against 0.31 and 0.32, 8 x 384 -> 384
-# 14.5 us against 21 and 35); at 4 rows the packed form's streamed weights still win (1536
-# -> 384: 48 against 57 us).
-PREPACKED_ROWS = 8
+# From this many rows a product with a constant b runs the gemm form on b's panels packed once.
+# In MiniLM (weights read from L3, in-process A/B of two encoders, judge off, this 2-core
+# Sapphire Rapids Xeon, /tmp/s8_inproc.py) whole forwards ran 0.91-0.95x the packed form's and
+# the per-launch-packing gemm's time from 40 rows (1 x 40 to 8 x 40), even at 36, and 1.06x at
+# 32 and 1.21-1.26x at 12: below it the packed form's one stream of each weight row for all the
+# rows wins.
+PREPACKED_ROWS = 40
 ROWS_COLUMNS = 256
 # From this many multiply-adds a launch splits its tiles over threads (dot form, one row,
 # weights in cache, 2 threads against 1: 512 x 512 10.4 us against 17.1, 1024 x 1000 38 against
