@@ -13,8 +13,9 @@ OpenBLAS on fuel's OpenMP team (OpenBLAS's own pool never wakes), or ``np.matmul
 BLAS offers no such entry or the strides are no cblas matrix. From ``matmul_gemm.GEMM_ROWS``
 rows of a 2-D product the rule gives the launch to the *gemm* form (``matmul_gemm``: the
 convolution's register-tiled GEMM on fuel's team); a constant ``b`` (a model's weights) goes to
-it from ``PREPACKED_ROWS`` rows, its panels packed once (``matmul_gemm.prepacked``). Threads follow ``quantized.py``'s
-rules: OpenMP over output tiles from ``PARALLEL_WORK`` multiply-adds, ``FUEL_THREADS`` threads.
+it from ``PREPACKED_ROWS`` rows, its panels packed once (``matmul_gemm.prepacked``). Threads
+follow ``quantized.py``'s rules: OpenMP over output tiles from ``PARALLEL_WORK`` multiply-adds,
+``FUEL_THREADS`` threads.
 """
 
 from __future__ import annotations

@@ -17,10 +17,9 @@ per storage like the packed form's copy) and every launch reads them as they are
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Sequence
 from pathlib import Path
-
-import functools
 
 import numpy as np
 
