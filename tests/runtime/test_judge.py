@@ -277,6 +277,67 @@ def test_every_matmul_variant_computes_the_product(shape):
 
 
 @pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
+@pytest.mark.parametrize("shape", [(12, 384, 96), (48, 384, 100), (130, 70, 33)])
+def test_every_matmul_variant_for_a_constant_weight_computes_the_product(shape):
+    """A constant b's candidates (its panels packed once first from PREPACKED_ROWS rows, the
+    C forms running packed) are each within the float32 summation bound, and a second
+    launch on the kept copies gives the same values."""
+    m, k, n = shape
+    rng = np.random.default_rng(m * k + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    weight = rng.standard_normal((n, k)).astype(np.float32)  # Linear's rows, read transposed
+    sa = BACKEND.upload(CPU, a.reshape(-1))
+    sb = BACKEND.upload(CPU, weight.reshape(-1).copy())
+    sb.constant = True
+    layouts = [Layout.contiguous((m, k)), Layout((k, n), (1, k)), Layout.contiguous((m, n))]
+    variants = matmul.CMatmul().variants(layouts, None, CPU, (False, True))
+    assert variants[0].name.startswith("gemm-panels/") == (m >= matmul.PREPACKED_ROWS)
+    reference = a.astype(np.float64) @ weight.T.astype(np.float64)
+    bound = np.abs(a).astype(np.float64) @ np.abs(weight.T).astype(np.float64)
+    for variant in variants:
+        runs = []
+        for _ in range(2):
+            out = BACKEND.allocate(CPU, dt.float32, m * n)
+            out.buffer[...] = np.nan
+            variant.prepare([sa, sb], [out], layouts, None)()
+            runs.append(out.buffer.reshape(m, n).copy())
+        assert np.all(np.abs(runs[0] - reference) <= (k + 2) * 2.0 ** -24 * bound + 1e-30), \
+            variant.name
+        assert np.array_equal(runs[0], runs[1]), variant.name
+
+
+@pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
+def test_a_writable_weight_never_runs_the_chosen_form_of_a_constant_one(monkeypatch):
+    """The judged matmul remembers its choice per layouts *and* constant operands: after a
+    constant b chose its packed panels, a writable b of the same layouts runs a form that
+    reads it as it is at each launch (a packed copy of it would go stale)."""
+    from fuel.dispatch.kernel import global_table
+
+    monkeypatch.setenv("FUEL_JUDGE", "off")
+    entry = global_table().lookup_entry(OpKind.MATMUL, (dt.float32,) * 3, BackendId.CPU)
+    kernel = judge_module.JudgedKernel(OpKind.MATMUL, (dt.float32,) * 3, BackendId.CPU,
+                                       [entry])
+    m, k, n = 48, 64, 40
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    weight = rng.standard_normal((n, k)).astype(np.float32)
+    layouts = [Layout.contiguous((m, k)), Layout((k, n), (1, k)), Layout.contiguous((m, n))]
+    sa = BACKEND.upload(CPU, a.reshape(-1))
+    constant = BACKEND.upload(CPU, weight.reshape(-1).copy())
+    constant.constant = True
+    out = BACKEND.allocate(CPU, dt.float32, m * n)
+    launcher = kernel.prepare([sa, constant], [out], layouts, None)
+    assert hasattr(launcher.data, "panels")
+    writable = BACKEND.upload(CPU, weight.reshape(-1).copy())
+    launcher = kernel.prepare([sa, writable], [out], layouts, None)
+    assert not hasattr(getattr(launcher, "data", None), "panels")
+    writable.buffer[...] = 2 * writable.buffer  # the weight changes between launches
+    launcher()
+    reference = a.astype(np.float64) @ (2 * weight.T).astype(np.float64)
+    assert np.allclose(out.buffer.reshape(m, n), reference, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
 @pytest.mark.parametrize("case", ["batched", "broadcast weight", "transposed a", "k one"])
 def test_every_matmul_variant_computes_batched_and_strided_products(case):
     """Batched operands, a weight broadcast over a batch, a transposed left operand and a
