@@ -308,9 +308,10 @@ def test_every_matmul_variant_for_a_constant_weight_computes_the_product(shape):
 
 @pytest.mark.skipif(toolchain.unavailable_reason() is not None, reason="no C compiler")
 def test_a_writable_weight_never_runs_the_chosen_form_of_a_constant_one(monkeypatch):
-    """The judged matmul remembers its choice per layouts *and* constant operands: after a
-    constant b chose its packed panels, a writable b of the same layouts runs a form that
-    reads it as it is at each launch (a packed copy of it would go stale)."""
+    """After a constant b chose its packed panels, a writable b of the same layouts runs a
+    form that reads it as it is at each launch (a packed copy of it would go stale): the
+    judged matmul's memo keys on the constant operands, and the panels' launcher packs a b
+    that is not constant per launch."""
     from fuel.dispatch.kernel import global_table
 
     monkeypatch.setenv("FUEL_JUDGE", "off")
