@@ -67,10 +67,10 @@ C_ROWS = 32
 DOT_ROWS_MOST = 64
 # From this many rows a product with a constant b runs the gemm form on b's panels packed once.
 # In MiniLM (weights read from L3, in-process A/B of two encoders, judge off, this 2-core
-# Sapphire Rapids Xeon, /tmp/s8_inproc.py) whole forwards ran 0.91-0.95x the packed form's and
-# the per-launch-packing gemm's time from 40 rows (1 x 40 to 8 x 40), even at 36, and 1.06x at
-# 32 and 1.21-1.26x at 12: below it the packed form's one stream of each weight row for all the
-# rows wins.
+# Sapphire Rapids Xeon, /tmp/s8_inproc.py) whole forwards ran 0.85-0.96x the packed form's and
+# the per-launch-packing gemm's time from 40 rows (1 x 40 to 8 x 107), 0.95-1.10x at 36, 1.06x
+# at 32 and 1.21-1.26x at 12: below it the packed form's one stream of each weight row for all
+# the rows wins.
 PREPACKED_ROWS = 40
 ROWS_COLUMNS = 256
 # From this many multiply-adds a launch splits its tiles over threads (dot form, one row,
