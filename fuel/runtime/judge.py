@@ -745,14 +745,14 @@ class JudgedKernel:
         launch follows at once); a bind ahead of its launches (a bound plan, a fuel.jit
         capture) whose bucket needs a timing gets a launcher that times at its first call,
         on the operands then computed."""
+        constants = _constants(inputs)
         try:
-            key = (tuple(layouts), params, _constants(inputs))
+            key = (tuple(layouts), params, constants)
             epoch, candidate = self.chosen.get(key, (-1, None))
         except TypeError:  # unhashable params: decide every time
             key, epoch, candidate = None, -1, None
         if candidate is None or epoch != JUDGE.epoch:
-            candidates = self.candidates(layouts, params, _index(outputs, inputs),
-                                         _constants(inputs))
+            candidates = self.candidates(layouts, params, _index(outputs, inputs), constants)
             candidate, decided = candidates[0], True
             if len(candidates) > 1:
                 head = key_head(self.label, self.dtypes, self.backend,

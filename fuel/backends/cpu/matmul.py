@@ -457,20 +457,15 @@ class CMatmul:
         packed once, which the rule takes, in place of the gemm form that packs per launch."""
         if self.forced or library() is None:
             return ()
-        found = []
         threads = thread_count()
-        if len(constants) > 1 and constants[1]:
-            panels = prepacked_arguments(tuple(layouts), threads)
-            if panels is not None:
-                found.append(Variant(f"gemm-panels/{panels[0][0]}t", functools.partial(
-                    matmul_gemm.prepare_prepacked, panels)))
-                for name, plan, count in variant_plans(tuple(layouts), threads):
-                    found.append(Variant(name, functools.partial(self._form_launcher, plan,
-                                                                 count)))
-                return tuple(found)
-        for name, plan, count in variant_plans(tuple(layouts), threads):
-            # its launch arguments made when it is prepared: most candidates never are
-            found.append(Variant(name, functools.partial(self._form_launcher, plan, count)))
+        # its launch arguments made when it is prepared: most candidates never are
+        found = [Variant(name, functools.partial(self._form_launcher, plan, count))
+                 for name, plan, count in variant_plans(tuple(layouts), threads)]
+        panels = prepacked_arguments(tuple(layouts), threads) \
+            if len(constants) > 1 and constants[1] else None
+        if panels is not None:
+            return (Variant(f"gemm-panels/{panels[0][0]}t", functools.partial(
+                matmul_gemm.prepare_prepacked, panels)), *found)
         sizes = gemm_arguments(tuple(layouts), threads, matmul_gemm.GEMM_VARIANT_ROWS)
         if sizes is not None:  # the register-tiled GEMM: the rule's choice where no C form is
             gemm = Variant(f"gemm/{sizes[0][0]}t", functools.partial(matmul_gemm.prepare,
