@@ -137,7 +137,8 @@ class Capture(BoundPlan):
 
     def run(self, arguments: Sequence, launch: bool = True) -> list:
         """Launch every step with ``arguments`` (storages, None for non-tensors) bound to the
-        argument slots and fresh output storages; return the outputs' storages. With
+        argument slots and fresh output storages (the last run's where ``reuse_outputs`` finds them
+        dropped); return the outputs' storages. With
         ``launch`` False, only prepare the launchers (nothing runs; the outputs are
         dropped)."""
         with self.lock:

@@ -310,8 +310,9 @@ class BoundPlan:
             self.current[self.leaf_count:self.output_base] = self.held
         self.fixed_leaves: list | None = None  # leaves kept bound across runs (a capture's)
         # ``reuse_outputs`` (a training step's backward sets it: its gradients are dropped by
-        # zero_grad before the next step): an output whose storage nobody but this plan holds
-        # any more at the next run is written again in place, its launchers kept prepared.
+        # zero_grad before the next step; an ONNX model's captures: their arrays are dropped by
+        # the caller): an output whose storage nobody but this plan holds any more at the next
+        # run is written again in place, its launchers kept prepared.
         # Per output: the reference counts (storage, buffer) it has when only this plan
         # holds it, None while it is not kept.
         self.reuse_outputs = False
@@ -369,7 +370,7 @@ class BoundPlan:
                     continue
                 if known is not None:  # replaced since the last run: expect it to change again
                     volatile.add(storage_id)
-                if storage_id in volatile and self.reuse_outputs and self.held is None and \
+                if storage_id in volatile and self.reuse_outputs and \
                         self._stage(storage_id, storage) is not None:
                     changed.append(storage_id)
                     continue
@@ -400,7 +401,13 @@ class BoundPlan:
                     storage_id += 1
             else:
                 storage_id = self.output_base
-                for _, backend, device, dtype, size in self.outputs:
+                alone = self.alone
+                for output, (_, backend, device, dtype, size) in enumerate(self.outputs):
+                    counts = alone[output]
+                    if counts is not None and sys.getrefcount(current[storage_id]) == counts[0] \
+                            and sys.getrefcount(current[storage_id].buffer) == counts[1]:
+                        storage_id += 1  # the last run's, its user gone: written again
+                        continue
                     current[storage_id] = backend.allocate(device, dtype, size)
                     changed.append(storage_id)
                     storage_id += 1
@@ -427,7 +434,7 @@ class BoundPlan:
         # that change.
         launchers = self.launchers
         output_base = self.output_base
-        reuse = self.reuse_outputs and self.held is None
+        reuse = self.reuse_outputs
         for storage_id in changed:
             if (storage_id >= output_base and not reuse) or storage_id in volatile:
                 current[storage_id] = None
