@@ -682,6 +682,9 @@ class JudgedKernel:
         # launch of a seen shape costs one lookup; a re-check (a new epoch) decides again.
         self.chosen: dict = {}
         self.wholes: dict = {}  # (entry position, name) -> its whole Candidate (_whole)
+        # (layouts, params, device index, constant operands) -> (key head, candidate names),
+        # or None for a launch with one candidate: what ``observe`` files a profiled time under
+        self.observing: dict = {}
 
     def for_shape(self, shape: tuple[int, ...], load_strides: list) -> JudgedKernel | None:
         """A generated kernel's contest at another shape: its kernel's twin for ``shape``
@@ -769,14 +772,28 @@ class JudgedKernel:
 
     def observe(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object, seconds: float) -> None:
-        """A profiled launch's time (see ``Judge.observe``)."""
-        candidates = self.candidates(layouts, params, _index(outputs, inputs),
-                                     _constants(inputs))
-        if len(candidates) < 2:
-            return
-        head = key_head(self.label, self.dtypes, self.backend,
-                        JUDGE.device_name(self.backend, _index(outputs, inputs)))
-        JUDGE.observe(head, layouts, candidate_names(candidates), seconds)
+        """A profiled launch's time (see ``Judge.observe``). The verdict's key is worked out
+        once per (layouts, params, device, constant operands): listing a convolution's
+        candidates took about 85 us, longer than the pool's helpers spin, so each profiled
+        launch after it paid their wake-up as well."""
+        index, constants = _index(outputs, inputs), _constants(inputs)
+        try:
+            key = (tuple(layouts), params, index, constants)
+            known = self.observing.get(key, False)
+        except TypeError:  # unhashable params: work it out every time
+            key, known = None, False
+        if known is False:
+            candidates = self.candidates(layouts, params, index, constants)
+            known = None if len(candidates) < 2 else (
+                key_head(self.label, self.dtypes, self.backend,
+                         JUDGE.device_name(self.backend, index)),
+                candidate_names(candidates))
+            if key is not None:
+                if len(self.observing) > 4096:
+                    self.observing.clear()
+                self.observing[key] = known
+        if known is not None:
+            JUDGE.observe(known[0], layouts, known[1], seconds)
 
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params: object) -> None:

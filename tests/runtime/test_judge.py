@@ -38,8 +38,13 @@ def slow_neg(inputs, outputs, layouts, params):
     np.negative(inputs[0].buffer, out=outputs[0].buffer)
 
 
+DELAY = {"fast": 0.0}  # seconds the fast sibling wastes (a winner that turned slow)
+
+
 def fast_neg(inputs, outputs, layouts, params):
     CALLS["fast"] += 1
+    if DELAY["fast"]:
+        time.sleep(DELAY["fast"])
     SEEN.append(float(inputs[0].buffer[layouts[0].offset]))
     np.negative(inputs[0].buffer, out=outputs[0].buffer)
 
@@ -236,6 +241,29 @@ def test_a_regressed_winner_is_rechecked(fresh_judge, judged_backend):
     assert written(fresh_judge)[key]["recheck"] is True
     negate(values)  # the next bind times the bucket again
     assert judge_stats()["timed"] == 2
+
+
+def test_profiled_launches_of_a_regressed_winner_recheck_it(fresh_judge, judged_backend,
+                                                            monkeypatch):
+    """Profiled launches reach the judge through the kernel's ``observe``: when the winner
+    turns slow they re-check the bucket, and the verdict's key is worked out once, not per
+    launch."""
+    from fuel.runtime.judge import JudgedKernel
+
+    values = np.ones(16, dtype=np.float32)
+    negate(values)
+    (_, verdict), = JUDGE.verdicts.items()
+    assert verdict.winner == FAST
+    listed = []
+    candidates = JudgedKernel.candidates
+    monkeypatch.setattr(JudgedKernel, "candidates",
+                        lambda self, *args: listed.append(1) or candidates(self, *args))
+    monkeypatch.setitem(DELAY, "fast", verdict.seconds[FAST] * 10 + 2e-3)
+    with fuel.profile():
+        for _ in range(judge_module.REGRESSION_SAMPLES):
+            negate(values)
+    assert judge_stats()["rechecks"] == 1 and not JUDGE.verdicts
+    assert len(listed) <= 2  # the bind's and observe's first, not one per launch
 
 
 def test_explain_shows_the_candidates_and_the_winner(fresh_judge, judged_backend):
