@@ -387,12 +387,9 @@ class BoundPlan:
                         current[storage_id] = storage
                         changed.append(storage_id)
                     storage_id += 1
-                alone = self.alone
                 for output, (pool, backend, device, dtype, size) in enumerate(self.outputs):
-                    counts = alone[output]
-                    if counts is not None and sys.getrefcount(current[storage_id]) == counts[0] \
-                            and sys.getrefcount(current[storage_id].buffer) == counts[1]:
-                        storage_id += 1  # the last run's, its user gone: written again
+                    if self._written_again(output, storage_id):
+                        storage_id += 1
                         continue
                     storage = pool.take(backend, device, dtype, size)
                     taken.append((pool, storage))
@@ -401,12 +398,9 @@ class BoundPlan:
                     storage_id += 1
             else:
                 storage_id = self.output_base
-                alone = self.alone
                 for output, (_, backend, device, dtype, size) in enumerate(self.outputs):
-                    counts = alone[output]
-                    if counts is not None and sys.getrefcount(current[storage_id]) == counts[0] \
-                            and sys.getrefcount(current[storage_id].buffer) == counts[1]:
-                        storage_id += 1  # the last run's, its user gone: written again
+                    if self._written_again(output, storage_id):
+                        storage_id += 1
                         continue
                     current[storage_id] = backend.allocate(device, dtype, size)
                     changed.append(storage_id)
@@ -443,6 +437,14 @@ class BoundPlan:
         if reuse:
             self._note_alone()
         return storages
+
+    def _written_again(self, output: int, storage_id: int) -> bool:
+        """Whether output ``output``'s storage of the last run (``storage_id``) is written again:
+        its user gone, only this plan holds it and its buffer (the counts ``_note_alone``
+        took; read inline, so this frame adds no reference to either)."""
+        counts = self.alone[output]
+        return counts is not None and sys.getrefcount(self.current[storage_id]) == counts[0] \
+            and sys.getrefcount(self.current[storage_id].buffer) == counts[1]
 
     def _stage(self, storage_id: int, storage) -> object | None:
         """A storage of this plan's holding a copy of leaf ``storage_id``'s new ``storage``,
