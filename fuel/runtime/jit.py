@@ -137,10 +137,9 @@ class Capture(BoundPlan):
 
     def run(self, arguments: Sequence, launch: bool = True) -> list:
         """Launch every step with ``arguments`` (storages, None for non-tensors) bound to the
-        argument slots and fresh output storages (the last run's where ``reuse_outputs`` finds them
-        dropped); return the outputs' storages. With
-        ``launch`` False, only prepare the launchers (nothing runs; the outputs are
-        dropped)."""
+        argument slots and fresh output storages (with ``reuse_outputs``, the last run's that
+        its user dropped); return the outputs' storages. With ``launch`` False, only prepare
+        the launchers (nothing runs; the outputs are dropped)."""
         with self.lock:
             return self.execute([(slot, storage) for slot, storage
                                  in zip(self.argument_slots, arguments) if slot >= 0],
