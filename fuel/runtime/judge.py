@@ -755,27 +755,29 @@ class JudgedKernel:
         except TypeError:  # unhashable params: decide every time
             key, epoch, candidate = None, -1, None
         if candidate is None or epoch != JUDGE.epoch:
-            candidates = self.candidates(layouts, params, _index(outputs, inputs), constants)
+            index = _index(outputs, inputs)
+            candidates = self.candidates(layouts, params, index, constants)
             candidate, decided = candidates[0], True
             if len(candidates) > 1:
-                head = key_head(self.label, self.dtypes, self.backend,
-                                JUDGE.device_name(self.backend, _index(outputs, inputs)))
-                candidate, decided = JUDGE.pick(head, candidates, inputs, outputs, layouts,
-                                                params, ready)
+                candidate, decided = JUDGE.pick(self._head(index), candidates, inputs, outputs,
+                                                layouts, params, ready)
                 if candidate is None:
                     return _TimedAtFirstLaunch(self, inputs, outputs, layouts, params)
             if key is not None and decided:  # a deferred bucket: the next bind asks again
-                if len(self.chosen) > 4096:
-                    self.chosen.clear()
-                self.chosen[key] = (JUDGE.epoch, candidate)
+                _remember(self.chosen, key, (JUDGE.epoch, candidate))
         return candidate.variant.prepare(inputs, outputs, layouts, params)
+
+    def _head(self, index: int) -> str:
+        """The head of this kernel's verdict keys on device ``index``."""
+        return key_head(self.label, self.dtypes, self.backend,
+                        JUDGE.device_name(self.backend, index))
 
     def observe(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object, seconds: float) -> None:
         """A profiled launch's time (see ``Judge.observe``). The verdict's key is worked out
         once per (layouts, params, device, constant operands): listing a convolution's
-        candidates took about 85 us, longer than the pool's helpers spin, so each profiled
-        launch after it paid their wake-up as well."""
+        candidates again after every profiled launch cost about 85 us of Python between the
+        launches being timed (execute_compiled's measure)."""
         index, constants = _index(outputs, inputs), _constants(inputs)
         try:
             key = (tuple(layouts), params, index, constants)
@@ -784,14 +786,10 @@ class JudgedKernel:
             key, known = None, False
         if known is False:
             candidates = self.candidates(layouts, params, index, constants)
-            known = None if len(candidates) < 2 else (
-                key_head(self.label, self.dtypes, self.backend,
-                         JUDGE.device_name(self.backend, index)),
-                candidate_names(candidates))
+            known = None if len(candidates) < 2 else (self._head(index),
+                                                      candidate_names(candidates))
             if key is not None:
-                if len(self.observing) > 4096:
-                    self.observing.clear()
-                self.observing[key] = known
+                _remember(self.observing, key, known)
         if known is not None:
             JUDGE.observe(known[0], layouts, known[1], seconds)
 
@@ -829,6 +827,14 @@ def _index(outputs: Sequence, inputs: Sequence) -> int:
     """The device index the launch runs on (its first output's, else its first input's)."""
     storage = outputs[0] if outputs else inputs[0]
     return storage.device.index
+
+
+def _remember(memo: dict, key: object, value: object) -> None:
+    """``memo[key] = value``, the memo emptied first once it holds 4096 entries (a process
+    fed ever new shapes keeps it bounded)."""
+    if len(memo) > 4096:
+        memo.clear()
+    memo[key] = value
 
 
 def _constants(inputs: Sequence) -> tuple[bool, ...]:
