@@ -3,15 +3,17 @@
  *
  * The implicit GEMM of conv.c packs C * KH * KW patch values per output position to feed one
  * multiply-add per value and output channel block, and with 3 input channels the packing
- * costs more than the products. Here each tap's 16 output columns are loaded straight from the
- * input row (zero-masked where they read the padding; stride 2 takes the even lanes of two
- * loads, other strides gather) and feed 16 output channels' accumulators at once, the weights
- * broadcast from a copy packed per launch (16 output channels a block, zero past M). A unit is
- * one output row of one image, over every channel block and column chunk; the bias starts
- * the accumulators, the residual and the activation are applied on them (conv_common.h's
- * act16). A 1x1 stride-1 unpadded convolution
- * takes the plane as one row (no chunk of a row left part empty), units of DIRECT_SPAN
- * positions, tiles of 8 output channels x 48 positions (one thread, in-process A/B against
+ * costs more than the products. Here a unit (one output row of one image) first lays out the
+ * input rows it reads as stride phases with their padding (direct_rows), so each tap's 16
+ * output columns are one plain load; tiles of 8 output channels x 48 columns (8 x 32 or
+ * 16 x 16 at a row's end) take them, the weights broadcast from a copy packed per launch
+ * ([tap][M rounded up to 16], zero past M). The bias starts the accumulators; the residual
+ * and the activation are applied on them as they are stored (conv_common.h's act16). In-process
+ * A/B against 16 x 16 tiles fed by masked loads and permutes, two threads
+ * (/tmp/s10/abdirect.py): 3->32 3x3 stride 2 at 224x224 128 -> 122 us, at 320x320
+ * 303 -> 273, 3->64 258 -> 224 (gemm 236), 7x7 3->64 1027 -> 807 (gemm 792), 3->16 68 -> 71.
+ * A 1x1 stride-1 unpadded convolution takes the plane as one row (no chunk of a row left
+ * part empty), units of DIRECT_SPAN positions, tiles of 8 output channels x 48 positions (one thread, in-process A/B against
  * 16 x 16 tiles and 256-position units: 64->256 at 56x56 -10%, 128->16 at 55x55 -14%, 16->64
  * -10%; bit-identical). Without AVX-512, scalar loops.
  */
@@ -25,6 +27,7 @@ typedef struct {
     float alpha, beta;
     int64_t blocks;  /* output channel blocks of 16 */
     int64_t groups;  /* pointwise: the units a span's blocks are split into */
+    const int64_t *offsets;  /* a stem: tap column kw's offset in a unit's rows (direct_rows) */
 } DirectJob;
 
 #if defined(__AVX512F__)
@@ -121,14 +124,126 @@ static void direct_pointwise_task(void *context, int64_t unit) {
     }
 }
 
-#define DIRECT_MASKED 11  /* widest filter whose tap columns' masks a chunk keeps */
+/* A stem's input rows, as one unit reads them: for every input channel and filter row
+ * whose input row lies inside the image, `sw` phases of `span` floats, phase p's column j the
+ * input's column j * sw + p - pad_left (0 in the padding), so each tap's 16 output columns are
+ * one plain load at column ow + kw * dw / sw of phase kw * dw % sw: no masks, no permutes,
+ * no gathers in the tile loop (they were a third of the loads of the 16 x 16 tiles). */
+static void direct_rows(const DirectJob *j, const float *image, int64_t oh, float *rows,
+                        int64_t span) {
+    const Shape *s = j->s;
+    float *line = thread_buffer(2, (size_t)(s->sw * span + 32));
+    for (int64_t c = 0; c < s->c; c++)
+        for (int64_t kh = 0; kh < s->kh; kh++) {
+            const int64_t ih = oh * s->sh + kh * s->dh - s->pt;
+            if (ih < 0 || ih >= s->h) continue;
+            const float *src = image + (c * s->h + ih) * s->w;
+            float *dst = rows + (c * s->kh + kh) * s->sw * span;
+            /* line[k] = input column k - pad_left, 0 outside the row */
+            float *target = s->sw == 1 ? dst : line;
+            const int64_t length = s->sw * span;
+            const int64_t first = s->pl < length ? s->pl : length;
+            int64_t last = s->pl + s->w < length ? s->pl + s->w : length;
+            if (last < first) last = first;
+            memset(target, 0, sizeof(float) * (size_t)first);
+            if (last > first) memcpy(target + first, src, sizeof(float) * (size_t)(last - first));
+            memset(target + last, 0, sizeof(float) * (size_t)(length - last));
+            if (s->sw == 1) continue;
+            if (s->sw == 2) {  /* even lanes to phase 0, odd to phase 1 (span: 16s) */
+                const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12,
+                                                       10, 8, 6, 4, 2, 0);
+                const __m512i odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+                for (int64_t q = 0; q < span; q += 16) {
+                    const __m512 a = _mm512_loadu_ps(line + 2 * q);
+                    const __m512 b = _mm512_loadu_ps(line + 2 * q + 16);
+                    _mm512_storeu_ps(dst + q, _mm512_permutex2var_ps(a, evens, b));
+                    _mm512_storeu_ps(dst + span + q, _mm512_permutex2var_ps(a, odds, b));
+                }
+                continue;
+            }
+            for (int64_t p = 0; p < s->sw; p++)
+                for (int64_t q = 0; q < span; q++) dst[p * span + q] = line[q * s->sw + p];
+        }
+}
+
+/* A tile's sums (sums[3 * i + v]: output channel m0 + i, vector v of the row's columns from
+ * ow0; the last vector stored under `last`) plus the residual, activated, into the output:
+ * one loop, not inlined in the tiles (24 inlined copies of the activation's switch made the
+ * tile a third epilogue by time). */
+static void direct_store(const DirectJob *j, const __m512 *sums, int channels, int vectors,
+                         int64_t n, int64_t oh, int64_t ow0, int64_t m0, __mmask16 last) {
+    const Shape *s = j->s;
+    for (int i = 0; i < channels && m0 + i < s->m; i++) {
+        const float slope = j->slope != NULL ? j->slope[m0 + i] : 0.0f;
+        const int64_t at = ((n * s->m + m0 + i) * s->oh + oh) * s->ow + ow0;
+        for (int v = 0; v < vectors; v++) {
+            const __mmask16 keep = v == vectors - 1 ? last : (__mmask16)0xFFFF;
+            __m512 y = sums[3 * i + v];
+            if (j->residual != NULL)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(keep, j->residual + at + 16 * v));
+            _mm512_mask_storeu_ps(j->out + at + 16 * v, keep,
+                                  act16(y, s->act, j->alpha, j->beta, slope));
+        }
+    }
+}
+
+/* The tile of output channels [m0, m0 + CH) x V vectors of output columns from ow0 of output
+ * row oh (the last vector stored under `last`), CH = 8 for V = 2 and 3, 16 for V = 1 (named
+ * accumulators a, b, d per vector: arrays of vectors were kept in memory): they start at the
+ * bias and take the taps in (c, kh, kw) order, then the residual and the activation. */
+#define DIRECT_TILE(NAME, EACH, CH, V)                                                           \
+static void NAME(const DirectJob *j, const float *rows, int64_t span, int64_t n, int64_t oh,   \
+                 int64_t ow0, int64_t m0, int64_t kh_begin, int64_t kh_end, __mmask16 last) { \
+    enum { VECTORS = V };                                                                      \
+    const Shape *s = j->s;                                                                     \
+    const int64_t mp = j->blocks * 16;                                                         \
+    const float *bias = j->packed + s->c * s->kh * s->kw * mp + m0;                            \
+    EACH(DIRECT_TILE_START)                                                                    \
+    for (int64_t c = 0; c < s->c; c++)                                                         \
+        for (int64_t kh = kh_begin; kh < kh_end; kh++) {                                       \
+            const float *row = rows + (c * s->kh + kh) * s->sw * span + ow0;                   \
+            const float *w = j->packed + ((c * s->kh + kh) * s->kw) * mp + m0;                 \
+            for (int64_t kw = 0; kw < s->kw; kw++, w += mp) {                                  \
+                const float *p = row + j->offsets[kw];                                         \
+                const __m512 v0 = _mm512_loadu_ps(p);                                          \
+                const __m512 v1 = V > 1 ? _mm512_loadu_ps(p + 16) : v0;                        \
+                const __m512 v2 = V > 2 ? _mm512_loadu_ps(p + 32) : v0;                        \
+                EACH(DIRECT_TILE_FMA)                                                          \
+            }                                                                                  \
+        }                                                                                      \
+    __m512 sums[3 * CH];                                                                       \
+    EACH(DIRECT_TILE_STORE)                                                                    \
+    direct_store(j, sums, CH, VECTORS, n, oh, ow0, m0, last);                                  \
+}
+#define DIRECT_TILE_START(i) __m512 a##i = _mm512_set1_ps(bias[i]), b##i = a##i, d##i = a##i;
+#define DIRECT_TILE_FMA(i) { const __m512 x = _mm512_set1_ps(w[i]);                            \
+                             a##i = _mm512_fmadd_ps(x, v0, a##i);                              \
+                             if (VECTORS > 1) b##i = _mm512_fmadd_ps(x, v1, b##i);                   \
+                             if (VECTORS > 2) d##i = _mm512_fmadd_ps(x, v2, d##i); }
+#define DIRECT_TILE_STORE(i) sums[3 * i] = a##i; sums[3 * i + 1] = b##i; sums[3 * i + 2] = d##i;
+DIRECT_TILE(direct_tile_8x3, DIRECT_EACH8, 8, 3)
+DIRECT_TILE(direct_tile_8x2, DIRECT_EACH8, 8, 2)
+DIRECT_TILE(direct_tile_16x1, DIRECT_EACH, 16, 1)
+#undef DIRECT_TILE
+#undef DIRECT_TILE_START
+#undef DIRECT_TILE_FMA
+#undef DIRECT_TILE_STORE
+
+/* The span of a stem's phase rows: the output row rounded up to 16 columns plus the widest
+ * tap's offset, rounded up to 16. */
+static inline int64_t direct_span(const Shape *s) {
+    const int64_t reach = ((s->ow + 15) / 16) * 16 + ((s->kw - 1) * s->dw) / s->sw;
+    return (reach + 15) / 16 * 16;
+}
+
+/* One output row of one image: its input rows laid out once (direct_rows), then tiles of 8
+ * output channels x 48 columns (24 accumulators: per tap three loads and eight broadcasts
+ * feed 24 multiply-adds, where 16 x 16 tiles took a load, a permute and sixteen broadcasts
+ * for 16), a row's last tile 8 x 32 or 16 x 16. */
 static void direct_task(void *context, int64_t unit) {
     const DirectJob *j = context;
     const Shape *s = j->s;
-    const int64_t n = unit / s->oh, oh = unit % s->oh, taps = s->c * s->kh * s->kw;
-    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
-                                           2, 0);
+    const int64_t n = unit / s->oh, oh = unit % s->oh, span = direct_span(s);
     const float *image = j->x + n * s->c * s->h * s->w;
     /* the input rows the next output row reads, fetched while this one computes (a stem's
      * input is the caller's fresh image, not in cache) */
@@ -140,60 +255,25 @@ static void direct_task(void *context, int64_t unit) {
                 const float *row = image + (c * s->h + ih) * s->w;
                 for (int64_t t = 0; t < s->w; t += 16) __builtin_prefetch(row + t);
             }
-    for (int64_t block = 0; block < j->blocks; block++) {
-        const float *weights = j->packed + block * 16 * (taps + 1);
-        const float *bias = weights + 16 * taps;
-        const int64_t m0 = block * 16, live = s->m - m0 < 16 ? s->m - m0 : 16;
-        for (int64_t ow0 = 0; ow0 < s->ow; ow0 += 16) {
-#define DIRECT_START(i) __m512 a##i = _mm512_set1_ps(bias[i]);
-            DIRECT_EACH(DIRECT_START)
-#undef DIRECT_START
-            /* stride 1 and 2: each tap column's load masks once a chunk, not once a tap
-             * (3->32 3x3 stride 2 at 224x224: 329 -> 309 us, one thread) */
-            __mmask16 low[DIRECT_MASKED], high[DIRECT_MASKED];
-            const int masked = (s->sw == 1 || s->sw == 2) && s->kw <= DIRECT_MASKED;
-            if (masked)
-                for (int64_t kw = 0; kw < s->kw; kw++) {
-                    const int64_t base = ow0 * s->sw + kw * s->dw - s->pl;
-                    const __m512i lo = _mm512_set1_epi32((int)-base);
-                    const __m512i hi = _mm512_set1_epi32((int)(s->w - base));
-                    const __m512i next = _mm512_add_epi32(iota, _mm512_set1_epi32(16));
-                    low[kw] = _mm512_cmpge_epi32_mask(iota, lo) & _mm512_cmplt_epi32_mask(iota, hi);
-                    high[kw] = _mm512_cmpge_epi32_mask(next, lo)
-                               & _mm512_cmplt_epi32_mask(next, hi);
-                }
-            for (int64_t c = 0; c < s->c; c++)
-                for (int64_t kh = 0; kh < s->kh; kh++) {
-                    const int64_t ih = oh * s->sh + kh * s->dh - s->pt;
-                    if (ih < 0 || ih >= s->h) continue;
-                    const float *row = image + (c * s->h + ih) * s->w;
-                    const float *w = weights + ((c * s->kh + kh) * s->kw) * 16;
-                    for (int64_t kw = 0; kw < s->kw; kw++, w += 16) {
-                        const int64_t base = ow0 * s->sw + kw * s->dw - s->pl;
-                        const float *p = (const float *)((intptr_t)row + 4 * base);
-                        const __m512 v =
-                            !masked ? direct_load(row, base, s, iota)
-                            : s->sw == 1 ? _mm512_maskz_loadu_ps(low[kw], p)
-                            : _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low[kw], p), evens,
-                                                     _mm512_maskz_loadu_ps(high[kw], p + 16));
-#define DIRECT_FMA(i) a##i = _mm512_fmadd_ps(_mm512_set1_ps(w[i]), v, a##i);
-                        DIRECT_EACH(DIRECT_FMA)
-#undef DIRECT_FMA
-                    }
-                }
-            const __mmask16 keep = s->ow - ow0 >= 16 ? (__mmask16)0xFFFF
-                                                     : (__mmask16)((1u << (s->ow - ow0)) - 1);
-#define DIRECT_STORE(i) if (i < live) { \
-                const int64_t at = ((n * s->m + m0 + i) * s->oh + oh) * s->ow + ow0; \
-                __m512 v = a##i; \
-                if (j->residual != NULL) \
-                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, j->residual + at)); \
-                v = act16(v, s->act, j->alpha, j->beta, \
-                          j->slope != NULL ? j->slope[m0 + i] : 0.0f); \
-                _mm512_mask_storeu_ps(j->out + at, keep, v); }
-            DIRECT_EACH(DIRECT_STORE)
-#undef DIRECT_STORE
-        }
+    float *rows = thread_buffer(1, (size_t)(s->c * s->kh * s->sw * span));
+    direct_rows(j, image, oh, rows, span);
+    int64_t kh_begin = 0, kh_end = s->kh;  /* the filter rows inside the image */
+    while (kh_begin < s->kh && oh * s->sh + kh_begin * s->dh - s->pt < 0) kh_begin++;
+    while (kh_end > kh_begin && oh * s->sh + (kh_end - 1) * s->dh - s->pt >= s->h) kh_end--;
+    const int64_t mp = j->blocks * 16;
+    for (int64_t ow0 = 0; ow0 < s->ow; ow0 += 48) {
+        const int64_t left = s->ow - ow0;
+        const int64_t tail = left >= 48 ? 16 : left - (left - 1) / 16 * 16;
+        const __mmask16 last = tail >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tail) - 1);
+        if (left > 32)
+            for (int64_t m0 = 0; m0 < mp; m0 += 8)
+                direct_tile_8x3(j, rows, span, n, oh, ow0, m0, kh_begin, kh_end, last);
+        else if (left > 16)
+            for (int64_t m0 = 0; m0 < mp; m0 += 8)
+                direct_tile_8x2(j, rows, span, n, oh, ow0, m0, kh_begin, kh_end, last);
+        else
+            for (int64_t m0 = 0; m0 < mp; m0 += 16)
+                direct_tile_16x1(j, rows, span, n, oh, ow0, m0, kh_begin, kh_end, last);
     }
 }
 #else
@@ -241,8 +321,21 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const Shape s = shape_of(sizes);
     const float *w = data[1], *bias = data[2], *scalars = data[6];
     const int64_t taps = s.c * s.kh * s.kw, blocks = (s.m + 15) / 16;
-    /* per block of 16 output channels: weights[tap][16], then the block's bias[16] */
+    const int pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0
+                          && s.pl == 0 && s.oh == s.h && s.ow == s.w;
+    (void)pointwise;  /* the scalar build packs and runs every shape one way */
     float *packed = thread_buffer(0, (size_t)(blocks * 16 * (taps + 1)));
+#if defined(__AVX512F__)
+    if (!pointwise) {  /* a stem: weights[tap][blocks * 16], then bias[blocks * 16] */
+        const int64_t mp = blocks * 16;
+        for (int64_t m = 0; m < mp; m++) {
+            for (int64_t t = 0; t < taps; t++)
+                packed[t * mp + m] = m < s.m ? w[m * taps + t] : 0.0f;
+            packed[taps * mp + m] = m < s.m && bias != NULL ? bias[m] : 0.0f;
+        }
+    } else
+#endif
+    /* per block of 16 output channels: weights[tap][16], then the block's bias[16] */
     for (int64_t block = 0; block < blocks; block++) {
         float *target = packed + block * 16 * (taps + 1);
         for (int64_t i = 0; i < 16; i++) {
@@ -254,10 +347,17 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     }
     DirectJob j = {data[0], packed, bias, data[3], data[5], data[4], &s,
                    scalars != NULL ? scalars[0] : 0.0f, scalars != NULL ? scalars[1] : 0.0f,
-                   blocks, 1};
+                   blocks, 1, NULL};
 #if defined(__AVX512F__)
-    if (s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0
-            && s.oh == s.h && s.ow == s.w) {
+    if (!pointwise) {  /* phase kw * dw % sw, column kw * dw / sw (a division a tap was a
+                        * tenth of the tile loop's time) */
+        int64_t *offsets = (int64_t *)thread_buffer(3, (size_t)(2 * s.kw));
+        const int64_t span = direct_span(&s);
+        for (int64_t kw = 0; kw < s.kw; kw++)
+            offsets[kw] = (kw * s.dw % s.sw) * span + kw * s.dw / s.sw;
+        j.offsets = offsets;
+    }
+    if (pointwise) {
         /* about four units a thread: a small plane's blocks split into groups */
         const int64_t units = s.n * ((s.h * s.w + DIRECT_SPAN - 1) / DIRECT_SPAN);
         if (threads > 1 && units < 4 * threads) {

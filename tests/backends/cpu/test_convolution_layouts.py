@@ -68,14 +68,18 @@ DIRECT_CASES = [  # (N, C, H, W, M, kernel, strides, dilations, pads (top, left,
     (1, 4, 1, 50, 17, (1, 3), (1, 2), (1, 2), (0, 1, 0, 0)),
     (1, 2, 5, 5, 16, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
     (2, 40, 15, 20, 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
-    (1, 6, 20, 30, 29, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0))]
+    (1, 6, 20, 30, 29, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
+    (1, 3, 9, 122, 24, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    (2, 3, 6, 180, 16, (5, 5), (2, 2), (2, 1), (2, 2, 2, 2)),
+    (1, 3, 8, 70, 30, (4, 4), (4, 4), (1, 1), (0, 0, 0, 0))]
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_direct_matches_the_reference(monkeypatch, threads):
     """conv_direct.c (few input channels, 16 output channels' accumulators a block): strides
-    1, 2 and 3 (a gather), dilation, asymmetric pads, output channels off the block, a row
-    of more than one 16-column chunk and a partial one, a one-row input, pointwise planes
+    1, 2, 3 and 4, dilation, asymmetric pads, output channels off the block, rows of one,
+    two and three 48-column tiles whose last is one, two or three vectors (cut short), a
+    one-row input, pointwise planes
     (one position span, two and three, the last partial; 48-position tiles of one, two and
     three vectors; 4 and 13 channels in a last block: a half block of 8 cut short), every
     activation, a residual every other case; the rule picks it for a stem."""
