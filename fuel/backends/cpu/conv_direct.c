@@ -8,14 +8,15 @@
  * output columns are one plain load; tiles of 8 output channels x 48 columns (8 x 32 or
  * 16 x 16 at a row's end) take them, the weights broadcast from a copy packed per launch
  * ([tap][M rounded up to 16], zero past M). The bias starts the accumulators; the residual
- * and the activation are applied on them as they are stored (conv_common.h's act16). In-process
- * A/B against 16 x 16 tiles fed by masked loads and permutes, two threads
- * (/tmp/s10/abdirect.py): 3->32 3x3 stride 2 at 224x224 128 -> 122 us, at 320x320
- * 303 -> 273, 3->64 258 -> 224 (gemm 236), 7x7 3->64 1027 -> 807 (gemm 792), 3->16 68 -> 71.
+ * and the activation are applied on them as they are stored (conv_common.h's act16).
+ * In-process A/B against 16 x 16 tiles fed by masked loads and permutes, two threads:
+ * 3->32 3x3 stride 2 at 224x224 128 -> 122 us, at 320x320 303 -> 273, 3->64 258 -> 224
+ * (gemm 236), 7x7 3->64 1027 -> 807 (gemm 792), 3->16 68 -> 71.
  * A 1x1 stride-1 unpadded convolution takes the plane as one row (no chunk of a row left
- * part empty), units of DIRECT_SPAN positions, tiles of 8 output channels x 48 positions (one thread, in-process A/B against
- * 16 x 16 tiles and 256-position units: 64->256 at 56x56 -10%, 128->16 at 55x55 -14%, 16->64
- * -10%; bit-identical). Without AVX-512, scalar loops.
+ * part empty), units of DIRECT_SPAN positions, tiles of 8 output channels x 48 positions
+ * (one thread, in-process A/B against 16 x 16 tiles and 256-position units: 64->256 at
+ * 56x56 -10%, 128->16 at 55x55 -14%, 16->64 -10%; bit-identical). Without AVX-512, scalar
+ * loops.
  */
 
 #define DIRECT_PROBE (-1)  /* sizes[0]: write 1 to *data[0] when built with AVX-512, else 0 */
@@ -128,7 +129,7 @@ static void direct_pointwise_task(void *context, int64_t unit) {
  * whose input row lies inside the image, `sw` phases of `span` floats, phase p's column j the
  * input's column j * sw + p - pad_left (0 in the padding), so each tap's 16 output columns are
  * one plain load at column ow + kw * dw / sw of phase kw * dw % sw: no masks, no permutes,
- * no gathers in the tile loop (they were a third of the loads of the 16 x 16 tiles). */
+ * no gathers in the tile loop. */
 static void direct_rows(const DirectJob *j, const float *image, int64_t oh, float *rows,
                         int64_t span) {
     const Shape *s = j->s;
@@ -168,8 +169,7 @@ static void direct_rows(const DirectJob *j, const float *image, int64_t oh, floa
 
 /* A tile's sums (sums[3 * i + v]: output channel m0 + i, vector v of the row's columns from
  * ow0; the last vector stored under `last`) plus the residual, activated, into the output:
- * one loop, not inlined in the tiles (24 inlined copies of the activation's switch made the
- * tile a third epilogue by time). */
+ * one loop, not 24 inlined copies of the activation's switch in every tile. */
 static void direct_store(const DirectJob *j, const __m512 *sums, int channels, int vectors,
                          int64_t n, int64_t oh, int64_t ow0, int64_t m0, __mmask16 last) {
     const Shape *s = j->s;
@@ -190,8 +190,8 @@ static void direct_store(const DirectJob *j, const __m512 *sums, int channels, i
 /* The tile of output channels [m0, m0 + CH) x V vectors of output columns from ow0 of output
  * row oh (the last vector stored under `last`), CH = 8 for V = 2 and 3, 16 for V = 1 (named
  * accumulators a, b, d per vector: arrays of vectors were kept in memory): they start at the
- * bias and take the taps in (c, kh, kw) order, then the residual and the activation. */
-#define DIRECT_TILE(NAME, EACH, CH, V)                                                           \
+ * bias and take the taps in (c, kh, kw) order, then direct_store. */
+#define DIRECT_TILE(NAME, EACH, CH, V)                                                         \
 static void NAME(const DirectJob *j, const float *rows, int64_t span, int64_t n, int64_t oh,   \
                  int64_t ow0, int64_t m0, int64_t kh_begin, int64_t kh_end, __mmask16 last) { \
     enum { VECTORS = V };                                                                      \
@@ -218,7 +218,7 @@ static void NAME(const DirectJob *j, const float *rows, int64_t span, int64_t n,
 #define DIRECT_TILE_START(i) __m512 a##i = _mm512_set1_ps(bias[i]), b##i = a##i, d##i = a##i;
 #define DIRECT_TILE_FMA(i) { const __m512 x = _mm512_set1_ps(w[i]);                            \
                              a##i = _mm512_fmadd_ps(x, v0, a##i);                              \
-                             if (VECTORS > 1) b##i = _mm512_fmadd_ps(x, v1, b##i);                   \
+                             if (VECTORS > 1) b##i = _mm512_fmadd_ps(x, v1, b##i);             \
                              if (VECTORS > 2) d##i = _mm512_fmadd_ps(x, v2, d##i); }
 #define DIRECT_TILE_STORE(i) sums[3 * i] = a##i; sums[3 * i + 1] = b##i; sums[3 * i + 2] = d##i;
 DIRECT_TILE(direct_tile_8x3, DIRECT_EACH8, 8, 3)
