@@ -154,9 +154,7 @@ def prepare_prepacked(arguments: tuple[tuple[int, ...], tuple[int, ...]], inputs
     if not inputs[1].constant:
         return prepare(arguments, inputs, outputs, layouts, params)
     panels = packed_panels(inputs[1], layouts[1], arguments)
-    sizes, strides = prepacked(arguments)
-    data = (ctypes.c_void_p * 3)(address(inputs[0], layouts[0]), panels.ctypes.data,
-                                 address(outputs[0], layouts[2]))
-    data.panels = panels  # held as long as the launcher
-    return ForeignCall(library(), data, (ctypes.c_int64 * len(sizes))(*sizes),
-                       (ctypes.c_int64 * max(1, len(strides)))(*strides), kernel_source="c")
+    call = foreign_call([address(inputs[0], layouts[0]), panels.ctypes.data,
+                         address(outputs[0], layouts[2])], prepacked(arguments))
+    call.data.panels = panels  # held as long as the launcher
+    return call
