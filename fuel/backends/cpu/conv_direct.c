@@ -125,20 +125,18 @@ static void direct_pointwise_task(void *context, int64_t unit) {
     }
 }
 
-/* A stem's input rows, as one unit reads them: for every input channel and filter row
- * whose input row lies inside the image, `sw` phases of `span` floats, phase p's column j the
- * input's column j * sw + p - pad_left (0 in the padding), so each tap's 16 output columns are
- * one plain load at column ow + kw * dw / sw of phase kw * dw % sw: no masks, no permutes,
- * no gathers in the tile loop. */
-static void direct_rows(const DirectJob *j, const float *image, int64_t oh, float *rows,
-                        int64_t span) {
+/* A stem's input rows, as one unit reads them: for every input channel and filter row in
+ * [kh_begin, kh_end) (those whose input row lies inside the image), `sw` phases of `span`
+ * floats, phase p's column j the input's column j * sw + p - pad_left (0 in the padding), so
+ * each tap's 16 output columns are one plain load at column ow + kw * dw / sw of phase
+ * kw * dw % sw: no masks, no permutes, no gathers in the tile loop. */
+static void direct_rows(const DirectJob *j, const float *image, int64_t oh, int64_t kh_begin,
+                        int64_t kh_end, float *rows, int64_t span) {
     const Shape *s = j->s;
     float *line = thread_buffer(2, (size_t)(s->sw * span + 32));
     for (int64_t c = 0; c < s->c; c++)
-        for (int64_t kh = 0; kh < s->kh; kh++) {
-            const int64_t ih = oh * s->sh + kh * s->dh - s->pt;
-            if (ih < 0 || ih >= s->h) continue;
-            const float *src = image + (c * s->h + ih) * s->w;
+        for (int64_t kh = kh_begin; kh < kh_end; kh++) {
+            const float *src = image + (c * s->h + oh * s->sh + kh * s->dh - s->pt) * s->w;
             float *dst = rows + (c * s->kh + kh) * s->sw * span;
             /* line[k] = input column k - pad_left, 0 outside the row */
             float *target = s->sw == 1 ? dst : line;
@@ -255,11 +253,11 @@ static void direct_task(void *context, int64_t unit) {
                 const float *row = image + (c * s->h + ih) * s->w;
                 for (int64_t t = 0; t < s->w; t += 16) __builtin_prefetch(row + t);
             }
-    float *rows = thread_buffer(1, (size_t)(s->c * s->kh * s->sw * span));
-    direct_rows(j, image, oh, rows, span);
     int64_t kh_begin = 0, kh_end = s->kh;  /* the filter rows inside the image */
     while (kh_begin < s->kh && oh * s->sh + kh_begin * s->dh - s->pt < 0) kh_begin++;
     while (kh_end > kh_begin && oh * s->sh + (kh_end - 1) * s->dh - s->pt >= s->h) kh_end--;
+    float *rows = thread_buffer(1, (size_t)(s->c * s->kh * s->sw * span));
+    direct_rows(j, image, oh, kh_begin, kh_end, rows, span);
     const int64_t mp = j->blocks * 16;
     for (int64_t ow0 = 0; ow0 < s->ow; ow0 += 48) {
         const int64_t left = s->ow - ow0;
