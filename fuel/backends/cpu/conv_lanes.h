@@ -29,14 +29,19 @@
 #define LANES_UNITS 4  /* fewest units a thread of the team */
 #define LANES_COPY_BLOCKS 8  /* from these many blocks a pointwise launch interleaves */
 
-static inline int64_t lanes_blocks(const Shape *s) { return (s->m + LANES_MB - 1) / LANES_MB; }
+/* A grouped convolution runs each group as its own: its C / groups input channels (K = C /
+ * groups * KH * KW patch rows) and its M / groups output channels in blocks of their own. */
+static inline int64_t lanes_group_blocks(const Shape *s) {
+    return (s->m / s->groups + LANES_MB - 1) / LANES_MB;
+}
+static inline int64_t lanes_blocks(const Shape *s) { return s->groups * lanes_group_blocks(s); }
+static inline int64_t lanes_depth(const Shape *s) { return s->c / s->groups * s->kh * s->kw; }
 
 /* The patch rows' order: groups of LANES_G input channels, in each its taps (kh, kw), in
  * each the group's channels, so consecutive patch rows read one position's consecutive
  * channels, which the padded copy keeps side by side (one cache line for LANES_G patch rows,
  * where rows (c, kh, kw) in that order each touched a line of their own: on a Sapphire Rapids
- * core the tile's broadcasts waited on L2). Row l of this order is patch row (c, kh, kw) =
- * lanes_row's answer, c * KH * KW + kh * KW + kw. */
+ * core the tile's broadcasts waited on L2): lanes_rows below. */
 #define LANES_G 16
 /* The channels a group interleaves: 1 for a pointwise convolution with fewer than
  * LANES_COPY_BLOCKS blocks of output channels, read as stored (its planes as they are:
@@ -50,23 +55,32 @@ static inline int64_t lanes_group(const Shape *s) {
     return s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0 && s->oh == s->h
                    && s->ow == s->w && lanes_blocks(s) < LANES_COPY_BLOCKS ? 1 : LANES_G;
 }
-static inline int64_t lanes_row(const Shape *s, int64_t l) {
-    const int64_t g = lanes_group(s), taps = s->kh * s->kw, group = l / (g * taps);
-    const int64_t first = group * g, width = s->c - first < g ? s->c - first : g;
-    const int64_t rest = l - first * taps, tap = rest / width, c = first + rest % width;
-    return c * taps + tap;
+/* rows[l]: patch row l of this order as (c, kh, kw) = c * KH * KW + kh * KW + kw, for
+ * every l < K (a group's C / groups channels). */
+static void lanes_rows(const Shape *s, int64_t *rows) {
+    const int64_t g = lanes_group(s), taps = s->kh * s->kw, cg = s->c / s->groups;
+    int64_t l = 0;
+    for (int64_t first = 0; first < cg; first += g) {
+        const int64_t width = cg - first < g ? cg - first : g;
+        for (int64_t tap = 0; tap < taps; tap++)
+            for (int64_t i = 0; i < width; i++) rows[l++] = (first + i) * taps + tap;
+    }
 }
 
-/* wt[block][l][j] = w[block * LANES_MB + j][lanes_row(l)] (0 past M), K = C * KH * KW. */
+/* wt[block][l][j] = w[m][rows[l]] (lanes_rows) for block (group, b) and m = group * M / groups + b *
+ * LANES_MB + j (0 past the group's channels), K = C / groups * KH * KW. */
 static void lanes_weights(const float *w, float *wt, const Shape *s) {
-    const int64_t k = s->c * s->kh * s->kw, blocks = lanes_blocks(s);
+    const int64_t k = lanes_depth(s), blocks = lanes_blocks(s), per = lanes_group_blocks(s);
+    const int64_t mg = s->m / s->groups;
+    int64_t *rows = (int64_t *)thread_buffer(3, (size_t)(2 * k + 2));  /* lanes_conv's offsets' */
+    lanes_rows(s, rows);
     for (int64_t b = 0; b < blocks; b++) {
         float *target = wt + b * k * LANES_MB;
         for (int64_t j = 0; j < LANES_MB; j++) {
-            const int64_t m = b * LANES_MB + j;
-            if (m < s->m) {
+            const int64_t local = b % per * LANES_MB + j, m = b / per * mg + local;
+            if (local < mg) {
                 const float *row = w + m * k;
-                for (int64_t l = 0; l < k; l++) target[l * LANES_MB + j] = row[lanes_row(s, l)];
+                for (int64_t l = 0; l < k; l++) target[l * LANES_MB + j] = row[rows[l]];
             } else {
                 for (int64_t l = 0; l < k; l++) target[l * LANES_MB + j] = 0.0f;
             }
@@ -80,7 +94,8 @@ typedef struct {
     const Shape *s;
     const Finish *f;
     const float *planes;     /* the zero-padded planes (or x itself), per image `image` floats */
-    const int64_t *offsets;  /* per patch row (c, kh, kw): its offset in an image's planes */
+    const int64_t *offsets;  /* per group and patch row (c, kh, kw): its offset in an image's
+                              * planes (groups x k) */
     int64_t hp, wp, image, k, blocks, parts;
     int64_t g;               /* channels interleaved in the planes (lanes_group) */
     int64_t step_h, step_w;  /* the planes' rows and columns between two output positions */
@@ -182,15 +197,17 @@ LANES_TILE(12)
 LANES_TILE(13)
 LANES_TILE(14)
 
-/* Unit u: image u / (blocks * parts), output channels [LANES_MB * block, + LANES_MB) for
- * block u / parts % blocks, output rows [oh * part / parts, oh * (part + 1) / parts) for
- * part u % parts. */
+/* Unit u: image u / (blocks * parts), block u / parts % blocks (the group's output channels
+ * [LANES_MB * b, + LANES_MB) for block (group, b)), output rows [oh * part / parts,
+ * oh * (part + 1) / parts) for part u % parts. */
 static void lanes_task(void *context, int64_t u) {
     const LanesJob *j = context;
     const Shape *s = j->s;
     const int64_t part = u % j->parts, block = u / j->parts % j->blocks;
-    const int64_t image = u / (j->parts * j->blocks), m0 = block * LANES_MB;
-    const int64_t live = s->m - m0 < LANES_MB ? s->m - m0 : LANES_MB, plane = s->oh * s->ow;
+    const int64_t per = lanes_group_blocks(s), group = block / per, mg = s->m / s->groups;
+    const int64_t image = u / (j->parts * j->blocks), local = block % per * LANES_MB;
+    const int64_t m0 = group * mg + local, plane = s->oh * s->ow;
+    const int64_t live = mg - local < LANES_MB ? mg - local : LANES_MB;
     const int64_t row0 = s->oh * part / j->parts, row1 = s->oh * (part + 1) / j->parts;
     const float *planes = j->planes + image * j->image;
     const float *wt = j->wt + block * j->k * LANES_MB;
@@ -206,7 +223,7 @@ static void lanes_task(void *context, int64_t u) {
                 const int64_t end = s->ow * (piece + 1) / pieces, r = end - ow;
                 const int64_t p = oh * s->ow + ow;
                 const float *b = planes + (oh * j->step_h * j->wp + ow * j->step_w) * j->g;
-                const int64_t *offsets = j->offsets + l0;
+                const int64_t *offsets = j->offsets + group * j->k + l0;
                 const float *w = wt + l0 * LANES_MB;
                 float *partial = sums + p * LANES_MB;
                 if (live <= 16) switch (r) {
@@ -281,10 +298,11 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
     j.out = out;
     j.s = s;
     j.f = f;
-    j.k = s->c * s->kh * s->kw;
+    j.k = lanes_depth(s);
     j.blocks = lanes_blocks(s);
-    const int64_t taps = s->kh * s->kw;
-    int64_t *offsets = (int64_t *)thread_buffer(3, (size_t)(2 * j.k + 2));
+    const int64_t taps = s->kh * s->kw, cg = s->c / s->groups;
+    /* per group and patch row its offset, then lanes_rows' rows */
+    int64_t *offsets = (int64_t *)thread_buffer(3, (size_t)(2 * (s->groups + 1) * j.k + 2));
     const int point = s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0;
     const int as_stored = lanes_group(s) == 1;
     /* a strided 1x1 convolution copies only the positions it reads (256->512 at 14x14 with
@@ -300,11 +318,20 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
     const int64_t g = lanes_group(s), groups = (s->c + g - 1) / g;
     j.g = g;
     j.image = groups * g * hp * j.wp;
-    for (int64_t l = 0; l < j.k; l++) {
-        const int64_t row = lanes_row(s, l), c = row / taps, tap = row % taps;
-        offsets[l] = (c / g) * g * hp * j.wp + ((tap / s->kw) * s->dh * j.wp
-                                                + tap % s->kw * s->dw) * g + c % g;
-    }
+    int64_t *rows = offsets + s->groups * j.k;
+    lanes_rows(s, rows);
+    for (int64_t group = 0; group < s->groups; group++)
+        for (int64_t l = 0; l < j.k; l++) {
+            /* a group of a multiple of g channels: group 0's offsets, the group's planes on */
+            if (group > 0 && cg % g == 0) {
+                offsets[group * j.k + l] = offsets[l] + group * cg * hp * j.wp;
+                continue;
+            }
+            const int64_t c = group * cg + rows[l] / taps, tap = rows[l] % taps;
+            offsets[group * j.k + l] = (c / g) * g * hp * j.wp
+                                       + ((tap / s->kw) * s->dh * j.wp + tap % s->kw * s->dw) * g
+                                       + c % g;
+        }
     j.offsets = offsets;
     if (as_stored) {
         j.planes = x;

@@ -166,23 +166,34 @@ LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), thre
     # group of 300 % 16 channels, a last block of 10)
     (1, 300, 9, 9, 234, 1, 1, (0, 0, 0, 0), "2"), (2, 260, 6, 5, 256, 1, 1, (0, 0, 0, 0), "1"),
     # rows of 27 positions: pieces of 14 and 13 (the widest tiles), full and half blocks
-    (1, 36, 14, 27, 40, 3, 3, (1, 1, 1, 1), "1")]
+    (1, 36, 14, 27, 40, 3, 3, (1, 1, 1, 1), "1"),
+    # grouped: 16 channels a group (regnet's), groups of 8, 24 and 40 channels across the
+    # 16-channel interleave, 48 outputs a group (a full and a half block), a strided one and
+    # a pointwise one read as stored
+    (1, 64, 7, 7, 64, 3, 3, (1, 1, 1, 1), "2", (1, 1), (1, 1), 4),
+    (2, 48, 9, 8, 48, 3, 3, (1, 1, 1, 1), "1", (1, 1), (1, 1), 6),
+    (1, 48, 11, 10, 96, 3, 3, (1, 0, 1, 2), "2", (2, 2), (1, 1), 2),
+    (1, 120, 6, 7, 30, 3, 3, (1, 1, 1, 1), "2", (1, 1), (2, 1), 3),
+    (1, 64, 8, 8, 32, 1, 1, (0, 0, 0, 0), "1", (1, 1), (1, 1), 2)]
 
 
 @pytest.mark.parametrize("case", LANES_CASES)
 def test_lanes_matches_the_reference(monkeypatch, case):
     """conv_lanes.h: output rows cut into pieces of 1 to 14 positions, K over a K block,
+    groups (each its own blocks of output channels),
     output channels off the 32-channel blocks (a last block of at most 16: one vector),
     pads, strides, dilations, batches, threads (row parts), a strided 1x1 (only the
     positions it reads copied), a pointwise one read as stored and one interleaved, every
     epilogue part; constant weights (transposed once) and
     weights from a feed."""
-    n, c, h, w, m, kh, kw, pads, threads, strides, dilations = (*case, (1, 1), (1, 1))[:11]
+    n, c, h, w, m, kh, kw, pads, threads, strides, dilations, groups = (
+        *case, *((1, 1), (1, 1), 1)[len(case) - 9:])
     monkeypatch.setenv("FUEL_THREADS", threads)
     rng = np.random.default_rng(c * m + h)
-    conv = ConvParams(strides, pads[:2], pads[2:], dilations, 1)
+    conv = ConvParams(strides, pads[:2], pads[2:], dilations, groups)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    weight = (rng.standard_normal((m, c, kh, kw)) / np.sqrt(c * kh * kw)).astype(np.float32)
+    weight = (rng.standard_normal((m, c // groups, kh, kw))
+              / np.sqrt(c // groups * kh * kw)).astype(np.float32)
     bias = rng.standard_normal(m).astype(np.float32)
     y = reference(x, weight, conv)
     assert convolution_c.accepts("lanes", convolution_c.Geometry.of(x.shape, weight.shape,
@@ -671,3 +682,20 @@ def test_concurrent_launches_share_the_work_pool(monkeypatch):
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_the_rule_runs_grouped_convolutions_on_lanes():
+    """A grouped (not depthwise) convolution with constant weights runs lanes on any plane;
+    weights from a feed stay gemm, and a depthwise one stays depthwise."""
+    lanes = "lanes" if convolution_c.avx512() else "gemm"
+    for geometry in (convolution_c.Geometry(1, 400, 7, 7, 400, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1, 25),
+                     convolution_c.Geometry(1, 128, 56, 56, 128, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1,
+                                            32)):
+        assert convolution_c.accepts("lanes", geometry)
+        assert convolution_c.choose_form(geometry, constant=True) == lanes
+        assert convolution_c.choose_form(geometry) == "gemm"
+    depthwise = convolution_c.Geometry(1, 64, 28, 28, 64, 3, 3, 28, 28, 1, 1, 1, 1, 1, 1, 64)
+    assert not convolution_c.accepts("lanes", depthwise)
+    assert convolution_c.choose_form(depthwise, constant=True) == "depthwise"
+    dense = convolution_c.Geometry(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1)
+    assert not convolution_c.accepts("lanes", dense)  # a dense one only to LANES_PLANE
