@@ -102,6 +102,48 @@ typedef struct {
     int64_t take_h, take_w;  /* the input's rows and columns between two plane positions */
 } LanesJob;
 
+/* r[0..15] transposed in place: element i of r[j] becomes element j of r[i] (unpacks of 32-
+ * and 64-bit pairs, then two rounds of 128-bit lane shuffles). */
+static inline void lanes_transpose(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int k = 0; k < 8; k++) {
+        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 4; k++) {  /* u[4k + c]: column c (+4, +8, +12 by lane) of rows 4k.. */
+        const __m512d a = _mm512_castps_pd(t[4 * k]), b = _mm512_castps_pd(t[4 * k + 2]);
+        const __m512d c = _mm512_castps_pd(t[4 * k + 1]), d = _mm512_castps_pd(t[4 * k + 3]);
+        u[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        u[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        u[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+        const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+    }
+}
+
+/* A tile's sums (r <= 16 positions x LANES_MB channels, `sums` rows of LANES_MB) into the
+ * output, transposed: out[j * plane + i] for channels j < live, positions i < r. */
+static void lanes_store(const float *sums, int64_t r, float *out, int64_t plane, int64_t live) {
+    const __mmask16 mask = (__mmask16)((1u << r) - 1u);
+    for (int64_t half = 0; half < live; half += 16) {
+        __m512 v[16];
+        for (int i = 0; i < 16; i++)
+            v[i] = i < r ? _mm512_load_ps(sums + i * LANES_MB + half) : _mm512_setzero_ps();
+        lanes_transpose(v);
+        const int64_t count = live - half < 16 ? live - half : 16;
+        for (int64_t j = 0; j < count; j++) _mm512_mask_storeu_ps(out + (half + j) * plane, mask, v[j]);
+    }
+}
+
 /* R positions (b[offsets[l] + i * sw], i < R) x two vectors of output channels over kc patch rows
  * (wt: kc rows of LANES_MB floats); partial sums in `sums` (R rows of LANES_MB): read first
  * unless `first`, written back unless `last`, where they go to the output instead:
@@ -142,9 +184,7 @@ static void lanes_tile##R(const float *b, const int64_t *offsets, const float *w
         LANES_EACH##R(LANES_FMA) \
     } \
     LANES_EACH##R(LANES_KEEP) \
-    if (last) \
-        for (int64_t j = 0; j < live; j++) \
-            for (int i = 0; i < R; i++) out[j * plane + i] = sums[i * LANES_MB + j]; \
+    if (last) lanes_store(sums, R, out, plane, live); \
 }
 /* The same for a last block of at most 16 live channels: one vector (the block's other 16
  * columns of wt are zeros) */
@@ -164,9 +204,7 @@ static void lanes_half##R(const float *b, const int64_t *offsets, const float *w
         LANES_EACH##R(LANES_HALF_FMA) \
     } \
     LANES_EACH##R(LANES_HALF_KEEP) \
-    if (last) \
-        for (int64_t j = 0; j < live; j++) \
-            for (int i = 0; i < R; i++) out[j * plane + i] = sums[i * LANES_MB + j]; \
+    if (last) lanes_store(sums, R, out, plane, live); \
 }
 LANES_HALF_TILE(1)
 LANES_HALF_TILE(2)
@@ -272,6 +310,23 @@ static void lanes_pad_task(void *context, int64_t u) {
         const int64_t ih = r * j->take_h - s->pt;
         if (ih < 0 || ih >= s->h) {
             memset(row, 0, sizeof(float) * wp * LANES_G);
+            continue;
+        }
+        if (j->take_w == 1) {  /* 16 columns of the group's planes a step, transposed */
+            const float *line = source + ih * s->w;
+            for (int64_t t0 = 0; t0 < wp; t0 += 16) {
+                const int64_t iw0 = t0 - s->pl, lo = iw0 < 0 ? -iw0 : 0;
+                const int64_t hi = s->w - iw0 < 16 ? s->w - iw0 : 16;
+                const __mmask16 mask = lo < hi ? (__mmask16)((0xFFFFu >> (16 - hi)) & (0xFFFFu << lo))
+                                               : 0;
+                __m512 v[16];
+                for (int i = 0; i < 16; i++)
+                    v[i] = i < width ? _mm512_maskz_loadu_ps(mask, line + i * s->h * s->w + iw0)
+                                     : _mm512_setzero_ps();
+                lanes_transpose(v);
+                const int64_t cells = wp - t0 < 16 ? wp - t0 : 16;
+                for (int64_t q = 0; q < cells; q++) _mm512_storeu_ps(row + (t0 + q) * LANES_G, v[q]);
+            }
             continue;
         }
         for (int64_t t = 0; t < wp; t++) {

@@ -174,7 +174,11 @@ LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), thre
     (2, 48, 9, 8, 48, 3, 3, (1, 1, 1, 1), "1", (1, 1), (1, 1), 6),
     (1, 48, 11, 10, 96, 3, 3, (1, 0, 1, 2), "2", (2, 2), (1, 1), 2),
     (1, 120, 6, 7, 30, 3, 3, (1, 1, 1, 1), "2", (1, 1), (2, 1), 3),
-    (1, 64, 8, 8, 32, 1, 1, (0, 0, 0, 0), "1", (1, 1), (1, 1), 2)]
+    (1, 64, 8, 8, 32, 1, 1, (0, 0, 0, 0), "1", (1, 1), (1, 1), 2),
+    # padded rows of 44 columns: three 16-column steps of the interleaving copy, the edges
+    # masked; a grouped stride-2 one over a 37-column input
+    (1, 20, 9, 40, 16, 5, 5, (2, 2, 2, 2), "1"),
+    (1, 32, 23, 37, 32, 3, 3, (1, 1, 1, 1), "2", (2, 2), (1, 1), 2)]
 
 
 @pytest.mark.parametrize("case", LANES_CASES)
