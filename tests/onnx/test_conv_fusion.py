@@ -141,3 +141,17 @@ def test_weights_from_an_input_are_not_constant():
                                    rtol=1e-4, atol=1e-4)
     fused = _fused(_nodes(loaded.graph_tensors({"x": x, "w": CONV["w"]}).values()))
     assert [n.params.constant_weights for n in fused] == [False]
+
+
+@pytest.mark.parametrize("axes, keepdims, opset", [
+    ([2, 3], 0, 17), ([-1, -2], 1, 17), ([2, 3], 1, 18), ([1, 2], 0, 17)])
+def test_a_mean_over_whole_planes_is_an_average_pool(axes, keepdims, opset):
+    """ReduceMean over every dim past the channels (torch's ``x.mean([2, 3])``) runs as one
+    average pool over each plane; over other axes it stays a mean."""
+    inputs = ["x", "axes"] if opset >= 18 else ["x"]
+    attributes = {} if opset >= 18 else {"axes": axes}
+    initializers = {"axes": np.array(axes, np.int64)} if opset >= 18 else {}
+    node = helper.make_node("ReduceMean", inputs, ["y"], keepdims=keepdims, **attributes)
+    ops = {n.op for n in _run(_model([node], initializers, opset=opset))}
+    planes = sorted(a % 4 for a in axes) == [2, 3]
+    assert (OpKind.AVG_POOL in ops) is planes and (OpKind.MEAN in ops) is not planes

@@ -8,6 +8,7 @@ import fuel
 from fuel.frontend.reduce import argreduce, cumsum, reduce
 from fuel.frontend.structured import log_softmax, softmax
 from fuel.ir import dtype as dt
+from fuel.nn import conv as nn_conv
 from fuel.nn import tensor_ops
 from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError
@@ -58,9 +59,27 @@ def _reduce_converter(op_type: str):
         x = ctx.input(0)
         axes = reduce_axes(ctx, x, since)
         keepdims = bool(ctx.attr("keepdims", 1))
+        if op is OpKind.MEAN and _whole_planes(x, axes):
+            return _plane_mean(x, keepdims)
         return reduce_values(x, op, axes, keepdims, pre, post, empty)
 
     return convert
+
+
+def _whole_planes(x: Tensor, axes) -> bool:
+    """Whether ``axes`` are a float32 3-d or 4-d tensor's whole planes (every dim past the
+    channels), of a known, non-empty size: torch's ``x.mean([2, 3])`` at a CNN's end."""
+    return (axes is not None and x.dtype == dt.float32 and x.ndim in (3, 4)
+            and tuple(axes) == tuple(range(2, x.ndim))
+            and all(isinstance(d, int) and d > 0 for d in x.shape))
+
+
+def _plane_mean(x: Tensor, keepdims: bool) -> Tensor:
+    """The mean of each whole plane as an average pool over it (the CPU pools reduce each
+    plane in C, where the general reduction runs NumPy's: mnasnet's 1280 7x7 planes, one
+    launch, 49 us against 10)."""
+    pooled = nn_conv.avg_pool_nd(x, tuple(x.shape[2:]))
+    return pooled if keepdims else pooled.reshape(tuple(x.shape[:2]))
 
 
 def reduce_values(x: Tensor, op: OpKind, axes, keepdims: bool, pre=None, post=None,
