@@ -98,6 +98,8 @@ typedef struct {
                               * planes (groups x k) */
     int64_t hp, wp, image, k, blocks, parts;
     int64_t g;               /* channels interleaved in the planes (lanes_group) */
+    int64_t linear;          /* a 1x1 unpadded launch: output position p reads the planes at
+                              * p * g, so a unit's positions run as one line across rows */
     int64_t step_h, step_w;  /* the planes' rows and columns between two output positions */
     int64_t take_h, take_w;  /* the input's rows and columns between two plane positions */
 } LanesJob;
@@ -246,21 +248,27 @@ static void lanes_task(void *context, int64_t u) {
     const int64_t image = u / (j->parts * j->blocks), local = block % per * LANES_MB;
     const int64_t m0 = group * mg + local, plane = s->oh * s->ow;
     const int64_t live = mg - local < LANES_MB ? mg - local : LANES_MB;
-    const int64_t row0 = s->oh * part / j->parts, row1 = s->oh * (part + 1) / j->parts;
+    /* the unit's share: output rows [a0, a1), or positions [a0, a1) of a linear plane, one
+     * line of a1 - a0 positions */
+    const int64_t span = j->linear ? plane : s->oh;
+    const int64_t a0 = span * part / j->parts, a1 = span * (part + 1) / j->parts;
+    const int64_t line = j->linear ? a1 - a0 : s->ow, lines = j->linear ? 1 : a1 - a0;
     const float *planes = j->planes + image * j->image;
     const float *wt = j->wt + block * j->k * LANES_MB;
     float *out = j->out + (image * s->m + m0) * plane;
-    /* a row of ow positions as pieces of at most LANES_R, as even as they come */
-    const int64_t pieces = (s->ow + LANES_R - 1) / LANES_R;
+    /* a line of positions as pieces of at most LANES_R, as even as they come */
+    const int64_t pieces = (line + LANES_R - 1) / LANES_R;
     float *sums = thread_buffer(1, (size_t)(plane * LANES_MB));
     for (int64_t l0 = 0; l0 < j->k; l0 += LANES_KC) {
         const int64_t kc = j->k - l0 < LANES_KC ? j->k - l0 : LANES_KC;
         const int first = l0 == 0, last = l0 + kc >= j->k;
-        for (int64_t oh = row0; oh < row1; oh++)
+        for (int64_t n = 0; n < lines; n++)
             for (int64_t piece = 0, ow = 0; piece < pieces; piece++) {
-                const int64_t end = s->ow * (piece + 1) / pieces, r = end - ow;
-                const int64_t p = oh * s->ow + ow;
-                const float *b = planes + (oh * j->step_h * j->wp + ow * j->step_w) * j->g;
+                const int64_t end = line * (piece + 1) / pieces, r = end - ow, oh = a0 + n;
+                const int64_t p = j->linear ? a0 + ow : oh * s->ow + ow;
+                const float *b = planes + (j->linear ? p
+                                                     : oh * j->step_h * j->wp + ow * j->step_w)
+                                              * j->g;
                 const int64_t *offsets = j->offsets + group * j->k + l0;
                 const float *w = wt + l0 * LANES_MB;
                 float *partial = sums + p * LANES_MB;
@@ -283,11 +291,12 @@ static void lanes_task(void *context, int64_t u) {
             }
     }
     const Finish *f = j->f;
+    const int64_t p0 = j->linear ? a0 : a0 * s->ow, p1 = j->linear ? a1 : a1 * s->ow;
     if (f->act != NONE || f->bias != NULL || j->residual != NULL)
         for (int64_t i = 0; i < live; i++) {
             const int64_t m = m0 + i;
-            float *row = out + i * plane + row0 * s->ow;
-            finish(row, (row1 - row0) * s->ow, f->bias != NULL ? f->bias[m] : 0.0f,
+            float *row = out + i * plane + p0;
+            finish(row, p1 - p0, f->bias != NULL ? f->bias[m] : 0.0f,
                    j->residual != NULL ? j->residual + (row - j->out) : NULL, f->act, f->alpha,
                    f->beta, f->slope != NULL ? f->slope[m] : 0.0f);
         }
@@ -398,8 +407,9 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
     /* units: every image's channel blocks, each cut into row parts where that makes at
      * least LANES_UNITS a thread and a multiple of the team (five blocks of 160 channels
      * split 3 + 2 over two threads) */
+    j.linear = point;
     j.parts = 1;
-    while (threads > 1 && j.parts < s->oh
+    while (threads > 1 && j.parts < (point ? (s->oh * s->ow + 7) / 8 : s->oh)
            && (s->n * j.blocks * j.parts < LANES_UNITS * threads
                || s->n * j.blocks * j.parts % threads != 0))
         j.parts++;
