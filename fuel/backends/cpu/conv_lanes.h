@@ -1,6 +1,6 @@
 /* conv.c's lanes form (after conv_common.h, conv_gemm.h and conv_wide.h, before conv.c, whose
  * fuel_kernel calls lanes_weights and lanes_conv): a dense convolution with constant weights
- * on a small plane (a 7x7 map: its 49 positions filled three 16-lane panels and one lone
+ * on a small plane, or a grouped one (each group as its own) on any plane (a 7x7 map: its 49 positions filled three 16-lane panels and one lone
  * column, which the gemm form ran as dot products over the whole K, streaming the weights a
  * second time, after packing the patch values by runs of 7).
  *
@@ -239,7 +239,8 @@ LANES_TILE(14)
 
 /* Unit u: image u / (blocks * parts), block u / parts % blocks (the group's output channels
  * [LANES_MB * b, + LANES_MB) for block (group, b)), output rows [oh * part / parts,
- * oh * (part + 1) / parts) for part u % parts. */
+ * oh * (part + 1) / parts) for part u % parts (a linear launch: positions [plane * part /
+ * parts, ...) instead). */
 static void lanes_task(void *context, int64_t u) {
     const LanesJob *j = context;
     const Shape *s = j->s;
