@@ -1,8 +1,9 @@
 /* conv.c's lanes form (after conv_common.h, conv_gemm.h and conv_wide.h, before conv.c, whose
  * fuel_kernel calls lanes_weights and lanes_conv): a dense convolution with constant weights
- * on a small plane, or a grouped one (each group as its own) on any plane (a 7x7 map: its 49 positions filled three 16-lane panels and one lone
+ * on a small plane (a 7x7 map: its 49 positions filled three 16-lane panels and one lone
  * column, which the gemm form ran as dot products over the whole K, streaming the weights a
- * second time, after packing the patch values by runs of 7).
+ * second time, after packing the patch values by runs of 7), or a grouped one (each group
+ * as its own) on any plane.
  *
  * The GEMM is turned over: out^T (positions x channels) = patches^T . w^T, output channels
  * in the lanes and output positions broadcast, so a plane of any width runs without padded
