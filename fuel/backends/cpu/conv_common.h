@@ -1,6 +1,6 @@
 /* What conv.c, depthwise.c and workers.c share (each library's source is this file, then its
- * own): the includes, the vector switch, the launch geometry, the team size and the
- * convolution epilogue (bias, residual, activation).
+ * own): the includes, the vector switch, a 16 x 16 register transpose, the launch geometry,
+ * the team size and the convolution epilogue (bias, residual, activation).
  *
  * sizes = {form, threads, N, C, H, W, M, KH, KW, OH, OW, stride_h, stride_w, dilation_h,
  *          dilation_w, pad_top, pad_left, groups, activation}
@@ -31,6 +31,37 @@
 #include <stdatomic.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#if defined(__AVX512F__)
+/* r[i][j] -> r[j][i] for a 16 x 16 block of floats in registers (matmul_gemm.c's weight
+ * packing, conv_lanes.h's interleaving copy and tile store): pairs, then quads within
+ * each 128-bit lane, then the lanes (two shuffle_f32x4 rounds). */
+static inline void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {  /* u[g + c], lane L: rows g..g+3 at column 4L + c */
+        const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]),
+                      c = _mm512_castps_pd(t[g + 2]), d = _mm512_castps_pd(t[g + 3]);
+        u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88),
+                     v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd),
+                     w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88),
+                     w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+    }
+}
+#endif
 
 typedef struct {
     int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, groups, act;

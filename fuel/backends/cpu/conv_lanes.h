@@ -105,34 +105,6 @@ typedef struct {
     int64_t take_h, take_w;  /* the input's rows and columns between two plane positions */
 } LanesJob;
 
-/* r[0..15] transposed in place: element i of r[j] becomes element j of r[i] (unpacks of 32-
- * and 64-bit pairs, then two rounds of 128-bit lane shuffles). */
-static inline void lanes_transpose(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int k = 0; k < 8; k++) {
-        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-    }
-    for (int k = 0; k < 4; k++) {  /* u[4k + c]: column c (+4, +8, +12 by lane) of rows 4k.. */
-        const __m512d a = _mm512_castps_pd(t[4 * k]), b = _mm512_castps_pd(t[4 * k + 2]);
-        const __m512d c = _mm512_castps_pd(t[4 * k + 1]), d = _mm512_castps_pd(t[4 * k + 3]);
-        u[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        u[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        u[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-        u[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-    }
-    for (int c = 0; c < 4; c++) {
-        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-        const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
-        const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-        const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
-        r[8 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
-    }
-}
-
 /* A tile's sums (r <= 16 positions x LANES_MB channels, `sums` rows of LANES_MB) into the
  * output, transposed: out[j * plane + i] for channels j < live, positions i < r. */
 static void lanes_store(const float *sums, int64_t r, float *out, int64_t plane, int64_t live) {
@@ -141,7 +113,7 @@ static void lanes_store(const float *sums, int64_t r, float *out, int64_t plane,
         __m512 v[16];
         for (int i = 0; i < 16; i++)
             v[i] = i < r ? _mm512_load_ps(sums + i * LANES_MB + half) : _mm512_setzero_ps();
-        lanes_transpose(v);
+        transpose16(v);
         const int64_t count = live - half < 16 ? live - half : 16;
         for (int64_t j = 0; j < count; j++) _mm512_mask_storeu_ps(out + (half + j) * plane, mask, v[j]);
     }
@@ -334,7 +306,7 @@ static void lanes_pad_task(void *context, int64_t u) {
                 for (int i = 0; i < 16; i++)
                     v[i] = i < width ? _mm512_maskz_loadu_ps(mask, line + i * s->h * s->w + iw0)
                                      : _mm512_setzero_ps();
-                lanes_transpose(v);
+                transpose16(v);
                 const int64_t cells = wp - t0 < 16 ? wp - t0 : 16;
                 for (int64_t q = 0; q < cells; q++) _mm512_storeu_ps(row + (t0 + q) * LANES_G, v[q]);
             }

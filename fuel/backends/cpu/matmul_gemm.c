@@ -32,36 +32,6 @@ typedef struct {
     int64_t m, n, k, transposed, lda, ldb, ldc;
 } MatmulJob;
 
-#if defined(__AVX512F__)
-/* r[i][j] -> r[j][i] for a 16 x 16 block of floats in registers: pairs, then quads within
- * each 128-bit lane, then the lanes (two shuffle_f32x4 rounds). */
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 16; g += 4) {  /* u[g + c], lane L: rows g..g+3 at column 4L + c */
-        const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]),
-                      c = _mm512_castps_pd(t[g + 2]), d = _mm512_castps_pd(t[g + 3]);
-        u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    for (int c = 0; c < 4; c++) {
-        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88),
-                     v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd),
-                     w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88),
-                     w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
-        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
-        r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
-    }
-}
-#endif
-
 /* Columns [n0, n0 + nc) of b = W.T (W: n x k, rows ldw apart), rows [l0, l0 + kc), into
  * panels as pack_b lays them out (zero padded). With AVX-512, 16 weight rows at a time:
  * 16 x 16 blocks loaded a row each and transposed in registers, the last kc % 16 values

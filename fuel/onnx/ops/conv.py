@@ -13,7 +13,7 @@ from fuel.nn import tensor_ops
 from fuel.onnx.context import NodeContext, onnx_op
 from fuel.onnx.errors import OnnxError, UnsupportedOp
 from fuel.onnx.ops.common import OpKind, Tensor, cast, full, unary
-from fuel.onnx.ops.reduce import reduce_values
+from fuel.onnx.ops.reduce import plane_window, reduce_values
 
 
 def window_padding(ctx: NodeContext, sizes, kernel, strides, dilations):
@@ -140,10 +140,8 @@ def _global(op_type: str):
     def convert(ctx: NodeContext) -> Tensor:
         x = ctx.input(0)
         axes = tuple(range(2, x.ndim))
-        if (op_type != "GlobalLpPool" and x.dtype == dt.float32 and x.ndim in (3, 4)
-                and all(isinstance(d, int) and d > 0 for d in x.shape[2:])):
-            # a pooling window over the whole plane: the CPU pools reduce each plane in C
-            window = tuple(x.shape[2:])
+        window = plane_window(x)
+        if op_type != "GlobalLpPool" and window is not None:
             if op_type == "GlobalMaxPool":
                 return nn_conv.max_pool_nd(x, window)
             return nn_conv.avg_pool_nd(x, window)

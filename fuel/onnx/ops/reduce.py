@@ -59,26 +59,34 @@ def _reduce_converter(op_type: str):
         x = ctx.input(0)
         axes = reduce_axes(ctx, x, since)
         keepdims = bool(ctx.attr("keepdims", 1))
-        if op is OpKind.MEAN and _whole_planes(x, axes):
-            return _plane_mean(x, keepdims)
+        if op is OpKind.MEAN:
+            pooled = _plane_mean(x, axes, keepdims)
+            if pooled is not None:
+                return pooled
         return reduce_values(x, op, axes, keepdims, pre, post, empty)
 
     return convert
 
 
-def _whole_planes(x: Tensor, axes) -> bool:
-    """Whether ``axes`` are a float32 3-d or 4-d tensor's whole planes (every dim past the
-    channels), of a known, non-empty size: torch's ``x.mean([2, 3])`` at a CNN's end."""
-    return (axes is not None and x.dtype == dt.float32 and x.ndim in (3, 4)
-            and tuple(axes) == tuple(range(2, x.ndim))
-            and all(isinstance(d, int) and d > 0 for d in x.shape))
+def plane_window(x: Tensor) -> tuple[int, ...] | None:
+    """The pooling window over a float32 3-d or 4-d tensor's whole plane (every dim past the
+    channels, each known and non-empty), or None: the CPU pools reduce each plane in C, where
+    the general reduction runs NumPy's."""
+    if x.dtype != dt.float32 or x.ndim not in (3, 4):
+        return None
+    window = tuple(x.shape[2:])
+    return window if all(isinstance(d, int) and d > 0 for d in window) else None
 
 
-def _plane_mean(x: Tensor, keepdims: bool) -> Tensor:
-    """The mean of each whole plane as an average pool over it (the CPU pools reduce each
-    plane in C, where the general reduction runs NumPy's: mnasnet's 1280 7x7 planes, one
-    launch, 49 us against 10)."""
-    pooled = nn_conv.avg_pool_nd(x, tuple(x.shape[2:]))
+def _plane_mean(x: Tensor, axes, keepdims: bool) -> Tensor | None:
+    """A mean over every dim past the channels (torch's ``x.mean([2, 3])`` at a CNN's end) as
+    an average pool over each plane (mnasnet's 1280 7x7 planes, one launch, 49 us against
+    10), or None for other axes or shapes."""
+    window = plane_window(x)
+    if (window is None or axes is None or tuple(axes) != tuple(range(2, x.ndim))
+            or not all(isinstance(d, int) and d > 0 for d in x.shape[:2])):
+        return None
+    pooled = nn_conv.avg_pool_nd(x, window)
     return pooled if keepdims else pooled.reshape(tuple(x.shape[:2]))
 
 
