@@ -171,6 +171,7 @@ class OpKind(enum.Enum):
     CONV = "conv"
     CONV_TRANSPOSE = "conv_transpose"
     CONV_FUSED = "conv_fused"
+    CONV_BLOCKED = "conv_blocked"
     QLINEAR_CONV = "qlinear_conv"
     QLINEAR_LOOKUP = "qlinear_lookup"
     QLINEAR_BINARY = "qlinear_binary"
@@ -463,6 +464,10 @@ define(OpKind.CONV_TRANSPOSE, "window", rules.conv_transpose, params=ConvParams,
        doc="N-d transposed convolution.")
 define(OpKind.CONV_FUSED, "window", rules.conv_fused, params=ConvEpilogueParams,
        doc="Convolution with its epilogue (bias, residual, activation) in its output loop.")
+define(OpKind.CONV_BLOCKED, "window", rules.conv_blocked, params=ConvEpilogueParams,
+       doc="CONV_FUSED of a 2-d convolution on blocked channels (NCHW16c: x (N, C/16, H, W, "
+           "16), residual and output (N, M/16, OH, OW, 16); C and M multiples of 16, one "
+           "group), as a chain of convolutions keeps its values between them.")
 define(OpKind.QLINEAR_CONV, "window", rules.qlinear_conv, params=QLinearConvParams,
        doc="8-bit convolution summed in int32 and re-quantized (onnxruntime's QLinearConv).")
 define(OpKind.QLINEAR_LOOKUP, "quantized", rules.qlinear_lookup, params=NoParams,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuel.ir.errors import FuelError
+from fuel.onnx.blocked import block_chains
 from fuel.onnx.builder import Builder
 from fuel.onnx.context import DEFAULT_DOMAINS, OptionalValue, Scope, SequenceValue, find_converter
 from fuel.onnx.errors import OnnxError, UnsupportedOp, UnsupportedOpset, node_label
@@ -114,7 +115,7 @@ class Model:
             if name not in scope:
                 raise OnnxError(f"graph output {name!r} is not produced by any node")
             result[name] = scope.lookup(name)
-        return result, builder, bound
+        return block_chains(result), builder, bound
 
     def run(self, feeds: dict | None = None, device="cpu") -> dict[str, object]:
         """Run the model on ``feeds`` (name -> array); outputs by name in graph order.

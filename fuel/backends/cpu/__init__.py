@@ -9,6 +9,7 @@ import numpy as np
 from fuel.backends.base import Backend, LaunchBatcher
 from fuel.backends.cpu import (
     convolution,
+    convolution_blocked,
     convolution_c,
     elementwise,
     indexing,
@@ -146,7 +147,8 @@ PREFERS_DECOMPOSED = frozenset({
 
 
 # Every module that owns a list of kernel bindings (``KERNELS``), in registration order.
-KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution_c, convolution,
+KERNEL_MODULES = (elementwise, indexing, matmul, structured, convolution_c, convolution_blocked,
+                  convolution,
                   qlinear_pool, pooling, scatter, sorting, sampling, strings, ml, quantized,
                   quantized_int8, paged_attention, qlinear_conv, qlinear_elementwise)
 

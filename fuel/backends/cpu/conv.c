@@ -28,6 +28,11 @@
  *                col2im's scatter into the output (zeroed first).
  *   13 lanes:    conv_lanes.h's lanes form, scratch holding the weights as 14 (lanes weights)
  *                wrote them (a model's constant weights, transposed once).
+ *   15 lanes blocked: the same on a blocked input, residual and output (NCHW16c: x
+ *                [N][C/16][H][W][16], out [N][M/16][OH][OW][16]; C and M multiples of 16,
+ *                groups 1), the epilogue applied as each tile is stored.
+ *   16 block:    out[n][c / 16][h][w][c % 16] = x[n][c][h][w] (N, C, H, W: n, c, h, w).
+ *   17 unblock:  the inverse.
  * (Form 2, depthwise, is depthwise.c's; 7 and 8, pooling, pool.c's.)
  */
 
@@ -415,9 +420,13 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
 #if defined(__AVX512F__)
     } else if (form == LANES_WEIGHTS) {
         lanes_weights(w, scratch, &s);
-    } else if (form == LANES_RUN) {
+    } else if (form == BLOCK_CHANNELS || form == UNBLOCK_CHANNELS) {
+        blocking(x, out, &s, form == UNBLOCK_CHANNELS, threads);
+    } else if (form == LANES_RUN || form == LANES_BLOCKED) {
         const Finish f = {bias, slope, s.act, alpha, beta};
-        lanes_conv(x, scratch, out, residual, &s, &f, threads);
+        Shape launch = s;
+        launch.blocked = form == LANES_BLOCKED;
+        lanes_conv(x, scratch, out, residual, &launch, &f, threads);
 #endif
     } else if (form == GEMM || form == GEMM_POINTWISE) {
         const Finish f = {bias, slope, s.act, alpha, beta};

@@ -65,6 +65,7 @@ static inline void transpose16(__m512 r[16]) {
 
 typedef struct {
     int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, groups, act;
+    int64_t blocked;  /* input, residual and output NCHW16c (conv_lanes.h's blocked launch) */
 } Shape;
 
 /* This thread's scratch buffer `slot` (0-3), 64-byte aligned, grown to at least `floats`

@@ -24,6 +24,9 @@
 #if defined(__AVX512F__)
 #define LANES_RUN 13
 #define LANES_WEIGHTS 14
+#define LANES_BLOCKED 15
+#define BLOCK_CHANNELS 16    /* planar -> blocked */
+#define UNBLOCK_CHANNELS 17  /* blocked -> planar */
 #define LANES_MB 32
 #define LANES_R 14  /* widest tile (28 accumulators: a 14x14 map's rows one piece each) */
 #define LANES_KC 256
@@ -53,8 +56,8 @@ static inline int64_t lanes_depth(const Shape *s) { return s->c / s->groups * s-
  * in-process A/B: 256->1024 1x1 at 14x14 925 -> 847 us, 512->2048 at 7x7 917 -> 841,
  * 1024->256 at 14x14 848 -> 809, 384->256 at 13x13 even). */
 static inline int64_t lanes_group(const Shape *s) {
-    return s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0 && s->oh == s->h
-                   && s->ow == s->w && lanes_blocks(s) < LANES_COPY_BLOCKS ? 1 : LANES_G;
+    return s->blocked || !(s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0 && s->oh == s->h
+                   && s->ow == s->w && lanes_blocks(s) < LANES_COPY_BLOCKS) ? LANES_G : 1;
 }
 /* rows[l]: patch row l of this order as (c, kh, kw) = c * KH * KW + kh * KW + kw, for
  * every l < K (a group's C / groups channels). */
@@ -105,24 +108,61 @@ typedef struct {
     int64_t take_h, take_w;  /* the input's rows and columns between two plane positions */
 } LanesJob;
 
-/* A tile's sums (r <= 16 positions x LANES_MB channels, `sums` rows of LANES_MB) into the
- * output, transposed: out[j * plane + i] for channels j < live, positions i < r. */
-static void lanes_store(const float *sums, int64_t r, float *out, int64_t plane, int64_t live) {
+/* Where a unit's tiles go: `out` at the unit's first channel m0 (channel j of position p at
+ * out[j * plane + p]; blocked: at out[(j / 16 * plane + p) * 16 + j % 16], NCHW16c), with
+ * bias, residual (at the same place as out) and the activation applied on the way
+ * when blocked (a planar unit's epilogue runs after, on its rows: finish). */
+typedef struct {
+    float *out;
+    const float *bias, *residual;
+    const Finish *f;
+    int64_t plane, live, blocked;
+} LanesOut;
+
+/* A tile's sums (r <= 16 positions x LANES_MB channels, `sums` rows of LANES_MB) from
+ * position p on into the output, transposed: out[j * plane + p + i] for channels j < live,
+ * positions i < r. */
+static void lanes_store_planar(const float *sums, int64_t r, const LanesOut *o, int64_t p) {
     const __mmask16 mask = (__mmask16)((1u << r) - 1u);
-    for (int64_t half = 0; half < live; half += 16) {
+    for (int64_t half = 0; half < o->live; half += 16) {
         __m512 v[16];
         for (int i = 0; i < 16; i++)
             v[i] = i < r ? _mm512_load_ps(sums + i * LANES_MB + half) : _mm512_setzero_ps();
         transpose16(v);
-        const int64_t count = live - half < 16 ? live - half : 16;
-        for (int64_t j = 0; j < count; j++) _mm512_mask_storeu_ps(out + (half + j) * plane, mask, v[j]);
+        const int64_t count = o->live - half < 16 ? o->live - half : 16;
+        float *out = o->out + half * o->plane + p;
+        for (int64_t j = 0; j < count; j++)
+            _mm512_mask_storeu_ps(out + j * o->plane, mask, v[j]);
     }
+}
+
+/* The same into a blocked output: each position's 16 channels one vector, the epilogue
+ * (bias, residual, activation) applied to it first. */
+static void lanes_store_blocked(const float *sums, int64_t r, const LanesOut *o, int64_t p) {
+    const Finish *f = o->f;
+    for (int64_t half = 0; half < o->live; half += 16) {
+        const __m512 shift = o->bias != NULL ? _mm512_loadu_ps(o->bias + half)
+                                             : _mm512_setzero_ps();
+        float *out = o->out + (half * o->plane + p * 16);
+        const float *residual = o->residual != NULL ? o->residual + (half * o->plane + p * 16)
+                                                    : NULL;
+        for (int64_t i = 0; i < r; i++) {
+            __m512 v = _mm512_add_ps(_mm512_load_ps(sums + i * LANES_MB + half), shift);
+            if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + i * 16));
+            _mm512_storeu_ps(out + i * 16, act16(v, f->act, f->alpha, f->beta, 0.0f));
+        }
+    }
+}
+
+static inline void lanes_store(const float *sums, int64_t r, const LanesOut *o, int64_t p) {
+    if (o->blocked) lanes_store_blocked(sums, r, o, p);
+    else lanes_store_planar(sums, r, o, p);
 }
 
 /* R positions (b[offsets[l] + i * sw], i < R) x two vectors of output channels over kc patch rows
  * (wt: kc rows of LANES_MB floats); partial sums in `sums` (R rows of LANES_MB): read first
- * unless `first`, written back unless `last`, where they go to the output instead:
- * out[j * plane + i] for channels j < live. */
+ * unless `first`, written back unless `last`, where they go to the output instead (lanes_store
+ * from position p). */
 #define LANES_EACH1(X) X(0)
 #define LANES_EACH2(X) LANES_EACH1(X) X(1)
 #define LANES_EACH3(X) LANES_EACH2(X) X(2)
@@ -148,8 +188,8 @@ static void lanes_store(const float *sums, int64_t r, float *out, int64_t plane,
                       _mm512_store_ps(sums + i * LANES_MB + 16, c##i##_1);
 #define LANES_TILE(R) \
 static void lanes_tile##R(const float *b, const int64_t *offsets, const float *wt, int64_t kc, \
-                          int64_t sw, float *sums, int first, int last, float *out, \
-                          int64_t plane, int64_t live) { \
+                          int64_t sw, float *sums, int first, int last, const LanesOut *o, \
+                          int64_t p) { \
     LANES_EACH##R(LANES_START) \
     for (int64_t l = 0; l < kc; l++) { \
         const float *w = wt + l * LANES_MB, *row = b + offsets[l]; \
@@ -159,7 +199,7 @@ static void lanes_tile##R(const float *b, const int64_t *offsets, const float *w
         LANES_EACH##R(LANES_FMA) \
     } \
     LANES_EACH##R(LANES_KEEP) \
-    if (last) lanes_store(sums, R, out, plane, live); \
+    if (last) lanes_store(sums, R, o, p); \
 }
 /* The same for a last block of at most 16 live channels: one vector (the block's other 16
  * columns of wt are zeros) */
@@ -169,8 +209,8 @@ static void lanes_tile##R(const float *b, const int64_t *offsets, const float *w
 #define LANES_HALF_KEEP(i) _mm512_store_ps(sums + i * LANES_MB, c##i##_0);
 #define LANES_HALF_TILE(R) \
 static void lanes_half##R(const float *b, const int64_t *offsets, const float *wt, int64_t kc, \
-                          int64_t sw, float *sums, int first, int last, float *out, \
-                          int64_t plane, int64_t live) { \
+                          int64_t sw, float *sums, int first, int last, const LanesOut *o, \
+                          int64_t p) { \
     LANES_EACH##R(LANES_HALF_START) \
     for (int64_t l = 0; l < kc; l++) { \
         const float *w = wt + l * LANES_MB, *row = b + offsets[l]; \
@@ -179,7 +219,7 @@ static void lanes_half##R(const float *b, const int64_t *offsets, const float *w
         LANES_EACH##R(LANES_HALF_FMA) \
     } \
     LANES_EACH##R(LANES_HALF_KEEP) \
-    if (last) lanes_store(sums, R, out, plane, live); \
+    if (last) lanes_store(sums, R, o, p); \
 }
 LANES_HALF_TILE(1)
 LANES_HALF_TILE(2)
@@ -229,7 +269,10 @@ static void lanes_task(void *context, int64_t u) {
     const int64_t line = j->linear ? a1 - a0 : s->ow, lines = j->linear ? 1 : a1 - a0;
     const float *planes = j->planes + image * j->image;
     const float *wt = j->wt + block * j->k * LANES_MB;
-    float *out = j->out + (image * s->m + m0) * plane;
+    float *out = j->out + (image * s->m + m0) * plane;  /* blocked: the same place */
+    const LanesOut o = {out, j->f->bias != NULL ? j->f->bias + m0 : NULL,
+                        j->residual != NULL ? j->residual + (out - j->out) : NULL, j->f, plane,
+                        live, s->blocked};
     /* a line of positions as pieces of at most LANES_R, as even as they come */
     const int64_t pieces = (line + LANES_R - 1) / LANES_R;
     float *sums = thread_buffer(1, (size_t)(plane * LANES_MB));
@@ -248,14 +291,14 @@ static void lanes_task(void *context, int64_t u) {
                 float *partial = sums + p * LANES_MB;
                 if (live <= 16) switch (r) {
 #define LANES_CASE(R) case R: lanes_half##R(b, offsets, w, kc, j->step_w * j->g, partial, first, last, \
-                                            out + p, plane, live); break;
+                                            &o, p); break;
                     LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
                     LANES_CASE(6) LANES_CASE(7) LANES_CASE(8) LANES_CASE(9) LANES_CASE(10)
                     LANES_CASE(11) LANES_CASE(12) LANES_CASE(13) LANES_CASE(14)
 #undef LANES_CASE
                 } else switch (r) {
 #define LANES_CASE(R) case R: lanes_tile##R(b, offsets, w, kc, j->step_w * j->g, partial, first, last, \
-                                            out + p, plane, live); break;
+                                            &o, p); break;
                     LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
                     LANES_CASE(6) LANES_CASE(7) LANES_CASE(8) LANES_CASE(9) LANES_CASE(10)
                     LANES_CASE(11) LANES_CASE(12) LANES_CASE(13) LANES_CASE(14)
@@ -266,7 +309,7 @@ static void lanes_task(void *context, int64_t u) {
     }
     const Finish *f = j->f;
     const int64_t p0 = j->linear ? a0 : a0 * s->ow, p1 = j->linear ? a1 : a1 * s->ow;
-    if (f->act != NONE || f->bias != NULL || j->residual != NULL)
+    if (!s->blocked && (f->act != NONE || f->bias != NULL || j->residual != NULL))
         for (int64_t i = 0; i < live; i++) {
             const int64_t m = m0 + i;
             float *row = out + i * plane + p0;
@@ -293,6 +336,23 @@ static void lanes_pad_task(void *context, int64_t u) {
         const int64_t ih = r * j->take_h - s->pt;
         if (ih < 0 || ih >= s->h) {
             memset(row, 0, sizeof(float) * wp * LANES_G);
+            continue;
+        }
+        if (s->blocked) {  /* the input's cells as they are: a copy of the row's run */
+            const float *line = source + ih * s->w * LANES_G;
+            if (j->take_w == 1) {
+                const int64_t lo = s->pl < wp ? s->pl : wp;
+                const int64_t hi = s->pl + s->w < wp ? s->pl + s->w : wp;
+                memset(row, 0, sizeof(float) * lo * LANES_G);
+                memcpy(row + lo * LANES_G, line, sizeof(float) * (hi - lo) * LANES_G);
+                memset(row + hi * LANES_G, 0, sizeof(float) * (wp - hi) * LANES_G);
+                continue;
+            }
+            for (int64_t t = 0; t < wp; t++) {
+                const int64_t iw = t * j->take_w - s->pl;
+                if (iw < 0 || iw >= s->w) _mm512_storeu_ps(row + t * LANES_G, _mm512_setzero_ps());
+                else _mm512_storeu_ps(row + t * LANES_G, _mm512_loadu_ps(line + iw * LANES_G));
+            }
             continue;
         }
         if (j->take_w == 1) {  /* 16 columns of the group's planes a step, transposed */
@@ -325,6 +385,44 @@ static void lanes_pad_task(void *context, int64_t u) {
     }
 }
 
+/* Channel blocking, the conversions at a blocked chain's ends: unit u (image u / blocks,
+ * block u % blocks) moves its 16 planes of H x W (s->h, s->w) between planar
+ * x[n][c][h][w] and blocked out[n][c / 16][h][w][c % 16], 16 columns a step through
+ * transpose16 (C a multiple of 16: s->c). */
+typedef struct {
+    const float *from;
+    float *to;
+    int64_t plane, blocks, unblock;
+} BlockingJob;
+
+static void blocking_task(void *context, int64_t u) {
+    const BlockingJob *j = context;
+    const int64_t plane = j->plane;
+    const float *from = j->from + u * 16 * plane;
+    float *to = j->to + u * 16 * plane;
+    for (int64_t p0 = 0; p0 < plane; p0 += 16) {
+        const int64_t count = plane - p0 < 16 ? plane - p0 : 16;
+        const __mmask16 mask = (__mmask16)((1u << count) - 1u);
+        __m512 v[16];
+        if (j->unblock) {  /* count cells of 16 channels -> 16 rows of count positions */
+            for (int i = 0; i < 16; i++)
+                v[i] = i < count ? _mm512_loadu_ps(from + (p0 + i) * 16) : _mm512_setzero_ps();
+            transpose16(v);
+            for (int i = 0; i < 16; i++) _mm512_mask_storeu_ps(to + i * plane + p0, mask, v[i]);
+        } else {
+            for (int i = 0; i < 16; i++) v[i] = _mm512_maskz_loadu_ps(mask, from + i * plane + p0);
+            transpose16(v);
+            for (int64_t i = 0; i < count; i++) _mm512_storeu_ps(to + (p0 + i) * 16, v[i]);
+        }
+    }
+}
+
+static void blocking(const float *from, float *to, const Shape *s, int unblock, int64_t threads) {
+    BlockingJob j = {from, to, s->h * s->w, s->c / 16, unblock};
+    const int64_t units = s->n * j.blocks;
+    run_units(units, units * 16 * j.plane >= 65536 ? threads : 1, blocking_task, &j);
+}
+
 /* The lanes form of a launch (wt: lanes_weights' transposed weights). */
 static void lanes_conv(const float *x, const float *wt, float *out, const float *residual,
                        const Shape *s, const Finish *f, int64_t threads) {
@@ -342,7 +440,9 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
     /* per group and patch row its offset, then lanes_rows' rows */
     int64_t *offsets = (int64_t *)thread_buffer(3, (size_t)(2 * (s->groups + 1) * j.k + 2));
     const int point = s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0;
-    const int as_stored = lanes_group(s) == 1;
+    /* planar channels read as stored, or a blocked input a stride-1 1x1 launch reads as it is */
+    const int as_stored = lanes_group(s) == 1
+                          || (s->blocked && point && s->sh == 1 && s->sw == 1);
     /* a strided 1x1 convolution copies only the positions it reads (256->512 at 14x14 with
      * the whole plane copied: 159 us, the gemm form's 145), then runs as a pointwise one */
     j.take_h = point ? s->sh : 1;

@@ -895,6 +895,14 @@ def numpy_epilogue(inputs, outputs, layouts, params: ConvEpilogueParams) -> None
     y = out + view(inputs[2], layouts[2]).reshape(channel)
     if params.residual:
         y = y + view(inputs[3], layouts[3])
+    slope = (view(inputs[-1], layouts[-2]).reshape(channel) if params.activation == "prelu"
+             else None)
+    out[...] = activate_numpy(y, params, slope)
+
+
+def activate_numpy(y: np.ndarray, params: ConvEpilogueParams,
+                   slope: np.ndarray | None = None) -> np.ndarray:
+    """CONV_FUSED's activation of ``y`` in NumPy (``slope``: prelu's, broadcast to y)."""
     kind, alpha, beta = params.activation, np.float32(params.alpha), np.float32(params.beta)
     if kind == "relu":
         y = np.maximum(y, 0)
@@ -913,8 +921,8 @@ def numpy_epilogue(inputs, outputs, layouts, params: ConvEpilogueParams) -> None
     elif kind == "leaky_relu":
         y = np.where(y >= 0, y, alpha * y)
     elif kind == "prelu":
-        y = np.where(y >= 0, y, view(inputs[-1], layouts[-2]).reshape(channel) * y)
-    out[...] = y
+        y = np.where(y >= 0, y, slope * y)
+    return y
 
 
 F32 = [(dt.float32, dt.float32, dt.float32)]

@@ -340,6 +340,11 @@ def _prepare_strided_copy(inputs, outputs, layouts, params):
     """The views made once (a packed dtype's copy unpacks at every launch instead)."""
     if is_packed(outputs[0]) or is_packed(inputs[0]):
         return functools.partial(strided_copy, inputs, outputs, layouts, params)
+    from fuel.backends.cpu.convolution_blocked import blocking_copy
+
+    blocking = blocking_copy(inputs, outputs, layouts)  # a blocked chain's end: in C
+    if blocking is not None:
+        return blocking
     return functools.partial(np.copyto, output(outputs[0], layouts[-1]),
                              view(inputs[0], layouts[0]))
 

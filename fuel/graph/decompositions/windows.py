@@ -205,6 +205,29 @@ def _activation(build: Builder, y: Node, params, slope: Node | None) -> Node:
     return y
 
 
+def from_blocked(build: Builder, node: Node) -> Node:
+    """(N, C/16, H, W, 16) -> (N, C, H, W)."""
+    n, blocks, h, w, block = node.shape
+    return build.reshape(build.permute(node, (0, 1, 4, 2, 3)), (n, blocks * block, h, w))
+
+
+def to_blocked(build: Builder, node: Node, block: int) -> Node:
+    """(N, C, H, W) -> (N, C/block, H, W, block)."""
+    n, c, h, w = node.shape
+    return build.permute(build.reshape(node, (n, c // block, block, h, w)), (0, 1, 3, 4, 2))
+
+
+@decomposes(OpKind.CONV_BLOCKED)
+def conv_blocked(node: Node, build: Builder) -> Node:
+    """CONV_FUSED on the planar input and residual, its output blocked again."""
+    params = node.params
+    inputs = [from_blocked(build, node.inputs[0]), *node.inputs[1:3]]
+    if params.residual:
+        inputs.append(from_blocked(build, node.inputs[3]))
+    y = build.op(OpKind.CONV_FUSED, *inputs, params=params)
+    return to_blocked(build, y, node.shape[-1])
+
+
 @decomposes(OpKind.CONV_FUSED)
 def conv_fused(node: Node, build: Builder) -> Node:
     """conv, + bias per channel, + residual, then the activation: separate nodes."""
