@@ -99,3 +99,24 @@ def test_conv_fused_decomposes_like_the_cpu_kernel(activation, residual):
 
     cpu, primitive = _both(run, *arrays)
     np.testing.assert_allclose(primitive, cpu, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_conv_blocked_decomposes_like_the_cpu_kernel(residual):
+    """conv_blocked on a backend without its kernel: the planar conv_fused between
+    permutes."""
+    from fuel.frontend.build import make
+    from fuel.ir.ops import OpKind
+    from fuel.ir.params import ConvEpilogueParams, ConvParams
+
+    params = ConvEpilogueParams(ConvParams((2, 1), (1, 0), (1, 2), (1, 1), 1), "relu",
+                                residual=residual, constant_weights=True)
+    arrays = [_random((2, 2, 7, 6, 16)), _random((32, 32, 3, 3), 1), _random((32,), 2)]
+    if residual:
+        arrays.append(_random((2, 2, 4, 6, 16), 3))
+
+    def run(*operands):
+        return make(OpKind.CONV_BLOCKED, tuple(t._node for t in operands), params)
+
+    cpu, primitive = _both(run, *arrays)
+    np.testing.assert_allclose(primitive, cpu, rtol=1e-5, atol=1e-4)  # sums of 288

@@ -1,0 +1,101 @@
+"""CONV_BLOCKED (convolution on NCHW16c channels, conv.c's lanes form launched blocked) and
+the blocking copies at a chain's ends, against the float64 reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuel
+from fuel.backends.cpu import convolution_blocked
+from fuel.dispatch.kernel import global_table
+from fuel.frontend.build import make
+from fuel.ir import dtype as dt
+from fuel.ir.device import BackendId
+from fuel.ir.ops import OpKind
+from fuel.ir.params import ConvEpilogueParams, ConvParams
+from tests.backends.cpu.test_convolution_c import _run, reference
+from tests.backends.kernel_cases.convolution import epilogue_reference
+
+needs_blocked = pytest.mark.skipif(not convolution_blocked.available(),
+                                   reason="conv.c's blocked launch needs AVX-512")
+
+
+def blocked(a: np.ndarray) -> np.ndarray:
+    n, c, h, w = a.shape
+    return np.ascontiguousarray(a.reshape(n, c // 16, 16, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def planar(a: np.ndarray) -> np.ndarray:
+    n, blocks, h, w, _ = a.shape
+    return np.ascontiguousarray(a.transpose(0, 1, 4, 2, 3).reshape(n, blocks * 16, h, w))
+
+
+CASES = [  # (N, C, H, W, M, K, stride, pad, dilation, threads)
+    (1, 64, 7, 7, 64, 3, 1, 1, 1, "2"),      # 49 positions: pieces of 13 and 12
+    (2, 16, 9, 11, 48, 3, 2, 1, 1, "1"),     # a last block of 16 (one vector), stride 2
+    (1, 64, 14, 14, 32, 1, 1, 0, 1, "2"),    # pointwise: the blocked input read in place
+    (1, 48, 10, 9, 16, 1, 2, 0, 1, "2"),     # strided pointwise: the positions it reads
+    (1, 16, 5, 6, 64, 5, 1, 2, 2, "1"),      # dilated 5x5, padded past the input
+    (3, 32, 13, 13, 80, 3, 1, 1, 1, "2"),    # a batch, 80 = two blocks and a half
+    (1, 272, 6, 5, 32, 3, 1, 0, 1, "2"),     # K over two K blocks, unpadded
+    (1, 32, 30, 29, 32, 3, 1, 1, 1, "2"),    # rows of 29: pieces of 14 and 15 -> 10+10+9
+]
+
+
+@needs_blocked
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("activation", ["relu", "clip", "silu", "hard_swish", ""])
+def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
+    """Every position, channel block and epilogue part of a blocked launch, constant
+    weights (transposed once) or not, a residual or none."""
+    n, c, h, w, m, k, stride, pad, dilation, threads = case
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(c * m + h)
+    conv = ConvParams((stride, stride), (pad, pad), (pad, pad), (dilation, dilation), 1)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    y = reference(x, weight, conv)
+    extra = rng.standard_normal(y.shape).astype(np.float32)
+    entry = global_table().lookup_alternatives(OpKind.CONV_BLOCKED, (dt.float32,) * 5,
+                                               BackendId.CPU)[0]
+    for residual, constant in ((True, True), (False, False)):
+        params = ConvEpilogueParams(conv, activation, -0.5, 0.75, residual, constant)
+        expected = epilogue_reference(y, params, bias, extra if residual else None, None)
+        arrays = [blocked(x), weight, bias] + ([blocked(extra)] if residual else [])
+        out_shape = (y.shape[0], m // 16, y.shape[2], y.shape[3], 16)
+        got = planar(_run(entry, arrays, out_shape, params, launches=2))
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("shape", [(1, 32, 7, 9), (2, 16, 1, 17), (1, 48, 13, 13)])
+def test_blocking_copies_match_numpy(shape):
+    """The permuted copies that enter and leave a chain (conv.c's 16 x 16 transposes where
+    it is built with AVX-512), masked tails of 1 to 15 positions."""
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    n, c, h, w = shape
+    value = fuel.from_numpy(x).reshape(n, c // 16, 16, h, w).permute(0, 1, 3, 4, 2)
+    into = value.contiguous()
+    np.testing.assert_array_equal(into.numpy(), blocked(x))
+    back = into.permute(0, 1, 4, 2, 3).contiguous().reshape(n, c, h, w)
+    np.testing.assert_array_equal(back.numpy(), x)
+
+
+def test_blocked_rule_and_shapes():
+    """The shape rule takes blocked operands only; the link rule's bounds."""
+    x = fuel.from_numpy(np.zeros((1, 2, 5, 5, 16), np.float32))._node
+    w = fuel.from_numpy(np.zeros((48, 32, 3, 3), np.float32))._node
+    b = fuel.from_numpy(np.zeros(48, np.float32))._node
+    conv = ConvParams((1, 1), (1, 1), (1, 1), (1, 1), 1)
+    node = make(OpKind.CONV_BLOCKED, (x, w, b), ConvEpilogueParams(conv))
+    assert node.shape == (1, 3, 5, 5, 16)
+    bad = fuel.from_numpy(np.zeros((40, 32, 3, 3), np.float32))._node
+    with pytest.raises(fuel.FuelError, match="blocks of 16"):
+        make(OpKind.CONV_BLOCKED, (x, bad, fuel.from_numpy(np.zeros(40, np.float32))._node),
+             ConvEpilogueParams(conv))
+    worth = convolution_blocked.worth_blocking
+    assert worth((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), conv)
+    assert not worth((1, 64, 128, 128), (64, 64, 3, 3), (1, 64, 128, 128), conv)
+    assert not worth((1, 16, 56, 56), (16, 16, 3, 3), (1, 16, 56, 56), conv)
