@@ -16,6 +16,7 @@ resnet18's 64->64 3x3 at 56x56 617 -> 516 us, 64->128 3x3 stride 2 386 -> 272.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from fuel.frontend.build import make
 from fuel.graph.node import Node, set_user_site
@@ -53,6 +54,25 @@ def _link(node: Node) -> bool:
             and worth_blocking(x.shape, weight.shape, node.shape, params.conv))
 
 
+def _feeders(node: Node) -> list[Node]:
+    """A link's blocked operands: its input and its residual."""
+    return [node.inputs[0]] + ([node.inputs[3]] if node.params.residual else [])
+
+
+def _pool(node: Node) -> bool:
+    """A float32 2-d max or average pool over channels in blocks of 16."""
+    return (node.op in (OpKind.MAX_POOL, OpKind.AVG_POOL) and node.buffer is None
+            and node.dtype is dt.float32 and len(node.shape) == 4
+            and len(node.params.kernel) == 2 and node.shape[1] % BLOCK == 0)
+
+
+def _concat(node: Node) -> bool:
+    """A float32 concat along the channels of parts in blocks of 16."""
+    return (node.op is OpKind.CAT and node.buffer is None and node.dtype is dt.float32
+            and len(node.shape) == 4 and node.params.dim % 4 == 1
+            and all(part.shape[1] % BLOCK == 0 for part in node.inputs))
+
+
 def _order(roots: list[Node]) -> list[Node]:
     """Every node behind ``roots``, inputs before consumers."""
     order, seen = [], set()
@@ -81,15 +101,24 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
     if not links:
         return values
     chained: set[int] = set()
-    for node in order:
+    for node in order:  # links next to links
         if id(node) not in links:
             continue
-        feeders = [node.inputs[0]] + ([node.inputs[3]] if node.params.residual else [])
-        for feeder in feeders:
+        for feeder in _feeders(node):
             if id(feeder) in links:
                 chained.update((id(node), id(feeder)))
     if not chained:
         return values
+    for node in order:  # then what follows a chained value: links, pools, channel concats
+        if id(node) in chained:
+            continue
+        if id(node) in links:
+            if any(id(feeder) in chained for feeder in _feeders(node)):
+                chained.add(id(node))
+        elif _pool(node) and id(node.inputs[0]) in chained:
+            chained.add(id(node))
+        elif _concat(node) and all(id(part) in chained for part in node.inputs):
+            chained.add(id(node))
     return _rewrite(values, order, chained)
 
 
@@ -123,6 +152,18 @@ class _Rewrite:
 
     def add(self, node: Node) -> None:
         """``node`` in the new graph (its inputs already there)."""
+        if id(node) in self.chained and node.op in (OpKind.MAX_POOL, OpKind.AVG_POOL):
+            p = node.params  # the window over (H, W) of (N, C/16, H, W, 16)
+            params = replace(p, kernel=p.kernel + (1,), strides=p.strides + (1,),
+                             pads_begin=p.pads_begin + (0,), pads_end=p.pads_end + (0,),
+                             dilations=p.dilations + (1,))
+            self.blocked[id(node)] = make(node.op, (self.blocked_of(node.inputs[0]),),
+                                          params)._node
+            return
+        if id(node) in self.chained and node.op is OpKind.CAT:
+            parts = tuple(self.blocked_of(part) for part in node.inputs)
+            self.blocked[id(node)] = make(OpKind.CAT, parts, replace(node.params, dim=1))._node
+            return
         if id(node) in self.chained:
             inputs = [self.blocked_of(node.inputs[0]), self.planar_of(node.inputs[1]),
                       self.planar_of(node.inputs[2])]

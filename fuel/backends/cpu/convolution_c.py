@@ -86,6 +86,8 @@ HERE = Path(__file__).parent
      "conv_lanes.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS, LANES, LANES_WEIGHTS) = range(15)
+BLOCKED_MAX_POOL, BLOCKED_AVG_POOL = 10, 11  # pool.c's forms over blocked channels
+BLOCK = 16  # channels a block of a blocked value (NCHW16c)
 LANES_BLOCK = 32  # conv_lanes.h's LANES_MB: output channels a block of the transposed weights
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
@@ -860,6 +862,16 @@ class CPool:
         rank = len(params.kernel)
         form = MAX_POOL if self.op is OpKind.MAX_POOL else AVG_POOL
         function = library(form)
+        if (rank == 3 and len(x) == 5 and x[4] == BLOCK and avx512() and function is not None
+                and params.kernel[2] == params.strides[2] == params.dilations[2] == 1
+                and params.pads_begin[2] == params.pads_end[2] == 0 and 0 not in out
+                and all(layout.is_contiguous() for layout in layouts)):
+            # a 2-d window over blocked channels (N, C/16, H, W, 16): pool.c's blocked form
+            params = replace(params, kernel=params.kernel[:2], strides=params.strides[:2],
+                             pads_begin=params.pads_begin[:2], pads_end=params.pads_end[:2],
+                             dilations=params.dilations[:2])
+            x, out, rank = x[:4], out[:4], 2
+            form = BLOCKED_MAX_POOL if form == MAX_POOL else BLOCKED_AVG_POOL
         if (function is None or rank > 2 or len(x) != rank + 2 or 0 in out
                 or not all(layout.is_contiguous() for layout in layouts)):
             return lambda: self.numpy(inputs, outputs, layouts, params)

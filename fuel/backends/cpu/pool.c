@@ -13,6 +13,9 @@
  * A window covering the whole unpadded plane (GlobalAveragePool, GlobalMaxPool) is one
  * vector reduction per plane instead, planes split over the team.
  *   9 COPY_PARTS: a large concat's copy on the team (below; indexing.py's cat).
+ *   10, 11 blocked max and avg pool: the same over blocked channels (NCHW16c: x
+ *                [N][C][H][W][16], out [N][C][OH][OW][16] with C the blocks), 16 channels a
+ *                vector, the windows read in place (no padded copy).
  */
 
 enum { MAX_POOL = 7, AVG_POOL = 8 };
@@ -402,6 +405,73 @@ static void whole_task(void *context, int64_t unit) {
     }
 }
 
+#if defined(__AVX512F__)
+enum { BLOCKED_MAX_POOL = 10, BLOCKED_AVG_POOL = 11 };
+
+typedef struct {
+    const float *x;
+    float *out;
+    const Shape *s;
+    int maximum;
+    const float *row_count, *col_count;  /* an average's divisors (NULL: sums) */
+} BlockedPoolJob;
+
+/* Unit u: output row u % OH of block u / OH (of every image's blocks), each position's 16
+ * channels one vector over the window's taps inside the input (a NaN tap wins the max). */
+static void blocked_pool_task(void *context, int64_t u) {
+    const BlockedPoolJob *j = context;
+    const Shape *s = j->s;
+    const int64_t oh = u % s->oh, block = u / s->oh;
+    const float *x = j->x + block * s->h * s->w * 16;
+    float *out = j->out + (block * s->oh + oh) * s->ow * 16;
+    for (int64_t ow = 0; ow < s->ow; ow++) {
+        __m512 acc = _mm512_set1_ps(j->maximum ? -INFINITY : 0.0f);
+        __mmask16 nan = 0;
+        for (int64_t kh = 0; kh < s->kh; kh++) {
+            const int64_t ih = oh * s->sh - s->pt + kh * s->dh;
+            if (ih < 0 || ih >= s->h) continue;
+            for (int64_t kw = 0; kw < s->kw; kw++) {
+                const int64_t iw = ow * s->sw - s->pl + kw * s->dw;
+                if (iw < 0 || iw >= s->w) continue;
+                const __m512 v = _mm512_loadu_ps(x + (ih * s->w + iw) * 16);
+                if (j->maximum) {
+                    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                    acc = _mm512_max_ps(acc, v);
+                } else {
+                    acc = _mm512_add_ps(acc, v);
+                }
+            }
+        }
+        if (j->maximum) acc = _mm512_mask_blend_ps(nan, acc, _mm512_set1_ps(NAN));
+        else if (j->row_count != NULL)
+            acc = _mm512_div_ps(acc, _mm512_set1_ps(j->row_count[oh] * j->col_count[ow]));
+        _mm512_storeu_ps(out + ow * 16, acc);
+    }
+}
+
+static void blocked_pool(const float *x, float *out, const Shape *s, int maximum, int64_t mode,
+                         float pad_bottom, float pad_right, int64_t threads) {
+    float *row_count = NULL, *col_count = NULL;
+    if (!maximum && mode != 2) {  /* as pool's: the taps counted per row and column */
+        row_count = malloc(sizeof(float) * (size_t)s->oh);
+        col_count = malloc(sizeof(float) * (size_t)s->ow);
+        const int64_t bottom = mode == 1 ? (int64_t)pad_bottom : 0;
+        const int64_t right = mode == 1 ? (int64_t)pad_right : 0;
+        const int64_t top = mode == 1 ? s->pt : 0, left = mode == 1 ? s->pl : 0;
+        for (int64_t o = 0; o < s->oh; o++)
+            row_count[o] = (float)inside(o, s->sh, s->pt, s->dh, s->kh, -top, s->h + bottom);
+        for (int64_t o = 0; o < s->ow; o++)
+            col_count[o] = (float)inside(o, s->sw, s->pl, s->dw, s->kw, -left, s->w + right);
+    }
+    BlockedPoolJob j = {x, out, s, maximum, row_count, col_count};
+    const int64_t units = s->n * s->c * s->oh;
+    run_units(units, units * s->ow * s->kh * s->kw * 16 >= 131072 ? threads : 1,
+              blocked_pool_task, &j);
+    free(row_count);
+    free(col_count);
+}
+#endif
+
 /* ------------------------------------------------------------ concatenation on the team
  * COPY_PARTS: concat.c's copy (data = {out, part 0, part 1, ...}, sizes = {COPY_PARTS,
  * threads, parts, outer, out_row_bytes, part 0 row bytes, ...}) cut into COPY_CHUNK-byte
@@ -446,6 +516,14 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const int64_t form = sizes[0], threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *scalars = data[6];
+#if defined(__AVX512F__)
+    if (form == BLOCKED_MAX_POOL || form == BLOCKED_AVG_POOL) {
+        blocked_pool(data[0], data[4], &s, form == BLOCKED_MAX_POOL, s.act,
+                     scalars != NULL ? scalars[0] : 0.0f, scalars != NULL ? scalars[1] : 0.0f,
+                     threads);
+        return;
+    }
+#endif
     if (s.oh == 1 && s.ow == 1 && s.kh == s.h && s.kw == s.w && s.pt == 0 && s.pl == 0
             && s.dh == 1 && s.dw == 1 && (scalars == NULL || (scalars[0] == 0.0f
                                                               && scalars[1] == 0.0f))) {

@@ -99,3 +99,25 @@ def test_blocked_rule_and_shapes():
     assert worth((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), conv)
     assert not worth((1, 64, 128, 128), (64, 64, 3, 3), (1, 64, 128, 128), conv)
     assert not worth((1, 16, 56, 56), (16, 16, 3, 3), (1, 16, 56, 56), conv)
+
+
+@pytest.mark.parametrize("op", [OpKind.MAX_POOL, OpKind.AVG_POOL])
+@pytest.mark.parametrize("window", [  # (H, K, stride, pads, dilation, ceil, count pad)
+    (13, 3, 2, 0, 0, 1, True, False), (14, 3, 2, 1, 1, 1, False, False),
+    (9, 2, 2, 0, 1, 1, False, True), (10, 3, 1, 1, 1, 2, False, True),
+    (7, 7, 1, 0, 0, 1, False, False)])
+def test_blocked_pools_match_planar_pools(op, window):
+    """A 2-d window over (N, C/16, H, W, 16) (pool.c's blocked form) pools as the planar
+    window does, a NaN winning its max windows."""
+    from fuel.ir.params import PoolParams
+
+    h, k, stride, begin, end, dilation, ceil, count = window
+    x = np.random.default_rng(h).standard_normal((2, 32, h, h + 1)).astype(np.float32)
+    x[0, 3, 2, 2] = np.nan
+    params = PoolParams((k, k), (stride, stride), (begin, begin), (end, end),
+                        (dilation, dilation), ceil, count)
+    expected = make(op, (fuel.from_numpy(x)._node,), params).numpy()
+    windows = PoolParams((k, k, 1), (stride, stride, 1), (begin, begin, 0), (end, end, 0),
+                         (dilation, dilation, 1), ceil, count)
+    got = make(op, (fuel.from_numpy(blocked(x))._node,), windows).numpy()
+    np.testing.assert_allclose(planar(got), expected, rtol=1e-6, atol=1e-6, equal_nan=True)

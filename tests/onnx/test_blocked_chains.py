@@ -1,0 +1,87 @@
+"""Chains of convolutions run blocked (fuel/onnx/blocked.py), checked against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuel
+import fuel.onnx
+from fuel.backends.cpu import convolution_blocked
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+needs_blocked = pytest.mark.skipif(not convolution_blocked.available(),
+                                   reason="conv.c's blocked launch needs AVX-512")
+
+
+def _model(path):
+    """A ResNet block and a SqueezeNet fire behind a planar stem: Conv+BN+Relu, a residual
+    Add, a strided 1x1 shortcut, a MaxPool, a channel Concat, a GlobalAveragePool, and a
+    second consumer of a chain's value (an output read planar)."""
+    rng = np.random.default_rng(0)
+    inits, nodes = [], []
+
+    def conv(name, x, c, m, k, stride=1, relu=True):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32),
+            name + "_w"))
+        inits.append(numpy_helper.from_array(rng.standard_normal(m).astype(np.float32),
+                                             name + "_b"))
+        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name + "_c"],
+                                      kernel_shape=[k, k], pads=[k // 2] * 4,
+                                      strides=[stride] * 2))
+        if not relu:
+            return name + "_c"
+        nodes.append(helper.make_node("Relu", [name + "_c"], [name]))
+        return name
+
+    stem = conv("stem", "x", 3, 32, 3)
+    a = conv("a", stem, 32, 32, 3)
+    b = conv("b", a, 32, 32, 3, relu=False)
+    nodes.append(helper.make_node("Add", [b, stem], ["sum"]))
+    nodes.append(helper.make_node("Relu", ["sum"], ["block"]))
+    down = conv("down", "block", 32, 64, 3, stride=2)
+    short = conv("short", "block", 32, 64, 1, stride=2, relu=False)
+    nodes.append(helper.make_node("Add", [down, short], ["sum2"]))
+    nodes.append(helper.make_node("Relu", ["sum2"], ["block2"]))
+    nodes.append(helper.make_node("MaxPool", ["block2"], ["pooled"], kernel_shape=[3, 3],
+                                  strides=[2, 2], ceil_mode=1))
+    squeeze = conv("squeeze", "pooled", 64, 32, 1)
+    left = conv("left", squeeze, 32, 64, 1)
+    right = conv("right", squeeze, 32, 64, 3)
+    nodes.append(helper.make_node("Concat", [left, right], ["fire"], axis=1))
+    last = conv("last", "fire", 128, 64, 3)
+    nodes.append(helper.make_node("GlobalAveragePool", [last], ["y"]))
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 24, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("block", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@needs_blocked
+@pytest.mark.parametrize("blocked", ["1", "0"])
+def test_a_chain_runs_blocked_and_matches_onnxruntime(tmp_path, monkeypatch, blocked):
+    monkeypatch.setenv("FUEL_BLOCKED", blocked)
+    path = _model(tmp_path / "chain.onnx")
+    x = np.random.default_rng(1).standard_normal((1, 3, 24, 24)).astype(np.float32)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    model = fuel.onnx.load(path)
+    with fuel.profile() as profile:
+        got = model.run({"x": x})
+        again = model.run({"x": x})  # the captured plan, replayed
+    for result in (got, again):
+        for value, reference in zip(result.values(), expected):
+            span = float(reference.max() - reference.min())
+            np.testing.assert_allclose(value, reference, rtol=0, atol=1e-5 * span)
+    ops = [launch.op for launch in profile.launches[:len(profile.launches) // 2]]
+    if blocked == "1":  # every convolution past the 3-channel stem, and the pools, blocked
+        assert ops.count("conv_blocked") == 8 and ops.count("conv_fused") == 1
+        assert ops.count("contiguous") <= 4  # the chain's two ends and the planar output
+    else:
+        assert "conv_blocked" not in ops
