@@ -19,6 +19,7 @@ import os
 from dataclasses import replace
 
 from fuel.frontend.build import make
+from fuel.graph.graph import Graph
 from fuel.graph.node import Node, set_user_site
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
@@ -73,30 +74,13 @@ def _concat(node: Node) -> bool:
             and all(part.shape[1] % BLOCK == 0 for part in node.inputs))
 
 
-def _order(roots: list[Node]) -> list[Node]:
-    """Every node behind ``roots``, inputs before consumers."""
-    order, seen = [], set()
-    stack = [(root, False) for root in roots]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        stack.extend((child, False) for child in node.inputs if id(child) not in seen)
-    return order
-
-
 def block_chains(values: dict[str, object]) -> dict[str, object]:
     """``values`` (output name -> Tensor) with their convolution chains blocked; unchanged
     when any output is not a Tensor or no chain has two links."""
     if not values or not all(isinstance(v, Tensor) for v in values.values()) or not enabled():
         return values
     roots = [value._node for value in values.values()]
-    order = _order(roots)
+    order = Graph.build(roots).nodes  # inputs before consumers; realized nodes are leaves
     links = {id(node) for node in order if _link(node)}
     if not links:
         return values

@@ -31,6 +31,23 @@ static inline int64_t inside(int64_t o, int64_t stride, int64_t pad, int64_t dil
     return count;
 }
 
+/* An average's divisors, separable over rows and columns (the sum is divided by their exact
+ * product, as onnxruntime does): the taps of each output row and column inside the input
+ * (mode 0) or inside the explicit padding (mode 1: pad_bottom, pad_right its bottom and right
+ * pads); the caller frees both. */
+static void tap_counts(const Shape *s, int64_t mode, float pad_bottom, float pad_right,
+                       float **row_count, float **col_count) {
+    *row_count = malloc(sizeof(float) * (size_t)s->oh);
+    *col_count = malloc(sizeof(float) * (size_t)s->ow);
+    const int64_t bottom = mode == 1 ? (int64_t)pad_bottom : 0;
+    const int64_t right = mode == 1 ? (int64_t)pad_right : 0;
+    const int64_t top = mode == 1 ? s->pt : 0, left = mode == 1 ? s->pl : 0;
+    for (int64_t o = 0; o < s->oh; o++)
+        (*row_count)[o] = (float)inside(o, s->sh, s->pt, s->dh, s->kh, -top, s->h + bottom);
+    for (int64_t o = 0; o < s->ow; o++)
+        (*col_count)[o] = (float)inside(o, s->sw, s->pl, s->dw, s->kw, -left, s->w + right);
+}
+
 #if defined(__AVX512F__)
 /* The windows of output rows over the padded plane, four 16-column chunks at once (the last
  * chunks masked; their reads stay in the padded copy), without NaN tracking. */
@@ -340,20 +357,7 @@ static void pool(const float *x, float *out, const Shape *s, int maximum, int64_
     const int64_t pw = (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1 + 16;
     const int64_t ph = (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1;
     float *row_count = NULL, *col_count = NULL;
-    if (!maximum && mode != 2) {  /* the taps counted, separable over rows and columns: the sum is
-                                   * divided by their (exact) product, as onnxruntime does */
-        row_count = malloc(sizeof(float) * (size_t)s->oh);
-        col_count = malloc(sizeof(float) * (size_t)s->ow);
-        const int64_t bottom = mode == 1 ? (int64_t)pad_bottom : 0;
-        const int64_t right = mode == 1 ? (int64_t)pad_right : 0;
-        const int64_t top = mode == 1 ? s->pt : 0, left = mode == 1 ? s->pl : 0;
-        for (int64_t o = 0; o < s->oh; o++)
-            row_count[o] = (float)inside(o, s->sh, s->pt, s->dh, s->kh, -top,
-                                                s->h + bottom);
-        for (int64_t o = 0; o < s->ow; o++)
-            col_count[o] = (float)inside(o, s->sw, s->pl, s->dw, s->kw, -left,
-                                                s->w + right);
-    }
+    if (!maximum && mode != 2) tap_counts(s, mode, pad_bottom, pad_right, &row_count, &col_count);
     PoolJob j = {x, out, s, maximum, row_count, col_count, pw, ph, planes, 1};
     j.per_unit = threads > 1 ? (planes + 4 * threads - 1) / (4 * threads) : planes;
     if (j.per_unit < 1) j.per_unit = 1;
@@ -452,17 +456,7 @@ static void blocked_pool_task(void *context, int64_t u) {
 static void blocked_pool(const float *x, float *out, const Shape *s, int maximum, int64_t mode,
                          float pad_bottom, float pad_right, int64_t threads) {
     float *row_count = NULL, *col_count = NULL;
-    if (!maximum && mode != 2) {  /* as pool's: the taps counted per row and column */
-        row_count = malloc(sizeof(float) * (size_t)s->oh);
-        col_count = malloc(sizeof(float) * (size_t)s->ow);
-        const int64_t bottom = mode == 1 ? (int64_t)pad_bottom : 0;
-        const int64_t right = mode == 1 ? (int64_t)pad_right : 0;
-        const int64_t top = mode == 1 ? s->pt : 0, left = mode == 1 ? s->pl : 0;
-        for (int64_t o = 0; o < s->oh; o++)
-            row_count[o] = (float)inside(o, s->sh, s->pt, s->dh, s->kh, -top, s->h + bottom);
-        for (int64_t o = 0; o < s->ow; o++)
-            col_count[o] = (float)inside(o, s->sw, s->pl, s->dw, s->kw, -left, s->w + right);
-    }
+    if (!maximum && mode != 2) tap_counts(s, mode, pad_bottom, pad_right, &row_count, &col_count);
     BlockedPoolJob j = {x, out, s, maximum, row_count, col_count};
     const int64_t units = s->n * s->c * s->oh;
     run_units(units, units * s->ow * s->kh * s->kw * 16 >= 131072 ? threads : 1,
