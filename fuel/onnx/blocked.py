@@ -1,14 +1,17 @@
 """Chains of convolutions kept in blocked channels (NCHW16c) between them.
 
-After import, a float32 2-d CONV_FUSED with constant weights, one group, and channel counts in
-and out that are multiples of 16 runs as CONV_BLOCKED when it is a link of a chain: its input
-or its residual comes from another such convolution, or its output feeds one as input or
-residual. Inside a chain the values stay blocked (N, C/16, H, W, 16): conv.c's lanes form then
-neither interleaves its input into 16-channel cells nor transposes its tiles back into
-planes, and runs its epilogue as it stores. The layout changes only at a chain's ends: a
-blocked value a planar consumer reads is converted once, as is a planar value entering a
-chain. Measured (in-process, two threads, the lanes form's copy and transposed store removed):
-resnet18's 64->64 3x3 at 56x56 617 -> 516 us, 64->128 3x3 stride 2 386 -> 272.
+After import, a float32 2-d CONV_FUSED with constant weights, one group, no prelu, channel
+counts in and out that are multiples of 16 and a shape that runs blocked at least as fast as
+planar (``convolution_blocked.worth_blocking``) is a link. A link whose input or residual is
+another link's output runs as CONV_BLOCKED, as does that feeder; then, in graph order, so
+does a link fed by a blocked value, and a 2-d max or average pool of a blocked value and a
+channel concat of blocked parts stay blocked. Inside a chain the values are (N, C/16, H, W,
+16): conv.c's lanes form neither interleaves its input into 16-channel cells nor transposes
+its tiles back into planes, and runs its epilogue as it stores. The layout changes only at a
+chain's ends: a planar value entering it is permuted once, as is a blocked value a planar
+consumer or a graph output reads (conv.c's 16 x 16 transposes). Measured (in-process, two
+threads, the lanes form's copy and transposed store removed): resnet18's 64->64 3x3 at 56x56
+617 -> 516 us, 64->128 3x3 stride 2 386 -> 272.
 
 ``FUEL_BLOCKED=0`` turns the rewrite off.
 """
@@ -70,7 +73,7 @@ def _pool(node: Node) -> bool:
 def _concat(node: Node) -> bool:
     """A float32 concat along the channels of parts in blocks of 16."""
     return (node.op is OpKind.CAT and node.buffer is None and node.dtype is dt.float32
-            and len(node.shape) == 4 and node.params.dim % 4 == 1
+            and len(node.shape) == 4 and node.params.dim == 1
             and all(part.shape[1] % BLOCK == 0 for part in node.inputs))
 
 

@@ -5,7 +5,8 @@ padded one copies each row's run beside zero borders), and each tile's 16 channe
 position are stored as one vector with the bias, residual and activation applied, where the
 planar launch transposes them into planes and runs its epilogue in a second pass.
 
-Without AVX-512 or a C compiler the launch runs CONV_FUSED's kernels on planar copies.
+Without AVX-512 or a C compiler (and for prelu, which the pass never blocks) the launch runs
+in NumPy on planar copies, summing in float64.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from fuel.ir.ops import OpKind
 from fuel.ir.params import ConvEpilogueParams, ConvParams
 
 LANES_BLOCKED, BLOCK_CHANNELS, UNBLOCK_CHANNELS = 15, 16, 17  # conv.c's forms
-BLOCK = 16
+BLOCK = cc.BLOCK
 
 
 def geometry(layouts: Sequence[Layout], params: ConvEpilogueParams) -> cc.Geometry:
