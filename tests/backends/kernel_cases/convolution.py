@@ -134,8 +134,54 @@ def conv_fused_cases(dtypes):
     return cases
 
 
+def _blocked(a: np.ndarray) -> np.ndarray:
+    """(N, C, H, W) -> (N, C/16, H, W, 16)."""
+    n, c, h, w = a.shape
+    return np.ascontiguousarray(a.reshape(n, c // 16, 16, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _planar(a: np.ndarray) -> np.ndarray:
+    n, blocks, h, w, block = a.shape
+    return a.transpose(0, 1, 4, 2, 3).reshape(n, blocks * block, h, w)
+
+
+# blocked conv_fused (NCHW16c): input channels, output channels, size, kernel, stride, pad,
+# activation, residual
+BLOCKED_PLANS = [(32, 48, 7, 3, 1, 1, "relu", True), (16, 32, 9, 3, 2, 1, "clip", False),
+                 (32, 16, 6, 1, 1, 0, "silu", True), (48, 32, 8, 1, 2, 0, "", False)]
+
+
+def conv_blocked_cases(dtypes):
+    d = dtypes[0]
+    rng = rng_for("conv_blocked", dtypes)
+    rtol, atol = tolerance(d, loose=True)
+    cases = []
+    for i, (c, m, size, k, stride, pad, kind, residual) in enumerate(BLOCKED_PLANS):
+        if 3 + residual != len(dtypes) - 1:
+            continue
+        conv = ConvParams((stride, stride), (pad, pad), (pad, pad), (1, 1), 1)
+        params = ConvEpilogueParams(conv, kind, 0.0, 6.0, residual, constant_weights=True)
+        out = (size + 2 * pad - k) // stride + 1
+        arrays = [_blocked(values(d, (1, c, size, size), rng)), values(d, (m, c, k, k), rng),
+                  values(d, (m,), rng)]
+        if residual:
+            arrays.append(_blocked(values(d, (1, m, out, out), rng)))
+
+        def reference(a, p):
+            a = [compute(v) for v in a]
+            y = naive.conv(_planar(a[0]), a[1], p.conv.strides, p.conv.pads_begin,
+                           p.conv.pads_end, p.conv.dilations, 1)
+            y = epilogue_reference(y, p, a[2], _planar(a[3]) if p.residual else None, None)
+            return _blocked(y).astype(d.numpy)
+
+        cases.append(Case(params, [operand(a) for a in arrays], reference, f"conv_blocked#{i}",
+                          rtol, atol))
+    return cases
+
+
 CASES = {
     K.CONV: conv_cases,
     K.CONV_FUSED: conv_fused_cases,
+    K.CONV_BLOCKED: conv_blocked_cases,
     K.CONV_TRANSPOSE: conv_transpose_cases,
 }
