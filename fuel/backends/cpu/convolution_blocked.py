@@ -12,14 +12,13 @@ in NumPy on planar copies, summing in float64.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
 from fuel.backends.cpu import convolution
 from fuel.backends.cpu import convolution_c as cc
 from fuel.backends.cpu.arrays import output, view
-from fuel.backends.cpu.c_library import address, aligned_filled, kept
+from fuel.backends.cpu.c_library import address
 from fuel.backends.cpu.quantized import thread_count
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
 from fuel.ir import dtype as dt
@@ -27,9 +26,9 @@ from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 from fuel.ir.params import ConvEpilogueParams, ConvParams
+from fuel.ir.rules import BLOCK
 
 LANES_BLOCKED, BLOCK_CHANNELS, UNBLOCK_CHANNELS = 15, 16, 17  # conv.c's forms
-BLOCK = cc.BLOCK
 
 
 def geometry(layouts: Sequence[Layout], params: ConvEpilogueParams) -> cc.Geometry:
@@ -92,18 +91,11 @@ class CBlockedConvolution:
             return lambda: None
         threads = cc._threads(g, "lanes") if threads is None else threads
         epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
-        function = cc.library()
         x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
-        out = address(outputs[0], layouts[-1])
-        size = g.c * g.kh * g.kw * -(-g.m // cc.LANES_BLOCK) * cc.LANES_BLOCK
-        weights = inputs[1] if params.constant_weights else None
-        transposed = kept(weights, (cc.LANES_WEIGHTS, w, replace(g, n=1)),
-            lambda: aligned_filled(size, lambda at: cc.CConvolution._call(
-                function, g, cc.LANES_WEIGHTS, threads, epilogue, x, w, out, at)()))
-        call = cc.CConvolution._call(function, g, LANES_BLOCKED, threads, epilogue, x, w, out,
-                                     transposed.ctypes.data)
-        call.data.transposed = transposed  # held as long as the launcher
-        return call
+        constant = params.constant_weights
+        return cc.CConvolution._lanes(cc.library(), g, threads, epilogue, x, w,
+                                      address(outputs[0], layouts[-1]), constant,
+                                      inputs[1] if constant else None, form=LANES_BLOCKED)
 
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params) -> None:

@@ -65,6 +65,7 @@ from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 from fuel.ir.params import CONV_ACTIVATIONS, ConvEpilogueParams, ConvParams, PoolParams
+from fuel.ir.rules import BLOCK
 
 # The convolution kernels' work pools (conv_common.h's run_units) and the OpenMP team of the
 # generated kernels share the cores. libgomp's workers spin 300000 polls after a parallel
@@ -87,7 +88,6 @@ HERE = Path(__file__).parent
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS, LANES, LANES_WEIGHTS) = range(15)
 BLOCKED_MAX_POOL, BLOCKED_AVG_POOL = 10, 11  # pool.c's forms over blocked channels
-BLOCK = 16  # channels a block of a blocked value (NCHW16c)
 LANES_BLOCK = 32  # conv_lanes.h's LANES_MB: output channels a block of the transposed weights
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
@@ -671,10 +671,11 @@ class CConvolution:
 
     @staticmethod
     def _lanes(function, g: Geometry, threads: int, epilogue: Epilogue, x: int, w: int,
-               out: int, constant: bool = False, weights=None) -> Launcher:
-        """conv.c's lanes form: the weights transposed into blocks of LANES_BLOCK output
-        channels, once, here, for constant weights (an array the launcher keeps), else into
-        this thread's scratch buffer on every launch."""
+               out: int, constant: bool = False, weights=None, form: int = LANES) -> Launcher:
+        """conv.c's lanes form (``form``: LANES, or convolution_blocked's blocked launch):
+        the weights transposed into blocks of LANES_BLOCK output channels, once, here, for
+        constant weights (an array the launcher keeps), else into this thread's scratch
+        buffer on every launch."""
         size = (g.c // g.groups * g.kh * g.kw * g.groups * -(-(g.m // g.groups) // LANES_BLOCK)
                 * LANES_BLOCK)
         if constant:
@@ -682,13 +683,13 @@ class CConvolution:
                 weights, (LANES_WEIGHTS, w, replace(g, n=1)), lambda: aligned_filled(
                     size, lambda at: CConvolution._call(function, g, LANES_WEIGHTS, threads,
                                                         epilogue, x, w, out, at)()))
-            call = CConvolution._call(function, g, LANES, threads, epilogue, x, w, out,
+            call = CConvolution._call(function, g, form, threads, epilogue, x, w, out,
                                       transposed.ctypes.data)
             call.data.transposed = transposed  # held as long as the launcher
             return call
         weights = CConvolution._call(function, g, LANES_WEIGHTS, threads, epilogue, x, w, out,
                                      scratch(size + 16).ctypes.data)
-        call = CConvolution._call(function, g, LANES, threads, epilogue, x, w, out,
+        call = CConvolution._call(function, g, form, threads, epilogue, x, w, out,
                                   scratch(size + 16).ctypes.data)
 
         def launch() -> None:

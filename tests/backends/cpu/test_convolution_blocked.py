@@ -121,3 +121,36 @@ def test_blocked_pools_match_planar_pools(op, window):
                          (dilation, dilation, 1), ceil, count)
     got = make(op, (fuel.from_numpy(blocked(x))._node,), windows).numpy()
     np.testing.assert_allclose(planar(got), expected, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+@needs_blocked
+def test_weights_from_a_feed_are_read_on_every_launch():
+    """Weights that are not constant (a feed's) are transposed at each launch of a prepared
+    blocked launcher, not once when it is prepared."""
+    from fuel.backends import find_backend
+    from fuel.ir.layout import Layout
+
+    cpu = find_backend(BackendId.CPU)
+    device = cpu.devices()[0]
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 32, 6, 6)).astype(np.float32)
+    weight = rng.standard_normal((32, 32, 3, 3)).astype(np.float32)
+    bias = np.zeros(32, np.float32)
+    arrays = [blocked(x), weight.copy(), bias]  # the upload may share the array
+    storages = [cpu.upload(device, a) for a in arrays]
+    out_layout = Layout.contiguous((1, 2, 6, 6, 16))
+    output = cpu.allocate(device, dt.float32, out_layout.numel)
+    conv = ConvParams((1, 1), (1, 1), (1, 1), (1, 1), 1)
+    params = ConvEpilogueParams(conv, "", 0.0, 0.0, False, constant_weights=False)
+    entry = global_table().lookup_alternatives(OpKind.CONV_BLOCKED, (dt.float32,) * 4,
+                                               BackendId.CPU)[0]
+    launch = entry.kernel.prepare(storages, [output],
+                                  [Layout.contiguous(a.shape) for a in arrays] + [out_layout],
+                                  params)
+    for scale in (1.0, -2.0):
+        storages[1].buffer[...] = (scale * weight).reshape(-1)
+        launch()
+        got = planar(np.asarray(cpu.download(output, out_layout)))
+        expected = reference(x, scale * weight, conv)
+        np.testing.assert_allclose(got, expected, rtol=1e-4,
+                                   atol=1e-4 * np.abs(expected).max())
