@@ -378,21 +378,21 @@ BLOCK = 16  # CONV_BLOCKED's channels a block (NCHW16c)
 def conv_blocked(params, shapes, dtypes):
     """CONV_BLOCKED: (x (N, C/16, H, W, 16), w (M, C, KH, KW), bias (M,)[, residual]) ->
     (N, M/16, OH, OW, 16): conv_fused's on the planar shapes, with channels in blocks."""
+    residual = params.residual
+    if len(shapes) != 3 + residual:
+        raise ShapeError(f"conv_blocked takes {3 + residual} operands, got {len(shapes)}")
     x = tuple(shapes[0])
-    if len(x) != 5 or x[4] != BLOCK or len(shapes) < 2 or len(shapes[1]) != 4:
+    if len(x) != 5 or x[4] != BLOCK or len(shapes[1]) != 4:
         raise ShapeError(f"conv_blocked needs x (N, C/{BLOCK}, H, W, {BLOCK}) and a 2-d "
                          f"weight, got {x} and {shapes[1:2]}")
     if params.conv.groups != 1 or params.activation == "prelu":
         raise ShapeError("conv_blocked takes one group and no prelu")
     planar = (x[0], x[1] * BLOCK, x[2], x[3])
-    residual = params.residual
     shape, dtype = conv_fused(replace(params, residual=False),
                               [planar, *shapes[1:3]], dtypes[:3])
     if shape[1] % BLOCK:
         raise ShapeError(f"conv_blocked: {shape[1]} output channels are not blocks of {BLOCK}")
     blocked = (shape[0], shape[1] // BLOCK, shape[2], shape[3], BLOCK)
-    if len(shapes) != 3 + residual:
-        raise ShapeError(f"conv_blocked takes {3 + residual} operands, got {len(shapes)}")
     if residual and (tuple(shapes[3]) != blocked or dtypes[3] is not dtype):
         raise ShapeError(f"residual must have the output's blocked shape {blocked}, "
                          f"got {shapes[3]}")

@@ -27,9 +27,8 @@ from fuel.graph.node import Node, set_user_site
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.ops import OpKind
+from fuel.ir.rules import BLOCK
 from fuel.tensor import Tensor
-
-BLOCK = 16
 
 
 def enabled() -> bool:

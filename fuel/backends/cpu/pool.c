@@ -458,9 +458,7 @@ static void blocked_pool(const float *x, float *out, const Shape *s, int maximum
     float *row_count = NULL, *col_count = NULL;
     if (!maximum && mode != 2) tap_counts(s, mode, pad_bottom, pad_right, &row_count, &col_count);
     BlockedPoolJob j = {x, out, s, maximum, row_count, col_count};
-    const int64_t units = s->n * s->c * s->oh;
-    run_units(units, units * s->ow * s->kh * s->kw * 16 >= 131072 ? threads : 1,
-              blocked_pool_task, &j);
+    run_units(s->n * s->c * s->oh, threads, blocked_pool_task, &j);  /* CPool's team */
     free(row_count);
     free(col_count);
 }
