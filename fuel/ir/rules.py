@@ -376,8 +376,9 @@ BLOCK = 16  # CONV_BLOCKED's channels a block (NCHW16c)
 
 
 def conv_blocked(params, shapes, dtypes):
-    """CONV_BLOCKED: (x (N, C/16, H, W, 16), w (M, C, KH, KW), bias (M,)[, residual]) ->
-    (N, M/16, OH, OW, 16): conv_fused's on the planar shapes, with channels in blocks."""
+    """CONV_BLOCKED: (x (N, C/16, H, W, 16), w (M, C, KH, KW) or depthwise (C, 1, KH, KW)
+    with groups C, bias (M,)[, residual]) -> (N, M/16, OH, OW, 16): conv_fused's on the
+    planar shapes, with channels in blocks."""
     residual = params.residual
     if len(shapes) != 3 + residual:
         raise ShapeError(f"conv_blocked takes {3 + residual} operands, got {len(shapes)}")
@@ -385,9 +386,12 @@ def conv_blocked(params, shapes, dtypes):
     if len(x) != 5 or x[4] != BLOCK or len(shapes[1]) != 4:
         raise ShapeError(f"conv_blocked needs x (N, C/{BLOCK}, H, W, {BLOCK}) and a 2-d "
                          f"weight, got {x} and {shapes[1:2]}")
-    if params.conv.groups != 1 or params.activation == "prelu":
-        raise ShapeError("conv_blocked takes one group and no prelu")
     planar = (x[0], x[1] * BLOCK, x[2], x[3])
+    groups = params.conv.groups
+    depthwise = groups == planar[1] == shapes[1][0] and shapes[1][1] == 1
+    if (groups != 1 and not depthwise) or params.activation == "prelu":
+        raise ShapeError("conv_blocked takes one group or a depthwise weight (groups == "
+                         "channels), and no prelu")
     shape, dtype = conv_fused(replace(params, residual=False),
                               [planar, *shapes[1:3]], dtypes[:3])
     if shape[1] % BLOCK:

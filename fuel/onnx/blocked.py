@@ -46,13 +46,18 @@ def _link(node: Node) -> bool:
     kernel."""
     if node.op is not OpKind.CONV_FUSED or node.buffer is not None:
         return False
-    from fuel.backends.cpu.convolution_blocked import worth_blocking
+    from fuel.backends.cpu.convolution_blocked import (DEPTHWISE_TAPS, LINK_CHANNELS,
+                                                       worth_blocking)
 
     params = node.params
     x, weight = node.inputs[:2]
-    return (node.dtype is dt.float32 and len(node.shape) == 4 and params.conv.groups == 1
+    groups = params.conv.groups
+    depthwise = (groups == x.shape[1] == node.shape[1] and weight.shape[1] == 1
+                 and weight.shape[2] * weight.shape[3] <= DEPTHWISE_TAPS)
+    return (node.dtype is dt.float32 and len(node.shape) == 4 and (groups == 1 or depthwise)
             and params.constant_weights and params.activation != "prelu"
             and node.device.backend is BackendId.CPU and x.shape[1] % BLOCK == 0
+            and x.shape[1] >= LINK_CHANNELS
             and node.shape[1] % BLOCK == 0 and 0 not in node.shape and 0 not in x.shape
             and worth_blocking(x.shape, weight.shape, node.shape, params.conv))
 
@@ -87,11 +92,11 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
     if not links:
         return values
     chained: set[int] = set()
-    for node in order:  # links next to links
-        if id(node) not in links:
+    for node in order:  # links next to links (a depthwise one only joins a chain: below)
+        if id(node) not in links or node.params.conv.groups != 1:
             continue
         for feeder in _feeders(node):
-            if id(feeder) in links:
+            if id(feeder) in links and feeder.params.conv.groups == 1:
                 chained.update((id(node), id(feeder)))
     if not chained:
         return values

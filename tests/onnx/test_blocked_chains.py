@@ -85,3 +85,61 @@ def test_a_chain_runs_blocked_and_matches_onnxruntime(tmp_path, monkeypatch, blo
         assert ops.count("contiguous") <= 4  # the chain's two ends and the planar output
     else:
         assert "conv_blocked" not in ops
+
+
+def _mobile(path):
+    """Two MobileNetV2 inverted residual blocks behind a planar stem: 1x1 expand, 3x3
+    depthwise (stride 2 in the first, Clip 0..6), 1x1 project with a residual Add in the
+    second. The first block's depthwise input comes planar (a depthwise link joins a chain,
+    never starts one); from its project on, every convolution is blocked."""
+    rng = np.random.default_rng(2)
+    inits, nodes = [], []
+
+    def conv(name, x, c, m, k, stride=1, group=1, act=True):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((m, c // group, k, k)) / np.sqrt(c // group * k * k)).astype(
+                np.float32), name + "_w"))
+        inits.append(numpy_helper.from_array(rng.standard_normal(m).astype(np.float32),
+                                             name + "_b"))
+        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name + "_c"],
+                                      kernel_shape=[k, k], pads=[k // 2] * 4, group=group,
+                                      strides=[stride] * 2))
+        if not act:
+            return name + "_c"
+        nodes.append(helper.make_node("Clip", [name + "_c", "low", "high"], [name]))
+        return name
+
+    inits += [numpy_helper.from_array(np.array(0, np.float32), "low"),
+              numpy_helper.from_array(np.array(6, np.float32), "high")]
+    stem = conv("stem", "x", 3, 32, 3)
+    e1 = conv("e1", stem, 32, 96, 1)
+    d1 = conv("d1", e1, 96, 96, 3, stride=2, group=96)
+    p1 = conv("p1", d1, 96, 32, 1, act=False)
+    e2 = conv("e2", p1, 32, 192, 1)
+    d2 = conv("d2", e2, 192, 192, 5, group=192)
+    p2 = conv("p2", d2, 192, 32, 1, act=False)
+    nodes.append(helper.make_node("Add", [p2, p1], ["y"]))
+    graph = helper.make_graph(
+        nodes, "mobile", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 30, 30])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@needs_blocked
+def test_depthwise_links_run_blocked_and_match_onnxruntime(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUEL_BLOCKED", "1")
+    path = _mobile(tmp_path / "mobile.onnx")
+    x = np.random.default_rng(3).standard_normal((1, 3, 30, 30)).astype(np.float32)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    model = fuel.onnx.load(path)
+    with fuel.profile() as profile:
+        got = model.run({"x": x})["y"]
+    span = float(expected.max() - expected.min())
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * span)
+    ops = [launch.op for launch in profile.launches]
+    # stem, e1 (32 -> 96 from a planar stem: its only link neighbour is the depthwise) and d1
+    # planar; p1, e2, d2 and p2 (the residual Add fused) blocked
+    assert ops.count("conv_blocked") == 4 and ops.count("conv_fused") == 3
+    assert ops.count("contiguous") == 2  # into the chain at p1, out of it at y

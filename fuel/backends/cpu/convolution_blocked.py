@@ -3,7 +3,9 @@ launched blocked (conv_lanes.h): the input's 16-channel cells are already the in
 planes the planar launch copies its input into (a stride-1 1x1 launch reads them in place, a
 padded one copies each row's run beside zero borders), and each tile's 16 channels of one
 position are stored as one vector with the bias, residual and activation applied, where the
-planar launch transposes them into planes and runs its epilogue in a second pass.
+planar launch transposes them into planes and runs its epilogue in a second pass. A
+depthwise one runs depthwise.c's blocked form (depthwise_blocked.h: one vector a position,
+one multiply-add a tap).
 
 Without AVX-512 or a C compiler (and for prelu, which the pass never blocks) the launch runs
 in NumPy on planar copies, summing in float64.
@@ -29,6 +31,8 @@ from fuel.ir.params import ConvEpilogueParams, ConvParams
 from fuel.ir.rules import BLOCK
 
 LANES_BLOCKED, BLOCK_CHANNELS, UNBLOCK_CHANNELS = 15, 16, 17  # conv.c's forms
+DEPTHWISE_BLOCKED = 18  # depthwise.c's (depthwise_blocked.h)
+DEPTHWISE_TAPS = 256  # depthwise_blocked.h's DWB_TAPS: the most filter taps it takes
 
 
 def geometry(layouts: Sequence[Layout], params: ConvEpilogueParams) -> cc.Geometry:
@@ -51,6 +55,10 @@ def available() -> bool:
 # even or better, 693 against 717 us, 756 against 768; 60x60 1.08x, 64x64 1.3x, 128x128
 # 1.5x: winograd's tiles run more efficiently on larger planes).
 LINK_OUTPUTS = 32
+# ... and at least this many input channels (a 16-deep lanes launch runs slower than the
+# planar rule's direct form on large planes: 16->96 1x1 at 112x112 in mobilenet_v2, blocked
+# 228 us against 172, between conversions that cost more than it could save).
+LINK_CHANNELS = 32
 LINK_WINOGRAD_POSITIONS = 3136
 
 
@@ -76,7 +84,7 @@ class CBlockedConvolution:
 
     def variants(self, layouts: Sequence[Layout], params, device) -> tuple[Variant, ...]:
         """The default team and one thread, where the launch is large enough for a team."""
-        if not available() or cc._threads(geometry(layouts, params), "lanes") == 1:
+        if not available() or cc._threads(geometry(layouts, params), _form(params)) == 1:
             return ()
         return (Variant(f"lanes/{thread_count()}t", self.prepare),
                 Variant("lanes/1t", lambda *a, **k: self.prepare(*a, threads=1, **k)))
@@ -89,9 +97,15 @@ class CBlockedConvolution:
             return lambda: planar(inputs, outputs, layouts, params)
         if layouts[-1].numel == 0:
             return lambda: None
-        threads = cc._threads(g, "lanes") if threads is None else threads
+        threads = cc._threads(g, _form(params)) if threads is None else threads
         epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
         x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
+        if params.conv.groups != 1:  # depthwise
+            depthwise = cc.library(cc.DEPTHWISE)
+            if depthwise is None or g.kh * g.kw > DEPTHWISE_TAPS:
+                return lambda: planar(inputs, outputs, layouts, params)
+            return cc.CConvolution._call(depthwise, g, DEPTHWISE_BLOCKED, threads, epilogue, x,
+                                         w, address(outputs[0], layouts[-1]))
         constant = params.constant_weights
         return cc.CConvolution._lanes(cc.library(), g, threads, epilogue, x, w,
                                       address(outputs[0], layouts[-1]), constant,
@@ -100,6 +114,11 @@ class CBlockedConvolution:
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params) -> None:
         self.prepare(inputs, outputs, layouts, params)()
+
+
+def _form(params: ConvEpilogueParams) -> str:
+    """The planar form whose team rule a blocked launch follows."""
+    return "lanes" if params.conv.groups == 1 else "depthwise"
 
 
 def blocking_copy(inputs, outputs, layouts) -> Launcher | None:
@@ -142,7 +161,10 @@ def planar(inputs, outputs, layouts, params: ConvEpilogueParams) -> None:
     padded = convolution.pad_spatial(x, conv.pads_begin, conv.pads_end, 0)
     patches = convolution.windows(padded, weight.shape[2:], conv.strides, conv.dilations,
                                   (oh, ow))
-    y = np.einsum("ncpqij,mcij->nmpq", patches, weight)
+    if conv.groups == 1:
+        y = np.einsum("ncpqij,mcij->nmpq", patches, weight)
+    else:  # depthwise
+        y = np.einsum("ncpqij,cij->ncpq", patches, weight[:, 0])
     y += view(inputs[2], layouts[2]).reshape(1, -1, 1, 1)
     if params.residual:
         y += view(inputs[3], layouts[3]).transpose(0, 1, 4, 2, 3).reshape(y.shape)

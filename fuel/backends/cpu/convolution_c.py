@@ -81,10 +81,11 @@ if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
 KERNELS = KernelList(BackendId.CPU, "c")
 HERE = Path(__file__).parent
 (SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE, COMMON, GEMM_HEADER,
- FLAT_HEADER, ROWS_HEADER, PATCHES_SOURCE, WIDE_HEADER, LANES_HEADER) = (HERE / name for name in (
+ FLAT_HEADER, ROWS_HEADER, PATCHES_SOURCE, WIDE_HEADER, LANES_HEADER,
+ BLOCKED_DEPTHWISE_HEADER) = (HERE / name for name in (
      "conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_direct.c", "conv_common.h",
      "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h", "conv_patches.c", "conv_wide.h",
-     "conv_lanes.h"))
+     "conv_lanes.h", "depthwise_blocked.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS, LANES, LANES_WEIGHTS) = range(15)
 BLOCKED_MAX_POOL, BLOCKED_AVG_POOL = 10, 11  # pool.c's forms over blocked channels
@@ -232,7 +233,7 @@ def avx512() -> bool:
 def _source(path: Path) -> str:
     header = (GEMM_HEADER.read_text() if path in (SOURCE, WINOGRAD_SOURCE)
               else FLAT_HEADER.read_text() + ROWS_HEADER.read_text()
-              if path == DEPTHWISE_SOURCE else "")
+              + BLOCKED_DEPTHWISE_HEADER.read_text() if path == DEPTHWISE_SOURCE else "")
     if path == SOURCE:
         header += WIDE_HEADER.read_text() + LANES_HEADER.read_text()
     return COMMON.read_text() + header + path.read_text()
@@ -276,6 +277,7 @@ def revision_text() -> str:
     return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, WIDE_HEADER, LANES_HEADER,
                                                     SOURCE,
                                                     DEPTHWISE_SOURCE, FLAT_HEADER, ROWS_HEADER,
+                                                    BLOCKED_DEPTHWISE_HEADER,
                                                     POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE,
                                                     PATCHES_SOURCE))
 

@@ -2,8 +2,11 @@
  * conv_common.h): data and sizes as conv.c's. Each plane is copied once into a zero-padded
  * buffer so every output column runs the 16-wide vector loop (stride 1 and 2; other strides
  * and machines without AVX2 take the scalar row walk), the epilogue applied on each output
- * row while it is in cache. Blocks of planes are run_units' units.
+ * row while it is in cache. Blocks of planes are run_units' units. Form 18 (AVX-512):
+ * depthwise_blocked.h's launch on blocked channels (NCHW16c).
  */
+
+#define DEPTHWISE_BLOCKED 18
 
 #define CHUNK 16  /* output columns a depthwise row accumulates in registers at once */
 
@@ -338,6 +341,14 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     const int64_t threads = (sizes[1] > 1 ? sizes[1] : 1);
     const Shape s = shape_of(sizes);
     const float *scalars = data[6];
+#if defined(__AVX512F__)
+    if (sizes[0] == DEPTHWISE_BLOCKED) {  /* depthwise_blocked.h */
+        depthwise_blocked((const float *const *)data, &s, threads,
+                          scalars != NULL ? scalars[0] : 0.0f,
+                          scalars != NULL ? scalars[1] : 0.0f);
+        return;
+    }
+#endif
     DepthwiseJob j = {data[0], data[1], data[2], data[3], data[5], data[4], &s,
                       scalars != NULL ? scalars[0] : 0.0f, scalars != NULL ? scalars[1] : 0.0f,
                       s.oh * s.ow, s.n * s.c, 1, (s.ow + 15) / 16 * 16, 0, 0, DW_PADDED, 0,

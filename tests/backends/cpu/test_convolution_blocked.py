@@ -12,9 +12,10 @@ from fuel.dispatch.kernel import global_table
 from fuel.frontend.build import make
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
+from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
 from fuel.ir.params import ConvEpilogueParams, ConvParams
-from tests.backends.cpu.test_convolution_c import _run, reference
+from tests.backends.cpu.test_convolution_c import CPU, _run, reference
 from tests.backends.kernel_cases.convolution import epilogue_reference
 
 needs_blocked = pytest.mark.skipif(not convolution_blocked.available(),
@@ -70,6 +71,50 @@ def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
 
 
+DEPTHWISE = [  # (N, C, H, W, K, stride, pad, dilation, threads)
+    (1, 32, 14, 14, 3, 1, 1, 1, "2"),     # interior tiles of 8 and border positions
+    (2, 48, 9, 23, 3, 2, 1, 1, "2"),      # stride 2, odd width, a batch
+    (1, 16, 7, 7, 5, 1, 2, 1, "1"),       # 5x5 over a 7x7 plane: every position a border
+    (1, 64, 30, 33, 3, 1, 2, 2, "2"),     # dilated, padded past the taps
+    (1, 32, 12, 40, 7, 2, 3, 1, "1"),     # 7x7 stride 2, long rows (several tiles)
+    (1, 16, 6, 5, 3, 1, 0, 1, "2"),       # unpadded: rows shorter than a tile
+]
+
+
+@needs_blocked
+@pytest.mark.parametrize("case", DEPTHWISE)
+@pytest.mark.parametrize("activation", ["clip", "silu", "hard_swish", ""])
+def test_blocked_depthwise_matches_the_reference(monkeypatch, case, activation):
+    """depthwise.c's blocked form (groups == C == M): every position and block, bias,
+    residual and activation as it stores; the NumPy fallback the same."""
+    n, c, h, w, k, stride, pad, dilation, threads = case
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(c + h * w)
+    conv = ConvParams((stride, stride), (pad, pad), (pad, pad), (dilation, dilation), c)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = (rng.standard_normal((c, 1, k, k)) / k).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    y = reference(x, weight, conv)
+    extra = rng.standard_normal(y.shape).astype(np.float32)
+    entry = global_table().lookup_alternatives(OpKind.CONV_BLOCKED, (dt.float32,) * 5,
+                                               BackendId.CPU)[0]
+    out_shape = (y.shape[0], c // 16, y.shape[2], y.shape[3], 16)
+    for residual in (True, False):
+        params = ConvEpilogueParams(conv, activation, -0.5, 0.75, residual, True)
+        expected = epilogue_reference(y, params, bias, extra if residual else None, None)
+        arrays = [blocked(x), weight, bias] + ([blocked(extra)] if residual else [])
+        got = planar(_run(entry, arrays, out_shape, params, launches=2))
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
+        device = CPU.devices()[0]
+        layouts = [Layout.contiguous(a.shape) for a in arrays] + [Layout.contiguous(out_shape)]
+        fallback = CPU.allocate(device, dt.float32, layouts[-1].numel)
+        convolution_blocked.planar([CPU.upload(device, a) for a in arrays], [fallback],
+                                   layouts, params)
+        got = planar(np.asarray(CPU.download(fallback, layouts[-1])))
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
+
+
 @pytest.mark.parametrize("shape", [(1, 32, 7, 9), (2, 16, 1, 17), (1, 48, 13, 13)])
 def test_blocking_copies_match_numpy(shape):
     """The permuted copies that enter and leave a chain (conv.c's 16 x 16 transposes where
@@ -95,6 +140,15 @@ def test_blocked_rule_and_shapes():
     with pytest.raises(fuel.FuelError, match="blocks of 16"):
         make(OpKind.CONV_BLOCKED, (x, bad, fuel.from_numpy(np.zeros(40, np.float32))._node),
              ConvEpilogueParams(conv))
+    depthwise = ConvParams((1, 1), (1, 1), (1, 1), (1, 1), 32)
+    w = fuel.from_numpy(np.zeros((32, 1, 3, 3), np.float32))._node
+    b = fuel.from_numpy(np.zeros(32, np.float32))._node
+    node = make(OpKind.CONV_BLOCKED, (x, w, b), ConvEpilogueParams(depthwise))
+    assert node.shape == (1, 2, 5, 5, 16)
+    grouped = ConvParams((1, 1), (1, 1), (1, 1), (1, 1), 2)
+    w = fuel.from_numpy(np.zeros((32, 16, 3, 3), np.float32))._node
+    with pytest.raises(fuel.FuelError, match="depthwise"):
+        make(OpKind.CONV_BLOCKED, (x, w, b), ConvEpilogueParams(grouped))
     worth = convolution_blocked.worth_blocking
     assert worth((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), conv)
     assert not worth((1, 64, 128, 128), (64, 64, 3, 3), (1, 64, 128, 128), conv)

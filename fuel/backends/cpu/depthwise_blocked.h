@@ -1,0 +1,161 @@
+/* float32 depthwise convolution on blocked channels (NCHW16c; after conv_common.h, included
+ * by depthwise.c): x [N][C/16][H][W][16], out and residual [N][C/16][OH][OW][16], w as
+ * stored (C x 1 x KH x KW). Each 16-channel cell is one vector, so an output position is one
+ * accumulator over the taps, each tap one multiply-add of the cell under it by the block's
+ * 16 filter values at that tap: no copy of the input, no transpose, every lane busy on any
+ * plane size and stride. A row's interior positions (every tap inside the input row) run
+ * unchecked in tiles of 8, 4, 2 and 1 (independent accumulators, the stride a constant for 1
+ * and 2); its border positions check each tap. Bias, residual and the activation are applied
+ * as each vector is stored. A unit is DWB_ROWS-ish output rows of one block of one image.
+ * (AVX-512 only: convolution_blocked.py launches blocked forms only where conv.c is built
+ * with it.)
+ */
+
+#if defined(__AVX512F__)
+#define DWB_TILE 8    /* interior positions accumulated at once (8 of 32 registers) */
+#define DWB_WORK 256  /* output positions a unit covers at least, where the plane has them */
+#define DWB_TAPS 256  /* filter taps at most (KH x KW; convolution_blocked.py checks) */
+
+typedef struct {
+    const float *x, *w, *bias, *residual;
+    float *out;
+    const Shape *s;
+    float alpha, beta;
+    int64_t blocks, rows, strips;  /* C / 16, output rows a unit, units a block */
+} BlockedDepthwiseJob;
+
+/* Output positions [lo, hi) of a row have every tap inside the input row (as depthwise_row). */
+static inline void dwb_interior(const Shape *s, int64_t *lo, int64_t *hi) {
+    int64_t l = s->pl <= 0 ? 0 : (s->pl + s->sw - 1) / s->sw;
+    const int64_t last = s->w - 1 - (s->kw - 1) * s->dw + s->pl;
+    int64_t h = last < 0 ? 0 : last / s->sw + 1;
+    if (h > s->ow) h = s->ow;
+    if (l > h) l = h;
+    *lo = l, *hi = h;
+}
+
+static inline void dwb_store(float *out, const float *residual, __m512 v, const Shape *s,
+                             float alpha, float beta) {
+    if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual));
+    _mm512_storeu_ps(out, act16(v, s->act, alpha, beta, 0.0f));
+}
+
+/* Interior positions [ow, ow + T) of one output row (every tap inside the input row): T
+ * (<= DWB_TILE) and the stride SW constants once inlined, so the accumulators stay in
+ * registers and the loads take immediate offsets. Tap t reads from in[t] (its row, shifted
+ * to its column) with the block's 16 filter values at w[t]. */
+static inline __attribute__((always_inline)) void dwb_tile(
+        int T, int64_t SW, int64_t ow, const float *const *in, const float *const *w,
+        int64_t taps, __m512 shift, float *out, const float *residual, int64_t act,
+        float alpha, float beta) {
+    __m512 acc[DWB_TILE];
+    for (int i = 0; i < T; i++) acc[i] = shift;
+    const int64_t base = ow * SW * 16;
+    for (int64_t t = 0; t < taps; t++) {
+        const __m512 weight = _mm512_load_ps(w[t]);
+        const float *p = in[t] + base;
+        for (int i = 0; i < T; i++)
+            acc[i] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(p + i * SW * 16), acc[i]);
+    }
+    for (int i = 0; i < T; i++) {
+        __m512 v = acc[i];
+        if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + (ow + i) * 16));
+        _mm512_storeu_ps(out + (ow + i) * 16, act16(v, act, alpha, beta, 0.0f));
+    }
+}
+
+/* Interior positions [lo, hi) of one output row in tiles of 8, 4, 2 and 1. */
+static inline __attribute__((always_inline)) void dwb_interior_row(
+        int64_t SW, int64_t lo, int64_t hi, const float *const *in, const float *const *w,
+        int64_t taps, __m512 shift, float *out, const float *residual, int64_t act,
+        float alpha, float beta) {
+    int64_t ow = lo;
+    for (; ow + 8 <= hi; ow += 8)
+        dwb_tile(8, SW, ow, in, w, taps, shift, out, residual, act, alpha, beta);
+    if (ow + 4 <= hi) {
+        dwb_tile(4, SW, ow, in, w, taps, shift, out, residual, act, alpha, beta);
+        ow += 4;
+    }
+    if (ow + 2 <= hi) {
+        dwb_tile(2, SW, ow, in, w, taps, shift, out, residual, act, alpha, beta);
+        ow += 2;
+    }
+    if (ow < hi) dwb_tile(1, SW, ow, in, w, taps, shift, out, residual, act, alpha, beta);
+}
+
+static void depthwise_blocked_task(void *context, int64_t unit) {
+    const BlockedDepthwiseJob *j = context;
+    const Shape *s = j->s;
+    const int64_t cell = unit / j->strips, block = cell % j->blocks;
+    const int64_t first = (unit % j->strips) * j->rows;
+    const int64_t end = first + j->rows < s->oh ? first + j->rows : s->oh;
+    const int64_t kh = s->kh, kw = s->kw, sw = s->sw, dw = s->dw, pl = s->pl, width = s->w;
+    const int64_t act = s->act, plane_in = s->h * width * 16, plane_out = s->oh * s->ow * 16;
+    /* the block's filter: wt[t][l] = w[16 block + l][t] */
+    float *wt = thread_buffer(0, (size_t)(16 * kh * kw));
+    for (int64_t l = 0; l < 16; l++)
+        for (int64_t t = 0; t < kh * kw; t++)
+            wt[t * 16 + l] = j->w[(block * 16 + l) * kh * kw + t];
+    const float *x = j->x + cell * plane_in;
+    const __m512 shift = j->bias != NULL ? _mm512_loadu_ps(j->bias + block * 16)
+                                         : _mm512_setzero_ps();
+    int64_t lo, hi;
+    dwb_interior(s, &lo, &hi);
+    for (int64_t oh = first; oh < end; oh++) {
+        /* the taps over this output row: each one's input (its row from column -pl, shifted
+         * by its column) and filter values */
+        const float *in[DWB_TAPS];
+        const float *w[DWB_TAPS];
+        int64_t taps = 0;
+        for (int64_t r = 0; r < kh; r++) {
+            const int64_t ih = oh * s->sh + r * s->dh - s->pt;
+            if (ih < 0 || ih >= s->h) continue;
+            for (int64_t c = 0; c < kw; c++, taps++) {
+                in[taps] = x + (ih * width - pl + c * dw) * 16;
+                w[taps] = wt + (r * kw + c) * 16;
+            }
+        }
+        const int64_t at = cell * plane_out + oh * s->ow * 16;
+        float *out = j->out + at;
+        const float *residual = j->residual != NULL ? j->residual + at : NULL;
+        if (sw == 1)
+            dwb_interior_row(1, lo, hi, in, w, taps, shift, out, residual, act, j->alpha,
+                             j->beta);
+        else if (sw == 2)
+            dwb_interior_row(2, lo, hi, in, w, taps, shift, out, residual, act, j->alpha,
+                             j->beta);
+        else
+            dwb_interior_row(sw, lo, hi, in, w, taps, shift, out, residual, act, j->alpha,
+                             j->beta);
+        /* border positions: each tap checked, two accumulators */
+        for (int64_t ow = 0; ow < s->ow; ow++) {
+            if (ow == lo && hi > lo) ow = hi;
+            if (ow >= s->ow) break;
+            /* the filter columns inside the input row: ow sw + c dw - pl in [0, W) */
+            const int64_t from = ow * sw - pl;
+            int64_t c0 = from >= 0 ? 0 : (-from + dw - 1) / dw;
+            int64_t c1 = width - from <= 0 ? 0 : (width - from - 1) / dw + 1;
+            if (c1 > kw) c1 = kw;
+            __m512 acc[2] = {shift, _mm512_setzero_ps()};
+            for (int64_t t = 0; t < taps; t += kw)  /* taps come kw to a row */
+                for (int64_t c = c0; c < c1; c++)
+                    acc[c & 1] = _mm512_fmadd_ps(_mm512_load_ps(w[t + c]), _mm512_loadu_ps(
+                        in[t + c] + ow * sw * 16), acc[c & 1]);
+            __m512 v = _mm512_add_ps(acc[0], acc[1]);
+            if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + ow * 16));
+            _mm512_storeu_ps(out + ow * 16, act16(v, act, j->alpha, j->beta, 0.0f));
+        }
+    }
+}
+
+static void depthwise_blocked(const float *const *data, const Shape *s, int64_t threads,
+                              float alpha, float beta) {
+    BlockedDepthwiseJob j = {data[0], data[1], data[2], data[3], (float *)data[4], s, alpha,
+                             beta, s->c / 16, 1, 1};
+    j.rows = s->ow >= DWB_WORK ? 1 : (DWB_WORK + s->ow - 1) / s->ow;
+    if (j.rows > s->oh) j.rows = s->oh;
+    if (j.rows < 1) j.rows = 1;
+    j.strips = (s->oh + j.rows - 1) / j.rows;
+    run_units(s->n * j.blocks * j.strips, threads, depthwise_blocked_task, &j);
+}
+#endif
