@@ -46,8 +46,7 @@ def _link(node: Node) -> bool:
     kernel."""
     if node.op is not OpKind.CONV_FUSED or node.buffer is not None:
         return False
-    from fuel.backends.cpu.convolution_blocked import (DEPTHWISE_TAPS, LINK_CHANNELS,
-                                                       worth_blocking)
+    from fuel.backends.cpu.convolution_blocked import DEPTHWISE_TAPS, LINK_CHANNELS, worth_blocking
 
     params = node.params
     x, weight = node.inputs[:2]
