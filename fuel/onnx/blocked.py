@@ -1,11 +1,14 @@
 """Chains of convolutions kept in blocked channels (NCHW16c) between them.
 
-After import, a float32 2-d CONV_FUSED with constant weights, one group, no prelu, channel
-counts in and out that are multiples of 16 and a shape that runs blocked at least as fast as
-planar (``convolution_blocked.worth_blocking``) is a link. A link whose input or residual is
-another link's output runs as CONV_BLOCKED, as does that feeder; then, in graph order, so
-does a link fed by a blocked value, and a 2-d max or average pool of a blocked value and a
-channel concat of blocked parts stay blocked. Inside a chain the values are (N, C/16, H, W,
+After import, a float32 2-d CONV_FUSED with constant weights, one group or depthwise, no
+prelu, channel counts in and out that are multiples of 16 (at least LINK_CHANNELS in) and a
+shape that runs blocked at least as fast as planar (``convolution_blocked.worth_blocking``)
+is a link. A link whose input or residual is another link's output runs as CONV_BLOCKED, as
+does that feeder (both with one group: a depthwise link joins a chain, never starts one, as
+a chain's entry converts its input, larger before a strided depthwise); then, in graph order, so
+does a link fed by a blocked value, and a 2-d max or average pool of a blocked value, a
+channel concat of blocked parts and a channel scale of a blocked value (a squeeze-excite
+Mul by an (N, C, 1, 1) value) stay blocked. Inside a chain the values are (N, C/16, H, W,
 16): conv.c's lanes form neither interleaves its input into 16-channel cells nor transposes
 its tiles back into planes, and runs its epilogue as it stores. The layout changes only at a
 chain's ends: a planar value entering it is permuted once, as is a blocked value a planar
@@ -80,6 +83,23 @@ def _concat(node: Node) -> bool:
             and all(part.shape[1] % BLOCK == 0 for part in node.inputs))
 
 
+def _scaled(node: Node) -> int | None:
+    """The operand index of the scaled value of a float32 channel scale (a squeeze-excite
+    Mul: (N, C, H, W) times an (N, C, 1, 1) value expanded, C in blocks of 16), or None."""
+    if (node.op is not OpKind.MUL or node.buffer is not None or node.dtype is not dt.float32
+            or len(node.shape) != 4 or node.shape[1] % BLOCK or len(node.inputs) != 2):
+        return None
+    n, c = node.shape[:2]
+    for index, scale in enumerate(node.inputs):
+        other = node.inputs[1 - index]
+        if (scale.op is OpKind.EXPAND and tuple(scale.inputs[0].shape) in ((n, c, 1, 1),
+                                                                            (1, c, 1, 1))
+                and tuple(other.shape) == tuple(node.shape) and other.dtype is dt.float32
+                and scale.dtype is dt.float32):
+            return 1 - index
+    return None
+
+
 def block_chains(values: dict[str, object]) -> dict[str, object]:
     """``values`` (output name -> Tensor) with their convolution chains blocked; unchanged
     when any output is not a Tensor or no chain has two links."""
@@ -108,6 +128,8 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
         elif _pool(node) and id(node.inputs[0]) in chained:
             chained.add(id(node))
         elif _concat(node) and all(id(part) in chained for part in node.inputs):
+            chained.add(id(node))
+        elif (scaled := _scaled(node)) is not None and id(node.inputs[scaled]) in chained:
             chained.add(id(node))
     return _rewrite(values, order, chained)
 
@@ -153,6 +175,17 @@ class _Rewrite:
         if id(node) in self.chained and node.op is OpKind.CAT:
             parts = tuple(self.blocked_of(part) for part in node.inputs)
             self.blocked[id(node)] = make(OpKind.CAT, parts, replace(node.params, dim=1))._node
+            return
+        if id(node) in self.chained and node.op is OpKind.MUL:  # a channel scale
+            scaled = _scaled(node)
+            value = node.inputs[scaled]
+            n, blocks, h, w, _ = self.blocked_of(value).shape
+            scale = Tensor(self.planar_of(node.inputs[1 - scaled].inputs[0]))
+            scale = scale.reshape(scale.shape[0], blocks, BLOCK, 1, 1).permute(
+                0, 1, 3, 4, 2).expand(n, blocks, h, w, BLOCK)._node
+            operands = [None, None]
+            operands[scaled], operands[1 - scaled] = self.blocked_of(value), scale
+            self.blocked[id(node)] = make(OpKind.MUL, tuple(operands), node.params)._node
             return
         if id(node) in self.chained:
             inputs = [self.blocked_of(node.inputs[0]), self.planar_of(node.inputs[1]),

@@ -88,10 +88,12 @@ def test_a_chain_runs_blocked_and_matches_onnxruntime(tmp_path, monkeypatch, blo
 
 
 def _mobile(path):
-    """Two MobileNetV2 inverted residual blocks behind a planar stem: 1x1 expand, 3x3
-    depthwise (stride 2 in the first, Clip 0..6), 1x1 project with a residual Add in the
-    second. The first block's depthwise input comes planar (a depthwise link joins a chain,
-    never starts one); from its project on, every convolution is blocked."""
+    """Two inverted residual blocks behind a planar stem: 1x1 expand, depthwise (3x3 stride
+    2 in the first, 5x5 in the second, Clip 0..6), a squeeze-excite in the second (global
+    pool, two 1x1 convolutions, Sigmoid, a channel Mul), 1x1 project with a residual Add in
+    the second. The first block's depthwise input comes planar (a depthwise link joins a
+    chain, never starts one); from its project on, every convolution but the squeeze-excite's
+    two on a 1x1 plane is blocked, and so are the pool and the Mul."""
     rng = np.random.default_rng(2)
     inits, nodes = [], []
 
@@ -117,7 +119,12 @@ def _mobile(path):
     p1 = conv("p1", d1, 96, 32, 1, act=False)
     e2 = conv("e2", p1, 32, 192, 1)
     d2 = conv("d2", e2, 192, 192, 5, group=192)
-    p2 = conv("p2", d2, 192, 32, 1, act=False)
+    nodes.append(helper.make_node("GlobalAveragePool", [d2], ["squeezed"]))
+    fc1 = conv("fc1", "squeezed", 192, 8, 1)
+    fc2 = conv("fc2", fc1, 8, 192, 1, act=False)
+    nodes.append(helper.make_node("Sigmoid", [fc2], ["gate"]))
+    nodes.append(helper.make_node("Mul", [d2, "gate"], ["excited"]))
+    p2 = conv("p2", "excited", 192, 32, 1, act=False)
     nodes.append(helper.make_node("Add", [p2, p1], ["y"]))
     graph = helper.make_graph(
         nodes, "mobile", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 30, 30])],
@@ -139,7 +146,9 @@ def test_depthwise_links_run_blocked_and_match_onnxruntime(tmp_path, monkeypatch
     span = float(expected.max() - expected.min())
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * span)
     ops = [launch.op for launch in profile.launches]
-    # stem, e1 (32 -> 96 from a planar stem: its only link neighbour is the depthwise) and d1
-    # planar; p1, e2, d2 and p2 (the residual Add fused) blocked
-    assert ops.count("conv_blocked") == 4 and ops.count("conv_fused") == 3
-    assert ops.count("contiguous") == 2  # into the chain at p1, out of it at y
+    # stem, e1 (32 -> 96 from a planar stem: its only link neighbour is the depthwise), d1
+    # and the two squeeze-excite convolutions planar; p1, e2, d2 and p2 (the residual Add
+    # fused) blocked
+    assert ops.count("conv_blocked") == 4 and ops.count("conv_fused") == 5
+    # into the chain at p1, the pooled channels out to the squeeze-excite, out at y
+    assert ops.count("contiguous") == 3
