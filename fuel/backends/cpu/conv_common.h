@@ -346,7 +346,8 @@ static int64_t smooth8(float *y, int64_t count, int64_t act) {
 #endif
 
 #if defined(__AVX512F__)
-/* exp8's Cephes expf on 16 lanes (the same operations, so the same values lane for lane). */
+/* exp8's Cephes expf on 16 lanes (the same operations, so the same values lane for lane;
+ * act16's sigmoids then divide by recip16, within 2 ulp of smooth8's quotient). */
 static inline __attribute__((always_inline)) __m512 exp16(__m512 x) {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.3762626647949f)),
                       _mm512_set1_ps(88.3762626647949f));
