@@ -54,8 +54,8 @@ def _link(node: Node) -> bool:
     params = node.params
     x, weight = node.inputs[:2]
     groups = params.conv.groups
-    depthwise = (groups == x.shape[1] == node.shape[1] and weight.shape[1] == 1
-                 and weight.shape[2] * weight.shape[3] <= DEPTHWISE_TAPS)
+    depthwise = (len(weight.shape) == 4 and groups == x.shape[1] == node.shape[1]
+                 and weight.shape[1] == 1 and weight.shape[2] * weight.shape[3] <= DEPTHWISE_TAPS)
     return (node.dtype is dt.float32 and len(node.shape) == 4 and (groups == 1 or depthwise)
             and params.constant_weights and params.activation != "prelu"
             and node.device.backend is BackendId.CPU and x.shape[1] % BLOCK == 0
@@ -92,8 +92,8 @@ def _scaled(node: Node) -> int | None:
     n, c = node.shape[:2]
     for index, scale in enumerate(node.inputs):
         other = node.inputs[1 - index]
-        if (scale.op is OpKind.EXPAND and tuple(scale.inputs[0].shape) in ((n, c, 1, 1),
-                                                                            (1, c, 1, 1))
+        if (scale.op is OpKind.EXPAND and tuple(scale.shape) == tuple(node.shape)
+                and tuple(scale.inputs[0].shape) in ((n, c, 1, 1), (1, c, 1, 1))
                 and tuple(other.shape) == tuple(node.shape) and other.dtype is dt.float32
                 and scale.dtype is dt.float32):
             return 1 - index

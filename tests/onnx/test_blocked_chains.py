@@ -152,3 +152,24 @@ def test_depthwise_links_run_blocked_and_match_onnxruntime(tmp_path, monkeypatch
     assert ops.count("conv_blocked") == 4 and ops.count("conv_fused") == 5
     # into the chain at p1, the pooled channels out to the squeeze-excite, out at y
     assert ops.count("contiguous") == 3
+
+
+@needs_blocked
+def test_a_1d_depthwise_convolution_is_not_a_link(tmp_path):
+    """The pass looks at every fused convolution: a 1-d depthwise one (a 3-d weight) stays
+    planar and runs as onnxruntime's."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.random((32, 1, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.random((32, 32, 1)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], group=32, pads=[1, 1]),
+             helper.make_node("Conv", ["a", "w2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "line", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    path = tmp_path / "line.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    x = rng.standard_normal((1, 32, 20)).astype(np.float32)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    got = fuel.onnx.load(path).run({"x": x})["y"]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
