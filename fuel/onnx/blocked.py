@@ -178,13 +178,13 @@ class _Rewrite:
             return
         if id(node) in self.chained and node.op is OpKind.MUL:  # a channel scale
             scaled = _scaled(node)
-            value = node.inputs[scaled]
-            n, blocks, h, w, _ = self.blocked_of(value).shape
+            value = self.blocked_of(node.inputs[scaled])
+            n, blocks, h, w, _ = value.shape
             scale = Tensor(self.planar_of(node.inputs[1 - scaled].inputs[0]))
             scale = scale.reshape(scale.shape[0], blocks, BLOCK, 1, 1).permute(
                 0, 1, 3, 4, 2).expand(n, blocks, h, w, BLOCK)._node
             operands = [None, None]
-            operands[scaled], operands[1 - scaled] = self.blocked_of(value), scale
+            operands[scaled], operands[1 - scaled] = value, scale
             self.blocked[id(node)] = make(OpKind.MUL, tuple(operands), node.params)._node
             return
         if id(node) in self.chained:

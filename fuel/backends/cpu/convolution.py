@@ -53,27 +53,30 @@ def _letters(count: int, start: int = 0) -> str:
 def conv(inputs, outputs, layouts, params):
     """float32 accumulates in float64: output channels with equal weights then round to equal
     values whatever order the BLAS kernel sums each column in."""
-    x = _accumulated(view(inputs[0], layouts[0]))
-    w = _accumulated(view(inputs[1], layouts[1]))
     out = output(outputs[0], layouts[-1])
+    out[...] = convolve(_accumulated(view(inputs[0], layouts[0])),
+                        _accumulated(view(inputs[1], layouts[1])), params, out.shape[2:])
+
+
+def convolve(x: np.ndarray, w: np.ndarray, params, counts) -> np.ndarray:
+    """The N-d convolution of ``x`` (N, C, ...) by ``w`` (M, C/groups, ...) to ``counts``
+    output positions a spatial dim, in ``x``'s dtype: (N, M, *counts)."""
     rank = x.ndim - 2
     padded = pad_spatial(x, params.pads_begin, params.pads_end, 0)
-    counts = list(out.shape[2:])
-    patches = windows(padded, w.shape[2:], params.strides, params.dilations, counts)
+    patches = windows(padded, w.shape[2:], params.strides, params.dilations, list(counts))
     groups = params.groups
     n, channels = x.shape[:2]
     if groups == 1:
         result = np.tensordot(patches, w, axes=([1] + list(range(2 + rank, 2 + 2 * rank)),
                                                 list(range(1, 2 + rank))))
-        out[...] = np.moveaxis(result, -1, 1)
-        return
+        return np.moveaxis(result, -1, 1)
     spatial = _letters(rank)
     window = _letters(rank, rank)
     grouped = patches.reshape((n, groups, channels // groups) + patches.shape[2:])
     weight = w.reshape((groups, w.shape[0] // groups) + w.shape[1:])
     result = np.einsum(f"ngc{spatial}{window},gmc{window}->ngm{spatial}", grouped, weight,
                        optimize=True)
-    out[...] = result.reshape(out.shape)
+    return result.reshape((n, w.shape[0]) + tuple(counts))
 
 
 @KERNELS.kernel(OpKind.CONV_TRANSPOSE, [(d, d, d) for d in CONV_DTYPES], STRIDED)

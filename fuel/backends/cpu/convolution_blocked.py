@@ -158,13 +158,7 @@ def planar(inputs, outputs, layouts, params: ConvEpilogueParams) -> None:
     weight = view(inputs[1], layouts[1]).astype(np.float64)
     result = output(outputs[0], layouts[-1])
     _, out_blocks, oh, ow, _ = result.shape
-    padded = convolution.pad_spatial(x, conv.pads_begin, conv.pads_end, 0)
-    patches = convolution.windows(padded, weight.shape[2:], conv.strides, conv.dilations,
-                                  (oh, ow))
-    if conv.groups == 1:
-        y = np.einsum("ncpqij,mcij->nmpq", patches, weight)
-    else:  # depthwise
-        y = np.einsum("ncpqij,cij->ncpq", patches, weight[:, 0])
+    y = convolution.convolve(x, weight, conv, (oh, ow))
     y += view(inputs[2], layouts[2]).reshape(1, -1, 1, 1)
     if params.residual:
         y += view(inputs[3], layouts[3]).transpose(0, 1, 4, 2, 3).reshape(y.shape)

@@ -14,13 +14,8 @@
 static inline void depthwise_row(const float *restrict in, const float *restrict w,
                                  float *restrict out, int64_t oh, const Shape *s) {
     const int64_t sw = s->sw;
-    /* Columns whose every tap is inside the row: ow * sw - pl >= 0 and
-     * ow * sw - pl + (KW - 1) * dw < W. */
-    int64_t lo = s->pl <= 0 ? 0 : (s->pl + sw - 1) / sw;
-    const int64_t last = s->w - 1 - (s->kw - 1) * s->dw + s->pl;  /* ow * sw <= last */
-    int64_t hi = last < 0 ? 0 : last / sw + 1;
-    if (hi > s->ow) hi = s->ow;
-    if (lo > hi) lo = hi;
+    int64_t lo, hi;  /* the columns whose every tap is inside the row */
+    interior_columns(s, &lo, &hi);
     const float *rows[64];
     const float *taps[64];
     int64_t count = 0;

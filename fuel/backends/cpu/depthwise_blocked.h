@@ -11,6 +11,17 @@
  * with it.)
  */
 
+/* Output columns [lo, hi) of a row have every tap inside the input row: ow * sw - pl >= 0
+ * and ow * sw - pl + (KW - 1) * dw < W (depthwise.c's row walk too). */
+static inline void interior_columns(const Shape *s, int64_t *lo, int64_t *hi) {
+    int64_t l = s->pl <= 0 ? 0 : (s->pl + s->sw - 1) / s->sw;
+    const int64_t last = s->w - 1 - (s->kw - 1) * s->dw + s->pl;  /* ow * sw <= last */
+    int64_t h = last < 0 ? 0 : last / s->sw + 1;
+    if (h > s->ow) h = s->ow;
+    if (l > h) l = h;
+    *lo = l, *hi = h;
+}
+
 #if defined(__AVX512F__)
 #define DWB_TILE 8    /* interior positions accumulated at once (8 of 32 registers) */
 #define DWB_WORK 256  /* output positions a unit covers at least, where the plane has them */
@@ -24,20 +35,13 @@ typedef struct {
     int64_t blocks, rows, strips;  /* C / 16, output rows a unit, units a block */
 } BlockedDepthwiseJob;
 
-/* Output positions [lo, hi) of a row have every tap inside the input row (as depthwise_row). */
-static inline void dwb_interior(const Shape *s, int64_t *lo, int64_t *hi) {
-    int64_t l = s->pl <= 0 ? 0 : (s->pl + s->sw - 1) / s->sw;
-    const int64_t last = s->w - 1 - (s->kw - 1) * s->dw + s->pl;
-    int64_t h = last < 0 ? 0 : last / s->sw + 1;
-    if (h > s->ow) h = s->ow;
-    if (l > h) l = h;
-    *lo = l, *hi = h;
-}
-
-static inline void dwb_store(float *out, const float *residual, __m512 v, const Shape *s,
-                             float alpha, float beta) {
-    if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual));
-    _mm512_storeu_ps(out, act16(v, s->act, alpha, beta, 0.0f));
+/* One position's 16 channels stored, the residual (at the same place) added first, then the
+ * activation. */
+static inline __attribute__((always_inline)) void dwb_store(
+        float *out, const float *residual, int64_t at, __m512 v, int64_t act, float alpha,
+        float beta) {
+    if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
+    _mm512_storeu_ps(out + at, act16(v, act, alpha, beta, 0.0f));
 }
 
 /* Interior positions [ow, ow + T) of one output row (every tap inside the input row): T
@@ -57,11 +61,7 @@ static inline __attribute__((always_inline)) void dwb_tile(
         for (int i = 0; i < T; i++)
             acc[i] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(p + i * SW * 16), acc[i]);
     }
-    for (int i = 0; i < T; i++) {
-        __m512 v = acc[i];
-        if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + (ow + i) * 16));
-        _mm512_storeu_ps(out + (ow + i) * 16, act16(v, act, alpha, beta, 0.0f));
-    }
+    for (int i = 0; i < T; i++) dwb_store(out, residual, (ow + i) * 16, acc[i], act, alpha, beta);
 }
 
 /* Interior positions [lo, hi) of one output row in tiles of 8, 4, 2 and 1. */
@@ -100,7 +100,7 @@ static void depthwise_blocked_task(void *context, int64_t unit) {
     const __m512 shift = j->bias != NULL ? _mm512_loadu_ps(j->bias + block * 16)
                                          : _mm512_setzero_ps();
     int64_t lo, hi;
-    dwb_interior(s, &lo, &hi);
+    interior_columns(s, &lo, &hi);
     for (int64_t oh = first; oh < end; oh++) {
         /* the taps over this output row: each one's input (its row from column -pl, shifted
          * by its column) and filter values */
@@ -141,9 +141,8 @@ static void depthwise_blocked_task(void *context, int64_t unit) {
                 for (int64_t c = c0; c < c1; c++)
                     acc[c & 1] = _mm512_fmadd_ps(_mm512_load_ps(w[t + c]), _mm512_loadu_ps(
                         in[t + c] + ow * sw * 16), acc[c & 1]);
-            __m512 v = _mm512_add_ps(acc[0], acc[1]);
-            if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + ow * 16));
-            _mm512_storeu_ps(out + ow * 16, act16(v, act, j->alpha, j->beta, 0.0f));
+            dwb_store(out, residual, ow * 16, _mm512_add_ps(acc[0], acc[1]), act, j->alpha,
+                      j->beta);
         }
     }
 }
