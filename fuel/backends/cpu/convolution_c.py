@@ -18,8 +18,9 @@ it does not take runs ``gemm``), so a judge may time any of them on the same ope
   flat vectors of masked loads, stride 2 through the plane's four phases; else one pass per
   plane through a padded copy), the epilogue applied on the row in cache;
 - ``direct``: few input channels (a stem) or a pointwise convolution from few channels over a
-  large plane: conv_direct.c, a stem's input rows laid out as padded stride phases, tiles of
-  8 output channels x 48 columns;
+  large plane: conv_direct.c, a stride-1 stem's input rows laid out as padded rows, tiles of
+  8 output channels x 48 columns; a strided stem's tiles 16 positions x 16 output channels
+  (the channels in the lanes, each position's input broadcast from the image in place);
 - ``pointwise``: 1x1 kernel, stride 1, no padding: per group one GEMM (OpenBLAS) on the input
   as stored, ``W (M, C) @ x[n] (C, H*W)``, no copy;
 - ``im2col``: any 1-d or 2-d shape: the patch matrix of one image and group written by C into
