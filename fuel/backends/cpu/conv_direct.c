@@ -237,6 +237,26 @@ DIRECT_TILE(direct_tile_16x1, DIRECT_EACH, 16, 1)
 #undef DIRECT_TILE_FMA
 #undef DIRECT_TILE_STORE
 
+/* A stem's output row oh of `image`: the input rows the next output row reads fetched while
+ * this one computes (a stem's input is the caller's fresh image, not in cache), and the
+ * filter rows [kh_begin, kh_end) that fall inside the image. */
+static void stem_row_start(const Shape *s, const float *image, int64_t oh, int64_t *kh_begin,
+                           int64_t *kh_end) {
+    if (oh + 1 < s->oh)
+        for (int64_t c = 0; c < s->c; c++)
+            for (int64_t kh = 0; kh < s->kh; kh++) {
+                const int64_t ih = (oh + 1) * s->sh + kh * s->dh - s->pt;
+                if (ih < 0 || ih >= s->h) continue;
+                const float *row = image + (c * s->h + ih) * s->w;
+                for (int64_t t = 0; t < s->w; t += 16) __builtin_prefetch(row + t);
+            }
+    int64_t begin = 0, end = s->kh;
+    while (begin < s->kh && oh * s->sh + begin * s->dh - s->pt < 0) begin++;
+    while (end > begin && oh * s->sh + (end - 1) * s->dh - s->pt >= s->h) end--;
+    *kh_begin = begin;
+    *kh_end = end;
+}
+
 /* A stem's tile of 16 output positions (columns ow0.. of output row oh) x the 16 output
  * channels from m0, channels in the lanes: one accumulator per position, started at the
  * block's bias; per tap one load of the block's 16 weights ([tap][mp]) and one broadcast of
@@ -316,17 +336,8 @@ static void stem_task(void *context, int64_t unit) {
     const Shape *s = j->s;
     const int64_t n = unit / s->oh, oh = unit % s->oh;
     const float *image = j->x + n * s->c * s->h * s->w;
-    if (oh + 1 < s->oh)  /* the next output row's input rows, fetched while this one runs */
-        for (int64_t c = 0; c < s->c; c++)
-            for (int64_t kh = 0; kh < s->kh; kh++) {
-                const int64_t ih = (oh + 1) * s->sh + kh * s->dh - s->pt;
-                if (ih < 0 || ih >= s->h) continue;
-                const float *row = image + (c * s->h + ih) * s->w;
-                for (int64_t t = 0; t < s->w; t += 16) __builtin_prefetch(row + t);
-            }
-    int64_t kh_begin = 0, kh_end = s->kh;  /* the filter rows inside the image */
-    while (kh_begin < s->kh && oh * s->sh + kh_begin * s->dh - s->pt < 0) kh_begin++;
-    while (kh_end > kh_begin && oh * s->sh + (kh_end - 1) * s->dh - s->pt >= s->h) kh_end--;
+    int64_t kh_begin, kh_end;
+    stem_row_start(s, image, oh, &kh_begin, &kh_end);
     const int64_t reach = 15 * s->sw + (s->kw - 1) * s->dw + 1;  /* a tile's input columns */
     float *padded = thread_buffer(1, (size_t)(s->c * s->kh * reach));
     const int64_t top = oh * s->sh - s->pt;  /* input row of filter row 0 */
@@ -377,19 +388,8 @@ static void direct_task(void *context, int64_t unit) {
     const Shape *s = j->s;
     const int64_t n = unit / s->oh, oh = unit % s->oh, span = direct_span(s);
     const float *image = j->x + n * s->c * s->h * s->w;
-    /* the input rows the next output row reads, fetched while this one computes (a stem's
-     * input is the caller's fresh image, not in cache) */
-    if (oh + 1 < s->oh)
-        for (int64_t c = 0; c < s->c; c++)
-            for (int64_t kh = 0; kh < s->kh; kh++) {
-                const int64_t ih = (oh + 1) * s->sh + kh * s->dh - s->pt;
-                if (ih < 0 || ih >= s->h) continue;
-                const float *row = image + (c * s->h + ih) * s->w;
-                for (int64_t t = 0; t < s->w; t += 16) __builtin_prefetch(row + t);
-            }
-    int64_t kh_begin = 0, kh_end = s->kh;  /* the filter rows inside the image */
-    while (kh_begin < s->kh && oh * s->sh + kh_begin * s->dh - s->pt < 0) kh_begin++;
-    while (kh_end > kh_begin && oh * s->sh + (kh_end - 1) * s->dh - s->pt >= s->h) kh_end--;
+    int64_t kh_begin, kh_end;
+    stem_row_start(s, image, oh, &kh_begin, &kh_end);
     float *rows = thread_buffer(1, (size_t)(s->c * s->kh * s->sw * span));
     direct_rows(j, image, oh, kh_begin, kh_end, rows, span);
     const int64_t mp = j->blocks * 16;
