@@ -351,7 +351,7 @@ static void stem_task(void *context, int64_t unit) {
             cstride = s->h * s->w;
             khstride = s->dh * s->w;
         } else {  /* columns left .. left + reach - 1, 0 outside the row */
-            const int64_t first = left < 0 ? -left : 0;
+            const int64_t first = left >= 0 ? 0 : -left < reach ? -left : reach;
             int64_t last = s->w - left < reach ? s->w - left : reach;
             if (last < first) last = first;
             for (int64_t c = 0; c < s->c; c++)
@@ -499,8 +499,6 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         run_units(units * j.groups, threads, direct_pointwise_task, &j);
         return;
     }
-#endif
-#if defined(__AVX512F__)
     if (s.sw > 1) {  /* strided: channels in the lanes, the image read in place */
         run_units(s.n * s.oh, threads, stem_task, &j);
         return;
