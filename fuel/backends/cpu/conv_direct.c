@@ -135,6 +135,19 @@ static void direct_pointwise_task(void *context, int64_t unit) {
     }
 }
 
+/* dst[k] = row[start + k] for k < length, 0 where start + k falls outside the row's `width`
+ * columns (a stem's input row with its padding). */
+static void padded_run(float *dst, const float *row, int64_t width, int64_t start,
+                       int64_t length) {
+    const int64_t first = start >= 0 ? 0 : -start < length ? -start : length;
+    int64_t last = width - start < length ? width - start : length;
+    if (last < first) last = first;
+    memset(dst, 0, sizeof(float) * (size_t)first);
+    if (last > first)
+        memcpy(dst + first, row + (start + first), sizeof(float) * (size_t)(last - first));
+    memset(dst + last, 0, sizeof(float) * (size_t)(length - last));
+}
+
 /* A stem's input rows, as one unit reads them: for every input channel and filter row in
  * [kh_begin, kh_end) (those whose input row lies inside the image), `sw` phases of `span`
  * floats, phase p's column j the input's column j * sw + p - pad_left (0 in the padding), so
@@ -150,13 +163,7 @@ static void direct_rows(const DirectJob *j, const float *image, int64_t oh, int6
             float *dst = rows + (c * s->kh + kh) * s->sw * span;
             /* line[k] = input column k - pad_left, 0 outside the row */
             float *target = s->sw == 1 ? dst : line;
-            const int64_t length = s->sw * span;
-            const int64_t first = s->pl < length ? s->pl : length;
-            int64_t last = s->pl + s->w < length ? s->pl + s->w : length;
-            if (last < first) last = first;
-            memset(target, 0, sizeof(float) * (size_t)first);
-            if (last > first) memcpy(target + first, src, sizeof(float) * (size_t)(last - first));
-            memset(target + last, 0, sizeof(float) * (size_t)(length - last));
+            padded_run(target, src, s->w, -s->pl, s->sw * span);
             if (s->sw == 1) continue;
             if (s->sw == 2) {  /* even lanes to phase 0, odd to phase 1 (span: 16s) */
                 const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12,
@@ -351,18 +358,10 @@ static void stem_task(void *context, int64_t unit) {
             cstride = s->h * s->w;
             khstride = s->dh * s->w;
         } else {  /* columns left .. left + reach - 1, 0 outside the row */
-            const int64_t first = left >= 0 ? 0 : -left < reach ? -left : reach;
-            int64_t last = s->w - left < reach ? s->w - left : reach;
-            if (last < first) last = first;
             for (int64_t c = 0; c < s->c; c++)
-                for (int64_t kh = kh_begin; kh < kh_end; kh++) {
-                    float *dst = padded + (c * s->kh + kh) * reach;
-                    const float *src = image + (c * s->h + top + kh * s->dh) * s->w + left;
-                    memset(dst, 0, sizeof(float) * (size_t)first);
-                    if (last > first)
-                        memcpy(dst + first, src + first, sizeof(float) * (size_t)(last - first));
-                    memset(dst + last, 0, sizeof(float) * (size_t)(reach - last));
-                }
+                for (int64_t kh = kh_begin; kh < kh_end; kh++)
+                    padded_run(padded + (c * s->kh + kh) * reach,
+                               image + (c * s->h + top + kh * s->dh) * s->w, s->w, left, reach);
             base = padded;
             cstride = s->kh * reach;
             khstride = reach;
