@@ -1,7 +1,7 @@
 """Chains of convolutions kept in blocked channels (NCHW16c) between them.
 
 After import, a float32 2-d CONV_FUSED with constant weights, one group or depthwise, no
-prelu, channel counts in and out that are multiples of 16 (at least LINK_CHANNELS in) and a
+prelu, channel counts in and out that are multiples of 16 and a
 shape that runs blocked at least as fast as planar (``convolution_blocked.worth_blocking``)
 is a link. A link whose input or residual is another link's output runs as CONV_BLOCKED, as
 does that feeder (both with one group: a depthwise link joins a chain, never starts one, as
@@ -49,7 +49,7 @@ def _link(node: Node) -> bool:
     kernel."""
     if node.op is not OpKind.CONV_FUSED or node.buffer is not None:
         return False
-    from fuel.backends.cpu.convolution_blocked import DEPTHWISE_TAPS, LINK_CHANNELS, worth_blocking
+    from fuel.backends.cpu.convolution_blocked import DEPTHWISE_TAPS, worth_blocking
 
     params = node.params
     x, weight = node.inputs[:2]
@@ -59,7 +59,6 @@ def _link(node: Node) -> bool:
     return (node.dtype is dt.float32 and len(node.shape) == 4 and (groups == 1 or depthwise)
             and params.constant_weights and params.activation != "prelu"
             and node.device.backend is BackendId.CPU and x.shape[1] % BLOCK == 0
-            and x.shape[1] >= LINK_CHANNELS
             and node.shape[1] % BLOCK == 0 and 0 not in node.shape and 0 not in x.shape
             and worth_blocking(x.shape, weight.shape, node.shape, params.conv))
 

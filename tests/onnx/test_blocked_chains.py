@@ -49,9 +49,9 @@ def _model(path):
     nodes.append(helper.make_node("Relu", ["sum2"], ["block2"]))
     nodes.append(helper.make_node("MaxPool", ["block2"], ["pooled"], kernel_shape=[3, 3],
                                   strides=[2, 2], ceil_mode=1))
-    squeeze = conv("squeeze", "pooled", 64, 32, 1)
-    left = conv("left", squeeze, 32, 64, 1)
-    right = conv("right", squeeze, 32, 64, 3)
+    squeeze = conv("squeeze", "pooled", 64, 16, 1)  # one block: a pointwise link's least
+    left = conv("left", squeeze, 16, 64, 1)
+    right = conv("right", squeeze, 16, 64, 3)
     nodes.append(helper.make_node("Concat", [left, right], ["fire"], axis=1))
     last = conv("last", "fire", 128, 64, 3)
     nodes.append(helper.make_node("GlobalAveragePool", [last], ["y"]))

@@ -49,16 +49,21 @@ def available() -> bool:
     return cc.avx512() and cc.library() is not None
 
 
-# A chain's link: at least this many output channels (16->16 3x3 at 256x256, two threads,
-# in-process: blocked 1500 us against the planar rule's gemm 1226) and, where the planar rule
-# runs winograd, at most this many output positions in the batch (64->64 3x3: 48x48 and 56x56
-# even or better, 693 against 717 us, 756 against 768; 60x60 1.08x, 64x64 1.3x, 128x128
-# 1.5x: winograd's tiles run more efficiently on larger planes).
+# A chain's link: at least this many output channels where the kernel has taps (16->16 3x3
+# at 256x256, two threads, in-process: blocked 1500 us against the planar rule's gemm 1226, a
+# half-empty tile), one block for a pointwise link; any whole blocks in. Measured on whole
+# models (AMD EPYC, two threads, in-process A/B, 30 alternated calls: the same model loaded
+# with the earlier bounds, 32 channels in and out, beside these): squeezenet1_1 batch 8
+# 0.925-0.944x (its 128->16 squeezes and 16->64 expands at 55x55 join the chains),
+# mobilenet_v2 batch 8 0.960-0.966x (a 16->96 1x1 at 112x112 alone ran blocked 228 us
+# against the direct form's 172, but in the model its input stays blocked); squeezenet1_1
+# batch 1, mobilenet_v2 batch 1, efficientnet_b0, mnasnet1_0, shufflenet_v2_x1_0,
+# densenet121, yolo, unet, regnet_x_400mf and googlenet 0.97-1.01x.
+# Where the planar rule runs winograd: at most this many output positions in the batch
+# (64->64 3x3: 48x48 and 56x56 even or better, 693 against 717 us, 756 against 768; 60x60
+# 1.08x, 64x64 1.3x, 128x128 1.5x: winograd's tiles run more efficiently on larger planes).
 LINK_OUTPUTS = 32
-# ... and at least this many input channels (a 16-deep lanes launch runs slower than the
-# planar rule's direct form on large planes: 16->96 1x1 at 112x112 in mobilenet_v2, blocked
-# 228 us against 172, between conversions that cost more than it could save).
-LINK_CHANNELS = 32
+LINK_POINTWISE_OUTPUTS = 16
 LINK_WINOGRAD_POSITIONS = 3136
 
 
@@ -66,7 +71,7 @@ def worth_blocking(x: tuple, weight: tuple, out: tuple, params: ConvParams) -> b
     """Whether a constant-weight convolution of these planar shapes runs blocked at least as
     fast as its planar form (the measured bounds above)."""
     g = cc.Geometry.of(x, weight, out, params)
-    if g is None or g.m < LINK_OUTPUTS:
+    if g is None or g.m < (LINK_POINTWISE_OUTPUTS if g.kh * g.kw == 1 else LINK_OUTPUTS):
         return False
     form = cc.choose_form(g, True)
     return form != "winograd" or g.n * g.oh * g.ow <= LINK_WINOGRAD_POSITIONS

@@ -153,6 +153,9 @@ def test_blocked_rule_and_shapes():
     assert worth((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), conv)
     assert not worth((1, 64, 128, 128), (64, 64, 3, 3), (1, 64, 128, 128), conv)
     assert not worth((1, 16, 56, 56), (16, 16, 3, 3), (1, 16, 56, 56), conv)
+    pointwise = ConvParams((1, 1), (0, 0), (0, 0), (1, 1), 1)  # one block out: a pointwise link
+    assert worth((8, 128, 55, 55), (16, 128, 1, 1), (8, 16, 55, 55), pointwise)
+    assert worth((8, 16, 55, 55), (64, 16, 3, 3), (8, 64, 55, 55), conv)
 
 
 @pytest.mark.parametrize("op", [OpKind.MAX_POOL, OpKind.AVG_POOL])
