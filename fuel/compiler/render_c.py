@@ -61,6 +61,9 @@ def renders(op: str, dtypes: tuple[DType, ...]) -> bool:
     return renders_in(op, dtypes, C_DTYPES)
 
 
+SHORT_ROW = 16  # a row length the loop over a row is also compiled for at a fixed count
+
+
 def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
              vector_math: bool = False) -> CProgram:
     """The C source of ``kernel`` and its sizes/strides arguments. ``parallel_threshold``:
@@ -84,7 +87,7 @@ def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
              f"  const int64_t inner = sizes[{depth - 1}];",
              "  int64_t outer_count = 1;",
              f"  for (int d = 0; d < {depth - 1}; d++) outer_count *= sizes[d];"]
-    body = outer_inputs(kernel, patterns, depth - 1, depth)
+    start, body, advance = outer_walk(kernel, patterns, depth - 1, depth)
     for position, store in enumerate(kernel.stores):
         ctype = storage_type(store.dtype)
         body.append(f"    {ctype} *restrict out{position} = "
@@ -95,21 +98,28 @@ def render_c(kernel: LoopKernel, parallel_threshold: int | None = None,
                   "  {",
                   "  int64_t begin, end;",
                   "  fuel_thread_range(total, &begin, &end);",
-                  "  for (int64_t outer = begin / inner; outer * inner < end; outer++) {",
+                  "  const int64_t start = begin / inner;", *start,
+                  "  for (int64_t outer = start; outer * inner < end; outer++) {",
                   *body,
                   "    const int64_t first = begin > outer * inner ? begin - outer * inner : 0;",
                   "    const int64_t last = end - outer * inner < inner ? end - outer * inner "
-                  ": inner;",
-                  "    for (int64_t i = first; i < last; i++) {"]
+                  ": inner;"]
     else:
-        lines += ["  for (int64_t outer = 0; outer < outer_count; outer++) {", *body,
-                  "    for (int64_t i = 0; i < inner; i++) {"]
-    for index, value in enumerate(kernel.values):
-        lines.append(f"      const {C_TYPES[value.dtype]} v{index} = "
-                     f"{_expression(kernel, value, patterns)};")
-    for position, store in enumerate(kernel.stores):
-        lines.append(f"      out{position}[i] = {stored(store)};")
-    lines += ["    }", "  }", *(["  }"] if parallel else []), "}", ""]
+        lines += ["  const int64_t start = 0;", *start,
+                  "  for (int64_t outer = 0; outer < outer_count; outer++) {", *body,
+                  "    const int64_t first = 0, last = inner;"]
+    element = [f"      const {C_TYPES[value.dtype]} v{index} = "
+               f"{_expression(kernel, value, patterns)};"
+               for index, value in enumerate(kernel.values)]
+    element += [f"      out{position}[i] = {stored(store)};"
+                for position, store in enumerate(kernel.stores)]
+    if depth > 1:  # a row of one vector (a blocked value's 16 channels) at a known count
+        lines += [f"    if (first == 0 && last == {SHORT_ROW}) {{",
+                  "    #pragma omp simd",  # else gcc unrolls it into scalar code first
+                  f"    for (int64_t i = 0; i < {SHORT_ROW}; i++) {{", *element, "    }",
+                  "    } else"]
+    lines += ["    for (int64_t i = first; i < last; i++) {", *element, "    }", *advance,
+              "  }", *(["  }"] if parallel else []), "}", ""]
     flat = tuple(s for load in load_strides for s in load)
     if parallel:
         return CProgram("\n".join(lines), (*sizes, parallel_threshold), flat, depth)
@@ -185,6 +195,41 @@ def stored(store) -> str:
 
 # libmvec's vector variants (glibc 2.35+) of the math functions the renderer calls.
 VECTOR_FUNCTIONS = frozenset(MATH_FUNCTIONS) | {"pow"}
+
+
+def outer_walk(kernel: LoopKernel, patterns: list[str], outer_dims: int,
+               stride_count: int) -> tuple[list[str], list[str], list[str]]:
+    """The loop over ``outer`` as an odometer: the lines before it (each input's base offset
+    and the outer dims' indices of ``start``, by division once), the lines opening each
+    iteration (the input pointers, a strided input's inner step) and the lines closing it
+    (the indices and bases advanced by one, carrying). A division a row cost more than a
+    short row's work: a (1, 1, 56, 56, 16) blocked channel scale, 16 elements a row, ran
+    11.8 us with a division a dim per row, against 7.2 for the planar (1, 16, 56, 56)."""
+    loads = range(len(kernel.loads))
+    start = [f"  int64_t base{p} = 0;" for p in loads]
+    advance: list[str] = []
+    if outer_dims > 0:
+        start += [f"  int64_t index[{outer_dims}];", "  {", "    int64_t rest = start;",
+                  f"    for (int d = {outer_dims - 1}; d >= 0; d--) {{",
+                  "      index[d] = rest % sizes[d]; rest /= sizes[d];",
+                  *(f"      base{p} += index[d] * strides[{p * stride_count} + d];"
+                    for p in loads),
+                  "    }", "  }"]
+        advance = [f"    for (int d = {outer_dims - 1}; d >= 0; d--) {{",
+                   *(f"      base{p} += strides[{p * stride_count} + d];" for p in loads),
+                   "      if (++index[d] < sizes[d]) break;",
+                   *(f"      base{p} -= sizes[d] * strides[{p * stride_count} + d];"
+                     for p in loads),
+                   "      index[d] = 0;", "    }"]
+    body = []
+    for position, load in enumerate(kernel.loads):
+        ctype = storage_type(load.dtype)
+        body.append(f"    const {ctype} *restrict in{position} = "
+                    f"(const {ctype} *)data[{position}] + base{position};")
+        if patterns[position] == "strided":
+            body.append(f"    const int64_t step{position} = "
+                        f"strides[{position * stride_count + stride_count - 1}];")
+    return start, body, advance
 
 
 def outer_inputs(kernel: LoopKernel, patterns: list[str], outer_dims: int,

@@ -378,17 +378,18 @@ BLOCK = 16  # CONV_BLOCKED's channels a block (NCHW16c)
 def conv_blocked(params, shapes, dtypes):
     """CONV_BLOCKED: (x (N, C/16, H, W, 16), w (M, C, KH, KW) or depthwise (C, 1, KH, KW)
     with groups C, bias (M,)[, residual]) -> (N, M/16, OH, OW, 16): conv_fused's on the
-    planar shapes, with channels in blocks."""
+    planar shapes, with channels in blocks; a stem (one group) takes x planar (N, C, H, W)."""
     residual = params.residual
     if len(shapes) != 3 + residual:
         raise ShapeError(f"conv_blocked takes {3 + residual} operands, got {len(shapes)}")
     x = tuple(shapes[0])
-    if len(x) != 5 or x[4] != BLOCK or len(shapes[1]) != 4:
-        raise ShapeError(f"conv_blocked needs x (N, C/{BLOCK}, H, W, {BLOCK}) and a 2-d "
-                         f"weight, got {x} and {shapes[1:2]}")
-    planar = (x[0], x[1] * BLOCK, x[2], x[3])
+    stem = len(x) == 4  # a chain's first link on a planar value (a stem)
+    if not (stem or (len(x) == 5 and x[4] == BLOCK)) or len(shapes[1]) != 4:
+        raise ShapeError(f"conv_blocked needs x (N, C/{BLOCK}, H, W, {BLOCK}) or a planar "
+                         f"stem's (N, C, H, W), and a 2-d weight, got {x} and {shapes[1:2]}")
+    planar = x if stem else (x[0], x[1] * BLOCK, x[2], x[3])
     groups = params.conv.groups
-    depthwise = groups == planar[1] == shapes[1][0] and shapes[1][1] == 1
+    depthwise = groups == planar[1] == shapes[1][0] and shapes[1][1] == 1 and not stem
     if (groups != 1 and not depthwise) or params.activation == "prelu":
         raise ShapeError("conv_blocked takes one group or a depthwise weight (groups == "
                          "channels), and no prelu")

@@ -1,11 +1,14 @@
 """Chains of convolutions kept in blocked channels (NCHW16c) between them.
 
 After import, a float32 2-d CONV_FUSED with constant weights, one group or depthwise, no
-prelu, channel counts in and out that are multiples of 16 and a
-shape that runs blocked at least as fast as planar (``convolution_blocked.worth_blocking``)
-is a link. A link whose input or residual is another link's output runs as CONV_BLOCKED, as
-does that feeder (both with one group: a depthwise link joins a chain, never starts one, as
-a chain's entry converts its input, larger before a strided depthwise); then, in graph order, so
+prelu, channel counts in and out that are multiples of 16 and a shape that runs blocked at
+least as fast as planar (``convolution_blocked.worth_blocking``) is a link. A link whose input
+or residual is another link's output runs as CONV_BLOCKED, as does that feeder (both with one
+group: a depthwise link joins a chain, never starts one, as a chain's entry converts its
+input, larger before a strided depthwise). A strided stem (fewer than 16 channels in, whole
+blocks out, ``convolution_blocked.blocked_stem``) feeding a link of any kind starts a chain
+with no entry to convert: it reads its image planar and stores its output blocked. Then, in
+graph order, so
 does a link fed by a blocked value, and a 2-d max or average pool of a blocked value, a
 channel concat of blocked parts and a channel scale of a blocked value (a squeeze-excite
 Mul by an (N, C, 1, 1) value) stay blocked. Inside a chain the values are (N, C/16, H, W,
@@ -63,6 +66,23 @@ def _link(node: Node) -> bool:
             and worth_blocking(x.shape, weight.shape, node.shape, params.conv))
 
 
+def _stem(node: Node) -> bool:
+    """Whether ``node`` is a stem (fewer than 16 channels in) that stores its output blocked
+    at least as fast as planar (``convolution_blocked.blocked_stem``): it may start a chain,
+    its input read planar, even before a depthwise link (no entry conversion to pay)."""
+    if node.op is not OpKind.CONV_FUSED or node.buffer is not None:
+        return False
+    from fuel.backends.cpu.convolution_blocked import blocked_stem
+
+    params = node.params
+    x, weight = node.inputs[:2]
+    return (node.dtype is dt.float32 and len(node.shape) == 4 and params.conv.groups == 1
+            and params.constant_weights and params.activation != "prelu"
+            and node.device.backend is BackendId.CPU and 0 not in node.shape
+            and 0 not in x.shape and blocked_stem(x.shape, weight.shape, node.shape,
+                                                  params.conv))
+
+
 def _feeders(node: Node) -> list[Node]:
     """A link's blocked operands: its input and its residual."""
     return [node.inputs[0]] + ([node.inputs[3]] if node.params.residual else [])
@@ -109,12 +129,14 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
     links = {id(node) for node in order if _link(node)}
     if not links:
         return values
+    stems = {id(node) for node in order if _stem(node)}
     chained: set[int] = set()
-    for node in order:  # links next to links (a depthwise one only joins a chain: below)
-        if id(node) not in links or node.params.conv.groups != 1:
+    for node in order:  # links next to links (a depthwise one only joins a chain: below),
+        if id(node) not in links:  # or fed by a stem
             continue
         for feeder in _feeders(node):
-            if id(feeder) in links and feeder.params.conv.groups == 1:
+            if id(feeder) in stems or (id(feeder) in links and feeder.params.conv.groups == 1
+                                       and node.params.conv.groups == 1):
                 chained.update((id(node), id(feeder)))
     if not chained:
         return values
@@ -130,14 +152,15 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
             chained.add(id(node))
         elif (scaled := _scaled(node)) is not None and id(node.inputs[scaled]) in chained:
             chained.add(id(node))
-    return _rewrite(values, order, chained)
+    return _rewrite(values, order, chained, stems)
 
 
 class _Rewrite:
     """The new graph: each old node's planar value, and its blocked value where one is made."""
 
-    def __init__(self, chained: set[int]) -> None:
+    def __init__(self, chained: set[int], stems: set[int]) -> None:
         self.chained = chained
+        self.stems = stems
         self.planar: dict[int, Node] = {}
         self.blocked: dict[int, Node] = {}
 
@@ -187,7 +210,9 @@ class _Rewrite:
             self.blocked[id(node)] = make(OpKind.MUL, tuple(operands), node.params)._node
             return
         if id(node) in self.chained:
-            inputs = [self.blocked_of(node.inputs[0]), self.planar_of(node.inputs[1]),
+            x = node.inputs[0]
+            inputs = [self.planar_of(x) if id(node) in self.stems else self.blocked_of(x),
+                      self.planar_of(node.inputs[1]),
                       self.planar_of(node.inputs[2])]
             if node.params.residual:
                 inputs.append(self.blocked_of(node.inputs[3]))
@@ -201,8 +226,9 @@ class _Rewrite:
                                          device=node.device)._node
 
 
-def _rewrite(values: dict[str, object], order: list[Node], chained: set[int]) -> dict:
-    rewrite = _Rewrite(chained)
+def _rewrite(values: dict[str, object], order: list[Node], chained: set[int],
+             stems: set[int]) -> dict:
+    rewrite = _Rewrite(chained, stems)
     for node in order:
         set_user_site(node.site)  # a new node keeps its ONNX node's name
         try:

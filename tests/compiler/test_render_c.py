@@ -119,3 +119,21 @@ def test_collapse_merges_dense_dims_and_keeps_broadcasts():
     sizes, strides = collapse(shape, [dense, (0, 0, 1)])
     assert sizes == (6, 4) and strides == [(4, 1), (0, 1)]
     assert collapse((1, 1), [(0, 0)]) == ((1,), [(0,)])
+
+
+@pytest.mark.parametrize("shape", [(3, 2, 5, 4, 16), (4, 3, 37, 29, 16), (2, 3, 5, 7, 17),
+                                   (2, 9, 15)])
+def test_outer_rows_walk_every_index(shape):
+    """The outer dims walked as an odometer (carrying through several dims), rows of 16 (the
+    loop compiled at that count: a blocked value's channel scale) and of other lengths,
+    serial and split over threads (the large shape), against NumPy."""
+    import fuel
+
+    rng = np.random.default_rng(len(shape) + shape[-1])
+    x = rng.standard_normal(shape).astype(np.float32)
+    scale = rng.standard_normal(shape[:2] + (1,) * (len(shape) - 3) + shape[-1:]).astype(
+        np.float32)
+    other = rng.standard_normal(shape[::-1]).astype(np.float32)  # read transposed
+    got = (fuel.from_numpy(x) * fuel.from_numpy(scale).expand(*shape)
+           + fuel.from_numpy(other).permute(*reversed(range(len(shape))))).numpy()
+    np.testing.assert_allclose(got, x * scale + other.transpose(), rtol=1e-6, atol=1e-6)

@@ -102,16 +102,19 @@ def test_conv_fused_decomposes_like_the_cpu_kernel(activation, residual):
 
 
 @pytest.mark.parametrize("residual", [True, False])
-def test_conv_blocked_decomposes_like_the_cpu_kernel(residual):
+@pytest.mark.parametrize("stem", [False, True])
+def test_conv_blocked_decomposes_like_the_cpu_kernel(residual, stem):
     """conv_blocked on a backend without its kernel: the planar conv_fused between
-    permutes."""
+    permutes (a stem's input planar already)."""
     from fuel.frontend.build import make
     from fuel.ir.ops import OpKind
     from fuel.ir.params import ConvEpilogueParams, ConvParams
 
-    params = ConvEpilogueParams(ConvParams((2, 1), (1, 0), (1, 2), (1, 1), 1), "relu",
+    stride = (2, 2) if stem else (2, 1)
+    params = ConvEpilogueParams(ConvParams(stride, (1, 0), (1, 2), (1, 1), 1), "relu",
                                 residual=residual, constant_weights=True)
-    arrays = [_random((2, 2, 7, 6, 16)), _random((32, 32, 3, 3), 1), _random((32,), 2)]
+    arrays = [_random((2, 3, 7, 12)) if stem else _random((2, 2, 7, 6, 16)),
+              _random((32, 3 if stem else 32, 3, 3), 1), _random((32,), 2)]
     if residual:
         arrays.append(_random((2, 2, 4, 6, 16), 3))
 

@@ -87,7 +87,7 @@ def test_a_chain_runs_blocked_and_matches_onnxruntime(tmp_path, monkeypatch, blo
         assert "conv_blocked" not in ops
 
 
-def _mobile(path):
+def _mobile(path, stem_stride=1):
     """Two inverted residual blocks behind a planar stem: 1x1 expand, depthwise (3x3 stride
     2 in the first, 5x5 in the second, Clip 0..6), a squeeze-excite in the second (global
     pool, two 1x1 convolutions, Sigmoid, a channel Mul), 1x1 project with a residual Add in
@@ -113,7 +113,7 @@ def _mobile(path):
 
     inits += [numpy_helper.from_array(np.array(0, np.float32), "low"),
               numpy_helper.from_array(np.array(6, np.float32), "high")]
-    stem = conv("stem", "x", 3, 32, 3)
+    stem = conv("stem", "x", 3, 32, 3, stride=stem_stride)
     e1 = conv("e1", stem, 32, 96, 1)
     d1 = conv("d1", e1, 96, 96, 3, stride=2, group=96)
     p1 = conv("p1", d1, 96, 32, 1, act=False)
@@ -152,6 +152,26 @@ def test_depthwise_links_run_blocked_and_match_onnxruntime(tmp_path, monkeypatch
     assert ops.count("conv_blocked") == 4 and ops.count("conv_fused") == 5
     # into the chain at p1, the pooled channels out to the squeeze-excite, out at y
     assert ops.count("contiguous") == 3
+
+
+@needs_blocked
+def test_a_strided_stem_starts_a_chain_with_no_entry(tmp_path, monkeypatch):
+    """The same blocks behind a stride-2 stem: the stem reads the image planar and stores
+    its output blocked, so every convolution but the squeeze-excite's runs blocked and only
+    the pooled channels and the output are converted."""
+    monkeypatch.setenv("FUEL_BLOCKED", "1")
+    path = _mobile(tmp_path / "mobile.onnx", stem_stride=2)
+    x = np.random.default_rng(5).standard_normal((1, 3, 30, 30)).astype(np.float32)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    model = fuel.onnx.load(path)
+    with fuel.profile() as profile:
+        got = model.run({"x": x})["y"]
+    span = float(expected.max() - expected.min())
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * span)
+    ops = [launch.op for launch in profile.launches]
+    assert ops.count("conv_blocked") == 7 and ops.count("conv_fused") == 2
+    assert ops.count("contiguous") == 2
 
 
 @needs_blocked

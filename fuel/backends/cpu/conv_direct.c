@@ -30,6 +30,7 @@
  */
 
 #define DIRECT_PROBE (-1)  /* sizes[0]: write 1 to *data[0] when built with AVX-512, else 0 */
+#define DIRECT_BLOCKED_OUT 19  /* sizes[0]: a strided stem stores (N, M/16, OH, OW, 16) */
 
 typedef struct {
     const float *x, *packed, *bias, *residual, *slope;
@@ -39,6 +40,7 @@ typedef struct {
     int64_t blocks;  /* output channel blocks of 16 */
     int64_t groups;  /* pointwise: the units a span's blocks are split into */
     const int64_t *offsets;  /* a stem: tap column kw's offset in a unit's rows (direct_rows) */
+    int blocked_out;  /* a strided stem's output (and residual) in blocked channels */
 } DirectJob;
 
 #if defined(__AVX512F__)
@@ -302,6 +304,16 @@ static inline __attribute__((always_inline)) void stem_store(
         const DirectJob *j, __m512 r[16], int64_t n, int64_t oh, int64_t ow0, int64_t m0,
         int count) {
     const Shape *s = j->s;
+    if (j->blocked_out) {  /* a position's 16 channels are one vector of the output */
+        const int64_t at = (((n * (s->m / 16) + m0 / 16) * s->oh + oh) * s->ow + ow0) * 16;
+        for (int i = 0; i < count; i++) {
+            __m512 y = r[i];
+            if (j->residual != NULL)
+                y = _mm512_add_ps(y, _mm512_loadu_ps(j->residual + at + 16 * i));
+            _mm512_storeu_ps(j->out + at + 16 * i, act16(y, s->act, j->alpha, j->beta, 0.0f));
+        }
+        return;
+    }
     transpose16(r);
     const __mmask16 keep = count >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << count) - 1);
     for (int i = 0; i < 16 && m0 + i < s->m; i++) {
@@ -478,7 +490,7 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     }
     DirectJob j = {data[0], packed, bias, data[3], data[5], data[4], &s,
                    scalars != NULL ? scalars[0] : 0.0f, scalars != NULL ? scalars[1] : 0.0f,
-                   blocks, 1, NULL};
+                   blocks, 1, NULL, sizes[0] == DIRECT_BLOCKED_OUT};
 #if defined(__AVX512F__)
     if (!pointwise) {  /* phase kw * dw % sw, column kw * dw / sw (a division a tap was a
                         * tenth of the tile loop's time) */
@@ -498,7 +510,8 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         run_units(units * j.groups, threads, direct_pointwise_task, &j);
         return;
     }
-    if (s.sw > 1) {  /* strided: channels in the lanes, the image read in place */
+    if (s.sw > 1 || j.blocked_out) {  /* strided: channels in the lanes, the image read in
+                                        * place (a blocked output only ever comes here) */
         run_units(s.n * s.oh, threads, stem_task, &j);
         return;
     }

@@ -33,12 +33,16 @@ from fuel.ir.rules import BLOCK
 LANES_BLOCKED, BLOCK_CHANNELS, UNBLOCK_CHANNELS = 15, 16, 17  # conv.c's forms
 DEPTHWISE_BLOCKED = 18  # depthwise.c's (depthwise_blocked.h)
 DEPTHWISE_TAPS = 256  # depthwise_blocked.h's DWB_TAPS: the most filter taps it takes
+DIRECT_BLOCKED_OUT = 19  # conv_direct.c's: a strided stem storing blocked channels
 
 
 def geometry(layouts: Sequence[Layout], params: ConvEpilogueParams) -> cc.Geometry:
-    """The planar geometry of a blocked launch."""
-    n, blocks, h, w, _ = layouts[0].shape
-    planar = (n, blocks * BLOCK, h, w)
+    """The planar geometry of a blocked launch (a stem's input is planar already)."""
+    if len(layouts[0].shape) == 4:
+        planar = layouts[0].shape
+    else:
+        n, blocks, h, w, _ = layouts[0].shape
+        planar = (n, blocks * BLOCK, h, w)
     out = layouts[-1].shape
     return cc.Geometry.of(planar, layouts[1].shape, (out[0], out[1] * BLOCK, out[2], out[3]),
                           params.conv)
@@ -49,11 +53,12 @@ def available() -> bool:
     return cc.avx512() and cc.library() is not None
 
 
-# A chain's link: at least this many output channels where the kernel has taps (16->16 3x3
-# at 256x256, two threads, in-process: blocked 1500 us against the planar rule's gemm 1226, a
-# half-empty tile), one block for a pointwise link; any whole blocks in. Measured on whole
-# models (AMD EPYC, two threads, in-process A/B, 30 alternated calls: the same model loaded
-# with the earlier bounds, 32 channels in and out, beside these): squeezenet1_1 batch 8
+# A chain's link: at least this many output channels where a dense kernel has taps (16->16
+# 3x3 at 256x256, two threads, in-process: blocked 1500 us against the planar rule's gemm
+# 1226, a half-empty tile), one block for a pointwise or depthwise link; any whole blocks in.
+# Measured on whole models (AMD EPYC, two threads, in-process A/B, 30 alternated calls: the
+# same model loaded with the earlier bounds, 32 channels in and out, beside these):
+# squeezenet1_1 batch 8
 # 0.925-0.944x (its 128->16 squeezes and 16->64 expands at 55x55 join the chains),
 # mobilenet_v2 batch 8 0.960-0.966x (a 16->96 1x1 at 112x112 alone ran blocked 228 us
 # against the direct form's 172, but in the model its input stays blocked); squeezenet1_1
@@ -65,13 +70,29 @@ def available() -> bool:
 LINK_OUTPUTS = 32
 LINK_POINTWISE_OUTPUTS = 16
 LINK_WINOGRAD_POSITIONS = 3136
+# A stem storing blocked channels: at most this many output channels (in-process, two
+# threads, the planar stem's store against the blocked one: 3->16 3x3 stride 2 at 224x224,
+# batch 8, 769 -> 541 us warm, 1402 -> 916 after a 16 MB flush; batch 1 85-109 -> 72-78;
+# 3->32 161-199 -> 152; but 3->64 unpadded 2968-3008 -> 3192-3303).
+STEM_OUTPUTS = 32
+
+
+def blocked_stem(x: tuple, weight: tuple, out: tuple, params: ConvParams) -> bool:
+    """Whether a constant-weight convolution of these planar shapes is a stem that stores
+    its output blocked as fast as planar or faster: conv_direct.c's strided stem, at most
+    STEM_OUTPUTS channels out in whole blocks (its tiles are a position's 16 channels, stored
+    as one vector instead of transposed into 16 planes)."""
+    g = cc.Geometry.of(x, weight, out, params)
+    return (g is not None and g.c < BLOCK and g.m % BLOCK == 0 and g.m <= STEM_OUTPUTS
+            and g.sw > 1 and cc.choose_form(g, True) == "direct" and cc.avx512())
 
 
 def worth_blocking(x: tuple, weight: tuple, out: tuple, params: ConvParams) -> bool:
     """Whether a constant-weight convolution of these planar shapes runs blocked at least as
     fast as its planar form (the measured bounds above)."""
     g = cc.Geometry.of(x, weight, out, params)
-    if g is None or g.m < (LINK_POINTWISE_OUTPUTS if g.kh * g.kw == 1 else LINK_OUTPUTS):
+    dense = g is not None and g.groups == 1 and g.kh * g.kw > 1
+    if g is None or g.m < (LINK_OUTPUTS if dense else LINK_POINTWISE_OUTPUTS):
         return False
     form = cc.choose_form(g, True)
     return form != "winograd" or g.n * g.oh * g.ow <= LINK_WINOGRAD_POSITIONS
@@ -89,7 +110,8 @@ class CBlockedConvolution:
 
     def variants(self, layouts: Sequence[Layout], params, device) -> tuple[Variant, ...]:
         """The default team and one thread, where the launch is large enough for a team."""
-        if not available() or cc._threads(geometry(layouts, params), _form(params)) == 1:
+        g = geometry(layouts, params)
+        if not available() or cc._threads(g, _form(params, layouts)) == 1:
             return ()
         return (Variant(f"lanes/{thread_count()}t", self.prepare),
                 Variant("lanes/1t", lambda *a, **k: self.prepare(*a, threads=1, **k)))
@@ -102,9 +124,14 @@ class CBlockedConvolution:
             return lambda: planar(inputs, outputs, layouts, params)
         if layouts[-1].numel == 0:
             return lambda: None
-        threads = cc._threads(g, _form(params)) if threads is None else threads
+        threads = cc._threads(g, _form(params, layouts)) if threads is None else threads
         epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
         x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
+        if len(layouts[0].shape) == 4:  # a stem: planar in, blocked out
+            if not cc.avx512() or g.pointwise or g.groups != 1:  # not conv_direct.c's stem
+                return lambda: planar(inputs, outputs, layouts, params)
+            return cc.CConvolution._call(cc.library(cc.DIRECT), g, DIRECT_BLOCKED_OUT, threads,
+                                         epilogue, x, w, address(outputs[0], layouts[-1]))
         if params.conv.groups != 1:  # depthwise
             depthwise = cc.library(cc.DEPTHWISE)
             if depthwise is None or g.kh * g.kw > DEPTHWISE_TAPS:
@@ -121,8 +148,10 @@ class CBlockedConvolution:
         self.prepare(inputs, outputs, layouts, params)()
 
 
-def _form(params: ConvEpilogueParams) -> str:
+def _form(params: ConvEpilogueParams, layouts: Sequence[Layout] = ()) -> str:
     """The planar form whose team rule a blocked launch follows."""
+    if layouts and len(layouts[0].shape) == 4:
+        return "direct"
     return "lanes" if params.conv.groups == 1 else "depthwise"
 
 
@@ -158,8 +187,10 @@ def planar(inputs, outputs, layouts, params: ConvEpilogueParams) -> None:
     """The launch in NumPy on planar values (float64 sums), its output blocked again."""
     conv = params.conv
     x = view(inputs[0], layouts[0]).astype(np.float64)
-    n, blocks, h, w, _ = x.shape
-    x = x.transpose(0, 1, 4, 2, 3).reshape(n, blocks * BLOCK, h, w)
+    if x.ndim == 5:  # a stem's input is planar
+        n, blocks, h, w, _ = x.shape
+        x = x.transpose(0, 1, 4, 2, 3).reshape(n, blocks * BLOCK, h, w)
+    n = x.shape[0]
     weight = view(inputs[1], layouts[1]).astype(np.float64)
     result = output(outputs[0], layouts[-1])
     _, out_blocks, oh, ow, _ = result.shape

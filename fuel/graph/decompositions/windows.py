@@ -219,9 +219,11 @@ def to_blocked(build: Builder, node: Node, block: int) -> Node:
 
 @decomposes(OpKind.CONV_BLOCKED)
 def conv_blocked(node: Node, build: Builder) -> Node:
-    """CONV_FUSED on the planar input and residual, its output blocked again."""
+    """CONV_FUSED on the planar input (a stem's is planar already) and residual, its output
+    blocked again."""
     params = node.params
-    inputs = [from_blocked(build, node.inputs[0]), *node.inputs[1:3]]
+    x = node.inputs[0]
+    inputs = [x if len(x.shape) == 4 else from_blocked(build, x), *node.inputs[1:3]]
     if params.residual:
         inputs.append(from_blocked(build, node.inputs[3]))
     y = build.op(OpKind.CONV_FUSED, *inputs, params=params)
