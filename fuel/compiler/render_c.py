@@ -221,15 +221,20 @@ def outer_walk(kernel: LoopKernel, patterns: list[str], outer_dims: int,
                    *(f"      base{p} -= sizes[d] * strides[{p * stride_count} + d];"
                      for p in loads),
                    "      index[d] = 0;", "    }"]
-    body = []
+    return start, input_pointers(kernel, patterns, stride_count), advance
+
+
+def input_pointers(kernel: LoopKernel, patterns: list[str], stride_count: int) -> list[str]:
+    """Each input's pointer at its base offset and, for a strided input, its inner step."""
+    lines = []
     for position, load in enumerate(kernel.loads):
         ctype = storage_type(load.dtype)
-        body.append(f"    const {ctype} *restrict in{position} = "
-                    f"(const {ctype} *)data[{position}] + base{position};")
+        lines.append(f"    const {ctype} *restrict in{position} = "
+                     f"(const {ctype} *)data[{position}] + base{position};")
         if patterns[position] == "strided":
-            body.append(f"    const int64_t step{position} = "
-                        f"strides[{position * stride_count + stride_count - 1}];")
-    return start, body, advance
+            lines.append(f"    const int64_t step{position} = "
+                         f"strides[{position * stride_count + stride_count - 1}];")
+    return lines
 
 
 def outer_inputs(kernel: LoopKernel, patterns: list[str], outer_dims: int,
@@ -245,14 +250,7 @@ def outer_inputs(kernel: LoopKernel, patterns: list[str], outer_dims: int,
         for position in range(len(kernel.loads)):
             lines.append(f"      base{position} += index * strides[{position * stride_count} + d];")
         lines.append("    }")
-    for position, load in enumerate(kernel.loads):
-        ctype = storage_type(load.dtype)
-        lines.append(f"    const {ctype} *restrict in{position} = "
-                     f"(const {ctype} *)data[{position}] + base{position};")
-        if patterns[position] == "strided":
-            lines.append(f"    const int64_t step{position} = "
-                         f"strides[{position * stride_count + stride_count - 1}];")
-    return lines
+    return lines + input_pointers(kernel, patterns, stride_count)
 
 
 def _vector_declarations(kernel: LoopKernel) -> list[str]:

@@ -8,16 +8,15 @@ group: a depthwise link joins a chain, never starts one, as a chain's entry conv
 input, larger before a strided depthwise). A strided stem (fewer than 16 channels in, whole
 blocks out, ``convolution_blocked.blocked_stem``) feeding a link of any kind starts a chain
 with no entry to convert: it reads its image planar and stores its output blocked. Then, in
-graph order, so
-does a link fed by a blocked value, and a 2-d max or average pool of a blocked value, a
-channel concat of blocked parts and a channel scale of a blocked value (a squeeze-excite
-Mul by an (N, C, 1, 1) value) stay blocked. Inside a chain the values are (N, C/16, H, W,
-16): conv.c's lanes form neither interleaves its input into 16-channel cells nor transposes
-its tiles back into planes, and runs its epilogue as it stores. The layout changes only at a
-chain's ends: a planar value entering it is permuted once, as is a blocked value a planar
-consumer or a graph output reads (conv.c's 16 x 16 transposes). Measured (in-process, two
-threads, the lanes form's copy and transposed store removed): resnet18's 64->64 3x3 at 56x56
-617 -> 516 us, 64->128 3x3 stride 2 386 -> 272.
+graph order, so does a link fed by a blocked value, and a 2-d max or average pool of a
+blocked value, a channel concat of blocked parts and a channel scale of a blocked value (a
+squeeze-excite Mul by an (N, C, 1, 1) value) stay blocked. Inside a chain the values are
+(N, C/16, H, W, 16): conv.c's lanes form neither interleaves its input into 16-channel cells
+nor transposes its tiles back into planes, and runs its epilogue as it stores. The layout
+changes only at a chain's ends: a planar value entering it is permuted once, as is a blocked
+value a planar consumer or a graph output reads (conv.c's 16 x 16 transposes). Measured
+(in-process, two threads, the lanes form's copy and transposed store removed): resnet18's
+64->64 3x3 at 56x56 617 -> 516 us, 64->128 3x3 stride 2 386 -> 272.
 
 ``FUEL_BLOCKED=0`` turns the rewrite off.
 """
@@ -50,7 +49,7 @@ def enabled() -> bool:
 def _link(node: Node) -> bool:
     """Whether ``node`` is a convolution CONV_BLOCKED runs at least as fast as its planar
     kernel."""
-    if node.op is not OpKind.CONV_FUSED or node.buffer is not None:
+    if not _candidate(node):
         return False
     from fuel.backends.cpu.convolution_blocked import DEPTHWISE_TAPS, worth_blocking
 
@@ -59,10 +58,8 @@ def _link(node: Node) -> bool:
     groups = params.conv.groups
     depthwise = (len(weight.shape) == 4 and groups == x.shape[1] == node.shape[1]
                  and weight.shape[1] == 1 and weight.shape[2] * weight.shape[3] <= DEPTHWISE_TAPS)
-    return (node.dtype is dt.float32 and len(node.shape) == 4 and (groups == 1 or depthwise)
-            and params.constant_weights and params.activation != "prelu"
-            and node.device.backend is BackendId.CPU and x.shape[1] % BLOCK == 0
-            and node.shape[1] % BLOCK == 0 and 0 not in node.shape and 0 not in x.shape
+    return ((groups == 1 or depthwise) and x.shape[1] % BLOCK == 0
+            and node.shape[1] % BLOCK == 0
             and worth_blocking(x.shape, weight.shape, node.shape, params.conv))
 
 
@@ -70,17 +67,21 @@ def _stem(node: Node) -> bool:
     """Whether ``node`` is a stem (fewer than 16 channels in) that stores its output blocked
     at least as fast as planar (``convolution_blocked.blocked_stem``): it may start a chain,
     its input read planar, even before a depthwise link (no entry conversion to pay)."""
-    if node.op is not OpKind.CONV_FUSED or node.buffer is not None:
+    if not _candidate(node) or node.params.conv.groups != 1:
         return False
     from fuel.backends.cpu.convolution_blocked import blocked_stem
 
-    params = node.params
     x, weight = node.inputs[:2]
-    return (node.dtype is dt.float32 and len(node.shape) == 4 and params.conv.groups == 1
-            and params.constant_weights and params.activation != "prelu"
-            and node.device.backend is BackendId.CPU and 0 not in node.shape
-            and 0 not in x.shape and blocked_stem(x.shape, weight.shape, node.shape,
-                                                  params.conv))
+    return blocked_stem(x.shape, weight.shape, node.shape, node.params.conv)
+
+
+def _candidate(node: Node) -> bool:
+    """A 2-d float32 CONV_FUSED on the CPU with constant weights, no prelu and no empty
+    dim: what a link or a stem may be."""
+    return (node.op is OpKind.CONV_FUSED and node.buffer is None and node.dtype is dt.float32
+            and len(node.shape) == 4 and node.params.constant_weights
+            and node.params.activation != "prelu" and node.device.backend is BackendId.CPU
+            and 0 not in node.shape and 0 not in node.inputs[0].shape)
 
 
 def _feeders(node: Node) -> list[Node]:

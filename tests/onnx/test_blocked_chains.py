@@ -133,10 +133,10 @@ def _mobile(path, stem_stride=1):
     return path
 
 
-@needs_blocked
-def test_depthwise_links_run_blocked_and_match_onnxruntime(tmp_path, monkeypatch):
+def _mobile_ops(tmp_path, monkeypatch, stem_stride: int) -> list[str]:
+    """_mobile's model run blocked, checked against onnxruntime: the ops it launched."""
     monkeypatch.setenv("FUEL_BLOCKED", "1")
-    path = _mobile(tmp_path / "mobile.onnx")
+    path = _mobile(tmp_path / "mobile.onnx", stem_stride)
     x = np.random.default_rng(3).standard_normal((1, 3, 30, 30)).astype(np.float32)
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
@@ -145,7 +145,12 @@ def test_depthwise_links_run_blocked_and_match_onnxruntime(tmp_path, monkeypatch
         got = model.run({"x": x})["y"]
     span = float(expected.max() - expected.min())
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * span)
-    ops = [launch.op for launch in profile.launches]
+    return [launch.op for launch in profile.launches]
+
+
+@needs_blocked
+def test_depthwise_links_run_blocked_and_match_onnxruntime(tmp_path, monkeypatch):
+    ops = _mobile_ops(tmp_path, monkeypatch, stem_stride=1)
     # stem, e1 (32 -> 96 from a planar stem: its only link neighbour is the depthwise), d1
     # and the two squeeze-excite convolutions planar; p1, e2, d2 and p2 (the residual Add
     # fused) blocked
@@ -159,17 +164,7 @@ def test_a_strided_stem_starts_a_chain_with_no_entry(tmp_path, monkeypatch):
     """The same blocks behind a stride-2 stem: the stem reads the image planar and stores
     its output blocked, so every convolution but the squeeze-excite's runs blocked and only
     the pooled channels and the output are converted."""
-    monkeypatch.setenv("FUEL_BLOCKED", "1")
-    path = _mobile(tmp_path / "mobile.onnx", stem_stride=2)
-    x = np.random.default_rng(5).standard_normal((1, 3, 30, 30)).astype(np.float32)
-    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})[0]
-    model = fuel.onnx.load(path)
-    with fuel.profile() as profile:
-        got = model.run({"x": x})["y"]
-    span = float(expected.max() - expected.min())
-    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * span)
-    ops = [launch.op for launch in profile.launches]
+    ops = _mobile_ops(tmp_path, monkeypatch, stem_stride=2)
     assert ops.count("conv_blocked") == 7 and ops.count("conv_fused") == 2
     assert ops.count("contiguous") == 2
 

@@ -58,12 +58,11 @@ def available() -> bool:
 # 1226, a half-empty tile), one block for a pointwise or depthwise link; any whole blocks in.
 # Measured on whole models (AMD EPYC, two threads, in-process A/B, 30 alternated calls: the
 # same model loaded with the earlier bounds, 32 channels in and out, beside these):
-# squeezenet1_1 batch 8
-# 0.925-0.944x (its 128->16 squeezes and 16->64 expands at 55x55 join the chains),
-# mobilenet_v2 batch 8 0.960-0.966x (a 16->96 1x1 at 112x112 alone ran blocked 228 us
-# against the direct form's 172, but in the model its input stays blocked); squeezenet1_1
-# batch 1, mobilenet_v2 batch 1, efficientnet_b0, mnasnet1_0, shufflenet_v2_x1_0,
-# densenet121, yolo, unet, regnet_x_400mf and googlenet 0.97-1.01x.
+# squeezenet1_1 batch 8 0.925-0.944x (its 128->16 squeezes and 16->64 expands at 55x55 join
+# the chains), mobilenet_v2 batch 8 0.960-0.966x (a 16->96 1x1 at 112x112 alone ran blocked
+# 228 us against the direct form's 172, but in the model its input stays blocked);
+# squeezenet1_1 batch 1, mobilenet_v2 batch 1, efficientnet_b0, mnasnet1_0,
+# shufflenet_v2_x1_0, densenet121, yolo, unet, regnet_x_400mf and googlenet 0.97-1.01x.
 # Where the planar rule runs winograd: at most this many output positions in the batch
 # (64->64 3x3: 48x48 and 56x56 even or better, 693 against 717 us, 756 against 768; 60x60
 # 1.08x, 64x64 1.3x, 128x128 1.5x: winograd's tiles run more efficiently on larger planes).

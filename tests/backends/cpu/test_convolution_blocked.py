@@ -44,13 +44,35 @@ CASES = [  # (N, C, H, W, M, K, stride, pad, dilation, threads)
 ]
 
 
+STEMS = [  # a planar image in (conv_direct.c's strided stem storing blocked channels)
+    (1, 3, 224, 224, 16, 3, 2, 1, 1, "2"),   # mobilenet_v3's: interior and edge tiles
+    (2, 3, 37, 41, 32, 3, 2, 1, 1, "1"),     # two blocks, rows ending in partial tiles
+    (1, 1, 30, 29, 16, 7, 2, 3, 1, "2"),     # one channel, 7x7
+    (1, 4, 33, 35, 16, 4, 4, 0, 1, "2"),     # stride 4, unpadded
+    (1, 3, 40, 40, 16, 3, 3, 40, 2, "1"),    # dilated, a pad wider than a tile's reach
+]
+
+
+def _fallback(arrays, out_shape, params) -> np.ndarray:
+    """convolution_blocked's NumPy launch (no AVX-512, or a layout it does not take)."""
+    device = CPU.devices()[0]
+    layouts = [Layout.contiguous(a.shape) for a in arrays] + [Layout.contiguous(out_shape)]
+    result = CPU.allocate(device, dt.float32, layouts[-1].numel)
+    convolution_blocked.planar([CPU.upload(device, a) for a in arrays], [result], layouts,
+                               params)
+    return planar(np.asarray(CPU.download(result, layouts[-1])))
+
+
 @needs_blocked
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + STEMS)
 @pytest.mark.parametrize("activation", ["relu", "clip", "silu", "hard_swish", ""])
 def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
     """Every position, channel block and epilogue part of a blocked launch, constant
-    weights (transposed once) or not, a residual or none."""
+    weights (transposed once) or not, a residual or none; a stem's (fewer than 16 channels
+    in) reads its image planar and stores a position's 16 channels as one vector, and its
+    NumPy fallback does the same."""
     n, c, h, w, m, k, stride, pad, dilation, threads = case
+    stem = c < 16
     monkeypatch.setenv("FUEL_THREADS", threads)
     rng = np.random.default_rng(c * m + h)
     conv = ConvParams((stride, stride), (pad, pad), (pad, pad), (dilation, dilation), 1)
@@ -61,14 +83,22 @@ def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
     extra = rng.standard_normal(y.shape).astype(np.float32)
     entry = global_table().lookup_alternatives(OpKind.CONV_BLOCKED, (dt.float32,) * 5,
                                                BackendId.CPU)[0]
+    out_shape = (y.shape[0], m // 16, y.shape[2], y.shape[3], 16)
+    if stem:
+        assert make(OpKind.CONV_BLOCKED, tuple(fuel.from_numpy(a)._node for a in (x, weight,
+                                                                                  bias)),
+                    ConvEpilogueParams(conv)).shape == out_shape
     for residual, constant in ((True, True), (False, False)):
         params = ConvEpilogueParams(conv, activation, -0.5, 0.75, residual, constant)
         expected = epilogue_reference(y, params, bias, extra if residual else None, None)
-        arrays = [blocked(x), weight, bias] + ([blocked(extra)] if residual else [])
-        out_shape = (y.shape[0], m // 16, y.shape[2], y.shape[3], 16)
+        arrays = [x if stem else blocked(x), weight, bias] + (
+            [blocked(extra)] if residual else [])
         got = planar(_run(entry, arrays, out_shape, params, launches=2))
         scale = max(1.0, float(np.abs(expected).max()))
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
+        if stem:
+            np.testing.assert_allclose(_fallback(arrays, out_shape, params), expected,
+                                       rtol=1e-4, atol=1e-4 * scale)
 
 
 DEPTHWISE = [  # (N, C, H, W, K, stride, pad, dilation, threads)
@@ -106,60 +136,8 @@ def test_blocked_depthwise_matches_the_reference(monkeypatch, case, activation):
         got = planar(_run(entry, arrays, out_shape, params, launches=2))
         scale = max(1.0, float(np.abs(expected).max()))
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
-        device = CPU.devices()[0]
-        layouts = [Layout.contiguous(a.shape) for a in arrays] + [Layout.contiguous(out_shape)]
-        fallback = CPU.allocate(device, dt.float32, layouts[-1].numel)
-        convolution_blocked.planar([CPU.upload(device, a) for a in arrays], [fallback],
-                                   layouts, params)
-        got = planar(np.asarray(CPU.download(fallback, layouts[-1])))
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
-
-
-STEMS = [  # (N, C, H, W, M, K, stride, pad, dilation, threads)
-    (1, 3, 224, 224, 16, 3, 2, 1, 1, "2"),   # mobilenet_v3's: interior and edge tiles
-    (2, 3, 37, 41, 32, 3, 2, 1, 1, "1"),     # two blocks, rows ending in partial tiles
-    (1, 1, 30, 29, 16, 7, 2, 3, 1, "2"),     # one channel, 7x7
-    (1, 4, 33, 35, 16, 4, 4, 0, 1, "2"),     # stride 4, unpadded
-    (1, 3, 40, 40, 16, 3, 3, 40, 2, "1"),    # dilated, a pad wider than a tile's reach
-]
-
-
-@needs_blocked
-@pytest.mark.parametrize("case", STEMS)
-@pytest.mark.parametrize("activation", ["hard_swish", "silu", ""])
-def test_a_stem_stores_blocked_channels(monkeypatch, case, activation):
-    """conv_blocked on a planar image (a chain's stem, conv_direct.c's strided stem storing
-    a position's 16 channels as one vector): every position and block, bias, a blocked
-    residual and the activation; the NumPy fallback the same."""
-    n, c, h, w, m, k, stride, pad, dilation, threads = case
-    monkeypatch.setenv("FUEL_THREADS", threads)
-    rng = np.random.default_rng(c * m + h)
-    conv = ConvParams((stride, stride), (pad, pad), (pad, pad), (dilation, dilation), 1)
-    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    weight = (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
-    bias = rng.standard_normal(m).astype(np.float32)
-    y = reference(x, weight, conv)
-    extra = rng.standard_normal(y.shape).astype(np.float32)
-    entry = global_table().lookup_alternatives(OpKind.CONV_BLOCKED, (dt.float32,) * 5,
-                                               BackendId.CPU)[0]
-    out_shape = (y.shape[0], m // 16, y.shape[2], y.shape[3], 16)
-    assert make(OpKind.CONV_BLOCKED, (fuel.from_numpy(x)._node, fuel.from_numpy(weight)._node,
-                                      fuel.from_numpy(bias)._node),
-                ConvEpilogueParams(conv)).shape == out_shape
-    for residual in (True, False):
-        params = ConvEpilogueParams(conv, activation, -0.5, 0.75, residual, True)
-        expected = epilogue_reference(y, params, bias, extra if residual else None, None)
-        arrays = [x, weight, bias] + ([blocked(extra)] if residual else [])
-        got = planar(_run(entry, arrays, out_shape, params, launches=2))
-        scale = max(1.0, float(np.abs(expected).max()))
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
-        device = CPU.devices()[0]
-        layouts = [Layout.contiguous(a.shape) for a in arrays] + [Layout.contiguous(out_shape)]
-        fallback = CPU.allocate(device, dt.float32, layouts[-1].numel)
-        convolution_blocked.planar([CPU.upload(device, a) for a in arrays], [fallback],
-                                   layouts, params)
-        got = planar(np.asarray(CPU.download(fallback, layouts[-1])))
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
+        np.testing.assert_allclose(_fallback(arrays, out_shape, params), expected,
+                                   rtol=1e-4, atol=1e-4 * scale)
 
 
 @pytest.mark.parametrize("shape", [(1, 32, 7, 9), (2, 16, 1, 17), (1, 48, 13, 13)])
