@@ -30,7 +30,7 @@ from child import median_seconds  # noqa: E402
 CALLS = 20
 PROFILED = 5
 # fuel's op names -> onnxruntime's node op types (the kinds compared)
-KINDS = {"conv_fused": "Conv", "conv": "Conv", "max_pool": "MaxPool",
+KINDS = {"conv_fused": "Conv", "conv": "Conv", "conv_blocked": "Conv", "max_pool": "MaxPool",
          "avg_pool": "GlobalAveragePool", "cat": "Concat", "matmul": "Gemm"}
 
 
