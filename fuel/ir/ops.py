@@ -467,7 +467,8 @@ define(OpKind.CONV_FUSED, "window", rules.conv_fused, params=ConvEpilogueParams,
 define(OpKind.CONV_BLOCKED, "window", rules.conv_blocked, params=ConvEpilogueParams,
        doc="CONV_FUSED of a 2-d convolution on blocked channels (NCHW16c: x (N, C/16, H, W, "
            "16), residual and output (N, M/16, OH, OW, 16); C and M multiples of 16, one "
-           "group or depthwise), as a chain of convolutions keeps its values between them.")
+           "group or depthwise; a stem's x planar (N, C, H, W)), as a chain of convolutions "
+           "keeps its values between them.")
 define(OpKind.QLINEAR_CONV, "window", rules.qlinear_conv, params=QLinearConvParams,
        doc="8-bit convolution summed in int32 and re-quantized (onnxruntime's QLinearConv).")
 define(OpKind.QLINEAR_LOOKUP, "quantized", rules.qlinear_lookup, params=NoParams,

@@ -413,6 +413,16 @@ static inline __attribute__((always_inline)) __m512 act16(__m512 v, int64_t act,
     }
 }
 
+/* One blocked cell (a position's 16 channels) stored at out + at, the residual at the same
+ * place (may be NULL) added first, then the activation: every blocked store's epilogue
+ * (conv_lanes.h's, the blocked depthwise's, conv_direct.c's blocked stem). */
+static inline __attribute__((always_inline)) void cell16_store(
+        float *out, const float *residual, int64_t at, __m512 v, int64_t act, float alpha,
+        float beta) {
+    if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
+    _mm512_storeu_ps(out + at, act16(v, act, alpha, beta, 0.0f));
+}
+
 #endif
 
 /* y[0, count) = act(y + bias + residual), residual may be NULL. */

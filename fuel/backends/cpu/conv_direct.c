@@ -306,12 +306,8 @@ static inline __attribute__((always_inline)) void stem_store(
     const Shape *s = j->s;
     if (j->blocked_out) {  /* a position's 16 channels are one vector of the output */
         const int64_t at = (((n * (s->m / 16) + m0 / 16) * s->oh + oh) * s->ow + ow0) * 16;
-        for (int i = 0; i < count; i++) {
-            __m512 y = r[i];
-            if (j->residual != NULL)
-                y = _mm512_add_ps(y, _mm512_loadu_ps(j->residual + at + 16 * i));
-            _mm512_storeu_ps(j->out + at + 16 * i, act16(y, s->act, j->alpha, j->beta, 0.0f));
-        }
+        for (int i = 0; i < count; i++)
+            cell16_store(j->out, j->residual, at + 16 * i, r[i], s->act, j->alpha, j->beta);
         return;
     }
     transpose16(r);

@@ -147,9 +147,9 @@ static void lanes_store_blocked(const float *sums, int64_t r, const LanesOut *o,
         const float *residual = o->residual != NULL ? o->residual + (half * o->plane + p * 16)
                                                     : NULL;
         for (int64_t i = 0; i < r; i++) {
-            __m512 v = _mm512_add_ps(_mm512_load_ps(sums + i * LANES_MB + half), shift);
-            if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + i * 16));
-            _mm512_storeu_ps(out + i * 16, act16(v, f->act, f->alpha, f->beta, 0.0f));
+            cell16_store(out, residual, i * 16,
+                         _mm512_add_ps(_mm512_load_ps(sums + i * LANES_MB + half), shift),
+                         f->act, f->alpha, f->beta);
         }
     }
 }

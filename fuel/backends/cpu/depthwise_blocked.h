@@ -35,15 +35,6 @@ typedef struct {
     int64_t blocks, rows, strips;  /* C / 16, output rows a unit, units a block */
 } BlockedDepthwiseJob;
 
-/* One position's 16 channels stored, the residual (at the same place) added first, then the
- * activation. */
-static inline __attribute__((always_inline)) void dwb_store(
-        float *out, const float *residual, int64_t at, __m512 v, int64_t act, float alpha,
-        float beta) {
-    if (residual != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
-    _mm512_storeu_ps(out + at, act16(v, act, alpha, beta, 0.0f));
-}
-
 /* Interior positions [ow, ow + T) of one output row (every tap inside the input row): T
  * (<= DWB_TILE) and the stride SW constants once inlined, so the accumulators stay in
  * registers and the loads take immediate offsets. Tap t reads from in[t] (its row, shifted
@@ -61,7 +52,7 @@ static inline __attribute__((always_inline)) void dwb_tile(
         for (int i = 0; i < T; i++)
             acc[i] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(p + i * SW * 16), acc[i]);
     }
-    for (int i = 0; i < T; i++) dwb_store(out, residual, (ow + i) * 16, acc[i], act, alpha, beta);
+    for (int i = 0; i < T; i++) cell16_store(out, residual, (ow + i) * 16, acc[i], act, alpha, beta);
 }
 
 /* Interior positions [lo, hi) of one output row in tiles of 8, 4, 2 and 1. */
@@ -141,7 +132,7 @@ static void depthwise_blocked_task(void *context, int64_t unit) {
                 for (int64_t c = c0; c < c1; c++)
                     acc[c & 1] = _mm512_fmadd_ps(_mm512_load_ps(w[t + c]), _mm512_loadu_ps(
                         in[t + c] + ow * sw * 16), acc[c & 1]);
-            dwb_store(out, residual, ow * 16, _mm512_add_ps(acc[0], acc[1]), act, j->alpha,
+            cell16_store(out, residual, ow * 16, _mm512_add_ps(acc[0], acc[1]), act, j->alpha,
                       j->beta);
         }
     }

@@ -63,6 +63,19 @@ def _fallback(arrays, out_shape, params) -> np.ndarray:
     return planar(np.asarray(CPU.download(result, layouts[-1])))
 
 
+def _check(arrays, out_shape, params, expected, fallback: bool) -> None:
+    """The C launch (prepared once, launched twice) and, with ``fallback``, the NumPy one
+    against ``expected`` (planar)."""
+    entry = global_table().lookup_alternatives(OpKind.CONV_BLOCKED, (dt.float32,) * 5,
+                                               BackendId.CPU)[0]
+    got = planar(_run(entry, arrays, out_shape, params, launches=2))
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
+    if fallback:
+        np.testing.assert_allclose(_fallback(arrays, out_shape, params), expected, rtol=1e-4,
+                                   atol=1e-4 * scale)
+
+
 @needs_blocked
 @pytest.mark.parametrize("case", CASES + STEMS)
 @pytest.mark.parametrize("activation", ["relu", "clip", "silu", "hard_swish", ""])
@@ -81,8 +94,6 @@ def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
     bias = rng.standard_normal(m).astype(np.float32)
     y = reference(x, weight, conv)
     extra = rng.standard_normal(y.shape).astype(np.float32)
-    entry = global_table().lookup_alternatives(OpKind.CONV_BLOCKED, (dt.float32,) * 5,
-                                               BackendId.CPU)[0]
     out_shape = (y.shape[0], m // 16, y.shape[2], y.shape[3], 16)
     if stem:
         assert make(OpKind.CONV_BLOCKED, tuple(fuel.from_numpy(a)._node for a in (x, weight,
@@ -93,12 +104,7 @@ def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
         expected = epilogue_reference(y, params, bias, extra if residual else None, None)
         arrays = [x if stem else blocked(x), weight, bias] + (
             [blocked(extra)] if residual else [])
-        got = planar(_run(entry, arrays, out_shape, params, launches=2))
-        scale = max(1.0, float(np.abs(expected).max()))
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
-        if stem:
-            np.testing.assert_allclose(_fallback(arrays, out_shape, params), expected,
-                                       rtol=1e-4, atol=1e-4 * scale)
+        _check(arrays, out_shape, params, expected, fallback=stem)
 
 
 DEPTHWISE = [  # (N, C, H, W, K, stride, pad, dilation, threads)
@@ -126,18 +132,12 @@ def test_blocked_depthwise_matches_the_reference(monkeypatch, case, activation):
     bias = rng.standard_normal(c).astype(np.float32)
     y = reference(x, weight, conv)
     extra = rng.standard_normal(y.shape).astype(np.float32)
-    entry = global_table().lookup_alternatives(OpKind.CONV_BLOCKED, (dt.float32,) * 5,
-                                               BackendId.CPU)[0]
     out_shape = (y.shape[0], c // 16, y.shape[2], y.shape[3], 16)
     for residual in (True, False):
         params = ConvEpilogueParams(conv, activation, -0.5, 0.75, residual, True)
         expected = epilogue_reference(y, params, bias, extra if residual else None, None)
         arrays = [blocked(x), weight, bias] + ([blocked(extra)] if residual else [])
-        got = planar(_run(entry, arrays, out_shape, params, launches=2))
-        scale = max(1.0, float(np.abs(expected).max()))
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
-        np.testing.assert_allclose(_fallback(arrays, out_shape, params), expected,
-                                   rtol=1e-4, atol=1e-4 * scale)
+        _check(arrays, out_shape, params, expected, fallback=True)
 
 
 @pytest.mark.parametrize("shape", [(1, 32, 7, 9), (2, 16, 1, 17), (1, 48, 13, 13)])
