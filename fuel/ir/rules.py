@@ -376,9 +376,10 @@ BLOCK = 16  # CONV_BLOCKED's channels a block (NCHW16c)
 
 
 def conv_blocked(params, shapes, dtypes):
-    """CONV_BLOCKED: (x (N, C/16, H, W, 16), w (M, C, KH, KW) or depthwise (C, 1, KH, KW)
-    with groups C, bias (M,)[, residual]) -> (N, M/16, OH, OW, 16): conv_fused's on the
-    planar shapes, with channels in blocks; a stem (one group) takes x planar (N, C, H, W)."""
+    """CONV_BLOCKED: (x (N, C/16, H, W, 16), w (M, C, KH, KW), depthwise (C, 1, KH, KW)
+    with groups C, or grouped (M, C/groups, KH, KW) with C/groups and M/groups multiples of
+    16, bias (M,)[, residual]) -> (N, M/16, OH, OW, 16): conv_fused's on the planar shapes,
+    with channels in blocks; a stem (one group) takes x planar (N, C, H, W)."""
     residual = params.residual
     if len(shapes) != 3 + residual:
         raise ShapeError(f"conv_blocked takes {3 + residual} operands, got {len(shapes)}")
@@ -390,9 +391,12 @@ def conv_blocked(params, shapes, dtypes):
     planar = x if stem else (x[0], x[1] * BLOCK, x[2], x[3])
     groups = params.conv.groups
     depthwise = groups == planar[1] == shapes[1][0] and shapes[1][1] == 1 and not stem
-    if (groups != 1 and not depthwise) or params.activation == "prelu":
-        raise ShapeError("conv_blocked takes one group or a depthwise weight (groups == "
-                         "channels), and no prelu")
+    grouped = (groups > 1 and not stem and planar[1] % (groups * BLOCK) == 0
+               and shapes[1][0] % (groups * BLOCK) == 0)  # each group's channels in blocks
+    if (groups != 1 and not depthwise and not grouped) or params.activation == "prelu":
+        raise ShapeError("conv_blocked takes one group, a depthwise weight (groups == "
+                         f"channels) or groups of whole blocks of {BLOCK} channels in and "
+                         "out, and no prelu")
     shape, dtype = conv_fused(replace(params, residual=False),
                               [planar, *shapes[1:3]], dtypes[:3])
     if shape[1] % BLOCK:

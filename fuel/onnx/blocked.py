@@ -1,10 +1,12 @@
 """Chains of convolutions kept in blocked channels (NCHW16c) between them.
 
-After import, a float32 2-d CONV_FUSED with constant weights, one group or depthwise, no
-prelu, channel counts in and out that are multiples of 16 and a shape that runs blocked at
-least as fast as planar (``convolution_blocked.worth_blocking``) is a link. A link whose input
+After import, a float32 2-d CONV_FUSED with constant weights, one group, depthwise or groups
+of whole blocks, no prelu, channel counts in and out that are multiples of 16 and a shape
+that runs blocked at least as fast as planar (``convolution_blocked.worth_blocking``) is a
+link. A link whose input
 or residual is another link's output runs as CONV_BLOCKED, as does that feeder (both with one
-group: a depthwise link joins a chain, never starts one, as a chain's entry converts its
+group: a depthwise link, or a grouped one whose groups are whole blocks of 16 channels in
+and out (regnet_x's), joins a chain, never starts one, as a chain's entry converts its
 input, larger before a strided depthwise). A strided stem (fewer than 16 channels in, whole
 blocks out, ``convolution_blocked.blocked_stem``) feeding a link of any kind starts a chain
 with no entry to convert: it reads its image planar and stores its output blocked. Then, in
@@ -58,7 +60,9 @@ def _link(node: Node) -> bool:
     groups = params.conv.groups
     depthwise = (len(weight.shape) == 4 and groups == x.shape[1] == node.shape[1]
                  and weight.shape[1] == 1 and weight.shape[2] * weight.shape[3] <= DEPTHWISE_TAPS)
-    return ((groups == 1 or depthwise) and x.shape[1] % BLOCK == 0
+    grouped = (groups > 1 and x.shape[1] % (groups * BLOCK) == 0
+               and node.shape[1] % (groups * BLOCK) == 0)  # each group in whole blocks
+    return ((groups == 1 or depthwise or grouped) and x.shape[1] % BLOCK == 0
             and node.shape[1] % BLOCK == 0
             and worth_blocking(x.shape, weight.shape, node.shape, params.conv))
 

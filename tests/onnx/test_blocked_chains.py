@@ -169,6 +169,58 @@ def test_a_strided_stem_starts_a_chain_with_no_entry(tmp_path, monkeypatch):
     assert ops.count("contiguous") == 2
 
 
+def _regnet(path, width: int):
+    """A RegNetX block behind a 1x1 entry: 1x1, a grouped 3x3 stride 2 (groups of `width`
+    channels), 1x1, a strided 1x1 shortcut, Add, Relu."""
+    rng = np.random.default_rng(5)
+    inits, nodes = [], []
+    for name, x, c, m, k, stride, group, relu in (
+            ("entry", "x", 32, 32, 1, 1, 1, True), ("a", "entry", 32, 64, 1, 1, 1, True),
+            ("b", "a", 64, 64, 3, 2, 64 // width, True), ("c", "b", 64, 64, 1, 1, 1, False),
+            ("short", "entry", 32, 64, 1, 2, 1, False)):
+        inits += [numpy_helper.from_array((rng.standard_normal((m, c // group, k, k))
+                                           / np.sqrt(c // group * k * k)).astype(np.float32),
+                                          name + "_w"),
+                  numpy_helper.from_array(rng.standard_normal(m).astype(np.float32),
+                                          name + "_b")]
+        out = name + "_c" if relu else name
+        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [out],
+                                      kernel_shape=[k, k], pads=[k // 2] * 4, group=group,
+                                      strides=[stride] * 2))
+        if relu:
+            nodes.append(helper.make_node("Relu", [out], [name]))
+    nodes += [helper.make_node("Add", ["c", "short"], ["sum"]),
+              helper.make_node("Relu", ["sum"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "regnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@needs_blocked
+@pytest.mark.parametrize("width", [16, 8])
+def test_a_grouped_convolution_of_whole_blocks_joins_a_chain(tmp_path, monkeypatch, width):
+    """Groups of 16 channels (one block each) run blocked inside the chain: no conversion
+    around them; groups of 8 stay planar, converted out of the chain and back."""
+    monkeypatch.setenv("FUEL_BLOCKED", "1")
+    path = _regnet(tmp_path / "regnet.onnx", width)
+    x = np.random.default_rng(6).standard_normal((1, 32, 28, 28)).astype(np.float32)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    model = fuel.onnx.load(path)
+    with fuel.profile() as profile:
+        got = model.run({"x": x})["y"]
+    span = float(expected.max() - expected.min())
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * span)
+    ops = [launch.op for launch in profile.launches]
+    if width == 16:  # in at the entry, out at y
+        assert ops.count("conv_blocked") == 5 and ops.count("contiguous") == 2
+    else:  # the grouped one planar: out of the chain before it, in again after it
+        assert ops.count("conv_blocked") == 4 and ops.count("conv_fused") == 1
+        assert ops.count("contiguous") == 4
+
+
 @needs_blocked
 def test_a_1d_depthwise_convolution_is_not_a_link(tmp_path):
     """The pass looks at every fused convolution: a 1-d depthwise one (a 3-d weight) stays

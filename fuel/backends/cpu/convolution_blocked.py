@@ -131,7 +131,7 @@ class CBlockedConvolution:
                 return lambda: planar(inputs, outputs, layouts, params)
             return cc.CConvolution._call(cc.library(cc.DIRECT), g, DIRECT_BLOCKED_OUT, threads,
                                          epilogue, x, w, address(outputs[0], layouts[-1]))
-        if params.conv.groups != 1:  # depthwise
+        if params.conv.groups != 1 and g.groups == g.c == g.m:  # depthwise
             depthwise = cc.library(cc.DEPTHWISE)
             if depthwise is None or g.kh * g.kw > DEPTHWISE_TAPS:
                 return lambda: planar(inputs, outputs, layouts, params)
@@ -151,7 +151,9 @@ def _form(params: ConvEpilogueParams, layouts: Sequence[Layout] = ()) -> str:
     """The planar form whose team rule a blocked launch follows."""
     if layouts and len(layouts[0].shape) == 4:
         return "direct"
-    return "lanes" if params.conv.groups == 1 else "depthwise"
+    groups = params.conv.groups  # depthwise, or dense or grouped (the lanes form)
+    depthwise = groups > 1 and bool(layouts) and tuple(layouts[1].shape[:2]) == (groups, 1)
+    return "depthwise" if depthwise else "lanes"
 
 
 def blocking_copy(inputs, outputs, layouts) -> Launcher | None:

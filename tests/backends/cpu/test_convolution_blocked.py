@@ -43,6 +43,14 @@ CASES = [  # (N, C, H, W, M, K, stride, pad, dilation, threads)
     (1, 32, 30, 29, 32, 3, 1, 1, 1, "2"),    # rows of 29: pieces of 14 and 15 -> 10+10+9
 ]
 
+GROUPED = [  # groups of whole blocks in and out: (N, C, H, W, M, K, stride, pad, dilation,
+    # threads, groups)
+    (1, 32, 14, 14, 32, 3, 2, 1, 1, "2", 2),   # regnet_x's: groups of 16, stride 2
+    (2, 64, 9, 7, 64, 3, 1, 1, 1, "1", 4),     # four groups, a batch
+    (1, 96, 7, 7, 96, 3, 1, 1, 1, "2", 2),     # groups of 48: a block of 32 and one of 16
+    (1, 32, 10, 10, 64, 1, 1, 0, 1, "2", 2),   # pointwise, 16 in and 32 out a group
+]
+
 
 STEMS = [  # a planar image in (conv_direct.c's strided stem storing blocked channels)
     (1, 3, 224, 224, 16, 3, 2, 1, 1, "2"),   # mobilenet_v3's: interior and edge tiles
@@ -77,20 +85,22 @@ def _check(arrays, out_shape, params, expected, fallback: bool) -> None:
 
 
 @needs_blocked
-@pytest.mark.parametrize("case", CASES + STEMS)
+@pytest.mark.parametrize("case", CASES + STEMS + GROUPED)
 @pytest.mark.parametrize("activation", ["relu", "clip", "silu", "hard_swish", ""])
 def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
     """Every position, channel block and epilogue part of a blocked launch, constant
     weights (transposed once) or not, a residual or none; a stem's (fewer than 16 channels
     in) reads its image planar and stores a position's 16 channels as one vector, and its
-    NumPy fallback does the same."""
-    n, c, h, w, m, k, stride, pad, dilation, threads = case
+    NumPy fallback does the same, as does a grouped launch's."""
+    n, c, h, w, m, k, stride, pad, dilation, threads = case[:10]
+    groups = case[10] if len(case) > 10 else 1
     stem = c < 16
     monkeypatch.setenv("FUEL_THREADS", threads)
     rng = np.random.default_rng(c * m + h)
-    conv = ConvParams((stride, stride), (pad, pad), (pad, pad), (dilation, dilation), 1)
+    conv = ConvParams((stride, stride), (pad, pad), (pad, pad), (dilation, dilation), groups)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    weight = (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    cg = c // groups
+    weight = (rng.standard_normal((m, cg, k, k)) / np.sqrt(cg * k * k)).astype(np.float32)
     bias = rng.standard_normal(m).astype(np.float32)
     y = reference(x, weight, conv)
     extra = rng.standard_normal(y.shape).astype(np.float32)
@@ -104,7 +114,7 @@ def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
         expected = epilogue_reference(y, params, bias, extra if residual else None, None)
         arrays = [x if stem else blocked(x), weight, bias] + (
             [blocked(extra)] if residual else [])
-        _check(arrays, out_shape, params, expected, fallback=stem)
+        _check(arrays, out_shape, params, expected, fallback=stem or groups > 1)
 
 
 DEPTHWISE = [  # (N, C, H, W, K, stride, pad, dilation, threads)
@@ -170,10 +180,14 @@ def test_blocked_rule_and_shapes():
     b = fuel.from_numpy(np.zeros(32, np.float32))._node
     node = make(OpKind.CONV_BLOCKED, (x, w, b), ConvEpilogueParams(depthwise))
     assert node.shape == (1, 2, 5, 5, 16)
-    grouped = ConvParams((1, 1), (1, 1), (1, 1), (1, 1), 2)
+    grouped = ConvParams((1, 1), (1, 1), (1, 1), (1, 1), 2)  # groups of one block each
     w = fuel.from_numpy(np.zeros((32, 16, 3, 3), np.float32))._node
-    with pytest.raises(fuel.FuelError, match="depthwise"):
-        make(OpKind.CONV_BLOCKED, (x, w, b), ConvEpilogueParams(grouped))
+    assert make(OpKind.CONV_BLOCKED, (x, w, b), ConvEpilogueParams(grouped)).shape == \
+        (1, 2, 5, 5, 16)
+    halves = ConvParams((1, 1), (1, 1), (1, 1), (1, 1), 4)  # groups of 8 channels
+    w = fuel.from_numpy(np.zeros((32, 8, 3, 3), np.float32))._node
+    with pytest.raises(fuel.FuelError, match="groups of whole blocks"):
+        make(OpKind.CONV_BLOCKED, (x, w, b), ConvEpilogueParams(halves))
     worth = convolution_blocked.worth_blocking
     assert worth((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), conv)
     assert not worth((1, 64, 128, 128), (64, 64, 3, 3), (1, 64, 128, 128), conv)
