@@ -133,11 +133,11 @@ def _mobile(path, stem_stride=1):
     return path
 
 
-def _mobile_ops(tmp_path, monkeypatch, stem_stride: int) -> list[str]:
-    """_mobile's model run blocked, checked against onnxruntime: the ops it launched."""
+def _blocked_ops(monkeypatch, path, shape: tuple, seed: int) -> list[str]:
+    """The model at ``path`` run blocked on a random ``shape`` input "x", its output "y"
+    checked against onnxruntime: the ops it launched."""
     monkeypatch.setenv("FUEL_BLOCKED", "1")
-    path = _mobile(tmp_path / "mobile.onnx", stem_stride)
-    x = np.random.default_rng(3).standard_normal((1, 3, 30, 30)).astype(np.float32)
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     model = fuel.onnx.load(path)
@@ -146,6 +146,12 @@ def _mobile_ops(tmp_path, monkeypatch, stem_stride: int) -> list[str]:
     span = float(expected.max() - expected.min())
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * span)
     return [launch.op for launch in profile.launches]
+
+
+def _mobile_ops(tmp_path, monkeypatch, stem_stride: int) -> list[str]:
+    """_mobile's model run blocked, checked against onnxruntime: the ops it launched."""
+    return _blocked_ops(monkeypatch, _mobile(tmp_path / "mobile.onnx", stem_stride),
+                        (1, 3, 30, 30), 3)
 
 
 @needs_blocked
@@ -203,17 +209,8 @@ def _regnet(path, width: int):
 def test_a_grouped_convolution_of_whole_blocks_joins_a_chain(tmp_path, monkeypatch, width):
     """Groups of 16 channels (one block each) run blocked inside the chain: no conversion
     around them; groups of 8 stay planar, converted out of the chain and back."""
-    monkeypatch.setenv("FUEL_BLOCKED", "1")
-    path = _regnet(tmp_path / "regnet.onnx", width)
-    x = np.random.default_rng(6).standard_normal((1, 32, 28, 28)).astype(np.float32)
-    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})[0]
-    model = fuel.onnx.load(path)
-    with fuel.profile() as profile:
-        got = model.run({"x": x})["y"]
-    span = float(expected.max() - expected.min())
-    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * span)
-    ops = [launch.op for launch in profile.launches]
+    ops = _blocked_ops(monkeypatch, _regnet(tmp_path / "regnet.onnx", width),
+                       (1, 32, 28, 28), 6)
     if width == 16:  # in at the entry, out at y
         assert ops.count("conv_blocked") == 5 and ops.count("contiguous") == 2
     else:  # the grouped one planar: out of the chain before it, in again after it
