@@ -375,6 +375,12 @@ def conv_fused(params, shapes, dtypes):
 BLOCK = 16  # CONV_BLOCKED's channels a block (NCHW16c)
 
 
+def whole_block_groups(groups: int, channels: int, outputs: int) -> bool:
+    """Whether a grouped convolution's groups are whole blocks of BLOCK channels in and out
+    (CONV_BLOCKED's grouped form)."""
+    return groups > 1 and channels % (groups * BLOCK) == 0 and outputs % (groups * BLOCK) == 0
+
+
 def conv_blocked(params, shapes, dtypes):
     """CONV_BLOCKED: (x (N, C/16, H, W, 16), w (M, C, KH, KW), depthwise (C, 1, KH, KW)
     with groups C, or grouped (M, C/groups, KH, KW) with C/groups and M/groups multiples of
@@ -391,8 +397,7 @@ def conv_blocked(params, shapes, dtypes):
     planar = x if stem else (x[0], x[1] * BLOCK, x[2], x[3])
     groups = params.conv.groups
     depthwise = groups == planar[1] == shapes[1][0] and shapes[1][1] == 1 and not stem
-    grouped = (groups > 1 and not stem and planar[1] % (groups * BLOCK) == 0
-               and shapes[1][0] % (groups * BLOCK) == 0)  # each group's channels in blocks
+    grouped = not stem and whole_block_groups(groups, planar[1], shapes[1][0])
     if (groups != 1 and not depthwise and not grouped) or params.activation == "prelu":
         raise ShapeError("conv_blocked takes one group, a depthwise weight (groups == "
                          f"channels) or groups of whole blocks of {BLOCK} channels in and "

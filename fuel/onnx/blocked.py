@@ -34,7 +34,7 @@ from fuel.graph.node import Node, set_user_site
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.ops import OpKind
-from fuel.ir.rules import BLOCK
+from fuel.ir.rules import BLOCK, whole_block_groups
 from fuel.tensor import Tensor
 
 
@@ -60,8 +60,7 @@ def _link(node: Node) -> bool:
     groups = params.conv.groups
     depthwise = (len(weight.shape) == 4 and groups == x.shape[1] == node.shape[1]
                  and weight.shape[1] == 1 and weight.shape[2] * weight.shape[3] <= DEPTHWISE_TAPS)
-    grouped = (groups > 1 and x.shape[1] % (groups * BLOCK) == 0
-               and node.shape[1] % (groups * BLOCK) == 0)  # each group in whole blocks
+    grouped = whole_block_groups(groups, x.shape[1], node.shape[1])
     return ((groups == 1 or depthwise or grouped) and x.shape[1] % BLOCK == 0
             and node.shape[1] % BLOCK == 0
             and worth_blocking(x.shape, weight.shape, node.shape, params.conv))

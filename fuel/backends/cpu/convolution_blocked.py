@@ -110,7 +110,7 @@ class CBlockedConvolution:
     def variants(self, layouts: Sequence[Layout], params, device) -> tuple[Variant, ...]:
         """The default team and one thread, where the launch is large enough for a team."""
         g = geometry(layouts, params)
-        if not available() or cc._threads(g, _form(params, layouts)) == 1:
+        if not available() or cc._threads(g, _form(g, layouts)) == 1:
             return ()
         return (Variant(f"lanes/{thread_count()}t", self.prepare),
                 Variant("lanes/1t", lambda *a, **k: self.prepare(*a, threads=1, **k)))
@@ -123,7 +123,7 @@ class CBlockedConvolution:
             return lambda: planar(inputs, outputs, layouts, params)
         if layouts[-1].numel == 0:
             return lambda: None
-        threads = cc._threads(g, _form(params, layouts)) if threads is None else threads
+        threads = cc._threads(g, _form(g, layouts)) if threads is None else threads
         epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
         x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
         if len(layouts[0].shape) == 4:  # a stem: planar in, blocked out
@@ -131,7 +131,7 @@ class CBlockedConvolution:
                 return lambda: planar(inputs, outputs, layouts, params)
             return cc.CConvolution._call(cc.library(cc.DIRECT), g, DIRECT_BLOCKED_OUT, threads,
                                          epilogue, x, w, address(outputs[0], layouts[-1]))
-        if params.conv.groups != 1 and g.groups == g.c == g.m:  # depthwise
+        if _depthwise(g):
             depthwise = cc.library(cc.DEPTHWISE)
             if depthwise is None or g.kh * g.kw > DEPTHWISE_TAPS:
                 return lambda: planar(inputs, outputs, layouts, params)
@@ -147,13 +147,17 @@ class CBlockedConvolution:
         self.prepare(inputs, outputs, layouts, params)()
 
 
-def _form(params: ConvEpilogueParams, layouts: Sequence[Layout] = ()) -> str:
-    """The planar form whose team rule a blocked launch follows."""
-    if layouts and len(layouts[0].shape) == 4:
+def _depthwise(g: cc.Geometry) -> bool:
+    """A depthwise launch (depthwise.c's blocked form); dense and grouped ones run lanes."""
+    return g.groups > 1 and g.groups == g.c == g.m
+
+
+def _form(g: cc.Geometry, layouts: Sequence[Layout]) -> str:
+    """The planar form whose team rule a blocked launch follows (a stem's input is planar:
+    conv_direct.c's)."""
+    if len(layouts[0].shape) == 4:
         return "direct"
-    groups = params.conv.groups  # depthwise, or dense or grouped (the lanes form)
-    depthwise = groups > 1 and bool(layouts) and tuple(layouts[1].shape[:2]) == (groups, 1)
-    return "depthwise" if depthwise else "lanes"
+    return "depthwise" if _depthwise(g) else "lanes"
 
 
 def blocking_copy(inputs, outputs, layouts) -> Launcher | None:
