@@ -12,8 +12,11 @@ pool's statistics and frees stay true), or, ``held`` (a capture, like a CUDA gra
 memory), allocated once and kept; the outputs are fresh every run (a held plan's straight from
 its backend). Each step keeps the launcher its kernel's ``prepare`` returned; a run re-prepares
 only the steps that touch a storage that is not the one they were prepared on: a new leaf, a
-buffer the pool handed out differently, the outputs. Storages a run will not find again (leaves
-that change, outputs) are dropped with their launchers when it ends.
+buffer the pool handed out differently, the outputs. A new leaf array whose launchers are all
+``rebindable`` foreign calls (fuel.compiler.foreign) is not prepared again: their pointer
+entries move to the new array (``_rebind``), the leaf's last array held until then; else a
+small one is copied into a storage of the plan's (``_stage``). Storages a run will not find
+again (other leaves that change, outputs) are dropped with their launchers when it ends.
 
 A run launches its steps step by step through ``launch_step`` (the realize walk's launch) when
 profiling or when a step's handle is waited; otherwise each run of consecutive steps on one
@@ -34,6 +37,7 @@ import numpy as np
 from fuel.backends import get_backend
 from fuel.backends.base import LaunchBatcher
 from fuel.backends.cpu import ALIGNMENT
+from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import Launcher
 from fuel.graph import Graph
@@ -363,6 +367,8 @@ class BoundPlan:
         for storage_id, storage in leaves:
             known = current[storage_id]
             if known is not storage:
+                if known is not None and self._rebind(storage_id, known, storage):
+                    continue  # its launchers read the new array
                 copy = staged.get(storage_id)
                 if copy is known is not None and storage.size == copy.size and \
                         storage.dtype is copy.dtype and storage.buffer.__class__ is np.ndarray:
@@ -430,7 +436,8 @@ class BoundPlan:
         output_base = self.output_base
         reuse = self.reuse_outputs
         for storage_id in changed:
-            if (storage_id >= output_base and not reuse) or storage_id in volatile:
+            if (storage_id >= output_base and not reuse) or (
+                    storage_id in volatile and not self._movable(storage_id)):
                 current[storage_id] = None
                 for index in self.touching[storage_id]:
                     launchers[index] = None
@@ -445,6 +452,47 @@ class BoundPlan:
         counts = self.alone[output]
         return counts is not None and sys.getrefcount(self.current[storage_id]) == counts[0] \
             and sys.getrefcount(self.current[storage_id].buffer) == counts[1]
+
+    def _movable(self, storage_id: int) -> bool:
+        """Whether a replaced leaf's launchers may stay prepared on it for the next run to move
+        (``_rebind``): each a rebindable foreign call."""
+        launchers = self.launchers
+        return storage_id < self.leaf_count and all(
+            launchers[index].__class__ is ForeignCall and launchers[index].rebindable
+            for index in self.touching[storage_id])
+
+    def _rebind(self, storage_id: int, known, storage) -> bool:
+        """Move leaf ``storage_id``'s launchers from ``known`` (the storage they were prepared
+        on, alive in ``current``) to the caller's new ``storage``, in place: where both are CPU
+        arrays of one dtype and size, every launcher touching the leaf
+        is a prepared ``rebindable`` foreign call that baked none of its values, and no other
+        operand of theirs shares its bytes. True when moved (``current`` holds ``storage``)."""
+        buffer = storage.buffer
+        if buffer.__class__ is not np.ndarray or known.buffer.__class__ is not np.ndarray or \
+                storage.dtype is not known.dtype or storage.size != known.size or \
+                storage.device is not CPU or known.device is not CPU or \
+                storage_id in self.root_storage:
+            return False
+        start = known.address or known.buffer.ctypes.data
+        to = storage.address or buffer.ctypes.data
+        stop = start + known.buffer.nbytes
+        launchers = self.launchers
+        current = self.current
+        indices = self.touching[storage_id]
+        for index in indices:
+            launcher = launchers[index]
+            if launcher.__class__ is not ForeignCall or not launcher.can_rebind(start, stop):
+                return False
+            sources, target = self.operands[index]
+            for other in (*sources, target):
+                if other != storage_id and _overlaps(current[other], start, stop):
+                    return False
+        for index in indices:
+            launchers[index].rebind(start, stop, to)
+        current[storage_id] = storage
+        if self.staged.get(storage_id) is known:
+            del self.staged[storage_id]
+        return True
 
     def _stage(self, storage_id: int, storage) -> object | None:
         """A storage of this plan's holding a copy of leaf ``storage_id``'s new ``storage``,
@@ -572,6 +620,15 @@ class BoundPlan:
             pending.close_all()
             raise
         return pending
+
+
+def _overlaps(storage, start: int, stop: int) -> bool:
+    """Whether host storage ``storage`` shares a byte with [start, stop) (a device's: no)."""
+    buffer = storage.buffer
+    if buffer.__class__ is not np.ndarray:
+        return False
+    base = storage.address or buffer.ctypes.data
+    return base < stop and start < base + buffer.nbytes
 
 
 class BatchedLaunches:

@@ -187,3 +187,23 @@ def test_profile_rows_name_the_code_each_launch_ran(monkeypatch):
     blas = "openblas" if matmul.openblas_entries() is not None else "numpy"
     assert [row.kernel_source for row in prof.launches if row.op == "matmul"] == [blas, "c",
                                                                                    "c"]
+
+
+def test_a_rebound_call_reads_the_new_array_and_never_moves_off_baked_values():
+    """``rebind`` moves the entries inside one operand's bytes (an offset kept) and no other;
+    the call then computes on the new array. A call that baked an operand's values refuses."""
+    x, y = np.arange(8, dtype=np.float32), np.full(8, 2, np.float32)
+    out = np.zeros(8, np.float32)
+    call = _add(x, y, out)
+    call.rebindable = True
+    moved = np.arange(8, dtype=np.float32) * 10
+    start = x.ctypes.data
+    assert call.can_rebind(start, start + x.nbytes)
+    call.rebind(start, start + x.nbytes, moved.ctypes.data)
+    call()
+    np.testing.assert_array_equal(out, moved + y)
+    assert call.data[1] == y.ctypes.data and call.data[2] == out.ctypes.data
+    call.baked = (y.ctypes.data,)
+    assert not call.can_rebind(y.ctypes.data, y.ctypes.data + y.nbytes)
+    assert call.can_rebind(moved.ctypes.data, moved.ctypes.data + moved.nbytes)
+    assert not _add(x, y, out).can_rebind(start, start + x.nbytes)  # not declared rebindable

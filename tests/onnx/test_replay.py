@@ -167,3 +167,78 @@ def test_a_feed_changed_in_place_between_replays_is_read_anew():
         x[...] = value
         np.testing.assert_allclose(model.run({"x": x})["y"], np.maximum(x @ weight, 0),
                                    rtol=1e-5)
+
+
+def _conv_model(size: int):
+    rng = np.random.default_rng(5)
+    weight = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(8).astype(np.float32)
+    model = _model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Relu", ["c"], ["y"])],
+                   [_float("x", [1, 3, size, size])], [_float("y", None)],
+                   [helper.make_tensor("w", TensorProto.FLOAT, weight.shape, weight.ravel()),
+                    helper.make_tensor("b", TensorProto.FLOAT, [8], bias)])
+
+    def reference(x):
+        padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+        return np.maximum(np.einsum("nchwij,mcij->nmhw", windows, weight)
+                          + bias[:, None, None], 0)
+    return model, reference
+
+
+def _misaligned(values: np.ndarray) -> np.ndarray:
+    """A copy of ``values`` starting 4 bytes past a 64-byte boundary."""
+    raw = np.empty(values.nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + 4
+    out = raw[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out
+
+
+@pytest.mark.parametrize("size", [16, 320])  # copied into a staged storage before; too big to
+def test_a_new_feed_array_moves_the_launchers_reading_it(monkeypatch, size):
+    """A replay fed a new array (another address, another alignment, a small feed or a big
+    one) moves the C launchers reading it to the new array instead of preparing them again
+    or copying the feed; the results are the new feed's, and the old array can be dropped
+    or changed."""
+    from fuel.runtime.replay import BoundPlan
+
+    model, reference = _conv_model(size)
+    rng = np.random.default_rng(6)
+    prepared, moved = [], []
+    prepare, rebind = BoundPlan._prepare, BoundPlan._rebind
+    monkeypatch.setattr(BoundPlan, "_prepare", lambda self, index, graph: prepared.append(
+        index) or prepare(self, index, graph))
+    monkeypatch.setattr(BoundPlan, "_rebind", lambda self, *args: moved.append(
+        rebind(self, *args)) or moved[-1])
+    previous = None
+    for round_ in range(6):
+        x = rng.standard_normal((1, 3, size, size)).astype(np.float32)
+        if round_ == 4:
+            x = _misaligned(x)
+        expected = reference(x)
+        before = len(prepared)
+        y = model.run({"x": x})["y"]
+        if round_ >= 3:
+            assert moved[-1] is True
+            assert len(prepared) == before  # nothing prepared again
+        np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
+        if previous is not None:
+            previous[...] = np.nan  # the last feed changed after its run: not read again
+        previous = x
+        del y
+
+
+def test_two_feeds_sharing_an_array_are_not_moved_together():
+    """A launcher reading two feeds that were one array moves neither (each would drag the
+    other's address along); the replay prepares it again and reads each feed's values."""
+    model = _model([helper.make_node("Add", ["x", "z"], ["s"]),
+                    helper.make_node("Exp", ["s"], ["y"])],
+                   [_float("x", [64]), _float("z", [64])], [_float("y", None)])
+    rng = np.random.default_rng(7)
+    for same in (True, False, True, False, False, True):
+        x = rng.standard_normal(64).astype(np.float32)
+        z = x if same else rng.standard_normal(64).astype(np.float32)
+        np.testing.assert_allclose(model.run({"x": x, "z": z})["y"], np.exp(x + z),
+                                   rtol=1e-6)

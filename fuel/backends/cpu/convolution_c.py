@@ -645,7 +645,7 @@ class CConvolution:
                                      epilogue.slope, ctypes.addressof(scalars),
                                      scratch_address or None)
         return ForeignCall(function, data, geometry.sizes(form, threads, epilogue.activation,
-                                                          **changes))
+                                                          **changes), rebindable=True)
 
     @staticmethod
     def _winograd(function, g: Geometry, threads: int, epilogue: Epilogue, x: int, w: int,
@@ -661,6 +661,7 @@ class CConvolution:
             call = CConvolution._call(function, g, WINOGRAD_READY, threads, epilogue, x, w,
                                       out, transformed.ctypes.data)
             call.data.transformed = transformed  # held as long as the launcher
+            call.baked = (w,)  # the weights' values are in the copy
             return call
         call = CConvolution._call(function, g, WINOGRAD, threads, epilogue, x, w, out,
                                   scratch(size).ctypes.data)
@@ -689,6 +690,7 @@ class CConvolution:
             call = CConvolution._call(function, g, form, threads, epilogue, x, w, out,
                                       transposed.ctypes.data)
             call.data.transposed = transposed  # held as long as the launcher
+            call.baked = (w,)  # the weights' values are in the copy
             return call
         weights = CConvolution._call(function, g, LANES_WEIGHTS, threads, epilogue, x, w, out,
                                      scratch(size + 16).ctypes.data)

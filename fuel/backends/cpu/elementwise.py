@@ -225,7 +225,8 @@ def _foreign_binary(operation: int, arrays: list, out: np.ndarray) -> ForeignCal
     if function is None:
         return None
     data = (ctypes.c_void_p * 3)(arrays[0].ctypes.data, arrays[1].ctypes.data, out.ctypes.data)
-    return ForeignCall(function, data, (ctypes.c_int64 * 2)(operation, out.size))
+    return ForeignCall(function, data, (ctypes.c_int64 * 2)(operation, out.size),
+                       rebindable=True)
 
 
 def _make_elementwise(function, c_operation: int | None = None):

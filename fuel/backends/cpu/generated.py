@@ -110,7 +110,7 @@ class GeneratedKernel:
                 address = storage.address = storage.buffer.ctypes.data
             pointers.append(address + layout.offset * storage.buffer.itemsize)
         data = (ctypes.c_void_p * len(pointers))(*pointers)
-        return ForeignCall(self.function, data, self.sizes, self.strides)
+        return ForeignCall(self.function, data, self.sizes, self.strides, rebindable=True)
 
     def for_shape(self, shape: tuple[int, ...], load_strides: list[tuple[int, ...]]
                   ) -> GeneratedKernel | None:

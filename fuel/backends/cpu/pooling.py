@@ -121,7 +121,8 @@ def _prepare_indices(inputs, outputs, layouts, params):
     sizes = (ctypes.c_int64 * 9)(math.prod(shape[:lead]), *shape[lead:], *out.shape[lead:],
                                  *params.kernel, *params.strides)
     data = (ctypes.c_void_p * 2)(address(inputs[0], x), address(outputs[0], out))
-    return ForeignCall(function, data, sizes, (ctypes.c_int64 * 3)(plane_step, *strides[lead:]))
+    return ForeignCall(function, data, sizes, (ctypes.c_int64 * 3)(plane_step, *strides[lead:]),
+                       rebindable=True)
 
 
 max_pool_indices.prepare = _prepare_indices
