@@ -33,13 +33,17 @@ def child_result(script: str, arguments: Sequence[str], environment=None):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def median_seconds(function, runs: int, warmup: int = 1) -> float:
-    """The median of ``runs`` timed calls of ``function``, after ``warmup`` untimed ones."""
+def median_seconds(function, runs: int, warmup: int = 1, seconds: float = 0.0) -> float:
+    """The median of at least ``runs`` timed calls of ``function``, after ``warmup`` untimed
+    ones, calling on until the timed calls took ``seconds`` in all (a short call's median then
+    rests on hundreds of calls, not a handful)."""
     for _ in range(warmup):
         function()
-    samples = []
-    for _ in range(runs):
+    samples: list[float] = []
+    total = 0.0
+    while len(samples) < runs or total < seconds:
         started = time.perf_counter()
         function()
         samples.append(time.perf_counter() - started)
+        total += samples[-1]
     return statistics.median(samples)

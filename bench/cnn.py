@@ -8,13 +8,15 @@ Each is exported once with ``torch.onnx.export`` (a dynamic batch dim) into the 
 (``fuel.extras.cache_root() / "bench_cnn"``) and run at batch 1 and 8.
 
 Every system runs with its default threads in its own process; rounds alternate the systems
-(fuel, onnxruntime, fuel, ...), each round a fresh process timing ``--calls`` calls after the
-first call and two more untimed ones, and a system's time is the median over its rounds'
-medians. Outputs are checked: the largest difference from onnxruntime's, over the span of
-onnxruntime's output, must be at most 1e-4. Prints one row per model and batch (ms per call,
+(fuel, onnxruntime, fuel, ...), each round a fresh process timing at least ``--calls`` calls
+and at least ``--seconds`` of calls (a 1 ms model: hundreds) after the first call and two more
+untimed ones, and a system's time is the median over its rounds' medians. Outputs are checked:
+the largest difference from onnxruntime's, over the span of onnxruntime's output, must be at
+most 1e-4. Prints one row per model and batch (ms per call,
 fuel / onnxruntime) and the geometric mean of the ratios.
 
     python bench/cnn.py [--models resnet18,yolo] [--batches 1,8] [--rounds 3] [--calls 5]
+                        [--seconds 0.5]
     python bench/cnn.py --light      # the 9 light CNNs of onnx's backend test data, batch 1
     python bench/cnn.py --quant dynamic,qdq,qop   # their quantized versions (bench/cnn_quant.py)
 """
@@ -182,7 +184,8 @@ def feeds(name: str, batch: int) -> dict:
     return {"input": rng.standard_normal((batch, 3, size, size)).astype(np.float32)}
 
 
-def measure(system: str, name: str, batch: int, calls: int, save: str) -> dict:
+def measure(system: str, name: str, batch: int, calls: int, save: str,
+            seconds: float = 0.0) -> dict:
     """Median seconds per call of ``system`` in this process; its outputs saved to ``save``."""
     path = str(model_path(name))
     inputs = feeds(name, batch)
@@ -202,9 +205,10 @@ def measure(system: str, name: str, batch: int, calls: int, save: str) -> dict:
             return list(model.run(inputs).values())
 
     outputs = run()
-    seconds = median_seconds(run, calls, WARMUP)  # the first replays still fault in buffers
+    # (the first replays still fault in buffers: untimed)
+    median = median_seconds(run, calls, WARMUP, seconds)
     np.savez(save, *[np.asarray(o) for o in outputs])
-    return {"seconds": seconds}
+    return {"seconds": median}
 
 
 def _difference(save_fuel: str, save_peer: str) -> float:
@@ -230,13 +234,16 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=0.5,
+                        help="each round times calls for at least this long")
     parser.add_argument("--system", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--save", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.system:
-        print(json.dumps(measure(args.system, args.model, args.batch, args.calls, args.save)))
+        print(json.dumps(measure(args.system, args.model, args.batch, args.calls, args.save,
+                                 args.seconds)))
         return
     if args.light:
         args.models, args.batches = ",".join(LIGHT), "1"
@@ -259,7 +266,8 @@ def main() -> None:
                     for system in times:
                         result = child_result(__file__, [
                             "--system", system, "--model", name, "--batch", str(batch),
-                            "--calls", str(args.calls), "--save", saves[system]])
+                            "--calls", str(args.calls), "--seconds", str(args.seconds),
+                            "--save", saves[system]])
                         times[system].append(result["seconds"])
                 ours, peer = (statistics.median(times[s]) for s in ("fuel", "onnxruntime"))
                 difference = (cnn_quant.steps_apart if args.quant else _difference)(
@@ -271,7 +279,8 @@ def main() -> None:
                     floating = os.path.join(folder, f"{name}-{batch}-float.npz")
                     child_result(__file__, ["--system", "onnxruntime", "--model",
                                             cnn_quant.split(name)[0], "--batch", str(batch),
-                                            "--calls", "1", "--save", floating])
+                                            "--calls", "1", "--seconds", "0",
+                                            "--save", floating])
                     ours_apart = cnn_quant.farthest(saves["fuel"], saves["onnxruntime"])
                     own_error = cnn_quant.farthest(saves["onnxruntime"], floating)
                     agrees = ours_apart <= own_error
