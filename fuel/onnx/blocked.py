@@ -8,8 +8,9 @@ or residual is another link's output runs as CONV_BLOCKED, as does that feeder (
 group: a depthwise link, or a grouped one whose groups are whole blocks of 16 channels in
 and out (regnet_x's), joins a chain, never starts one, as a chain's entry converts its
 input, larger before a strided depthwise). A strided stem (fewer than 16 channels in, whole
-blocks out, ``convolution_blocked.blocked_stem``) feeding a link of any kind starts a chain
-with no entry to convert: it reads its image planar and stores its output blocked. Then, in
+blocks out, ``convolution_blocked.blocked_stem``) feeding a link of any kind, or a pool that
+feeds one (to at most POOLED_STEM_OUTPUTS channels), starts a chain with no entry to convert:
+it reads its image planar and stores its output blocked. Then, in
 graph order, so does a link fed by a blocked value, and a 2-d max or average pool of a
 blocked value, a channel concat of blocked parts and a channel scale of a blocked value (a
 squeeze-excite Mul by an (N, C, 1, 1) value) stay blocked. Inside a chain the values are
@@ -66,16 +67,17 @@ def _link(node: Node) -> bool:
             and worth_blocking(x.shape, weight.shape, node.shape, params.conv))
 
 
-def _stem(node: Node) -> bool:
+def _stem(node: Node, pooled: bool = False) -> bool:
     """Whether ``node`` is a stem (fewer than 16 channels in) that stores its output blocked
-    at least as fast as planar (``convolution_blocked.blocked_stem``): it may start a chain,
-    its input read planar, even before a depthwise link (no entry conversion to pay)."""
+    at least as fast as planar (``convolution_blocked.blocked_stem``; ``pooled``: when a pool
+    reads it before a link): it may start a chain, its input read planar, even before a
+    depthwise link (no entry conversion to pay)."""
     if not _candidate(node) or node.params.conv.groups != 1:
         return False
     from fuel.backends.cpu.convolution_blocked import blocked_stem
 
     x, weight = node.inputs[:2]
-    return blocked_stem(x.shape, weight.shape, node.shape, node.params.conv)
+    return blocked_stem(x.shape, weight.shape, node.shape, node.params.conv, pooled)
 
 
 def _candidate(node: Node) -> bool:
@@ -136,12 +138,15 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
     stems = {id(node) for node in order if _stem(node)}
     chained: set[int] = set()
     for node in order:  # links next to links (a depthwise one only joins a chain: below),
-        if id(node) not in links:  # or fed by a stem
+        if id(node) not in links:  # or fed by a stem, or by a pool of a stem
             continue
         for feeder in _feeders(node):
             if id(feeder) in stems or (id(feeder) in links and feeder.params.conv.groups == 1
                                        and node.params.conv.groups == 1):
                 chained.update((id(node), id(feeder)))
+            elif _pool(feeder) and _stem(stem := feeder.inputs[0], pooled=True):
+                stems.add(id(stem))  # the pool joins below, as what follows a chained value
+                chained.update((id(node), id(stem)))
     if not chained:
         return values
     for node in order:  # then what follows a chained value: links, pools, channel concats

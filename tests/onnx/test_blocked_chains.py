@@ -175,6 +175,49 @@ def test_a_strided_stem_starts_a_chain_with_no_entry(tmp_path, monkeypatch):
     assert ops.count("contiguous") == 2
 
 
+def _pooled_stem(path, channels: int):
+    """A squeezenet-like start: a 3 -> ``channels`` 3x3 stride-2 stem (Relu), a 3x3 stride-2
+    MaxPool, a 1x1 squeeze to 16 and a 3x3 expand to 64."""
+    rng = np.random.default_rng(4)
+    inits, nodes = [], []
+
+    def conv(name, x, c, m, k, stride=1):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32),
+            name + "_w"))
+        inits.append(numpy_helper.from_array(rng.standard_normal(m).astype(np.float32),
+                                             name + "_b"))
+        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name + "_c"],
+                                      kernel_shape=[k, k], pads=[k // 2 if stride == 1 else 0] * 4,
+                                      strides=[stride] * 2))
+        nodes.append(helper.make_node("Relu", [name + "_c"], [name]))
+        return name
+
+    stem = conv("stem", "x", 3, channels, 3, stride=2)
+    nodes.append(helper.make_node("MaxPool", [stem], ["pooled"], kernel_shape=[3, 3],
+                                  strides=[2, 2], ceil_mode=1))
+    squeeze = conv("squeeze", "pooled", channels, 16, 1)
+    conv("y", squeeze, 16, 64, 3)
+    graph = helper.make_graph(
+        nodes, "pooled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 47, 47])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@needs_blocked
+@pytest.mark.parametrize("channels", [64, 80])
+def test_a_stem_a_pool_reads_before_a_link_starts_the_chain(tmp_path, monkeypatch, channels):
+    """A stem of up to POOLED_STEM_OUTPUTS channels whose pool feeds a link stores blocked:
+    the pool runs over blocked channels and the link needs no entry conversion (only the
+    output is converted); a wider stem stays planar and the chain starts after the pool."""
+    ops = _blocked_ops(monkeypatch, _pooled_stem(tmp_path / "pooled.onnx", channels),
+                       (2, 3, 47, 47), 5)
+    blocked = channels == 64  # POOLED_STEM_OUTPUTS
+    assert ops.count("conv_blocked") == (3 if blocked else 2)
+    assert ops.count("contiguous") == (1 if blocked else 2)
+
+
 def _regnet(path, width: int):
     """A RegNetX block behind a 1x1 entry: 1x1, a grouped 3x3 stride 2 (groups of `width`
     channels), 1x1, a strided 1x1 shortcut, Add, Relu."""

@@ -74,16 +74,29 @@ LINK_WINOGRAD_POSITIONS = 3136
 # batch 8, 769 -> 541 us warm, 1402 -> 916 after a 16 MB flush; batch 1 85-109 -> 72-78;
 # 3->32 161-199 -> 152; but 3->64 unpadded 2968-3008 -> 3192-3303).
 STEM_OUTPUTS = 32
+# A stem whose output a pool reads before a link (squeezenet's, resnet's): the pool then runs
+# over blocked channels and the link needs no entry conversion, which outweighs the slower
+# store up to this many output channels (in-process, the same model loaded with and without,
+# both orders: squeezenet1_1 batch 1 0.970x / 0.954x, batch 8 0.988x / 0.981x; resnet18
+# batch 1 0.984x / 0.982x, batch 8 1.00x; resnet50 batch 1 0.993x / 0.998x; light_resnet50
+# 0.997x, googlenet 0.984x).
+POOLED_STEM_OUTPUTS = 64
 
 
-def blocked_stem(x: tuple, weight: tuple, out: tuple, params: ConvParams) -> bool:
+def blocked_stem(x: tuple, weight: tuple, out: tuple, params: ConvParams,
+                 pooled: bool = False) -> bool:
     """Whether a constant-weight convolution of these planar shapes is a stem that stores
     its output blocked as fast as planar or faster: conv_direct.c's strided stem, at most
     STEM_OUTPUTS channels out in whole blocks (its tiles are a position's 16 channels, stored
-    as one vector instead of transposed into 16 planes)."""
+    as one vector instead of transposed into 16 planes); ``pooled`` (a pool reads it before a
+    link): at most POOLED_STEM_OUTPUTS, whatever the planar rule's form."""
     g = cc.Geometry.of(x, weight, out, params)
-    return (g is not None and g.c < BLOCK and g.m % BLOCK == 0 and g.m <= STEM_OUTPUTS
-            and g.sw > 1 and cc.choose_form(g, True) == "direct" and cc.avx512())
+    if g is None or g.c >= BLOCK or g.m % BLOCK or g.sw <= 1 or not cc.avx512():
+        return False
+    if pooled:
+        return (g.groups == 1 and not g.pointwise and g.c <= cc.DIRECT_CHANNELS
+                and cc.DIRECT_OUTPUTS <= g.m <= POOLED_STEM_OUTPUTS)
+    return g.m <= STEM_OUTPUTS and cc.choose_form(g, True) == "direct"
 
 
 def worth_blocking(x: tuple, weight: tuple, out: tuple, params: ConvParams) -> bool:
