@@ -17,6 +17,23 @@ needs_blocked = pytest.mark.skipif(not convolution_blocked.available(),
                                    reason="conv.c's blocked launch needs AVX-512")
 
 
+def _conv(inits, nodes, rng, name, x, shape, stride, pad, relu=True):
+    """A Conv (``shape``: channels in, out, kernel size) with random weights and bias added to
+    ``nodes`` and ``inits``, a Relu after it unless ``relu`` is False: its output's name."""
+    c, m, k = shape
+    inits.append(numpy_helper.from_array(
+        (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32),
+        name + "_w"))
+    inits.append(numpy_helper.from_array(rng.standard_normal(m).astype(np.float32),
+                                         name + "_b"))
+    nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name + "_c"],
+                                  kernel_shape=[k, k], pads=[pad] * 4, strides=[stride] * 2))
+    if not relu:
+        return name + "_c"
+    nodes.append(helper.make_node("Relu", [name + "_c"], [name]))
+    return name
+
+
 def _model(path):
     """A ResNet block and a SqueezeNet fire behind a planar stem: Conv+BN+Relu, a residual
     Add, a strided 1x1 shortcut, a MaxPool, a channel Concat, a GlobalAveragePool, and a
@@ -25,18 +42,7 @@ def _model(path):
     inits, nodes = [], []
 
     def conv(name, x, c, m, k, stride=1, relu=True):
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32),
-            name + "_w"))
-        inits.append(numpy_helper.from_array(rng.standard_normal(m).astype(np.float32),
-                                             name + "_b"))
-        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name + "_c"],
-                                      kernel_shape=[k, k], pads=[k // 2] * 4,
-                                      strides=[stride] * 2))
-        if not relu:
-            return name + "_c"
-        nodes.append(helper.make_node("Relu", [name + "_c"], [name]))
-        return name
+        return _conv(inits, nodes, rng, name, x, (c, m, k), stride, k // 2, relu)
 
     stem = conv("stem", "x", 3, 32, 3)
     a = conv("a", stem, 32, 32, 3)
@@ -87,6 +93,15 @@ def test_a_chain_runs_blocked_and_matches_onnxruntime(tmp_path, monkeypatch, blo
         assert "conv_blocked" not in ops
 
 
+def _saved(path, nodes, name: str, shape: list, inits):
+    """The graph of ``nodes`` (input "x" of ``shape``, output "y") saved at ``path``."""
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
 def _mobile(path, stem_stride=1):
     """Two inverted residual blocks behind a planar stem: 1x1 expand, depthwise (3x3 stride
     2 in the first, 5x5 in the second, Clip 0..6), a squeeze-excite in the second (global
@@ -126,11 +141,7 @@ def _mobile(path, stem_stride=1):
     nodes.append(helper.make_node("Mul", [d2, "gate"], ["excited"]))
     p2 = conv("p2", "excited", 192, 32, 1, act=False)
     nodes.append(helper.make_node("Add", [p2, p1], ["y"]))
-    graph = helper.make_graph(
-        nodes, "mobile", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 30, 30])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    return _saved(path, nodes, "mobile", [1, 3, 30, 30], inits)
 
 
 def _blocked_ops(monkeypatch, path, shape: tuple, seed: int) -> list[str]:
@@ -182,27 +193,14 @@ def _pooled_stem(path, channels: int):
     inits, nodes = [], []
 
     def conv(name, x, c, m, k, stride=1):
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32),
-            name + "_w"))
-        inits.append(numpy_helper.from_array(rng.standard_normal(m).astype(np.float32),
-                                             name + "_b"))
-        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name + "_c"],
-                                      kernel_shape=[k, k], pads=[k // 2 if stride == 1 else 0] * 4,
-                                      strides=[stride] * 2))
-        nodes.append(helper.make_node("Relu", [name + "_c"], [name]))
-        return name
+        return _conv(inits, nodes, rng, name, x, (c, m, k), stride, 0 if stride > 1 else k // 2)
 
     stem = conv("stem", "x", 3, channels, 3, stride=2)
     nodes.append(helper.make_node("MaxPool", [stem], ["pooled"], kernel_shape=[3, 3],
                                   strides=[2, 2], ceil_mode=1))
     squeeze = conv("squeeze", "pooled", channels, 16, 1)
     conv("y", squeeze, 16, 64, 3)
-    graph = helper.make_graph(
-        nodes, "pooled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 47, 47])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    return _saved(path, nodes, "pooled", [2, 3, 47, 47], inits)
 
 
 @needs_blocked
@@ -240,11 +238,7 @@ def _regnet(path, width: int):
             nodes.append(helper.make_node("Relu", [out], [name]))
     nodes += [helper.make_node("Add", ["c", "short"], ["sum"]),
               helper.make_node("Relu", ["sum"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "regnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    return _saved(path, nodes, "regnet", [1, 32, 28, 28], inits)
 
 
 @needs_blocked
