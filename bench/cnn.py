@@ -12,8 +12,8 @@ Every system runs with its default threads in its own process; rounds alternate 
 and at least ``--seconds`` of calls (a 1 ms model: hundreds) after the first call and two more
 untimed ones, and a system's time is the median over its rounds' medians. Outputs are checked:
 the largest difference from onnxruntime's, over the span of onnxruntime's output, must be at
-most 1e-4. Prints one row per model and batch (ms per call,
-fuel / onnxruntime) and the geometric mean of the ratios.
+most 1e-4. Prints one row per model and batch (ms per call, fuel / onnxruntime) and the
+geometric mean of the ratios.
 
     python bench/cnn.py [--models resnet18,yolo] [--batches 1,8] [--rounds 3] [--calls 5]
                         [--seconds 0.5]
@@ -205,8 +205,7 @@ def measure(system: str, name: str, batch: int, calls: int, save: str,
             return list(model.run(inputs).values())
 
     outputs = run()
-    # (the first replays still fault in buffers: untimed)
-    median = median_seconds(run, calls, WARMUP, seconds)
+    median = median_seconds(run, calls, WARMUP, seconds)  # the first replays fault in buffers
     np.savez(save, *[np.asarray(o) for o in outputs])
     return {"seconds": median}
 

@@ -62,6 +62,14 @@ class Storage:
         self.address = 0
         self.constant = False
 
+    def host_address(self) -> int:
+        """The address of a host buffer's first byte (a NumPy array's), read once and kept in
+        ``address``: a storage keeps its buffer for life."""
+        address = self.address
+        if not address:
+            address = self.address = self.buffer.__array_interface__["data"][0]
+        return address
+
     @property
     def nbytes(self) -> int:
         return self.dtype.storage_bytes(self.size)

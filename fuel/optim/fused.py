@@ -94,11 +94,11 @@ def adam(optimizer, group: dict, params: list) -> list:
             if any(m is None for m in storages):
                 left.append(param)
                 continue
-            addresses = [_address(storage)] + [_address(m) for m in storages[:-1]]
+            addresses = [storage.host_address()] + [m.host_address() for m in storages[:-1]]
             addresses += [None] * (4 - len(addresses))
             known = cache[id(param)] = (storage, storages, addresses,
                                         storages[-1].buffer.reshape(-1))
-        taken.append((known, _address(grad_storage)))
+        taken.append((known, grad_storage.host_address()))
     if not taken:
         return left
     call = _Call(function, kind, taken)
@@ -179,13 +179,6 @@ class _Call:
                        -(lr / (1.0 - beta1 ** step)))
             scalars[_SCALARS * index:_SCALARS * (index + 1)] = row
         self.function(self.data, self.sizes, None)
-
-
-def _address(storage) -> int:
-    address = storage.address  # read once per storage (it keeps its buffer for life)
-    if not address:
-        address = storage.address = storage.buffer.__array_interface__["data"][0]
-    return address
 
 
 def _address_of(array: np.ndarray) -> int:

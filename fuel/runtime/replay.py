@@ -473,8 +473,8 @@ class BoundPlan:
                 storage.device is not CPU or known.device is not CPU or \
                 storage_id in self.root_storage:
             return False
-        start = known.address or known.buffer.ctypes.data
-        to = storage.address or buffer.ctypes.data
+        start = known.host_address()
+        to = storage.host_address()
         stop = start + known.buffer.nbytes
         launchers = self.launchers
         current = self.current
@@ -627,7 +627,7 @@ def _overlaps(storage, start: int, stop: int) -> bool:
     buffer = storage.buffer
     if buffer.__class__ is not np.ndarray:
         return False
-    base = storage.address or buffer.ctypes.data
+    base = storage.host_address()
     return base < stop and start < base + buffer.nbytes
 
 

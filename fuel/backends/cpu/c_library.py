@@ -26,9 +26,7 @@ _lock = threading.Lock()
 def address(storage, layout: Layout) -> int:
     """The address a C kernel is handed for ``layout``'s first element (whole blocks for a
     quantized storage)."""
-    base = storage.address  # read once per storage (a storage keeps its buffer for life)
-    if not base:
-        base = storage.address = storage.buffer.ctypes.data
+    base = storage.host_address()
     dtype = storage.dtype
     if dtype.is_quantized:
         return base + dtype.storage_bytes(layout.offset)

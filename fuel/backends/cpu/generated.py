@@ -103,12 +103,8 @@ class GeneratedKernel:
             return lambda: None
         if self.function is None:
             self._wait_for_library()
-        pointers = []
-        for storage, layout in zip(itertools.chain(inputs, outputs), layouts):
-            address = storage.address
-            if not address:
-                address = storage.address = storage.buffer.ctypes.data
-            pointers.append(address + layout.offset * storage.buffer.itemsize)
+        pointers = [storage.host_address() + layout.offset * storage.buffer.itemsize
+                    for storage, layout in zip(itertools.chain(inputs, outputs), layouts)]
         data = (ctypes.c_void_p * len(pointers))(*pointers)
         return ForeignCall(self.function, data, self.sizes, self.strides, rebindable=True)
 
