@@ -90,6 +90,7 @@ HERE = Path(__file__).parent
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS, LANES, LANES_WEIGHTS) = range(15)
 BLOCKED_MAX_POOL, BLOCKED_AVG_POOL = 10, 11  # pool.c's forms over blocked channels
+BLOCKED_COLUMNS = 1024  # pool.c's: the widest window (dilated) its blocked forms take
 LANES_BLOCK = 32  # conv_lanes.h's LANES_MB: output channels a block of the transposed weights
 ACTIVATIONS = {name: code for code, name in enumerate(CONV_ACTIVATIONS)}
 MAX_DEPTHWISE_ROWS = 64  # depthwise.c's scalar row walk gathers at most this many filter rows
@@ -871,6 +872,7 @@ class CPool:
         if (rank == 3 and len(x) == 5 and x[4] == BLOCK and avx512() and function is not None
                 and params.kernel[2] == params.strides[2] == params.dilations[2] == 1
                 and params.pads_begin[2] == params.pads_end[2] == 0 and 0 not in out
+                and (params.kernel[1] - 1) * params.dilations[1] < BLOCKED_COLUMNS
                 and all(layout.is_contiguous() for layout in layouts)):
             # a 2-d window over blocked channels (N, C/16, H, W, 16): pool.c's blocked form
             params = replace(params, kernel=params.kernel[:2], strides=params.strides[:2],

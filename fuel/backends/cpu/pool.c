@@ -420,37 +420,78 @@ typedef struct {
     const float *row_count, *col_count;  /* an average's divisors (NULL: sums) */
 } BlockedPoolJob;
 
+/* The max (NaN wins) or sum over `taps` vectors `stride` floats apart. */
+static inline __attribute__((always_inline)) __m512 pool_taps(const float *at, int64_t taps,
+                                                              int64_t stride, int maximum) {
+    __m512 acc = _mm512_set1_ps(maximum ? -INFINITY : 0.0f);
+    __mmask16 nan = 0;
+    for (int64_t t = 0; t < taps; t++) {
+        const __m512 v = _mm512_loadu_ps(at + t * stride);
+        if (maximum) {
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            acc = _mm512_max_ps(acc, v);
+        } else {
+            acc = _mm512_add_ps(acc, v);
+        }
+    }
+    return maximum ? _mm512_mask_blend_ps(nan, acc, _mm512_set1_ps(NAN)) : acc;
+}
+
+/* BLOCKED_COLUMNS: the most input columns one pass of blocked_pool_row folds (64 KB). */
+#define BLOCKED_COLUMNS 1024
+
+/* Output row `oh` of one block, separably: each input column's max or sum over the window's
+ * rows inside the input (into `column`, BLOCKED_COLUMNS at a time), then each position's
+ * over its window's columns inside the input. Its taps are the same as the window's inside
+ * the input, in a different order: a max is the same, a sum (of at most KH x KW terms)
+ * rounds differently. */
+static inline __attribute__((always_inline)) void blocked_pool_row(
+        const BlockedPoolJob *j, const float *x, float *out, int64_t oh, int maximum) {
+    const Shape *s = j->s;
+    float column[BLOCKED_COLUMNS * 16] __attribute__((aligned(64)));
+    int64_t first = 0, rows = 0;  /* the window's rows inside the input: kh in [first, +rows) */
+    for (int64_t kh = 0; kh < s->kh; kh++) {
+        const int64_t ih = oh * s->sh - s->pt + kh * s->dh;
+        if (ih >= 0 && ih < s->h) {
+            if (rows == 0) first = ih;
+            rows++;
+        }
+    }
+    const float *top = x + first * s->w * 16;
+    const int64_t span = (s->kw - 1) * s->dw + 1;
+    const int64_t per = (BLOCKED_COLUMNS - span) / s->sw + 1;  /* outputs a pass */
+    for (int64_t o0 = 0; o0 < s->ow; o0 += per) {
+        const int64_t o1 = o0 + per < s->ow ? o0 + per : s->ow;
+        int64_t c0 = o0 * s->sw - s->pl, c1 = (o1 - 1) * s->sw - s->pl + span;
+        c0 = c0 < 0 ? 0 : c0;
+        c1 = c1 > s->w ? s->w : c1;
+        for (int64_t iw = c0; iw < c1; iw++)
+            _mm512_store_ps(column + (iw - c0) * 16,
+                            pool_taps(top + iw * 16, rows, s->dh * s->w * 16, maximum));
+        for (int64_t ow = o0; ow < o1; ow++) {
+            const int64_t at = ow * s->sw - s->pl;
+            int64_t k0 = 0, k1 = s->kw;  /* the window's columns inside the input */
+            while (k0 < k1 && at + k0 * s->dw < 0) k0++;
+            while (k1 > k0 && at + (k1 - 1) * s->dw >= s->w) k1--;
+            __m512 acc = pool_taps(column + (at + k0 * s->dw - c0) * 16, k1 - k0, s->dw * 16,
+                                   maximum);
+            if (!maximum && j->row_count != NULL)
+                acc = _mm512_div_ps(acc, _mm512_set1_ps(j->row_count[oh] * j->col_count[ow]));
+            _mm512_storeu_ps(out + ow * 16, acc);
+        }
+    }
+}
+
 /* Unit u: output row u % OH of block u / OH (of every image's blocks), each position's 16
- * channels one vector over the window's taps inside the input (a NaN tap wins the max). */
+ * channels one vector (blocked_pool_row). */
 static void blocked_pool_task(void *context, int64_t u) {
     const BlockedPoolJob *j = context;
     const Shape *s = j->s;
     const int64_t oh = u % s->oh, block = u / s->oh;
     const float *x = j->x + block * s->h * s->w * 16;
     float *out = j->out + (block * s->oh + oh) * s->ow * 16;
-    for (int64_t ow = 0; ow < s->ow; ow++) {
-        __m512 acc = _mm512_set1_ps(j->maximum ? -INFINITY : 0.0f);
-        __mmask16 nan = 0;
-        for (int64_t kh = 0; kh < s->kh; kh++) {
-            const int64_t ih = oh * s->sh - s->pt + kh * s->dh;
-            if (ih < 0 || ih >= s->h) continue;
-            for (int64_t kw = 0; kw < s->kw; kw++) {
-                const int64_t iw = ow * s->sw - s->pl + kw * s->dw;
-                if (iw < 0 || iw >= s->w) continue;
-                const __m512 v = _mm512_loadu_ps(x + (ih * s->w + iw) * 16);
-                if (j->maximum) {
-                    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                    acc = _mm512_max_ps(acc, v);
-                } else {
-                    acc = _mm512_add_ps(acc, v);
-                }
-            }
-        }
-        if (j->maximum) acc = _mm512_mask_blend_ps(nan, acc, _mm512_set1_ps(NAN));
-        else if (j->row_count != NULL)
-            acc = _mm512_div_ps(acc, _mm512_set1_ps(j->row_count[oh] * j->col_count[ow]));
-        _mm512_storeu_ps(out + ow * 16, acc);
-    }
+    if (j->maximum) blocked_pool_row(j, x, out, oh, 1);
+    else blocked_pool_row(j, x, out, oh, 0);
 }
 
 static void blocked_pool(const float *x, float *out, const Shape *s, int maximum, int64_t mode,

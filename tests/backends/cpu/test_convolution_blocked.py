@@ -219,6 +219,25 @@ def test_blocked_pools_match_planar_pools(op, window):
     np.testing.assert_allclose(planar(got), expected, rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
+
+@pytest.mark.parametrize("op", [OpKind.MAX_POOL, OpKind.AVG_POOL])
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_blocked_pools_over_rows_wider_than_one_pass(op, stride):
+    """Rows wider than pool.c's BLOCKED_COLUMNS are pooled in several passes, each window
+    whole, as the planar window pools them."""
+    from fuel.backends.cpu.convolution_c import BLOCKED_COLUMNS
+    from fuel.ir.params import PoolParams
+
+    width = 2 * BLOCKED_COLUMNS + 37
+    x = np.random.default_rng(stride).standard_normal((1, 16, 4, width)).astype(np.float32)
+    x[0, 5, 1, BLOCKED_COLUMNS] = np.nan
+    params = PoolParams((3, 5), (stride, stride), (1, 2), (1, 2), (1, 1), True, False)
+    expected = make(op, (fuel.from_numpy(x)._node,), params).numpy()
+    windows = PoolParams((3, 5, 1), (stride, stride, 1), (1, 2, 0), (1, 2, 0), (1, 1, 1),
+                         True, False)
+    got = make(op, (fuel.from_numpy(blocked(x))._node,), windows).numpy()
+    np.testing.assert_allclose(planar(got), expected, rtol=1e-6, atol=1e-6, equal_nan=True)
+
 @needs_blocked
 def test_weights_from_a_feed_are_read_on_every_launch():
     """Weights that are not constant (a feed's) are transposed at each launch of a prepared
