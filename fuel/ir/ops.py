@@ -27,6 +27,7 @@ from fuel.ir.params import (  # noqa: F401 - params are part of the op metadata 
     CastParams,
     ConvEpilogueParams,
     ConvParams,
+    ConvPartsParams,
     CopyParams,
     DiagonalParams,
     EinsumParams,
@@ -172,6 +173,7 @@ class OpKind(enum.Enum):
     CONV_TRANSPOSE = "conv_transpose"
     CONV_FUSED = "conv_fused"
     CONV_BLOCKED = "conv_blocked"
+    CONV_BLOCKED_CAT = "conv_blocked_cat"
     QLINEAR_CONV = "qlinear_conv"
     QLINEAR_LOOKUP = "qlinear_lookup"
     QLINEAR_BINARY = "qlinear_binary"
@@ -469,6 +471,10 @@ define(OpKind.CONV_BLOCKED, "window", rules.conv_blocked, params=ConvEpiloguePar
            "16), residual and output (N, M/16, OH, OW, 16); C and M multiples of 16, one "
            "group or depthwise; a stem's x planar (N, C, H, W)), as a chain of convolutions "
            "keeps its values between them.")
+define(OpKind.CONV_BLOCKED_CAT, "window", rules.conv_blocked_cat, params=ConvPartsParams,
+       doc="CONV_BLOCKED of several parts (x, weight, bias each) joined along their channel "
+           "blocks: each part stores its output channels into its blocks of one output, as a "
+           "chain's channel concat of convolutions (squeezenet's fire modules) needs no copy.")
 define(OpKind.QLINEAR_CONV, "window", rules.qlinear_conv, params=QLinearConvParams,
        doc="8-bit convolution summed in int32 and re-quantized (onnxruntime's QLinearConv).")
 define(OpKind.QLINEAR_LOOKUP, "quantized", rules.qlinear_lookup, params=NoParams,

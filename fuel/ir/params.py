@@ -288,6 +288,14 @@ class ConvEpilogueParams:
 
 
 @dataclass(frozen=True, slots=True)
+class ConvPartsParams:
+    """CONV_BLOCKED_CAT: one CONV_BLOCKED's params a part (operands 3k, 3k + 1, 3k + 2: its
+    x, weight and bias; no residual), the parts' outputs joined along their channel blocks."""
+
+    parts: tuple[ConvEpilogueParams, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class QLinearConvParams:
     """QLINEAR_CONV: ``conv`` of (x - ``x_zero``) (8-bit x; the padding adds 0) and int8
     weights, summed exactly, + the int32 bias[m], as float32 times the float32 multiplier[m],

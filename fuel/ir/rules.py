@@ -413,6 +413,25 @@ def conv_blocked(params, shapes, dtypes):
     return blocked, dtype
 
 
+def conv_blocked_cat(params, shapes, dtypes):
+    """CONV_BLOCKED_CAT: per part (x, weight, bias) conv_blocked's output, the parts' joined
+    along dim 1 (their channel blocks); every part's batch, height and width alike."""
+    parts = params.parts
+    if len(parts) < 2 or len(shapes) != 3 * len(parts):
+        raise ShapeError(f"conv_blocked_cat takes 3 operands for each of at least 2 parts, "
+                         f"got {len(shapes)} for {len(parts)}")
+    if any(part.residual for part in parts):
+        raise ShapeError("conv_blocked_cat's parts take no residual")
+    outs = [conv_blocked(part, shapes[3 * k:3 * k + 3], dtypes[3 * k:3 * k + 3])
+            for k, part in enumerate(parts)]
+    (first, dtype) = outs[0]
+    for shape, other in outs[1:]:
+        if shape[0] != first[0] or shape[2:] != first[2:] or other is not dtype:
+            raise ShapeError(f"conv_blocked_cat's parts must differ only in their channel "
+                             f"blocks, got {first} and {shape}")
+    return (first[0], sum(shape[1] for shape, _ in outs), *first[2:]), dtype
+
+
 def conv_transpose(params: ConvParams, shapes, dtypes):
     x, w = shapes
     if dtypes[0] is not dtypes[1]:

@@ -35,6 +35,7 @@ from fuel.graph.node import Node, set_user_site
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.ops import OpKind
+from fuel.ir.params import ConvPartsParams
 from fuel.ir.rules import BLOCK, whole_block_groups
 from fuel.tensor import Tensor
 
@@ -161,15 +162,37 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
             chained.add(id(node))
         elif (scaled := _scaled(node)) is not None and id(node.inputs[scaled]) in chained:
             chained.add(id(node))
-    return _rewrite(values, order, chained, stems)
+    return _rewrite(values, order, chained, stems, _joined(order, roots, chained, stems))
+
+
+def _joined(order: list[Node], roots: list[Node], chained: set[int],
+            stems: set[int]) -> dict[int, Node]:
+    """The chained channel concats whose parts are all one-group links read by nothing else
+    (nor an output): each becomes one CONV_BLOCKED_CAT whose parts store into its blocks.
+    Maps each such part's id to its concat."""
+    readers: dict[int, int] = {}
+    for node in [*order, *roots]:
+        for child in (node.inputs if node not in roots else (node,)):
+            readers[id(child)] = readers.get(id(child), 0) + 1
+    joined: dict[int, Node] = {}
+    for node in order:
+        if (id(node) in chained and node.op is OpKind.CAT and len(set(map(id, node.inputs)))
+                == len(node.inputs) and all(
+                    id(part) in chained and id(part) not in stems
+                    and part.op is OpKind.CONV_FUSED and part.params.conv.groups == 1
+                    and not part.params.residual and readers.get(id(part)) == 1
+                    for part in node.inputs)):
+            joined.update((id(part), node) for part in node.inputs)
+    return joined
 
 
 class _Rewrite:
     """The new graph: each old node's planar value, and its blocked value where one is made."""
 
-    def __init__(self, chained: set[int], stems: set[int]) -> None:
+    def __init__(self, chained: set[int], stems: set[int], joined: dict[int, Node]) -> None:
         self.chained = chained
         self.stems = stems
+        self.joined = joined
         self.planar: dict[int, Node] = {}
         self.blocked: dict[int, Node] = {}
 
@@ -202,6 +225,16 @@ class _Rewrite:
                              dilations=p.dilations + (1,))
             self.blocked[id(node)] = make(node.op, (self.blocked_of(node.inputs[0]),),
                                           params)._node
+            return
+        if id(node) in self.joined:  # a part its concat runs (below)
+            return
+        if id(node) in self.chained and node.op is OpKind.CAT and id(node.inputs[0]) in \
+                self.joined:
+            inputs = [(self.blocked_of(part.inputs[0]), self.planar_of(part.inputs[1]),
+                       self.planar_of(part.inputs[2])) for part in node.inputs]
+            self.blocked[id(node)] = make(
+                OpKind.CONV_BLOCKED_CAT, tuple(value for part in inputs for value in part),
+                ConvPartsParams(tuple(part.params for part in node.inputs)))._node
             return
         if id(node) in self.chained and node.op is OpKind.CAT:
             parts = tuple(self.blocked_of(part) for part in node.inputs)
@@ -236,8 +269,8 @@ class _Rewrite:
 
 
 def _rewrite(values: dict[str, object], order: list[Node], chained: set[int],
-             stems: set[int]) -> dict:
-    rewrite = _Rewrite(chained, stems)
+             stems: set[int], joined: dict[int, Node]) -> dict:
+    rewrite = _Rewrite(chained, stems, joined)
     for node in order:
         set_user_site(node.site)  # a new node keeps its ONNX node's name
         try:

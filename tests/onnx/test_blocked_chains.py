@@ -87,7 +87,8 @@ def test_a_chain_runs_blocked_and_matches_onnxruntime(tmp_path, monkeypatch, blo
             np.testing.assert_allclose(value, reference, rtol=0, atol=1e-5 * span)
     ops = [launch.op for launch in profile.launches[:len(profile.launches) // 2]]
     if blocked == "1":  # every convolution past the 3-channel stem, and the pools, blocked
-        assert ops.count("conv_blocked") == 8 and ops.count("conv_fused") == 1
+        assert ops.count("conv_blocked") == 6 and ops.count("conv_fused") == 1
+        assert ops.count("conv_blocked_cat") == 1 and "cat" not in ops  # the fire's concat
         assert ops.count("contiguous") <= 4  # the chain's two ends and the planar output
     else:
         assert "conv_blocked" not in ops

@@ -66,6 +66,8 @@ static inline void transpose16(__m512 r[16]) {
 typedef struct {
     int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, groups, act;
     int64_t blocked;  /* input, residual and output NCHW16c (conv_lanes.h's blocked launch) */
+    int64_t out_m;    /* the output's channels an image, when more than m (its channels a
+                       * slice of a channel concat's: conv_lanes.h's blocked launch), else 0 */
 } Shape;
 
 /* This thread's scratch buffer `slot` (0-3), 64-byte aligned, grown to at least `floats`
@@ -269,7 +271,7 @@ static inline int pool_share(void **data, const int64_t *sizes) {
 static inline Shape shape_of(const int64_t *sizes) {
     const Shape s = {sizes[2], sizes[3], sizes[4], sizes[5], sizes[6], sizes[7], sizes[8],
                      sizes[9], sizes[10], sizes[11], sizes[12], sizes[13], sizes[14],
-                     sizes[15], sizes[16], sizes[17], sizes[18]};
+                     sizes[15], sizes[16], sizes[17], sizes[18], 0, sizes[19]};
     return s;
 }
 

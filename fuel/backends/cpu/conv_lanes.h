@@ -269,10 +269,12 @@ static void lanes_task(void *context, int64_t u) {
     const int64_t line = j->linear ? a1 - a0 : s->ow, lines = j->linear ? 1 : a1 - a0;
     const float *planes = j->planes + image * j->image;
     const float *wt = j->wt + block * j->k * LANES_MB;
-    float *out = j->out + (image * s->m + m0) * plane;  /* blocked: the same place */
-    const LanesOut o = {out, j->f->bias != NULL ? j->f->bias + m0 : NULL,
-                        j->residual != NULL ? j->residual + (out - j->out) : NULL, j->f, plane,
-                        live, s->blocked};
+    /* blocked: the same place; into a concat's slice (out_m): its image's channels on */
+    const int64_t at = (image * s->m + m0) * plane;
+    float *out = j->out + (image * (s->out_m > 0 ? s->out_m : s->m) + m0) * plane;
+    const float *residual = j->residual != NULL ? j->residual + at : NULL;
+    const LanesOut o = {out, j->f->bias != NULL ? j->f->bias + m0 : NULL, residual, j->f,
+                        plane, live, s->blocked};
     /* a line of positions as pieces of at most LANES_R, as even as they come */
     const int64_t pieces = (line + LANES_R - 1) / LANES_R;
     /* the partial sums wait per position across K blocks; with one K block each tile's go
@@ -319,7 +321,7 @@ static void lanes_task(void *context, int64_t u) {
             const int64_t m = m0 + i;
             float *row = out + i * plane + p0;
             finish(row, p1 - p0, f->bias != NULL ? f->bias[m] : 0.0f,
-                   j->residual != NULL ? j->residual + (row - j->out) : NULL, f->act, f->alpha,
+                   residual != NULL ? residual + i * plane + p0 : NULL, f->act, f->alpha,
                    f->beta, f->slope != NULL ? f->slope[m] : 0.0f);
         }
 }

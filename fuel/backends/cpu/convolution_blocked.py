@@ -27,7 +27,7 @@ from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.layout import Layout
 from fuel.ir.ops import OpKind
-from fuel.ir.params import ConvEpilogueParams, ConvParams
+from fuel.ir.params import ConvEpilogueParams, ConvParams, ConvPartsParams
 from fuel.ir.rules import BLOCK
 
 LANES_BLOCKED, BLOCK_CHANNELS, UNBLOCK_CHANNELS = 15, 16, 17  # conv.c's forms
@@ -160,6 +160,67 @@ class CBlockedConvolution:
         self.prepare(inputs, outputs, layouts, params)()
 
 
+
+class CBlockedConcat:
+    """CONV_BLOCKED_CAT float32: each part's lanes launch (a dense or pointwise link's, as
+    CBlockedConvolution's) storing its channel blocks into its slice of the one output, the
+    blocks of an image the parts' together (no concat copy)."""
+
+    __name__ = __qualname__ = "conv_blocked_cat_lanes_float32"
+
+    @property
+    def revision_source(self) -> str:
+        return cc.revision_text() + "blocked"
+
+    def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                params: ConvPartsParams) -> Launcher:
+        n, total, oh, ow, _ = layouts[-1].shape
+        parts = []
+        for k, part in enumerate(params.parts):
+            blocks = layouts[3 * k + 1].shape[0] // BLOCK
+            part_layouts = (*layouts[3 * k:3 * k + 3],
+                            Layout.contiguous((n, blocks, oh, ow, BLOCK)))
+            parts.append((inputs[3 * k:3 * k + 3], part_layouts, part,
+                          geometry(part_layouts, part)))
+        if (not available() or not all(layout.is_contiguous() for layout in layouts)
+                or any(len(p[1][0].shape) == 4 or _depthwise(p[3]) for p in parts)):
+            return lambda: concat_planar(inputs, outputs, layouts, params)
+        if layouts[-1].numel == 0:
+            return lambda: None
+        launches = []
+        out = address(outputs[0], layouts[-1])
+        for part_inputs, part_layouts, part, g in parts:
+            epilogue = cc._epilogue(OpKind.CONV_FUSED, part_inputs, part_layouts, part)
+            x, w = (address(s, layout) for s, layout in zip(part_inputs[:2], part_layouts))
+            constant = part.constant_weights
+            launches.append(cc.CConvolution._lanes(
+                cc.library(), g, cc._threads(g, "lanes"), epilogue, x, w, out, constant,
+                part_inputs[1] if constant else None, form=LANES_BLOCKED, out_m=total * BLOCK))
+            out += g.m * oh * ow * dt.float32.itemsize  # the next part's blocks
+
+        def launch() -> None:
+            for call in launches:
+                call()
+
+        launch.kernel_source = "c"
+        return launch
+
+    def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
+                 params) -> None:
+        self.prepare(inputs, outputs, layouts, params)()
+
+
+def concat_planar(inputs, outputs, layouts, params: ConvPartsParams) -> None:
+    """CONV_BLOCKED_CAT in NumPy: each part's planar launch into its blocks of the output."""
+    result = output(outputs[0], layouts[-1])
+    start = 0
+    for k, part in enumerate(params.parts):
+        blocks = layouts[3 * k + 1].shape[0] // BLOCK
+        shape = result.shape[:1] + (blocks,) + result.shape[2:]
+        result[:, start:start + blocks] = _planar_result(inputs[3 * k:3 * k + 3],
+                                                         layouts[3 * k:3 * k + 3], part, shape)
+        start += blocks
+
 def _depthwise(g: cc.Geometry) -> bool:
     """A depthwise launch (depthwise.c's blocked form); dense and grouped ones run lanes."""
     return g.groups > 1 and g.groups == g.c == g.m
@@ -203,6 +264,12 @@ def blocking_copy(inputs, outputs, layouts) -> Launcher | None:
 
 def planar(inputs, outputs, layouts, params: ConvEpilogueParams) -> None:
     """The launch in NumPy on planar values (float64 sums), its output blocked again."""
+    result = output(outputs[0], layouts[-1])
+    result[...] = _planar_result(inputs, layouts, params, result.shape)
+
+
+def _planar_result(inputs, layouts, params: ConvEpilogueParams, shape: tuple) -> np.ndarray:
+    """A blocked launch's (N, M/16, OH, OW, 16) output, computed on planar values."""
     conv = params.conv
     x = view(inputs[0], layouts[0]).astype(np.float64)
     if x.ndim == 5:  # a stem's input is planar
@@ -210,15 +277,15 @@ def planar(inputs, outputs, layouts, params: ConvEpilogueParams) -> None:
         x = x.transpose(0, 1, 4, 2, 3).reshape(n, blocks * BLOCK, h, w)
     n = x.shape[0]
     weight = view(inputs[1], layouts[1]).astype(np.float64)
-    result = output(outputs[0], layouts[-1])
-    _, out_blocks, oh, ow, _ = result.shape
+    _, out_blocks, oh, ow, _ = shape
     y = convolution.convolve(x, weight, conv, (oh, ow))
     y += view(inputs[2], layouts[2]).reshape(1, -1, 1, 1)
     if params.residual:
         y += view(inputs[3], layouts[3]).transpose(0, 1, 4, 2, 3).reshape(y.shape)
     y = cc.activate_numpy(y.astype(np.float32), params)
-    result[...] = y.reshape(n, out_blocks, BLOCK, oh, ow).transpose(0, 1, 3, 4, 2)
-
+    return y.reshape(n, out_blocks, BLOCK, oh, ow).transpose(0, 1, 3, 4, 2)
 
 KERNELS = KernelList(BackendId.CPU, "c")
 KERNELS.add(OpKind.CONV_BLOCKED, [(dt.float32,) * 4, (dt.float32,) * 5], CBlockedConvolution())
+KERNELS.add(OpKind.CONV_BLOCKED_CAT, [(dt.float32,) * (3 * parts + 1) for parts in range(2, 9)],
+            CBlockedConcat())

@@ -227,7 +227,7 @@ def avx512() -> bool:
     if function is None:
         return False
     answer = np.zeros(1, np.int64)
-    sizes = (ctypes.c_int64 * 19)(-1, *([0] * 18))
+    sizes = (ctypes.c_int64 * 20)(-1, *([0] * 19))
     function((ctypes.c_void_p * 8)(answer.ctypes.data, *([None] * 7)), sizes, None)
     return bool(answer[0])
 
@@ -260,7 +260,7 @@ def library(form: int = 4):
     with _shared_lock:
         pool = library(GEMM)
         if path not in _shared and pool is not None:
-            sizes = (ctypes.c_int64 * 19)(POOL_ADDRESS, *([0] * 18))
+            sizes = (ctypes.c_int64 * 20)(POOL_ADDRESS, *([0] * 19))
             data = (ctypes.c_void_p * 8)()
             pool(data, sizes, None)
             sizes[0] = POOL_SHARE
@@ -320,12 +320,15 @@ class Geometry:
                        params.groups)
         return None
 
-    def sizes(self, form: int, threads: int, activation: int, **changes) -> ctypes.Array:
+    def sizes(self, form: int, threads: int, activation: int, out_m: int = 0,
+              **changes) -> ctypes.Array:
+        """conv_common.h's sizes (``out_m``: the output's channels an image when the launch
+        writes a slice of them, conv_lanes.h's blocked launch into a concat)."""
         values = dict(n=self.n, c=self.c, h=self.h, w=self.w, m=self.m, kh=self.kh,
                       kw=self.kw, oh=self.oh, ow=self.ow, sh=self.sh, sw=self.sw, dh=self.dh,
                       dw=self.dw, pt=self.pt, pl=self.pl, groups=self.groups)
         values.update(changes)
-        row = [form, threads] + list(values.values()) + [activation]
+        row = [form, threads] + list(values.values()) + [activation, out_m]
         return (ctypes.c_int64 * len(row))(*row)
 
     @property
@@ -676,11 +679,13 @@ class CConvolution:
 
     @staticmethod
     def _lanes(function, g: Geometry, threads: int, epilogue: Epilogue, x: int, w: int,
-               out: int, constant: bool = False, weights=None, form: int = LANES) -> Launcher:
-        """conv.c's lanes form (``form``: LANES, or convolution_blocked's blocked launch):
-        the weights transposed into blocks of LANES_BLOCK output channels, once, here, for
-        constant weights (an array the launcher keeps), else into this thread's scratch
-        buffer on every launch."""
+               out: int, constant: bool = False, weights=None, form: int = LANES,
+               out_m: int = 0) -> Launcher:
+        """conv.c's lanes form (``form``: LANES, or convolution_blocked's blocked launch,
+        ``out_m``: into a slice of an output of that many channels an image): the weights
+        transposed into blocks of LANES_BLOCK output channels, once, here, for constant
+        weights (an array the launcher keeps), else into this thread's scratch buffer on
+        every launch."""
         size = (g.c // g.groups * g.kh * g.kw * g.groups * -(-(g.m // g.groups) // LANES_BLOCK)
                 * LANES_BLOCK)
         if constant:
@@ -689,14 +694,14 @@ class CConvolution:
                     size, lambda at: CConvolution._call(function, g, LANES_WEIGHTS, threads,
                                                         epilogue, x, w, out, at)()))
             call = CConvolution._call(function, g, form, threads, epilogue, x, w, out,
-                                      transposed.ctypes.data)
+                                      transposed.ctypes.data, out_m=out_m)
             call.data.transposed = transposed  # held as long as the launcher
             call.baked = (w,)  # the weights' values are in the copy
             return call
         weights = CConvolution._call(function, g, LANES_WEIGHTS, threads, epilogue, x, w, out,
                                      scratch(size + 16).ctypes.data)
         call = CConvolution._call(function, g, form, threads, epilogue, x, w, out,
-                                  scratch(size + 16).ctypes.data)
+                                  scratch(size + 16).ctypes.data, out_m=out_m)
 
         def launch() -> None:
             buffer = scratch(size + 16)

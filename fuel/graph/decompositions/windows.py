@@ -9,6 +9,7 @@ from fuel.graph.decompositions.registry import decomposes
 from fuel.graph.node import Node
 from fuel.ir import dtype as dt
 from fuel.ir.ops import OpKind
+from fuel.ir.params import AxisParams
 
 
 def _product(sizes) -> int:
@@ -228,6 +229,14 @@ def conv_blocked(node: Node, build: Builder) -> Node:
         inputs.append(from_blocked(build, node.inputs[3]))
     y = build.op(OpKind.CONV_FUSED, *inputs, params=params)
     return to_blocked(build, y, node.shape[-1])
+
+
+@decomposes(OpKind.CONV_BLOCKED_CAT)
+def conv_blocked_cat(node: Node, build: Builder) -> Node:
+    """Each part a CONV_BLOCKED, joined along the channel blocks."""
+    parts = [build.op(OpKind.CONV_BLOCKED, *node.inputs[3 * k:3 * k + 3], params=part)
+             for k, part in enumerate(node.params.parts)]
+    return build.op(OpKind.CAT, *parts, params=AxisParams(1))
 
 
 @decomposes(OpKind.CONV_FUSED)

@@ -150,6 +150,56 @@ def test_blocked_depthwise_matches_the_reference(monkeypatch, case, activation):
         _check(arrays, out_shape, params, expected, fallback=True)
 
 
+
+JOINED = [  # (N, C, H, W, threads, parts: (M, K, stride, pad, activation) each)
+    (1, 16, 13, 13, "2", ((64, 1, 1, 0, "relu"), (64, 3, 1, 1, "relu"))),  # a fire's expands
+    (3, 32, 9, 11, "2", ((48, 3, 1, 1, "clip"), (16, 1, 1, 0, ""), (32, 5, 1, 2, "silu"))),
+    (2, 16, 12, 10, "1", ((32, 3, 2, 1, ""), (16, 1, 2, 0, "relu"))),  # strided, a batch
+]
+
+
+@pytest.mark.parametrize("case", JOINED)
+@pytest.mark.parametrize("constant", [True, False])
+def test_joined_parts_store_into_their_blocks_of_one_output(monkeypatch, case, constant):
+    """CONV_BLOCKED_CAT: each part's launch writes its channel blocks into its slice of the
+    output, every image's (the output's image stride is the parts' channels together), as
+    the concat of the parts' reference convolutions; its NumPy launch does the same."""
+    from fuel.ir.params import ConvPartsParams
+
+    n, c, h, w, threads, parts = case
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(c + h)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    arrays, params, expected = [], [], []
+    for m, k, stride, pad, activation in parts:
+        conv = ConvParams((stride, stride), (pad, pad), (pad, pad), (1, 1), 1)
+        weight = (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+        bias = rng.standard_normal(m).astype(np.float32)
+        part = ConvEpilogueParams(conv, activation, -0.5, 0.75, False, constant)
+        expected.append(epilogue_reference(reference(x, weight, conv), part, bias, None, None))
+        arrays += [blocked(x), weight, bias]
+        params.append(part)
+    expected = np.concatenate(expected, axis=1)
+    params = ConvPartsParams(tuple(params))
+    nodes = tuple(fuel.from_numpy(a)._node for a in arrays)
+    out_shape = (n, expected.shape[1] // 16, *expected.shape[2:], 16)
+    assert make(OpKind.CONV_BLOCKED_CAT, nodes, params).shape == out_shape
+    entry = global_table().lookup_alternatives(OpKind.CONV_BLOCKED_CAT,
+                                               (dt.float32,) * (len(arrays) + 1),
+                                               BackendId.CPU)[0]
+    got = planar(_run(entry, arrays, out_shape, params, launches=2))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    device = CPU.devices()[0]
+    layouts = [Layout.contiguous(a.shape) for a in arrays] + [Layout.contiguous(out_shape)]
+    result = CPU.allocate(device, dt.float32, layouts[-1].numel)
+    convolution_blocked.concat_planar([CPU.upload(device, a) for a in arrays], [result],
+                                      layouts, params)
+    np.testing.assert_allclose(planar(np.asarray(CPU.download(result, layouts[-1]))),
+                               expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(fuel.FuelError, match="differ only in their channel blocks"):
+        narrower = fuel.from_numpy(blocked(x[..., :-2]))._node  # the first part's alone
+        make(OpKind.CONV_BLOCKED_CAT, (narrower, *nodes[1:]), params)
+
 @pytest.mark.parametrize("shape", [(1, 32, 7, 9), (2, 16, 1, 17), (1, 48, 13, 13)])
 def test_blocking_copies_match_numpy(shape):
     """The permuted copies that enter and leave a chain (conv.c's 16 x 16 transposes where
