@@ -13,6 +13,7 @@ in NumPy on planar copies, summing in float64.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +23,8 @@ from fuel.backends.cpu import convolution_c as cc
 from fuel.backends.cpu.arrays import output, view
 from fuel.backends.cpu.c_library import address
 from fuel.backends.cpu.quantized import thread_count
+from fuel.backends.cpu.sequences import sequence_runner
+from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
@@ -198,16 +201,31 @@ class CBlockedConcat:
                 part_inputs[1] if constant else None, form=LANES_BLOCKED, out_m=total * BLOCK))
             out += g.m * oh * ow * dt.float32.itemsize  # the next part's blocks
 
-        def launch() -> None:
-            for call in launches:
-                call()
-
-        launch.kernel_source = "c"
-        return launch
+        return _in_order(launches)
 
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params) -> None:
         self.prepare(inputs, outputs, layouts, params)()
+
+
+def _in_order(launches: list) -> Launcher:
+    """One launcher running ``launches`` in order: where each is one foreign call, one
+    foreign call of the sequence loop (sequences.py's), which a bound plan's batcher folds
+    into its sequences like any other."""
+    runner = sequence_runner()
+    if runner is not None and all(call.__class__ is ForeignCall for call in launches):
+        entries = (ctypes.c_void_p * (4 * len(launches)))()
+        for position, call in enumerate(launches):
+            entries[4 * position:4 * position + 4] = call.entry()
+        entries.calls = launches  # held as long as the launcher
+        return ForeignCall(runner, entries, (ctypes.c_int64 * 1)(len(launches)))
+
+    def launch() -> None:
+        for call in launches:
+            call()
+
+    launch.kernel_source = "c"
+    return launch
 
 
 def concat_planar(inputs, outputs, layouts, params: ConvPartsParams) -> None:
