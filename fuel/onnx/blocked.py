@@ -13,7 +13,9 @@ feeds one (to at most POOLED_STEM_OUTPUTS channels), starts a chain with no entr
 it reads its image planar and stores its output blocked. Then, in
 graph order, so does a link fed by a blocked value, and a 2-d max or average pool of a
 blocked value, a channel concat of blocked parts and a channel scale of a blocked value (a
-squeeze-excite Mul by an (N, C, 1, 1) value) stay blocked. Inside a chain the values are
+squeeze-excite Mul by an (N, C, 1, 1) value) stay blocked; a channel concat of one-group
+links nothing else reads runs as one CONV_BLOCKED_CAT, its parts storing into their blocks of
+its output (no concat copy). Inside a chain the values are
 (N, C/16, H, W, 16): conv.c's lanes form neither interleaves its input into 16-channel cells
 nor transposes its tiles back into planes, and runs its epilogue as it stores. The layout
 changes only at a chain's ends: a planar value entering it is permuted once, as is a blocked

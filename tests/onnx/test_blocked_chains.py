@@ -275,3 +275,35 @@ def test_a_1d_depthwise_convolution_is_not_a_link(tmp_path):
         None, {"x": x})[0]
     got = fuel.onnx.load(path).run({"x": x})["y"]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def _fire(path, shared: bool):
+    """A squeezenet fire behind a 1x1 entry (a 1x1 squeeze, a 1x1 and a 3x3 expand, their
+    channel Concat); with ``shared`` the 1x1 expand is also read by a 1x1 whose output is
+    added to the concat."""
+    rng = np.random.default_rng(6)
+    inits, nodes = [], []
+    entry = _conv(inits, nodes, rng, "entry", "x", (16, 32, 1), 1, 0)
+    squeeze = _conv(inits, nodes, rng, "squeeze", entry, (32, 16, 1), 1, 0)
+    left = _conv(inits, nodes, rng, "left", squeeze, (16, 32, 1), 1, 0)
+    right = _conv(inits, nodes, rng, "right", squeeze, (16, 32, 3), 1, 1)
+    nodes.append(helper.make_node("Concat", [left, right], ["fire"], axis=1))
+    last = "fire"
+    if shared:
+        side = _conv(inits, nodes, rng, "side", left, (32, 64, 1), 1, 0, relu=False)
+        nodes.append(helper.make_node("Add", ["fire", side], ["joined"]))
+        last = "joined"
+    _conv(inits, nodes, rng, "y", last, (64, 32, 3), 1, 1)
+    return _saved(path, nodes, "fire", [2, 16, 13, 13], inits)
+
+
+@needs_blocked
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_concat_of_links_stores_into_one_output(tmp_path, monkeypatch, shared):
+    """A channel concat of links nothing else reads runs as one CONV_BLOCKED_CAT (the
+    parts store into their blocks of its output, every image's); a part another node
+    reads stays a link of its own and the concat copies."""
+    ops = _blocked_ops(monkeypatch, _fire(tmp_path / "fire.onnx", shared), (2, 16, 13, 13),
+                       6)
+    assert ops.count("conv_blocked_cat") == (0 if shared else 1)
+    assert ops.count("cat") == (1 if shared else 0)
