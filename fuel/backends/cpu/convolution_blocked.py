@@ -239,6 +239,7 @@ def concat_planar(inputs, outputs, layouts, params: ConvPartsParams) -> None:
                                                          layouts[3 * k:3 * k + 3], part, shape)
         start += blocks
 
+
 def _depthwise(g: cc.Geometry) -> bool:
     """A depthwise launch (depthwise.c's blocked form); dense and grouped ones run lanes."""
     return g.groups > 1 and g.groups == g.c == g.m
@@ -302,6 +303,7 @@ def _planar_result(inputs, layouts, params: ConvEpilogueParams, shape: tuple) ->
         y += view(inputs[3], layouts[3]).transpose(0, 1, 4, 2, 3).reshape(y.shape)
     y = cc.activate_numpy(y.astype(np.float32), params)
     return y.reshape(n, out_blocks, BLOCK, oh, ow).transpose(0, 1, 3, 4, 2)
+
 
 KERNELS = KernelList(BackendId.CPU, "c")
 KERNELS.add(OpKind.CONV_BLOCKED, [(dt.float32,) * 4, (dt.float32,) * 5], CBlockedConvolution())
