@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fuel.ir.ops import OpKind
-from fuel.ir.params import ConvEpilogueParams, ConvParams
+from fuel.ir.params import ConvEpilogueParams, ConvParams, ConvPartsParams
 from tests.backends.kernel_cases import references as naive
 from tests.backends.kernel_cases.base import Case, compute, operand, rng_for, tolerance, values
 
@@ -179,9 +179,39 @@ def conv_blocked_cases(dtypes):
     return cases
 
 
+
+def conv_blocked_cat_cases(dtypes):
+    """CONV_BLOCKED_CAT of as many parts as the key has (3 operands each): 1x1 and 3x3
+    parts of 16 and 32 channels over one blocked input, a batch of 2, joined by blocks."""
+    d = dtypes[0]
+    count = (len(dtypes) - 1) // 3
+    rng = rng_for("conv_blocked_cat", dtypes)
+    rtol, atol = tolerance(d, loose=True)
+    x = _blocked(values(d, (2, 16, 7, 7), rng))
+    arrays, parts = [], []
+    for i in range(count):
+        k, m = (1, 16) if i % 2 == 0 else (3, 32)
+        conv = ConvParams((1, 1), (k // 2, k // 2), (k // 2, k // 2), (1, 1), 1)
+        parts.append(ConvEpilogueParams(conv, "relu" if i % 2 else "", 0.0, 0.0, False, True))
+        arrays += [x, values(d, (m, 16, k, k), rng), values(d, (m,), rng)]
+
+    def reference(a, p):
+        a = [compute(v) for v in a]
+        pieces = []
+        for j, part in enumerate(p.parts):
+            x, w, b = a[3 * j:3 * j + 3]
+            y = naive.conv(_planar(x), w, part.conv.strides, part.conv.pads_begin,
+                           part.conv.pads_end, part.conv.dilations, 1)
+            pieces.append(_blocked(epilogue_reference(y, part, b, None, None)))
+        return np.concatenate(pieces, axis=1).astype(d.numpy)
+
+    return [Case(ConvPartsParams(tuple(parts)), [operand(a) for a in arrays], reference,
+                 f"conv_blocked_cat#{count}", rtol, atol)]
+
 CASES = {
     K.CONV: conv_cases,
     K.CONV_FUSED: conv_fused_cases,
     K.CONV_BLOCKED: conv_blocked_cases,
+    K.CONV_BLOCKED_CAT: conv_blocked_cat_cases,
     K.CONV_TRANSPOSE: conv_transpose_cases,
 }
