@@ -173,9 +173,8 @@ def _joined(order: list[Node], roots: list[Node], chained: set[int],
     (nor an output): each becomes one CONV_BLOCKED_CAT whose parts store into its blocks.
     Maps each such part's id to its concat."""
     readers: dict[int, int] = {}
-    for node in [*order, *roots]:
-        for child in (node.inputs if node not in roots else (node,)):
-            readers[id(child)] = readers.get(id(child), 0) + 1
+    for child in [child for node in order for child in node.inputs] + roots:  # an output
+        readers[id(child)] = readers.get(id(child), 0) + 1  # counts as a reader
     joined: dict[int, Node] = {}
     for node in order:
         if (id(node) in chained and node.op is OpKind.CAT and len(set(map(id, node.inputs)))
