@@ -12,7 +12,7 @@ import fuel
 from fuel.backends.cpu import BACKEND, matmul
 from fuel.backends.cpu.c_library import entry_point
 from fuel.backends.cpu.elementwise import BINARY_SOURCE, C_BINARY_OPERATIONS
-from fuel.backends.cpu.sequences import SequenceBatcher, SequenceCall
+from fuel.backends.cpu.sequences import SequenceBatcher, SequenceCall, one_call
 from fuel.compiler import toolchain
 from fuel.compiler.foreign import ForeignCall
 from fuel.ir.ops import OpKind
@@ -63,6 +63,21 @@ def test_batcher_runs_consecutive_calls_as_one_sequence_and_patches_them():
     for launch in batched:
         launch()
     assert log[-1] == "other"
+
+
+def test_one_kernels_calls_run_as_one_foreign_call_in_order():
+    """one_call: a kernel's launches as one foreign call of the sequence loop (so a batcher
+    folds it into its sequences), run in order; a call that validates at launch is refused
+    (the loop would not read its status)."""
+    x = np.arange(8, dtype=np.float32)
+    a, b = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    call = one_call([_add(x, x, a), _add(a, x, b)])
+    assert type(call) is ForeignCall
+    call()
+    np.testing.assert_array_equal(b, 3 * x)
+    checked = _add(x, x, a)
+    checked.status = np.zeros(1, np.int64)
+    assert one_call([_add(x, x, a), checked]) is None
 
 
 def _batched(bound) -> list:

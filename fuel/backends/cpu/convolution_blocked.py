@@ -13,7 +13,6 @@ in NumPy on planar copies, summing in float64.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,7 +22,7 @@ from fuel.backends.cpu import convolution_c as cc
 from fuel.backends.cpu.arrays import output, view
 from fuel.backends.cpu.c_library import address
 from fuel.backends.cpu.quantized import thread_count
-from fuel.backends.cpu.sequences import sequence_runner
+from fuel.backends.cpu.sequences import one_call
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
 from fuel.ir import dtype as dt
@@ -139,29 +138,38 @@ class CBlockedConvolution:
             return lambda: planar(inputs, outputs, layouts, params)
         if layouts[-1].numel == 0:
             return lambda: None
-        threads = cc._threads(g, _form(g, layouts)) if threads is None else threads
+        form = _form(g, layouts)
+        threads = cc._threads(g, form) if threads is None else threads
+        if form == "lanes":
+            return _lanes(inputs, layouts, params, g, threads, address(outputs[0], layouts[-1]))
         epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
         x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
-        if len(layouts[0].shape) == 4:  # a stem: planar in, blocked out
+        if form == "direct":  # a stem: planar in, blocked out
             if not cc.avx512() or g.pointwise or g.groups != 1:  # not conv_direct.c's stem
                 return lambda: planar(inputs, outputs, layouts, params)
             return cc.CConvolution._call(cc.library(cc.DIRECT), g, DIRECT_BLOCKED_OUT, threads,
                                          epilogue, x, w, address(outputs[0], layouts[-1]))
-        if _depthwise(g):
-            depthwise = cc.library(cc.DEPTHWISE)
-            if depthwise is None or g.kh * g.kw > DEPTHWISE_TAPS:
-                return lambda: planar(inputs, outputs, layouts, params)
-            return cc.CConvolution._call(depthwise, g, DEPTHWISE_BLOCKED, threads, epilogue, x,
-                                         w, address(outputs[0], layouts[-1]))
-        constant = params.constant_weights
-        return cc.CConvolution._lanes(cc.library(), g, threads, epilogue, x, w,
-                                      address(outputs[0], layouts[-1]), constant,
-                                      inputs[1] if constant else None, form=LANES_BLOCKED)
+        depthwise = cc.library(cc.DEPTHWISE)
+        if depthwise is None or g.kh * g.kw > DEPTHWISE_TAPS:
+            return lambda: planar(inputs, outputs, layouts, params)
+        return cc.CConvolution._call(depthwise, g, DEPTHWISE_BLOCKED, threads, epilogue, x, w,
+                                     address(outputs[0], layouts[-1]))
 
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params) -> None:
         self.prepare(inputs, outputs, layouts, params)()
 
+
+def _lanes(inputs: Sequence, layouts: Sequence[Layout], params: ConvEpilogueParams,
+           g: cc.Geometry, threads: int, out: int, out_m: int = 0) -> Launcher:
+    """conv.c's lanes form launched blocked (a dense, pointwise or grouped link) storing at
+    ``out`` (``out_m``: into a slice of an output of that many channels an image)."""
+    epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
+    x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
+    constant = params.constant_weights
+    return cc.CConvolution._lanes(cc.library(), g, threads, epilogue, x, w, out, constant,
+                                  inputs[1] if constant else None, form=LANES_BLOCKED,
+                                  out_m=out_m)
 
 
 class CBlockedConcat:
@@ -193,39 +201,25 @@ class CBlockedConcat:
         launches = []
         out = address(outputs[0], layouts[-1])
         for part_inputs, part_layouts, part, g in parts:
-            epilogue = cc._epilogue(OpKind.CONV_FUSED, part_inputs, part_layouts, part)
-            x, w = (address(s, layout) for s, layout in zip(part_inputs[:2], part_layouts))
-            constant = part.constant_weights
-            launches.append(cc.CConvolution._lanes(
-                cc.library(), g, cc._threads(g, "lanes"), epilogue, x, w, out, constant,
-                part_inputs[1] if constant else None, form=LANES_BLOCKED, out_m=total * BLOCK))
+            launches.append(_lanes(part_inputs, part_layouts, part, g,
+                                   cc._threads(g, _form(g, part_layouts)), out,
+                                   out_m=total * BLOCK))
             out += g.m * oh * ow * dt.float32.itemsize  # the next part's blocks
+        if all(call.__class__ is ForeignCall for call in launches):
+            call = one_call(launches)
+            if call is not None:
+                return call
 
-        return _in_order(launches)
+        def launch() -> None:
+            for call in launches:
+                call()
+
+        launch.kernel_source = "c"
+        return launch
 
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params) -> None:
         self.prepare(inputs, outputs, layouts, params)()
-
-
-def _in_order(launches: list) -> Launcher:
-    """One launcher running ``launches`` in order: where each is one foreign call, one
-    foreign call of the sequence loop (sequences.py's), which a bound plan's batcher folds
-    into its sequences like any other."""
-    runner = sequence_runner()
-    if runner is not None and all(call.__class__ is ForeignCall for call in launches):
-        entries = (ctypes.c_void_p * (4 * len(launches)))()
-        for position, call in enumerate(launches):
-            entries[4 * position:4 * position + 4] = call.entry()
-        entries.calls = launches  # held as long as the launcher
-        return ForeignCall(runner, entries, (ctypes.c_int64 * 1)(len(launches)))
-
-    def launch() -> None:
-        for call in launches:
-            call()
-
-    launch.kernel_source = "c"
-    return launch
 
 
 def concat_planar(inputs, outputs, layouts, params: ConvPartsParams) -> None:

@@ -63,6 +63,26 @@ def sequence_runner():
     return _runner[0]
 
 
+def _entries(calls: Sequence[ForeignCall]) -> ctypes.Array:
+    """The sequence loop's data for ``calls``: each call's four addresses, in order."""
+    entries = (ctypes.c_void_p * (4 * len(calls)))()
+    for position, call in enumerate(calls):
+        entries[4 * position:4 * position + 4] = call.entry()
+    return entries
+
+
+def one_call(calls: Sequence[ForeignCall]) -> ForeignCall | None:
+    """``calls`` (one kernel's launches, in order) as one foreign call of the sequence loop,
+    which a batcher folds into its sequences like any other call; None where the loop is not
+    built or a call validates at launch (the loop would not check its status)."""
+    runner = sequence_runner()
+    if runner is None or any(call.status is not None for call in calls):
+        return None
+    entries = _entries(calls)
+    entries.calls = list(calls)  # held as long as the call
+    return ForeignCall(runner, entries, (ctypes.c_int64 * 1)(len(calls)))
+
+
 class SequenceCall:
     """Consecutive foreign calls run by one call of the sequence loop (GIL released throughout);
     ``replace`` swaps one of them in place."""
@@ -72,9 +92,7 @@ class SequenceCall:
     def __init__(self, calls: Sequence[ForeignCall], runner) -> None:
         self.calls = list(calls)
         self.runner = runner
-        self.entries = (ctypes.c_void_p * (4 * len(self.calls)))()
-        for position, call in enumerate(self.calls):
-            self.entries[4 * position:4 * position + 4] = call.entry()
+        self.entries = _entries(self.calls)
         self.count = (ctypes.c_int64 * 1)(len(self.calls))
         self.checked = [call for call in self.calls if call.status is not None]
 
