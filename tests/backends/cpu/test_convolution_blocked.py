@@ -118,12 +118,13 @@ def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
 
 
 DEPTHWISE = [  # (N, C, H, W, K, stride, pad, dilation, threads)
-    (1, 32, 14, 14, 3, 1, 1, 1, "2"),     # interior tiles of 8 and border positions
+    (1, 32, 14, 14, 3, 1, 1, 1, "2"),     # a small plane: its rows copied between zeros
     (2, 48, 9, 23, 3, 2, 1, 1, "2"),      # stride 2, odd width, a batch
     (1, 16, 7, 7, 5, 1, 2, 1, "1"),       # 5x5 over a 7x7 plane: every position a border
-    (1, 64, 30, 33, 3, 1, 2, 2, "2"),     # dilated, padded past the taps
+    (1, 64, 30, 33, 3, 1, 2, 2, "2"),     # dilated, padded past the taps: interior tiles
     (1, 32, 12, 40, 7, 2, 3, 1, "1"),     # 7x7 stride 2, long rows (several tiles)
     (1, 16, 6, 5, 3, 1, 0, 1, "2"),       # unpadded: rows shorter than a tile
+    (1, 16, 40, 12, 3, 1, 1, 1, "2"),     # padded copies, two strips of rows a plane
 ]
 
 
