@@ -40,7 +40,7 @@ typedef struct {
 
 /* Positions [p, p + T) of a padded unit (depthwise_padded_task): position i's taps read at
  * at[i] + offset[t], its output at out + i * 16 (a unit's positions are contiguous in the
- * output, row after row). T (<= DWB_TILE) a constant once inlined. */
+ * output, row after row). T (8, 4, 2 or 1) a constant once inlined. */
 static inline __attribute__((always_inline)) void dwb_positions(
         int T, const float *const *at, const int64_t *offset, const float *wt, int64_t taps,
         __m512 shift, float *out, const float *residual, int64_t act, float alpha,
@@ -59,7 +59,7 @@ static inline __attribute__((always_inline)) void dwb_positions(
  * two-accumulator path) are a large share: its input rows are copied once between zero
  * rows and columns, so every position takes every tap unchecked, and its positions, row
  * after row, run in tiles of 8 (a 7-wide row no longer splits into tiles of 4, 2 and 1,
- * whose single accumulators wait on each other). */
+ * whose few accumulators wait on each other; only a unit's last positions do). */
 static void depthwise_padded_task(void *context, int64_t unit) {
     const BlockedDepthwiseJob *j = context;
     const Shape *s = j->s;
@@ -102,32 +102,23 @@ static void depthwise_padded_task(void *context, int64_t unit) {
     const float *residual = j->residual != NULL ? j->residual + at0 : NULL;
     const int64_t positions = (end - first) * s->ow;
     const float *at[DWB_TILE];
-    for (int64_t p = 0; p < positions; p += DWB_TILE) {
-        const int T = positions - p < DWB_TILE ? (int)(positions - p) : DWB_TILE;
+    for (int64_t p = 0; p < positions;) {  /* tiles of 8, the last positions 4, 2 and 1 */
+        const int64_t left = positions - p;
+        const int T = left >= DWB_TILE ? DWB_TILE : left >= 4 ? 4 : left >= 2 ? 2 : 1;
         for (int i = 0; i < T; i++) {
             const int64_t oh = (p + i) / s->ow, ow = (p + i) % s->ow;
             at[i] = copy + oh * sh * pitch + ow * sw * 16;
         }
         float *o = out + p * 16;
         const float *res = residual != NULL ? residual + p * 16 : NULL;
-        switch (T) {
-            case 8: dwb_positions(8, at, offset, wt, taps, shift, o, res, s->act, j->alpha,
-                                  j->beta); break;
-            case 7: dwb_positions(7, at, offset, wt, taps, shift, o, res, s->act, j->alpha,
-                                  j->beta); break;
-            case 6: dwb_positions(6, at, offset, wt, taps, shift, o, res, s->act, j->alpha,
-                                  j->beta); break;
-            case 5: dwb_positions(5, at, offset, wt, taps, shift, o, res, s->act, j->alpha,
-                                  j->beta); break;
-            case 4: dwb_positions(4, at, offset, wt, taps, shift, o, res, s->act, j->alpha,
-                                  j->beta); break;
-            case 3: dwb_positions(3, at, offset, wt, taps, shift, o, res, s->act, j->alpha,
-                                  j->beta); break;
-            case 2: dwb_positions(2, at, offset, wt, taps, shift, o, res, s->act, j->alpha,
-                                  j->beta); break;
-            default: dwb_positions(1, at, offset, wt, taps, shift, o, res, s->act, j->alpha,
-                                   j->beta);
-        }
+#define DWB_POSITIONS(T) \
+        dwb_positions(T, at, offset, wt, taps, shift, o, res, s->act, j->alpha, j->beta)
+        if (T == DWB_TILE) DWB_POSITIONS(DWB_TILE);
+        else if (T == 4) DWB_POSITIONS(4);
+        else if (T == 2) DWB_POSITIONS(2);
+        else DWB_POSITIONS(1);
+#undef DWB_POSITIONS
+        p += T;
     }
 }
 
