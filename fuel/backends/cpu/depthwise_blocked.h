@@ -38,6 +38,22 @@ typedef struct {
     int64_t blocks, rows, strips;  /* C / 16, output rows a unit, units a block */
 } BlockedDepthwiseJob;
 
+/* Unit `unit` of a launch: its image and block (`cell`), its block, its output rows
+ * [first, end); returns the block's filter transposed, wt[t][l] = w[16 block + l][t]. */
+static const float *dwb_unit(const BlockedDepthwiseJob *j, int64_t unit, int64_t *cell,
+                             int64_t *block, int64_t *first, int64_t *end) {
+    const Shape *s = j->s;
+    const int64_t taps = s->kh * s->kw;
+    *cell = unit / j->strips, *block = *cell % j->blocks;
+    *first = (unit % j->strips) * j->rows;
+    *end = *first + j->rows < s->oh ? *first + j->rows : s->oh;
+    float *wt = thread_buffer(0, (size_t)(16 * taps));
+    for (int64_t l = 0; l < 16; l++)
+        for (int64_t t = 0; t < taps; t++)
+            wt[t * 16 + l] = j->w[(*block * 16 + l) * taps + t];
+    return wt;
+}
+
 /* Positions [p, p + T) of a padded unit (depthwise_padded_task): position i's taps read at
  * at[i] + offset[t], its output at out + i * 16 (a unit's positions are contiguous in the
  * output, row after row). T (8, 4, 2 or 1) a constant once inlined. */
@@ -63,15 +79,10 @@ static inline __attribute__((always_inline)) void dwb_positions(
 static void depthwise_padded_task(void *context, int64_t unit) {
     const BlockedDepthwiseJob *j = context;
     const Shape *s = j->s;
-    const int64_t cell = unit / j->strips, block = cell % j->blocks;
-    const int64_t first = (unit % j->strips) * j->rows;
-    const int64_t end = first + j->rows < s->oh ? first + j->rows : s->oh;
+    int64_t cell, block, first, end;
+    const float *wt = dwb_unit(j, unit, &cell, &block, &first, &end);
     const int64_t kh = s->kh, kw = s->kw, sw = s->sw, sh = s->sh, width = s->w;
     const int64_t taps = kh * kw;
-    float *wt = thread_buffer(0, (size_t)(16 * taps));
-    for (int64_t l = 0; l < 16; l++)
-        for (int64_t t = 0; t < taps; t++)
-            wt[t * 16 + l] = j->w[(block * 16 + l) * taps + t];
     /* the copy: input rows [r0, r0 + count) (zero outside the input), columns from -pl */
     int64_t pr = (s->ow - 1) * sw + (kw - 1) * s->dw - s->pl - width + 1;
     if (pr < 0) pr = 0;
@@ -164,16 +175,10 @@ static inline __attribute__((always_inline)) void dwb_interior_row(
 static void depthwise_blocked_task(void *context, int64_t unit) {
     const BlockedDepthwiseJob *j = context;
     const Shape *s = j->s;
-    const int64_t cell = unit / j->strips, block = cell % j->blocks;
-    const int64_t first = (unit % j->strips) * j->rows;
-    const int64_t end = first + j->rows < s->oh ? first + j->rows : s->oh;
+    int64_t cell, block, first, end;
+    const float *wt = dwb_unit(j, unit, &cell, &block, &first, &end);
     const int64_t kh = s->kh, kw = s->kw, sw = s->sw, dw = s->dw, pl = s->pl, width = s->w;
     const int64_t act = s->act, plane_in = s->h * width * 16, plane_out = s->oh * s->ow * 16;
-    /* the block's filter: wt[t][l] = w[16 block + l][t] */
-    float *wt = thread_buffer(0, (size_t)(16 * kh * kw));
-    for (int64_t l = 0; l < 16; l++)
-        for (int64_t t = 0; t < kh * kw; t++)
-            wt[t * 16 + l] = j->w[(block * 16 + l) * kh * kw + t];
     const float *x = j->x + cell * plane_in;
     const __m512 shift = j->bias != NULL ? _mm512_loadu_ps(j->bias + block * 16)
                                          : _mm512_setzero_ps();
