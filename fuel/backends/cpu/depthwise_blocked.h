@@ -2,8 +2,8 @@
  * by depthwise.c): x [N][C/16][H][W][16], out and residual [N][C/16][OH][OW][16], w as
  * stored (C x 1 x KH x KW). Each 16-channel cell is one vector, so an output position is one
  * accumulator over the taps, each tap one multiply-add of the cell under it by the block's
- * 16 filter values at that tap: no copy of the input, no transpose, every lane busy on any
- * plane size and stride. A row's interior positions (every tap inside the input row) run
+ * 16 filter values at that tap: no transpose, every lane busy on any plane size and
+ * stride. A row's interior positions (every tap inside the input row) run
  * unchecked in tiles of 8, 4, 2 and 1 (independent accumulators, the stride a constant for 1
  * and 2); its border positions check each tap. Where border positions are many (a small
  * plane) a unit copies its input rows between zero rows and columns instead and runs its
@@ -38,8 +38,9 @@ typedef struct {
     int64_t blocks, rows, strips;  /* C / 16, output rows a unit, units a block */
 } BlockedDepthwiseJob;
 
-/* Unit `unit` of a launch: its image and block (`cell`), its block, its output rows
- * [first, end); returns the block's filter transposed, wt[t][l] = w[16 block + l][t]. */
+/* Unit `unit` of a launch: `cell` its input and output plane (image x blocks + block),
+ * `block` its channel block, [first, end) its output rows; returns the block's filter
+ * transposed into this thread's buffer 0, wt[t][l] = w[16 block + l][t]. */
 static const float *dwb_unit(const BlockedDepthwiseJob *j, int64_t unit, int64_t *cell,
                              int64_t *block, int64_t *first, int64_t *end) {
     const Shape *s = j->s;
