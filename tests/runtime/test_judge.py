@@ -748,6 +748,41 @@ def test_a_switch_needs_a_relative_and_an_absolute_margin(fresh_judge, monkeypat
     assert verdict.winner == ("other" if switched else "default")
 
 
+
+def test_a_switch_needs_a_second_timing_to_agree(fresh_judge, monkeypatch):
+    """A long launch's round can rank on one run: the default's first run slowed by another
+    tenant of the host (here 5x) sits it out, and only a second timing of the default and
+    the proposed winner, which the slow run does not reach, keeps the default; a real win
+    holds in both timings and switches (on a fake clock: each launch advances it by that
+    candidate's next duration)."""
+    from fuel.dispatch.kernel import Variant
+
+    clock = [0.0]
+    monkeypatch.setattr(judge_module.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(judge_module, "_busy", lambda: False)
+
+    def decide(key: str, durations: dict[str, list[float]]):
+        counts = dict.fromkeys(durations, 0)
+
+        def candidate(name: str):
+            def prepare(inputs, outputs, layouts, params):
+                def launch() -> None:
+                    runs = durations[name]
+                    clock[0] += runs[min(counts[name], len(runs) - 1)]
+                    counts[name] += 1
+                return launch
+            return judge_module.Candidate(name, "0" * 16, Variant(name, prepare))
+
+        candidates = [candidate(name) for name in durations]
+        return JUDGE._decide(key, candidates, [object()], [], [], None), counts
+
+    # the two-thread default takes 1 ms, 2 ms on one thread; its first timed run, 5 ms
+    verdict, counts = decide("confirm-test|noise", {"2t": [1e-3, 5e-3, 1e-3], "1t": [2e-3]})
+    assert verdict.winner == "2t" and counts["2t"] > 2
+    assert judge_stats()["unconfirmed"] == 1 and judge_stats()["switched"] == 0
+    verdict, _ = decide("confirm-test|real", {"2t": [2e-3], "1t": [1e-3]})
+    assert verdict.winner == "1t" and judge_stats()["switched"] == 1
+
 def test_one_bucket_shares_a_verdict_whatever_candidate_the_rule_puts_first(fresh_judge,
                                                                            monkeypatch):
     """A kernel's rule may order its candidates by the exact size (a thread count from the
