@@ -485,14 +485,62 @@ static inline __attribute__((always_inline)) void blocked_pool_row(
     }
 }
 
+/* A window over the whole unpadded plane of one block (GlobalAveragePool, GlobalMaxPool):
+ * its cells summed (or their max taken) in the order they are stored, four accumulators,
+ * where blocked_pool_row's column pass read them a column at a time, each cell a line of
+ * its own a row apart (efficientnet_b0's 32 x 112 x 112 squeeze: 44 -> 21 us). */
+static inline __attribute__((always_inline)) void blocked_pool_whole(
+        const BlockedPoolJob *j, const float *x, float *out, int maximum) {
+    const int64_t cells = j->s->h * j->s->w;
+    const __m512 start = _mm512_set1_ps(maximum ? -INFINITY : 0.0f);
+    __m512 acc[4] = {start, start, start, start};
+    __mmask16 nan = 0;
+    int64_t i = 0;
+    for (; i + 4 <= cells; i += 4)
+        for (int a = 0; a < 4; a++) {
+            const __m512 v = _mm512_loadu_ps(x + (i + a) * 16);
+            if (maximum) {
+                nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                acc[a] = _mm512_max_ps(acc[a], v);
+            } else {
+                acc[a] = _mm512_add_ps(acc[a], v);
+            }
+        }
+    for (; i < cells; i++) {
+        const __m512 v = _mm512_loadu_ps(x + i * 16);
+        if (maximum) {
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            acc[0] = _mm512_max_ps(acc[0], v);
+        } else {
+            acc[0] = _mm512_add_ps(acc[0], v);
+        }
+    }
+    __m512 result;
+    if (maximum) {
+        result = _mm512_max_ps(_mm512_max_ps(acc[0], acc[1]), _mm512_max_ps(acc[2], acc[3]));
+        result = _mm512_mask_blend_ps(nan, result, _mm512_set1_ps(NAN));
+    } else {
+        result = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+        if (j->row_count != NULL)
+            result = _mm512_div_ps(result, _mm512_set1_ps(j->row_count[0] * j->col_count[0]));
+    }
+    _mm512_storeu_ps(out, result);
+}
+
 /* Unit u: output row u % OH of block u / OH (of every image's blocks), each position's 16
- * channels one vector (blocked_pool_row). */
+ * channels one vector (blocked_pool_row, or blocked_pool_whole for a whole-plane window). */
 static void blocked_pool_task(void *context, int64_t u) {
     const BlockedPoolJob *j = context;
     const Shape *s = j->s;
     const int64_t oh = u % s->oh, block = u / s->oh;
     const float *x = j->x + block * s->h * s->w * 16;
     float *out = j->out + (block * s->oh + oh) * s->ow * 16;
+    if (s->oh == 1 && s->ow == 1 && s->kh == s->h && s->kw == s->w && s->pt == 0
+            && s->pl == 0 && s->dh == 1 && s->dw == 1) {
+        if (j->maximum) blocked_pool_whole(j, x, out, 1);
+        else blocked_pool_whole(j, x, out, 0);
+        return;
+    }
     if (j->maximum) blocked_pool_row(j, x, out, oh, 1);
     else blocked_pool_row(j, x, out, oh, 0);
 }

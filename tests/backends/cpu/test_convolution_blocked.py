@@ -272,6 +272,24 @@ def test_blocked_pools_match_planar_pools(op, window):
 
 
 @pytest.mark.parametrize("op", [OpKind.MAX_POOL, OpKind.AVG_POOL])
+@pytest.mark.parametrize("plane", [(1, 1), (3, 5), (7, 7), (112, 111)])
+def test_blocked_whole_plane_pools_match_planar_pools(op, plane):
+    """A window over the whole unpadded plane (GlobalAveragePool, GlobalMaxPool: pool.c's
+    in-order reduction, four accumulators and a tail) pools as the planar window does, a
+    NaN winning its max."""
+    from fuel.ir.params import PoolParams
+
+    h, w = plane
+    x = np.random.default_rng(h * w).standard_normal((2, 32, h, w)).astype(np.float32)
+    x[1, 17, h // 2, w - 1] = np.nan
+    params = PoolParams((h, w), (1, 1), (0, 0), (0, 0), (1, 1), False, False)
+    expected = make(op, (fuel.from_numpy(x)._node,), params).numpy()
+    windows = PoolParams((h, w, 1), (1, 1, 1), (0, 0, 0), (0, 0, 0), (1, 1, 1), False, False)
+    got = make(op, (fuel.from_numpy(blocked(x))._node,), windows).numpy()
+    np.testing.assert_allclose(planar(got), expected, rtol=2e-6, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("op", [OpKind.MAX_POOL, OpKind.AVG_POOL])
 @pytest.mark.parametrize("stride", [1, 2, 3])
 def test_blocked_pools_over_rows_wider_than_one_pass(op, stride):
     """Rows wider than pool.c's BLOCKED_COLUMNS are pooled in several passes, each window
