@@ -423,20 +423,21 @@ typedef struct {
     const float *row_count, *col_count;  /* an average's divisors (NULL: sums) */
 } BlockedPoolJob;
 
+/* One vector into a max (its NaN lanes marked in *nan, which win at the end) or a sum. */
+static inline __attribute__((always_inline)) __m512 pool_step(__m512 acc, __m512 v,
+                                                              __mmask16 *nan, int maximum) {
+    if (!maximum) return _mm512_add_ps(acc, v);
+    *nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_max_ps(acc, v);
+}
+
 /* The max (NaN wins) or sum over `taps` vectors `stride` floats apart. */
 static inline __attribute__((always_inline)) __m512 pool_taps(const float *at, int64_t taps,
                                                               int64_t stride, int maximum) {
     __m512 acc = _mm512_set1_ps(maximum ? -INFINITY : 0.0f);
     __mmask16 nan = 0;
-    for (int64_t t = 0; t < taps; t++) {
-        const __m512 v = _mm512_loadu_ps(at + t * stride);
-        if (maximum) {
-            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-            acc = _mm512_max_ps(acc, v);
-        } else {
-            acc = _mm512_add_ps(acc, v);
-        }
-    }
+    for (int64_t t = 0; t < taps; t++)
+        acc = pool_step(acc, _mm512_loadu_ps(at + t * stride), &nan, maximum);
     return maximum ? _mm512_mask_blend_ps(nan, acc, _mm512_set1_ps(NAN)) : acc;
 }
 
@@ -497,24 +498,10 @@ static inline __attribute__((always_inline)) void blocked_pool_whole(
     __mmask16 nan = 0;
     int64_t i = 0;
     for (; i + 4 <= cells; i += 4)
-        for (int a = 0; a < 4; a++) {
-            const __m512 v = _mm512_loadu_ps(x + (i + a) * 16);
-            if (maximum) {
-                nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                acc[a] = _mm512_max_ps(acc[a], v);
-            } else {
-                acc[a] = _mm512_add_ps(acc[a], v);
-            }
-        }
-    for (; i < cells; i++) {
-        const __m512 v = _mm512_loadu_ps(x + i * 16);
-        if (maximum) {
-            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-            acc[0] = _mm512_max_ps(acc[0], v);
-        } else {
-            acc[0] = _mm512_add_ps(acc[0], v);
-        }
-    }
+        for (int a = 0; a < 4; a++)
+            acc[a] = pool_step(acc[a], _mm512_loadu_ps(x + (i + a) * 16), &nan, maximum);
+    for (; i < cells; i++)
+        acc[0] = pool_step(acc[0], _mm512_loadu_ps(x + i * 16), &nan, maximum);
     __m512 result;
     if (maximum) {
         result = _mm512_max_ps(_mm512_max_ps(acc[0], acc[1]), _mm512_max_ps(acc[2], acc[3]));
