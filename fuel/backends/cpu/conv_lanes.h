@@ -107,6 +107,10 @@ typedef struct {
     int64_t step_h, step_w;  /* the planes' rows and columns between two output positions */
     int64_t take_h, take_w;  /* the input's rows and columns between two plane positions */
     int64_t pad_parts;       /* lanes_pad_task: the row parts a group's planes are copied in */
+    int64_t stored;          /* a blocked input read as stored, no padded copy: a tile's patch
+                              * rows whose taps fall outside the input are skipped (lanes_runs),
+                              * and the positions whose windows cross its left or right edge
+                              * run one at a time (lanes_edge) */
 } LanesJob;
 
 /* Where a unit's tiles go: `out` at the unit's first channel m0 (channel j of position p at
@@ -118,6 +122,9 @@ typedef struct {
     const float *bias, *residual;
     const Finish *f;
     int64_t plane, live, blocked;
+    int64_t step;  /* output positions between a tile's positions: 1 along a row, OW down a
+                    * column (a blocked input read as stored: its left and right edges) */
+    int64_t ss;    /* floats between a tile's positions' rows of partial sums */
 } LanesOut;
 
 /* A tile's sums (r <= 16 positions x LANES_MB channels, `sums` rows of LANES_MB) from
@@ -128,7 +135,7 @@ static void lanes_store_planar(const float *sums, int64_t r, const LanesOut *o, 
     for (int64_t half = 0; half < o->live; half += 16) {
         __m512 v[16];
         for (int i = 0; i < 16; i++)
-            v[i] = i < r ? _mm512_load_ps(sums + i * LANES_MB + half) : _mm512_setzero_ps();
+            v[i] = i < r ? _mm512_load_ps(sums + i * o->ss + half) : _mm512_setzero_ps();
         transpose16(v);
         const int64_t count = o->live - half < 16 ? o->live - half : 16;
         float *out = o->out + half * o->plane + p;
@@ -148,8 +155,8 @@ static void lanes_store_blocked(const float *sums, int64_t r, const LanesOut *o,
         const float *residual = o->residual != NULL ? o->residual + (half * o->plane + p * 16)
                                                     : NULL;
         for (int64_t i = 0; i < r; i++) {
-            cell16_store(out, residual, i * 16,
-                         _mm512_add_ps(_mm512_load_ps(sums + i * LANES_MB + half), shift),
+            cell16_store(out, residual, i * o->step * 16,
+                         _mm512_add_ps(_mm512_load_ps(sums + i * o->ss + half), shift),
                          f->act, f->alpha, f->beta);
         }
     }
@@ -179,46 +186,53 @@ static inline void lanes_store(const float *sums, int64_t r, const LanesOut *o, 
 #define LANES_EACH13(X) LANES_EACH12(X) X(12)
 #define LANES_EACH14(X) LANES_EACH13(X) X(13)
 #define LANES_START(i) __m512 c##i##_0 = first ? _mm512_setzero_ps() \
-                                               : _mm512_load_ps(sums + i * LANES_MB), \
+                                               : _mm512_load_ps(sums + i * o->ss), \
                               c##i##_1 = first ? _mm512_setzero_ps() \
-                                               : _mm512_load_ps(sums + i * LANES_MB + 16);
+                                               : _mm512_load_ps(sums + i * o->ss + 16);
 #define LANES_FMA(i) { const __m512 x = _mm512_set1_ps(row[i * sw]); \
                        c##i##_0 = _mm512_fmadd_ps(x, w0, c##i##_0); \
                        c##i##_1 = _mm512_fmadd_ps(x, w1, c##i##_1); }
-#define LANES_KEEP(i) _mm512_store_ps(sums + i * LANES_MB, c##i##_0); \
-                      _mm512_store_ps(sums + i * LANES_MB + 16, c##i##_1);
+#define LANES_KEEP(i) _mm512_store_ps(sums + i * o->ss, c##i##_0); \
+                      _mm512_store_ps(sums + i * o->ss + 16, c##i##_1);
+/* A tile reads the patch rows [l0, l1) that lie in its runs (`runs`: nruns [start, end) pairs
+ * of patch rows, lanes_runs; offsets and wt from the group's row 0): a tile whose patches
+ * reach past the input's edge skips the taps that fall outside (a blocked input read as
+ * stored, LanesJob.stored), one whose patches lie inside has one run, [0, K). */
+#define LANES_RUNS_BEGIN \
+    for (int64_t q = 0; q < nruns; q++) { \
+        for (int64_t l = runs[2 * q], e = runs[2 * q + 1]; l < e; l++) { \
+            const float *w = wt + l * LANES_MB, *row = b + offsets[l];
+#define LANES_RUNS_END } }
 #define LANES_TILE(R) \
-static void lanes_tile##R(const float *b, const int64_t *offsets, const float *wt, int64_t kc, \
-                          int64_t sw, float *sums, int first, int last, const LanesOut *o, \
-                          int64_t p) { \
+static void lanes_tile##R(const float *b, const int64_t *offsets, const float *wt, \
+                          const int64_t *runs, int64_t nruns, int64_t sw, float *sums, \
+                          int first, int last, const LanesOut *o, int64_t p) { \
     LANES_EACH##R(LANES_START) \
-    for (int64_t l = 0; l < kc; l++) { \
-        const float *w = wt + l * LANES_MB, *row = b + offsets[l]; \
+    LANES_RUNS_BEGIN \
         _mm_prefetch((const char *)(w + 32 * LANES_MB), _MM_HINT_T0); \
         _mm_prefetch((const char *)(w + 32 * LANES_MB + 16), _MM_HINT_T0); \
         const __m512 w0 = _mm512_load_ps(w), w1 = _mm512_load_ps(w + 16); \
         LANES_EACH##R(LANES_FMA) \
-    } \
+    LANES_RUNS_END \
     LANES_EACH##R(LANES_KEEP) \
     if (last) lanes_store(sums, R, o, p); \
 }
 /* The same for a last block of at most 16 live channels: one vector (the block's other 16
  * columns of wt are zeros) */
 #define LANES_HALF_START(i) __m512 c##i##_0 = first ? _mm512_setzero_ps() \
-                                                    : _mm512_load_ps(sums + i * LANES_MB);
+                                                    : _mm512_load_ps(sums + i * o->ss);
 #define LANES_HALF_FMA(i) c##i##_0 = _mm512_fmadd_ps(_mm512_set1_ps(row[i * sw]), w0, c##i##_0);
-#define LANES_HALF_KEEP(i) _mm512_store_ps(sums + i * LANES_MB, c##i##_0);
+#define LANES_HALF_KEEP(i) _mm512_store_ps(sums + i * o->ss, c##i##_0);
 #define LANES_HALF_TILE(R) \
-static void lanes_half##R(const float *b, const int64_t *offsets, const float *wt, int64_t kc, \
-                          int64_t sw, float *sums, int first, int last, const LanesOut *o, \
-                          int64_t p) { \
+static void lanes_half##R(const float *b, const int64_t *offsets, const float *wt, \
+                          const int64_t *runs, int64_t nruns, int64_t sw, float *sums, \
+                          int first, int last, const LanesOut *o, int64_t p) { \
     LANES_EACH##R(LANES_HALF_START) \
-    for (int64_t l = 0; l < kc; l++) { \
-        const float *w = wt + l * LANES_MB, *row = b + offsets[l]; \
+    LANES_RUNS_BEGIN \
         _mm_prefetch((const char *)(w + 32 * LANES_MB), _MM_HINT_T0); \
         const __m512 w0 = _mm512_load_ps(w); \
         LANES_EACH##R(LANES_HALF_FMA) \
-    } \
+    LANES_RUNS_END \
     LANES_EACH##R(LANES_HALF_KEEP) \
     if (last) lanes_store(sums, R, o, p); \
 }
@@ -251,6 +265,118 @@ LANES_TILE(12)
 LANES_TILE(13)
 LANES_TILE(14)
 
+/* One position's tile (an edge position of a blocked input read as stored, whose taps
+ * outside the input its runs skip): 32 channels as two pairs of accumulators, alternate
+ * patch rows into each, so four FMA chains hide the FMA's latency that two would wait on
+ * (a last block of 16 channels computes its zero columns too: the store takes `live`). */
+static void lanes_edge(const float *b, const int64_t *offsets, const float *wt,
+                       const int64_t *runs, int64_t nruns, float *sums, int first, int last,
+                       const LanesOut *o, int64_t p) {
+    __m512 a0 = first ? _mm512_setzero_ps() : _mm512_load_ps(sums);
+    __m512 a1 = first ? _mm512_setzero_ps() : _mm512_load_ps(sums + 16);
+    __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+    for (int64_t q = 0; q < nruns; q++) {
+        const int64_t e = runs[2 * q + 1];
+        int64_t l = runs[2 * q];
+        for (; l + 1 < e; l += 2) {
+            const float *w = wt + l * LANES_MB;
+            const __m512 x = _mm512_set1_ps(b[offsets[l]]), y = _mm512_set1_ps(b[offsets[l + 1]]);
+            a0 = _mm512_fmadd_ps(x, _mm512_load_ps(w), a0);
+            a1 = _mm512_fmadd_ps(x, _mm512_load_ps(w + 16), a1);
+            b0 = _mm512_fmadd_ps(y, _mm512_load_ps(w + LANES_MB), b0);
+            b1 = _mm512_fmadd_ps(y, _mm512_load_ps(w + LANES_MB + 16), b1);
+        }
+        if (l < e) {
+            const float *w = wt + l * LANES_MB;
+            const __m512 x = _mm512_set1_ps(b[offsets[l]]);
+            a0 = _mm512_fmadd_ps(x, _mm512_load_ps(w), a0);
+            a1 = _mm512_fmadd_ps(x, _mm512_load_ps(w + 16), a1);
+        }
+    }
+    _mm512_store_ps(sums, _mm512_add_ps(a0, b0));
+    _mm512_store_ps(sums + 16, _mm512_add_ps(a1, b1));
+    if (last) lanes_store(sums, 1, o, p);
+}
+
+/* The most runs a blocked input read as stored may need (a group's C / groups / 16 groups of
+ * channels x KH taps' rows): past it the launch copies the input into padded planes. */
+#define LANES_MAX_RUNS 1024
+#define LANES_STORED_WIDTH 14
+
+/* The runs of a group's patch rows (lanes_rows' order: one group of LANES_G channels after
+ * another, in each the taps kh-major, in each the channels) whose taps have kh in [kh0, kh1)
+ * and kw in [kw0, kw1), as [start, end) pairs in `runs`, adjacent ones merged; their count. */
+static int64_t lanes_runs(const Shape *s, int64_t kh0, int64_t kh1, int64_t kw0, int64_t kw1,
+                          int64_t l0, int64_t l1, int64_t *runs) {
+    const int64_t taps = s->kh * s->kw, cg = s->c / s->groups;
+    int64_t count = 0;
+    for (int64_t first = 0; first < cg; first += LANES_G) {
+        const int64_t width = cg - first < LANES_G ? cg - first : LANES_G, base = first * taps;
+        for (int64_t kh = kh0; kh < kh1 && kw0 < kw1; kh++) {
+            int64_t start = base + (kh * s->kw + kw0) * width;
+            int64_t end = base + (kh * s->kw + kw1) * width;
+            start = start > l0 ? start : l0;
+            end = end < l1 ? end : l1;
+            if (start >= end) continue;
+            if (count > 0 && runs[2 * count - 1] == start) {
+                runs[2 * count - 1] = end;
+            } else {
+                runs[2 * count] = start;
+                runs[2 * count + 1] = end;
+                count++;
+            }
+        }
+    }
+    return count;
+}
+
+/* The taps [*lo, *hi) of a window of `taps` taps `step` apart from `start` (an input index,
+ * negative in the padding) that fall inside [0, size). */
+static inline void lanes_inside(int64_t start, int64_t taps, int64_t step, int64_t size,
+                                int64_t *lo, int64_t *hi) {
+    int64_t a = start >= 0 ? 0 : (-start + step - 1) / step;
+    int64_t e = start <= size - 1 ? (size - 1 - start) / step + 1 : 0;
+    a = a < taps ? a : taps;
+    e = e < taps ? e : taps;
+    *lo = a;
+    *hi = e > a ? e : a;
+}
+
+/* The output positions [*lo, *hi) (of `count`) whose windows lie wholly inside [0, size):
+ * along one axis, its pad before, stride, taps and dilation. */
+static inline void lanes_within(int64_t pad, int64_t stride, int64_t taps, int64_t dilation,
+                                int64_t size, int64_t count, int64_t *lo, int64_t *hi) {
+    int64_t a = (pad + stride - 1) / stride;
+    a = a < count ? a : count;
+    const int64_t reach = size - 1 + pad - (taps - 1) * dilation;
+    int64_t e = reach < 0 ? a : reach / stride + 1;
+    e = e < count ? e : count;
+    *lo = a;
+    *hi = e > a ? e : a;
+}
+
+/* r positions' tile (lanes_tile or, for a last block of at most 16 live channels,
+ * lanes_half). */
+static void lanes_piece(int64_t r, int64_t live, const float *b, const int64_t *offsets,
+                        const float *wt, const int64_t *runs, int64_t nruns, int64_t sw,
+                        float *sums, int first, int last, const LanesOut *o, int64_t p) {
+    if (live <= 16) switch (r) {
+#define LANES_CASE(R) case R: lanes_half##R(b, offsets, wt, runs, nruns, sw, sums, first, last, o, \
+                                            p); break;
+        LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5) LANES_CASE(6)
+        LANES_CASE(7) LANES_CASE(8) LANES_CASE(9) LANES_CASE(10) LANES_CASE(11) LANES_CASE(12)
+        LANES_CASE(13) LANES_CASE(14)
+#undef LANES_CASE
+    } else switch (r) {
+#define LANES_CASE(R) case R: lanes_tile##R(b, offsets, wt, runs, nruns, sw, sums, first, last, o, \
+                                            p); break;
+        LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5) LANES_CASE(6)
+        LANES_CASE(7) LANES_CASE(8) LANES_CASE(9) LANES_CASE(10) LANES_CASE(11) LANES_CASE(12)
+        LANES_CASE(13) LANES_CASE(14)
+#undef LANES_CASE
+    }
+}
+
 /* Unit u: image u / (blocks * parts), block u / parts % blocks (the group's output channels
  * [LANES_MB * b, + LANES_MB) for block (group, b)), output rows [oh * part / parts,
  * oh * (part + 1) / parts) for part u % parts (a linear launch: positions [plane * part /
@@ -275,45 +401,87 @@ static void lanes_task(void *context, int64_t u) {
     float *out = j->out + (image * (s->out_m > 0 ? s->out_m : s->m) + m0) * plane;
     const float *residual = j->residual != NULL ? j->residual + at : NULL;
     const LanesOut o = {out, j->f->bias != NULL ? j->f->bias + m0 : NULL, residual, j->f,
-                        plane, live, s->blocked};
-    /* a line of positions as pieces of at most LANES_R, as even as they come */
-    const int64_t pieces = (line + LANES_R - 1) / LANES_R;
+                        plane, live, s->blocked, 1, LANES_MB};
     /* the partial sums wait per position across K blocks; with one K block each tile's go
      * to the output through one tile-sized buffer that stays in L1 (a plane-sized one, swept
      * once per launch: mobilenet_v2's 32->16 1x1 at 112x112 179 -> 120 us, 16->96 581 -> 487,
      * per-launch profile medians, in-process A/B) */
     const int one_pass = j->k <= LANES_KC;
     float *sums = thread_buffer(1, (size_t)((one_pass ? LANES_R : plane) * LANES_MB));
+    /* down a column: the output's rows apart, and their partial sums */
+    const LanesOut down = {out, o.bias, residual, j->f, plane, live, s->blocked, s->ow,
+                           one_pass ? LANES_MB : s->ow * LANES_MB};
+    /* the positions whose windows lie inside the input: columns [inner0, inner1) of a line
+     * (all of them but on a blocked input read as stored), rows [rows0, rows1) */
+    int64_t inner0 = 0, inner1 = line, rows0 = 0, rows1 = s->oh;
+    if (j->stored) {
+        lanes_within(s->pl, s->sw, s->kw, s->dw, s->w, s->ow, &inner0, &inner1);
+        lanes_within(s->pt, s->sh, s->kh, s->dh, s->h, s->oh, &rows0, &rows1);
+        rows0 = rows0 > a0 ? rows0 : a0;  /* the unit's */
+        rows1 = rows1 < a1 ? rows1 : a1;
+        rows1 = rows1 > rows0 ? rows1 : rows0;
+    }
+    const int64_t *offsets = j->offsets + group * j->k;
+    int64_t runs[2 * LANES_MAX_RUNS];
+    const int64_t step = j->step_w * j->g, g = j->g;
     for (int64_t l0 = 0; l0 < j->k; l0 += LANES_KC) {
-        const int64_t kc = j->k - l0 < LANES_KC ? j->k - l0 : LANES_KC;
-        const int first = l0 == 0, last = l0 + kc >= j->k;
-        for (int64_t n = 0; n < lines; n++)
-            for (int64_t piece = 0, ow = 0; piece < pieces; piece++) {
-                const int64_t end = line * (piece + 1) / pieces, r = end - ow, oh = a0 + n;
-                const int64_t p = j->linear ? a0 + ow : oh * s->ow + ow;
-                const float *b = planes + (j->linear ? p
-                                                     : oh * j->step_h * j->wp + ow * j->step_w)
-                                              * j->g;
-                const int64_t *offsets = j->offsets + group * j->k + l0;
-                const float *w = wt + l0 * LANES_MB;
-                float *partial = one_pass ? sums : sums + p * LANES_MB;
-                if (live <= 16) switch (r) {
-#define LANES_CASE(R) case R: lanes_half##R(b, offsets, w, kc, j->step_w * j->g, partial, first, last, \
-                                            &o, p); break;
-                    LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
-                    LANES_CASE(6) LANES_CASE(7) LANES_CASE(8) LANES_CASE(9) LANES_CASE(10)
-                    LANES_CASE(11) LANES_CASE(12) LANES_CASE(13) LANES_CASE(14)
-#undef LANES_CASE
-                } else switch (r) {
-#define LANES_CASE(R) case R: lanes_tile##R(b, offsets, w, kc, j->step_w * j->g, partial, first, last, \
-                                            &o, p); break;
-                    LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5)
-                    LANES_CASE(6) LANES_CASE(7) LANES_CASE(8) LANES_CASE(9) LANES_CASE(10)
-                    LANES_CASE(11) LANES_CASE(12) LANES_CASE(13) LANES_CASE(14)
-#undef LANES_CASE
+        const int64_t l1 = j->k - l0 < LANES_KC ? j->k : l0 + LANES_KC;
+        const int first = l0 == 0, last = l1 >= j->k;
+        const int64_t whole[2] = {l0, l1};  /* the K block's patch rows, one run */
+        for (int64_t n = 0; n < lines; n++) {
+            const int64_t oh = a0 + n, top = oh * s->sh - s->pt;
+            const int64_t *row_runs = whole;
+            int64_t nruns = 1, kh0 = 0, kh1 = s->kh;
+            if (j->stored) {  /* the taps inside the input's rows */
+                lanes_inside(top, s->kh, s->dh, s->h, &kh0, &kh1);
+                if (kh0 > 0 || kh1 < s->kh) {
+                    nruns = lanes_runs(s, kh0, kh1, 0, s->kw, l0, l1, runs);
+                    row_runs = runs;
                 }
+            }
+            /* the row's inner positions, pieces of at most LANES_R as even as they come */
+            const int64_t pieces = (inner1 - inner0 + LANES_R - 1) / LANES_R;
+            for (int64_t piece = 0, ow = inner0; piece < pieces; piece++) {
+                const int64_t end = inner0 + (inner1 - inner0) * (piece + 1) / pieces;
+                const int64_t p = j->linear ? a0 + ow : oh * s->ow + ow;
+                const float *b = planes + (j->stored ? (top * s->w + ow * s->sw - s->pl) * g
+                                           : (j->linear ? p : oh * j->step_h * j->wp
+                                                              + ow * j->step_w) * g);
+                lanes_piece(end - ow, live, b, offsets, wt, row_runs, nruns, step,
+                            one_pass ? sums : sums + p * LANES_MB, first, last, &o, p);
                 ow = end;
             }
+            if (!j->stored || (oh >= rows0 && oh < rows1))
+                continue;
+            /* an edge row's positions past the inner columns (the corners), one at a time */
+            for (int64_t ow = inner0 == 0 ? inner1 : 0; ow < s->ow;
+                 ow = ow + 1 == inner0 ? inner1 : ow + 1) {
+                const int64_t left = ow * s->sw - s->pl, p = oh * s->ow + ow;
+                int64_t kw0, kw1;
+                lanes_inside(left, s->kw, s->dw, s->w, &kw0, &kw1);
+                const int64_t count = lanes_runs(s, kh0, kh1, kw0, kw1, l0, l1, runs);
+                lanes_edge(planes + (top * s->w + left) * g, offsets, wt, runs, count,
+                           one_pass ? sums : sums + p * LANES_MB, first, last, &o, p);
+            }
+        }
+        /* the inner rows' positions past the inner columns, down each such column in pieces
+         * of at most LANES_R rows */
+        const int64_t pieces = (rows1 - rows0 + LANES_R - 1) / LANES_R;
+        for (int64_t ow = inner0 == 0 ? inner1 : 0; j->stored && pieces > 0 && ow < s->ow;
+             ow = ow + 1 == inner0 ? inner1 : ow + 1) {
+            const int64_t left = ow * s->sw - s->pl;
+            int64_t kw0, kw1;
+            lanes_inside(left, s->kw, s->dw, s->w, &kw0, &kw1);
+            const int64_t count = lanes_runs(s, 0, s->kh, kw0, kw1, l0, l1, runs);
+            for (int64_t piece = 0, oh = rows0; piece < pieces; piece++) {
+                const int64_t end = rows0 + (rows1 - rows0) * (piece + 1) / pieces;
+                const int64_t p = oh * s->ow + ow;
+                lanes_piece(end - oh, live, planes + ((oh * s->sh - s->pt) * s->w + left) * g,
+                            offsets, wt, runs, count, s->sh * s->w * g,
+                            one_pass ? sums : sums + p * LANES_MB, first, last, &down, p);
+                oh = end;
+            }
+        }
     }
     const Finish *f = j->f;
     const int64_t p0 = j->linear ? a0 : a0 * s->ow, p1 = j->linear ? a1 : a1 * s->ow;
@@ -461,16 +629,26 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
     /* planar channels read as stored, or a blocked input a stride-1 1x1 launch reads as it is */
     const int as_stored = lanes_group(s) == 1
                           || (s->blocked && point && s->sh == 1 && s->sw == 1);
+    /* a blocked input is read as stored where its groups' channels fill whole cells,
+     * lanes_runs' runs fit and its output rows are at least LANES_STORED_WIDTH wide: the
+     * tiles skip the taps in the padding (resnet18's 3x3 launches at 56x56, 28x28 and
+     * 14x14 4-6% faster than with the padded copy; at 7x7 12% slower: the edges' tiles
+     * stream the weights again, per-launch medians, base and change in alternate
+     * processes) */
+    const int64_t cells = s->c / s->groups / LANES_G;
+    j.stored = s->blocked && !as_stored && s->c / s->groups % LANES_G == 0
+               && cells * s->kh <= LANES_MAX_RUNS && s->ow >= LANES_STORED_WIDTH;
     /* a strided 1x1 convolution copies only the positions it reads (256->512 at 14x14 with
      * the whole plane copied: 159 us, the gemm form's 145), then runs as a pointwise one */
-    j.take_h = point ? s->sh : 1;
-    j.take_w = point ? s->sw : 1;
-    j.step_h = point ? 1 : s->sh;
-    j.step_w = point ? 1 : s->sw;
-    const int64_t hp = as_stored ? s->h : point ? s->oh
+    j.take_h = point && !j.stored ? s->sh : 1;
+    j.take_w = point && !j.stored ? s->sw : 1;
+    j.step_h = point && !j.stored ? 1 : s->sh;
+    j.step_w = point && !j.stored ? 1 : s->sw;
+    const int64_t hp = as_stored || j.stored ? s->h : point ? s->oh
                                                 : (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1;
     j.hp = hp;
-    j.wp = as_stored ? s->w : point ? s->ow : (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1;
+    j.wp = as_stored || j.stored ? s->w : point ? s->ow
+                                                : (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1;
     const int64_t g = lanes_group(s), groups = (s->c + g - 1) / g;
     j.g = g;
     j.image = groups * g * hp * j.wp;
@@ -489,7 +667,7 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
                                        + c % g;
         }
     j.offsets = offsets;
-    if (as_stored) {
+    if (as_stored || j.stored) {
         j.planes = x;
     } else {
         j.planes = thread_buffer(2, (size_t)(s->n * j.image + 16));
@@ -502,9 +680,9 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
     /* units: every image's channel blocks, each cut into row parts where that makes at
      * least LANES_UNITS a thread and a multiple of the team (five blocks of 160 channels
      * split 3 + 2 over two threads) */
-    j.linear = point;
+    j.linear = point && !j.stored;
     j.parts = 1;
-    while (threads > 1 && j.parts < (point ? (s->oh * s->ow + 7) / 8 : s->oh)
+    while (threads > 1 && j.parts < (j.linear ? (s->oh * s->ow + 7) / 8 : s->oh)
            && (s->n * j.blocks * j.parts < LANES_UNITS * threads
                || s->n * j.blocks * j.parts % threads != 0))
         j.parts++;

@@ -117,6 +117,35 @@ def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
         _check(arrays, out_shape, params, expected, fallback=stem or groups > 1)
 
 
+@needs_blocked
+@pytest.mark.parametrize("seed", range(12))
+def test_blocked_input_read_as_stored_skips_the_padding(monkeypatch, seed):
+    """A blocked input is read in place (no padded copy): every tap in the padding is
+    skipped, per row (top and bottom) and per edge position (left and right, one at a time),
+    over random shapes: pads unequal on the two sides or wider than the kernel's reach,
+    rectangular kernels, strides, dilations, planes shorter than the window, grouped (rows
+    of at least 14 outputs: narrower ones take the padded copy)."""
+    rng = np.random.default_rng(seed)
+    groups = int(rng.choice([1, 1, 2]))
+    c, m = 16 * groups * int(rng.integers(1, 3)), 16 * int(rng.integers(1, 4)) * groups
+    kh, kw = (int(v) for v in rng.integers(1, 6, size=2))
+    sh, sw, dh, dw = (int(v) for v in rng.integers(1, 4, size=4))
+    begin, end = tuple(int(v) for v in rng.integers(0, 4, size=2)), \
+        tuple(int(v) for v in rng.integers(0, 4, size=2))
+    h = max(int(rng.integers(1, 20)), (kh - 1) * dh + 1 - begin[0] - end[0])
+    w = 13 * sw + (kw - 1) * dw + 1 + int(rng.integers(0, 8))  # rows of at least 14 outputs
+    monkeypatch.setenv("FUEL_THREADS", str(1 + seed % 2))
+    conv = ConvParams((sh, sw), begin, end, (dh, dw), groups)
+    x = rng.standard_normal((2, c, h, w)).astype(np.float32)
+    weight = rng.standard_normal((m, c // groups, kh, kw)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    y = reference(x, weight, conv)
+    out_shape = (2, m // 16, y.shape[2], y.shape[3], 16)
+    params = ConvEpilogueParams(conv, "relu", 0.0, 0.0, False, True)
+    expected = epilogue_reference(y, params, bias, None, None)
+    _check([blocked(x), weight, bias], out_shape, params, expected, fallback=False)
+
+
 DEPTHWISE = [  # (N, C, H, W, K, stride, pad, dilation, threads)
     (1, 32, 14, 14, 3, 1, 1, 1, "2"),     # a small plane: its rows copied between zeros
     (2, 48, 9, 23, 3, 2, 1, 1, "2"),      # stride 2, odd width, a batch
