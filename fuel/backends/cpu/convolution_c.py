@@ -82,11 +82,11 @@ if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
 KERNELS = KernelList(BackendId.CPU, "c")
 HERE = Path(__file__).parent
 (SOURCE, DEPTHWISE_SOURCE, POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE, COMMON, GEMM_HEADER,
- FLAT_HEADER, ROWS_HEADER, PATCHES_SOURCE, WIDE_HEADER, LANES_HEADER,
+ FLAT_HEADER, ROWS_HEADER, PATCHES_SOURCE, WIDE_HEADER, LANES_HEADER, LAUNCH_HEADER,
  BLOCKED_DEPTHWISE_HEADER) = (HERE / name for name in (
      "conv.c", "depthwise.c", "pool.c", "winograd.c", "conv_direct.c", "conv_common.h",
      "conv_gemm.h", "depthwise_flat.h", "depthwise_rows.h", "conv_patches.c", "conv_wide.h",
-     "conv_lanes.h", "depthwise_blocked.h"))
+     "conv_lanes.h", "conv_lanes_launch.h", "depthwise_blocked.h"))
 (IM2COL, EPILOGUE, DEPTHWISE, COL2IM, GEMM, GEMM_POINTWISE, TRANSPOSED, MAX_POOL,
  AVG_POOL, WINOGRAD, DIRECT, WINOGRAD_READY, WINOGRAD_WEIGHTS, LANES, LANES_WEIGHTS) = range(15)
 BLOCKED_MAX_POOL, BLOCKED_AVG_POOL = 10, 11  # pool.c's forms over blocked channels
@@ -237,7 +237,8 @@ def _source(path: Path) -> str:
               else FLAT_HEADER.read_text() + ROWS_HEADER.read_text()
               + BLOCKED_DEPTHWISE_HEADER.read_text() if path == DEPTHWISE_SOURCE else "")
     if path == SOURCE:
-        header += WIDE_HEADER.read_text() + LANES_HEADER.read_text()
+        header += (WIDE_HEADER.read_text() + LANES_HEADER.read_text()
+                   + LAUNCH_HEADER.read_text())
     return COMMON.read_text() + header + path.read_text()
 
 
@@ -277,7 +278,7 @@ def patches_library():
 def revision_text() -> str:
     """Every C source the kernels here run (their revision hashes cover them)."""
     return "".join(path.read_text() for path in (COMMON, GEMM_HEADER, WIDE_HEADER, LANES_HEADER,
-                                                    SOURCE,
+                                                    LAUNCH_HEADER, SOURCE,
                                                     DEPTHWISE_SOURCE, FLAT_HEADER, ROWS_HEADER,
                                                     BLOCKED_DEPTHWISE_HEADER,
                                                     POOL_SOURCE, WINOGRAD_SOURCE, DIRECT_SOURCE,
