@@ -422,11 +422,11 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         lanes_weights(w, scratch, &s);
     } else if (form == BLOCK_CHANNELS || form == UNBLOCK_CHANNELS) {
         blocking(x, out, &s, form == UNBLOCK_CHANNELS, threads);
-    } else if (form == LANES_RUN || form == LANES_BLOCKED || form == LANES_BLOCKED_OUTER) {
+    } else if (form == LANES_RUN || form == LANES_BLOCKED) {
         const Finish f = {bias, slope, s.act, alpha, beta};
         Shape launch = s;
-        launch.blocked = form != LANES_RUN;
-        lanes_conv(x, scratch, out, residual, &launch, &f, threads, form == LANES_BLOCKED_OUTER);
+        launch.blocked = form == LANES_BLOCKED;
+        lanes_conv(x, scratch, out, residual, &launch, &f, threads);
 #endif
     } else if (form == GEMM || form == GEMM_POINTWISE) {
         const Finish f = {bias, slope, s.act, alpha, beta};

@@ -28,7 +28,6 @@
 #define LANES_BLOCKED 15
 #define BLOCK_CHANNELS 16    /* planar -> blocked */
 #define UNBLOCK_CHANNELS 17  /* blocked -> planar */
-#define LANES_BLOCKED_OUTER 18  /* LANES_BLOCKED with a unit a block (lanes_conv's outer) */
 #define LANES_MB 32
 #define LANES_R 14  /* widest tile (28 accumulators: a 14x14 map's rows one piece each) */
 #define LANES_KC 256

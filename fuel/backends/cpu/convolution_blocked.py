@@ -32,8 +32,7 @@ from fuel.ir.ops import OpKind
 from fuel.ir.params import ConvEpilogueParams, ConvParams, ConvPartsParams
 from fuel.ir.rules import BLOCK
 
-LANES_BLOCKED, BLOCK_CHANNELS, UNBLOCK_CHANNELS, LANES_BLOCKED_OUTER = 15, 16, 17, 18  # conv.c's
-LANES_DEPTH = 256  # conv_lanes.h's LANES_KC: patch rows a K block
+LANES_BLOCKED, BLOCK_CHANNELS, UNBLOCK_CHANNELS = 15, 16, 17  # conv.c's forms
 DEPTHWISE_BLOCKED = 18  # depthwise.c's (depthwise_blocked.h)
 DEPTHWISE_TAPS = 256  # depthwise_blocked.h's DWB_TAPS: the most filter taps it takes
 DIRECT_BLOCKED_OUT = 19  # conv_direct.c's: a strided stem storing blocked channels
@@ -124,25 +123,15 @@ class CBlockedConvolution:
         return cc.revision_text() + "blocked"
 
     def variants(self, layouts: Sequence[Layout], params, device) -> tuple[Variant, ...]:
-        """The default team and one thread, where the launch is large enough for a team;
-        a pointwise launch whose blocks run inner to each piece of positions (the rule's
-        order) also with a unit a block (conv_lanes_launch.h's outer order)."""
+        """The default team and one thread, where the launch is large enough for a team."""
         g = geometry(layouts, params)
-        if not available():
+        if not available() or cc._threads(g, _form(g, layouts)) == 1:
             return ()
-        team = cc._threads(g, _form(g, layouts))
-        found = ((Variant(f"lanes/{thread_count()}t", self.prepare),
-                  Variant("lanes/1t", lambda *a, **k: self.prepare(*a, threads=1, **k)))
-                 if team > 1 else ())
-        if _inner(g, layouts):
-            found = (found or (Variant(f"lanes/{team}t", self.prepare),)) + (
-                Variant(f"lanes-outer/{team}t", lambda *a, **k: self.prepare(*a, outer=True,
-                                                                             **k)),)
-        return found
+        return (Variant(f"lanes/{thread_count()}t", self.prepare),
+                Variant("lanes/1t", lambda *a, **k: self.prepare(*a, threads=1, **k)))
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
-                params: ConvEpilogueParams, threads: int | None = None,
-                outer: bool = False) -> Launcher:
+                params: ConvEpilogueParams, threads: int | None = None) -> Launcher:
         g = geometry(layouts, params)
         if (not available() or not all(layout.is_contiguous() for layout in layouts)
                 or params.activation == "prelu"):
@@ -152,8 +141,7 @@ class CBlockedConvolution:
         form = _form(g, layouts)
         threads = cc._threads(g, form) if threads is None else threads
         if form == "lanes":
-            return _lanes(inputs, layouts, params, g, threads, address(outputs[0], layouts[-1]),
-                          outer=outer)
+            return _lanes(inputs, layouts, params, g, threads, address(outputs[0], layouts[-1]))
         epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
         x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
         if form == "direct":  # a stem: planar in, blocked out
@@ -172,27 +160,15 @@ class CBlockedConvolution:
         self.prepare(inputs, outputs, layouts, params)()
 
 
-def _inner(g: cc.Geometry, layouts: Sequence[Layout]) -> bool:
-    """Whether a lanes launch runs its blocks of output channels inner to each piece of
-    positions by the rule (conv_lanes_launch.h: a pointwise launch on a blocked input, one
-    K block, more than one block)."""
-    blocks = g.groups * -(-(g.m // g.groups) // cc.LANES_BLOCK)
-    return (len(layouts[0].shape) == 5 and _form(g, layouts) == "lanes" and g.pointwise
-            and g.c // g.groups <= LANES_DEPTH and blocks > 1)
-
-
 def _lanes(inputs: Sequence, layouts: Sequence[Layout], params: ConvEpilogueParams,
-           g: cc.Geometry, threads: int, out: int, out_m: int = 0,
-           outer: bool = False) -> Launcher:
+           g: cc.Geometry, threads: int, out: int, out_m: int = 0) -> Launcher:
     """conv.c's lanes form launched blocked (a dense, pointwise or grouped link) storing at
-    ``out`` (``out_m``: into a slice of an output of that many channels an image; ``outer``:
-    a unit a block of output channels, not the blocks inner to each piece of positions)."""
+    ``out`` (``out_m``: into a slice of an output of that many channels an image)."""
     epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
     x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
     constant = params.constant_weights
     return cc.CConvolution._lanes(cc.library(), g, threads, epilogue, x, w, out, constant,
-                                  inputs[1] if constant else None,
-                                  form=LANES_BLOCKED_OUTER if outer else LANES_BLOCKED,
+                                  inputs[1] if constant else None, form=LANES_BLOCKED,
                                   out_m=out_m)
 
 

@@ -146,44 +146,6 @@ def test_blocked_input_read_as_stored_skips_the_padding(monkeypatch, seed):
     _check([blocked(x), weight, bias], out_shape, params, expected, fallback=False)
 
 
-@needs_blocked
-@pytest.mark.parametrize("case", [  # (N, C, H, W, M, groups, threads)
-    (2, 48, 9, 11, 80, 1, "2"),     # blocks of 32, 32 and 16, a batch
-    (1, 64, 14, 14, 96, 1, "1"),    # one thread: every block inner to each piece
-    (1, 32, 10, 10, 64, 2, "2"),    # grouped: a block a group
-    (1, 256, 7, 5, 64, 1, "2"),     # K of exactly one K block
-])
-def test_pointwise_orders_match_the_reference(monkeypatch, case):
-    """A pointwise launch's variants (its blocks of output channels inner to each piece of
-    positions, the rule's order, and a unit a block, the judge's other) with a residual and
-    an activation, against the float64 reference."""
-    n, c, h, w, m, groups, threads = case
-    monkeypatch.setenv("FUEL_THREADS", threads)
-    rng = np.random.default_rng(c + m)
-    conv = ConvParams((1, 1), (0, 0), (0, 0), (1, 1), groups)
-    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    weight = (rng.standard_normal((m, c // groups, 1, 1)) / np.sqrt(c)).astype(np.float32)
-    bias = rng.standard_normal(m).astype(np.float32)
-    extra = rng.standard_normal((n, m, h, w)).astype(np.float32)
-    params = ConvEpilogueParams(conv, "relu", 0.0, 0.0, True, True)
-    expected = epilogue_reference(reference(x, weight, conv), params, bias, extra, None)
-    arrays = [blocked(x), weight, bias, blocked(extra)]
-    device = CPU.devices()[0]
-    layouts = [Layout.contiguous(a.shape) for a in arrays] + [
-        Layout.contiguous((n, m // 16, h, w, 16))]
-    kernel = convolution_blocked.CBlockedConvolution()
-    variants = kernel.variants(layouts, params, device)
-    assert {v.name.split("/")[0] for v in variants} == {"lanes", "lanes-outer"}
-    for variant in variants:
-        output = CPU.allocate(device, dt.float32, layouts[-1].numel)
-        launch = variant.prepare([CPU.upload(device, a) for a in arrays], [output], layouts,
-                                 params)
-        launch()
-        got = planar(np.asarray(CPU.download(output, layouts[-1])))
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max(),
-                                   err_msg=variant.name)
-
-
 DEPTHWISE = [  # (N, C, H, W, K, stride, pad, dilation, threads)
     (1, 32, 14, 14, 3, 1, 1, 1, "2"),     # a small plane: its rows copied between zeros
     (2, 48, 9, 23, 3, 2, 1, 1, "2"),      # stride 2, odd width, a batch
