@@ -340,20 +340,15 @@ static inline void lanes_within(int64_t pad, int64_t stride, int64_t taps, int64
 static void lanes_piece(int64_t r, int64_t live, const float *b, const int64_t *offsets,
                         const float *wt, const int64_t *runs, int64_t nruns, int64_t sw,
                         float *sums, int first, int last, const LanesOut *o, int64_t p) {
-    if (live <= 16) switch (r) {
-#define LANES_CASE(R) case R: lanes_half##R(b, offsets, wt, runs, nruns, sw, sums, first, last, o, \
-                                            p); break;
-        LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5) LANES_CASE(6)
-        LANES_CASE(7) LANES_CASE(8) LANES_CASE(9) LANES_CASE(10) LANES_CASE(11) LANES_CASE(12)
-        LANES_CASE(13) LANES_CASE(14)
-#undef LANES_CASE
-    } else switch (r) {
-#define LANES_CASE(R) case R: lanes_tile##R(b, offsets, wt, runs, nruns, sw, sums, first, last, o, \
-                                            p); break;
-        LANES_CASE(1) LANES_CASE(2) LANES_CASE(3) LANES_CASE(4) LANES_CASE(5) LANES_CASE(6)
-        LANES_CASE(7) LANES_CASE(8) LANES_CASE(9) LANES_CASE(10) LANES_CASE(11) LANES_CASE(12)
-        LANES_CASE(13) LANES_CASE(14)
-#undef LANES_CASE
-    }
+#define LANES_CALL(F, R) case R: F##R(b, offsets, wt, runs, nruns, sw, sums, first, last, o, p); \
+                                break;
+#define LANES_SWITCH(F) switch (r) { \
+        LANES_CALL(F, 1) LANES_CALL(F, 2) LANES_CALL(F, 3) LANES_CALL(F, 4) LANES_CALL(F, 5) \
+        LANES_CALL(F, 6) LANES_CALL(F, 7) LANES_CALL(F, 8) LANES_CALL(F, 9) LANES_CALL(F, 10) \
+        LANES_CALL(F, 11) LANES_CALL(F, 12) LANES_CALL(F, 13) LANES_CALL(F, 14) }
+    if (live <= 16) LANES_SWITCH(lanes_half)
+    else LANES_SWITCH(lanes_tile)
+#undef LANES_SWITCH
+#undef LANES_CALL
 }
 #endif
