@@ -45,12 +45,8 @@ static void im2col(const float *restrict x, float *restrict cols, const Shape *s
             for (int64_t kw = 0; kw < s->kw; kw++) {
                 float *row = cols + ((c * s->kh + kh) * s->kw + kw) * plane;
                 const int64_t off = kw * s->dw - s->pl;
-                /* ow with 0 <= ow * sw + off < W */
-                int64_t lo = off >= 0 ? 0 : (-off + s->sw - 1) / s->sw;
-                int64_t hi = s->w - off <= 0 ? 0 : (s->w - off - 1) / s->sw + 1;
-                if (lo > s->ow) lo = s->ow;
-                if (hi > s->ow) hi = s->ow;
-                if (hi < lo) hi = lo;
+                int64_t lo, hi;  /* ow with 0 <= ow * sw + off < W */
+                inside_span(off, s->sw, s->ow, s->w, &lo, &hi);
                 for (int64_t oh = 0; oh < s->oh; oh++) {
                     float *target = row + oh * s->ow;
                     const int64_t ih = oh * s->sh + kh * s->dh - s->pt;

@@ -70,6 +70,32 @@ typedef struct {
                        * slice of a channel concat's: conv_lanes.h's blocked launch), else 0 */
 } Shape;
 
+/* The indices [*lo, *hi) of `count` positions `step` apart from `start` (an input index,
+ * negative in the padding) that fall inside [0, size): 0 <= start + i * step < size (empty
+ * at *lo where none does). */
+static inline void inside_span(int64_t start, int64_t step, int64_t count, int64_t size,
+                               int64_t *lo, int64_t *hi) {
+    int64_t l = start >= 0 ? 0 : (-start + step - 1) / step;
+    int64_t h = size - start <= 0 ? 0 : (size - start - 1) / step + 1;
+    if (l > count) l = count;
+    if (h > count) h = count;
+    if (h < l) h = l;
+    *lo = l, *hi = h;
+}
+
+/* Along one axis (its pad before, stride, taps, dilation, input size and output count), the
+ * outputs [*lo, *hi) whose every tap is inside the input: o * stride - pad >= 0 and
+ * o * stride - pad + (taps - 1) * dilation < size (empty at *hi where none is). */
+static inline void interior_span(int64_t pad, int64_t stride, int64_t taps, int64_t dilation,
+                                 int64_t size, int64_t count, int64_t *lo, int64_t *hi) {
+    int64_t l = pad <= 0 ? 0 : (pad + stride - 1) / stride;
+    const int64_t last = size - 1 - (taps - 1) * dilation + pad;  /* o * stride <= last */
+    int64_t h = last < 0 ? 0 : last / stride + 1;
+    if (h > count) h = count;
+    if (l > h) l = h;
+    *lo = l, *hi = h;
+}
+
 /* This thread's scratch buffer `slot` (0-3), 64-byte aligned, grown to at least `floats`
  * and kept for the thread's life: a launch reuses it instead of a fresh allocation, whose
  * pages (past malloc's mmap threshold) would fault in again on every launch. */

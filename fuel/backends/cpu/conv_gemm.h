@@ -300,12 +300,8 @@ static void pack_b_conv(const float *x, const Shape *s, int64_t l0, int64_t kc, 
         const int64_t kw = index % s->kw;
         const float *plane = x + c * s->h * s->w;
         const int64_t off = kw * s->dw - s->pl;
-        /* output columns ow with 0 <= ow * sw + off < W */
-        int64_t lo = off >= 0 ? 0 : (-off + s->sw - 1) / s->sw;
-        int64_t hi = s->w - off <= 0 ? 0 : (s->w - off - 1) / s->sw + 1;
-        if (lo > s->ow) lo = s->ow;
-        if (hi > s->ow) hi = s->ow;
-        if (hi < lo) hi = lo;
+        int64_t lo, hi;  /* output columns ow with 0 <= ow * sw + off < W */
+        inside_span(off, s->sw, s->ow, s->w, &lo, &hi);
         int64_t oh = n0 / s->ow, ow = n0 % s->ow, j = 0;
         while (j < nc) {
             const int64_t end = s->ow - ow < nc - j ? s->ow : ow + (nc - j);

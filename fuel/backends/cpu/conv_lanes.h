@@ -310,29 +310,10 @@ static int64_t lanes_runs(const Shape *s, int64_t kh0, int64_t kh1, int64_t kw0,
     return count;
 }
 
-/* The taps [*lo, *hi) of a window of `taps` taps `step` apart from `start` (an input index,
- * negative in the padding) that fall inside [0, size). */
-static inline void lanes_inside(int64_t start, int64_t taps, int64_t step, int64_t size,
-                                int64_t *lo, int64_t *hi) {
-    int64_t a = start >= 0 ? 0 : (-start + step - 1) / step;
-    int64_t e = start <= size - 1 ? (size - 1 - start) / step + 1 : 0;
-    a = a < taps ? a : taps;
-    e = e < taps ? e : taps;
-    *lo = a;
-    *hi = e > a ? e : a;
-}
-
-/* The output positions [*lo, *hi) (of `count`) whose windows lie wholly inside [0, size):
- * along one axis, its pad before, stride, taps and dilation. */
-static inline void lanes_within(int64_t pad, int64_t stride, int64_t taps, int64_t dilation,
-                                int64_t size, int64_t count, int64_t *lo, int64_t *hi) {
-    int64_t a = (pad + stride - 1) / stride;
-    a = a < count ? a : count;
-    const int64_t reach = size - 1 + pad - (taps - 1) * dilation;
-    int64_t e = reach < 0 ? a : reach / stride + 1;
-    e = e < count ? e : count;
-    *lo = a;
-    *hi = e > a ? e : a;
+/* The next position after `ow` outside [inner0, inner1) (the first for ow = -1): a row's or
+ * column's edge positions, left then right. */
+static inline int64_t lanes_next_edge(int64_t ow, int64_t inner0, int64_t inner1) {
+    return ow + 1 == inner0 ? inner1 : ow + 1;
 }
 
 /* r positions' tile (lanes_tile or, for a last block of at most 16 live channels,

@@ -62,8 +62,8 @@ static void lanes_task(void *context, int64_t u) {
      * (all of them but on a blocked input read as stored), rows [rows0, rows1) */
     int64_t inner0 = 0, inner1 = line, rows0 = 0, rows1 = s->oh;
     if (j->stored) {
-        lanes_within(s->pl, s->sw, s->kw, s->dw, s->w, s->ow, &inner0, &inner1);
-        lanes_within(s->pt, s->sh, s->kh, s->dh, s->h, s->oh, &rows0, &rows1);
+        interior_span(s->pl, s->sw, s->kw, s->dw, s->w, s->ow, &inner0, &inner1);
+        interior_span(s->pt, s->sh, s->kh, s->dh, s->h, s->oh, &rows0, &rows1);
         rows0 = rows0 > a0 ? rows0 : a0;  /* the unit's */
         rows1 = rows1 < a1 ? rows1 : a1;
         rows1 = rows1 > rows0 ? rows1 : rows0;
@@ -80,7 +80,7 @@ static void lanes_task(void *context, int64_t u) {
             const int64_t *row_runs = whole;
             int64_t nruns = 1, kh0 = 0, kh1 = s->kh;
             if (j->stored) {  /* the taps inside the input's rows */
-                lanes_inside(top, s->kh, s->dh, s->h, &kh0, &kh1);
+                inside_span(top, s->dh, s->kh, s->h, &kh0, &kh1);
                 if (kh0 > 0 || kh1 < s->kh) {
                     nruns = lanes_runs(s, kh0, kh1, 0, s->kw, l0, l1, runs);
                     row_runs = runs;
@@ -101,11 +101,11 @@ static void lanes_task(void *context, int64_t u) {
             if (!j->stored || (oh >= rows0 && oh < rows1))
                 continue;
             /* an edge row's positions past the inner columns (the corners), one at a time */
-            for (int64_t ow = inner0 == 0 ? inner1 : 0; ow < s->ow;
-                 ow = ow + 1 == inner0 ? inner1 : ow + 1) {
+            for (int64_t ow = lanes_next_edge(-1, inner0, inner1); ow < s->ow;
+                 ow = lanes_next_edge(ow, inner0, inner1)) {
                 const int64_t left = ow * s->sw - s->pl, p = oh * s->ow + ow;
                 int64_t kw0, kw1;
-                lanes_inside(left, s->kw, s->dw, s->w, &kw0, &kw1);
+                inside_span(left, s->dw, s->kw, s->w, &kw0, &kw1);
                 const int64_t count = lanes_runs(s, kh0, kh1, kw0, kw1, l0, l1, runs);
                 lanes_edge(planes + (top * s->w + left) * g, offsets, wt, runs, count,
                            one_pass ? sums : sums + p * LANES_MB, first, last, &o, p);
@@ -114,11 +114,11 @@ static void lanes_task(void *context, int64_t u) {
         /* the inner rows' positions past the inner columns, down each such column in pieces
          * of at most LANES_R rows */
         const int64_t pieces = (rows1 - rows0 + LANES_R - 1) / LANES_R;
-        for (int64_t ow = inner0 == 0 ? inner1 : 0; j->stored && pieces > 0 && ow < s->ow;
-             ow = ow + 1 == inner0 ? inner1 : ow + 1) {
+        for (int64_t ow = lanes_next_edge(-1, inner0, inner1); j->stored && pieces > 0
+             && ow < s->ow; ow = lanes_next_edge(ow, inner0, inner1)) {
             const int64_t left = ow * s->sw - s->pl;
             int64_t kw0, kw1;
-            lanes_inside(left, s->kw, s->dw, s->w, &kw0, &kw1);
+            inside_span(left, s->dw, s->kw, s->w, &kw0, &kw1);
             const int64_t count = lanes_runs(s, 0, s->kh, kw0, kw1, l0, l1, runs);
             for (int64_t piece = 0, oh = rows0; piece < pieces; piece++) {
                 const int64_t end = rows0 + (rows1 - rows0) * (piece + 1) / pieces;

@@ -36,11 +36,8 @@ static void wide_pad_task(void *context, int64_t u) {
     float *target = j->padded + u * j->pstride;
     /* columns [lo, hi) of a phase row read input columns t * sw + b - pl in [0, W) */
     const int64_t first = b - s->pl;
-    int64_t lo = first >= 0 ? 0 : (-first + sw - 1) / sw;
-    int64_t hi = s->w - first <= 0 ? 0 : (s->w - first - 1) / sw + 1;
-    if (lo > wp) lo = wp;
-    if (hi > wp) hi = wp;
-    if (hi < lo) hi = lo;
+    int64_t lo, hi;
+    inside_span(first, sw, wp, s->w, &lo, &hi);
     for (int64_t r = 0; r < j->hp; r++) {
         float *row = target + r * wp;
         const int64_t ih = r * s->sh + a - s->pt;

@@ -14,15 +14,10 @@
  * with it.)
  */
 
-/* Output columns [lo, hi) of a row have every tap inside the input row: ow * sw - pl >= 0
- * and ow * sw - pl + (KW - 1) * dw < W (depthwise.c's row walk too). */
+/* Output columns [lo, hi) of a row have every tap inside the input row (depthwise.c's row
+ * walk too). */
 static inline void interior_columns(const Shape *s, int64_t *lo, int64_t *hi) {
-    int64_t l = s->pl <= 0 ? 0 : (s->pl + s->sw - 1) / s->sw;
-    const int64_t last = s->w - 1 - (s->kw - 1) * s->dw + s->pl;  /* ow * sw <= last */
-    int64_t h = last < 0 ? 0 : last / s->sw + 1;
-    if (h > s->ow) h = s->ow;
-    if (l > h) l = h;
-    *lo = l, *hi = h;
+    interior_span(s->pl, s->sw, s->kw, s->dw, s->w, s->ow, lo, hi);
 }
 
 #if defined(__AVX512F__)
