@@ -23,9 +23,12 @@
  *                K block. Fewer than NR output positions: one dot product per output.
  *   5 gemm pointwise: the same with B the input as stored (1x1, stride 1, no padding).
  *   6 transposed: the transposed convolution (w: C x M/groups x KH x KW; H, W the input's
- *                sizes, OH, OW the output's): per image and group the GEMM
- *                scratch[(m, kh, kw), p] = sum_c w[c, m, kh, kw] * x[c, p] (threaded), then
- *                col2im's scatter into the output (zeroed first).
+ *                sizes, OH, OW the output's): the GEMM sums[(m, kh, kw), p] = sum_c
+ *                w[c, m, kh, kw] * x[c, p] (threaded). Where no two taps reach one output
+ *                (kernel at most the stride: a 2x2 stride 2 upsampling) a unit's sums (a
+ *                few input rows, every channel and tap) are stored straight into the outputs
+ *                they reach from a buffer in cache; else per image and group into scratch,
+ *                then col2im's scatter, the channels split between the threads.
  *   13 lanes:    conv_lanes.h's lanes form, scratch holding the weights as 14 (lanes weights)
  *                wrote them (a model's constant weights, transposed once).
  *   15 lanes blocked: the same on a blocked input, residual and output (NCHW16c: x
@@ -65,11 +68,13 @@ static void im2col(const float *restrict x, float *restrict cols, const Shape *s
             }
 }
 
-static void col2im(const float *restrict cols, float *restrict out, const Shape *s) {
-    /* s->h, s->w: the input's sizes (columns of cols); s->oh, s->ow: the output's. */
+static void col2im(const float *restrict cols, float *restrict out, const Shape *s,
+                   int64_t m0, int64_t m1) {
+    /* s->h, s->w: the input's sizes (columns of cols); s->oh, s->ow: the output's; the
+     * channels [m0, m1) (each reads only its own rows of cols: threads may split them). */
     const int64_t plane = s->h * s->w;
-    memset(out, 0, sizeof(float) * s->m * s->oh * s->ow);
-    for (int64_t m = 0; m < s->m; m++)
+    memset(out + m0 * s->oh * s->ow, 0, sizeof(float) * (m1 - m0) * s->oh * s->ow);
+    for (int64_t m = m0; m < m1; m++)
         for (int64_t kh = 0; kh < s->kh; kh++)
             for (int64_t kw = 0; kw < s->kw; kw++) {
                 const float *row = cols + ((m * s->kh + kh) * s->kw + kw) * plane;
@@ -94,40 +99,146 @@ static void transpose_rows(const float *w, int64_t m, int64_t k, float *t, int64
         for (int64_t l = 0; l < k; l++) t[i * k + l] = w[l * m + i];
 }
 
+/* Whether no two taps of the transposed convolution land on one output along either axis
+ * (input i's tap t lands on i * stride + t * dilation - pad: (taps - 1) * dilation <
+ * stride), so the input positions a unit multiplies own every output they reach. */
+static int taps_apart(const Shape *s) {
+    return (s->kh - 1) * s->dh < s->sh && (s->kw - 1) * s->dw < s->sw;
+}
+
+/* Whether, apart, the taps also reach every output (kernel == stride, no dilation, the
+ * output no larger than the taps reach): nothing to zero first. */
+static int taps_cover(const Shape *s) {
+    return s->kh == s->sh && s->kw == s->sw && s->dh == 1 && s->dw == 1 && s->pt >= 0 &&
+           s->pl >= 0 && s->oh <= s->h * s->sh - s->pt && s->ow <= s->w * s->sw - s->pl;
+}
+
+/* One row of `taps` (KW) sums `columns` apart (cols[kw * columns + iw]) stored at
+ * target[iw * sw + kw * dw - pl] where inside the output row. */
+static void scatter_row(const float *restrict cols, int64_t columns, float *restrict target,
+                        const Shape *s) {
+    if (s->kw == s->sw && s->dw == 1 && s->pl == 0 && s->ow == s->w * s->sw) {
+        if (s->kw == 2) {  /* the common 2x2 stride 2 upsampling: one interleave */
+            const float *a = cols, *b = cols + columns;
+            for (int64_t iw = 0; iw < s->w; iw++) {
+                target[2 * iw] = a[iw];
+                target[2 * iw + 1] = b[iw];
+            }
+            return;
+        }
+        for (int64_t iw = 0; iw < s->w; iw++)
+            for (int64_t kw = 0; kw < s->kw; kw++)
+                target[iw * s->kw + kw] = cols[kw * columns + iw];
+        return;
+    }
+    for (int64_t kw = 0; kw < s->kw; kw++) {
+        const int64_t off = kw * s->dw - s->pl;
+        int64_t lo, hi;
+        inside_span(off, s->sw, s->w, s->ow, &lo, &hi);
+        const float *source = cols + kw * columns;
+        for (int64_t iw = lo; iw < hi; iw++) target[iw * s->sw + off] = source[iw];
+    }
+}
+
+/* Taps apart: the GEMM of a unit's input rows [ih0, ih1) (every output channel and tap of
+ * one image and group) into this thread's buffer, stored straight into the outputs they
+ * reach while the buffer is in cache (no patch matrix, no col2im pass). */
+static void transposed_rows(const float *weights, const float *source, float *out,
+                            const Shape *s, int64_t mg, int64_t cg, int64_t ih0, int64_t ih1,
+                            float *buffer, float *panel) {
+    const int64_t taps = s->kh * s->kw, rows = mg * taps, plane = s->h * s->w;
+    const int64_t nc = (ih1 - ih0) * s->w;
+    const Finish none = {NULL, NULL, 0, 0.0f, 0.0f};
+    gemm_unit(weights, source + ih0 * s->w, plane, NULL, buffer, nc, NULL, rows, cg, 0, nc, 0,
+              (rows + MR - 1) / MR, panel, &none, NULL, 0);
+    for (int64_t m = 0; m < mg; m++)
+        for (int64_t kh = 0; kh < s->kh; kh++)
+            for (int64_t ih = ih0; ih < ih1; ih++) {
+                const int64_t y = ih * s->sh + kh * s->dh - s->pt;
+                if (y < 0 || y >= s->oh) continue;
+                scatter_row(buffer + (m * taps + kh * s->kw) * nc + (ih - ih0) * s->w, nc,
+                            out + (m * s->oh + y) * s->ow, s);
+            }
+}
+
+/* Floats of a taps-apart unit's buffer to aim for (its rows of sums stay in L2 until
+ * stored). */
+#define TRANSPOSED_UNIT_FLOATS 32768
+/* Rows of the weights' transpose a thread takes at a time (a model of one group: the
+ * transpose split between the threads). */
+#define TRANSPOSE_ROWS 64
+
 static void transposed_conv(const float *x, const float *w, float *out, float *scratch,
                             const Shape *s, int64_t threads) {
     const int64_t cg = s->c / s->groups, mg = s->m / s->groups, taps = s->kh * s->kw;
-    const int64_t rows = mg * taps, plane = s->h * s->w;
+    const int64_t rows = mg * taps, plane = s->h * s->w, out_plane = s->oh * s->ow;
     const int64_t slivers = (rows + MR - 1) / MR;
     float *transposed = thread_buffer(2, (size_t)(rows * (cg > 0 ? cg : 1)) *
                                          (size_t)s->groups);
+    const int apart = taps_apart(s);
+    /* taps apart: units of whole input rows, as many as fit the buffer, at least two per
+     * thread where the image has the rows */
+    int64_t unit_rows = TRANSPOSED_UNIT_FLOATS / (rows * s->w > 0 ? rows * s->w : 1);
+    if (unit_rows > s->h) unit_rows = s->h;
+    if (unit_rows < 1) unit_rows = 1;
+    const int64_t images = s->n * s->groups;
+    while (unit_rows > 1 && images * ((s->h + unit_rows - 1) / unit_rows) < 2 * threads)
+        unit_rows /= 2;
+    const int64_t per_image = (s->h + unit_rows - 1) / unit_rows;
     int64_t block, column_blocks, row_blocks;
     split_units(plane, slivers, threads, &block, &column_blocks, &row_blocks);
     const int64_t units = column_blocks * row_blocks;
     const Finish none = {NULL, NULL, 0, 0.0f, 0.0f};
     Shape one = *s;
     one.m = mg;
+    const int64_t row_chunks = (rows + TRANSPOSE_ROWS - 1) / TRANSPOSE_ROWS;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *panel = thread_buffer(0, (size_t)PANEL(KC) * (size_t)((block + NR - 1) / NR));
 #pragma omp for schedule(static)
-        for (int64_t g = 0; g < s->groups; g++)
-            transpose_rows(w + g * cg * rows, rows, cg, transposed + g * rows * cg, 0, rows);
-        for (int64_t image = 0; image < s->n; image++)
-            for (int64_t g = 0; g < s->groups; g++) {
-                const float *source = x + (image * s->c + g * cg) * plane;
-#pragma omp for schedule(dynamic, 1)
-                for (int64_t u = 0; u < units; u++) {
-                    const int64_t cb = u % column_blocks, rb = u / column_blocks;
-                    const int64_t n0 = cb * block;
-                    const int64_t nc = plane - n0 < block ? plane - n0 : block;
-                    gemm_unit(transposed + g * rows * cg, source, plane, NULL, scratch,
-                              plane, NULL, rows, cg, n0, nc, slivers * rb / row_blocks,
-                              slivers * (rb + 1) / row_blocks, panel, &none, NULL, 0);
-                }
-#pragma omp single
-                col2im(scratch, out + (image * s->m + g * mg) * s->oh * s->ow, &one);
+        for (int64_t i = 0; i < s->groups * row_chunks; i++) {
+            const int64_t g = i / row_chunks, r0 = i % row_chunks * TRANSPOSE_ROWS;
+            const int64_t r1 = r0 + TRANSPOSE_ROWS < rows ? r0 + TRANSPOSE_ROWS : rows;
+            transpose_rows(w + g * cg * rows, rows, cg, transposed + g * rows * cg, r0, r1);
+        }
+        if (apart) {
+            float *panel = thread_buffer(0, (size_t)PANEL(KC) *
+                                            (size_t)((unit_rows * s->w + NR - 1) / NR));
+            float *buffer = thread_buffer(1, (size_t)(rows * unit_rows * s->w));
+            if (!taps_cover(s)) {
+#pragma omp for schedule(static)
+                for (int64_t i = 0; i < s->n * s->m; i++)
+                    memset(out + i * out_plane, 0, sizeof(float) * out_plane);
             }
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t u = 0; u < images * per_image; u++) {
+                const int64_t ig = u / per_image, image = ig / s->groups, g = ig % s->groups;
+                const int64_t ih0 = u % per_image * unit_rows;
+                const int64_t ih1 = ih0 + unit_rows < s->h ? ih0 + unit_rows : s->h;
+                transposed_rows(transposed + g * rows * cg, x + (image * s->c + g * cg) * plane,
+                                out + (image * s->m + g * mg) * out_plane, s, mg, cg, ih0, ih1,
+                                buffer, panel);
+            }
+        } else {
+            float *panel = thread_buffer(0, (size_t)PANEL(KC) * (size_t)((block + NR - 1) / NR));
+            for (int64_t image = 0; image < s->n; image++)
+                for (int64_t g = 0; g < s->groups; g++) {
+                    const float *source = x + (image * s->c + g * cg) * plane;
+#pragma omp for schedule(dynamic, 1)
+                    for (int64_t u = 0; u < units; u++) {
+                        const int64_t cb = u % column_blocks, rb = u / column_blocks;
+                        const int64_t n0 = cb * block;
+                        const int64_t nc = plane - n0 < block ? plane - n0 : block;
+                        gemm_unit(transposed + g * rows * cg, source, plane, NULL, scratch,
+                                  plane, NULL, rows, cg, n0, nc, slivers * rb / row_blocks,
+                                  slivers * (rb + 1) / row_blocks, panel, &none, NULL, 0);
+                    }
+                    /* each channel's scatter reads only its rows of the sums */
+                    float *target = out + (image * s->m + g * mg) * out_plane;
+#pragma omp for schedule(static)
+                    for (int64_t t = 0; t < threads; t++)
+                        col2im(scratch, target, &one, mg * t / threads, mg * (t + 1) / threads);
+                }
+        }
     }
 }
 
@@ -401,7 +512,7 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     if (form == IM2COL) {
         im2col(x, scratch, &s);
     } else if (form == COL2IM) {
-        col2im(scratch, out, &s);
+        col2im(scratch, out, &s, 0, s.m);
     } else if (form == EPILOGUE) {
         const int64_t planes = s.n * s.m;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && planes > 1)

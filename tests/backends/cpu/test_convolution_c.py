@@ -618,6 +618,37 @@ def test_transposed_convolution_matches_the_reference(rank):
                                    err_msg=f"{x.shape} * {w.shape} {params}")
 
 
+@pytest.mark.parametrize("x_shape, w_shape, strides, begin, end, dilations, groups, padding", [
+    ((2, 32, 40, 37), (32, 16, 2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 1, (0, 0)),
+    ((1, 24, 33, 30), (24, 5, 3, 3), (3, 3), (1, 0), (0, 1), (1, 1), 1, (2, 1)),
+    ((2, 16, 21, 26), (16, 6, 2, 1), (3, 2), (0, 1), (1, 0), (1, 1), 2, (1, 0)),
+    ((1, 16, 30, 29), (16, 3, 1, 2), (2, 3), (0, 0), (0, 0), (2, 2), 1, (0, 0)),
+    ((2, 20, 35, 31), (20, 7, 3, 3), (2, 2), (1, 1), (1, 0), (1, 1), 2, (1, 0)),
+    ((3, 64, 300), (64, 8, 4), (4,), (0,), (0,), (1,), 1, (0,)),
+])
+def test_transposed_convolution_forms_on_two_threads(monkeypatch, x_shape, w_shape, strides,
+                                                     begin, end, dilations, groups, padding):
+    """conv.c's transposed form, split over two threads, against the reference: taps that
+    never share an output (kernel at most the stride: stored from each unit's buffer, the
+    output zeroed first where they leave gaps) and taps that do (col2im, its channels
+    split); odd sizes, groups, pads, output padding and dilations."""
+    from tests.backends.kernel_cases import references
+
+    monkeypatch.setenv("FUEL_THREADS", "2")
+    rng = np.random.default_rng(sum(x_shape))
+    entry = global_table().lookup_alternatives(OpKind.CONV_TRANSPOSE, (dt.float32,) * 3,
+                                               BackendId.CPU)[0]
+    params = ConvParams(strides, begin, end, dilations, groups, padding)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    expected = references.conv_transpose(x.astype(np.float64), w.astype(np.float64), strides,
+                                          begin, end, dilations, groups, padding)
+    for _ in range(2):  # a second launch finds the buffers of the first
+        actual = _run(entry, [x, w], expected.shape, params, launches=2)
+        np.testing.assert_allclose(actual, expected, rtol=1e-4,
+                                   atol=1e-4 * float(np.abs(expected).max()))
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 21, 37), (1, 48, 55, 57)])
 @pytest.mark.parametrize("stride, pad, ceil", [(1, 1, False), (2, 1, False), (2, 0, True),
                                                (3, 1, True)])
