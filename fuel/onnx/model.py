@@ -129,29 +129,29 @@ class Model:
             raise self._named(error) from error.__cause__
 
     def _run(self, feeds: dict | None, device) -> dict[str, object]:
-        import fuel
-        from fuel.runtime.executor import PLAN_CACHE
-
         feeds = feeds or {}
         signature = feed_signature(self.inputs, feeds, device) if isinstance(feeds, dict) \
             else None
         if signature is not None:
             arrays = [feeds[spec.name] for spec in self.inputs]
-            tensors = self._replay.run(signature, arrays, device)
-            if tensors is not None:
-                return {name: tensor.numpy() for name, tensor in zip(self.output_names, tensors)}
+            replayed = self._replay.run(signature, arrays, device)
+            if replayed is not None:
+                return dict(zip(self.output_names, replayed))
+        import fuel
+        from fuel.runtime.executor import PLAN_CACHE
+
         realizes = PLAN_CACHE.hits + PLAN_CACHE.misses
         with collector_paused():  # a new shape's build and capture (as fuel.jit's)
             values, builder, bound = self._build(feeds, device)
-            tensors = None
+            captured = None
             if signature is not None and signature not in self._replay.captures:
                 host_decided = builder.host_decided or builder.draws_random or (
                     PLAN_CACHE.hits + PLAN_CACHE.misses - realizes > builder.host_realizes)
-                tensors = self._replay.capture(signature,
-                                               [bound[s.name] for s in self.inputs], values,
-                                               host_decided)
-        if tensors is not None:
-            return {name: tensor.numpy() for name, tensor in zip(self.output_names, tensors)}
+                captured = self._replay.capture(signature,
+                                                [bound[s.name] for s in self.inputs], values,
+                                                host_decided)
+        if captured is not None:
+            return dict(zip(self.output_names, captured))
         tensors = [t for v in values.values() for t in _tensors_in(v)]
         if tensors:
             fuel.realize(*tensors)

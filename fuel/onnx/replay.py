@@ -26,13 +26,38 @@ def feed_signature(specs: list, feeds: dict, device) -> tuple | None:
     once as an array; None when the call cannot replay (the plain path checks it)."""
     if len(feeds) != len(specs):
         return None
-    signature: list = [str(parse_device(device))]
+    name = _device_names.get(device) if device.__class__ is str else None
+    if name is None:
+        name = str(parse_device(device))
+        if device.__class__ is str:
+            _device_names[device] = name
+    signature: list = [name]
     for spec in specs:
         value = feeds.get(spec.name)
-        if spec.kind != "tensor" or value is None or not isinstance(value, np.ndarray):
+        if spec.kind != "tensor" or value is None or value.__class__ is not np.ndarray:
             return None
-        signature.append((value.dtype.str, value.shape))
+        signature.append((value.dtype, value.shape))
     return tuple(signature)
+
+
+# The canonical name of each device string a caller has passed ("cpu" -> "cpu:0").
+_device_names: dict[str, str] = {}
+
+
+def host_arrays(capture: Capture, storages: list) -> list[np.ndarray]:
+    """A run's output storages as read-only host arrays (a CPU output's is a view of its
+    storage: the plan writes that storage again only once the caller has dropped it)."""
+    arrays = []
+    for storage, (layout, _) in zip(storages, capture.output_layouts):
+        buffer = storage.buffer
+        if buffer.__class__ is np.ndarray and storage.size == layout.numel and \
+                layout.offset == 0 and layout.is_contiguous() and not storage.dtype.is_packed:
+            values = buffer.reshape(layout.shape)  # a new array object over the storage
+        else:
+            values = storage.backend.download(storage, layout).view()
+        values.flags.writeable = False
+        arrays.append(values)
+    return arrays
 
 
 # Captures a model keeps (each holds its intermediate buffers): past this many feed
@@ -49,28 +74,39 @@ class ModelReplay:
         self.captures: dict[tuple, Capture | None] = {}
         self.kept = kept
         self.replays = 0
+        self.feeds: dict[str, tuple] = {}  # device name -> (its backend's upload, the device)
 
-    def run(self, signature: tuple, arrays: list[np.ndarray], device) -> list[Tensor] | None:
-        """The outputs of a replay, or None when ``signature`` has no usable capture."""
-        capture = self.captures.get(signature)
+    def run(self, signature: tuple, arrays: list[np.ndarray], device) -> list[np.ndarray] | None:
+        """The outputs of a replay (read-only host arrays, as ``Tensor.numpy`` gives them),
+        or None when ``signature`` has no usable capture. The hot path of every call after
+        the first: it builds no node or tensor (after a large model's run the interpreter's
+        caches are cold, and each object it touches costs a miss)."""
+        captures = self.captures
+        capture = captures.get(signature)
         if capture is None:
             return None
-        if next(reversed(self.captures)) != signature:  # the most recently run last
-            del self.captures[signature]
-            self.captures[signature] = capture
+        if next(reversed(captures)) != signature:  # the most recently run last
+            del captures[signature]
+            captures[signature] = capture
         if capture.generation != table_generation():  # kernels changed: build and capture anew
-            del self.captures[signature]
+            del captures[signature]
             return None
-        device = parse_device(device)
-        backend = get_backend(device)
-        storages = [backend.upload(device, np.ascontiguousarray(array)) for array in arrays]
-        with op_profile.phase("onnx.replay"):
+        feed = self.feeds.get(signature[0])  # by the device's name
+        if feed is None:
+            device = parse_device(device)
+            feed = self.feeds[signature[0]] = (get_backend(device).upload, device)
+        upload, where = feed
+        storages = [upload(where, array) for array in arrays]
+        if op_profile._enabled or op_profile._trace:
+            with op_profile.phase("onnx.replay"):
+                outputs = capture.run(storages)
+        else:
             outputs = capture.run(storages)
         self.replays += 1
-        return [Tensor(node) for node in capture.output_nodes(outputs)]
+        return host_arrays(capture, outputs)
 
     def capture(self, signature: tuple, feed_tensors: list[Tensor], values: dict,
-                host_decided: bool) -> list[Tensor] | None:
+                host_decided: bool) -> list[np.ndarray] | None:
         """Capture a fresh build's plan and run it once; None (remembered) when the build is
         not replayable, and the caller realizes it the plain way."""
         outputs = list(values.values())
@@ -89,7 +125,7 @@ class ModelReplay:
         self.captures[signature] = capture
         self._trim()
         results = capture.run([t._node.buffer for t in feed_tensors])
-        return [Tensor(node) for node in capture.output_nodes(results)]
+        return host_arrays(capture, results)
 
 
     def _trim(self) -> None:
