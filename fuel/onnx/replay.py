@@ -34,7 +34,7 @@ def feed_signature(specs: list, feeds: dict, device) -> tuple | None:
     signature: list = [name]
     for spec in specs:
         value = feeds.get(spec.name)
-        if spec.kind != "tensor" or value is None or value.__class__ is not np.ndarray:
+        if spec.kind != "tensor" or value is None or not isinstance(value, np.ndarray):
             return None
         signature.append((value.dtype, value.shape))
     return tuple(signature)
@@ -97,7 +97,7 @@ class ModelReplay:
             feed = self.feeds[signature[0]] = (get_backend(device).upload, device)
         upload, where = feed
         storages = [upload(where, array) for array in arrays]
-        if op_profile._enabled or op_profile._trace:
+        if op_profile.enabled() or op_profile.tracing():
             with op_profile.phase("onnx.replay"):
                 outputs = capture.run(storages)
         else:

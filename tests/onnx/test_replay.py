@@ -39,6 +39,24 @@ def test_a_value_independent_graph_replays_with_new_feeds():
     assert len(model._replay.captures) == 2
 
 
+def test_replayed_outputs_are_read_only_arrays_of_the_declared_shape():
+    """A replay hands back each output as the plain path does (Tensor.numpy's read-only
+    array): the values, dtype and shape of a fresh build's, and not writable."""
+    model = _model([helper.make_node("Relu", ["x"], ["y"]),
+                    helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0])],
+                   [_float("x", ["n", 3])], [_float("y", None), _float("t", None)])
+    rng = np.random.default_rng(1)
+    for call in range(3):
+        x = rng.standard_normal((2, 3)).astype(np.float32)
+        out = model.run({"x": x})
+        assert list(out) == ["y", "t"]
+        for got, want in ((out["y"], np.maximum(x, 0)), (out["t"], x.T)):
+            assert got.dtype == np.float32 and got.shape == want.shape
+            assert not got.flags.writeable
+            np.testing.assert_array_equal(got, want)
+    assert model._replay.replays == 2
+
+
 def test_a_model_keeps_its_most_recently_run_captures():
     """Past ``kept`` feed signatures the least recently run capture (and its buffers) is
     dropped; a signature run again stays; a dropped one is captured again when it returns,
