@@ -46,7 +46,7 @@ def test_replayed_outputs_are_read_only_arrays_of_the_declared_shape():
                     helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0])],
                    [_float("x", ["n", 3])], [_float("y", None), _float("t", None)])
     rng = np.random.default_rng(1)
-    for call in range(3):
+    for _ in range(3):
         x = rng.standard_normal((2, 3)).astype(np.float32)
         out = model.run({"x": x})
         assert list(out) == ["y", "t"]
