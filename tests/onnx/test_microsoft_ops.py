@@ -3,6 +3,8 @@ onnx.helper; a ``com.microsoft`` op fuel lacks is an UnsupportedOp naming domain
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,14 @@ def _check(model, feeds, rtol=1e-4, atol=1e-5):
 
 
 RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def _seeded(request):
+    """Each test draws from its own seed (its id's checksum): the values do not depend on
+    which tests ran before it in the same worker (pytest-xdist deals them out at random)."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def _x(*shape):
@@ -143,6 +153,14 @@ def _quantized(shape, low=-128, high=127):
     return RNG.integers(low, high + 1, shape).astype(np.int8 if low < 0 else np.uint8)
 
 
+# Signed weights against uint8 activations, within 7 bits: onnxruntime's u8s8 kernels on
+# a CPU without AVX512-VNNI or AVX-VNNI sum pairs of u8 * s8 products in int16 with
+# saturation (vpmaddubsw; its quantizer's reduce_range exists for this), which fuel's exact
+# int32 sums do not reproduce; a pair of 255 * 64 stays below 32767 on every CPU.
+def _weights(shape):
+    return _quantized(shape, -64, 63)
+
+
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 @pytest.mark.parametrize("per_column", [False, True])
 def test_dynamic_quantize_lstm(direction, per_column):
@@ -150,7 +168,7 @@ def test_dynamic_quantize_lstm(direction, per_column):
     dirs, steps, batch, size, hidden = (2 if direction == "bidirectional" else 1), 4, 2, 5, 3
     scales = (dirs, 4 * hidden) if per_column else (dirs,)
     constants = [
-        ("w", _quantized((dirs, size, 4 * hidden))), ("r", _quantized((dirs, hidden, 4 * hidden))),
+        ("w", _weights((dirs, size, 4 * hidden))), ("r", _weights((dirs, hidden, 4 * hidden))),
         ("b", _x(dirs, 8 * hidden) * 0.1),
         ("w_scale", np.abs(_x(*scales)) * 0.01 + 0.002), ("w_zero", np.zeros(scales, np.int8)),
         ("r_scale", np.abs(_x(*scales)) * 0.01 + 0.002), ("r_zero", np.zeros(scales, np.int8))]
@@ -170,7 +188,7 @@ def test_dynamic_quantize_lstm(direction, per_column):
 
 @pytest.mark.parametrize("signed", [True, False])
 def test_dynamic_quantize_matmul(signed):
-    b = _quantized((6, 4)) if signed else _quantized((6, 4), 0, 255)
+    b = _weights((6, 4)) if signed else _quantized((6, 4), 0, 255)
     zero = np.array([0], np.int8) if signed else np.array([128], np.uint8)
     node = helper.make_node("DynamicQuantizeMatMul", ["a", "b", "scale", "zero", "bias"], ["y"],
                             domain=MS)
