@@ -3,8 +3,6 @@ onnx.helper; a ``com.microsoft`` op fuel lacks is an UnsupportedOp naming domain
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
 
@@ -43,15 +41,7 @@ def _check(model, feeds, rtol=1e-4, atol=1e-5):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
-RNG = np.random.default_rng(0)
-
-
-@pytest.fixture(autouse=True)
-def _seeded(request):
-    """Each test draws from its own seed (its id's checksum): the values do not depend on
-    which tests ran before it in the same worker (pytest-xdist deals them out at random)."""
-    global RNG
-    RNG = np.random.default_rng(zlib.crc32(request.node.name.encode()))
+RNG = np.random.default_rng(0)  # reseeded per test (tests/onnx/conftest.py)
 
 
 def _x(*shape):
