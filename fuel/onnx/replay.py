@@ -26,12 +26,7 @@ def feed_signature(specs: list, feeds: dict, device) -> tuple | None:
     once as an array; None when the call cannot replay (the plain path checks it)."""
     if len(feeds) != len(specs):
         return None
-    name = _device_names.get(device) if device.__class__ is str else None
-    if name is None:
-        name = str(parse_device(device))
-        if device.__class__ is str:
-            _device_names[device] = name
-    signature: list = [name]
+    signature: list = [str(parse_device(device))]  # (parse_device caches names)
     for spec in specs:
         value = feeds.get(spec.name)
         if spec.kind != "tensor" or value is None or not isinstance(value, np.ndarray):
@@ -40,21 +35,12 @@ def feed_signature(specs: list, feeds: dict, device) -> tuple | None:
     return tuple(signature)
 
 
-# The canonical name of each device string a caller has passed ("cpu" -> "cpu:0").
-_device_names: dict[str, str] = {}
-
-
 def host_arrays(capture: Capture, storages: list) -> list[np.ndarray]:
     """A run's output storages as read-only host arrays (a CPU output's is a view of its
     storage: the plan writes that storage again only once the caller has dropped it)."""
     arrays = []
     for storage, (layout, _) in zip(storages, capture.output_layouts):
-        buffer = storage.buffer
-        if buffer.__class__ is np.ndarray and storage.size == layout.numel and \
-                layout.offset == 0 and layout.is_contiguous() and not storage.dtype.is_packed:
-            values = buffer.reshape(layout.shape)  # a new array object over the storage
-        else:
-            values = storage.backend.download(storage, layout).view()
+        values = storage.backend.download(storage, layout).view()
         values.flags.writeable = False
         arrays.append(values)
     return arrays
@@ -74,7 +60,6 @@ class ModelReplay:
         self.captures: dict[tuple, Capture | None] = {}
         self.kept = kept
         self.replays = 0
-        self.feeds: dict[str, tuple] = {}  # device name -> (its backend's upload, the device)
 
     def run(self, signature: tuple, arrays: list[np.ndarray], device) -> list[np.ndarray] | None:
         """The outputs of a replay (read-only host arrays, as ``Tensor.numpy`` gives them),
@@ -91,16 +76,10 @@ class ModelReplay:
         if capture.generation != table_generation():  # kernels changed: build and capture anew
             del captures[signature]
             return None
-        feed = self.feeds.get(signature[0])  # by the device's name
-        if feed is None:
-            device = parse_device(device)
-            feed = self.feeds[signature[0]] = (get_backend(device).upload, device)
-        upload, where = feed
-        storages = [upload(where, array) for array in arrays]
-        if op_profile.enabled() or op_profile.tracing():
-            with op_profile.phase("onnx.replay"):
-                outputs = capture.run(storages)
-        else:
+        device = parse_device(device)
+        upload = get_backend(device).upload
+        storages = [upload(device, array) for array in arrays]  # (made contiguous there)
+        with op_profile.phase("onnx.replay"):
             outputs = capture.run(storages)
         self.replays += 1
         return host_arrays(capture, outputs)

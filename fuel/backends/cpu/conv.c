@@ -79,15 +79,14 @@ static void col2im(const float *restrict cols, float *restrict out, const Shape 
             for (int64_t kw = 0; kw < s->kw; kw++) {
                 const float *row = cols + ((m * s->kh + kh) * s->kw + kw) * plane;
                 const int64_t off = kw * s->dw - s->pl;
+                int64_t lo, hi;  /* input columns iw with 0 <= iw * sw + off < OW */
+                inside_span(off, s->sw, s->w, s->ow, &lo, &hi);
                 for (int64_t ih = 0; ih < s->h; ih++) {
                     const int64_t y = ih * s->sh + kh * s->dh - s->pt;
                     if (y < 0 || y >= s->oh) continue;
                     float *target = out + (m * s->oh + y) * s->ow;
                     const float *source = row + ih * s->w;
-                    for (int64_t iw = 0; iw < s->w; iw++) {
-                        const int64_t x = iw * s->sw + off;
-                        if (x >= 0 && x < s->ow) target[x] += source[iw];
-                    }
+                    for (int64_t iw = lo; iw < hi; iw++) target[iw * s->sw + off] += source[iw];
                 }
             }
 }
