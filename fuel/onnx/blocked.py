@@ -31,7 +31,11 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+import numpy as np
+
 from fuel.frontend.build import make
+from fuel.frontend.factories import from_numpy
+from fuel.frontend.shape import pad as pad_dims
 from fuel.graph.graph import Graph
 from fuel.graph.node import Node, set_user_site
 from fuel.ir import dtype as dt
@@ -40,6 +44,10 @@ from fuel.ir.ops import OpKind
 from fuel.ir.params import ConvPartsParams
 from fuel.ir.rules import BLOCK, whole_block_groups
 from fuel.tensor import Tensor
+
+# A channel count that is not whole blocks joins a chain padded from this many (24 -> 32: a
+# quarter of the padded work on zero weights; onnxruntime's NCHWc pads the same way).
+PADDED_CHANNELS = 24
 
 
 def enabled() -> bool:
@@ -50,6 +58,24 @@ def enabled() -> bool:
     from fuel.backends.cpu import convolution_blocked
 
     return convolution_blocked.available()
+
+
+def padding() -> bool:
+    """Whether channel counts that are not whole blocks may join a chain, padded (unless
+    ``FUEL_BLOCKED_PAD=0``)."""
+    return os.environ.get("FUEL_BLOCKED_PAD", "1") != "0"
+
+
+def padded(channels: int) -> int:
+    """``channels`` rounded up to whole blocks of 16."""
+    return -(-channels // BLOCK) * BLOCK
+
+
+def _blockable(channels: int, pad: bool) -> bool:
+    """Whether a link may hold ``channels`` channels blocked: whole blocks, or (``pad``) at
+    least PADDED_CHANNELS, the last block's lanes past them zero weights (at most a quarter
+    of the work wasted)."""
+    return channels % BLOCK == 0 or (pad and channels >= PADDED_CHANNELS)
 
 
 def _link(node: Node) -> bool:
@@ -65,9 +91,17 @@ def _link(node: Node) -> bool:
     depthwise = (len(weight.shape) == 4 and groups == x.shape[1] == node.shape[1]
                  and weight.shape[1] == 1 and weight.shape[2] * weight.shape[3] <= DEPTHWISE_TAPS)
     grouped = whole_block_groups(groups, x.shape[1], node.shape[1])
-    return ((groups == 1 or depthwise or grouped) and x.shape[1] % BLOCK == 0
-            and node.shape[1] % BLOCK == 0
-            and worth_blocking(x.shape, weight.shape, node.shape, params.conv))
+    # padded: one group (a padded depthwise ran slower than planar) on maps larger than a
+    # position (a squeeze-excite's 1 x 1 maps would only gain conversions)
+    pad = padding() and groups == 1 and node.shape[2] * node.shape[3] > 1
+    if not ((groups == 1 or depthwise or grouped) and _blockable(x.shape[1], pad)
+            and _blockable(node.shape[1], pad)):
+        return False
+    c, m = padded(x.shape[1]), padded(node.shape[1])
+    conv = replace(params.conv, groups=c) if depthwise else params.conv
+    return worth_blocking((x.shape[0], c, *x.shape[2:]),
+                          (m, 1 if depthwise else c // groups, *weight.shape[2:]),
+                          (node.shape[0], m, *node.shape[2:]), conv)
 
 
 def _stem(node: Node, pooled: bool = False) -> bool:
@@ -98,10 +132,10 @@ def _feeders(node: Node) -> list[Node]:
 
 
 def _pool(node: Node) -> bool:
-    """A float32 2-d max or average pool over channels in blocks of 16."""
+    """A float32 2-d max or average pool over channels in blocks of 16 (or padded ones)."""
     return (node.op in (OpKind.MAX_POOL, OpKind.AVG_POOL) and node.buffer is None
             and node.dtype is dt.float32 and len(node.shape) == 4
-            and len(node.params.kernel) == 2 and node.shape[1] % BLOCK == 0)
+            and len(node.params.kernel) == 2 and _blockable(node.shape[1], padding()))
 
 
 def _concat(node: Node) -> bool:
@@ -115,7 +149,8 @@ def _scaled(node: Node) -> int | None:
     """The operand index of the scaled value of a float32 channel scale (a squeeze-excite
     Mul: (N, C, H, W) times an (N, C, 1, 1) value expanded, C in blocks of 16), or None."""
     if (node.op is not OpKind.MUL or node.buffer is not None or node.dtype is not dt.float32
-            or len(node.shape) != 4 or node.shape[1] % BLOCK or len(node.inputs) != 2):
+            or len(node.shape) != 4 or not _blockable(node.shape[1], padding())
+            or len(node.inputs) != 2):
         return None
     n, c = node.shape[:2]
     for index, scale in enumerate(node.inputs):
@@ -138,7 +173,23 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
     links = {id(node) for node in order if _link(node)}
     if not links:
         return values
-    stems = {id(node) for node in order if _stem(node)}
+    excluded: set[int] = set()  # padded values a planar reader would convert (``_breaks``)
+    while True:
+        stems = {id(node) for node in order if _stem(node)}
+        chained = _chain(order, links - excluded, stems, excluded)
+        if not chained:
+            return values
+        breaks = _breaks(order, roots, chained, stems)
+        if not breaks:
+            return _rewrite(values, order, chained, stems,
+                            _joined(order, roots, chained, stems))
+        excluded |= breaks
+
+
+def _chain(order: list[Node], links: set[int], stems: set[int],
+           excluded: set[int]) -> set[int]:
+    """The nodes that run blocked: ``links`` chained (``stems`` gains the pooled stems that
+    start a chain), then what follows a chained value; none of ``excluded``."""
     chained: set[int] = set()
     for node in order:  # links next to links (a depthwise one only joins a chain: below),
         if id(node) not in links:  # or fed by a stem, or by a pool of a stem
@@ -147,13 +198,14 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
             if id(feeder) in stems or (id(feeder) in links and feeder.params.conv.groups == 1
                                        and node.params.conv.groups == 1):
                 chained.update((id(node), id(feeder)))
-            elif _pool(feeder) and _stem(stem := feeder.inputs[0], pooled=True):
+            elif (_pool(feeder) and id(feeder) not in excluded
+                  and _stem(stem := feeder.inputs[0], pooled=True)):
                 stems.add(id(stem))  # the pool joins below, as what follows a chained value
                 chained.update((id(node), id(stem)))
     if not chained:
-        return values
+        return chained
     for node in order:  # then what follows a chained value: links, pools, channel concats
-        if id(node) in chained:
+        if id(node) in chained or id(node) in excluded:
             continue
         if id(node) in links:
             if any(id(feeder) in chained for feeder in _feeders(node)):
@@ -164,7 +216,42 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
             chained.add(id(node))
         elif (scaled := _scaled(node)) is not None and id(node.inputs[scaled]) in chained:
             chained.add(id(node))
-    return _rewrite(values, order, chained, stems, _joined(order, roots, chained, stems))
+    return chained
+
+
+def _blocked_operands(node: Node, stems: set[int]) -> list[Node]:
+    """The operands a chained node reads blocked."""
+    if node.op is OpKind.CONV_FUSED:
+        return [] if id(node) in stems else _feeders(node)
+    if node.op is OpKind.MUL:
+        return [node.inputs[_scaled(node)]]
+    return list(node.inputs)  # a pool's input, a concat's parts
+
+
+def _breaks(order: list[Node], roots: list[Node], chained: set[int],
+            stems: set[int]) -> set[int]:
+    """The chained nodes that would convert a padded value (channels not whole blocks)
+    between layouts: a padded one that something outside the chains reads (or an output),
+    and one that reads blocked a padded value left planar. A padded value's entry would pad
+    its channels and its exit drop them, each a copy more than a whole-block value's: the
+    chains are formed again without these."""
+    outside = {id(root) for root in roots}  # an output is read planar
+    for node in order:
+        if id(node) in chained:
+            blocked = {id(operand) for operand in _blocked_operands(node, stems)}
+            outside.update(id(child) for child in node.inputs if id(child) not in blocked)
+        else:
+            outside.update(id(child) for child in node.inputs)
+    breaks = set()
+    for node in order:
+        if id(node) not in chained:
+            continue
+        if node.shape[1] % BLOCK and id(node) in outside:
+            breaks.add(id(node))
+        elif any(operand.shape[1] % BLOCK and id(operand) not in chained
+                 for operand in _blocked_operands(node, stems)):
+            breaks.add(id(node))
+    return breaks
 
 
 def _joined(order: list[Node], roots: list[Node], chained: set[int],
@@ -202,8 +289,10 @@ class _Rewrite:
         if found is None:  # a link's blocked value, read planar
             value = Tensor(self.blocked[id(node)])
             n, blocks, h, w, _ = value.shape
-            found = value.permute(0, 1, 4, 2, 3).contiguous().reshape(
-                n, blocks * BLOCK, h, w)._node
+            value = value.permute(0, 1, 4, 2, 3).contiguous().reshape(n, blocks * BLOCK, h, w)
+            if node.shape[1] != blocks * BLOCK:  # padded: the lanes past its channels go
+                value = value[:, :node.shape[1]].contiguous()
+            found = value._node
             self.planar[id(node)] = found
         return found
 
@@ -212,10 +301,23 @@ class _Rewrite:
         if found is None:  # a planar value entering a chain
             value = Tensor(self.planar_of(node))
             n, c, h, w = value.shape
-            found = value.reshape(n, c // BLOCK, BLOCK, h, w).permute(
+            if c % BLOCK:  # padded with zero channels to whole blocks
+                value = Tensor(pad_dims(value, (0, 0, 0, 0, 0, padded(c) - c))._node)
+            found = value.reshape(n, padded(c) // BLOCK, BLOCK, h, w).permute(
                 0, 1, 3, 4, 2).contiguous()._node
             self.blocked[id(node)] = found
         return found
+
+    def constant_of(self, node: Node, shape: tuple) -> Node:
+        """The constant ``node``'s (a link's weights or bias) planar value, padded with zeros
+        to ``shape`` where it is smaller."""
+        value = self.planar_of(node)
+        if tuple(value.shape) == shape:
+            return value
+        array = Tensor(value).numpy()
+        grown = np.zeros(shape, array.dtype)
+        grown[tuple(slice(0, size) for size in array.shape)] = array
+        return from_numpy(grown, constant=True)._node
 
     def add(self, node: Node) -> None:
         """``node`` in the new graph (its inputs already there)."""
@@ -246,6 +348,9 @@ class _Rewrite:
             value = self.blocked_of(node.inputs[scaled])
             n, blocks, h, w, _ = value.shape
             scale = Tensor(self.planar_of(node.inputs[1 - scaled].inputs[0]))
+            if scale.shape[1] % BLOCK:  # a padded value's: its lanes past the channels
+                scale = Tensor(pad_dims(scale, (0, 0, 0, 0, 0, blocks * BLOCK
+                                                - scale.shape[1]))._node)
             scale = scale.reshape(scale.shape[0], blocks, BLOCK, 1, 1).permute(
                 0, 1, 3, 4, 2).expand(n, blocks, h, w, BLOCK)._node
             operands = [None, None]
@@ -253,13 +358,20 @@ class _Rewrite:
             self.blocked[id(node)] = make(OpKind.MUL, tuple(operands), node.params)._node
             return
         if id(node) in self.chained:
-            x = node.inputs[0]
-            inputs = [self.planar_of(x) if id(node) in self.stems else self.blocked_of(x),
-                      self.planar_of(node.inputs[1]),
-                      self.planar_of(node.inputs[2])]
-            if node.params.residual:
+            x, weight, bias = node.inputs[:3]
+            params = node.params
+            stem = id(node) in self.stems
+            c, m = x.shape[1], padded(node.shape[1])
+            if not stem and c % BLOCK:  # its input arrives padded: so do its weights
+                c = padded(c)
+                if params.conv.groups > 1:  # depthwise
+                    params = replace(params, conv=replace(params.conv, groups=c))
+            inputs = [self.planar_of(x) if stem else self.blocked_of(x),
+                      self.constant_of(weight, (m, c // params.conv.groups, *weight.shape[2:])),
+                      self.constant_of(bias, (m,))]
+            if params.residual:
                 inputs.append(self.blocked_of(node.inputs[3]))
-            self.blocked[id(node)] = make(OpKind.CONV_BLOCKED, tuple(inputs), node.params)._node
+            self.blocked[id(node)] = make(OpKind.CONV_BLOCKED, tuple(inputs), params)._node
             return
         inputs = tuple(self.planar_of(child) for child in node.inputs)
         if all(new is old for new, old in zip(inputs, node.inputs)):

@@ -315,3 +315,78 @@ def test_a_concat_of_links_stores_into_one_output(tmp_path, monkeypatch, shared)
                        6)
     assert ops.count("conv_blocked_cat") == (1 if not shared else 0)
     assert ops.count("cat") == (0 if not shared else 1)
+
+
+def _narrow(path, reader: str):
+    """MobileNetV2's narrow stretch behind a stride-2 stem: 1x1 expand 32 -> 96, depthwise
+    stride 2, 1x1 project to 24 channels (not whole blocks), 1x1 expand 24 -> 144, depthwise,
+    1x1 project to 24 with the residual Add, a MaxPool of that sum, a 1x1 to 32 and a
+    GlobalAveragePool. ``reader``: "output", the first 24-channel value is also a graph
+    output; "depthwise", the last 1x1 is a depthwise 24 -> 24 instead."""
+    rng = np.random.default_rng(7)
+    inits, nodes = [], []
+
+    def conv(name, x, c, m, k, stride=1, group=1, relu=True):
+        inits.extend([numpy_helper.from_array(
+            (rng.standard_normal((m, c // group, k, k)) / np.sqrt(c // group * k * k)).astype(
+                np.float32), name + "_w"),
+            numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), name + "_b")])
+        out = name + "_c" if relu else name
+        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [out],
+                                      kernel_shape=[k, k], pads=[k // 2] * 4, group=group,
+                                      strides=[stride] * 2))
+        if relu:
+            nodes.append(helper.make_node("Relu", [out], [name]))
+        return name
+
+    stem = conv("stem", "x", 3, 32, 3, stride=2)
+    e1 = conv("e1", stem, 32, 96, 1)
+    d1 = conv("d1", e1, 96, 96, 3, stride=2, group=96)
+    p1 = conv("p1", d1, 96, 24, 1, relu=False)
+    e2 = conv("e2", p1, 24, 144, 1)
+    d2 = conv("d2", e2, 144, 144, 3, group=144)
+    p2 = conv("p2", d2, 144, 24, 1, relu=False)
+    nodes.append(helper.make_node("Add", [p2, p1], ["sum"]))
+    nodes.append(helper.make_node("MaxPool", ["sum"], ["pooled"], kernel_shape=[2, 2],
+                                  strides=[2, 2]))
+    last = (conv("last", "pooled", 24, 24, 3, group=24) if reader == "depthwise"
+            else conv("last", "pooled", 24, 32, 1))
+    nodes.append(helper.make_node("GlobalAveragePool", [last], ["y"]))
+    _saved(path, nodes, "narrow", [2, 3, 64, 64], inits)
+    if reader == "output":
+        model = onnx.load(path)
+        model.graph.output.append(helper.make_tensor_value_info(p1, TensorProto.FLOAT, None))
+        onnx.save(model, path)
+    return path
+
+
+@needs_blocked
+@pytest.mark.parametrize("reader", ["", "output", "depthwise"])
+@pytest.mark.parametrize("pad", ["1", "0"])
+def test_channels_short_of_whole_blocks_join_a_chain_padded(tmp_path, monkeypatch, pad,
+                                                            reader):
+    """24-channel values inside a chain run blocked in two blocks, the lanes past their
+    channels zero weights, when nothing outside the chains reads them: every convolution
+    of the stretch blocked and no conversion but the output's. A padded value an output
+    reads, or a depthwise link reads (padded depthwise links are not taken), stays planar
+    with its links, as every one does with FUEL_BLOCKED_PAD=0; results match onnxruntime
+    either way (the output of ``reader`` "output" too)."""
+    monkeypatch.setenv("FUEL_BLOCKED_PAD", pad)
+    path = _narrow(tmp_path / "narrow.onnx", reader)
+    x = np.random.default_rng(8).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    monkeypatch.setenv("FUEL_BLOCKED", "1")
+    model = fuel.onnx.load(path)
+    with fuel.profile() as profile:
+        got = model.run({"x": x})
+    assert len(got) == len(expected)
+    for value, reference in zip(got.values(), expected):
+        span = float(reference.max() - reference.min())
+        np.testing.assert_allclose(value, reference, rtol=0, atol=1e-5 * span)
+    ops = [launch.op for launch in profile.launches]
+    if pad == "1" and not reader:  # all eight convolutions blocked, the pool too
+        assert ops.count("conv_blocked") == 8 and "conv_fused" not in ops
+        assert ops.count("contiguous") == 1  # the chain's one exit, before the global pool
+    else:  # p1 on, the 24-channel links planar
+        assert ops.count("conv_fused") >= 4
