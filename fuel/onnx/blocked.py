@@ -319,6 +319,22 @@ class _Rewrite:
         grown[tuple(slice(0, size) for size in array.shape)] = array
         return from_numpy(grown, constant=True)._node
 
+    def link(self, node: Node) -> tuple[list[Node], object]:
+        """A chained link's CONV_BLOCKED operands and params: its weights and bias padded
+        with zeros where its channels in or out are not whole blocks."""
+        x, weight, bias = node.inputs[:3]
+        params = node.params
+        stem = id(node) in self.stems
+        c, m = x.shape[1], padded(node.shape[1])
+        if not stem and c % BLOCK:  # its input arrives padded: so do its weights
+            c = padded(c)
+        inputs = [self.planar_of(x) if stem else self.blocked_of(x),
+                  self.constant_of(weight, (m, c // params.conv.groups, *weight.shape[2:])),
+                  self.constant_of(bias, (m,))]
+        if params.residual:
+            inputs.append(self.blocked_of(node.inputs[3]))
+        return inputs, params
+
     def add(self, node: Node) -> None:
         """``node`` in the new graph (its inputs already there)."""
         if id(node) in self.chained and node.op in (OpKind.MAX_POOL, OpKind.AVG_POOL):
@@ -333,11 +349,10 @@ class _Rewrite:
             return
         if id(node) in self.chained and node.op is OpKind.CAT and id(node.inputs[0]) in \
                 self.joined:
-            inputs = [(self.blocked_of(part.inputs[0]), self.planar_of(part.inputs[1]),
-                       self.planar_of(part.inputs[2])) for part in node.inputs]
+            parts = [self.link(part) for part in node.inputs]
             self.blocked[id(node)] = make(
-                OpKind.CONV_BLOCKED_CAT, tuple(value for part in inputs for value in part),
-                ConvPartsParams(tuple(part.params for part in node.inputs)))._node
+                OpKind.CONV_BLOCKED_CAT, tuple(value for inputs, _ in parts for value in inputs),
+                ConvPartsParams(tuple(params for _, params in parts)))._node
             return
         if id(node) in self.chained and node.op is OpKind.CAT:
             parts = tuple(self.blocked_of(part) for part in node.inputs)
@@ -358,19 +373,7 @@ class _Rewrite:
             self.blocked[id(node)] = make(OpKind.MUL, tuple(operands), node.params)._node
             return
         if id(node) in self.chained:
-            x, weight, bias = node.inputs[:3]
-            params = node.params
-            stem = id(node) in self.stems
-            c, m = x.shape[1], padded(node.shape[1])
-            if not stem and c % BLOCK:  # its input arrives padded: so do its weights
-                c = padded(c)
-                if params.conv.groups > 1:  # depthwise
-                    params = replace(params, conv=replace(params.conv, groups=c))
-            inputs = [self.planar_of(x) if stem else self.blocked_of(x),
-                      self.constant_of(weight, (m, c // params.conv.groups, *weight.shape[2:])),
-                      self.constant_of(bias, (m,))]
-            if params.residual:
-                inputs.append(self.blocked_of(node.inputs[3]))
+            inputs, params = self.link(node)
             self.blocked[id(node)] = make(OpKind.CONV_BLOCKED, tuple(inputs), params)._node
             return
         inputs = tuple(self.planar_of(child) for child in node.inputs)

@@ -322,7 +322,8 @@ def _narrow(path, reader: str):
     stride 2, 1x1 project to 24 channels (not whole blocks), 1x1 expand 24 -> 144, depthwise,
     1x1 project to 24 with the residual Add, a MaxPool of that sum, a 1x1 to 32 and a
     GlobalAveragePool. ``reader``: "output", the first 24-channel value is also a graph
-    output; "depthwise", the last 1x1 is a depthwise 24 -> 24 instead."""
+    output; "depthwise", the last 1x1 is a depthwise 24 -> 24 instead; "concat", a 1x1 and
+    a 3x3 to 32 concatenated instead."""
     rng = np.random.default_rng(7)
     inits, nodes = [], []
 
@@ -349,8 +350,15 @@ def _narrow(path, reader: str):
     nodes.append(helper.make_node("Add", [p2, p1], ["sum"]))
     nodes.append(helper.make_node("MaxPool", ["sum"], ["pooled"], kernel_shape=[2, 2],
                                   strides=[2, 2]))
-    last = (conv("last", "pooled", 24, 24, 3, group=24) if reader == "depthwise"
-            else conv("last", "pooled", 24, 32, 1))
+    if reader == "depthwise":
+        last = conv("last", "pooled", 24, 24, 3, group=24)
+    elif reader == "concat":  # a fire: two links of the padded value joined
+        nodes.append(helper.make_node("Concat", [conv("left", "pooled", 24, 32, 1),
+                                                 conv("right", "pooled", 24, 32, 3)],
+                                      ["last"], axis=1))
+        last = "last"
+    else:
+        last = conv("last", "pooled", 24, 32, 1)
     nodes.append(helper.make_node("GlobalAveragePool", [last], ["y"]))
     _saved(path, nodes, "narrow", [2, 3, 64, 64], inits)
     if reader == "output":
@@ -361,7 +369,7 @@ def _narrow(path, reader: str):
 
 
 @needs_blocked
-@pytest.mark.parametrize("reader", ["", "output", "depthwise"])
+@pytest.mark.parametrize("reader", ["", "output", "depthwise", "concat"])
 @pytest.mark.parametrize("pad", ["1", "0"])
 def test_channels_short_of_whole_blocks_join_a_chain_padded(tmp_path, monkeypatch, pad,
                                                             reader):
@@ -385,8 +393,9 @@ def test_channels_short_of_whole_blocks_join_a_chain_padded(tmp_path, monkeypatc
         span = float(reference.max() - reference.min())
         np.testing.assert_allclose(value, reference, rtol=0, atol=1e-5 * span)
     ops = [launch.op for launch in profile.launches]
-    if pad == "1" and not reader:  # all eight convolutions blocked, the pool too
-        assert ops.count("conv_blocked") == 8 and "conv_fused" not in ops
-        assert ops.count("contiguous") == 1  # the chain's one exit, before the global pool
+    if pad == "1" and reader in ("", "concat"):  # every convolution blocked, the pool too
+        assert "conv_fused" not in ops and ops.count("contiguous") == 1  # the one exit
+        assert ops.count("conv_blocked") == (8 if not reader else 7)
+        assert ops.count("conv_blocked_cat") == (reader == "concat")
     else:  # p1 on, the 24-channel links planar
         assert ops.count("conv_fused") >= 4
