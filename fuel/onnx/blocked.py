@@ -23,7 +23,10 @@ value a planar consumer or a graph output reads (conv.c's 16 x 16 transposes). M
 (in-process, two threads, the lanes form's copy and transposed store removed): resnet18's
 64->64 3x3 at 56x56 617 -> 516 us, 64->128 3x3 stride 2 386 -> 272.
 
-``FUEL_BLOCKED=0`` turns the rewrite off.
+A one-group link whose channels are not whole blocks (at least PADDED_CHANNELS, on maps of
+more than one position) holds them padded to whole blocks, its weights and bias grown with
+zeros, where no padded value would be converted between layouts (``_breaks``);
+``FUEL_BLOCKED_PAD=0`` turns that off, ``FUEL_BLOCKED=0`` the whole rewrite.
 """
 
 from __future__ import annotations
