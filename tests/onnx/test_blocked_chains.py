@@ -217,6 +217,24 @@ def test_a_stem_a_pool_reads_before_a_link_starts_the_chain(tmp_path, monkeypatc
     assert ops.count("contiguous") == (1 if blocked else 2)
 
 
+def _grouped(inits, nodes, rng, name, x, shape, stride, group, relu):
+    """A Conv in ``group`` groups (``shape``: channels in, out, kernel size; padded to keep
+    the size at stride 1) with random weights and bias, a Relu after it unless ``relu`` is
+    False (its output is then ``name``): ``name``."""
+    c, m, k = shape
+    inits += [numpy_helper.from_array((rng.standard_normal((m, c // group, k, k))
+                                       / np.sqrt(c // group * k * k)).astype(np.float32),
+                                      name + "_w"),
+              numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), name + "_b")]
+    out = name + "_c" if relu else name
+    nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [out],
+                                  kernel_shape=[k, k], pads=[k // 2] * 4, group=group,
+                                  strides=[stride] * 2))
+    if relu:
+        nodes.append(helper.make_node("Relu", [out], [name]))
+    return name
+
+
 def _regnet(path, width: int):
     """A RegNetX block behind a 1x1 entry: 1x1, a grouped 3x3 stride 2 (groups of `width`
     channels), 1x1, a strided 1x1 shortcut, Add, Relu."""
@@ -226,17 +244,7 @@ def _regnet(path, width: int):
             ("entry", "x", 32, 32, 1, 1, 1, True), ("a", "entry", 32, 64, 1, 1, 1, True),
             ("b", "a", 64, 64, 3, 2, 64 // width, True), ("c", "b", 64, 64, 1, 1, 1, False),
             ("short", "entry", 32, 64, 1, 2, 1, False)):
-        inits += [numpy_helper.from_array((rng.standard_normal((m, c // group, k, k))
-                                           / np.sqrt(c // group * k * k)).astype(np.float32),
-                                          name + "_w"),
-                  numpy_helper.from_array(rng.standard_normal(m).astype(np.float32),
-                                          name + "_b")]
-        out = name + "_c" if relu else name
-        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [out],
-                                      kernel_shape=[k, k], pads=[k // 2] * 4, group=group,
-                                      strides=[stride] * 2))
-        if relu:
-            nodes.append(helper.make_node("Relu", [out], [name]))
+        _grouped(inits, nodes, rng, name, x, (c, m, k), stride, group, relu)
     nodes += [helper.make_node("Add", ["c", "short"], ["sum"]),
               helper.make_node("Relu", ["sum"], ["y"])]
     return _saved(path, nodes, "regnet", [1, 32, 28, 28], inits)
@@ -328,17 +336,7 @@ def _narrow(path, reader: str):
     inits, nodes = [], []
 
     def conv(name, x, c, m, k, stride=1, group=1, relu=True):
-        inits.extend([numpy_helper.from_array(
-            (rng.standard_normal((m, c // group, k, k)) / np.sqrt(c // group * k * k)).astype(
-                np.float32), name + "_w"),
-            numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), name + "_b")])
-        out = name + "_c" if relu else name
-        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [out],
-                                      kernel_shape=[k, k], pads=[k // 2] * 4, group=group,
-                                      strides=[stride] * 2))
-        if relu:
-            nodes.append(helper.make_node("Relu", [out], [name]))
-        return name
+        return _grouped(inits, nodes, rng, name, x, (c, m, k), stride, group, relu)
 
     stem = conv("stem", "x", 3, 32, 3, stride=2)
     e1 = conv("e1", stem, 32, 96, 1)
