@@ -100,11 +100,9 @@ def _link(node: Node) -> bool:
     if not ((groups == 1 or depthwise or grouped) and _blockable(x.shape[1], pad)
             and _blockable(node.shape[1], pad)):
         return False
-    c, m = padded(x.shape[1]), padded(node.shape[1])
-    conv = replace(params.conv, groups=c) if depthwise else params.conv
-    return worth_blocking((x.shape[0], c, *x.shape[2:]),
-                          (m, 1 if depthwise else c // groups, *weight.shape[2:]),
-                          (node.shape[0], m, *node.shape[2:]), conv)
+    c, m = padded(x.shape[1]), padded(node.shape[1])  # (only a one-group link pads)
+    return worth_blocking((x.shape[0], c, *x.shape[2:]), (m, c // groups, *weight.shape[2:]),
+                          (node.shape[0], m, *node.shape[2:]), params.conv)
 
 
 def _stem(node: Node, pooled: bool = False) -> bool:
@@ -292,10 +290,9 @@ class _Rewrite:
         if found is None:  # a link's blocked value, read planar
             value = Tensor(self.blocked[id(node)])
             n, blocks, h, w, _ = value.shape
-            value = value.permute(0, 1, 4, 2, 3).contiguous().reshape(n, blocks * BLOCK, h, w)
-            if node.shape[1] != blocks * BLOCK:  # padded: the lanes past its channels go
-                value = value[:, :node.shape[1]].contiguous()
-            found = value._node
+            assert node.shape[1] == blocks * BLOCK, "a padded value is never read planar"
+            found = value.permute(0, 1, 4, 2, 3).contiguous().reshape(
+                n, blocks * BLOCK, h, w)._node
             self.planar[id(node)] = found
         return found
 
@@ -304,9 +301,8 @@ class _Rewrite:
         if found is None:  # a planar value entering a chain
             value = Tensor(self.planar_of(node))
             n, c, h, w = value.shape
-            if c % BLOCK:  # padded with zero channels to whole blocks
-                value = Tensor(pad_dims(value, (0, 0, 0, 0, 0, padded(c) - c))._node)
-            found = value.reshape(n, padded(c) // BLOCK, BLOCK, h, w).permute(
+            assert c % BLOCK == 0, "a padded value never enters a chain"  # (``_breaks``)
+            found = value.reshape(n, c // BLOCK, BLOCK, h, w).permute(
                 0, 1, 3, 4, 2).contiguous()._node
             self.blocked[id(node)] = found
         return found
@@ -322,21 +318,19 @@ class _Rewrite:
         grown[tuple(slice(0, size) for size in array.shape)] = array
         return from_numpy(grown, constant=True)._node
 
-    def link(self, node: Node) -> tuple[list[Node], object]:
-        """A chained link's CONV_BLOCKED operands and params: its weights and bias padded
-        with zeros where its channels in or out are not whole blocks."""
+    def link(self, node: Node) -> list[Node]:
+        """A chained link's CONV_BLOCKED operands (its params stay): its weights and bias
+        padded with zeros where its channels in or out are not whole blocks."""
         x, weight, bias = node.inputs[:3]
-        params = node.params
         stem = id(node) in self.stems
-        c, m = x.shape[1], padded(node.shape[1])
-        if not stem and c % BLOCK:  # its input arrives padded: so do its weights
-            c = padded(c)
+        c = x.shape[1] if stem else padded(x.shape[1])  # a stem reads its input planar
+        m = padded(node.shape[1])
         inputs = [self.planar_of(x) if stem else self.blocked_of(x),
-                  self.constant_of(weight, (m, c // params.conv.groups, *weight.shape[2:])),
+                  self.constant_of(weight, (m, c // node.params.conv.groups, *weight.shape[2:])),
                   self.constant_of(bias, (m,))]
-        if params.residual:
+        if node.params.residual:
             inputs.append(self.blocked_of(node.inputs[3]))
-        return inputs, params
+        return inputs
 
     def add(self, node: Node) -> None:
         """``node`` in the new graph (its inputs already there)."""
@@ -352,10 +346,10 @@ class _Rewrite:
             return
         if id(node) in self.chained and node.op is OpKind.CAT and id(node.inputs[0]) in \
                 self.joined:
-            parts = [self.link(part) for part in node.inputs]
             self.blocked[id(node)] = make(
-                OpKind.CONV_BLOCKED_CAT, tuple(value for inputs, _ in parts for value in inputs),
-                ConvPartsParams(tuple(params for _, params in parts)))._node
+                OpKind.CONV_BLOCKED_CAT,
+                tuple(value for part in node.inputs for value in self.link(part)),
+                ConvPartsParams(tuple(part.params for part in node.inputs)))._node
             return
         if id(node) in self.chained and node.op is OpKind.CAT:
             parts = tuple(self.blocked_of(part) for part in node.inputs)
@@ -376,8 +370,8 @@ class _Rewrite:
             self.blocked[id(node)] = make(OpKind.MUL, tuple(operands), node.params)._node
             return
         if id(node) in self.chained:
-            inputs, params = self.link(node)
-            self.blocked[id(node)] = make(OpKind.CONV_BLOCKED, tuple(inputs), params)._node
+            self.blocked[id(node)] = make(OpKind.CONV_BLOCKED, tuple(self.link(node)),
+                                          node.params)._node
             return
         inputs = tuple(self.planar_of(child) for child in node.inputs)
         if all(new is old for new, old in zip(inputs, node.inputs)):
