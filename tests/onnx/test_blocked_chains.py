@@ -331,7 +331,8 @@ def _narrow(path, reader: str):
     1x1 project to 24 with the residual Add, a MaxPool of that sum, a 1x1 to 32 and a
     GlobalAveragePool. ``reader``: "output", the first 24-channel value is also a graph
     output; "depthwise", the last 1x1 is a depthwise 24 -> 24 instead; "concat", a 1x1 and
-    a 3x3 to 32 concatenated instead."""
+    a 3x3 to 32 concatenated instead; "scale", the sum is scaled by a squeeze-excite gate
+    of the second depthwise's channels before the pool."""
     rng = np.random.default_rng(7)
     inits, nodes = [], []
 
@@ -346,7 +347,14 @@ def _narrow(path, reader: str):
     d2 = conv("d2", e2, 144, 144, 3, group=144)
     p2 = conv("p2", d2, 144, 24, 1, relu=False)
     nodes.append(helper.make_node("Add", [p2, p1], ["sum"]))
-    nodes.append(helper.make_node("MaxPool", ["sum"], ["pooled"], kernel_shape=[2, 2],
+    pooled = "sum"
+    if reader == "scale":  # the sum scaled by a gate of d2's pooled channels
+        nodes.append(helper.make_node("GlobalAveragePool", [d2], ["squeezed"]))
+        gate = conv("gate", "squeezed", 144, 24, 1, relu=False)
+        nodes += [helper.make_node("Sigmoid", [gate], ["gated"]),
+                  helper.make_node("Mul", ["sum", "gated"], ["scaled"])]
+        pooled = "scaled"
+    nodes.append(helper.make_node("MaxPool", [pooled], ["pooled"], kernel_shape=[2, 2],
                                   strides=[2, 2]))
     if reader == "depthwise":
         last = conv("last", "pooled", 24, 24, 3, group=24)
@@ -367,7 +375,7 @@ def _narrow(path, reader: str):
 
 
 @needs_blocked
-@pytest.mark.parametrize("reader", ["", "output", "depthwise", "concat"])
+@pytest.mark.parametrize("reader", ["", "output", "depthwise", "concat", "scale"])
 @pytest.mark.parametrize("pad", ["1", "0"])
 def test_channels_short_of_whole_blocks_join_a_chain_padded(tmp_path, monkeypatch, pad,
                                                             reader):
@@ -395,5 +403,8 @@ def test_channels_short_of_whole_blocks_join_a_chain_padded(tmp_path, monkeypatc
         assert "conv_fused" not in ops and ops.count("contiguous") == 1  # the one exit
         assert ops.count("conv_blocked") == (8 if not reader else 7)
         assert ops.count("conv_blocked_cat") == (reader == "concat")
+    elif pad == "1" and reader == "scale":  # the gate's 1 x 1 map planar, the Mul blocked
+        assert ops.count("conv_blocked") == 8 and ops.count("conv_fused") == 1
+        assert ops.count("contiguous") == 2  # out to the gate's pool, out at the end
     else:  # p1 on, the 24-channel links planar
         assert ops.count("conv_fused") >= 4
