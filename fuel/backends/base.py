@@ -23,7 +23,13 @@ class LaunchBatcher(abc.ABC):
     """A backend's batched launcher: folds a run of its consecutive prepared launchers (a bound
     plan's, in launch order, the same list objects run after run where nothing changed) into
     fewer launches, as the CPU's C launch sequences do. ``Backend.launch_batcher`` makes one per
-    run of a bound plan; it may keep what it built while the launchers stay the same."""
+    run of a bound plan; it may keep what it built while the launchers stay the same. A held
+    plan's steady replay runs the last ``batch``'s launches again without calling it (its
+    launchers are the same objects, changed in place at most: ``ForeignCall.rebind``)."""
+
+    # Whether the last ``batch`` runs no NumPy (native calls only): the caller then need not
+    # silence NumPy's floating-point warnings around it.
+    native: bool = False
 
     @abc.abstractmethod
     def batch(self, launchers: Sequence[Launcher]) -> Sequence[Launcher]:

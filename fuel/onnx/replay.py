@@ -9,12 +9,14 @@ the graph. Anything else runs the plain path on every call.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from fuel.backends import get_backend
 from fuel.dispatch import op_profile
 from fuel.dispatch.kernel import table_generation
-from fuel.ir.device import parse_device
+from fuel.ir.device import CPU, parse_device
 from fuel.ir.errors import InvalidArgument
 from fuel.ir.ops import definition
 from fuel.runtime.jit import Capture
@@ -35,13 +37,29 @@ def feed_signature(specs: list, feeds: dict, device) -> tuple | None:
     return tuple(signature)
 
 
-def host_arrays(capture: Capture, storages: list) -> list[np.ndarray]:
+class ModelCapture(Capture):
+    """A model's capture, with how its outputs become host arrays: per output, the shape of a
+    plain view of its storage's buffer (the whole storage, dense from its start) or None."""
+
+    def __init__(self, arguments: list, outputs: list) -> None:
+        super().__init__(arguments, outputs)
+        self.plain_shapes = [layout.shape if layout.offset == 0 and layout.is_contiguous()
+                             else None for layout, _ in self.output_layouts]
+
+
+def host_arrays(capture: ModelCapture, storages: list) -> list[np.ndarray]:
     """A run's output storages as read-only host arrays (a CPU output's is a view of its
     storage: the plan writes that storage again only once the caller has dropped it)."""
     arrays = []
-    for storage, (layout, _) in zip(storages, capture.output_layouts):
-        values = storage.backend.download(storage, layout).view()
-        values.flags.writeable = False
+    for storage, (layout, _), shape in zip(storages, capture.output_layouts,
+                                           capture.plain_shapes):
+        buffer = storage.buffer
+        if shape is not None and buffer.__class__ is np.ndarray and \
+                buffer.size == layout.numel and storage.dtype.numpy == buffer.dtype:
+            values = buffer.reshape(shape)  # (a new view)
+        else:
+            values = storage.backend.download(storage, layout).view()
+        values.setflags(write=False)  # (cheaper than through ``flags``)
         arrays.append(values)
     return arrays
 
@@ -57,9 +75,12 @@ class ModelReplay:
     ``kept`` most recently run ones."""
 
     def __init__(self, kept: int = KEPT_CAPTURES) -> None:
-        self.captures: dict[tuple, Capture | None] = {}
+        self.captures: dict[tuple, ModelCapture | None] = {}
         self.kept = kept
         self.replays = 0
+        # The last replay's arrays and the storages over them: (device, arrays, storages), or
+        # None.
+        self.fed: tuple | None = None
 
     def run(self, signature: tuple, arrays: list[np.ndarray], device) -> list[np.ndarray] | None:
         """The outputs of a replay (read-only host arrays, as ``Tensor.numpy`` gives them),
@@ -77,9 +98,24 @@ class ModelReplay:
             del captures[signature]
             return None
         device = parse_device(device)
-        upload = get_backend(device).upload
-        storages = [upload(device, array) for array in arrays]  # (made contiguous there)
-        with op_profile.phase("onnx.replay"):
+        fed = self.fed
+        if fed is not None and fed[0] is device and len(fed[1]) == len(arrays) and \
+                all(map(operator.is_, fed[1], arrays)):
+            storages = fed[2]  # the same arrays again: the storages over them
+        else:
+            upload = get_backend(device).upload
+            storages = [upload(device, array) for array in arrays]  # (made contiguous there)
+            # Kept for a call with these same arrays where each storage is the caller's array
+            # itself (a CPU array as it was: contiguous, of its dtype), not a copy. A bound
+            # plan runs a leaf it finds again as it is (a feed's values are never baked into
+            # a launcher: only constants' are), so its new values are read.
+            self.fed = (device, arrays, storages) if device == CPU and all(
+                array.flags.c_contiguous and storage.buffer.dtype == array.dtype
+                for array, storage in zip(arrays, storages)) else None
+        if op_profile._enabled or op_profile._trace:
+            with op_profile.phase("onnx.replay"):
+                outputs = capture.run(storages)
+        else:
             outputs = capture.run(storages)
         self.replays += 1
         return host_arrays(capture, outputs)
@@ -93,7 +129,8 @@ class ModelReplay:
             self.captures[signature] = None
             return None
         try:
-            capture = Capture([t._node for t in feed_tensors], [t._node for t in outputs])
+            capture = ModelCapture([t._node for t in feed_tensors],
+                                   [t._node for t in outputs])
         except InvalidArgument:  # an output that is a feed, an initializer or another output
             self.captures[signature] = None
             return None

@@ -286,6 +286,9 @@ class BoundPlan:
         self.current: list = [None] * (self.output_base + len(self.outputs))
         self.launchers: list[Launcher | None] = [None] * len(self.steps)
         self.unprepared = True  # every launcher None (the first run, after a failed one)
+        # Whether the next run may try ``_run_steady`` (the last run left every launcher
+        # prepared and the batched lists built for them).
+        self.steady = False
         # Steps whose launcher settles at its first call (the judge timing a bucket there):
         # after a run, each is replaced by the launcher it settled on, so later runs call the
         # winner directly (and the backend's batcher can fold it into a sequence).
@@ -299,6 +302,10 @@ class BoundPlan:
         # Per root of the bound graph: the storage id its value lives in.
         self.root_storage = [assignment.slot_storage[values[r][0]] for r in graph.roots]
         self.devices = set(plan.devices) | {graph.nodes[r].device for r in graph.roots}
+        # The devices a run checks and synchronizes: not the host (always there; its kernels
+        # have finished when they return; a backend registered in its place changes the
+        # kernel table, which retires the plan).
+        self.synchronized = [device for device in self.devices if device != CPU]
         self.tracked = any(step.waited or step.wait_slot >= 0 for step in self.steps)
         self.lock = threading.Lock()
         self.launches = BatchedLaunches(self.steps)
@@ -358,8 +365,14 @@ class BoundPlan:
         rows name ``graph``'s nodes. ``launch`` False stops after preparing: nothing runs,
         and the outputs taken are dropped with the launchers that write them, as after a
         run."""
-        for device in self.devices:  # a device unplugged since the plan was made
+        for device in self.synchronized:  # a device unplugged since the plan was made
             get_backend(device)
+        if launch and self.steady and not (op_profile._enabled or op_profile._trace):
+            if not isinstance(leaves, list):
+                leaves = list(leaves)
+            storages = self._run_steady(leaves, graph)
+            if storages is not None:
+                return storages
         current = self.current
         changed: list[int] = []
         volatile = self.volatile
@@ -443,7 +456,41 @@ class BoundPlan:
                     launchers[index] = None
         if reuse:
             self._note_alone()
+        # The next run may take the steady path: a held plan whose outputs are written again,
+        # whose launchers all stayed prepared and settled, nothing waited or tracked.
+        self.steady = launch and reuse and self.held is not None and not self.tracked and \
+            not self.settling and None not in launchers
         return storages
+
+    def _run_steady(self, leaves: list, graph: Graph) -> list | None:
+        """A held plan's replay where nothing is prepared: every leaf the same storage, moved
+        (``_rebind``) or copied into its staged storage, every output written again. Launches
+        the batched lists of the last run (no launcher changed since) and returns the roots'
+        storages; None, having bound only leaves the general path then finds bound, where
+        anything else would change."""
+        current = self.current
+        staged = self.staged
+        for storage_id, storage in leaves:
+            known = current[storage_id]
+            if known is storage or (known is not None and
+                                    self._rebind(storage_id, known, storage)):
+                continue
+            copy = staged.get(storage_id)
+            if copy is known is not None and storage.size == copy.size and \
+                    storage.dtype is copy.dtype and storage.buffer.__class__ is np.ndarray:
+                copy.buffer[...] = storage.buffer  # the launchers read the copy
+                continue
+            return None
+        storage = None  # (``_written_again`` counts references: none of this frame's)
+        output_base = self.output_base
+        for output in range(len(self.outputs)):
+            if not self._written_again(output, output_base + output):
+                return None
+        self.launches.run(self.launchers, graph, again=True)
+        if self.synchronized:
+            drain(None, self.synchronized)
+        # The outputs are the last run's storages, held as then: ``alone`` stays true.
+        return [current[storage_id] for storage_id in self.root_storage]
 
     def _written_again(self, output: int, storage_id: int) -> bool:
         """Whether output ``output``'s storage of the last run (``storage_id``) is written again:
@@ -483,12 +530,15 @@ class BoundPlan:
             launcher = launchers[index]
             if launcher.__class__ is not ForeignCall or not launcher.can_rebind(start, stop):
                 return False
+            if to == start:  # the same bytes (a new view of the same array): nothing moves
+                continue
             sources, target = self.operands[index]
             for other in (*sources, target):
                 if other != storage_id and _overlaps(current[other], start, stop):
                     return False
-        for index in indices:
-            launchers[index].rebind(start, stop, to)
+        if to != start:
+            for index in indices:
+                launchers[index].rebind(start, stop, to)
         current[storage_id] = storage
         if self.staged.get(storage_id) is known:
             del self.staged[storage_id]
@@ -539,9 +589,8 @@ class BoundPlan:
             with op_profile.phase("realize.drain"):
                 drain(pending, self.devices)  # a failed wait closes the handles left
         else:
-            with np.errstate(all="ignore"):
-                self.launches.run(self.launchers, graph)
-            drain(None, self.devices)
+            self.launches.run(self.launchers, graph)
+            drain(None, self.synchronized)
         if self.settling:
             self._settle()
 
@@ -559,6 +608,7 @@ class BoundPlan:
         self.launchers = [None] * len(self.launchers)
         self.settling.clear()
         self.unprepared = True
+        self.steady = False
 
     def _prepare_changed(self, changed: list[int], graph: Graph) -> None:
         """Prepare the steps touching a changed storage (every step after a reset)."""
@@ -585,6 +635,7 @@ class BoundPlan:
             if launcher is None or settled is not None:
                 if settled is not None:
                     launchers[index] = settled
+                    self.launches.batches = None  # (built for the launcher replaced)
                 self.settling.discard(index)
 
     def _prepare(self, index: int, graph: Graph) -> Launcher:
@@ -647,6 +698,7 @@ class BatchedLaunches:
                 start = stop
         self.steps = steps
         self.batchers = [segment[2] for segment in self.segments]
+        self.batches: list | None = None  # the last run's batched lists, per segment
 
     def prebuild(self, launchers: list) -> None:
         """Build each segment's batched launch list for ``launchers`` ahead of a run (a
@@ -655,30 +707,44 @@ class BatchedLaunches:
             if batcher is not None:
                 batcher.batch(launchers[start:stop])
 
-    def run(self, launchers: list, graph: Graph) -> None:
+    def run(self, launchers: list, graph: Graph, again: bool = False) -> None:
         """Launch ``launchers`` (one per step, prepared); a failure raises the KernelError
-        naming its step's node in ``graph``."""
+        naming its step's node in ``graph``. ``again``: the launchers are those of the last
+        run, the same objects (its batched lists are run as they are). NumPy's floating-point
+        warnings are silenced around launches that run NumPy (not around native batches)."""
         segments = self.segments
-        if not segments:
-            return
-        launch = None
-        segment = segments[0]
-        try:
-            if len(segments) == 1:
-                batcher = segment[2]
-                for launch in (launchers if batcher is None else batcher.batch(launchers)):
-                    launch()
+        if again and self.batches is not None:
+            batches = self.batches
+        elif len(segments) == 1:  # (no slices)
+            batcher = segments[0][2]
+            batches = [launchers if batcher is None else batcher.batch(launchers)]
+        else:
+            batches = [launchers[start:stop] if batcher is None else
+                       batcher.batch(launchers[start:stop])
+                       for start, stop, batcher, _ in segments]
+        self.batches = batches
+        for batcher in self.batchers:
+            if batcher is None or not batcher.native:
+                with np.errstate(all="ignore"):
+                    self._launch(batches, launchers, graph)
                 return
+        self._launch(batches, launchers, graph)
+
+    def _launch(self, batches: list, launchers: list, graph: Graph) -> None:
+        """Run each segment's batched launches, submitting the backend's work between
+        segments."""
+        launch = None
+        segment = None
+        try:
             previous = None
-            for segment in segments:
-                start, stop, batcher, last = segment
+            for segment, batch in zip(self.segments, batches):
                 if previous is not None:
                     previous.backend.submit(previous.device)
-                part = launchers[start:stop]
-                for launch in (part if batcher is None else batcher.batch(part)):
+                for launch in batch:
                     launch()
-                previous = last
+                previous = segment[3]
         except Exception as error:
+            assert segment is not None
             start, stop, batcher, _ = segment
             part = launchers[start:stop]
             if batcher is None:

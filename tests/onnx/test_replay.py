@@ -260,3 +260,45 @@ def test_two_feeds_sharing_an_array_are_not_moved_together():
         z = x if same else rng.standard_normal(64).astype(np.float32)
         np.testing.assert_allclose(model.run({"x": x, "z": z})["y"], np.exp(x + z),
                                    rtol=1e-6)
+
+
+@pytest.mark.parametrize("size", [16, 320])  # a feed copied into a staged storage; one moved
+def test_the_same_feed_array_again_is_bound_as_it_is(monkeypatch, size):
+    """A replay fed the very array of the last one binds the storage over it again: nothing is
+    uploaded, moved or prepared, and the values changed in place since are the ones read. An
+    array the upload copies (not contiguous) is uploaded anew on every call, so its changes
+    are read too."""
+    from fuel.backends.cpu import CpuBackend
+    from fuel.runtime.replay import BoundPlan
+
+    model, reference = _conv_model(size)
+    counts = {"upload": 0, "rebind": 0, "prepare": 0}
+    upload, rebind, prepare = CpuBackend.upload, BoundPlan._rebind, BoundPlan._prepare
+
+    def counted(name, function):
+        def call(*args):
+            counts[name] += 1
+            return function(*args)
+        return call
+
+    monkeypatch.setattr(CpuBackend, "upload", counted("upload", upload))
+    monkeypatch.setattr(BoundPlan, "_rebind", counted("rebind", rebind))
+    monkeypatch.setattr(BoundPlan, "_prepare", counted("prepare", prepare))
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 3, size, size)).astype(np.float32)
+    for round_ in range(6):
+        x[...] = rng.standard_normal(x.shape)
+        before = dict(counts)
+        y = model.run({"x": x})["y"]
+        np.testing.assert_allclose(y, reference(x), rtol=1e-4, atol=1e-4)
+        if round_ >= 3:
+            assert counts == before
+        del y
+    strided = np.asfortranarray(x)  # not C-contiguous: the upload copies it
+    for round_ in range(3):
+        strided[...] = rng.standard_normal(x.shape)
+        before = counts["upload"]
+        y = model.run({"x": strided})["y"]
+        np.testing.assert_allclose(y, reference(strided), rtol=1e-4, atol=1e-4)
+        assert counts["upload"] == before + 1
+        del y

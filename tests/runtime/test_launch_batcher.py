@@ -119,3 +119,41 @@ def test_a_failure_inside_a_batch_names_the_node_and_leaves_the_plan_usable(back
     registered.synchronize(DEVICE)
     np.testing.assert_allclose(on_device.numpy(), (data + 1.0) ** 2 + data + 1.0, rtol=1e-6)
     np.testing.assert_allclose(on_cpu.numpy(), (data + 1.0) * 3.0 + 1.0, rtol=1e-6)
+
+
+class ListBatcher(LaunchBatcher):
+    """Hands the launchers back as they are, ``native`` as told; counts its batch calls."""
+
+    def __init__(self, native: bool) -> None:
+        self.native = native
+        self.calls = 0
+
+    def batch(self, launchers):
+        self.calls += 1
+        return list(launchers)
+
+    def failed(self, error, launch, launchers):
+        return list(launchers).index(launch), error
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_numpy_launches_run_with_floating_point_warnings_silenced(native):
+    """A batch that may run NumPy runs under ``np.errstate(all="ignore")`` (an overflow in a
+    kernel is no warning); a native batch (C calls only) runs under the caller's state, its
+    context spared. Run again with the same launchers, the batches are not built again."""
+    from types import SimpleNamespace
+
+    from fuel.runtime.replay import BatchedLaunches
+
+    batcher = ListBatcher(native)
+    backend = SimpleNamespace(launch_batcher=lambda: batcher)
+    steps = [SimpleNamespace(backend=backend, device=None) for _ in range(1 if native else 2)]
+    seen = []
+    launchers = [lambda: seen.append(np.geterr()["over"]),
+                 lambda: seen.append(float(np.float32(3e38) * np.float32(10.0)))]
+    launches = BatchedLaunches(steps)
+    with np.errstate(over="raise"):
+        launches.run(launchers[:1] if native else launchers, graph=None)
+        launches.run(launchers[:1] if native else launchers, graph=None, again=True)
+    assert seen == (["raise"] * 2 if native else ["ignore", float("inf")] * 2)
+    assert batcher.calls == 1

@@ -177,6 +177,7 @@ class SequenceBatcher(LaunchBatcher):
                 if new.__class__ is ForeignCall and old.__class__ is not ForeignCall:
                     return False  # it could join a sequence: rebuild
                 self.batched[position] = new  # a lone call stays lone: its neighbours are not C
+                self.native = self.native and new.__class__ is ForeignCall
             elif new.__class__ is ForeignCall:
                 sequence.replace(position, new)
             else:
@@ -212,3 +213,5 @@ class SequenceBatcher(LaunchBatcher):
         self.known = list(launchers)
         self.batched = batched
         self.where = where
+        self.native = all(launch.__class__ is SequenceCall or launch.__class__ is ForeignCall
+                          for launch in batched)
