@@ -295,7 +295,7 @@ def test_the_same_feed_array_again_is_bound_as_it_is(monkeypatch, size):
             assert counts == before
         del y
     strided = np.asfortranarray(x)  # not C-contiguous: the upload copies it
-    for round_ in range(3):
+    for _ in range(3):
         strided[...] = rng.standard_normal(x.shape)
         before = counts["upload"]
         y = model.run({"x": strided})["y"]
