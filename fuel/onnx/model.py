@@ -80,7 +80,7 @@ class Model:
         self.inputs = [_input_spec(v) for v in graph.input if v.name not in initializers]
         self.output_names = [v.name for v in graph.output]
         self._check_input_types()
-        self._replay = ModelReplay()
+        self._replay = ModelReplay([spec.name for spec in self.inputs])
 
     def _check_input_types(self) -> None:
         for spec in self.inputs:
@@ -130,6 +130,10 @@ class Model:
 
     def _run(self, feeds: dict | None, device) -> dict[str, object]:
         feeds = feeds or {}
+        if feeds.__class__ is dict:  # the last replay's very arrays again
+            again = self._replay.again(feeds, device)
+            if again is not None:
+                return dict(zip(self.output_names, again))
         signature = feed_signature(self.inputs, feeds, device) if isinstance(feeds, dict) \
             else None
         if signature is not None:

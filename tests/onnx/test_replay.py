@@ -302,3 +302,34 @@ def test_the_same_feed_array_again_is_bound_as_it_is(monkeypatch, size):
         np.testing.assert_allclose(y, reference(strided), rtol=1e-4, atol=1e-4)
         assert counts["upload"] == before + 1
         del y
+
+
+def test_the_last_replays_arrays_again_replay_without_a_signature(monkeypatch):
+    """A call with the very arrays of the last replay (the same objects, shapes and dtypes)
+    replays its capture without building a feed signature; the values changed in place are
+    read, and an array whose shape changed in place, or another array, takes the signature
+    path and gets its own results."""
+    from fuel.onnx import model as model_module
+
+    model = _model([helper.make_node("Relu", ["x"], ["r"]),
+                    helper.make_node("Transpose", ["r"], ["y"], perm=[1, 0])],
+                   [_float("x", ["n", "m"])], [_float("y", None)])
+    signatures = []
+    signature = model_module.feed_signature
+    monkeypatch.setattr(model_module, "feed_signature",
+                        lambda *args: signatures.append(1) or signature(*args))
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    for round_ in range(5):
+        x[...] = rng.standard_normal(x.shape)
+        before = len(signatures)
+        np.testing.assert_array_equal(model.run({"x": x})["y"], np.maximum(x, 0).T)
+        if round_ >= 2:
+            assert len(signatures) == before
+    x.shape = (2, 6)  # the same object, reshaped in place
+    before = len(signatures)
+    np.testing.assert_array_equal(model.run({"x": x})["y"], np.maximum(x, 0).T)
+    assert len(signatures) == before + 1
+    other = rng.standard_normal((2, 6)).astype(np.float32)
+    np.testing.assert_array_equal(model.run({"x": other})["y"], np.maximum(other, 0).T)
+    assert len(signatures) == before + 2
