@@ -4,7 +4,8 @@ on new feeds without converting a node or building a graph (the engine behind fu
 A build is replayable only when nothing in it depends on the feeds' values: no host read of a
 value computed from a feed (shape subgraphs over initializers and shapes are fine: shapes are in
 the signature), no sequence or optional values, no random ops, only tensor outputs computed by
-the graph. Anything else runs the plain path on every call.
+the graph. Anything else runs the plain path on every call. A call with the very arrays of
+the last replay replays again without building a signature (``ModelReplay.again``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,10 @@ buffer the pool handed out differently, the outputs. A new leaf array whose laun
 ``rebindable`` foreign calls (fuel.compiler.foreign) is not prepared again: their pointer
 entries move to the new array (``_rebind``), the leaf's last array held until then; else a
 small one is copied into a storage of the plan's (``_stage``). Storages a run will not find
-again (other leaves that change, outputs) are dropped with their launchers when it ends.
+again (other leaves that change, outputs) are dropped with their launchers when it ends. A
+held plan's run that would prepare nothing (every leaf bound as it was, moved or copied; every
+output written again) is steady (``_run_steady``): the last run's batched lists launched
+again, none of the bookkeeping above.
 
 A run launches its steps step by step through ``launch_step`` (the realize walk's launch) when
 profiling or when a step's handle is waited; otherwise each run of consecutive steps on one
@@ -486,9 +489,13 @@ class BoundPlan:
         for output in range(len(self.outputs)):
             if not self._written_again(output, output_base + output):
                 return None
-        self.launches.run(self.launchers, graph, again=True)
-        if self.synchronized:
-            drain(None, self.synchronized)
+        try:
+            self.launches.run(self.launchers, graph, again=True)
+            if self.synchronized:
+                drain(None, self.synchronized)
+        except BaseException:
+            self._forget_all()  # as the general path after a failed run
+            raise
         # The outputs are the last run's storages, held as then: ``alone`` stays true.
         return [current[storage_id] for storage_id in self.root_storage]
 
