@@ -38,29 +38,13 @@ def feed_signature(specs: list, feeds: dict, device) -> tuple | None:
     return tuple(signature)
 
 
-class ModelCapture(Capture):
-    """A model's capture, with how its outputs become host arrays: per output, the shape of a
-    plain view of its storage's buffer (the whole storage, dense from its start) or None."""
-
-    def __init__(self, arguments: list, outputs: list) -> None:
-        super().__init__(arguments, outputs)
-        self.plain_shapes = [layout.shape if layout.offset == 0 and layout.is_contiguous()
-                             else None for layout, _ in self.output_layouts]
-
-
-def host_arrays(capture: ModelCapture, storages: list) -> list[np.ndarray]:
+def host_arrays(capture: Capture, storages: list) -> list[np.ndarray]:
     """A run's output storages as read-only host arrays (a CPU output's is a view of its
     storage: the plan writes that storage again only once the caller has dropped it)."""
     arrays = []
-    for storage, (layout, _), shape in zip(storages, capture.output_layouts,
-                                           capture.plain_shapes):
-        buffer = storage.buffer
-        if shape is not None and buffer.__class__ is np.ndarray and \
-                buffer.size == layout.numel and storage.dtype.numpy == buffer.dtype:
-            values = buffer.reshape(shape)  # (a new view)
-        else:
-            values = storage.backend.download(storage, layout).view()
-        values.setflags(write=False)  # (cheaper than through ``flags``)
+    for storage, (layout, _) in zip(storages, capture.output_layouts):
+        values = storage.backend.download(storage, layout).view()
+        values.setflags(write=False)  # (half the cost of ``flags.writeable`` when cold)
         arrays.append(values)
     return arrays
 
@@ -76,16 +60,16 @@ class ModelReplay:
     ``kept`` most recently run ones."""
 
     def __init__(self, names: list[str] | None = None, kept: int = KEPT_CAPTURES) -> None:
-        self.captures: dict[tuple, ModelCapture | None] = {}
+        self.captures: dict[tuple, Capture | None] = {}
         self.names = names or []  # the model's tensor inputs, in order (``again``'s feeds)
         self.kept = kept
         self.replays = 0
-        # The last replay, where its feeds were bound as they are (``fed``): (the device as
-        # passed, arrays, their shapes, their dtypes, storages, capture), or None.
-        self.last: tuple | None = None
         # The last replay's arrays and the storages over them: (device, arrays, storages), or
         # None.
         self.fed: tuple | None = None
+        # The last replay, where it ran on ``fed``: (the device as passed, its signature, its
+        # capture), or None.
+        self.last: tuple | None = None
 
     def again(self, feeds: dict, device) -> list[np.ndarray] | None:
         """The outputs of a replay of the last one's very arrays (the same objects, of the
@@ -96,15 +80,15 @@ class ModelReplay:
         last = self.last
         if last is None or op_profile._enabled or op_profile._trace:
             return None
-        known, arrays, shapes, dtypes, storages, capture = last
+        known, signature, capture = last
+        _, arrays, storages = self.fed
         if device is not known or len(feeds) != len(arrays):
             return None
-        for name, array, shape, dtype in zip(self.names, arrays, shapes, dtypes):
+        for name, array, (dtype, shape) in zip(self.names, arrays, signature[1:]):
             value = feeds.get(name)
             if value is not array or value.shape != shape or value.dtype != dtype:
                 return None
-        if capture.generation != table_generation():
-            self.last = None
+        if capture.generation != table_generation():  # kernels changed: the signature path
             return None
         outputs = capture.run(storages)
         self.replays += 1
@@ -124,6 +108,7 @@ class ModelReplay:
             captures[signature] = capture
         if capture.generation != table_generation():  # kernels changed: build and capture anew
             del captures[signature]
+            self.fed = self.last = None  # (storages of the backend then)
             return None
         passed = device
         device = parse_device(device)
@@ -142,14 +127,10 @@ class ModelReplay:
                 array.flags.c_contiguous and storage.buffer.dtype == array.dtype
                 for array, storage in zip(arrays, storages)) else None
         self.last = None
-        if op_profile._enabled or op_profile._trace:
-            with op_profile.phase("onnx.replay"):
-                outputs = capture.run(storages)
-        else:
+        with op_profile.phase("onnx.replay"):
             outputs = capture.run(storages)
         if self.fed is not None and self.fed[2] is storages:
-            self.last = (passed, arrays, [array.shape for array in arrays],
-                         [array.dtype for array in arrays], storages, capture)
+            self.last = (passed, signature, capture)
         self.replays += 1
         return host_arrays(capture, outputs)
 
@@ -162,8 +143,7 @@ class ModelReplay:
             self.captures[signature] = None
             return None
         try:
-            capture = ModelCapture([t._node for t in feed_tensors],
-                                   [t._node for t in outputs])
+            capture = Capture([t._node for t in feed_tensors], [t._node for t in outputs])
         except InvalidArgument:  # an output that is a feed, an initializer or another output
             self.captures[signature] = None
             return None

@@ -379,17 +379,9 @@ class BoundPlan:
         current = self.current
         changed: list[int] = []
         volatile = self.volatile
-        staged = self.staged
         for storage_id, storage in leaves:
             known = current[storage_id]
-            if known is not storage:
-                if known is not None and self._rebind(storage_id, known, storage):
-                    continue  # its launchers read the new array
-                copy = staged.get(storage_id)
-                if copy is known is not None and storage.size == copy.size and \
-                        storage.dtype is copy.dtype and storage.buffer.__class__ is np.ndarray:
-                    copy.buffer[...] = storage.buffer  # the launchers read the copy
-                    continue
+            if not self._bound_as_is(storage_id, known, storage):
                 if known is not None:  # replaced since the last run: expect it to change again
                     volatile.add(storage_id)
                 if storage_id in volatile and self.reuse_outputs and \
@@ -472,18 +464,9 @@ class BoundPlan:
         storages; None, having bound only leaves the general path then finds bound, where
         anything else would change."""
         current = self.current
-        staged = self.staged
         for storage_id, storage in leaves:
-            known = current[storage_id]
-            if known is storage or (known is not None and
-                                    self._rebind(storage_id, known, storage)):
-                continue
-            copy = staged.get(storage_id)
-            if copy is known is not None and storage.size == copy.size and \
-                    storage.dtype is copy.dtype and storage.buffer.__class__ is np.ndarray:
-                copy.buffer[...] = storage.buffer  # the launchers read the copy
-                continue
-            return None
+            if not self._bound_as_is(storage_id, current[storage_id], storage):
+                return None
         storage = None  # (``_written_again`` counts references: none of this frame's)
         output_base = self.output_base
         for output in range(len(self.outputs)):
@@ -498,6 +481,21 @@ class BoundPlan:
             raise
         # The outputs are the last run's storages, held as then: ``alone`` stays true.
         return [current[storage_id] for storage_id in self.root_storage]
+
+    def _bound_as_is(self, storage_id: int, known, storage) -> bool:
+        """Whether leaf ``storage_id`` runs on ``storage`` with its launchers as prepared (on
+        ``known``, the leaf's storage of the last run): the same storage, its launchers moved
+        to it (``_rebind``), or its values copied into the leaf's staged storage."""
+        if known is storage:
+            return True
+        if known is not None and self._rebind(storage_id, known, storage):
+            return True  # its launchers read the new array
+        copy = self.staged.get(storage_id)
+        if copy is known is not None and storage.size == copy.size and \
+                storage.dtype is copy.dtype and storage.buffer.__class__ is np.ndarray:
+            copy.buffer[...] = storage.buffer  # the launchers read the copy
+            return True
+        return False
 
     def _written_again(self, output: int, storage_id: int) -> bool:
         """Whether output ``output``'s storage of the last run (``storage_id``) is written again:
