@@ -285,6 +285,9 @@ class ConvEpilogueParams:
     residual: bool = False
     # the weights are a constant (a model's): a kernel may transform them once, when prepared
     constant_weights: bool = False
+    # CONV_BLOCKED only: x times a scale per image and input channel (the last operand,
+    # (N, C): a squeeze-excite's multiply folded into the convolution that reads it)
+    input_scale: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -357,6 +357,8 @@ def conv_fused(params, shapes, dtypes):
     expected = 3 + params.residual + (params.activation == "prelu")
     if len(shapes) != expected:
         raise ShapeError(f"conv_fused takes {expected} operands, got {len(shapes)}")
+    if params.input_scale:
+        raise ShapeError("conv_fused takes no input scale (conv_blocked's)")
     shape, dtype = conv(params.conv, shapes[:2], dtypes[:2])
     if any(d is not dtype for d in dtypes):
         raise DTypeError(f"conv_fused operands must share a dtype: "
@@ -384,11 +386,13 @@ def whole_block_groups(groups: int, channels: int, outputs: int) -> bool:
 def conv_blocked(params, shapes, dtypes):
     """CONV_BLOCKED: (x (N, C/16, H, W, 16), w (M, C, KH, KW), depthwise (C, 1, KH, KW)
     with groups C, or grouped (M, C/groups, KH, KW) with C/groups and M/groups multiples of
-    16, bias (M,)[, residual]) -> (N, M/16, OH, OW, 16): conv_fused's on the planar shapes,
-    with channels in blocks; a stem (one group) takes x planar (N, C, H, W)."""
+    16, bias (M,)[, residual][, input scale (N, C)]) -> (N, M/16, OH, OW, 16): conv_fused's
+    on the planar shapes, with channels in blocks; a stem (one group) takes x planar
+    (N, C, H, W); ``input_scale`` (one group, blocked x): x times scale[n, c] first."""
     residual = params.residual
-    if len(shapes) != 3 + residual:
-        raise ShapeError(f"conv_blocked takes {3 + residual} operands, got {len(shapes)}")
+    expected = 3 + residual + params.input_scale
+    if len(shapes) != expected:
+        raise ShapeError(f"conv_blocked takes {expected} operands, got {len(shapes)}")
     x = tuple(shapes[0])
     stem = len(x) == 4  # a chain's first link on a planar value (a stem)
     if not (stem or (len(x) == 5 and x[4] == BLOCK)) or len(shapes[1]) != 4:
@@ -402,7 +406,11 @@ def conv_blocked(params, shapes, dtypes):
         raise ShapeError("conv_blocked takes one group, a depthwise weight (groups == "
                          f"channels) or groups of whole blocks of {BLOCK} channels in and "
                          "out, and no prelu")
-    shape, dtype = conv_fused(replace(params, residual=False),
+    if params.input_scale and (stem or groups != 1 or tuple(shapes[-1]) != planar[:2]
+                               or dtypes[-1] is not dtypes[0]):
+        raise ShapeError(f"conv_blocked's input scale must be {planar[:2]} for one group on "
+                         f"blocked channels, got {tuple(shapes[-1])}")
+    shape, dtype = conv_fused(replace(params, residual=False, input_scale=False),
                               [planar, *shapes[1:3]], dtypes[:3])
     if shape[1] % BLOCK:
         raise ShapeError(f"conv_blocked: {shape[1]} output channels are not blocks of {BLOCK}")

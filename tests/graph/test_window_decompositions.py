@@ -101,22 +101,26 @@ def test_conv_fused_decomposes_like_the_cpu_kernel(activation, residual):
     np.testing.assert_allclose(primitive, cpu, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("residual", [True, False])
-@pytest.mark.parametrize("stem", [False, True])
-def test_conv_blocked_decomposes_like_the_cpu_kernel(residual, stem):
+@pytest.mark.parametrize("residual, stem, scaled", [
+    (True, False, False), (False, False, False), (True, True, False), (False, True, False),
+    (True, False, True), (False, False, True)])
+def test_conv_blocked_decomposes_like_the_cpu_kernel(residual, stem, scaled):
     """conv_blocked on a backend without its kernel: the planar conv_fused between
-    permutes (a stem's input planar already)."""
+    permutes (a stem's input planar already; ``scaled``: the input times its scale per
+    image and channel first)."""
     from fuel.frontend.build import make
     from fuel.ir.ops import OpKind
     from fuel.ir.params import ConvEpilogueParams, ConvParams
 
     stride = (2, 2) if stem else (2, 1)
     params = ConvEpilogueParams(ConvParams(stride, (1, 0), (1, 2), (1, 1), 1), "relu",
-                                residual=residual, constant_weights=True)
+                                residual=residual, constant_weights=True, input_scale=scaled)
     arrays = [_random((2, 3, 7, 12)) if stem else _random((2, 2, 7, 6, 16)),
               _random((32, 3 if stem else 32, 3, 3), 1), _random((32,), 2)]
     if residual:
         arrays.append(_random((2, 2, 4, 6, 16), 3))
+    if scaled:
+        arrays.append(np.abs(_random((2, 32), 4)))
 
     def run(*operands):
         return make(OpKind.CONV_BLOCKED, tuple(t._node for t in operands), params)

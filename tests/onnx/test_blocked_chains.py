@@ -408,3 +408,62 @@ def test_channels_short_of_whole_blocks_join_a_chain_padded(tmp_path, monkeypatc
         assert ops.count("contiguous") == 2  # out to the gate's pool, out at the end
     else:  # p1 on, the 24-channel links planar
         assert ops.count("conv_fused") >= 4
+
+
+def _excited(path, batch: int, channels: int, depthwise: bool, second_reader: bool):
+    """An inverted residual block with a squeeze-excite behind a planar stem and a 1x1 entry:
+    1x1 expand to ``channels``, a 3x3 (depthwise or dense), the gate (global pool, two 1x1 convolutions,
+    HardSigmoid) times the 3x3's output, a 1x1 project to 32 with the entry's output added.
+    ``second_reader``: the scaled value is a second output too."""
+    rng = np.random.default_rng(channels + batch)
+    inits, nodes = [], []
+
+    def conv(name, x, c, m, k, group=1, relu=True):
+        return _grouped(inits, nodes, rng, name, x, (c, m, k), 1, group, relu)
+
+    stem = conv("stem", "x", 3, 32, 3)
+    entry = conv("entry", stem, 32, 32, 1)  # with the expand, two links: a chain
+    expand = conv("expand", entry, 32, channels, 1)
+    middle = conv("middle", expand, channels, channels, 3,
+                  group=channels if depthwise else 1)
+    # a padded value's pool would leave the chain for the gate's planar 1 x 1 convolutions
+    # (``_breaks``): the gate of padded channels squeezes the entry's 32 instead
+    squeezed = middle if channels % 16 == 0 else entry
+    nodes.append(helper.make_node("GlobalAveragePool", [squeezed], ["squeezed"]))
+    fc1 = conv("fc1", "squeezed", channels if channels % 16 == 0 else 32, 8, 1)
+    fc2 = conv("fc2", fc1, 8, channels, 1, relu=False)
+    nodes += [helper.make_node("HardSigmoid", [fc2], ["gate"]),
+              helper.make_node("Mul", [middle, "gate"], ["excited"])]
+    project = conv("project", "excited", channels, 32, 1, relu=False)
+    nodes.append(helper.make_node("Add", [project, entry], ["y"]))
+    _saved(path, nodes, "excited", [batch, 3, 20, 18], inits)
+    if second_reader:
+        model = onnx.load(path)
+        model.graph.output.append(helper.make_tensor_value_info("excited", TensorProto.FLOAT,
+                                                                None))
+        onnx.save(model, path)
+    return path
+
+
+@needs_blocked
+@pytest.mark.parametrize("batch, channels, depthwise, second_reader", [
+    (3, 96, True, False), (2, 40, False, False), (1, 96, True, True)])
+def test_a_squeeze_excite_scale_folds_into_the_convolution_reading_it(
+        tmp_path, monkeypatch, batch, channels, depthwise, second_reader):
+    """A channel scale whose one reader is a one-group link runs inside that link (its
+    weights scaled per image: no multiply launched, the scaled value never written), every
+    image with its own gate, padded channels too (40 in three blocks); a scaled value
+    something else reads too is multiplied as before. Results match onnxruntime."""
+    path = _excited(tmp_path / "excited.onnx", batch, channels, depthwise, second_reader)
+    x = np.random.default_rng(batch).standard_normal((batch, 3, 20, 18)).astype(np.float32)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    monkeypatch.setenv("FUEL_BLOCKED", "1")
+    with fuel.profile() as profile:
+        got = fuel.onnx.load(path).run({"x": x})
+    for value, reference in zip(got.values(), expected):
+        span = float(reference.max() - reference.min())
+        np.testing.assert_allclose(value, reference, rtol=0, atol=1e-5 * span)
+    ops = [launch.op for launch in profile.launches]
+    assert ops.count("conv_blocked") == 4  # the entry, expand, the 3x3 and the project
+    assert any("mul" in op for op in ops) == second_reader  # (mul, or fused(mul))

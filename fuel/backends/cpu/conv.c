@@ -3,8 +3,9 @@
  * the whole batch.
  *
  * Entry: fuel_kernel(data, sizes, strides)
- *   data  = {x, w, bias, residual, out, slope, scalars, scratch}  (float *; bias, residual,
- *           slope and scratch may be NULL; scalars = {alpha, beta} of the activation)
+ *   data  = {x, w, bias, residual, out, slope, scalars, scratch, scale}  (float *; bias,
+ *           residual, slope, scratch and scale may be NULL; scalars = {alpha, beta} of the
+ *           activation; scale: the blocked lanes form's input scale per image and channel)
  *   sizes = conv_common.h's; strides is unused (NULL).
  * Forms:
  *   0 im2col:    scratch[(c * KH + kh) * KW + kw][oh * OW + ow] = x[0, c, ...] (0 in the
@@ -532,7 +533,8 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
         const Finish f = {bias, slope, s.act, alpha, beta};
         Shape launch = s;
         launch.blocked = form == LANES_BLOCKED;
-        lanes_conv(x, scratch, out, residual, &launch, &f, threads);
+        lanes_conv(x, scratch, out, residual, form == LANES_BLOCKED ? data[8] : NULL, &launch,
+                   &f, threads);
 #endif
     } else if (form == GEMM || form == GEMM_POINTWISE) {
         const Finish f = {bias, slope, s.act, alpha, beta};

@@ -22,7 +22,29 @@ typedef struct {
                               * rows whose taps fall outside the input are skipped (lanes_runs),
                               * the positions whose windows cross its left or right edge run
                               * down their column, the corners one at a time (lanes_edge) */
+    const float *scale;      /* NULL, or the input's scale per image and channel (N x C: a
+                              * squeeze-excite's, one group): a unit's weights are scaled */
+    const int64_t *rows;     /* lanes_rows' rows (patch row l is channel rows[l] / taps) */
 } LanesJob;
+
+/* A unit's weights times the input's scale (j->scale): wt[l][:] * scale[image][channel of
+ * patch row l], into this thread's buffer 0, so conv(x * scale) runs as conv(x) with them
+ * (the scaled input is never written: a squeeze-excite's multiply, a pass over the whole
+ * value between the depthwise convolution and this one, is gone; K x LANES_MB multiplies a
+ * unit, against the unit's K x LANES_MB x positions multiply-adds). */
+static const float *lanes_scaled(const LanesJob *j, const float *wt, int64_t image) {
+    const int64_t taps = j->s->kh * j->s->kw;
+    const float *scale = j->scale + image * j->s->c;
+    float *scaled = thread_buffer(0, (size_t)(j->k * LANES_MB));
+    for (int64_t l = 0; l < j->k; l++) {
+        const __m512 factor = _mm512_set1_ps(scale[j->rows[l] / taps]);
+        _mm512_store_ps(scaled + l * LANES_MB, _mm512_mul_ps(_mm512_load_ps(wt + l * LANES_MB),
+                                                             factor));
+        _mm512_store_ps(scaled + l * LANES_MB + 16,
+                        _mm512_mul_ps(_mm512_load_ps(wt + l * LANES_MB + 16), factor));
+    }
+    return scaled;
+}
 
 /* Unit u: image u / (blocks * parts), block u / parts % blocks (the group's output channels
  * [LANES_MB * b, + LANES_MB) for block (group, b)), output rows [oh * part / parts,
@@ -43,6 +65,7 @@ static void lanes_task(void *context, int64_t u) {
     const int64_t line = j->linear ? a1 - a0 : s->ow, lines = j->linear ? 1 : a1 - a0;
     const float *planes = j->planes + image * j->image;
     const float *wt = j->wt + block * j->k * LANES_MB;
+    if (j->scale != NULL) wt = lanes_scaled(j, wt, image);
     /* blocked: the same place; into a concat's slice (out_m): its image's channels on */
     const int64_t at = (image * s->m + m0) * plane;
     float *out = j->out + (image * (s->out_m > 0 ? s->out_m : s->m) + m0) * plane;
@@ -258,9 +281,10 @@ static void blocking(const float *from, float *to, const Shape *s, int unblock, 
 
 /* The lanes form of a launch (wt: lanes_weights' transposed weights). */
 static void lanes_conv(const float *x, const float *wt, float *out, const float *residual,
-                       const Shape *s, const Finish *f, int64_t threads) {
+                       const float *scale, const Shape *s, const Finish *f, int64_t threads) {
     LanesJob j;
     memset(&j, 0, sizeof(j));
+    j.scale = s->groups == 1 ? scale : NULL;
     j.x = x;
     j.wt = wt;
     j.residual = residual;
@@ -301,6 +325,7 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
     j.image = groups * g * hp * j.wp;
     int64_t *rows = offsets + s->groups * j.k;
     lanes_rows(s, rows);
+    j.rows = rows;
     for (int64_t group = 0; group < s->groups; group++)
         for (int64_t l = 0; l < j.k; l++) {
             /* a group of a multiple of g channels: group 0's offsets, the group's planes on */

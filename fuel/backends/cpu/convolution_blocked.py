@@ -140,6 +140,8 @@ class CBlockedConvolution:
             return lambda: None
         form = _form(g, layouts)
         threads = cc._threads(g, form) if threads is None else threads
+        if params.input_scale and form != "lanes":  # (one group: the pass gives no other)
+            return lambda: planar(inputs, outputs, layouts, params)
         if form == "lanes":
             return _lanes(inputs, layouts, params, g, threads, address(outputs[0], layouts[-1]))
         epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
@@ -163,13 +165,16 @@ class CBlockedConvolution:
 def _lanes(inputs: Sequence, layouts: Sequence[Layout], params: ConvEpilogueParams,
            g: cc.Geometry, threads: int, out: int, out_m: int = 0) -> Launcher:
     """conv.c's lanes form launched blocked (a dense, pointwise or grouped link) storing at
-    ``out`` (``out_m``: into a slice of an output of that many channels an image)."""
+    ``out`` (``out_m``: into a slice of an output of that many channels an image), its
+    weights scaled per image by the input scale where there is one."""
     epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
     x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
+    scale = (address(inputs[3 + params.residual], layouts[3 + params.residual])
+             if params.input_scale else None)
     constant = params.constant_weights
     return cc.CConvolution._lanes(cc.library(), g, threads, epilogue, x, w, out, constant,
                                   inputs[1] if constant else None, form=LANES_BLOCKED,
-                                  out_m=out_m)
+                                  out_m=out_m, scale=scale)
 
 
 class CBlockedConcat:
@@ -289,6 +294,9 @@ def _planar_result(inputs, layouts, params: ConvEpilogueParams, shape: tuple) ->
         n, blocks, h, w, _ = x.shape
         x = x.transpose(0, 1, 4, 2, 3).reshape(n, blocks * BLOCK, h, w)
     n = x.shape[0]
+    if params.input_scale:
+        at = 3 + params.residual
+        x = x * view(inputs[at], layouts[at]).astype(np.float32).reshape(*x.shape[:2], 1, 1)
     weight = view(inputs[1], layouts[1]).astype(np.float64)
     _, out_blocks, oh, ow, _ = shape
     y = convolution.convolve(x, weight, conv, (oh, ow))
@@ -300,6 +308,7 @@ def _planar_result(inputs, layouts, params: ConvEpilogueParams, shape: tuple) ->
 
 
 KERNELS = KernelList(BackendId.CPU, "c")
-KERNELS.add(OpKind.CONV_BLOCKED, [(dt.float32,) * 4, (dt.float32,) * 5], CBlockedConvolution())
+KERNELS.add(OpKind.CONV_BLOCKED, [(dt.float32,) * operands for operands in (4, 5, 6)],
+            CBlockedConvolution())
 KERNELS.add(OpKind.CONV_BLOCKED_CAT, [(dt.float32,) * (3 * parts + 1) for parts in range(2, 9)],
             CBlockedConcat())

@@ -644,11 +644,13 @@ class CConvolution:
 
     @staticmethod
     def _call(function, geometry: Geometry, form: int, threads: int, epilogue: Epilogue,
-              x: int, w: int, out: int, scratch_address: int = 0, **changes) -> ForeignCall:
+              x: int, w: int, out: int, scratch_address: int = 0, scale: int | None = None,
+              **changes) -> ForeignCall:
+        """conv.c's call of ``form`` (``scale``: the blocked lanes form's input scale)."""
         scalars = _scalar_array(epilogue.alpha, epilogue.beta)
-        data = (ctypes.c_void_p * 8)(x, w, epilogue.bias, epilogue.residual, out,
+        data = (ctypes.c_void_p * 9)(x, w, epilogue.bias, epilogue.residual, out,
                                      epilogue.slope, ctypes.addressof(scalars),
-                                     scratch_address or None)
+                                     scratch_address or None, scale)
         return ForeignCall(function, data, geometry.sizes(form, threads, epilogue.activation,
                                                           **changes), rebindable=True)
 
@@ -681,9 +683,10 @@ class CConvolution:
     @staticmethod
     def _lanes(function, g: Geometry, threads: int, epilogue: Epilogue, x: int, w: int,
                out: int, constant: bool = False, weights=None, form: int = LANES,
-               out_m: int = 0) -> Launcher:
+               out_m: int = 0, scale: int | None = None) -> Launcher:
         """conv.c's lanes form (``form``: LANES, or convolution_blocked's blocked launch,
-        ``out_m``: into a slice of an output of that many channels an image): the weights
+        ``out_m``: into a slice of an output of that many channels an image, ``scale``: its
+        input's scale per image and channel, one group): the weights
         transposed into blocks of LANES_BLOCK output channels, once, here, for constant
         weights (an array the launcher keeps), else into this thread's scratch buffer on
         every launch."""
@@ -695,14 +698,14 @@ class CConvolution:
                     size, lambda at: CConvolution._call(function, g, LANES_WEIGHTS, threads,
                                                         epilogue, x, w, out, at)()))
             call = CConvolution._call(function, g, form, threads, epilogue, x, w, out,
-                                      transposed.ctypes.data, out_m=out_m)
+                                      transposed.ctypes.data, scale, out_m=out_m)
             call.data.transposed = transposed  # held as long as the launcher
             call.baked = (w,)  # the weights' values are in the copy
             return call
         weights = CConvolution._call(function, g, LANES_WEIGHTS, threads, epilogue, x, w, out,
                                      scratch(size + 16).ctypes.data)
         call = CConvolution._call(function, g, form, threads, epilogue, x, w, out,
-                                  scratch(size + 16).ctypes.data, out_m=out_m)
+                                  scratch(size + 16).ctypes.data, scale, out_m=out_m)
 
         def launch() -> None:
             buffer = scratch(size + 16)

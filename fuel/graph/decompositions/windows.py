@@ -3,6 +3,8 @@ pooling and max-pooling positions."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fuel.graph.decompositions.builder import Builder, compute_dtype
 from fuel.graph.decompositions.indexing import pad_constant
 from fuel.graph.decompositions.registry import decomposes
@@ -220,14 +222,17 @@ def to_blocked(build: Builder, node: Node, block: int) -> Node:
 
 @decomposes(OpKind.CONV_BLOCKED)
 def conv_blocked(node: Node, build: Builder) -> Node:
-    """CONV_FUSED on the planar input (a stem's is planar already) and residual, its output
-    blocked again."""
+    """CONV_FUSED on the planar input (a stem's is planar already; times the input scale
+    where there is one) and residual, its output blocked again."""
     params = node.params
     x = node.inputs[0]
-    inputs = [x if len(x.shape) == 4 else from_blocked(build, x), *node.inputs[1:3]]
+    x = x if len(x.shape) == 4 else from_blocked(build, x)
+    if params.input_scale:
+        x = build.mul(x, build.reshape(node.inputs[-1], (*x.shape[:2], 1, 1)))
+    inputs = [x, *node.inputs[1:3]]
     if params.residual:
         inputs.append(from_blocked(build, node.inputs[3]))
-    y = build.op(OpKind.CONV_FUSED, *inputs, params=params)
+    y = build.op(OpKind.CONV_FUSED, *inputs, params=replace(params, input_scale=False))
     return to_blocked(build, y, node.shape[-1])
 
 

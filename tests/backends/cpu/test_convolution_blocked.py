@@ -118,6 +118,38 @@ def test_blocked_launch_matches_the_reference(monkeypatch, case, activation):
 
 
 @needs_blocked
+@pytest.mark.parametrize("case", [case for case in CASES if case[1] >= 16])
+def test_an_input_scale_scales_each_images_weights(monkeypatch, case):
+    """``input_scale``: the launch of x times scale[n, c] (a squeeze-excite's multiply
+    folded in) is the reference convolution of the scaled input, every image with its own
+    scale (each unit's weights scaled by its image's), constant weights or not, with a
+    residual or none, over one K block or two; the NumPy fallback the same."""
+    n, c, h, w, m, k, stride, pad, dilation, threads = case
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(c * m + h + 1)
+    conv = ConvParams((stride, stride), (pad, pad), (pad, pad), (dilation, dilation), 1)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    scale = rng.uniform(0.0, 2.0, (n, c)).astype(np.float32)
+    weight = (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    y = reference(x * scale[:, :, None, None], weight, conv)
+    extra = rng.standard_normal(y.shape).astype(np.float32)
+    out_shape = (y.shape[0], m // 16, y.shape[2], y.shape[3], 16)
+    for residual, constant in ((True, True), (False, False)):
+        params = ConvEpilogueParams(conv, "silu", 0.0, 0.0, residual, constant,
+                                    input_scale=True)
+        expected = epilogue_reference(y, params, bias, extra if residual else None, None)
+        arrays = [blocked(x), weight, bias] + ([blocked(extra)] if residual else []) + [scale]
+        _check(arrays, out_shape, params, expected, fallback=True)
+        node = make(OpKind.CONV_BLOCKED, tuple(fuel.from_numpy(a)._node for a in arrays), params)
+        assert node.shape == out_shape
+    with pytest.raises(fuel.FuelError, match="input scale"):  # one scale per image and channel
+        make(OpKind.CONV_BLOCKED, tuple(fuel.from_numpy(a)._node for a in
+                                        (blocked(x), weight, bias, scale[:, :c // 2])),
+             ConvEpilogueParams(conv, input_scale=True))
+
+
+@needs_blocked
 @pytest.mark.parametrize("seed", range(12))
 def test_blocked_input_read_as_stored_skips_the_padding(monkeypatch, seed):
     """A blocked input is read in place (no padded copy): every tap in the padding is
