@@ -412,8 +412,9 @@ def test_channels_short_of_whole_blocks_join_a_chain_padded(tmp_path, monkeypatc
 
 def _excited(path, batch: int, channels: int, depthwise: bool, second_reader: bool):
     """An inverted residual block with a squeeze-excite behind a planar stem and a 1x1 entry:
-    1x1 expand to ``channels``, a 3x3 (depthwise or dense), the gate (global pool, two 1x1 convolutions,
-    HardSigmoid) times the 3x3's output, a 1x1 project to 32 with the entry's output added.
+    1x1 expand to ``channels``, a 3x3 (depthwise or dense), the gate (global pool, two 1x1
+    convolutions, HardSigmoid) times the 3x3's output, a 1x1 project to 32 with the entry's
+    output added.
     ``second_reader``: the scaled value is a second output too."""
     rng = np.random.default_rng(channels + batch)
     inits, nodes = [], []
