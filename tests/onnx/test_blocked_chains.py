@@ -103,6 +103,13 @@ def _saved(path, nodes, name: str, shape: list, inits):
     return path
 
 
+def _with_output(path, name: str) -> None:
+    """The model at ``path`` with its value ``name`` as another output."""
+    model = onnx.load(path)
+    model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    onnx.save(model, path)
+
+
 def _mobile(path, stem_stride=1):
     """Two inverted residual blocks behind a planar stem: 1x1 expand, depthwise (3x3 stride
     2 in the first, 5x5 in the second, Clip 0..6), a squeeze-excite in the second (global
@@ -306,10 +313,7 @@ def _fire(path, shared: str):
     _conv(inits, nodes, rng, "y", last, (64, 32, 3), 1, 1)
     _saved(path, nodes, "fire", [2, 16, 13, 13], inits)
     if shared == "output":
-        model = onnx.load(path)
-        model.graph.output.append(helper.make_tensor_value_info("side", TensorProto.FLOAT,
-                                                                None))
-        onnx.save(model, path)
+        _with_output(path, "side")
     return path
 
 
@@ -368,9 +372,7 @@ def _narrow(path, reader: str):
     nodes.append(helper.make_node("GlobalAveragePool", [last], ["y"]))
     _saved(path, nodes, "narrow", [2, 3, 64, 64], inits)
     if reader == "output":
-        model = onnx.load(path)
-        model.graph.output.append(helper.make_tensor_value_info(p1, TensorProto.FLOAT, None))
-        onnx.save(model, path)
+        _with_output(path, p1)
     return path
 
 
@@ -439,10 +441,7 @@ def _excited(path, batch: int, channels: int, depthwise: bool, second_reader: bo
     nodes.append(helper.make_node("Add", [project, entry], ["y"]))
     _saved(path, nodes, "excited", [batch, 3, 20, 18], inits)
     if second_reader:
-        model = onnx.load(path)
-        model.graph.output.append(helper.make_tensor_value_info("excited", TensorProto.FLOAT,
-                                                                None))
-        onnx.save(model, path)
+        _with_output(path, "excited")
     return path
 
 
