@@ -146,9 +146,13 @@ def _planar(a: np.ndarray) -> np.ndarray:
 
 
 # blocked conv_fused (NCHW16c): input channels, output channels, size, kernel, stride, pad,
-# activation, residual
-BLOCKED_PLANS = [(32, 48, 7, 3, 1, 1, "relu", True), (16, 32, 9, 3, 2, 1, "clip", False),
-                 (32, 16, 6, 1, 1, 0, "silu", True), (48, 32, 8, 1, 2, 0, "", False)]
+# activation, residual, input scale (two images, each its own: the last operand)
+BLOCKED_PLANS = [(32, 48, 7, 3, 1, 1, "relu", True, False),
+                 (16, 32, 9, 3, 2, 1, "clip", False, False),
+                 (32, 16, 6, 1, 1, 0, "silu", True, False),
+                 (48, 32, 8, 1, 2, 0, "", False, False),
+                 (32, 48, 7, 3, 1, 1, "relu", True, True),
+                 (48, 16, 6, 1, 1, 0, "silu", False, True)]
 
 
 def conv_blocked_cases(dtypes):
@@ -156,20 +160,27 @@ def conv_blocked_cases(dtypes):
     rng = rng_for("conv_blocked", dtypes)
     rtol, atol = tolerance(d, loose=True)
     cases = []
-    for i, (c, m, size, k, stride, pad, kind, residual) in enumerate(BLOCKED_PLANS):
-        if 3 + residual != len(dtypes) - 1:
+    for i, (c, m, size, k, stride, pad, kind, residual, scaled) in enumerate(BLOCKED_PLANS):
+        if 3 + residual + scaled != len(dtypes) - 1:
             continue
         conv = ConvParams((stride, stride), (pad, pad), (pad, pad), (1, 1), 1)
-        params = ConvEpilogueParams(conv, kind, 0.0, 6.0, residual, constant_weights=True)
+        params = ConvEpilogueParams(conv, kind, 0.0, 6.0, residual, constant_weights=True,
+                                    input_scale=scaled)
         out = (size + 2 * pad - k) // stride + 1
-        arrays = [_blocked(values(d, (1, c, size, size), rng)), values(d, (m, c, k, k), rng),
+        n = 2 if scaled else 1
+        arrays = [_blocked(values(d, (n, c, size, size), rng)), values(d, (m, c, k, k), rng),
                   values(d, (m,), rng)]
         if residual:
-            arrays.append(_blocked(values(d, (1, m, out, out), rng)))
+            arrays.append(_blocked(values(d, (n, m, out, out), rng)))
+        if scaled:
+            arrays.append(values(d, (n, c), rng))
 
         def reference(a, p):
             a = [compute(v) for v in a]
-            y = naive.conv(_planar(a[0]), a[1], p.conv.strides, p.conv.pads_begin,
+            x = _planar(a[0])
+            if p.input_scale:
+                x = x * a[-1].reshape(*x.shape[:2], 1, 1)
+            y = naive.conv(x, a[1], p.conv.strides, p.conv.pads_begin,
                            p.conv.pads_end, p.conv.dilations, 1)
             y = epilogue_reference(y, p, a[2], _planar(a[3]) if p.residual else None, None)
             return _blocked(y).astype(d.numpy)
