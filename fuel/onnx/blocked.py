@@ -190,9 +190,10 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
             return values
         breaks = _breaks(order, roots, chained, stems)
         if not breaks:
-            joined = _joined(order, roots, chained, stems)
+            readers = _readers(order, roots)
+            joined = _joined(order, readers, chained, stems)
             return _rewrite(values, order, chained, stems, joined,
-                            _folded(order, roots, chained, stems, joined))
+                            _folded(order, readers, chained, stems, joined))
         excluded |= breaks
 
 
@@ -264,12 +265,11 @@ def _breaks(order: list[Node], roots: list[Node], chained: set[int],
     return breaks
 
 
-def _joined(order: list[Node], roots: list[Node], chained: set[int],
+def _joined(order: list[Node], readers: dict[int, list[Node]], chained: set[int],
             stems: set[int]) -> dict[int, Node]:
     """The chained channel concats whose parts are all one-group links read by nothing else
     (nor an output): each becomes one CONV_BLOCKED_CAT whose parts store into its blocks.
     Maps each such part's id to its concat."""
-    readers = _readers(order, roots)
     joined: dict[int, Node] = {}
     for node in order:
         if (id(node) in chained and node.op is OpKind.CAT and len(set(map(id, node.inputs)))
@@ -293,13 +293,12 @@ def _readers(order: list[Node], roots: list[Node]) -> dict[int, list[Node]]:
     return readers
 
 
-def _folded(order: list[Node], roots: list[Node], chained: set[int], stems: set[int],
-            joined: dict[int, Node]) -> set[int]:
+def _folded(order: list[Node], readers: dict[int, list[Node]], chained: set[int],
+            stems: set[int], joined: dict[int, Node]) -> set[int]:
     """The chained channel scales (a squeeze-excite's Mul by an (N, C, 1, 1) value) whose
     only reader is a one-group link reading it as its input (not a stem, not a concat's
     part): the link runs with the scale folded into its weights per image
     (CONV_BLOCKED's ``input_scale``), and the scaled value is never written."""
-    readers = _readers(order, roots)
     folded = set()
     for node in order:
         if id(node) not in chained or node.op is not OpKind.MUL:
@@ -362,6 +361,15 @@ class _Rewrite:
         grown[tuple(slice(0, size) for size in array.shape)] = array
         return from_numpy(grown, constant=True)._node
 
+    def scale_of(self, node: Node, channels: int) -> Tensor:
+        """A chained channel scale's (N, C, 1, 1) scale as (N, ``channels``): a padded
+        value's padded with zeros for its lanes past the channels."""
+        scale = Tensor(self.planar_of(node.inputs[1 - _scaled(node)].inputs[0]))
+        scale = scale.reshape(scale.shape[0], scale.shape[1])
+        if scale.shape[1] < channels:
+            scale = Tensor(pad_dims(scale, (0, channels - scale.shape[1]))._node)
+        return scale
+
     def link(self, node: Node) -> list[Node]:
         """A chained link's CONV_BLOCKED operands: its weights and bias padded with zeros
         where its channels in or out are not whole blocks; where its input is a folded
@@ -378,11 +386,7 @@ class _Rewrite:
         if node.params.residual:
             inputs.append(self.blocked_of(node.inputs[3]))
         if folded:
-            scale = Tensor(self.planar_of(x.inputs[1 - _scaled(x)].inputs[0]))
-            scale = scale.reshape(scale.shape[0], scale.shape[1])
-            if scale.shape[1] < c:  # a padded value's: its lanes past the channels
-                scale = Tensor(pad_dims(scale, (0, c - scale.shape[1]))._node)
-            inputs.append(scale._node)
+            inputs.append(self.scale_of(x, c)._node)
         return inputs
 
     def add(self, node: Node) -> None:
@@ -414,10 +418,7 @@ class _Rewrite:
             scaled = _scaled(node)
             value = self.blocked_of(node.inputs[scaled])
             n, blocks, h, w, _ = value.shape
-            scale = Tensor(self.planar_of(node.inputs[1 - scaled].inputs[0]))
-            if scale.shape[1] % BLOCK:  # a padded value's: its lanes past the channels
-                scale = Tensor(pad_dims(scale, (0, 0, 0, 0, 0, blocks * BLOCK
-                                                - scale.shape[1]))._node)
+            scale = self.scale_of(node, blocks * BLOCK)
             scale = scale.reshape(scale.shape[0], blocks, BLOCK, 1, 1).permute(
                 0, 1, 3, 4, 2).expand(n, blocks, h, w, BLOCK)._node
             operands = [None, None]

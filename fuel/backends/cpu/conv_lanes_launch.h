@@ -284,7 +284,7 @@ static void lanes_conv(const float *x, const float *wt, float *out, const float 
                        const float *scale, const Shape *s, const Finish *f, int64_t threads) {
     LanesJob j;
     memset(&j, 0, sizeof(j));
-    j.scale = s->groups == 1 ? scale : NULL;
+    j.scale = scale;  /* (one group: conv_blocked's rule takes a scale with no other) */
     j.x = x;
     j.wt = wt;
     j.residual = residual;

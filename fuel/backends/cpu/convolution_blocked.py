@@ -140,8 +140,6 @@ class CBlockedConvolution:
             return lambda: None
         form = _form(g, layouts)
         threads = cc._threads(g, form) if threads is None else threads
-        if params.input_scale and form != "lanes":  # (one group: the pass gives no other)
-            return lambda: planar(inputs, outputs, layouts, params)
         if form == "lanes":
             return _lanes(inputs, layouts, params, g, threads, address(outputs[0], layouts[-1]))
         epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
@@ -296,7 +294,7 @@ def _planar_result(inputs, layouts, params: ConvEpilogueParams, shape: tuple) ->
     n = x.shape[0]
     if params.input_scale:
         at = 3 + params.residual
-        x = x * view(inputs[at], layouts[at]).astype(np.float32).reshape(*x.shape[:2], 1, 1)
+        x = x * view(inputs[at], layouts[at]).reshape(*x.shape[:2], 1, 1)
     weight = view(inputs[1], layouts[1]).astype(np.float64)
     _, out_blocks, oh, ow, _ = shape
     y = convolution.convolve(x, weight, conv, (oh, ow))
