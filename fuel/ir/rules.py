@@ -383,11 +383,19 @@ def whole_block_groups(groups: int, channels: int, outputs: int) -> bool:
     return groups > 1 and channels % (groups * BLOCK) == 0 and outputs % (groups * BLOCK) == 0
 
 
+def _entry(conv, weight: tuple) -> bool:
+    """A depthwise convolution a planar stem may be: 1x1, stride 1, no padding (a chain's
+    entry scaling and shifting each channel on its way into the blocks)."""
+    return (tuple(weight[2:]) == (1, 1) and all(s == 1 for s in conv.strides)
+            and not any(conv.pads_begin) and not any(conv.pads_end))
+
+
 def conv_blocked(params, shapes, dtypes):
     """CONV_BLOCKED: (x (N, C/16, H, W, 16), w (M, C, KH, KW), depthwise (C, 1, KH, KW)
     with groups C, or grouped (M, C/groups, KH, KW) with C/groups and M/groups multiples of
     16, bias (M,)[, residual][, input scale (N, C)]) -> (N, M/16, OH, OW, 16): conv_fused's
-    on the planar shapes, with channels in blocks; a stem (one group) takes x planar
+    on the planar shapes, with channels in blocks; a stem (one group, or depthwise 1x1 with
+    stride 1 and no padding: a chain's entry with a channel affine) takes x planar
     (N, C, H, W); ``input_scale`` (one group, blocked x): x times scale[n, c] first."""
     residual = params.residual
     expected = 3 + residual + params.input_scale
@@ -400,7 +408,8 @@ def conv_blocked(params, shapes, dtypes):
                          f"stem's (N, C, H, W), and a 2-d weight, got {x} and {shapes[1:2]}")
     planar = x if stem else (x[0], x[1] * BLOCK, x[2], x[3])
     groups = params.conv.groups
-    depthwise = groups == planar[1] == shapes[1][0] and shapes[1][1] == 1 and not stem
+    depthwise = groups == planar[1] == shapes[1][0] and shapes[1][1] == 1 and (
+        not stem or _entry(params.conv, shapes[1]))
     grouped = not stem and whole_block_groups(groups, planar[1], shapes[1][0])
     if (groups != 1 and not depthwise and not grouped) or params.activation == "prelu":
         raise ShapeError("conv_blocked takes one group, a depthwise weight (groups == "

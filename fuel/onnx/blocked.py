@@ -52,7 +52,7 @@ from fuel.graph.node import Node, set_user_site
 from fuel.ir import dtype as dt
 from fuel.ir.device import BackendId
 from fuel.ir.ops import OpKind
-from fuel.ir.params import ConvPartsParams
+from fuel.ir.params import ConvEpilogueParams, ConvParams, ConvPartsParams
 from fuel.ir.rules import BLOCK, whole_block_groups
 from fuel.tensor import Tensor
 
@@ -172,6 +172,74 @@ def _scaled(node: Node) -> int | None:
     return None
 
 
+def _channel(node: Node, channels: int) -> Node | None:
+    """The (C, 1, 1) or (1, C, 1, 1) float32 value an expanded per-channel operand
+    expands, else None."""
+    if node.op is not OpKind.EXPAND or node.dtype is not dt.float32:
+        return None
+    inner = node.inputs[0]
+    return inner if tuple(inner.shape) in ((channels, 1, 1), (1, channels, 1, 1)) else None
+
+
+def _affine(node: Node, readers: dict[int, list[Node]]) -> tuple | None:
+    """(value, scale, shift or None, activation) where ``node`` is a channel affine of a
+    float32 (N, C, H, W) value, relu(value * scale + shift), its relu and shift optional
+    (a pre-activation BatchNormalization and its Relu: densenet's), each step read only by
+    the next; else None."""
+    if node.dtype is not dt.float32 or len(node.shape) != 4 or node.buffer is not None:
+        return None
+    channels, activation, shift = node.shape[1], "", None
+    if node.op is OpKind.RELU:
+        activation, node = "relu", _only(node.inputs[0], node, readers)
+    if node is not None and node.op is OpKind.ADD and len(node.inputs) == 2:
+        for index, operand in enumerate(node.inputs):
+            if (found := _channel(operand, channels)) is not None:
+                shift, node = found, _only(node.inputs[1 - index], node, readers)
+                break
+        else:
+            return None
+    if node is None or node.op is not OpKind.MUL or len(node.inputs) != 2:
+        return None
+    for index, operand in enumerate(node.inputs):
+        value = node.inputs[1 - index]
+        if ((scale := _channel(operand, channels)) is not None and value.dtype is dt.float32
+                and tuple(value.shape) == tuple(node.shape)):
+            return value, scale, shift, activation
+    return None
+
+
+def _only(node: Node, reader: Node, readers: dict[int, list[Node]]) -> Node | None:
+    """``node`` where ``reader`` is its one reader and it is computed here, else None."""
+    found = readers.get(id(node), [])
+    return node if len(found) == 1 and found[0] is reader and node.buffer is None else None
+
+
+def _entries(order: list[Node], readers: dict[int, list[Node]], chained: set[int],
+             stems: set[int]) -> dict[int, tuple]:
+    """The channel affines (``_affine``) in whole blocks that are not chained and that only
+    chained nodes read, each reading it blocked: their entry scales, shifts and activates
+    each channel on its way into the blocks (a depthwise 1x1 CONV_BLOCKED on the planar
+    value), so the affine is never a pass of its own. Maps each such node's id to
+    ``_affine``'s tuple."""
+    entries: dict[int, tuple] = {}
+    if os.environ.get("FUEL_BLOCKED_ENTRY") == "0":
+        return entries
+    reads_blocked: dict[int, int] = {}  # per node id, how many chained readers read it blocked
+    for node in order:
+        if id(node) in chained:
+            for operand in _blocked_operands(node, stems):
+                reads_blocked[id(operand)] = reads_blocked.get(id(operand), 0) + 1
+    for node in order:
+        found = readers.get(id(node), [])
+        if (id(node) in chained or not found or len(node.shape) != 4 or node.shape[1] % BLOCK
+                or reads_blocked.get(id(node), 0) != len(found)):
+            continue
+        affine = _affine(node, readers)
+        if affine is not None:
+            entries[id(node)] = affine
+    return entries
+
+
 def block_chains(values: dict[str, object]) -> dict[str, object]:
     """``values`` (output name -> Tensor) with their convolution chains blocked; unchanged
     when any output is not a Tensor or no chain has two links."""
@@ -193,7 +261,8 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
             readers = _readers(order, roots)
             joined = _joined(order, readers, chained, stems)
             return _rewrite(values, order, chained, stems, joined,
-                            _folded(order, readers, chained, stems, joined))
+                            _folded(order, readers, chained, stems, joined),
+                            _entries(order, readers, chained, stems))
         excluded |= breaks
 
 
@@ -320,11 +389,12 @@ class _Rewrite:
     """The new graph: each old node's planar value, and its blocked value where one is made."""
 
     def __init__(self, chained: set[int], stems: set[int], joined: dict[int, Node],
-                 folded: set[int]) -> None:
+                 folded: set[int], entries: dict[int, tuple]) -> None:
         self.chained = chained
         self.stems = stems
         self.joined = joined
         self.folded = folded
+        self.entries = entries
         self.planar: dict[int, Node] = {}
         self.blocked: dict[int, Node] = {}
 
@@ -341,6 +411,9 @@ class _Rewrite:
 
     def blocked_of(self, node: Node) -> Node:
         found = self.blocked.get(id(node))
+        if found is None and id(node) in self.entries:  # a channel affine entering a chain
+            found = self.entry(*self.entries[id(node)])
+            self.blocked[id(node)] = found
         if found is None:  # a planar value entering a chain
             value = Tensor(self.planar_of(node))
             n, c, h, w = value.shape
@@ -349,6 +422,19 @@ class _Rewrite:
                 0, 1, 3, 4, 2).contiguous()._node
             self.blocked[id(node)] = found
         return found
+
+    def entry(self, value: Node, scale: Node, shift: Node | None, activation: str) -> Node:
+        """``value`` (planar) into the blocks, each channel times ``scale`` plus ``shift``
+        then ``activation``: a depthwise 1x1 CONV_BLOCKED on the planar value, the scale its
+        weight and the shift its bias (read at each launch, never baked)."""
+        x = Tensor(self.planar_of(value))
+        channels = x.shape[1]
+        weight = Tensor(self.planar_of(scale)).reshape(channels, 1, 1, 1)
+        bias = (Tensor(self.planar_of(shift)).reshape(channels) if shift is not None
+                else from_numpy(np.zeros(channels, np.float32), constant=True))
+        conv = ConvParams((1, 1), (0, 0), (0, 0), (1, 1), groups=channels)
+        return make(OpKind.CONV_BLOCKED, (x._node, weight._node, bias._node),
+                    ConvEpilogueParams(conv, activation))._node
 
     def constant_of(self, node: Node, shape: tuple) -> Node:
         """The constant ``node``'s (a link's weights or bias) planar value, padded with zeros
@@ -441,8 +527,9 @@ class _Rewrite:
 
 
 def _rewrite(values: dict[str, object], order: list[Node], chained: set[int],
-             stems: set[int], joined: dict[int, Node], folded: set[int]) -> dict:
-    rewrite = _Rewrite(chained, stems, joined, folded)
+             stems: set[int], joined: dict[int, Node], folded: set[int],
+             entries: dict[int, tuple]) -> dict:
+    rewrite = _Rewrite(chained, stems, joined, folded, entries)
     for node in order:
         set_user_site(node.site)  # a new node keeps its ONNX node's name
         try:

@@ -528,7 +528,8 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     } else if (form == LANES_WEIGHTS) {
         lanes_weights(w, scratch, &s);
     } else if (form == BLOCK_CHANNELS || form == UNBLOCK_CHANNELS) {
-        blocking(x, out, &s, form == UNBLOCK_CHANNELS, threads);
+        const Finish f = {bias, slope, s.act, alpha, beta};
+        blocking(x, out, &s, form == UNBLOCK_CHANNELS, w, &f, threads);
     } else if (form == LANES_RUN || form == LANES_BLOCKED) {
         const Finish f = {bias, slope, s.act, alpha, beta};
         Shape launch = s;

@@ -241,12 +241,17 @@ static void lanes_pad_task(void *context, int64_t u) {
  * the N x C/16 blocks, piece u % pieces of BLOCKING_PIECE positions) moves its 16 planes'
  * positions between planar x[n][c][h][w] and blocked out[n][c / 16][h][w][c % 16], 16
  * columns a step through transpose16 (C a multiple of 16: s->c). Pieces, not whole blocks,
- * so one block's conversion runs on every thread (16 channels at 112x112 on one: 75 us). */
+ * so one block's conversion runs on every thread (16 channels at 112x112 on one: 75 us).
+ * A chain's entry may carry a channel affine (scale, or NULL for none): each blocked cell
+ * is act(cell * scale + shift) on its 16 channels, a pre-activation BatchNormalization
+ * and its activation run on the way into the chain (densenet's, not a pass of their own). */
 #define BLOCKING_PIECE 1024
 typedef struct {
     const float *from;
     float *to;
-    int64_t plane, pieces, unblock;
+    int64_t plane, pieces, unblock, blocks;
+    const float *scale, *shift;
+    const Finish *f;
 } BlockingJob;
 
 static void blocking_task(void *context, int64_t u) {
@@ -268,14 +273,27 @@ static void blocking_task(void *context, int64_t u) {
         } else {
             for (int i = 0; i < 16; i++) v[i] = _mm512_maskz_loadu_ps(mask, from + i * plane + p0);
             transpose16(v);
+            if (j->scale != NULL) {
+                const int64_t at = (block % j->blocks) * 16;
+                const __m512 scale = _mm512_loadu_ps(j->scale + at);
+                const __m512 shift = j->shift != NULL ? _mm512_loadu_ps(j->shift + at)
+                                                      : _mm512_setzero_ps();
+                for (int64_t i = 0; i < count; i++)
+                    _mm512_storeu_ps(to + (p0 + i) * 16,
+                                     act16(_mm512_fmadd_ps(v[i], scale, shift), j->f->act,
+                                           j->f->alpha, j->f->beta, 0.0f));
+                continue;
+            }
             for (int64_t i = 0; i < count; i++) _mm512_storeu_ps(to + (p0 + i) * 16, v[i]);
         }
     }
 }
 
-static void blocking(const float *from, float *to, const Shape *s, int unblock, int64_t threads) {
+static void blocking(const float *from, float *to, const Shape *s, int unblock,
+                     const float *scale, const Finish *f, int64_t threads) {
     const int64_t plane = s->h * s->w, blocks = s->n * (s->c / 16);
-    BlockingJob j = {from, to, plane, (plane + BLOCKING_PIECE - 1) / BLOCKING_PIECE, unblock};
+    BlockingJob j = {from, to, plane, (plane + BLOCKING_PIECE - 1) / BLOCKING_PIECE, unblock,
+                     s->c / 16, scale, f->bias, f};
     run_units(blocks * j.pieces, blocks * 16 * plane >= 65536 ? threads : 1, blocking_task, &j);
 }
 

@@ -140,6 +140,11 @@ class CBlockedConvolution:
             return lambda: None
         form = _form(g, layouts)
         threads = cc._threads(g, form) if threads is None else threads
+        if entry(g, layouts):  # planar in, blocked out, a channel's scale, shift, activation
+            epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
+            x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
+            return cc.CConvolution._call(cc.library(), g, BLOCK_CHANNELS, threads, epilogue,
+                                         x, w, address(outputs[0], layouts[-1]))
         if form == "lanes":
             return _lanes(inputs, layouts, params, g, threads, address(outputs[0], layouts[-1]))
         epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
@@ -242,9 +247,18 @@ def _depthwise(g: cc.Geometry) -> bool:
     return g.groups > 1 and g.groups == g.c == g.m
 
 
+def entry(g: cc.Geometry, layouts: Sequence[Layout]) -> bool:
+    """A chain's entry with a channel affine: a depthwise 1x1 launch (stride 1, no padding)
+    on a planar input, conv.c's channel blocking with each channel's scale (the weight),
+    shift (the bias) and activation."""
+    return len(layouts[0].shape) == 4 and _depthwise(g) and g.pointwise
+
+
 def _form(g: cc.Geometry, layouts: Sequence[Layout]) -> str:
     """The planar form whose team rule a blocked launch follows (a stem's input is planar:
-    conv_direct.c's)."""
+    conv_direct.c's; a chain's entry is a copy, few flops a byte as depthwise's)."""
+    if entry(g, layouts):
+        return "depthwise"
     if len(layouts[0].shape) == 4:
         return "direct"
     return "depthwise" if _depthwise(g) else "lanes"
