@@ -469,7 +469,9 @@ define(OpKind.CONV_FUSED, "window", rules.conv_fused, params=ConvEpilogueParams,
 define(OpKind.CONV_BLOCKED, "window", rules.conv_blocked, params=ConvEpilogueParams,
        doc="CONV_FUSED of a 2-d convolution on blocked channels (NCHW16c: x (N, C/16, H, W, "
            "16), residual and output (N, M/16, OH, OW, 16); C and M multiples of 16, one "
-           "group or depthwise; a stem's x planar (N, C, H, W)), as a chain of convolutions "
+           "group, depthwise or groups of whole blocks; a stem's x planar (N, C, H, W), as is "
+           "a chain's entry's, a depthwise 1x1 scaling and shifting each channel; with "
+           "input_scale, x times a last (N, C) operand first), as a chain of convolutions "
            "keeps its values between them.")
 define(OpKind.CONV_BLOCKED_CAT, "window", rules.conv_blocked_cat, params=ConvPartsParams,
        doc="CONV_BLOCKED of several parts (x, weight, bias each) joined along their channel "

@@ -127,3 +127,22 @@ def test_conv_blocked_decomposes_like_the_cpu_kernel(residual, stem, scaled):
 
     cpu, primitive = _both(run, *arrays)
     np.testing.assert_allclose(primitive, cpu, rtol=1e-5, atol=1e-4)  # sums of 288
+
+
+@pytest.mark.parametrize("activation", ["relu", ""])
+def test_a_chains_entry_decomposes_like_the_cpu_kernel(activation):
+    """conv_blocked as a chain's entry (depthwise 1x1 on a planar input: each channel
+    scaled, shifted, activated) on a backend without its kernel: the planar depthwise
+    conv_fused, its output blocked."""
+    from fuel.frontend.build import make
+    from fuel.ir.ops import OpKind
+    from fuel.ir.params import ConvEpilogueParams, ConvParams
+
+    params = ConvEpilogueParams(ConvParams((1, 1), (0, 0), (0, 0), (1, 1), 32), activation)
+    arrays = [_random((2, 32, 5, 7)), _random((32, 1, 1, 1), 1), _random((32,), 2)]
+
+    def run(*operands):
+        return make(OpKind.CONV_BLOCKED, tuple(t._node for t in operands), params)
+
+    cpu, primitive = _both(run, *arrays)
+    np.testing.assert_allclose(primitive, cpu, rtol=1e-6, atol=1e-6)

@@ -467,3 +467,67 @@ def test_a_squeeze_excite_scale_folds_into_the_convolution_reading_it(
     ops = [launch.op for launch in profile.launches]
     assert ops.count("conv_blocked") == 4  # the entry, expand, the 3x3 and the project
     assert any("mul" in op for op in ops) == second_reader  # (mul, or fused(mul))
+
+
+def _dense(path, batch: int, relu: bool, second_reader: bool):
+    """Two densenet layers behind a planar stem: each a BatchNormalization (and a Relu
+    unless not ``relu``) of the concat so far, a 1x1 to 64 and a 3x3 to 32 joined to it.
+    ``second_reader``: the first layer's normalized value is an output too."""
+    rng = np.random.default_rng(batch + 2 * relu)
+    inits, nodes = [], []
+
+    def conv(name, x, c, m, k):
+        return _conv(inits, nodes, rng, name, x, (c, m, k), 1, k // 2)
+
+    value, channels = conv("stem", "x", 3, 32, 3), 32
+    for layer in range(2):
+        name = f"norm{layer}"
+        for part, values in (("scale", rng.uniform(0.5, 1.5, channels)),
+                             ("shift", rng.standard_normal(channels)),
+                             ("mean", rng.standard_normal(channels)),
+                             ("var", rng.uniform(0.5, 2.0, channels))):
+            inits.append(numpy_helper.from_array(values.astype(np.float32), f"{name}_{part}"))
+        nodes.append(helper.make_node("BatchNormalization", [value] + [
+            f"{name}_{part}" for part in ("scale", "shift", "mean", "var")], [name]))
+        if relu:
+            nodes.append(helper.make_node("Relu", [name], [name + "_relu"]))
+            name += "_relu"
+        wide = conv(f"wide{layer}", name, channels, 64, 1)
+        new = conv(f"new{layer}", wide, 64, 32, 3)
+        channels += 32
+        nodes.append(helper.make_node("Concat", [value, new], ["y" if layer else "joined"],
+                                      axis=1))
+        value = "joined"
+    _saved(path, nodes, "dense", [batch, 3, 12, 11], inits)
+    if second_reader:
+        _with_output(path, "norm0_relu" if relu else "norm0")
+    return path
+
+
+@needs_blocked
+@pytest.mark.parametrize("batch, relu, second_reader", [
+    (1, True, False), (2, False, False), (1, True, True)])
+def test_a_channel_affine_enters_the_chain_in_the_conversion(tmp_path, monkeypatch, batch,
+                                                             relu, second_reader):
+    """A BatchNormalization (and its Relu) whose only readers are links runs as the chain's
+    entry: each channel scaled, shifted and activated as the planar value is blocked (a
+    depthwise 1x1 conv_blocked, no multiply launched); one something else reads too keeps
+    its own pass. Results match onnxruntime, with the entries off too."""
+    path = _dense(tmp_path / "dense.onnx", batch, relu, second_reader)
+    x = np.random.default_rng(batch).standard_normal((batch, 3, 12, 11)).astype(np.float32)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    for entries in ("1", "0"):
+        monkeypatch.setenv("FUEL_BLOCKED_ENTRY", entries)
+        with fuel.profile() as profile:
+            got = fuel.onnx.load(path).run({"x": x})
+        for value, reference in zip(got.values(), expected):
+            span = float(reference.max() - reference.min())
+            np.testing.assert_allclose(value, reference, rtol=0, atol=1e-5 * span)
+        ops = [launch.op for launch in profile.launches]
+        affines = sum("mul" in op for op in ops)  # (fused(mul,add,relu))
+        if entries == "0":
+            assert ops.count("conv_blocked") == 4 and affines == 2
+        else:  # the two links of each layer, and the entries not kept as passes
+            assert ops.count("conv_blocked") == 6 - second_reader
+            assert affines == second_reader

@@ -213,6 +213,45 @@ def test_blocked_depthwise_matches_the_reference(monkeypatch, case, activation):
 
 
 
+ENTRIES = [  # a planar value into the blocks, scaled and shifted: (N, C, H, W, threads)
+    (1, 64, 56, 56, "2"),   # densenet's: pieces of 1024 positions, a last one of 64
+    (2, 48, 7, 9, "1"),     # 63 positions: a last step of 15 (masked loads), a batch
+    (3, 16, 1, 1, "2"),     # one position an image, one block
+    (1, 32, 33, 35, "2"),   # 1155 positions: a piece and a part of one
+]
+
+
+@needs_blocked
+@pytest.mark.parametrize("case", ENTRIES)
+@pytest.mark.parametrize("activation", ["relu", "clip", "silu", ""])
+def test_an_entry_scales_shifts_and_activates_each_channel(monkeypatch, case, activation):
+    """A chain's entry (a depthwise 1x1 launch on a planar input): each channel's scale
+    (the weight), shift (the bias) and activation applied as the value is blocked, against
+    the reference convolution (two sets of scales, one of them larger); the NumPy fallback
+    the same; a depthwise 3x3 or strided one on a planar input is refused."""
+    n, c, h, w, threads = case
+    monkeypatch.setenv("FUEL_THREADS", threads)
+    rng = np.random.default_rng(c + h * w)
+    conv = ConvParams((1, 1), (0, 0), (0, 0), (1, 1), c)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    out_shape = (n, c // 16, h, w, 16)
+    params = ConvEpilogueParams(conv, activation, -0.5, 0.75)
+    for seed in (1, 2):
+        weight = rng.standard_normal((c, 1, 1, 1)).astype(np.float32) * seed
+        bias = rng.standard_normal(c).astype(np.float32)
+        expected = epilogue_reference(reference(x, weight, conv), params, bias, None, None)
+        _check([x, weight, bias], out_shape, params, expected, fallback=True)
+    node = make(OpKind.CONV_BLOCKED, tuple(fuel.from_numpy(a)._node for a in (x, weight, bias)),
+                params)
+    assert node.shape == out_shape
+    for kernel, stride in ((3, 1), (1, 2)):
+        wide = ConvParams((stride, stride), (kernel // 2,) * 2, (kernel // 2,) * 2, (1, 1), c)
+        with pytest.raises(fuel.FuelError, match="depthwise"):
+            make(OpKind.CONV_BLOCKED, (fuel.from_numpy(x)._node, fuel.from_numpy(
+                np.ones((c, 1, kernel, kernel), np.float32))._node, fuel.from_numpy(bias)._node),
+                ConvEpilogueParams(wide))
+
+
 JOINED = [  # (N, C, H, W, threads, parts: (M, K, stride, pad, activation) each)
     (1, 16, 13, 13, "2", ((64, 1, 1, 0, "relu"), (64, 3, 1, 1, "relu"))),  # a fire's expands
     (3, 32, 9, 11, "2", ((48, 3, 1, 1, "clip"), (16, 1, 1, 0, ""), (32, 5, 1, 2, "silu"))),

@@ -187,6 +187,18 @@ def conv_blocked_cases(dtypes):
 
         cases.append(Case(params, [operand(a) for a in arrays], reference, f"conv_blocked#{i}",
                           rtol, atol))
+    if len(dtypes) == 4:  # a chain's entry: planar in, each channel scaled, shifted, activated
+        c = 32
+        params = ConvEpilogueParams(ConvParams((1, 1), (0, 0), (0, 0), (1, 1), c), "relu")
+        arrays = [values(d, (2, c, 9, 7), rng), values(d, (c, 1, 1, 1), rng), values(d, (c,), rng)]
+
+        def entry(a, p):
+            a = [compute(v) for v in a]
+            y = naive.conv(a[0], a[1], (1, 1), (0, 0), (0, 0), (1, 1), a[0].shape[1])
+            return _blocked(epilogue_reference(y, p, a[2], None, None)).astype(d.numpy)
+
+        cases.append(Case(params, [operand(a) for a in arrays], entry, "conv_blocked#entry",
+                          rtol, atol))
     return cases
 
 
