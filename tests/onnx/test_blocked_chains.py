@@ -412,6 +412,17 @@ def test_channels_short_of_whole_blocks_join_a_chain_padded(tmp_path, monkeypatc
         assert ops.count("conv_fused") >= 4
 
 
+def _launched_matching(path, x: np.ndarray, expected: list) -> list[str]:
+    """The ops launched running the model at ``path`` on ``x``, its outputs checked against
+    onnxruntime's ``expected`` (within 1e-5 of their span)."""
+    with fuel.profile() as profile:
+        got = fuel.onnx.load(path).run({"x": x})
+    for value, reference in zip(got.values(), expected):
+        span = float(reference.max() - reference.min())
+        np.testing.assert_allclose(value, reference, rtol=0, atol=1e-5 * span)
+    return [launch.op for launch in profile.launches]
+
+
 def _excited(path, batch: int, channels: int, depthwise: bool, second_reader: bool):
     """An inverted residual block with a squeeze-excite behind a planar stem and a 1x1 entry:
     1x1 expand to ``channels``, a 3x3 (depthwise or dense), the gate (global pool, two 1x1
@@ -459,12 +470,7 @@ def test_a_squeeze_excite_scale_folds_into_the_convolution_reading_it(
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})
     monkeypatch.setenv("FUEL_BLOCKED", "1")
-    with fuel.profile() as profile:
-        got = fuel.onnx.load(path).run({"x": x})
-    for value, reference in zip(got.values(), expected):
-        span = float(reference.max() - reference.min())
-        np.testing.assert_allclose(value, reference, rtol=0, atol=1e-5 * span)
-    ops = [launch.op for launch in profile.launches]
+    ops = _launched_matching(path, x, expected)
     assert ops.count("conv_blocked") == 4  # the entry, expand, the 3x3 and the project
     assert any("mul" in op for op in ops) == second_reader  # (mul, or fused(mul))
 
@@ -519,12 +525,7 @@ def test_a_channel_affine_enters_the_chain_in_the_conversion(tmp_path, monkeypat
         None, {"x": x})
     for entries in ("1", "0"):
         monkeypatch.setenv("FUEL_BLOCKED_ENTRY", entries)
-        with fuel.profile() as profile:
-            got = fuel.onnx.load(path).run({"x": x})
-        for value, reference in zip(got.values(), expected):
-            span = float(reference.max() - reference.min())
-            np.testing.assert_allclose(value, reference, rtol=0, atol=1e-5 * span)
-        ops = [launch.op for launch in profile.launches]
+        ops = _launched_matching(path, x, expected)
         affines = sum("mul" in op for op in ops)  # (fused(mul,add,relu))
         if entries == "0":
             assert ops.count("conv_blocked") == 4 and affines == 2
