@@ -140,25 +140,24 @@ class CBlockedConvolution:
             return lambda: None
         form = _form(g, layouts)
         threads = cc._threads(g, form) if threads is None else threads
-        if entry(g, layouts):  # planar in, blocked out, a channel's scale, shift, activation
-            epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
-            x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
-            return cc.CConvolution._call(cc.library(), g, BLOCK_CHANNELS, threads, epilogue,
-                                         x, w, address(outputs[0], layouts[-1]))
+        out = address(outputs[0], layouts[-1])
         if form == "lanes":
-            return _lanes(inputs, layouts, params, g, threads, address(outputs[0], layouts[-1]))
+            return _lanes(inputs, layouts, params, g, threads, out)
         epilogue = cc._epilogue(OpKind.CONV_FUSED, inputs, layouts, params)
         x, w = (address(storage, layout) for storage, layout in zip(inputs[:2], layouts))
+        if entry(g, layouts):  # planar in, blocked out, a channel's scale, shift, activation
+            return cc.CConvolution._call(cc.library(), g, BLOCK_CHANNELS, threads, epilogue,
+                                         x, w, out)
         if form == "direct":  # a stem: planar in, blocked out
             if not cc.avx512() or g.pointwise or g.groups != 1:  # not conv_direct.c's stem
                 return lambda: planar(inputs, outputs, layouts, params)
             return cc.CConvolution._call(cc.library(cc.DIRECT), g, DIRECT_BLOCKED_OUT, threads,
-                                         epilogue, x, w, address(outputs[0], layouts[-1]))
+                                         epilogue, x, w, out)
         depthwise = cc.library(cc.DEPTHWISE)
         if depthwise is None or g.kh * g.kw > DEPTHWISE_TAPS:
             return lambda: planar(inputs, outputs, layouts, params)
         return cc.CConvolution._call(depthwise, g, DEPTHWISE_BLOCKED, threads, epilogue, x, w,
-                                     address(outputs[0], layouts[-1]))
+                                     out)
 
     def __call__(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                  params) -> None:
