@@ -54,6 +54,11 @@ def entry_point(name: str, source: Callable[[], str], openmp: bool = False):
     return function
 
 
+def loaded_libraries() -> frozenset[str]:
+    """The names of the libraries this process has loaded so far."""
+    return frozenset(_functions)
+
+
 def required_entry_point(name: str, source: Callable[[], str], openmp: bool = False):
     """``entry_point``, or a KernelError naming the library and why where the machine has no
     working C compiler (for kernels with no other way to run)."""

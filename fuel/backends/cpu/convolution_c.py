@@ -57,7 +57,8 @@ from pathlib import Path
 import numpy as np
 
 from fuel.backends.cpu import convolution, pooling
-from fuel.backends.cpu.c_library import address, aligned_filled, entry_point, kept
+from fuel.backends.cpu.c_library import (address, aligned_filled, entry_point, kept,
+                                         loaded_libraries)
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
@@ -268,6 +269,21 @@ def library(form: int = 4):
             function(data, sizes, None)
         _shared.add(path)
     return function
+
+
+def loaded_pool():
+    """conv.c's work pool as a POOL_SHARE call hands it over (``data`` holding its
+    pool_run_units), where conv.c is already loaded in this process (never built here: a
+    process that runs no convolution keeps its other kernels' OpenMP teams), else None."""
+    if f"{SOURCE.stem}_float32" not in loaded_libraries():
+        return None
+    pool = library(GEMM)
+    if pool is None:
+        return None
+    sizes = (ctypes.c_int64 * 20)(POOL_ADDRESS, *([0] * 19))
+    data = (ctypes.c_void_p * 8)()
+    pool(data, sizes, None)
+    return data
 
 
 def patches_library():

@@ -445,51 +445,84 @@ static void packed_block(const Problem *p, const float *a, const float *packed, 
 }
 #endif
 
+/* The float convolutions' work pool (conv_common.h's pool_run_units in conv.c), handed over
+ * once by a POOL_SHARE call (sizes[0] == POOL_SHARE, data[0] the function) where a process
+ * runs convolutions: then the C forms' units run on its helpers, not on an OpenMP team
+ * beside them. A model's classifier came after convolutions whose pool helper still spun on
+ * the core the team's thread needed, and that thread slept since the last run (resnet18's
+ * 512 -> 1000 product at batch 1: 90 or 335 us by process, against 90 on the pool). The
+ * blas form stays on OpenMP (each of its units one single-threaded OpenBLAS call). */
+typedef void (*unit_task)(void *context, int64_t unit);
+typedef void (*run_units_function)(int64_t, int64_t, unit_task, void *);
+static run_units_function shared_run_units = 0;
+#define POOL_SHARE -7
+
+typedef struct {
+    Problem problem;
+    int64_t form, row_chunk, column_chunk, row_units, column_units;
+    int batch_dims;
+    const int64_t *batch_sizes, *batch_strides, *blas;
+    const float *a, *b;
+    float *out;
+    sgemm_function sgemm;
+} Launch;
+
+static void launch_unit(void *context, int64_t unit) {
+    const Launch *l = (const Launch *)context;
+    int64_t column_unit = unit % l->column_units, rest = unit / l->column_units;
+    int64_t row_unit = rest % l->row_units, entry = rest / l->row_units;
+    int64_t a_offset = 0, b_offset = 0, out_offset = 0;
+    for (int d = l->batch_dims - 1; d >= 0; d--) {
+        int64_t index = entry % l->batch_sizes[d];
+        entry /= l->batch_sizes[d];
+        a_offset += index * l->batch_strides[3 * d];
+        b_offset += index * l->batch_strides[3 * d + 1];
+        out_offset += index * l->batch_strides[3 * d + 2];
+    }
+    const Problem *p = &l->problem;
+    int64_t row_start = row_unit * l->row_chunk, column_start = column_unit * l->column_chunk;
+    int64_t row_end = row_start + l->row_chunk < p->m ? row_start + l->row_chunk : p->m;
+    int64_t column_end = column_start + l->column_chunk < p->n ? column_start + l->column_chunk
+                                                              : p->n;
+    if (l->form == 2)
+        blas_block(l->sgemm, p, l->blas, l->a + a_offset, l->b + b_offset, l->out + out_offset,
+                   column_start, column_end);
+    else if (l->form == 3)
+        packed_block(p, l->a + a_offset, l->b, l->out + out_offset, row_start, row_end,
+                     column_start, column_end);
+    else if (l->form == 0)
+        dot_block(p, l->a + a_offset, l->b + b_offset, l->out + out_offset, row_start, row_end,
+                  column_start, column_end);
+    else
+        rows_block(p, l->a + a_offset, l->b + b_offset, l->out + out_offset, row_start, row_end,
+                   column_start, column_end);
+}
+
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
+    if (sizes[0] == POOL_SHARE) {
+        shared_run_units = (run_units_function)data[0];
+        return;
+    }
     const int64_t form = sizes[0], threads = sizes[1];
-    const Problem problem = {sizes[2], sizes[3], sizes[4], strides[0], strides[1], strides[2],
-                             strides[3], strides[4]};
-    const int64_t row_chunk = sizes[5], column_chunk = sizes[6];
     const int batch_dims = (int)sizes[7];
-    const int64_t *batch_sizes = sizes + 8, *batch_strides = strides + 5;
+    Launch launch = {{sizes[2], sizes[3], sizes[4], strides[0], strides[1], strides[2],
+                      strides[3], strides[4]},
+                     form, sizes[5], sizes[6], 0, 0, batch_dims, sizes + 8, strides + 5,
+                     strides + 5 + 3 * batch_dims, (const float *)data[0],
+                     (const float *)data[1], (float *)data[2],
+                     form == 2 ? (sgemm_function)data[3] : 0};
     int64_t batch = 1;
-    for (int d = 0; d < batch_dims; d++) batch *= batch_sizes[d];
-    const int64_t row_units = (problem.m + row_chunk - 1) / row_chunk;
-    const int64_t column_units = (problem.n + column_chunk - 1) / column_chunk;
-    const int64_t units = batch * row_units * column_units;
-    const float *a = (const float *)data[0], *b = (const float *)data[1];
-    float *out = (float *)data[2];
-    const sgemm_function sgemm = form == 2 ? (sgemm_function)data[3] : 0;
+    for (int d = 0; d < batch_dims; d++) batch *= launch.batch_sizes[d];
+    launch.row_units = (launch.problem.m + launch.row_chunk - 1) / launch.row_chunk;
+    launch.column_units = (launch.problem.n + launch.column_chunk - 1) / launch.column_chunk;
+    const int64_t units = batch * launch.row_units * launch.column_units;
+    if (form != 2 && shared_run_units != 0 && threads > 1 && units > 1) {
+        shared_run_units(units, threads, launch_unit, &launch);
+        return;
+    }
     const threads_function set_threads = form == 2 ? (threads_function)data[4] : 0;
     const int blas_threads = form == 2 ? set_threads(1) : 0;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && units > 1)
-    for (int64_t unit = 0; unit < units; unit++) {
-        int64_t column_unit = unit % column_units, rest = unit / column_units;
-        int64_t row_unit = rest % row_units, entry = rest / row_units;
-        int64_t a_offset = 0, b_offset = 0, out_offset = 0;
-        for (int d = batch_dims - 1; d >= 0; d--) {
-            int64_t index = entry % batch_sizes[d];
-            entry /= batch_sizes[d];
-            a_offset += index * batch_strides[3 * d];
-            b_offset += index * batch_strides[3 * d + 1];
-            out_offset += index * batch_strides[3 * d + 2];
-        }
-        int64_t row_start = row_unit * row_chunk, column_start = column_unit * column_chunk;
-        int64_t row_end = row_start + row_chunk < problem.m ? row_start + row_chunk : problem.m;
-        int64_t column_end = column_start + column_chunk < problem.n ? column_start + column_chunk
-                                                                     : problem.n;
-        if (form == 2)
-            blas_block(sgemm, &problem, strides + 5 + 3 * batch_dims, a + a_offset,
-                       b + b_offset, out + out_offset, column_start, column_end);
-        else if (form == 3)
-            packed_block(&problem, a + a_offset, b, out + out_offset, row_start, row_end,
-                         column_start, column_end);
-        else if (form == 0)
-            dot_block(&problem, a + a_offset, b + b_offset, out + out_offset, row_start, row_end,
-                      column_start, column_end);
-        else
-            rows_block(&problem, a + a_offset, b + b_offset, out + out_offset, row_start, row_end,
-                       column_start, column_end);
-    }
+    for (int64_t unit = 0; unit < units; unit++) launch_unit(&launch, unit);
     if (form == 2) set_threads(blas_threads);
 }

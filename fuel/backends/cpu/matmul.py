@@ -80,10 +80,22 @@ PARALLEL_WORK = 1 << 18
 CHUNK_BYTES = 1 << 17  # a row chunk of ``a`` kept in L2 while the columns stream past it
 MAX_BATCH_DIMS = 8
 
+_pool: list = []  # the convolutions' work pool once handed to the kernel (matmul.c)
+
+
 def library():
     """The compiled kernel (built or fetched from the kernel cache once), or None when the
-    machine has no working C compiler."""
-    return entry_point("matmul_float32", SOURCE.read_text, openmp=True)
+    machine has no working C compiler; where the process runs convolutions, handed their
+    work pool (matmul.c's POOL_SHARE) at its first launch prepared after conv.c is loaded."""
+    function = entry_point("matmul_float32", SOURCE.read_text, openmp=True)
+    if function is not None and not _pool:
+        from fuel.backends.cpu.convolution_c import POOL_SHARE, loaded_pool
+
+        data = loaded_pool()
+        if data is not None:
+            function(data, (ctypes.c_int64 * 8)(POOL_SHARE), None)
+            _pool.append(data)
+    return function
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,8 +463,9 @@ class CMatmul:
 
     def variants(self, layouts: Sequence[Layout], params: object, device: Device,
                  constants: Sequence[bool] = ()) -> tuple[Variant, ...]:
-        """The judge's candidates for this launch (the rule's choice first): OpenBLAS and
-        each C form the strides fit, on the default threads and on one; for a constant b
+        """The judge's candidates for this launch (the rule's choice first): OpenBLAS (not
+        for a constant b the packed form takes) and each C form the strides fit, on the
+        default threads and on one; for a constant b
         (``constants``: per operand) from PREPACKED_ROWS rows the gemm form on its panels
         packed once, which the rule takes, in place of the gemm form that packs per launch."""
         if self.forced or library() is None:
@@ -461,8 +474,15 @@ class CMatmul:
         # its launch arguments made when it is prepared: most candidates never are
         found = [Variant(name, functools.partial(self._form_launcher, plan, count))
                  for name, plan, count in variant_plans(tuple(layouts), threads)]
-        panels = prepacked_arguments(tuple(layouts), threads) \
-            if len(constants) > 1 and constants[1] else None
+        constant = len(constants) > 1 and constants[1]
+        if constant and packed_arguments(tuple(layouts), threads) is not None:
+            # The C forms run the packed form on the weight packed once; OpenBLAS packs it
+            # again at every call, on an OpenMP team beside the work pool: timed in a warm
+            # loop it ranked first (512 -> 1000 at batch 1: 14.6 us against 19.6), inside a
+            # model, its weight and team cold, it ran slower (resnet18's classifier 411 us
+            # against 76, mobilenet_v3_small's two 108 against 73), so it is not offered.
+            found = [variant for variant in found if not variant.name.startswith("openblas")]
+        panels = prepacked_arguments(tuple(layouts), threads) if constant else None
         if panels is not None:
             return (Variant(f"gemm-panels/{panels[0][0]}t", functools.partial(
                 matmul_gemm.prepare_prepacked, panels)), *found)

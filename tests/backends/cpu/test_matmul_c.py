@@ -167,6 +167,26 @@ def test_threads_split_the_same_result(monkeypatch):
     matmul.launch_arguments.cache_clear()
 
 
+def test_threads_split_the_same_result_on_the_convolutions_pool(monkeypatch):
+    """Where conv.c is loaded, the matmul's C forms run their units on its work pool (handed
+    over once): the same results as one thread, every form, batch dims included."""
+    from fuel.backends.cpu import convolution_c
+
+    if convolution_c.library() is None:
+        pytest.skip("no convolution library")
+    assert matmul.library() is not None and matmul._pool  # handed over at this call
+    monkeypatch.setenv("FUEL_THREADS", "2")
+    monkeypatch.setattr(matmul, "PARALLEL_WORK", 0)
+    matmul.launch_arguments.cache_clear()
+    for a, b in [(random(1, 384), random(1000, 384, seed=1).T),
+                 (random(12, 384), random(1536, 384, seed=1).T),
+                 (random(3, 3, 50), random(3, 50, 64, seed=2)),
+                 (random(7, 33), random(33, 45, seed=3)),
+                 (random(5, 64), random(64, 300, seed=4))]:
+        check(run(FORCED, a, b), a, b)
+    matmul.launch_arguments.cache_clear()
+
+
 def test_front_end_runs_the_c_kernel_and_attributes_it():
     entry = global_table().lookup_entry(OpKind.MATMUL, (dt.float32,) * 3, BackendId.CPU)
     assert entry.kernel_source == "c"

@@ -113,6 +113,22 @@ def test_the_judge_offers_the_panels_first_for_a_constant_weight_only():
     assert names == [v.name for v in RULE.variants(layouts, None, CPU)]
 
 
+def test_the_judge_offers_no_openblas_for_a_weight_the_packed_form_reads():
+    """A constant weight of a few-row product: the packed form's candidates (the rule's
+    first), not OpenBLAS, which packs the weight again per call; a b that may change keeps
+    OpenBLAS among its candidates."""
+    for rows in (1, 8):
+        layouts = [Layout.contiguous((rows, 512)), Layout((512, 1000), (1, 512), 0),
+                   Layout.contiguous((rows, 1000))]
+        constant = [v.name for v in RULE.variants(layouts, None, CPU, (False, True))]
+        writable = [v.name for v in RULE.variants(layouts, None, CPU, (False, False))]
+        assert constant
+        assert not any(n.startswith("openblas") for n in constant)
+        if matmul.openblas_entries() is not None:
+            assert any(n.startswith("openblas") for n in writable)
+        assert [n for n in writable if not n.startswith("openblas")] == constant
+
+
 def test_avx2_packed_tile_without_avx512(monkeypatch):
     """The AVX2 tile (6 rows, two 8-wide halves; a machine without AVX-512) on odd sizes."""
     built = toolchain.build("#define NO_AVX512 1\n" + matmul.SOURCE.read_text(),
