@@ -57,8 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from fuel.backends.cpu import convolution, pooling
-from fuel.backends.cpu.c_library import (address, aligned_filled, entry_point, kept,
-                                         loaded_libraries)
+from fuel.backends.cpu.c_library import address, aligned_filled, entry_point, kept, loaded_libraries
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
