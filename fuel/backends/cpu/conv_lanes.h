@@ -33,6 +33,8 @@
 #define LANES_KC 256
 #define LANES_UNITS 4  /* fewest units a thread of the team */
 #define LANES_COPY_BLOCKS 8  /* from these many blocks a pointwise launch interleaves */
+#define LANES_CHUNK (1 << 15)  /* input bytes a part of a unit reads, where blocks share it */
+#define LANES_CHUNK_FROM (1 << 20)  /* ... from an input (per image and group) this large */
 
 /* A grouped convolution runs each group as its own: its C / groups input channels (K = C /
  * groups * KH * KW patch rows) and its M / groups output channels in blocks of their own. */

@@ -41,6 +41,9 @@ CASES = [  # (N, C, H, W, M, K, stride, pad, dilation, threads)
     (3, 32, 13, 13, 80, 3, 1, 1, 1, "2"),    # a batch, 80 = two blocks and a half
     (1, 272, 6, 5, 32, 3, 1, 0, 1, "2"),     # K over two K blocks, unpadded
     (1, 32, 30, 29, 32, 3, 1, 1, 1, "2"),    # rows of 29: pieces of 14 and 15 -> 10+10+9
+    # inputs of a MiB or more an image, read by several blocks: units of row parts
+    (2, 256, 32, 33, 80, 1, 1, 0, 1, "2"),   # pointwise, three blocks, a batch
+    (1, 128, 46, 45, 48, 3, 1, 1, 1, "1"),   # 3x3 read as stored, edges, one thread
 ]
 
 GROUPED = [  # groups of whole blocks in and out: (N, C, H, W, M, K, stride, pad, dilation,

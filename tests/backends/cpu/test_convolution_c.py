@@ -178,7 +178,11 @@ LANES_CASES = [  # (N, C, H, W, M, KH, KW, pads (top, left, bottom, right), thre
     # padded rows of 44 columns: three 16-column steps of the interleaving copy, the edges
     # masked; a grouped stride-2 one over a 37-column input
     (1, 20, 9, 40, 16, 5, 5, (2, 2, 2, 2), "1"),
-    (1, 32, 23, 37, 32, 3, 3, (1, 1, 1, 1), "2", (2, 2), (1, 1), 2)]
+    (1, 32, 23, 37, 32, 3, 3, (1, 1, 1, 1), "2", (2, 2), (1, 1), 2),
+    # inputs of a MiB or more an image read by several blocks: units of row parts (a
+    # pointwise one as one line of positions, a padded 3x3 one by rows)
+    (1, 368, 27, 27, 72, 1, 1, (0, 0, 0, 0), "2"),
+    (1, 360, 27, 27, 40, 3, 3, (1, 1, 1, 1), "1")]
 
 
 @pytest.mark.parametrize("case", LANES_CASES)
