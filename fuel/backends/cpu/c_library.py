@@ -54,9 +54,24 @@ def entry_point(name: str, source: Callable[[], str], openmp: bool = False):
     return function
 
 
-def loaded_libraries() -> frozenset[str]:
-    """The names of the libraries this process has loaded so far."""
-    return frozenset(_functions)
+# conv_common.h's calls that hand conv.c's work pool to other libraries: a POOL_ADDRESS call
+# writes conv.c's pool_run_units into data[0], a POOL_SHARE call with that data makes it the
+# receiving library's pool (one set of helpers: with a pool each, idle helpers of other
+# libraries spun on the core a launch needed).
+POOL_SHARE, POOL_ADDRESS = -7, -8
+_pool: list = []  # conv.c's pool as a POOL_SHARE call's data, once conv.c is loaded
+
+
+def offer_pool(data) -> None:
+    """Record conv.c's work pool (``data`` of a POOL_SHARE call) for other libraries."""
+    if not _pool:
+        _pool.append(data)
+
+
+def offered_pool():
+    """conv.c's work pool where this process has loaded conv.c, else None (a library that
+    takes it then runs on the convolutions' helpers)."""
+    return _pool[0] if _pool else None
 
 
 def required_entry_point(name: str, source: Callable[[], str], openmp: bool = False):

@@ -57,7 +57,16 @@ from pathlib import Path
 import numpy as np
 
 from fuel.backends.cpu import convolution, pooling
-from fuel.backends.cpu.c_library import address, aligned_filled, entry_point, kept, loaded_libraries
+from fuel.backends.cpu.c_library import (
+    POOL_ADDRESS,
+    POOL_SHARE,
+    address,
+    aligned_filled,
+    entry_point,
+    kept,
+    offer_pool,
+    offered_pool,
+)
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher, Variant
@@ -242,9 +251,8 @@ def _source(path: Path) -> str:
     return COMMON.read_text() + header + path.read_text()
 
 
-# conv_common.h's calls that make conv.c's work pool every library's (one set of helpers:
-# with a pool each, idle helpers of other libraries spun on the core a launch needed)
-POOL_SHARE, POOL_ADDRESS = -7, -8
+# (conv_common.h's POOL_SHARE and POOL_ADDRESS calls make conv.c's work pool every
+# library's: c_library)
 _shared: set[Path] = set()
 _shared_lock = threading.Lock()
 
@@ -256,6 +264,11 @@ def library(form: int = 4):
     path = {DEPTHWISE: DEPTHWISE_SOURCE, MAX_POOL: POOL_SOURCE, AVG_POOL: POOL_SOURCE,
             WINOGRAD: WINOGRAD_SOURCE, DIRECT: DIRECT_SOURCE}.get(form, SOURCE)
     function = entry_point(f"{path.stem}_float32", lambda: _source(path), openmp=True)
+    if function is not None and path == SOURCE and offered_pool() is None:
+        sizes = (ctypes.c_int64 * 20)(POOL_ADDRESS, *([0] * 19))
+        data = (ctypes.c_void_p * 8)()
+        function(data, sizes, None)
+        offer_pool(data)  # for the libraries outside this module (the matmul)
     if function is None or path == SOURCE or path in _shared:
         return function
     with _shared_lock:
@@ -268,21 +281,6 @@ def library(form: int = 4):
             function(data, sizes, None)
         _shared.add(path)
     return function
-
-
-def loaded_pool():
-    """conv.c's work pool as a POOL_SHARE call hands it over (``data`` holding its
-    pool_run_units), where conv.c is already loaded in this process (never built here: a
-    process that runs no convolution keeps its other kernels' OpenMP teams), else None."""
-    if f"{SOURCE.stem}_float32" not in loaded_libraries():
-        return None
-    pool = library(GEMM)
-    if pool is None:
-        return None
-    sizes = (ctypes.c_int64 * 20)(POOL_ADDRESS, *([0] * 19))
-    data = (ctypes.c_void_p * 8)()
-    pool(data, sizes, None)
-    return data
 
 
 def patches_library():

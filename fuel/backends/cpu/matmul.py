@@ -29,7 +29,14 @@ from pathlib import Path
 import numpy as np
 
 from fuel.backends.cpu import matmul_gemm, structured
-from fuel.backends.cpu.c_library import address, aligned_filled, entry_point, kept
+from fuel.backends.cpu.c_library import (
+    POOL_SHARE,
+    address,
+    aligned_filled,
+    entry_point,
+    kept,
+    offered_pool,
+)
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelCaps, KernelList, Launcher, Variant
@@ -89,9 +96,7 @@ def library():
     work pool (matmul.c's POOL_SHARE) at its first launch prepared after conv.c is loaded."""
     function = entry_point("matmul_float32", SOURCE.read_text, openmp=True)
     if function is not None and not _pool:
-        from fuel.backends.cpu.convolution_c import POOL_SHARE, loaded_pool
-
-        data = loaded_pool()
+        data = offered_pool()
         if data is not None:
             function(data, (ctypes.c_int64 * 8)(POOL_SHARE), None)
             _pool.append(data)
