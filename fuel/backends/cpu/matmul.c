@@ -450,7 +450,7 @@ static void packed_block(const Problem *p, const float *a, const float *packed, 
  * runs convolutions: then the C forms' units run on its helpers, not on an OpenMP team
  * beside them. A model's classifier came after convolutions whose pool helper still spun on
  * the core the team's thread needed, and that thread slept since the last run (resnet18's
- * 512 -> 1000 product at batch 1: 90 or 335 us by process, against 90 on the pool). The
+ * 512 -> 1000 product at batch 1: 90 or 335 us by process, 67-81 on the pool). The
  * blas form stays on OpenMP (each of its units one single-threaded OpenBLAS call). */
 typedef void (*unit_task)(void *context, int64_t unit);
 typedef void (*run_units_function)(int64_t, int64_t, unit_task, void *);

@@ -470,9 +470,9 @@ class CMatmul:
                  constants: Sequence[bool] = ()) -> tuple[Variant, ...]:
         """The judge's candidates for this launch (the rule's choice first): OpenBLAS (not
         for a constant b the packed form takes) and each C form the strides fit, on the
-        default threads and on one; for a constant b
-        (``constants``: per operand) from PREPACKED_ROWS rows the gemm form on its panels
-        packed once, which the rule takes, in place of the gemm form that packs per launch."""
+        default threads and on one; for a constant b (``constants``: per operand) from
+        PREPACKED_ROWS rows the gemm form on its panels packed once, which the rule takes,
+        in place of the gemm form that packs per launch."""
         if self.forced or library() is None:
             return ()
         threads = thread_count()
