@@ -222,24 +222,18 @@ def _only(node: Node, reader: Node, readers: dict[int, list[Node]]) -> Node | No
 
 
 def _entries(order: list[Node], readers: dict[int, list[Node]], chained: set[int],
-             stems: set[int]) -> dict[int, tuple]:
+             planar: set[int]) -> dict[int, tuple]:
     """The channel affines (``_affine``) in whole blocks that are not chained and that only
-    chained nodes read, each reading it blocked: their entry scales, shifts and activates
-    each channel on its way into the blocks (a depthwise 1x1 CONV_BLOCKED on the planar
-    value), so the affine is never a pass of its own. Maps each such node's id to
-    ``_affine``'s tuple."""
+    chained nodes read, each reading it blocked (read, and not in ``planar``: ``_planar``):
+    their entry scales, shifts and activates each channel on its way into the blocks (a
+    depthwise 1x1 CONV_BLOCKED on the planar value), so the affine is never a pass of its
+    own. Maps each such node's id to ``_affine``'s tuple."""
     entries: dict[int, tuple] = {}
     if os.environ.get("FUEL_BLOCKED_ENTRY") == "0":
         return entries
-    reads_blocked: dict[int, int] = {}  # per node id, how many chained readers read it blocked
     for node in order:
-        if id(node) in chained:
-            for operand in _blocked_operands(node, stems):
-                reads_blocked[id(operand)] = reads_blocked.get(id(operand), 0) + 1
-    for node in order:
-        found = readers.get(id(node), [])
-        if (id(node) in chained or not found or len(node.shape) != 4 or node.shape[1] % BLOCK
-                or reads_blocked.get(id(node), 0) != len(found)):
+        if (id(node) in chained or id(node) in planar or id(node) not in readers
+                or len(node.shape) != 4 or node.shape[1] % BLOCK):
             continue
         affine = _affine(node, readers)
         if affine is not None:
@@ -263,13 +257,14 @@ def block_chains(values: dict[str, object]) -> dict[str, object]:
         chained = _chain(order, links - excluded, stems, excluded)
         if not chained:
             return values
-        breaks = _breaks(order, roots, chained, stems)
+        planar = _planar(order, roots, chained, stems)
+        breaks = _breaks(order, chained, stems, planar)
         if not breaks:
             readers = _readers(order, roots)
             joined = _joined(order, readers, chained, stems)
             return _rewrite(values, order, chained, stems, joined,
                             _folded(order, readers, chained, stems, joined),
-                            _entries(order, readers, chained, stems))
+                            _entries(order, readers, chained, planar))
         excluded |= breaks
 
 
@@ -315,25 +310,32 @@ def _blocked_operands(node: Node, stems: set[int]) -> list[Node]:
     return list(node.inputs)  # a pool's input, a concat's parts
 
 
-def _breaks(order: list[Node], roots: list[Node], chained: set[int],
+def _planar(order: list[Node], roots: list[Node], chained: set[int],
             stems: set[int]) -> set[int]:
-    """The chained nodes that would convert a padded value (channels not whole blocks)
-    between layouts: a padded one that something outside the chains reads (or an output),
-    and one that reads blocked a padded value left planar. A padded value's entry would pad
-    its channels and its exit drop them, each a copy more than a whole-block value's: the
-    chains are formed again without these."""
-    outside = {id(root) for root in roots}  # an output is read planar
+    """The ids of the nodes something reads planar: an output, an operand of a node outside
+    the chains, or one a chained node does not read blocked."""
+    planar = {id(root) for root in roots}
     for node in order:
         if id(node) in chained:
             blocked = {id(operand) for operand in _blocked_operands(node, stems)}
-            outside.update(id(child) for child in node.inputs if id(child) not in blocked)
+            planar.update(id(child) for child in node.inputs if id(child) not in blocked)
         else:
-            outside.update(id(child) for child in node.inputs)
+            planar.update(id(child) for child in node.inputs)
+    return planar
+
+
+def _breaks(order: list[Node], chained: set[int], stems: set[int],
+            planar: set[int]) -> set[int]:
+    """The chained nodes that would convert a padded value (channels not whole blocks)
+    between layouts: a padded one that something reads planar (``planar``: outside the
+    chains, or an output), and one that reads blocked a padded value left planar. A padded
+    value's entry would pad its channels and its exit drop them, each a copy more than a
+    whole-block value's: the chains are formed again without these."""
     breaks = set()
     for node in order:
         if id(node) not in chained:
             continue
-        if node.shape[1] % BLOCK and id(node) in outside:
+        if node.shape[1] % BLOCK and id(node) in planar:
             breaks.add(id(node))
         elif any(operand.shape[1] % BLOCK and id(operand) not in chained
                  for operand in _blocked_operands(node, stems)):
