@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -59,6 +60,9 @@ def entry_point(name: str, source: Callable[[], str], openmp: bool = False):
 # receiving library's pool (one set of helpers: with a pool each, idle helpers of other
 # libraries spun on the core a launch needed).
 POOL_SHARE, POOL_ADDRESS = -7, -8
+# The receiving side in C (run_units on the handed pool, take_pool), put before the sources of
+# the libraries other than the convolutions' own.
+POOL_UNITS = Path(__file__).with_name("qlinear_units.h")
 _pool: list = []  # conv.c's pool as a POOL_SHARE call's data, once conv.c is loaded
 
 

@@ -446,16 +446,12 @@ static void packed_block(const Problem *p, const float *a, const float *packed, 
 #endif
 
 /* The float convolutions' work pool (conv_common.h's pool_run_units in conv.c), handed over
- * once by a POOL_SHARE call (sizes[0] == POOL_SHARE, data[0] the function) where a process
- * runs convolutions: then the C forms' units run on its helpers, not on an OpenMP team
- * beside them. A model's classifier came after convolutions whose pool helper still spun on
- * the core the team's thread needed, and that thread slept since the last run (resnet18's
- * 512 -> 1000 product at batch 1: 90 or 335 us by process, 67-81 on the pool). The
- * blas form stays on OpenMP (each of its units one single-threaded OpenBLAS call). */
-typedef void (*unit_task)(void *context, int64_t unit);
-typedef void (*run_units_function)(int64_t, int64_t, unit_task, void *);
-static run_units_function shared_run_units = 0;
-#define POOL_SHARE -7
+ * once by a POOL_SHARE call (qlinear_units.h, put before this source: take_pool) where a
+ * process runs convolutions: then the C forms' units run on its helpers, not on an OpenMP
+ * team beside them. A model's classifier came after convolutions whose pool helper still
+ * spun on the core the team's thread needed, and that thread slept since the last run
+ * (resnet18's 512 -> 1000 product at batch 1: 90 or 335 us by process, 67-81 on the pool).
+ * The blas form stays on OpenMP (each of its units one single-threaded OpenBLAS call). */
 
 typedef struct {
     Problem problem;
@@ -499,10 +495,7 @@ static void launch_unit(void *context, int64_t unit) {
 }
 
 void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
-    if (sizes[0] == POOL_SHARE) {
-        shared_run_units = (run_units_function)data[0];
-        return;
-    }
+    if (take_pool(data, sizes)) return;
     const int64_t form = sizes[0], threads = sizes[1];
     const int batch_dims = (int)sizes[7];
     Launch launch = {{sizes[2], sizes[3], sizes[4], strides[0], strides[1], strides[2],
@@ -516,8 +509,8 @@ void fuel_kernel(void **data, const int64_t *sizes, const int64_t *strides) {
     launch.row_units = (launch.problem.m + launch.row_chunk - 1) / launch.row_chunk;
     launch.column_units = (launch.problem.n + launch.column_chunk - 1) / launch.column_chunk;
     const int64_t units = batch * launch.row_units * launch.column_units;
-    if (form != 2 && shared_run_units != 0 && threads > 1 && units > 1) {
-        shared_run_units(units, threads, launch_unit, &launch);
+    if (form != 2 && shared_run_units != 0) {  /* (one unit or thread: run_units's loop) */
+        run_units(units, threads, launch_unit, &launch);
         return;
     }
     const threads_function set_threads = form == 2 ? (threads_function)data[4] : 0;

@@ -31,6 +31,7 @@ import numpy as np
 from fuel.backends.cpu import matmul_gemm, structured
 from fuel.backends.cpu.c_library import (
     POOL_SHARE,
+    POOL_UNITS,
     address,
     aligned_filled,
     entry_point,
@@ -90,11 +91,17 @@ MAX_BATCH_DIMS = 8
 _pool: list = []  # the convolutions' work pool once handed to the kernel (matmul.c)
 
 
+def source() -> str:
+    """matmul.c's library source: the work pool's receiving side (c_library.POOL_UNITS),
+    then matmul.c."""
+    return POOL_UNITS.read_text() + SOURCE.read_text()
+
+
 def library():
     """The compiled kernel (built or fetched from the kernel cache once), or None when the
     machine has no working C compiler; where the process runs convolutions, handed their
     work pool (matmul.c's POOL_SHARE) at its first launch prepared after conv.c is loaded."""
-    function = entry_point("matmul_float32", SOURCE.read_text, openmp=True)
+    function = entry_point("matmul_float32", source, openmp=True)
     if function is not None and not _pool:
         data = offered_pool()
         if data is not None:
@@ -448,7 +455,7 @@ class CMatmul:
     def revision_source(self) -> str:
         """What the revision hash covers besides the Python code: the C sources (the gemm
         form's included)."""
-        return SOURCE.read_text() + matmul_gemm.source()
+        return source() + matmul_gemm.source()
 
     def prepare(self, inputs: Sequence, outputs: Sequence, layouts: Sequence[Layout],
                 params: object) -> Launcher:

@@ -20,7 +20,7 @@ import numpy as np
 
 from fuel.backends.cpu import convolution_c
 from fuel.backends.cpu.arrays import output, view
-from fuel.backends.cpu.c_library import address, entry_point
+from fuel.backends.cpu.c_library import POOL_UNITS, address, entry_point
 from fuel.backends.cpu.convolution import pad_spatial, windows
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
@@ -43,7 +43,6 @@ PARALLEL_WORK = 1 << 20
 DEPTHWISE_COST = 16
 
 
-UNITS = Path(__file__).with_name("qlinear_units.h")
 _shared: set[str] = set()
 _shared_lock = threading.Lock()
 
@@ -77,7 +76,7 @@ def library():
 def source() -> str:
     """The kernel's C source: qlinear_units.h, qlinear_conv.c, qlinear_gemm.c,
     qlinear_depthwise.c, then qlinear_conv_vnni.c (one library)."""
-    return "".join(path.read_text() for path in (UNITS,) + SOURCES)
+    return "".join(path.read_text() for path in (POOL_UNITS,) + SOURCES)
 
 
 def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,

@@ -16,7 +16,7 @@ import numpy as np
 
 from fuel.backends.cpu import qlinear_conv
 from fuel.backends.cpu.arrays import output, view
-from fuel.backends.cpu.c_library import address, entry_point
+from fuel.backends.cpu.c_library import POOL_UNITS, address, entry_point
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher
@@ -41,7 +41,7 @@ def library():
 
 def source() -> str:
     """The kernel's C source: qlinear_units.h (the shared work pool), then qlinear_elementwise.c."""
-    return qlinear_conv.UNITS.read_text() + SOURCE.read_text()
+    return POOL_UNITS.read_text() + SOURCE.read_text()
 
 
 def _threads(count: int) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fuel.backends.cpu import pooling, qlinear_conv
-from fuel.backends.cpu.c_library import address, entry_point
+from fuel.backends.cpu.c_library import POOL_UNITS, address, entry_point
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
 from fuel.dispatch.kernel import KernelList, Launcher
@@ -32,7 +32,7 @@ def library():
 
 def source() -> str:
     """The kernel's C source: qlinear_units.h (the shared work pool), then qlinear_pool.c."""
-    return qlinear_conv.UNITS.read_text() + SOURCE.read_text()
+    return POOL_UNITS.read_text() + SOURCE.read_text()
 
 
 def _planar(values: Sequence[int], fill: int) -> tuple[int, int]:

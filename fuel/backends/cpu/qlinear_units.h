@@ -1,5 +1,6 @@
-/* The quantized kernels' share of the work pool (qlinear_conv.py, qlinear_pool.py and
- * qlinear_elementwise.py put this before their sources): the parallel loops run on the float
+/* The quantized kernels' and the float matmul's share of the work pool (qlinear_conv.py,
+ * qlinear_pool.py, qlinear_elementwise.py and matmul.py put this before their sources;
+ * c_library.POOL_UNITS): the parallel loops run on the float
  * convolutions' work pool (conv_common.h's pool_run_units in conv.c, whose address each
  * library is handed once with a POOL_SHARE call, sizes[0] == POOL_SHARE and data[0] the
  * function): the caller and up to `team` - 1 helpers claim units, and the caller runs every

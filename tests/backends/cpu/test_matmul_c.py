@@ -71,7 +71,7 @@ def test_avx2_dot_tile_without_avx512(monkeypatch):
 
     if toolchain.unavailable_reason() is not None:
         pytest.skip("no C compiler")
-    built = toolchain.build("#define NO_AVX512 1\n" + matmul.SOURCE.read_text(),
+    built = toolchain.build("#define NO_AVX512 1\n" + matmul.source(),
                             "matmul_float32_avx2_test", toolchain.openmp_flags())
     monkeypatch.setattr(matmul, "library", lambda: built.function)
     for m, n, k in ((1, 5, 7), (4, 9, 17), (13, 33, 100), (12, 384, 1536)):

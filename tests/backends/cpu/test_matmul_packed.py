@@ -131,7 +131,7 @@ def test_the_judge_offers_no_openblas_for_a_weight_the_packed_form_reads():
 
 def test_avx2_packed_tile_without_avx512(monkeypatch):
     """The AVX2 tile (6 rows, two 8-wide halves; a machine without AVX-512) on odd sizes."""
-    built = toolchain.build("#define NO_AVX512 1\n" + matmul.SOURCE.read_text(),
+    built = toolchain.build("#define NO_AVX512 1\n" + matmul.source(),
                             "matmul_float32_avx2_packed_test", toolchain.openmp_flags())
     monkeypatch.setattr(matmul, "library", lambda: built.function)
     for m, n, k in ((1, 5, 7), (7, 9, 17), (5, 33, 100), (4, 1536, 384)):
