@@ -273,12 +273,8 @@ def library(form: int = 4):
         return function
     with _shared_lock:
         pool = library(GEMM)
-        if path not in _shared and pool is not None:
-            sizes = (ctypes.c_int64 * 20)(POOL_ADDRESS, *([0] * 19))
-            data = (ctypes.c_void_p * 8)()
-            pool(data, sizes, None)
-            sizes[0] = POOL_SHARE
-            function(data, sizes, None)
+        if path not in _shared and pool is not None:  # (conv.c offered its pool on loading)
+            function(offered_pool(), (ctypes.c_int64 * 20)(POOL_SHARE), None)
         _shared.add(path)
     return function
 

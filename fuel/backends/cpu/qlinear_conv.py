@@ -20,7 +20,13 @@ import numpy as np
 
 from fuel.backends.cpu import convolution_c
 from fuel.backends.cpu.arrays import output, view
-from fuel.backends.cpu.c_library import POOL_UNITS, address, entry_point
+from fuel.backends.cpu.c_library import (
+    POOL_SHARE,
+    POOL_UNITS,
+    address,
+    entry_point,
+    offered_pool,
+)
 from fuel.backends.cpu.convolution import pad_spatial, windows
 from fuel.backends.cpu.quantized import thread_count
 from fuel.compiler.foreign import ForeignCall
@@ -55,13 +61,8 @@ def share_pool(name: str, function, size_count: int) -> None:
     with _shared_lock:
         if name in _shared:
             return
-        pool = convolution_c.library(convolution_c.GEMM)
-        if pool is not None:
-            data = (ctypes.c_void_p * 8)()
-            sizes = (ctypes.c_int64 * max(size_count, 19))(convolution_c.POOL_ADDRESS)
-            pool(data, sizes, None)
-            sizes[0] = convolution_c.POOL_SHARE
-            function(data, sizes, None)
+        if convolution_c.library(convolution_c.GEMM) is not None:  # conv.c offers its pool
+            function(offered_pool(), (ctypes.c_int64 * max(size_count, 19))(POOL_SHARE), None)
         _shared.add(name)
 
 
